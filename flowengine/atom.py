@@ -1,0 +1,176 @@
+"""Atom: the unit a flow is made of (tasks and retry controllers derive from it).
+
+An atom declares what it needs and produces. From the signature of its
+``execute`` (and ``revert``) method plus the ``requires``/``rebind``/``inject``
+arguments it derives, once at construction:
+
+* ``rebind``: execute argument name -> symbol fetched from storage,
+* ``requires`` / ``optional``: the symbols it needs / may use if present,
+* ``save_as``: symbol -> where to find it in the result (``provides``).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from flowengine.types.sets import OrderedSet
+from flowengine.utils import misc, reflection
+
+#: Revert arguments supplied by the engine itself, never fetched from storage.
+REVERT_RESULT = "result"
+REVERT_FLOW_FAILURES = "flow_failures"
+_ENGINE_REVERT_ARGS = (REVERT_RESULT, REVERT_FLOW_FAILURES)
+
+
+def _save_as_to_mapping(provides: Any) -> dict[Any, Any]:
+    """Map each provided symbol to where it lives in the result.
+
+    A string names the whole result (index None); a list/tuple names the
+    result's items by position; a set names a dict result's keys.
+    """
+    if provides is None:
+        return {}
+    if isinstance(provides, str):
+        return {provides: None}
+    if isinstance(provides, Sequence):
+        return {symbol: index for index, symbol in enumerate(provides)}
+    if isinstance(provides, AbstractSet):
+        return {symbol: symbol for symbol in provides}
+    raise TypeError("Atom provides parameter should be str, set or tuple/list,"
+                    f" not {provides!r}")
+
+
+def _rebind_to_dict(required_args: list[str], rebind: Any) -> dict[str, Any]:
+    if rebind is None:
+        return {}
+    if isinstance(rebind, (list, tuple)):
+        # Positional: the i-th symbol feeds the i-th required argument; any
+        # extra symbols are passed under their own name (to **kwargs).
+        mapping = dict(zip(required_args, rebind))
+        mapping.update((s, s) for s in rebind[len(required_args):])
+        return mapping
+    if isinstance(rebind, Mapping):
+        return dict(rebind)
+    raise TypeError(f"Invalid rebind value '{rebind}' ({type(rebind)})")
+
+
+def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
+                      function: Callable[..., Any], auto_extract: bool,
+                      ignore_list: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Return (required, optional) dicts of argument name -> symbol for function.
+
+    Raises ValueError naming the atom when rebind/requires name arguments the
+    function cannot take, or leave required arguments unmapped.
+    """
+    ignored = set(ignore_list)
+    all_args = reflection.get_callable_args(function)
+    required_args = [a for a in reflection.get_callable_args(function, required_only=True)
+                     if a not in ignored]
+    required: dict[str, Any] = {}
+    if auto_extract:
+        required.update((a, a) for a in required_args)
+    if requires:
+        if isinstance(requires, str):
+            required[requires] = requires
+        else:
+            required.update((s, s) for s in requires)
+    required.update(_rebind_to_dict(required_args, rebind))
+    optional: dict[str, Any] = {}
+    if auto_extract:
+        optional = {a: a for a in all_args if a not in required and a not in ignored}
+    if not reflection.accepts_kwargs(function):
+        known = set(all_args)
+        extra = [a for a in required if a not in known]
+        if extra:
+            raise ValueError(f"Extra arguments given to atom {atom_name}: {extra}")
+    missing = [a for a in required_args if a not in required]
+    if missing:
+        raise ValueError(f"Missing arguments for atom {atom_name}: {missing}")
+    return required, optional
+
+
+class Atom(metaclass=abc.ABCMeta):
+    """A named unit of work with declared inputs and outputs."""
+
+    #: Among atoms ready at the same time, higher priorities are started first.
+    priority: int = 0
+
+    #: What the atom provides when the ``provides`` argument is not given.
+    default_provides: Any = None
+
+    def __init__(self, name: str | None = None, provides: Any = None,
+                 requires: Any = None, auto_extract: bool = True, rebind: Any = None,
+                 inject: Mapping[str, Any] | None = None,
+                 ignore_list: Iterable[str] | None = None,
+                 revert_rebind: Any = None, revert_requires: Any = None) -> None:
+        if provides is None:
+            provides = self.default_provides
+        # Tasks default to their class name (BaseTask); a retry stays unnamed
+        # until its flow names it '<flow>_retry', as TaskFlow does.
+        self.name = name
+        self.version: tuple[int, ...] = (1, 0)
+        self.inject = inject
+        self.save_as = _save_as_to_mapping(provides)
+        self.provides = OrderedSet(self.save_as)
+        ignore = list(ignore_list or ())
+        self.rebind, exec_requires, self.optional = self._build_arg_mapping(
+            self.execute, requires=requires, rebind=rebind,
+            auto_extract=auto_extract, ignore_list=ignore)
+        # The engine passes 'result' and 'flow_failures' to revert itself.
+        (self.revert_rebind, self.revert_requires,
+         self.revert_optional) = self._build_arg_mapping(
+            self.revert, requires=revert_requires or requires,
+            rebind=revert_rebind or rebind, auto_extract=auto_extract,
+            ignore_list=ignore + list(_ENGINE_REVERT_ARGS))
+        #: Symbols needed to execute or revert (TaskFlow's union of both).
+        self.requires = exec_requires.union(self.revert_requires)
+
+    def _build_arg_mapping(self, executor: Callable[..., Any], requires: Any = None,
+                           rebind: Any = None, auto_extract: bool = True,
+                           ignore_list: Iterable[str] | None = None,
+                           ) -> tuple[dict[str, Any], OrderedSet, OrderedSet]:
+        """Return (arg name -> symbol, required symbols, optional symbols) for executor."""
+        owner = self.name or reflection.get_class_name(self)
+        required, optional = build_arg_mapping(owner, requires, rebind, executor,
+                                               auto_extract, ignore_list or ())
+        mapping: dict[str, Any] = dict(required)
+        for arg, symbol in optional.items():
+            mapping.setdefault(arg, symbol)
+        needed = OrderedSet(required.values())
+        maybe = OrderedSet(optional.values())
+        if self.inject:
+            # Injected values satisfy an argument whether keyed by the
+            # argument's name or by the symbol it is bound to.
+            injected = set(self.inject)
+            injected.update(mapping[a] for a in self.inject if a in mapping)
+            needed = needed.difference(injected)
+            maybe = maybe.difference(injected)
+        return mapping, needed, maybe
+
+    def pre_execute(self) -> None:  # noqa: B027 (optional hook)
+        """Hook run just before execute."""
+
+    @abc.abstractmethod
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        """Do the work; the result is saved under the symbols in ``provides``."""
+
+    def post_execute(self) -> None:  # noqa: B027 (optional hook)
+        """Hook run just after execute (whether it succeeded or not)."""
+
+    def pre_revert(self) -> None:  # noqa: B027 (optional hook)
+        """Hook run just before revert."""
+
+    def revert(self, *args: Any, **kwargs: Any) -> Any:  # noqa: B027 (optional)
+        """Undo execute; kwargs 'result' and 'flow_failures' come from the engine."""
+
+    def post_revert(self) -> None:  # noqa: B027 (optional hook)
+        """Hook run just after revert."""
+
+    def __str__(self) -> str:
+        return f"{self.name}=={misc.get_version_string(self)}"
+
+    def __repr__(self) -> str:
+        return f"<{reflection.get_class_name(self)} {self}>"

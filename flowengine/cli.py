@@ -1,0 +1,319 @@
+"""The ``flowengine`` command: run a worker, or run the demo end to end."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent import futures
+from typing import Any
+
+LOG = logging.getLogger("flowengine.cli")
+
+# Exchange and topic the demo's workers and engine meet on.
+DEMO_EXCHANGE = "flowengine-demo"
+DEMO_TOPIC = "demo"
+
+# kombu transport the demo uses when no --url is given: flowengine's
+# filesystem transport (whole messages, delivered in order; no server needed).
+DEMO_TRANSPORT = "filesystem"
+
+# Seconds the demo waits for its worker processes to announce themselves:
+# a cold Python start plus imports takes ~1 s; 30 s covers a loaded machine.
+DEMO_WORKER_START_TIMEOUT_S = 30.0
+
+# Seconds a stopped worker process gets to exit after SIGTERM before it is
+# killed (a warm shutdown only finishes what is running; the demo's tasks are tiny).
+DEMO_WORKER_STOP_TIMEOUT_S = 10.0
+
+# Seconds the demo flow may take before the demo gives up (it normally takes
+# well under a second; this only bounds a broken setup).
+DEMO_RUN_TIMEOUT_S = 120.0
+
+# Seconds the worker command waits for running requests after a stop signal.
+WORKER_STOP_JOIN_S = 30.0
+
+
+def _parse_option(text: str) -> tuple[str, Any]:
+    """Parse ``key=value``; the value is read as JSON when it is valid JSON."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowengine", description="flowengine: TaskFlow-compatible workflow engine.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
+    worker.add_argument("--url", default=None, help="broker URL (kombu format)")
+    worker.add_argument("--exchange", required=True, help="exchange name")
+    worker.add_argument("--topic", required=True, help="topic this worker consumes")
+    worker.add_argument("--tasks", required=True, nargs="+", action="extend",
+                        metavar="module[:Class]",
+                        help="modules or task classes this worker may run")
+    worker.add_argument("--threads", type=int, default=None,
+                        help="how many requests run at once")
+    worker.add_argument("--transport", default=None, help="kombu transport name")
+    worker.add_argument("--transport-option", dest="transport_options", default=[],
+                        action="append", type=_parse_option, metavar="KEY=VALUE",
+                        help="transport option (repeatable; values parsed as JSON)")
+
+    demo = sub.add_parser("demo", help="run a sample flow on worker processes")
+    demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    demo.add_argument("--url", default=None,
+                      help="broker URL (redis://..., amqp://...); default: a temporary"
+                           " folder with the filesystem transport")
+    demo.add_argument("--sources", type=int, default=None,
+                      help="width of the sample flow (8 gives 32 tasks)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``flowengine`` console script; returns the exit code."""
+    args = _build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "worker":
+        return run_worker(args)
+    return run_demo(args)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Run one worker in this process until SIGINT/SIGTERM."""
+    from flowengine.engines.worker_based import worker as wkr
+    from flowengine.utils import threading_utils as tu
+
+    threads = args.threads if args.threads is not None else tu.get_optimal_thread_count()
+    if threads < 1:
+        print("flowengine worker: --threads must be at least 1", file=sys.stderr)
+        return 2
+    # The standard library pool wakes its idle threads at once on shutdown
+    # (futurist's sleeps up to a second in each), so a stop is immediate.
+    pool = futures.ThreadPoolExecutor(max_workers=threads,
+                                      thread_name_prefix="flowengine-request")
+    worker = wkr.Worker(exchange=args.exchange, topic=args.topic, tasks=list(args.tasks),
+                        executor=pool, url=args.url, transport=args.transport,
+                        transport_options=dict(args.transport_options) or None)
+    stop = threading.Event()
+    signals_seen = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        signals_seen.append(signum)
+        if len(signals_seen) > 1:
+            # Second signal: do not wait for running requests any longer.
+            LOG.warning("Second signal %s: exiting now", signal.Signals(signum).name)
+            os._exit(1)
+        LOG.info("Signal %s: stopping the worker (finishing running requests)",
+                 signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    failed = []
+
+    def serve() -> None:
+        try:
+            worker.run(display_banner=True, banner_writer=_print_banner)
+        except Exception:
+            LOG.exception("Worker stopped on an error")
+            failed.append(True)
+        finally:
+            stop.set()
+
+    runner = threading.Thread(target=serve, name="flowengine-worker", daemon=True)
+    runner.start()
+    stop.wait()
+    worker.stop()
+    # Warm shutdown: requests already running finish and are answered.
+    pool.shutdown(wait=True)
+    runner.join(WORKER_STOP_JOIN_S)
+    return 1 if failed else 0
+
+
+def _print_banner(text: str) -> None:
+    print(text, flush=True)
+
+
+# --- demo --------------------------------------------------------------------
+
+
+class _Progress:
+    """A live one-line view of how many tasks finished."""
+
+    def __init__(self, total: int, stream: Any) -> None:
+        self._total = total
+        self._done = 0
+        self._stream = stream
+        self._lock = threading.Lock()
+        self._live = stream.isatty()
+
+    def on_task(self, state: str, details: dict) -> None:
+        """Atom notifier callback: count tasks as they succeed."""
+        if state != "SUCCESS" or "task_name" not in details:
+            return
+        with self._lock:
+            self._done += 1
+            width = 30
+            filled = width * self._done // self._total
+            line = (f"[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total}"
+                    f" tasks done (last: {details['task_name']})")
+            if self._live:
+                self._stream.write("\r" + line.ljust(79))
+            elif self._done * 10 // self._total != (self._done - 1) * 10 // self._total:
+                # Not a terminal (a log, a pipe): one line per tenth, not per task.
+                self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def finish(self) -> None:
+        """End the live line."""
+        if self._live:
+            self._stream.write("\n")
+            self._stream.flush()
+
+
+def _worker_command(exchange: str, topic: str, url: str | None, transport: str | None,
+                    options: dict[str, Any]) -> list[str]:
+    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
+           "--topic", topic, "--tasks", "flowengine.demo.tasks"]
+    if url:
+        cmd += ["--url", url]
+    if transport:
+        cmd += ["--transport", transport]
+    for key, value in options.items():
+        cmd += ["--transport-option", f"{key}={json.dumps(value)}"]
+    return cmd
+
+
+def _child_env() -> dict[str, str]:
+    """Environment for worker processes: they must import this very flowengine."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _stop_processes(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each worker, then kill those still there after the grace period."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + DEMO_WORKER_STOP_TIMEOUT_S
+    for proc in procs:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _tail(path: str, lines: int = 20) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Start worker processes, run the demo flow on them, print the result."""
+    from flowengine import engines
+    from flowengine.demo import flow as demo_flow
+    from flowengine.engines.worker_based import executor as wbe
+
+    if args.workers < 1:
+        print("flowengine demo: --workers must be at least 1", file=sys.stderr)
+        return 2
+    sources = args.sources or demo_flow.DEFAULT_SOURCES
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="flowengine-demo-") as tmp:
+        transport: str | None = None
+        options: dict[str, Any] = {}
+        if not args.url:
+            transport = DEMO_TRANSPORT
+            options = {"data_folder": tmp}
+        # A fresh exchange per run: old queues on a real broker cannot interfere.
+        exchange = f"{DEMO_EXCHANGE}-{uuid.uuid4().hex[:8]}"
+        where = args.url or f"filesystem transport in {tmp}"
+        print(f"Starting {args.workers} worker processes ({where})...", flush=True)
+        procs: list[subprocess.Popen] = []
+        logs: list[str] = []
+        executor = None
+        try:
+            cmd = _worker_command(exchange, DEMO_TOPIC, args.url, transport, options)
+            for i in range(args.workers):
+                log_path = os.path.join(tmp, f"worker-{i}.log")
+                logs.append(log_path)
+                with open(log_path, "wb") as log:
+                    procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                  env=_child_env()))
+            executor = wbe.WorkerTaskExecutor(
+                uuid=uuid.uuid4().hex, exchange=exchange, topics=[DEMO_TOPIC],
+                url=args.url, transport=transport, transport_options=options or None)
+            executor.start()
+            missing = executor.wait_for_workers(args.workers, DEMO_WORKER_START_TIMEOUT_S)
+            if missing:
+                print(f"flowengine demo: {missing} of {args.workers} workers did not"
+                      f" announce themselves within {DEMO_WORKER_START_TIMEOUT_S:.0f} s",
+                      file=sys.stderr)
+                for path in logs:
+                    print(f"--- {os.path.basename(path)} ---\n{_tail(path)}", file=sys.stderr)
+                return 1
+            ready = time.monotonic()
+            print(f"{args.workers} workers ready after {ready - started:.2f} s", flush=True)
+            flow = demo_flow.make_flow(sources)
+            total = demo_flow.task_count(sources)
+            engine = engines.load(flow, engine="worker-based", executor=executor)
+            progress = _Progress(total, sys.stdout)
+            engine.atom_notifier.register("*", progress.on_task)
+            errors: list[BaseException] = []
+
+            def run() -> None:
+                try:
+                    engine.run()
+                except BaseException as e:  # reported below, after the workers stop
+                    errors.append(e)
+
+            runner = threading.Thread(target=run, name="flowengine-demo", daemon=True)
+            runner.start()
+            runner.join(DEMO_RUN_TIMEOUT_S)
+            progress.finish()
+            if runner.is_alive():
+                print(f"flowengine demo: the flow did not finish within"
+                      f" {DEMO_RUN_TIMEOUT_S:.0f} s", file=sys.stderr)
+                return 1
+            if errors:
+                print(f"flowengine demo: the flow failed: {errors[0]}", file=sys.stderr)
+                return 1
+            took = time.monotonic() - ready
+            report = engine.storage.fetch("report")
+            print(f"Result: {report}")
+            expected = demo_flow.expected_total(sources)
+            if report != f"{sources} sources, sum of squares = {expected}":
+                print(f"flowengine demo: unexpected result (expected total {expected})",
+                      file=sys.stderr)
+                return 1
+            print(f"Ran {total} tasks on {args.workers} workers in {took:.2f} s"
+                  f" ({1000 * took / total:.1f} ms per task); total"
+                  f" {time.monotonic() - started:.2f} s", flush=True)
+            return 0
+        finally:
+            if executor is not None:
+                executor.stop()
+            _stop_processes(procs)

@@ -1,0 +1,1 @@
+"""A sample workflow for ``flowengine demo`` (tasks importable by remote workers)."""

@@ -1,0 +1,1 @@
+"""Local engines: compile a flow and run its atoms in this process."""

@@ -1,0 +1,1 @@
+"""Actions: how the engine moves one kind of atom (task, retry) through its states."""

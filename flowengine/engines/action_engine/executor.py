@@ -1,0 +1,204 @@
+"""Task executors: where (and how) the engine runs each task's execute/revert.
+
+Every ``execute_task``/``revert_task`` returns a :class:`concurrent.futures.Future`
+that resolves to ``(EXECUTED | REVERTED, result_or_Failure)`` and never raises:
+a task's exception is captured as a :class:`~flowengine.types.failure.Failure`.
+The engine waits on these futures with :func:`concurrent.futures.wait`, so any
+executor (local or remote) must hand back real ``concurrent.futures.Future``
+objects (futurist's futures qualify).
+"""
+
+from __future__ import annotations
+
+import abc
+import concurrent.futures as cf
+from collections.abc import Callable
+from typing import Any
+
+from flowengine.types import failure as ft
+from flowengine.types import notifier as nt
+
+# Outcomes a task future resolves to (first item of its result pair).
+EXECUTED = "executed"
+REVERTED = "reverted"
+
+# Names of the arguments the engine gives a task's revert (TaskFlow's names).
+REVERT_RESULT = "result"
+REVERT_FLOW_FAILURES = "flow_failures"
+
+# The progress event a task emits on its own notifier (TaskFlow's name).
+EVENT_UPDATE_PROGRESS = "update_progress"
+
+ProgressCallback = Callable[[str, dict], None]
+
+
+def execute_task(task: Any, arguments: dict,
+                 progress_callback: ProgressCallback | None = None) -> tuple[str, Any]:
+    """Run ``task.execute`` here and now; return ``(EXECUTED, result|Failure)``."""
+    if progress_callback is None:
+        return EXECUTED, _call_execute(task, arguments)
+    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS,
+                                callback=progress_callback):
+        return EXECUTED, _call_execute(task, arguments)
+
+
+def revert_task(task: Any, arguments: dict, result: Any, failures: Any,
+                progress_callback: ProgressCallback | None = None) -> tuple[str, Any]:
+    """Run ``task.revert`` here and now; return ``(REVERTED, result|Failure)``."""
+    arguments = dict(arguments)
+    arguments[REVERT_RESULT] = result
+    arguments[REVERT_FLOW_FAILURES] = failures
+    if progress_callback is None:
+        return REVERTED, _call_revert(task, arguments)
+    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS,
+                                callback=progress_callback):
+        return REVERTED, _call_revert(task, arguments)
+
+
+def _call_execute(task: Any, arguments: dict) -> Any:
+    try:
+        task.pre_execute()
+        try:
+            return task.execute(**arguments)
+        finally:
+            task.post_execute()
+    except Exception:
+        return ft.Failure()
+
+
+def _call_revert(task: Any, arguments: dict) -> Any:
+    try:
+        task.pre_revert()
+        try:
+            return task.revert(**arguments)
+        finally:
+            task.post_revert()
+    except Exception:
+        return ft.Failure()
+
+
+def completed_future(value: Any) -> cf.Future:
+    """A future that is already resolved to ``value``."""
+    fut: cf.Future = cf.Future()
+    fut.set_result(value)
+    return fut
+
+
+class TaskExecutor(abc.ABC):
+    """Executes and reverts tasks somewhere (here, a pool, a remote worker...)."""
+
+    @abc.abstractmethod
+    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
+                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+        """Schedule ``task.execute(**arguments)``; the future never raises."""
+
+    @abc.abstractmethod
+    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+                    failures: Any,
+                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+        """Schedule ``task.revert(result=, flow_failures=, **arguments)``."""
+
+    def start(self) -> None:
+        """Prepare to execute tasks (called each time an engine starts running)."""
+
+    def stop(self) -> None:
+        """Release what start() acquired (called when an engine run ends)."""
+
+
+class SerialTaskExecutor(TaskExecutor):
+    """Runs each task in the calling thread, right when it is scheduled."""
+
+    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
+                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+        return completed_future(execute_task(task, arguments, progress_callback))
+
+    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+                    failures: Any,
+                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+        return completed_future(revert_task(task, arguments, result, failures,
+                                            progress_callback))
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+class ParallelTaskExecutor(TaskExecutor):
+    """Runs tasks on a PEP 3148 executor (given, or created for each run)."""
+
+    #: Engine options this executor accepts, with their converters.
+    constructor_options: list[tuple[str, Callable[[Any], Any]]] = [
+        ("max_workers", _optional_int),
+    ]
+
+    def __init__(self, executor: cf.Executor | None = None,
+                 max_workers: int | None = None) -> None:
+        self._executor = executor
+        self._max_workers = max_workers
+        self._own_executor = executor is None
+
+    @abc.abstractmethod
+    def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
+        """Make the executor used when none was given."""
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
+        if self._executor is None:
+            # Used without start() (e.g. directly in a test): start lazily.
+            self.start()
+        return self._executor.submit(fn, *args)
+
+    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
+                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+        return self._submit(execute_task, task, arguments, progress_callback)
+
+    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+                    failures: Any,
+                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+        return self._submit(revert_task, task, arguments, result, failures,
+                            progress_callback)
+
+    def start(self) -> None:
+        if self._own_executor and self._executor is None:
+            self._executor = self._create_executor(max_workers=self._max_workers)
+
+    def stop(self) -> None:
+        if self._own_executor and self._executor is not None:
+            executor, self._executor = self._executor, None
+            # The engine only stops after every future it scheduled resolved,
+            # so this returns as soon as the idle workers notice the shutdown
+            # (no poll interval to sit out).
+            executor.shutdown(wait=True)
+
+
+class ParallelThreadTaskExecutor(ParallelTaskExecutor):
+    """Runs tasks in parallel on a thread pool."""
+
+    def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
+        return cf.ThreadPoolExecutor(max_workers=max_workers,
+                                     thread_name_prefix="flowengine-task")
+
+
+class SerialRetryExecutor:
+    """Runs retry controllers' execute/revert in the engine thread."""
+
+    def start(self) -> None:
+        """Nothing to prepare."""
+
+    def stop(self) -> None:
+        """Nothing to release."""
+
+    def execute_retry(self, retry: Any, arguments: dict) -> cf.Future:
+        """Run ``retry.execute(**arguments)``; the future never raises."""
+        try:
+            result = retry.execute(**arguments)
+        except Exception:
+            result = ft.Failure()
+        return completed_future((EXECUTED, result))
+
+    def revert_retry(self, retry: Any, arguments: dict) -> cf.Future:
+        """Run ``retry.revert(**arguments)``; the future never raises."""
+        try:
+            result = retry.revert(**arguments)
+        except Exception:
+            result = ft.Failure()
+        return completed_future((REVERTED, result))

@@ -1,0 +1,331 @@
+"""The runtime: a compiled flow's atoms, their states, actions and helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import networkx as nx
+
+from flowengine import states as st
+from flowengine import storage as fe_storage
+from flowengine.engines.action_engine import analyzer as an
+from flowengine.engines.action_engine import completer as co
+from flowengine.engines.action_engine import deciders as de
+from flowengine.engines.action_engine import executor as ex
+from flowengine.engines.action_engine import scheduler as sc
+from flowengine.engines.action_engine.actions import retry as ra
+from flowengine.engines.action_engine.actions import task as ta
+
+
+class Runtime:
+    """Everything the engine's state machine needs while running one flow."""
+
+    def __init__(self, compilation: Any, storage: Any, atom_notifier: Any,
+                 task_executor: ex.TaskExecutor, retry_executor: ex.SerialRetryExecutor,
+                 options: dict | None = None) -> None:
+        self.compilation = compilation
+        self.storage = storage
+        self.options = dict(options or {})
+        self._atom_notifier = atom_notifier
+        self._task_executor = task_executor
+        self._retry_executor = retry_executor
+        self._uuids: dict[str, str] = {}
+
+    # -- compile ------------------------------------------------------------
+
+    def compile(self) -> None:
+        """Precompute per-atom lookups (graph neighbours, deciders, actions)."""
+        graph = self.compilation.execution_graph
+        self.graph = graph
+        kinds = {n: d["kind"] for n, d in graph.nodes(data=True)}
+        order = self._topological_order(graph)
+        self.order_index = {n: i for i, n in enumerate(order)}
+        self.atoms: dict[str, Any] = {}
+        for n in order:
+            if kinds[n] in de.ATOM_KINDS:
+                self.atoms[n] = graph.nodes[n]["atom"]
+        self.atom_order = list(self.atoms)
+        self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
+        self._is_retry = {n: kinds[n] == de.RETRY for n in self.atom_order}
+        preds = {n: tuple(graph.predecessors(n)) for n in order}
+        succs = {n: tuple(graph.successors(n)) for n in order}
+        self.analyzer = an.Analyzer(order, preds, succs, self.atom_order,
+                                    self._can_transition)
+        memo: dict[str, tuple] = {}
+        self.edge_deciders = {n: de.edge_deciders_for(graph, n, memo)
+                              for n in self.atom_order}
+        self._exec_plans = {n: self._plan(a, False) for n, a in self.atoms.items()}
+        self._revert_plans = {n: self._plan(a, True) for n, a in self.atoms.items()}
+        self._subgraphs: dict[str, list[str]] = {}
+        self._scopes: dict[str, list[list[str]]] = {}
+        self._retry_of: dict[str, str | None] = {}
+        tracker = self.analyzer.update
+        state_of = self.analyzer.state.__getitem__
+        self.task_action = ta.TaskAction(self.storage, self._atom_notifier, tracker,
+                                         self.uuid_of, state_of, self.fetch_args,
+                                         self._task_executor)
+        self.retry_action = ra.RetryAction(self.storage, self._atom_notifier, tracker,
+                                           self.uuid_of, state_of, self.fetch_args,
+                                           self._retry_executor)
+        self.completer = co.Completer(self)
+        self.scheduler = sc.Scheduler(self)
+
+    def _plan(self, atom: Any, revert: bool) -> tuple:
+        # Resolved once by the compiler: which atoms provide each argument,
+        # closest first (rows are (arg_name, symbol, providers, optional)).
+        comp = self.compilation
+        if hasattr(comp, "argument_plan"):
+            if revert:
+                return comp.revert_argument_plan(atom.name)
+            return comp.argument_plan(atom.name)
+        name = atom.name
+        if revert:
+            mapping, optional = atom.revert_rebind, atom.revert_optional
+            lookup = getattr(comp, "revert_providers", comp.providers)
+        else:
+            mapping, optional = atom.rebind, atom.optional
+            lookup = comp.providers
+        return fe_storage.make_arg_plan(mapping, optional, lambda s: lookup(name, s))
+
+    def fetch_args(self, name: str, revert: bool = False) -> dict:
+        """The arguments for an atom's execute (or revert), from storage."""
+        plan = (self._revert_plans if revert else self._exec_plans)[name]
+        return self.storage.fetch_args(name, plan)
+
+    def unsatisfied(self) -> Iterator[tuple[Any, str, set[str]]]:
+        """Yield ``(atom, 'execute'|'revert', missing symbols)`` for unmet requirements."""
+        for name, atom in self.atoms.items():
+            for method, plan in (("execute", self._exec_plans[name]),
+                                 ("revert", self._revert_plans[name])):
+                missing_args = self.storage.unsatisfied_args(name, plan)
+                if missing_args:
+                    symbols = {spec[1] for spec in plan if spec[0] in missing_args}
+                    yield atom, method, symbols
+
+    def ambiguities(self) -> Iterator[Any]:
+        """Ambiguous lookups (two unordered providers) not settled by injected values."""
+        for ambiguity in getattr(self.compilation, "ambiguities", tuple)():
+            probe = ((ambiguity.symbol, ambiguity.symbol, (), False),)
+            if self.storage.unsatisfied_args(ambiguity.atom, probe):
+                yield ambiguity
+
+    @staticmethod
+    def _topological_order(graph: Any) -> list[str]:
+        # Kahn's algorithm by generations: deterministic, and nodes ready at
+        # the same time keep the order they were added in (flow order).
+        return list(nx.topological_sort(graph))
+
+    _TRANSITIONS: dict[tuple[bool, str, str], bool] = {}
+
+    def _can_transition(self, name: str, old: str, new: str) -> bool:
+        key = (self._is_retry[name], old, new)
+        allowed = self._TRANSITIONS.get(key)
+        if allowed is None:
+            check = st.check_retry_transition if key[0] else st.check_task_transition
+            try:
+                allowed = bool(check(old, new))
+            except Exception:
+                allowed = False
+            self._TRANSITIONS[key] = allowed
+        return allowed
+
+    # -- lookups ------------------------------------------------------------
+
+    def uuid_of(self, name: str) -> str:
+        """The atom's uuid in storage (cached)."""
+        uuid = self._uuids.get(name)
+        if uuid is None:
+            uuid = self._uuids[name] = self.storage.get_atom_uuid(name)
+        return uuid
+
+    def action_for(self, name: str) -> Any:
+        """The action (task or retry) that moves this atom."""
+        return self.retry_action if self._is_retry[name] else self.task_action
+
+    def retry_of(self, name: str) -> str | None:
+        """The retry controller whose subflow holds ``name`` (not itself)."""
+        try:
+            return self._retry_of[name]
+        except KeyError:
+            pass
+        found = self.compilation.retry_of(name)
+        if found == name:
+            found = self._parent_retry(name)
+        self._retry_of[name] = found
+        return found
+
+    def _parent_retry(self, retry: str) -> str | None:
+        # The nearest retry controlling this retry: the closest other retry
+        # whose subflow contains it.
+        best = None
+        for other in self.retries:
+            if other != retry and retry in self.subgraph_set(other):
+                if best is None or self.order_index[other] > self.order_index[best]:
+                    best = other
+        return best
+
+    def subgraph(self, name: str) -> list[str]:
+        """Atoms after ``name`` in the graph (a retry's subflow and beyond)."""
+        found = self._subgraphs.get(name)
+        if found is None:
+            found = sorted(nx.descendants(self.graph, name) & self.atoms.keys(),
+                           key=self.order_index.__getitem__)
+            self._subgraphs[name] = found
+        return found
+
+    def subgraph_set(self, name: str) -> set[str]:
+        """Set of :meth:`subgraph`."""
+        return set(self.subgraph(name))
+
+    def fetch_scopes_for(self, atom_name: str) -> list[list[str]] | None:
+        """Atoms ``atom_name`` can see, closest first, one per level (storage lookups).
+
+        Only used when someone asks storage for an atom's arguments by name
+        (the engine itself uses the compiler's per-argument plans); None for
+        an unknown name.
+        """
+        if atom_name not in self.atoms:
+            return None
+        levels = self._scopes.get(atom_name)
+        if levels is None:
+            visible = nx.ancestors(self.graph, atom_name) & self.atoms.keys()
+            ordered = sorted(visible, key=self.order_index.__getitem__, reverse=True)
+            levels = self._scopes[atom_name] = [[name] for name in ordered]
+        return levels
+
+    # -- state changes ------------------------------------------------------
+
+    def load_states(self) -> None:
+        """Read every atom's state and intention from storage."""
+        self.analyzer.load(self.storage.get_atoms_states(self.atom_order))
+
+    def set_intentions(self, names: Iterable[str], intention: str) -> None:
+        """Give each atom ``intention`` (persisted)."""
+        current = self.analyzer.intention
+        for name in names:
+            if current[name] != intention:
+                self.storage.set_atom_intention(name, intention)
+                self.analyzer.update(name, intention=intention)
+
+    def reset_atoms(self, names: Iterable[str], state: str | None = st.PENDING,
+                    intention: str | None = st.EXECUTE) -> None:
+        """Move atoms to ``state`` (notifying) and give them ``intention``."""
+        for name in names:
+            if state is not None:
+                atom = self.atoms[name]
+                if self._is_retry[name]:
+                    self.retry_action.change_state(atom, state)
+                else:
+                    self.task_action.change_state(
+                        atom, state, progress=0.0 if state == st.PENDING else None)
+            if intention is not None:
+                self.set_intentions((name,), intention)
+
+    def reset_all(self, state: str = st.PENDING, intention: str = st.EXECUTE) -> None:
+        """Reset every atom (used before re-running a reverted flow)."""
+        self.load_states()
+        self.reset_atoms(self.atom_order, state=state, intention=intention)
+
+    def retry_subflow(self, retry: str) -> None:
+        """Make a retry's subflow PENDING/EXECUTE again and the retry EXECUTE."""
+        self.set_intentions((retry,), st.EXECUTE)
+        self.reset_atoms(self.subgraph(retry))
+
+    # -- running ------------------------------------------------------------
+
+    def resume(self) -> list[tuple[str, str]]:
+        """Load states, finish interrupted decisions; return atoms to restart."""
+        self.load_states()
+        analyzer = self.analyzer
+        if self.completer.resolving:
+            for name in self.atom_order:
+                if analyzer.state[name] == st.FAILURE and \
+                        analyzer.intention[name] == st.EXECUTE:
+                    self.completer.process_failure(name, self.storage.get(name))
+        for retry in self.retries:
+            if analyzer.state[retry] == st.RETRYING:
+                self.retry_subflow(retry)
+        restart = []
+        for name in self.atom_order:
+            state = analyzer.state[name]
+            if state == st.RUNNING and analyzer.intention[name] == st.EXECUTE:
+                restart.append((name, an.EXECUTE))
+            elif state == st.REVERTING:
+                restart.append((name, an.REVERT))
+        return restart
+
+    def next_ready(self) -> list[tuple[str, str]]:
+        """Atoms that may start now (deciders consulted; vetoed ones ignored)."""
+        analyzer = self.analyzer
+        ready: list[tuple[str, str]] = []
+        key = self.order_index.__getitem__
+        while True:
+            names = analyzer.take_candidates(key)
+            if not names:
+                if len(ready) > 1:
+                    # Higher priority first (TaskFlow's atom.priority), then
+                    # graph order; stable so equal priorities keep it.
+                    ready.sort(key=self._priority_key)
+                return ready
+            for name in names:
+                what = analyzer.readiness(name)
+                if what is None:
+                    continue
+                if what == an.EXECUTE and self.edge_deciders[name] \
+                        and not self._decide(name):
+                    continue
+                ready.append((name, what))
+
+    def _priority_key(self, item: tuple[str, str]) -> tuple[int, int]:
+        name = item[0]
+        return -getattr(self.atoms[name], "priority", 0), self.order_index[name]
+
+    def any_ready(self) -> bool:
+        """Whether some atom could still start (used to tell SUSPENDED apart)."""
+        readiness = self.analyzer.readiness
+        return any(readiness(n) is not None for n in self.atom_order)
+
+    def _decide(self, name: str) -> bool:
+        analyzer = self.analyzer
+        history: dict[str, Any] = {}
+        voters = []
+        for ed in self.edge_deciders[name]:
+            if ed.kind in de.ATOM_KINDS:
+                if analyzer.state[ed.from_node] == st.IGNORE:
+                    continue  # an ignored atom has no say
+                history[ed.from_node] = self.storage.get(ed.from_node)
+            else:
+                for atom_name in self._flow_atoms(ed.from_node):
+                    if analyzer.state[atom_name] != st.IGNORE:
+                        history[atom_name] = self.storage.get(atom_name)
+            voters.append(ed)
+        # Each distinct decider is asked once: the same callable on several
+        # links into this atom sees the same history, so gives the same vote.
+        votes: dict[int, bool] = {}
+        nays = []
+        for ed in voters:
+            key = id(ed.decider)
+            if key not in votes:
+                votes[key] = bool(ed.decider(history=history))
+            if not votes[key]:
+                nays.append(ed)
+        if not nays:
+            return True
+        depth = de.pick_depth(nays)
+        self.reset_atoms(de.affected_atoms(self.graph, name, depth),
+                         state=st.IGNORE, intention=st.IGNORE)
+        return False
+
+    def _flow_atoms(self, flow_node: str) -> list[str]:
+        getter = getattr(self.compilation, "flow_atoms", None)
+        if getter is not None:
+            # A decider on a link out of a flow sits on the flow's end node;
+            # the compiler indexes flows by their start node.
+            start = self.graph.nodes[flow_node].get("start", flow_node)
+            try:
+                return [n for n in getter(start) if n in self.atoms]
+            except (KeyError, ValueError):
+                pass
+        return [n for n in nx.ancestors(self.graph, flow_node) if n in self.atoms]
+

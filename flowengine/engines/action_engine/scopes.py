@@ -1,0 +1,263 @@
+"""Scoping: which atoms an atom can see, and which of them provide its symbols.
+
+TaskFlow's rule: an atom sees the atoms that run before it.  The nearest
+enclosing flow is searched first, then its parent and so on; within one
+flow level the latest provider comes first and a flow's retry controller
+comes last (it runs before everything in its flow).  Two providers at the
+nearest level with no order between them are ambiguous.
+
+Ancestor questions are only asked between the children of one flow, only
+for providers of symbols somebody consumes, and answered by a backward
+search bounded by the children's topological positions; no all-pairs
+closure is ever built.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, NamedTuple
+
+from flowengine import exceptions as exc
+
+
+class Ambiguity(NamedTuple):
+    """An atom's symbol whose nearest providers have no order between them."""
+
+    atom: str
+    symbol: str
+    providers: tuple[str, ...]
+
+    def error(self) -> exc.AmbiguousDependency:
+        """The AmbiguousDependency describing this ambiguity."""
+        return exc.AmbiguousDependency(
+            f"Atom '{self.atom}' requires symbol '{self.symbol}' which is provided"
+            f" by {list(self.providers)} with no order between them; link them or"
+            f" rename one of the outputs")
+
+
+class Unit:
+    """Compile-time record of one flow: its children, links and provider tables."""
+
+    __slots__ = ("flow", "parent", "index", "node", "end", "retry", "kids", "preds",
+                 "chain", "prov", "latest", "reach", "start", "stop")
+
+    def __init__(self, flow: Any, parent: Unit | None, index: int) -> None:
+        self.flow = flow
+        self.parent = parent
+        self.index = index          # position among the parent's children
+        self.node = ""              # execution graph start node name
+        self.end = ""               # execution graph end node name
+        self.retry: str | None = None
+        self.kids: list[Any] = []   # atom names (str) or Unit, topological order
+        self.preds: list[list[int]] = []   # child index -> linked-from child indexes
+        self.chain = False          # every child linked to the next (linear)
+        self.prov: dict[str, list[tuple[int, str]]] = {}
+        self.latest: dict[str, tuple[str, ...]] = {}
+        self.reach: dict[tuple[int, int], bool] = {}
+        self.start = 0              # slice of Compilation.topological_order
+        self.stop = 0
+
+
+def precedes(unit: Unit, a: int, b: int) -> bool:
+    """True if child ``a`` of ``unit`` runs before child ``b`` (a == -1: the retry)."""
+    if a == -1:
+        return True
+    if a >= b:
+        return False
+    if unit.chain:
+        return True
+    preds = unit.preds
+    if not preds[b]:
+        return False
+    if a in preds[b]:
+        return True
+    key = (a, b)
+    known = unit.reach.get(key)
+    if known is None:
+        # Backward search from b; children before a can not lead to a.
+        seen = {b}
+        stack = [b]
+        known = False
+        while stack and not known:
+            for p in preds[stack.pop()]:
+                if p == a:
+                    known = True
+                    break
+                if p > a and p not in seen:
+                    seen.add(p)
+                    stack.append(p)
+        unit.reach[key] = known
+    return known
+
+
+def _neg_ci(entry: tuple[int, str]) -> int:
+    return -entry[0]
+
+
+def walk_scopes(unit: Unit | None, b: int,
+                order: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Visible atoms per level for the item at child index ``b`` of ``unit`` (-1: its retry).
+
+    Each level lists, nearest first, the atoms of one enclosing flow that run
+    before the item; the innermost flow comes first and trailing empty levels
+    are dropped (TaskFlow's scope walk).
+    """
+    if b == -1 and unit is not None:
+        # A retry sees nothing of its own flow: start one level up.
+        b = unit.index
+        unit = unit.parent
+    levels: list[tuple[str, ...]] = []
+    while unit is not None:
+        level: list[str] = []
+        for ci in range(b - 1, -1, -1):
+            if precedes(unit, ci, b):
+                kid = unit.kids[ci]
+                if isinstance(kid, str):
+                    level.append(kid)
+                else:
+                    level.extend(reversed(order[kid.start:kid.stop]))
+        if unit.retry is not None:
+            level.append(unit.retry)
+        levels.append(tuple(level))
+        b = unit.index
+        unit = unit.parent
+    while levels and not levels[-1]:
+        levels.pop()
+    return tuple(levels)
+
+
+class ProviderResolver:
+    """Computes, for every atom and consumed symbol, its providers nearest first."""
+
+    def __init__(self, atoms: dict[str, Any], units: list[Unit],
+                 parents: dict[str, Unit], index: dict[str, int]) -> None:
+        self._atoms = atoms
+        self._units = units        # outermost first
+        self._parents = parents
+        self._index = index
+        self._collect_providers(self._needed())
+
+    def _needed(self) -> set[str]:
+        """Every symbol some atom consumes (execute or revert)."""
+        needed: set[str] = set()
+        for atom in self._atoms.values():
+            needed.update(atom.rebind.values())
+            needed.update(atom.revert_rebind.values())
+        return needed
+
+    def _collect_providers(self, needed: set[str]) -> None:
+        """Fill each unit's ``prov``: symbol -> [(child index, provider)], last child first."""
+        # Children before parents: a unit's table is built from its kids'.
+        for unit in reversed(self._units):
+            prov: dict[str, list[tuple[int, str]]] = {}
+            for ci in range(len(unit.kids) - 1, -1, -1):
+                kid = unit.kids[ci]
+                if isinstance(kid, str):
+                    for symbol in self._atoms[kid].provides:
+                        if symbol in needed:
+                            prov.setdefault(symbol, []).append((ci, kid))
+                else:
+                    for symbol, entries in kid.prov.items():
+                        prov.setdefault(symbol, []).extend((ci, name) for _c, name in entries)
+            if unit.retry is not None:
+                for symbol in self._atoms[unit.retry].provides:
+                    if symbol in needed:
+                        prov.setdefault(symbol, []).append((-1, unit.retry))
+            unit.prov = prov
+
+    def _latest(self, unit: Unit, symbol: str) -> tuple[str, ...]:
+        """The last providers of ``symbol`` inside ``unit`` (several: ambiguous)."""
+        cached = unit.latest.get(symbol)
+        if cached is not None:
+            return cached
+        entries = unit.prov.get(symbol, ())
+        kids = [ci for ci, _name in entries if ci != -1]
+        if not kids:
+            result: tuple[str, ...] = tuple(name for ci, name in entries if ci == -1)
+        else:
+            first = kids[0]
+            result = self._kid_latest(unit, first, symbol)
+            done = {first}
+            for ci in kids:
+                if ci not in done:
+                    done.add(ci)
+                    if not precedes(unit, ci, first):
+                        result += self._kid_latest(unit, ci, symbol)
+        unit.latest[symbol] = result
+        return result
+
+    def _kid_latest(self, unit: Unit, ci: int, symbol: str) -> tuple[str, ...]:
+        kid = unit.kids[ci]
+        return (kid,) if isinstance(kid, str) else self._latest(kid, symbol)
+
+    def _lookup(self, name: str, symbol: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(providers nearest first, competing nearest providers if ambiguous else ())."""
+        unit: Unit | None = self._parents[name]
+        b = self._index[name]
+        if b == -1:
+            # A retry sees nothing of its own flow: start one level up.
+            b = unit.index
+            unit = unit.parent
+        found: list[str] = []
+        clash: tuple[str, ...] = ()
+        first_level = True
+        while unit is not None:
+            entries = unit.prov.get(symbol)
+            if entries:
+                # Entries run from the last child to the first (retry last), so
+                # those before child b are a suffix.
+                start = bisect.bisect_right(entries, -b, key=_neg_ci)
+                if unit.chain:
+                    level = entries[start:]
+                elif not unit.preds[b]:
+                    level = [e for e in entries[start:] if e[0] == -1]
+                else:
+                    level = [e for e in entries[start:] if precedes(unit, e[0], b)]
+                if level:
+                    if first_level:
+                        clash = self._level_clash(unit, level, symbol)
+                        first_level = False
+                    found.extend([n for _ci, n in level])
+            b = unit.index
+            unit = unit.parent
+        return tuple(found), clash
+
+    def _level_clash(self, unit: Unit, level: list[tuple[int, str]],
+                     symbol: str) -> tuple[str, ...]:
+        first = level[0][0]
+        if first == -1:
+            return ()
+        winners = self._kid_latest(unit, first, symbol)
+        if unit.chain:
+            # Every earlier child runs before ``first``: only it can clash inside.
+            return winners if len(winners) > 1 else ()
+        done = {first, -1}
+        for ci, _n in level:
+            if ci not in done:
+                done.add(ci)
+                if not precedes(unit, ci, first):
+                    winners += self._kid_latest(unit, ci, symbol)
+        return winners if len(winners) > 1 else ()
+
+    def resolve(self, order: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[str, ...]]],
+                                                        dict[tuple[str, str], Ambiguity]]:
+        providers: dict[str, dict[str, tuple[str, ...]]] = {}
+        ambiguities: dict[tuple[str, str], Ambiguity] = {}
+        for name in order:
+            atom = self._atoms[name]
+            table: dict[str, tuple[str, ...]] = {}
+            injected: set[str] = set()
+            if atom.inject:
+                # Atom-local injected values win over any provider.
+                injected.update(atom.inject)
+                for mapping in (atom.rebind, atom.revert_rebind):
+                    injected.update(mapping[a] for a in atom.inject if a in mapping)
+            for symbol in (*atom.rebind.values(), *atom.revert_rebind.values()):
+                if symbol in table:
+                    continue
+                found, clash = self._lookup(name, symbol)
+                table[symbol] = found
+                if clash and symbol not in injected:
+                    ambiguities[(name, symbol)] = Ambiguity(name, symbol, clash)
+            providers[name] = table
+        return providers, ambiguities

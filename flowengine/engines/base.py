@@ -1,0 +1,69 @@
+"""The interface every engine (serial, parallel, worker-based) offers."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from flowengine.types import notifier
+
+
+class Engine(abc.ABC):
+    """Runs one flow; its storage, notifiers and options are public."""
+
+    def __init__(self, flow: Any, flow_detail: Any, backend: Any, options: Any) -> None:
+        self._flow = flow
+        self._flow_detail = flow_detail
+        self._backend = backend
+        self._options = dict(options or {})
+        self._notifier = notifier.Notifier()
+        self._atom_notifier = notifier.Notifier()
+
+    @property
+    def notifier(self) -> notifier.Notifier:
+        """Notifier for flow state changes (details: flow_name, flow_uuid, old_state)."""
+        return self._notifier
+
+    @property
+    def atom_notifier(self) -> notifier.Notifier:
+        """Notifier for task and retry state changes (and task progress)."""
+        return self._atom_notifier
+
+    @property
+    def options(self) -> dict:
+        """The options this engine was created with."""
+        return self._options
+
+    @property
+    @abc.abstractmethod
+    def storage(self) -> Any:
+        """The storage unit holding this engine's flow state and results."""
+
+    @property
+    @abc.abstractmethod
+    def statistics(self) -> dict:
+        """Statistics of the last run (timings, counts)."""
+
+    @abc.abstractmethod
+    def compile(self) -> None:
+        """Compile the flow into what the engine runs (raises on bad flows)."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Reset every atom (and the flow) to PENDING."""
+
+    @abc.abstractmethod
+    def validate(self) -> None:
+        """Check every atom's requirements can be satisfied (MissingDependencies)."""
+
+    @abc.abstractmethod
+    def prepare(self) -> None:
+        """Make sure storage knows every atom (and its injected arguments)."""
+
+    @abc.abstractmethod
+    def run(self) -> None:
+        """Run the flow to completion (re-raising the failure that stopped it)."""
+
+    @abc.abstractmethod
+    def suspend(self) -> None:
+        """Ask the engine to stop starting atoms; those running finish."""

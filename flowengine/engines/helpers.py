@@ -1,0 +1,202 @@
+"""Loading and running flows in engines (TaskFlow's ``taskflow.engines`` helpers)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.utils import misc, reflection
+
+#: Entry point group engines are looked up in (by engine name).
+ENGINES_NAMESPACE = "flowengine.engines"
+
+#: Engine used when none is named.
+ENGINE_DEFAULT = "default"
+
+# Built-in engines, used when entry points are not installed (e.g. running
+# from a source tree). Paths, not classes: the worker-based engine imports
+# kombu, which local engines must not pay for.
+_BUILTIN_ENGINES = {
+    "default": "flowengine.engines.action_engine.engine:SerialActionEngine",
+    "serial": "flowengine.engines.action_engine.engine:SerialActionEngine",
+    "parallel": "flowengine.engines.action_engine.engine:ParallelActionEngine",
+    "worker-based": "flowengine.engines.worker_based.engine:WorkerBasedActionEngine",
+    "workers": "flowengine.engines.worker_based.engine:WorkerBasedActionEngine",
+}
+
+
+def _import_path(path: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@functools.lru_cache(maxsize=8)
+def _entry_points(namespace: str) -> dict[str, Any]:
+    # Scanning installed distributions costs milliseconds: do it once a process.
+    try:
+        return {ep.name: ep for ep in metadata.entry_points(group=namespace)}
+    except Exception:  # broken metadata must not hide the built-in engines
+        return {}
+
+
+def _fetch_engine_cls(kind: str, namespace: str) -> Any:
+    ep = _entry_points(namespace).get(kind)
+    if ep is not None:
+        return ep.load()
+    path = _BUILTIN_ENGINES.get(kind) if namespace == ENGINES_NAMESPACE else None
+    if path is None:
+        raise exc.NotFound(f"Could not find engine '{kind}' (known engines:"
+                           f" {sorted(_BUILTIN_ENGINES)})")
+    return _import_path(path)
+
+
+def _extract_engine(engine: Any, **kwargs: Any) -> tuple[str, dict]:
+    """Split 'kind' (maybe a URI like 'parallel://?max_workers=2') from options."""
+    # TaskFlow's older spelling: engine_conf='parallel' or {'engine': ..., ...}.
+    engine_conf = kwargs.pop("engine_conf", None)
+    options: dict[str, Any] = {}
+    if engine_conf is not None:
+        if isinstance(engine_conf, str):
+            engine = engine_conf
+        else:
+            engine_conf = dict(engine_conf)
+            engine = engine_conf.pop("engine", engine)
+            options.update(engine_conf)
+    kind = engine or ENGINE_DEFAULT
+    try:
+        uri = misc.parse_uri(kind)
+    except (TypeError, ValueError):
+        pass
+    else:
+        kind = uri.scheme
+        options = misc.merge_uri(uri, options)
+    options.update(kwargs)
+    return kind, options
+
+
+def _fetch_backend(backend: Any) -> Any:
+    if isinstance(backend, (dict, str)):
+        from flowengine.persistence import backends
+
+        return backends.fetch(backend)
+    return backend
+
+
+def load(flow: Any, store: dict | None = None, flow_detail: Any = None, book: Any = None,
+         backend: Any = None, namespace: str = ENGINES_NAMESPACE,
+         engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Any:
+    """Load a flow into an engine, ready to ``run()``.
+
+    ``engine`` names the engine ('serial'/'default', 'parallel',
+    'worker-based', or a URI such as 'parallel://?max_workers=4'); the other
+    keyword arguments are engine options. ``store`` values are injected into
+    storage. Raises NotFound for an unknown engine.
+    """
+    from flowengine.utils import persistence_utils as p_utils
+
+    kind, options = _extract_engine(engine, **kwargs)
+    backend = _fetch_backend(backend)
+    if flow_detail is None:
+        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
+    engine_cls = _fetch_engine_cls(kind, namespace)
+    engine_obj = engine_cls(flow, flow_detail, backend, options)
+    if store:
+        engine_obj.storage.inject(store)
+    return engine_obj
+
+
+def run(flow: Any, store: dict | None = None, flow_detail: Any = None, book: Any = None,
+        backend: Any = None, namespace: str = ENGINES_NAMESPACE,
+        engine: str = ENGINE_DEFAULT, **kwargs: Any) -> dict:
+    """Load a flow into an engine, run it, and return every named result."""
+    engine_obj = load(flow, store=store, flow_detail=flow_detail, book=book,
+                      backend=backend, namespace=namespace, engine=engine, **kwargs)
+    engine_obj.run()
+    return engine_obj.storage.fetch_all()
+
+
+def _fetch_factory(factory_name: str) -> Callable[..., Any]:
+    try:
+        return reflection.import_class(factory_name)
+    except (ImportError, ValueError, AttributeError) as e:
+        raise ImportError(f"Could not import factory {factory_name!r}: {e}")
+
+
+def _fetch_validate_factory(flow_factory: Any) -> tuple[str, Callable[..., Any]]:
+    if isinstance(flow_factory, str):
+        return flow_factory, _fetch_factory(flow_factory)
+    factory_name = reflection.get_callable_name(flow_factory)
+    try:
+        reimported = _fetch_factory(factory_name)
+    except ImportError:
+        reimported = None
+    if reimported != flow_factory:
+        raise ValueError(f"Flow factory {flow_factory!r} is not reimportable by name"
+                         f" {factory_name}")
+    return factory_name, flow_factory
+
+
+def save_factory_details(flow_detail: Any, flow_factory: Any, factory_args: Any,
+                         factory_kwargs: Any, backend: Any = None) -> None:
+    """Record the (reimportable) factory and its arguments in the flow detail's meta."""
+    factory_name, _ = _fetch_validate_factory(flow_factory)
+    factory_data = {"factory": {"name": factory_name,
+                                "args": list(factory_args or []),
+                                "kwargs": dict(factory_kwargs or {})}}
+    if not flow_detail.meta:
+        flow_detail.meta = factory_data
+    else:
+        flow_detail.meta.update(factory_data)
+    backend = _fetch_backend(backend)
+    if backend is not None:
+        with contextlib.closing(backend.get_connection()) as conn:
+            conn.update_flow_details(flow_detail)
+
+
+def load_from_factory(flow_factory: Any, factory_args: Any = None,
+                      factory_kwargs: Any = None, store: dict | None = None,
+                      book: Any = None, backend: Any = None,
+                      namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
+                      **kwargs: Any) -> Any:
+    """Make a flow with a factory and load it, remembering the factory for resumption."""
+    from flowengine.utils import persistence_utils as p_utils
+
+    _name, factory_fun = _fetch_validate_factory(flow_factory)
+    factory_args = list(factory_args or [])
+    factory_kwargs = dict(factory_kwargs or {})
+    flow = factory_fun(*factory_args, **factory_kwargs)
+    backend = _fetch_backend(backend)
+    flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
+    save_factory_details(flow_detail, flow_factory, factory_args, factory_kwargs,
+                         backend=backend)
+    return load(flow=flow, store=store, flow_detail=flow_detail, book=book,
+                backend=backend, namespace=namespace, engine=engine, **kwargs)
+
+
+def flow_from_detail(flow_detail: Any) -> Any:
+    """Rebuild a flow from the factory recorded in its flow detail."""
+    try:
+        factory_data = flow_detail.meta["factory"]
+    except (KeyError, AttributeError, TypeError):
+        raise ValueError(f"Cannot reconstruct flow {flow_detail.name} {flow_detail.uuid}:"
+                         " no factory information saved.")
+    try:
+        factory_fun = _fetch_factory(factory_data["name"])
+    except (KeyError, ImportError):
+        raise ImportError(f"Could not import factory for flow {flow_detail.name}"
+                          f" {flow_detail.uuid}")
+    return factory_fun(*factory_data.get("args", ()), **factory_data.get("kwargs", {}))
+
+
+def load_from_detail(flow_detail: Any, store: dict | None = None, backend: Any = None,
+                     namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
+                     **kwargs: Any) -> Any:
+    """Rebuild a flow from its detail and load it into an engine (to resume it)."""
+    flow = flow_from_detail(flow_detail)
+    return load(flow, flow_detail=flow_detail, store=store, backend=backend,
+                namespace=namespace, engine=engine, **kwargs)

@@ -1,0 +1,454 @@
+"""The executor side of the worker-based engine: publish requests, follow replies.
+
+The request path never waits on a timer: a request is published as soon as a
+capable worker is known (else it waits and is published the moment one is
+discovered) and each reply is handled as it arrives, in whatever order. A
+separate housekeeping thread does the periodic work beside that path:
+expiring requests nobody started, noticing workers that died while running
+one, refreshing discovery and forgetting silent workers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent import futures
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.engines.action_engine import executor as base
+from flowengine.engines.worker_based import dispatcher
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based import tracking as tr
+from flowengine.engines.worker_based import types as wt
+from flowengine.types import failure as ft
+
+LOG = logging.getLogger(__name__)
+
+# Seconds a request may stay WAITING (no capable worker known) or PENDING
+# (published, not yet started) before it fails with RequestTimeout; TaskFlow's
+# default, long enough for a worker to start and announce itself.
+REQUEST_TIMEOUT_S = pr.REQUEST_TIMEOUT_S
+
+# Seconds without any reply (a worker repeats RUNNING every 5 s while it runs
+# a request) after which a RUNNING request is considered lost with its worker:
+# three missed heartbeats, so one slow broker hop is not mistaken for a death.
+LOST_AFTER_S = 15.0
+
+# How many times one request may be dispatched in total when its workers get
+# lost (or refuse it): a task that kills every worker it lands on must not
+# take the whole pool down.
+MAX_ATTEMPTS = 3
+
+# Upper bound, in seconds, on how long the housekeeping thread sleeps when it
+# has nothing scheduled: it wakes early on any new deadline, so this only
+# bounds how late a stop() or a clock jump is noticed.
+HOUSEKEEPING_MAX_SLEEP_S = 5.0
+
+# Seconds to wait for the reply consumer to be ready in start(): a broker that
+# takes longer than this is reported instead of hanging the engine.
+START_TIMEOUT_S = 30.0
+
+# Seconds stop() waits for each helper thread to finish before giving up on it
+# (they are daemons, so a stuck broker call cannot keep the process alive).
+STOP_JOIN_TIMEOUT_S = 10.0
+
+_ORIGIN = pr.make_origin()
+_STOP = object()
+
+
+class WorkerTaskExecutor(base.TaskExecutor):
+    """Executes tasks on remote workers."""
+
+    def __init__(self, uuid: str, exchange: str, topics: Iterable[str],
+                 transition_timeout: float | None = REQUEST_TIMEOUT_S,
+                 url: str | None = None, transport: str | None = None,
+                 transport_options: dict | None = None, retry_options: dict | None = None,
+                 worker_expiry: float | None = wt.WORKER_EXPIRY_S, *,
+                 root_id: str | None = None, parent_id: str | None = None) -> None:
+        self._uuid = uuid
+        self._exchange = exchange
+        self._transition_timeout = transition_timeout
+        self._root_id = root_id
+        self._parent_id = parent_id
+        self._lost_after_s = LOST_AFTER_S
+        self._max_attempts = MAX_ATTEMPTS
+        # worker id -> when we last asked it privately who it is.
+        self._probed: dict[str, float] = {}
+        handlers = {
+            pr.NOTIFY: dispatcher.Handler(
+                self._process_notify,
+                validator=functools.partial(pr.Notify.validate, response=True)),
+            pr.RESPONSE: dispatcher.Handler(
+                self._process_response, validator=pr.Response.validate,
+                required_properties=("correlation_id",)),
+        }
+        # Our reply queue also receives every worker's announcements, so a
+        # worker that starts after us is known the moment it is up.
+        self._proxy = px.Proxy(uuid, exchange, type_handlers=handlers, url=url,
+                               transport=transport, transport_options=transport_options,
+                               retry_options=retry_options,
+                               bindings=[pr.ANNOUNCE_ROUTING_KEY])
+        beat = wt.NOTIFY_PERIOD_S
+        if worker_expiry is not None and worker_expiry > 0:
+            # Three beats per expiry period: a worker must miss three NOTIFY
+            # requests in a row before it is forgotten.
+            beat = min(beat, worker_expiry / 3.0)
+        self._finder = wt.ProxyWorkerFinder(uuid, self._proxy, topics,
+                                            beat_periodicity=beat,
+                                            worker_expiry=worker_expiry,
+                                            on_change=self._on_workers_changed)
+        self._book = tr.RequestBook(self._finder, transition_timeout)
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._releases: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    # -- public API ---------------------------------------------------------
+
+    @property
+    def uuid(self) -> str:
+        """The executor's id: its reply queue's routing key."""
+        return self._uuid
+
+    @property
+    def finder(self) -> wt.ProxyWorkerFinder:
+        """The worker finder (discovery state) this executor routes with."""
+        return self._finder
+
+    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
+                     progress_callback: Callable | None = None) -> futures.Future:
+        """Schedule the task's execution on a worker; the future never raises."""
+        return self._submit_task(task, task_uuid, pr.EXECUTE, arguments, progress_callback)
+
+    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+                    failures: dict, progress_callback: Callable | None = None
+                    ) -> futures.Future:
+        """Schedule the task's revert on a worker (result/failures sent as dicts)."""
+        return self._submit_task(task, task_uuid, pr.REVERT, arguments, progress_callback,
+                                 result=result, failures=failures)
+
+    def wait_for_workers(self, workers: int = 1, timeout: float | None = None) -> int:
+        """Wait for at least ``workers`` workers; return how many are still missing."""
+        return self._finder.wait_for_workers(workers=workers, timeout=timeout)
+
+    def set_trace_ids(self, root_id: str | None, parent_id: str | None) -> None:
+        """Set the root/parent ids carried in request headers (for tracing)."""
+        self._root_id = root_id
+        self._parent_id = parent_id
+
+    def start(self) -> None:
+        """Start consuming replies and announcements, then ask every topic who is there.
+
+        Raises ExecutionFailure when the broker cannot be consumed from within
+        START_TIMEOUT_S.
+        """
+        if self._threads:
+            return
+        self._stopping.clear()
+        self._wake.clear()
+        self._spawn(self._consume, "replies")
+        if not self._proxy.wait(START_TIMEOUT_S):
+            self.stop()
+            raise exc.ExecutionFailure(
+                f"Could not start consuming replies on exchange {self._exchange!r}"
+                f" within {START_TIMEOUT_S} s")
+        self._spawn(self._release_loop, "release")
+        self._spawn(self._housekeeping_loop, "housekeeping")
+        try:
+            self._finder.publish()
+        except Exception:
+            LOG.warning("Failed to send NOTIFY to topics %s; will retry in the next beat",
+                        self._finder.topics, exc_info=True)
+
+    def stop(self) -> None:
+        """Stop the helper threads and the consumer; fail requests still in flight."""
+        self._stopping.set()
+        self._wake.set()
+        self._releases.put(_STOP)
+        try:
+            self._proxy.stop()
+        except Exception:
+            LOG.warning("Failed to stop the reply consumer", exc_info=True)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join(STOP_JOIN_TIMEOUT_S)
+        self._threads = []
+        while True:  # whatever the release thread did not consume
+            try:
+                self._releases.get_nowait()
+            except queue.Empty:
+                break
+        for tracked in self._book.drain():
+            self._fail(tracked, exc.ExecutionFailure(
+                f"Executor {self._uuid} stopped before request {tracked.request} finished"))
+
+    # -- request path -------------------------------------------------------
+
+    def _submit_task(self, task: Any, task_uuid: str, action: str, arguments: dict,
+                     progress_callback: Callable | None, **kwargs: Any) -> futures.Future:
+        """Create the request and publish it now if a capable worker is known."""
+        timeout = self._transition_timeout
+        request = pr.Request(task, task_uuid, action, arguments, timeout=timeout, **kwargs)
+        deadline = None if timeout is None else request.created_on + timeout
+        tracked = tr.Tracked(request, progress_callback, deadline)
+        route, wake = self._book.submit(tracked)
+        if wake:
+            self._wake.set()
+        if route is not None:
+            self._publish_request(tracked)
+        return request.future
+
+    def _headers_for(self, tracked: tr.Tracked) -> dict[str, Any]:
+        """The flowengine headers that travel with a request."""
+        headers: dict[str, Any] = {pr.HEADER_ATTEMPT: tracked.attempt,
+                                   pr.HEADER_ORIGIN: _ORIGIN}
+        if tracked.deadline is not None:
+            # Nobody waits for an unstarted request after its transition
+            # timeout: a worker that receives it later drops it unrun.
+            headers[pr.HEADER_EXPIRES] = time.time() + (tracked.deadline - time.monotonic())
+        if self._root_id is not None:
+            headers[pr.HEADER_ROOT_ID] = self._root_id
+        if self._parent_id is not None:
+            headers[pr.HEADER_PARENT_ID] = self._parent_id
+        return headers
+
+    def _publish_request(self, tracked: tr.Tracked) -> None:
+        """Publish one PENDING request to its routing key; fail it if that fails."""
+        request = tracked.request
+        try:
+            self._proxy.publish(request, tracked.routing_key, reply_to=self._uuid,
+                                correlation_id=request.uuid,
+                                headers=self._headers_for(tracked))
+        except Exception as e:
+            LOG.error("Failed to publish request %s to %r: %s", request,
+                      tracked.routing_key, e, exc_info=True)
+            failure = ft.Failure()
+            with self._book.lock:
+                if not self._book.is_current(tracked) or tracked.request is not request:
+                    return
+                self._book.remove(tracked)
+                tr.transition(tracked, pr.FAILURE)
+            tracked.resolve(failure)
+
+    def _fail(self, tracked: tr.Tracked, error: exc.FlowEngineError) -> None:
+        """Resolve a request with ``error`` as its failure (logged)."""
+        try:
+            raise error
+        except exc.FlowEngineError:
+            LOG.warning("%s", error)
+            tracked.resolve(ft.Failure())
+
+    # -- replies ------------------------------------------------------------
+
+    def _process_notify(self, data: dict, message: Any) -> None:
+        """A worker answered NOTIFY or announced itself (or is leaving)."""
+        worker = self._finder.process_response(data, message)
+        if worker is not None and worker.topic not in self._finder.topics:
+            # Learned by listening: keep the new topic in the NOTIFY beat so
+            # the worker's liveness keeps being refreshed.
+            self._finder.add_topic(worker.topic)
+
+    def _on_workers_changed(self) -> None:
+        """New or changed worker: hand waiting requests to the release thread."""
+        # Always (not only when something waits right now): a request being
+        # submitted concurrently may join the waiting list just after a check.
+        self._releases.put(True)
+
+    def _process_response(self, data: dict, message: Any) -> None:
+        """A reply for one of our requests: RUNNING, EVENT, SUCCESS or FAILURE."""
+        request_uuid = message.properties.get("correlation_id")
+        tracked = self._book.get(request_uuid)
+        if tracked is None:
+            LOG.debug("Ignoring response for request %s: not waiting for it"
+                      " (finished, timed out or someone else's)", request_uuid)
+            return
+        response = pr.Response.from_dict(data)
+        state = response.state
+        worker_id = (message.headers or {}).get(pr.HEADER_WORKER_ID)
+        if worker_id is not None:
+            worker_id = str(worker_id)
+            self._maybe_probe(tracked, worker_id)
+        if state == pr.RUNNING:
+            with self._book.lock:
+                wake = (self._book.is_current(tracked) and tr.transition(tracked, pr.RUNNING)
+                        and self._book.heard(tracked, worker_id, self._lost_after_s))
+            if wake:
+                self._wake.set()
+        elif state == pr.EVENT:
+            if tracked.worker_id is not None:
+                tracked.last_heard = time.monotonic()
+            self._on_event(tracked, response.data)
+        elif state in (pr.SUCCESS, pr.FAILURE):
+            self._complete(tracked, state, response.data.get("result"), worker_id)
+        else:
+            LOG.warning("Ignoring response for request %s in unexpected state %r",
+                        request_uuid, state)
+
+    def _complete(self, tracked: tr.Tracked, state: str, result: Any,
+                  worker_id: str | None) -> None:
+        """SUCCESS or FAILURE arrived: resolve the engine's future (exactly once)."""
+        with self._book.lock:
+            if not self._book.is_current(tracked):
+                return
+            if state == pr.SUCCESS:
+                # A SUCCESS may overtake its RUNNING (e.g. on the filesystem
+                # transport): pass through RUNNING first.
+                tr.transition(tracked, pr.RUNNING)
+            elif worker_id is not None and self._refused_as_unknown(tracked, result):
+                return
+            if not tr.transition(tracked, state):
+                return
+            self._book.remove(tracked)
+        tracked.resolve(result)
+
+    def _on_event(self, tracked: tr.Tracked, data: dict) -> None:
+        """Forward a task event (progress) to the engine's callback."""
+        callback = tracked.progress_callback
+        if callback is None:
+            return
+        try:
+            callback(data["event_type"], data["details"])
+        except Exception:
+            LOG.warning("Progress callback failed for request %s", tracked.request,
+                        exc_info=True)
+
+    def _maybe_probe(self, tracked: tr.Tracked, worker_id: str) -> None:
+        """A reply from a worker we do not know: ask it (privately) who it is.
+
+        A NOTIFY sent to a topic reaches one of the workers sharing it, so
+        others are only learned from their announcements; this closes the gap
+        as soon as one of them answers a request.
+        """
+        topic = tracked.topic
+        if topic is None or self._finder.has_worker(worker_id):
+            return
+        now = time.monotonic()
+        with self._book.lock:
+            last = self._probed.get(worker_id)
+            if last is not None and now - last < wt.NOTIFY_PERIOD_S:
+                return
+            self._probed[worker_id] = now
+        try:
+            self._proxy.publish(pr.Notify(), pr.worker_routing_key(topic, worker_id),
+                                reply_to=self._uuid)
+        except Exception:
+            LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
+
+    def _refused_as_unknown(self, tracked: tr.Tracked, result: Any) -> bool:
+        """Re-route a request that a not-yet-known worker refused (lock held).
+
+        Happens when a topic is shared by workers we had not all heard from:
+        the request waits until that worker's answer to our probe updates the
+        routes, then goes to one that can run it (within MAX_ATTEMPTS).
+        """
+        if (not isinstance(result, ft.Failure) or not result.check(exc.UnknownTask)
+                or tracked.routing_key != tracked.topic
+                or tracked.attempt + 1 >= self._max_attempts):
+            return False
+        LOG.warning("A worker on topic %r cannot run %s; routing request %s again once"
+                    " its task list is known", tracked.topic,
+                    wt.task_class_name(tracked.request.task), tracked.request)
+        _, wake = self._book.new_attempt(tracked, route_now=False)
+        if wake:
+            self._wake.set()
+        return True
+
+    # -- helper threads -----------------------------------------------------
+
+    def _spawn(self, target: Callable[[], None], name: str) -> None:
+        thread = threading.Thread(target=target, name=f"wbe-{name}-{self._uuid}",
+                                  daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _consume(self) -> None:
+        """Run the proxy's message loop (it supervises its own handlers)."""
+        try:
+            self._proxy.start()
+        except Exception:
+            LOG.exception("Reply consumer of executor %s died; requests in flight will"
+                          " time out or be failed on stop()", self._uuid)
+
+    def _release_loop(self) -> None:
+        """Publish waiting requests as soon as a capable worker appears."""
+        while True:
+            item = self._releases.get()
+            if item is _STOP or self._stopping.is_set():
+                return
+            try:
+                for tracked in self._book.release_waiting():
+                    self._publish_request(tracked)
+            except Exception:
+                LOG.exception("Failed to release waiting requests")
+
+    def _housekeeping_loop(self) -> None:
+        """Expire requests, recover lost ones, refresh discovery, forget silent workers."""
+        while not self._stopping.is_set():
+            sleep_s = HOUSEKEEPING_MAX_SLEEP_S
+            try:
+                now = time.monotonic()
+                expired, lost, _ = self._book.scan(now, self._lost_after_s)
+                for tracked in expired:
+                    self._fail(tracked, self._timeout_error(tracked))
+                for tracked in lost:
+                    self._recover_lost(tracked, now)
+                next_deadline = self._book.next_deadline
+                if next_deadline is not None:
+                    sleep_s = min(sleep_s, max(0.0, next_deadline - time.monotonic()))
+                self._finder.clean()
+                self._finder.maybe_publish()
+                beat = self._finder.seconds_to_next_beat()
+                if beat is not None:
+                    sleep_s = min(sleep_s, beat)
+            except Exception:
+                LOG.warning("Housekeeping of executor %s failed; retrying", self._uuid,
+                            exc_info=True)
+            self._wake.wait(sleep_s)
+            self._wake.clear()
+
+    def _timeout_error(self, tracked: tr.Tracked) -> exc.RequestTimeout:
+        """RequestTimeout with a message saying what it means for the user."""
+        waited = self._transition_timeout or 0.0
+        where = ("no worker that can run it was found" if tracked.routing_key is None
+                 else f"no worker on {tracked.routing_key!r} started it")
+        return exc.RequestTimeout(
+            f"Request '{tracked.request}' has expired after waiting for {waited:0.2f}"
+            f" seconds for it to transition out of ({', '.join(tr.TIMEOUT_STATES)})"
+            f" states: {where}")
+
+    def _recover_lost(self, tracked: tr.Tracked, now: float) -> None:
+        """A RUNNING request's worker went silent: dispatch it again, or give up."""
+        worker_id = tracked.worker_id
+        silent = now - (tracked.last_heard or now)
+        if worker_id is not None and self._finder.forget_worker(worker_id):
+            LOG.warning("Forgot worker %s: no heartbeat for %.1f s while running request %s",
+                        worker_id, silent, tracked.request)
+        route = None
+        with self._book.lock:
+            request = tracked.request
+            if (not self._book.is_current(tracked) or request.current_state != pr.RUNNING
+                    or tracked.last_heard is None
+                    or tracked.last_heard + self._lost_after_s > now):
+                return  # finished, or heard from again meanwhile
+            give_up = tracked.attempt + 1 >= self._max_attempts
+            if give_up:
+                self._book.remove(tracked)
+            else:
+                route, _ = self._book.new_attempt(tracked)
+        if give_up:
+            self._fail(tracked, exc.ExecutionFailure(
+                f"Request '{request}' was lost: worker {worker_id} stopped answering"
+                f" ({silent:.1f} s without a heartbeat) and the request was already"
+                f" dispatched {tracked.attempt + 1} times (at most {self._max_attempts})"))
+            return
+        LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat);"
+                    " dispatching it again (attempt %d of %d)", request, worker_id, silent,
+                    tracked.attempt + 1, self._max_attempts)
+        if route is not None:
+            self._publish_request(tracked)

@@ -1,0 +1,228 @@
+"""The requests an executor waits on: routes, deadlines, attempts (executor side)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import types as wt
+
+LOG = logging.getLogger(__name__)
+
+# Request states in which a request can still time out (seed 002).
+TIMEOUT_STATES = pr.WAITING_STATES
+
+Route = tuple[wt.TopicWorker, str]
+
+
+class Tracked:
+    """One request an executor waits on, with what the engine gave along.
+
+    ``origin`` is the first dispatch (its future is the engine's); ``request``
+    is the current one (a fresh Request each time it is dispatched again).
+    """
+
+    __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
+                 "topic", "attempt", "worker_id", "last_heard")
+
+    def __init__(self, request: pr.Request, progress_callback: Callable | None,
+                 deadline: float | None) -> None:
+        self.origin = request
+        self.request = request
+        self.progress_callback = progress_callback
+        self.deadline = deadline
+        self.routing_key: str | None = None
+        self.topic: str | None = None
+        self.attempt = 0
+        # Set from RUNNING replies of flowengine workers (TaskFlow's send no
+        # worker_id and no heartbeats, so their requests are never "lost").
+        self.worker_id: str | None = None
+        self.last_heard: float | None = None
+
+    @property
+    def uuid(self) -> str:
+        """The request uuid (also the correlation id of its replies)."""
+        return self.origin.uuid
+
+    def set_route(self, route: Route | None) -> None:
+        """Remember where the current dispatch goes (None: nowhere yet)."""
+        if route is None:
+            self.topic = self.routing_key = None
+        else:
+            self.topic, self.routing_key = route[0].topic, route[1]
+
+    def resolve(self, result: Any) -> None:
+        """Complete the engine's future with (EXECUTED|REVERTED, result)."""
+        self.origin.set_result(result)
+
+
+def transition(tracked: Tracked, state: str) -> bool:
+    """Move the current request to ``state``; log (not raise) an invalid move."""
+    request = tracked.request
+    if request.current_state == state:
+        return True
+    try:
+        request.transition(state)
+    except exc.InvalidState:
+        LOG.warning("Request %s cannot move from %s to %s; ignoring it",
+                    request, request.current_state, state)
+        return False
+    return True
+
+
+class RequestBook:
+    """Every unfinished request of one executor, by uuid, with its next deadline.
+
+    ``lock`` guards all of it; methods marked "lock held" expect the caller
+    to hold it, the others take it themselves.
+    """
+
+    def __init__(self, finder: wt.ProxyWorkerFinder, transition_timeout: float | None) -> None:
+        self.lock = threading.Lock()
+        self._finder = finder
+        self._timeout = transition_timeout
+        self._ongoing: dict[str, Tracked] = {}
+        self._waiting: dict[str, Tracked] = {}
+        self._next_deadline: float | None = None
+
+    def __len__(self) -> int:
+        return len(self._ongoing)
+
+    @property
+    def next_deadline(self) -> float | None:
+        """Monotonic time of the earliest expiry or heartbeat check (None: none)."""
+        return self._next_deadline
+
+    def get(self, request_uuid: str) -> Tracked | None:
+        """The tracked request with this uuid (None if finished or unknown)."""
+        return self._ongoing.get(request_uuid)
+
+    def is_current(self, tracked: Tracked) -> bool:
+        """Whether ``tracked`` is still waited on (lock held)."""
+        return self._ongoing.get(tracked.uuid) is tracked
+
+    def remove(self, tracked: Tracked) -> None:
+        """Stop tracking a finished request (lock held)."""
+        self._ongoing.pop(tracked.uuid, None)
+        self._waiting.pop(tracked.uuid, None)
+
+    def _schedule(self, deadline: float | None) -> bool:
+        """Lower the next deadline if needed; True when the scanner must wake (lock held)."""
+        if deadline is None:
+            return False
+        if self._next_deadline is None or deadline < self._next_deadline:
+            self._next_deadline = deadline
+            return True
+        return False
+
+    def _route(self, tracked: Tracked, route: Route | None) -> None:
+        """Move the current request to PENDING on ``route``, or make it wait (lock held)."""
+        if route is None:
+            tracked.set_route(None)
+            self._waiting[tracked.uuid] = tracked
+        else:
+            tracked.request.transition(pr.PENDING)
+            tracked.set_route(route)
+
+    def submit(self, tracked: Tracked) -> tuple[Route | None, bool]:
+        """Track a new request and route it if a capable worker is known.
+
+        Returns (route or None, whether the deadline scanner must wake).
+        """
+        with self.lock:
+            previous = self._ongoing.get(tracked.uuid)
+            if previous is not None:
+                LOG.warning("Request %s replaces unfinished request %s with the same uuid",
+                            tracked.request, previous.request)
+                self._waiting.pop(tracked.uuid, None)
+            self._ongoing[tracked.uuid] = tracked
+            route = self._finder.get_route_for_task(tracked.request.task)
+            self._route(tracked, route)
+            if route is None:
+                LOG.debug("No worker known that can run %s; %s waits for one",
+                          wt.task_class_name(tracked.request.task), tracked.request)
+            return route, self._schedule(tracked.deadline)
+
+    def new_attempt(self, tracked: Tracked, route_now: bool = True
+                    ) -> tuple[Route | None, bool]:
+        """Replace the current dispatch with a fresh Request and route it (lock held).
+
+        With ``route_now`` False it waits for the next change of workers.
+        Returns (route or None, whether the deadline scanner must wake).
+        """
+        request = tracked.request
+        again = pr.Request(request.task, request.uuid, request.action, request.arguments,
+                           timeout=self._timeout, result=request.result,
+                           failures=request.failures)
+        tracked.request = again
+        tracked.attempt += 1
+        tracked.worker_id = tracked.last_heard = None
+        tracked.deadline = None if self._timeout is None else again.created_on + self._timeout
+        route = self._finder.get_route_for_task(request.task) if route_now else None
+        self._route(tracked, route)
+        return route, self._schedule(tracked.deadline)
+
+    def heard(self, tracked: Tracked, worker_id: Any, lost_after_s: float) -> bool:
+        """Note a RUNNING (or heartbeat) from ``worker_id``; True if the scanner must wake."""
+        if worker_id is None:
+            return False
+        tracked.worker_id = str(worker_id)
+        tracked.last_heard = now = time.monotonic()
+        return self._schedule(now + lost_after_s)
+
+    def release_waiting(self) -> list[Tracked]:
+        """Route waiting requests some known worker can now run; return them (PENDING)."""
+        ready: list[Tracked] = []
+        with self.lock:
+            for request_uuid, tracked in list(self._waiting.items()):
+                route = self._finder.get_route_for_task(tracked.request.task)
+                if route is None:
+                    continue
+                del self._waiting[request_uuid]
+                if transition(tracked, pr.PENDING):
+                    tracked.set_route(route)
+                    ready.append(tracked)
+        return ready
+
+    def scan(self, now: float, lost_after_s: float
+             ) -> tuple[list[Tracked], list[Tracked], float | None]:
+        """Find expired WAITING/PENDING requests (moved to FAILURE and removed) and
+        RUNNING ones silent for ``lost_after_s``; return them and the next deadline."""
+        expired: list[Tracked] = []
+        lost: list[Tracked] = []
+        next_deadline: float | None = None
+        with self.lock:
+            for tracked in list(self._ongoing.values()):
+                state = tracked.request.current_state
+                if state == pr.RUNNING and tracked.last_heard is not None:
+                    due = tracked.last_heard + lost_after_s
+                    if due <= now:
+                        lost.append(tracked)
+                        continue
+                elif state in TIMEOUT_STATES and tracked.deadline is not None:
+                    due = tracked.deadline
+                    if due <= now:
+                        if transition(tracked, pr.FAILURE):
+                            self.remove(tracked)
+                            expired.append(tracked)
+                        continue
+                else:
+                    continue
+                if next_deadline is None or due < next_deadline:
+                    next_deadline = due
+            self._next_deadline = next_deadline
+        return expired, lost, next_deadline
+
+    def drain(self) -> list[Tracked]:
+        """Stop tracking everything; return what was still unfinished."""
+        with self.lock:
+            leftovers = list(self._ongoing.values())
+            self._ongoing.clear()
+            self._waiting.clear()
+            self._next_deadline = None
+        return leftovers

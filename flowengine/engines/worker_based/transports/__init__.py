@@ -1,0 +1,49 @@
+"""kombu transports flowengine registers, and how a transport name is chosen.
+
+kombu's own ``memory`` and ``filesystem`` transports poll (1 s by default),
+and ``filesystem`` names its files by millisecond, so messages written in the
+same millisecond are read out of order and a file can be read half-written.
+flowengine registers two drop-in subclasses under their own names and uses
+them whenever ``memory`` or ``filesystem`` is asked for through flowengine.
+Pass a dotted path (``kombu.transport.filesystem:Transport``) to get kombu's
+originals.
+"""
+
+from __future__ import annotations
+
+from kombu import transport as kombu_transport
+
+MEMORY = "flowengine-memory"
+FILESYSTEM = "flowengine-filesystem"
+
+#: kombu transport name (or URL scheme) -> the flowengine transport used instead.
+TRANSPORT_OVERRIDES = {
+    "memory": MEMORY,
+    "filesystem": FILESYSTEM,
+}
+
+_ALIASES = {
+    MEMORY: "flowengine.engines.worker_based.transports.memory:Transport",
+    FILESYSTEM: "flowengine.engines.worker_based.transports.filesystem:Transport",
+}
+
+
+def register() -> None:
+    """Make kombu know the flowengine transports by name (idempotent)."""
+    for name, path in _ALIASES.items():
+        kombu_transport.TRANSPORT_ALIASES.setdefault(name, path)
+
+
+def resolve(url: str | None, transport: str | None) -> str | None:
+    """The transport name to give kombu for this ``url``/``transport`` pair."""
+    register()
+    if transport is not None:
+        return TRANSPORT_OVERRIDES.get(transport, transport)
+    if url and "://" in url:
+        scheme = url.split("://", 1)[0]
+        if "+" not in scheme and scheme in TRANSPORT_OVERRIDES:
+            return TRANSPORT_OVERRIDES[scheme]
+    return None
+
+
+register()

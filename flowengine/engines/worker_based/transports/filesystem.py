@@ -1,0 +1,412 @@
+"""File-system kombu transport that delivers whole messages, in order, promptly.
+
+kombu's ``filesystem`` transport names each message file by the millisecond
+it was written, so two messages written in the same millisecond (a RUNNING
+then a SUCCESS reply) are read in random order; it writes files in place, so
+a reader can pick up a half-written file; it claims files with a move to the
+temp folder (a copy, not atomic, when that is another file system); and it
+polls every second. This subclass keeps kombu's options and folder layout
+(``data_folder_in``, ``data_folder_out``, ``control_folder``,
+``store_processed``, ``processed_folder``) and changes how files are handled:
+
+* names start with a per-process strictly increasing nanosecond sequence
+  (system-wide monotonic clock), so files sort in write order;
+* each file is written under a hidden temporary name and renamed into place
+  (atomic), and one process makes its writes visible in sequence order;
+* a reader claims a file by renaming it inside the same folder (atomic: two
+  consumers never both get it);
+* consumers sleep on inotify (Linux) and wake when a file appears, falling
+  back to a short polling interval elsewhere.
+
+Extra option ``data_folder``: one folder holding everything (messages/,
+control/, processed/) for all processes that share it. Folders are created
+when missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import itertools
+import logging
+import os
+import select
+import threading
+import time
+import uuid
+import weakref
+from collections import deque
+from pathlib import Path
+from queue import Empty
+from typing import Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
+
+LOG = logging.getLogger(__name__)
+
+#: Polling interval (s) when inotify is not available: short, because every
+#: hop of a request/reply pays half of it on average.
+FALLBACK_POLL_S = 0.005
+
+#: Longest inotify wait (s) before looking at the folder anyway: a safety net
+#: for file systems where inotify misses writes made elsewhere (NFS, ...).
+IDLE_RECHECK_S = 0.25
+
+#: Listings one _get may make before giving up for this round: a new file
+#: needs two (see Channel._ready), a third covers one missed by the first.
+SCANS_PER_GET = 3
+
+#: A binding table changed less than this long ago (ns) is re-read instead
+#: of served from cache: file mtimes only move every few milliseconds.
+TABLE_RACY_WINDOW_NS = 100_000_000
+
+_MSG_SUFFIX = ".msg"
+_TMP_PREFIX = ".tmp-"
+_CLAIM_PREFIX = ".claim-"
+
+# inotify constants (linux/inotify.h).
+_IN_CLOSE_WRITE = 0x00000008
+_IN_MOVED_TO = 0x00000080
+_IN_NONBLOCK = 0o4000
+_IN_CLOEXEC = 0o2000000
+_INOTIFY_READ_BYTES = 64 * 1024
+
+
+class _Sequence:
+    """Strictly increasing nanosecond stamps; writes are made visible in stamp order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._last = 0
+
+    def next(self) -> int:
+        """Next stamp (lock held by caller)."""
+        stamp = time.monotonic_ns()
+        if stamp <= self._last:
+            stamp = self._last + 1
+        self._last = stamp
+        return stamp
+
+
+_SEQUENCE = _Sequence()
+# Unique per process (pid alone repeats across hosts sharing a folder and
+# after pid reuse); combined with a counter it names files without urandom.
+_PROCESS_TAG = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
+_COUNTER = itertools.count()
+
+
+def _load_libc() -> Any | None:
+    """libc with inotify, or None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.inotify_init1  # noqa: B018 - probe that the symbol exists
+        libc.inotify_add_watch  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_LIBC = _load_libc()
+
+
+class _Watcher:
+    """Wakes a consumer when files land in watched folders (inotify or polling)."""
+
+    def __init__(self) -> None:
+        self._fd = -1
+        self._watched: set[str] = set()
+        self._finalizer: weakref.finalize | None = None
+        if _LIBC is not None:
+            fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
+            if fd >= 0:
+                self._fd = fd
+                # Closed even if kombu never closes the connection.
+                self._finalizer = weakref.finalize(self, os.close, fd)
+
+    @property
+    def active(self) -> bool:
+        """True when inotify is in use."""
+        return self._fd >= 0
+
+    def watch(self, folder: str) -> None:
+        """Watch ``folder`` for new files (no-op without inotify)."""
+        if self._fd < 0 or folder in self._watched:
+            return
+        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(folder),
+                                     _IN_MOVED_TO | _IN_CLOSE_WRITE)
+        if wd < 0:
+            LOG.debug("inotify_add_watch(%s) failed (errno %s); polling it",
+                      folder, ctypes.get_errno())
+            return
+        self._watched.add(folder)
+
+    def clear(self) -> None:
+        """Forget pending events (call before looking at the folders)."""
+        if self._fd < 0:
+            return
+        try:
+            while os.read(self._fd, _INOTIFY_READ_BYTES):
+                pass
+        except BlockingIOError:
+            pass
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until a watched folder changes or ``timeout`` seconds pass."""
+        if self._fd < 0:
+            time.sleep(min(timeout, FALLBACK_POLL_S))
+            return
+        select.select([self._fd], [], [], min(timeout, IDLE_RECHECK_S))
+
+    def close(self) -> None:
+        """Release the inotify descriptor."""
+        if self._finalizer is not None:
+            self._finalizer()
+        self._fd = -1
+
+
+class Channel(filesystem.Channel):
+    """File-system channel with atomic, ordered, claim-by-rename message files."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, deque[str]] = {}
+        self._seen: dict[str, frozenset[str]] = {}
+        self._tables: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
+        folders = [self.data_folder_in, self.data_folder_out, str(self.control_folder)]
+        if self.store_processed:
+            folders.append(self.processed_folder)
+        for folder in folders:
+            os.makedirs(folder, exist_ok=True)
+
+    def _option_folder(self, key: str, sub: str, default: str) -> str:
+        """An explicit folder option, else ``data_folder``/sub, else kombu's default."""
+        options = self.transport_options
+        if options.get(key):
+            return str(options[key])
+        if options.get("data_folder"):
+            return os.path.join(str(options["data_folder"]), sub)
+        return default
+
+    @property
+    def data_folder_in(self) -> str:
+        """Folder messages are read from."""
+        return self._option_folder("data_folder_in", "messages", "data_in")
+
+    @property
+    def data_folder_out(self) -> str:
+        """Folder messages are written to."""
+        return self._option_folder("data_folder_out", "messages", "data_out")
+
+    @property
+    def processed_folder(self) -> str:
+        """Folder processed messages are kept in (store_processed only)."""
+        return self._option_folder("processed_folder", "processed", "processed")
+
+    @property
+    def control_folder(self) -> Path:
+        """Folder of the exchange -> queue tables.
+
+        Default: ``control`` beside (or inside) the message folders, at the
+        path both sides share, instead of kombu's ``control`` relative to the
+        current directory: processes started from different directories
+        must see the same bindings, or messages are silently dropped.
+        """
+        options = self.transport_options
+        if not options.get("control_folder") and not options.get("data_folder"):
+            common = os.path.commonpath([os.path.abspath(self.data_folder_in),
+                                         os.path.abspath(self.data_folder_out)])
+            return Path(common) / "control"
+        return Path(self._option_folder("control_folder", "control", "control"))
+
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        """Write ``payload`` atomically under a name that sorts in write order."""
+        data = str_to_bytes(dumps(payload))
+        folder = self.data_folder_out
+        tag = f"{_PROCESS_TAG}{next(_COUNTER):x}"
+        tmp = os.path.join(folder, f"{_TMP_PREFIX}{tag}")
+        try:
+            with open(tmp, "wb", buffering=0) as f:
+                f.write(data)
+            # Stamp and publish under one lock: this process's files become
+            # visible in stamp order, so readers never see a later one first.
+            with _SEQUENCE.lock:
+                name = f"{_SEQUENCE.next():020d}_{tag}.{queue}{_MSG_SUFFIX}"
+                os.rename(tmp, os.path.join(folder, name))
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
+
+    def _scan(self, queue: str) -> list[str]:
+        """List the queue's message files in write order."""
+        wanted = f"{queue}{_MSG_SUFFIX}"
+        try:
+            names = os.listdir(self.data_folder_in)
+        except OSError as e:
+            raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
+        return sorted(n for n in names if n[0] != "." and n.partition(".")[2] == wanted)
+
+    def _ready(self, queue: str) -> deque[str]:
+        """Files of ``queue`` that can be delivered now without breaking write order.
+
+        Listing a folder is not a snapshot: a file renamed into place while
+        the listing runs may be missed while a later one is returned. So a
+        file is delivered only once it was also present in the previous
+        listing, and delivery stops at the first file that was not: any file
+        written before a listed one is guaranteed to be in the next listing.
+        """
+        for _attempt in range(SCANS_PER_GET):
+            names = self._scan(queue)
+            seen = self._seen.get(queue, frozenset())
+            ready: deque[str] = deque()
+            for name in names:
+                if name not in seen:
+                    break
+                ready.append(name)
+            self._seen[queue] = frozenset(names)
+            if ready or not names:
+                return ready
+        return deque()
+
+    def _get(self, queue: str) -> Any:
+        """Claim (atomically) and return the oldest message of ``queue``."""
+        pending = self._pending.get(queue)
+        folder = self.data_folder_in
+        while True:
+            if not pending:
+                pending = self._pending[queue] = self._ready(queue)
+                if not pending:
+                    raise Empty()
+            name = pending.popleft()
+            claimed = os.path.join(folder, f"{_CLAIM_PREFIX}{_PROCESS_TAG}{next(_COUNTER):x}")
+            try:
+                os.rename(os.path.join(folder, name), claimed)
+            except FileNotFoundError:
+                continue  # another consumer claimed it first
+            except OSError as e:
+                raise ChannelError(f"Cannot claim {name!r} in {folder!r}: {e}") from e
+            try:
+                with open(claimed, "rb") as f:
+                    raw = f.read()
+                if self.store_processed:
+                    os.rename(claimed, os.path.join(self.processed_folder, name))
+                else:
+                    os.unlink(claimed)
+            except OSError as e:
+                raise ChannelError(f"Cannot read message file {name!r}: {e}") from e
+            try:
+                return loads(bytes_to_str(raw))
+            except Exception as e:
+                # A foreign or corrupt file must not stop the consumer.
+                LOG.error("Dropped unreadable message file %s of queue %s: %s",
+                          name, queue, e)
+
+    def _purge(self, queue: str) -> int:
+        """Remove all messages of ``queue``; return how many."""
+        self._pending.pop(queue, None)
+        self._seen.pop(queue, None)
+        return super()._purge(queue)
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """Add a binding to the exchange table (create-or-update under one lock)."""
+        file = self._exchange_file(exchange)
+        self.control_folder.mkdir(parents=True, exist_ok=True)
+        entry = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            # O_CREAT without truncation: two processes binding at once on a
+            # fresh folder must not wipe each other's entries.
+            fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise ChannelError(f"Cannot open {file}") from e
+        with os.fdopen(fd, "rb+", buffering=0) as f:
+            filesystem.lock(f, filesystem.LOCK_EX)
+            try:
+                raw = f.read()
+                table = [filesystem.exchange_queue_t(*q)
+                         for q in (loads(bytes_to_str(raw)) if raw.strip() else [])]
+                if entry not in table:
+                    table.insert(0, entry)
+                    f.seek(0)
+                    f.write(str_to_bytes(dumps(table)))
+                    f.truncate()
+            finally:
+                filesystem.unlock(f)
+
+    def get_table(self, exchange: str) -> list[Any]:
+        """The exchange's bindings, re-read only when the table file changed.
+
+        Every publish looks the table up; a stat is much cheaper than
+        open + lock + read + parse, and any binding change rewrites the file
+        (new mtime/size).
+        """
+        file = self._exchange_file(exchange)
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            return []
+        except OSError as e:
+            raise ChannelError(f"Cannot open {file}") from e
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._tables.get(exchange)
+        # File times are coarse (a few ms): two changes within one tick can
+        # leave (size, mtime) unchanged, so a recently changed file is always
+        # re-read (as git does with its "racy" index entries).
+        settled = time.time_ns() - st.st_mtime_ns > TABLE_RACY_WINDOW_NS
+        if cached is not None and cached[0] == key and settled:
+            return cached[1]
+        try:
+            table = super().get_table(exchange)
+        except ValueError:  # created but not yet written: no bindings yet
+            return []
+        self._tables[exchange] = (key, table)
+        return table
+
+
+class Transport(filesystem.Transport):
+    """File-system transport: ordered atomic files, inotify wake-ups."""
+
+    Channel = Channel
+    global_state = filesystem.Transport.global_state
+    polling_interval = FALLBACK_POLL_S
+    driver_name = "flowengine-filesystem"
+
+    _watcher: _Watcher | None = None
+
+    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+        """Deliver one message, sleeping on inotify up to ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        get = self.cycle.get
+        watcher = self._watcher
+        if watcher is None:  # only consumers need one (publishers never drain)
+            watcher = self._watcher = _Watcher()
+        while True:
+            for channel in self.channels:
+                watcher.watch(channel.data_folder_in)
+            watcher.clear()
+            try:
+                get(self._deliver, timeout=timeout)
+                return
+            except Empty:
+                pass
+            wait = IDLE_RECHECK_S if watcher.active else (self.polling_interval
+                                                           or FALLBACK_POLL_S)
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError()
+                wait = min(wait, remaining)
+            watcher.wait(wait)
+
+    def close_connection(self, connection: Any) -> None:
+        """Close channels and the inotify descriptor."""
+        try:
+            super().close_connection(connection)
+        finally:
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None

@@ -1,0 +1,271 @@
+"""The flowengine error hierarchy (names follow TaskFlow so programs catch them)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Iterable, Iterator
+from typing import Any, NoReturn
+
+__all__ = [
+    "AlreadyExists",
+    "AmbiguousDependency",
+    "CompilationFailure",
+    "ConductorFailure",
+    "DependencyFailure",
+    "DisallowedAccess",
+    "Duplicate",
+    "Empty",
+    "ExecutionFailure",
+    "FlowEngineError",
+    "IncompatibleVersion",
+    "InvalidFormat",
+    "InvalidState",
+    "InvariantViolation",
+    "JobFailure",
+    "MissingDependencies",
+    "MultipleChoices",
+    "NotFound",
+    "NotImplementedError",
+    "RequestTimeout",
+    "ResultMismatch",
+    "SerializationFailure",
+    "StorageFailure",
+    "TaskFlowException",
+    "TimeoutFailure",
+    "UnclaimableJob",
+    "UnknownTask",
+    "WrappedFailure",
+    "raise_with_cause",
+]
+
+
+class FlowEngineError(Exception):
+    """Root of every error flowengine raises on purpose (optionally with a cause)."""
+
+    def __init__(self, message: Any, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self._cause = cause
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The exception that led to this one (or None)."""
+        return self._cause
+
+    def __str__(self) -> str:
+        return self.pformat()
+
+    def _get_message(self) -> str:
+        # Never route through __str__ here: it calls pformat, which calls us.
+        return str(self.args[0]) if self.args else ""
+
+    def pformat(self, indent: int = 2, indent_text: str = " ",
+                show_root_class: bool = False) -> str:
+        """Format this error and its chain of causes, one indented line each."""
+        if indent < 0:
+            raise ValueError(f"Provided 'indent' must be greater than or equal"
+                             f" to zero instead of {indent}")
+        parts = []
+        if show_root_class:
+            parts.append(type(self).__name__ + ": ")
+        parts.append(self._get_message())
+        depth = indent
+        seen: list[BaseException] = []
+        nxt = self._cause
+        while nxt is not None and not any(nxt is s for s in seen):
+            seen.append(nxt)
+            parts.append(os.linesep)
+            pad = indent_text * depth
+            if isinstance(nxt, FlowEngineError):
+                parts.append(pad + type(nxt).__name__ + ": " + nxt._get_message())
+            else:
+                lines = traceback.format_exception_only(type(nxt), nxt)
+                parts.append(os.linesep.join(pad + ln.rstrip("\n") for ln in lines))
+                # Foreign exceptions may have a 'cause' attribute meaning
+                # something else entirely, so the chain stops at them.
+                break
+            depth += indent
+            nxt = nxt.cause
+        return "".join(parts)
+
+
+#: TaskFlow's name for the root class, so ``except TaskFlowException`` works.
+TaskFlowException = FlowEngineError
+
+
+# Storage, conductor and job errors.
+
+class StorageFailure(FlowEngineError):
+    """A persistence backend could not read, save or delete something."""
+
+
+class ConductorFailure(FlowEngineError):
+    """A conductor failed while conducting work."""
+
+
+class JobFailure(FlowEngineError):
+    """A job, or an operation on a job, failed."""
+
+
+class UnclaimableJob(JobFailure):
+    """A job could not be claimed."""
+
+
+# Errors while running.
+
+class ExecutionFailure(FlowEngineError):
+    """The engine failed while executing a flow."""
+
+
+class RequestTimeout(ExecutionFailure):
+    """A worker request did not finish within its allotted time."""
+
+
+class InvalidState(ExecutionFailure):
+    """An invalid state transition was attempted while executing."""
+
+
+# Dependency and compilation errors.
+
+class DependencyFailure(FlowEngineError):
+    """Some dependency between atoms or flows could not be satisfied."""
+
+
+class AmbiguousDependency(DependencyFailure):
+    """A symbol has several equally close providers and no way to choose."""
+
+
+class MissingDependencies(DependencyFailure):
+    """An atom (or one of its methods) requires symbols nothing provides."""
+
+    MESSAGE_TPL = ("'%(who)s' requires %(requirements)s but no other entity"
+                   " produces said requirements")
+    METHOD_TPL = "'%(method)s' method on "
+
+    def __init__(self, who: Any, requirements: Any,
+                 cause: BaseException | None = None,
+                 method: str | None = None) -> None:
+        message = self.MESSAGE_TPL % {"who": who, "requirements": requirements}
+        if method:
+            message = (self.METHOD_TPL % {"method": method}) + message
+        super().__init__(message, cause=cause)
+        self.who = who
+        self.method = method
+        self.missing_requirements = requirements
+
+
+class CompilationFailure(FlowEngineError):
+    """A flow could not be compiled into something runnable."""
+
+
+# Miscellaneous errors.
+
+class IncompatibleVersion(FlowEngineError):
+    """Two versions (of an atom, a format...) are incompatible."""
+
+
+class Duplicate(FlowEngineError):
+    """A duplicate entry was found."""
+
+
+class NotFound(FlowEngineError):
+    """An entry does not exist."""
+
+
+class AlreadyExists(FlowEngineError):
+    """An entry already exists."""
+
+
+class Empty(FlowEngineError):
+    """Something is empty when it should not be."""
+
+
+class TimeoutFailure(FlowEngineError):
+    """An operation did not complete within its time limit."""
+
+
+class InvariantViolation(FlowEngineError):
+    """An internal invariant was violated."""
+
+
+class MultipleChoices(FlowEngineError):
+    """A decision cannot be made because several choices are possible."""
+
+
+class InvalidFormat(FlowEngineError):
+    """A message or object is not in the expected format (failed validation)."""
+
+
+class DisallowedAccess(FlowEngineError):
+    """Access is not allowed in the current state."""
+
+    def __init__(self, message: Any, cause: BaseException | None = None,
+                 state: str | None = None) -> None:
+        super().__init__(message, cause=cause)
+        self.state = state
+
+
+class UnknownTask(FlowEngineError):
+    """A worker was asked to run a task it was not given."""
+
+
+class SerializationFailure(FlowEngineError):
+    """A result or failure could not be serialised to JSON."""
+
+
+class ResultMismatch(NotFound):
+    """A task returned fewer values (or lacks keys) than it declared it provides."""
+
+
+class NotImplementedError(NotImplementedError):  # noqa: A001 (TaskFlow's name)
+    """Functionality of the library itself that is not implemented (yet)."""
+
+
+class WrappedFailure(Exception):
+    """Carries several Failure objects when no single exception can be re-raised."""
+
+    def __init__(self, causes: Iterable[Any]) -> None:
+        super().__init__()
+        flat: list[Any] = []
+        for cause in causes:
+            # Nested wrapped failures are flattened into one list.
+            exc = getattr(cause, "exception", None)
+            if isinstance(exc, WrappedFailure):
+                flat.extend(exc)
+            else:
+                flat.append(cause)
+        self._causes = flat
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._causes)
+
+    def __len__(self) -> int:
+        return len(self._causes)
+
+    def __getitem__(self, index: int) -> Any:
+        return self._causes[index]
+
+    def check(self, *exc_classes: Any) -> Any:
+        """Return the first of exc_classes (types or names) any failure matches, else None."""
+        if not exc_classes:
+            return None
+        for cause in self._causes:
+            found = cause.check(*exc_classes)
+            if found is not None:
+                return found
+        return None
+
+    def __str__(self) -> str:
+        return "WrappedFailure: [" + ", ".join(str(c) for c in self._causes) + "]"
+
+
+def raise_with_cause(exc_cls: type[FlowEngineError], message: Any, *args: Any,
+                     **kwargs: Any) -> NoReturn:
+    """Raise ``exc_cls(message, ...)`` chained to ``cause`` (or the active exception)."""
+    if not (isinstance(exc_cls, type) and issubclass(exc_cls, FlowEngineError)):
+        raise ValueError("Subclass of flowengine exception is required")
+    cause = kwargs.pop("cause", None)
+    if cause is None:
+        cause = sys.exc_info()[1]
+    raise exc_cls(message, *args, cause=cause, **kwargs) from cause

@@ -1,0 +1,105 @@
+"""The abstract flow: a named, structured collection of atoms and subflows."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from typing import Any
+
+from flowengine import atom
+from flowengine.utils import reflection
+
+# Keys with a special meaning in link metadata (the dicts iter_links yields).
+#: The link only preserves an ordering the pattern itself imposes.
+LINK_INVARIANT = "invariant"
+#: The link was made explicitly by the user (graph flow ``link``).
+LINK_MANUAL = "manual"
+#: The link was made by the compiler to place a retry controller.
+LINK_RETRY = "retry"
+#: The link was inferred from symbols; the value is the set of those symbols.
+LINK_REASONS = "reasons"
+#: A callable ``decider(history) -> bool`` deciding at run time whether the
+#: target of the link runs.
+LINK_DECIDER = "decider"
+#: How far a negative decision reaches (a ``deciders.Depth``; default ALL).
+LINK_DECIDER_DEPTH = "decider_depth"
+
+# Built-in patterns print without their package prefix, as TaskFlow's do.
+_CHOP_PREFIX = "flowengine.patterns."
+
+
+def check_item(flow: Flow, item: object) -> None:
+    """Raise TypeError unless ``item`` may be added to ``flow`` (an atom or another flow)."""
+    if item is flow:
+        raise ValueError(f"Flow {flow} can not be added to itself")
+    if not isinstance(item, (Flow, atom.Atom)):
+        raise TypeError(f"Flow '{flow.name}' can only contain atoms and flows,"
+                        f" not {item!r} ({type(item).__name__})")
+
+
+class Flow(abc.ABC):
+    """Base class of every flow pattern: a named container of atoms and subflows.
+
+    How the children depend on each other is up to each pattern; this class
+    gives the common interface (``add``, iteration, ``iter_nodes``,
+    ``iter_links``, ``requires``, ``provides``) the compiler relies on.
+    """
+
+    def __init__(self, name: str, retry: Any = None) -> None:
+        self._name = str(name)
+        self._retry = retry
+        # An unnamed retry controller takes its name from the flow it controls.
+        if retry is not None and getattr(retry, "name", None) is None:
+            retry.name = self._name + "_retry"
+
+    @property
+    def name(self) -> str:
+        """A human readable name (not necessarily unique)."""
+        return self._name
+
+    @property
+    def retry(self) -> Any:
+        """The retry controller of this flow, or None."""
+        return self._retry
+
+    @abc.abstractmethod
+    def add(self, *items: Any) -> Flow:
+        """Add atoms and/or flows to this flow; returns the flow itself."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """How many direct children the flow has."""
+
+    @abc.abstractmethod
+    def __iter__(self) -> Iterator[Any]:
+        """Iterate over the direct children (atoms and subflows)."""
+
+    @abc.abstractmethod
+    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """Iterate over ``(child, metadata)`` pairs."""
+
+    @abc.abstractmethod
+    def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+        """Iterate over ``(u, v, metadata)`` links: ``v`` runs after ``u``."""
+
+    @property
+    def provides(self) -> frozenset[str]:
+        """Every symbol some child (or the retry) of this flow produces."""
+        provided: set[str] = set()
+        if self._retry is not None:
+            provided.update(self._retry.provides)
+        for item in self:
+            provided.update(item.provides)
+        return frozenset(provided)
+
+    @property
+    @abc.abstractmethod
+    def requires(self) -> frozenset[str]:
+        """The symbols this flow needs from outside (not produced inside it)."""
+
+    def __str__(self) -> str:
+        cls_name = reflection.get_class_name(self)
+        if cls_name.startswith(_CHOP_PREFIX):
+            cls_name = cls_name[len(_CHOP_PREFIX):]
+        return f"{cls_name}: {self.name}(len={len(self)})"
+

@@ -1,0 +1,1 @@
+"""Flow patterns: linear, unordered and graph flows."""

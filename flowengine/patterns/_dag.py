@@ -1,0 +1,188 @@
+"""A small directed acyclic graph that stays topologically ordered as it grows.
+
+Graph flows add nodes and links one at a time; re-checking the whole graph for
+cycles after every change (as a copy-and-validate approach does) costs
+O(n) per change and O(n^2) to build a flow.  This graph instead keeps a
+topological order up to date with the Pearce-Kelly algorithm: an edge that
+agrees with the current order is accepted in O(1); one that does not only
+searches the nodes whose order lies between its two ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator
+from typing import Any
+
+
+class CycleError(ValueError):
+    """Adding an edge would close a cycle; ``cycle`` lists its nodes in order."""
+
+    def __init__(self, cycle: list[Any]) -> None:
+        super().__init__(cycle)
+        self.cycle = cycle
+
+
+class OrderedDAG:
+    """Directed acyclic graph with edge data and an incrementally kept topological order."""
+
+    __slots__ = ("_succ", "_pred", "_ord", "_next")
+
+    def __init__(self) -> None:
+        self._succ: dict[Hashable, dict[Hashable, dict[str, Any]]] = {}
+        self._pred: dict[Hashable, dict[Hashable, dict[str, Any]]] = {}
+        self._ord: dict[Hashable, int] = {}
+        self._next = 0
+
+    def __len__(self) -> int:
+        return len(self._succ)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._succ
+
+    def copy(self) -> OrderedDAG:
+        """Return a copy (edge data dicts are copied one level deep)."""
+        other = OrderedDAG()
+        other._succ = {u: {v: dict(d) for v, d in adj.items()} for u, adj in self._succ.items()}
+        other._pred = {v: {} for v in self._succ}
+        for u, adj in other._succ.items():
+            for v, d in adj.items():
+                other._pred[v][u] = d
+        other._ord = dict(self._ord)
+        other._next = self._next
+        return other
+
+    def add_node(self, node: Hashable) -> None:
+        """Add ``node`` (last in the order) unless it is already present."""
+        if node not in self._succ:
+            self._succ[node] = {}
+            self._pred[node] = {}
+            self._ord[node] = self._next
+            self._next += 1
+
+    def remove_node(self, node: Hashable) -> None:
+        """Remove ``node`` and its edges (the remaining order stays valid)."""
+        for v in self._succ.pop(node):
+            del self._pred[v][node]
+        for u in self._pred.pop(node):
+            del self._succ[u][node]
+        del self._ord[node]
+
+    def has_edge(self, u: Hashable, v: Hashable) -> bool:
+        """True if the edge u -> v exists."""
+        return v in self._succ.get(u, ())
+
+    def edge_data(self, u: Hashable, v: Hashable) -> dict[str, Any] | None:
+        """The data dict of edge u -> v, or None if there is no such edge."""
+        return self._succ.get(u, {}).get(v)
+
+    def add_edge(self, u: Hashable, v: Hashable, data: dict[str, Any] | None = None) -> None:
+        """Add u -> v (or merge ``data`` into an existing edge).
+
+        Raises CycleError, leaving the graph unchanged, if the edge would close
+        a cycle.
+        """
+        existing = self._succ[u].get(v)
+        if existing is not None:
+            if data:
+                existing.update(data)
+            return
+        if u == v:
+            raise CycleError([u, u])
+        lower, upper = self._ord[v], self._ord[u]
+        if lower < upper:
+            self._reorder(u, v, lower, upper)
+        d = dict(data) if data else {}
+        self._succ[u][v] = d
+        self._pred[v][u] = d
+
+    def remove_edge(self, u: Hashable, v: Hashable) -> None:
+        """Remove the edge u -> v (KeyError if absent)."""
+        del self._succ[u][v]
+        del self._pred[v][u]
+
+    def _reorder(self, u: Hashable, v: Hashable, lower: int, upper: int) -> None:
+        # Nodes reachable from v whose order is not past u's must move after u;
+        # reaching u itself means the new edge would close a cycle.
+        order = self._ord
+        forward: list[Hashable] = [v]
+        parent: dict[Hashable, Hashable] = {v: v}
+        stack = [v]
+        while stack:
+            node = stack.pop()
+            for nxt in self._succ[node]:
+                if nxt == u:
+                    path = [node]
+                    while path[-1] != v:
+                        path.append(parent[path[-1]])
+                    path.reverse()
+                    raise CycleError([u, *path, u])
+                if nxt not in parent and order[nxt] < upper:
+                    parent[nxt] = node
+                    forward.append(nxt)
+                    stack.append(nxt)
+        # Nodes that reach u and sit after v's position must move before v.
+        backward: list[Hashable] = [u]
+        seen = {u}
+        stack = [u]
+        while stack:
+            node = stack.pop()
+            for prv in self._pred[node]:
+                if prv not in seen and order[prv] > lower:
+                    seen.add(prv)
+                    backward.append(prv)
+                    stack.append(prv)
+        backward.sort(key=order.__getitem__)
+        forward.sort(key=order.__getitem__)
+        slots = sorted(order[n] for n in backward + forward)
+        for node, slot in zip(backward + forward, slots):
+            order[node] = slot
+
+    def nodes(self) -> Iterator[Hashable]:
+        """Nodes in insertion order."""
+        return iter(self._succ)
+
+    def topological(self) -> list[Hashable]:
+        """Nodes in a topological order (stable: ties keep insertion order)."""
+        return sorted(self._succ, key=self._ord.__getitem__)
+
+    def edges(self) -> Iterator[tuple[Hashable, Hashable, dict[str, Any]]]:
+        """All edges as (u, v, data)."""
+        for u, adj in self._succ.items():
+            for v, d in adj.items():
+                yield u, v, d
+
+    def successors(self, node: Hashable) -> Iterator[Hashable]:
+        """Direct successors of ``node``."""
+        return iter(self._succ[node])
+
+    def predecessors(self, node: Hashable) -> Iterator[Hashable]:
+        """Direct predecessors of ``node``."""
+        return iter(self._pred[node])
+
+    def number_of_edges(self) -> int:
+        """How many edges the graph holds."""
+        return sum(len(adj) for adj in self._succ.values())
+
+    def ancestors(self, node: Hashable) -> set[Hashable]:
+        """Every node with a path to ``node`` (not including it)."""
+        seen: set[Hashable] = set()
+        stack = [node]
+        while stack:
+            for prv in self._pred[stack.pop()]:
+                if prv not in seen:
+                    seen.add(prv)
+                    stack.append(prv)
+        return seen
+
+    def find_ancestor(self, node: Hashable, wanted: Any) -> bool:
+        """True if some ancestor ``a`` of ``node`` has ``wanted(a)`` true."""
+        seen: set[Hashable] = set()
+        stack = [node]
+        while stack:
+            for prv in self._pred[stack.pop()]:
+                if prv not in seen:
+                    if wanted(prv):
+                        return True
+                    seen.add(prv)
+                    stack.append(prv)
+        return False

@@ -1,0 +1,325 @@
+"""Graph flow: children run in the order their data dependencies and links impose."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine import flow
+from flowengine.patterns._dag import CycleError, OrderedDAG
+
+
+def _names(nodes: Any) -> list[str]:
+    return [getattr(n, "name", str(n)) for n in nodes]
+
+
+def _cycle_failure(err: CycleError, u: Any, v: Any) -> exc.DependencyFailure:
+    names = " -> ".join(_names(err.cycle))
+    return exc.DependencyFailure(
+        f"Linking '{getattr(u, 'name', u)}' -> '{getattr(v, 'name', v)}' would create"
+        f" a cycle: {names}; no order of the items can satisfy it")
+
+
+class Flow(flow.Flow):
+    """Runs children as soon as what they depend on has run.
+
+    An edge ``A -> B`` means ``B`` runs after ``A`` (and is reverted before
+    it).  Edges come from symbols (a child requiring what another provides)
+    and from explicit :meth:`link` calls.  Cycles are refused when they are
+    made: :class:`~flowengine.exceptions.DependencyFailure` names the items on
+    the cycle and the flow is left unchanged.
+    """
+
+    def __init__(self, name: str, retry: Any = None) -> None:
+        super().__init__(name, retry)
+        self._graph = OrderedDAG()
+        # symbol -> atoms providing / requiring it (atoms never change those;
+        # subflows can, so they are asked again each time).
+        self._atom_providers: dict[str, list[Any]] = {}
+        self._atom_requirers: dict[str, list[Any]] = {}
+        self._subflows: dict[Any, None] = {}
+
+    # -- building ---------------------------------------------------------
+
+    def _index(self, node: Any) -> None:
+        if isinstance(node, flow.Flow):
+            self._subflows[node] = None
+            return
+        for symbol in node.provides:
+            self._atom_providers.setdefault(symbol, []).append(node)
+        for symbol in node.requires:
+            self._atom_requirers.setdefault(symbol, []).append(node)
+
+    def _unindex(self, node: Any) -> None:
+        if isinstance(node, flow.Flow):
+            self._subflows.pop(node, None)
+            return
+        for index, symbols in ((self._atom_providers, node.provides),
+                               (self._atom_requirers, node.requires)):
+            for symbol in symbols:
+                nodes = index.get(symbol)
+                if nodes is not None and node in nodes:
+                    nodes.remove(node)
+                    if not nodes:
+                        del index[symbol]
+
+    def _retry_provides(self) -> frozenset[str]:
+        if self._retry is None:
+            return frozenset()
+        return frozenset(self._retry.provides)
+
+    def _is_satisfied(self, graph: OrderedDAG, node: Any, symbol: str,
+                      provides_of: Any) -> bool:
+        """True if some ancestor of ``node`` in ``graph`` provides ``symbol``."""
+        return graph.find_ancestor(node, lambda a: symbol in provides_of(a))
+
+    def add(self, *nodes: Any, resolve_requires: bool = True,
+            resolve_existing: bool = True) -> Flow:
+        """Add atoms/flows and link them to providers and requirers already present.
+
+        ``resolve_requires``: link each new item to the existing provider of
+        each symbol it requires (several providers raise
+        :class:`~flowengine.exceptions.AmbiguousDependency`).
+        ``resolve_existing``: link each new item to existing items that
+        require, and do not yet get, a symbol it provides.  On any error the
+        flow is left as it was.
+        """
+        graph = self._graph
+        new: list[Any] = []
+        seen: set[int] = set()
+        for node in nodes:
+            flow.check_item(self, node)
+            if node not in graph and id(node) not in seen:
+                seen.add(id(node))
+                new.append(node)
+        if not new:
+            return self
+        retry_provides = self._retry_provides()
+        # Subflow provides/requires are recomputed on access; ask once per add.
+        flow_provides: dict[Any, frozenset[str]] = {}
+        flow_requires: dict[Any, frozenset[str]] = {}
+
+        def provides_of(item: Any) -> Any:
+            if isinstance(item, flow.Flow):
+                if item not in flow_provides:
+                    flow_provides[item] = item.provides
+                return flow_provides[item]
+            return item.provides
+
+        def requires_of(item: Any) -> Any:
+            if isinstance(item, flow.Flow):
+                if item not in flow_requires:
+                    flow_requires[item] = item.requires
+                return flow_requires[item]
+            return item.requires
+
+        added_providers: dict[str, list[Any]] = {}
+        pending_requirers: dict[str, list[Any]] = {}
+
+        def providers_for(symbol: str) -> list[Any]:
+            found = list(self._atom_providers.get(symbol, ()))
+            found.extend(f for f in self._subflows if symbol in provides_of(f))
+            found.extend(added_providers.get(symbol, ()))
+            return found
+
+        def requirers_for(symbol: str) -> list[Any]:
+            # Existing items still lacking ``symbol`` (computed on first use).
+            if symbol not in pending_requirers:
+                candidates = list(self._atom_requirers.get(symbol, ()))
+                candidates.extend(f for f in self._subflows if symbol in requires_of(f))
+                pending_requirers[symbol] = [
+                    c for c in candidates
+                    if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)]
+            return pending_requirers[symbol]
+
+        added: list[Any] = []
+        try:
+            for node in new:
+                # Existing requirers are computed before the node joins the graph.
+                node_provides = list(provides_of(node))
+                if resolve_existing:
+                    for symbol in node_provides:
+                        requirers_for(symbol)
+                graph.add_node(node)
+                added.append(node)
+                if resolve_requires:
+                    for symbol in requires_of(node):
+                        if symbol in retry_provides:
+                            continue
+                        providers = providers_for(symbol)
+                        if len(providers) > 1:
+                            raise exc.AmbiguousDependency(
+                                f"Resolution error detected when adding '{node.name}',"
+                                f" multiple providers {sorted(_names(providers))}"
+                                f" found for required symbol '{symbol}'")
+                        if providers:
+                            self._link(providers[0], node, reason=symbol)
+                        else:
+                            requirers_for(symbol).append(node)
+                for symbol in node_provides:
+                    added_providers.setdefault(symbol, []).append(node)
+                if resolve_existing:
+                    for symbol in node_provides:
+                        waiting = requirers_for(symbol)
+                        for requiree in list(waiting):
+                            if requiree is not node:
+                                self._link(node, requiree, reason=symbol)
+                                waiting.remove(requiree)
+        except Exception:
+            for node in added:
+                graph.remove_node(node)
+            raise
+        for node in added:
+            self._index(node)
+        self._changed()
+        return self
+
+    def _link(self, u: Any, v: Any, reason: str | None = None, manual: bool = False,
+              decider: Any = None, decider_depth: Any = None) -> None:
+        data = self._graph.edge_data(u, v)
+        update: dict[str, Any] = {}
+        if decider is not None:
+            update[flow.LINK_DECIDER] = decider
+        if decider_depth is not None:
+            update[flow.LINK_DECIDER_DEPTH] = decider_depth
+        if manual:
+            update[flow.LINK_MANUAL] = True
+        if reason is not None:
+            reasons = set(data.get(flow.LINK_REASONS, ())) if data else set()
+            reasons.add(reason)
+            update[flow.LINK_REASONS] = reasons
+        try:
+            self._graph.add_edge(u, v, update)
+        except CycleError as err:
+            raise _cycle_failure(err, u, v) from None
+        if decider is not None and decider_depth is None:
+            # A new decider replaces the old one together with its depth.
+            self._graph.edge_data(u, v).pop(flow.LINK_DECIDER_DEPTH, None)
+
+    def link(self, u: Any, v: Any, decider: Any = None, decider_depth: Any = None) -> Flow:
+        """Make existing item ``v`` run after existing item ``u``.
+
+        ``decider(history) -> bool`` decides at run time whether ``v`` runs
+        (``history`` maps each deciding predecessor's name to its result);
+        ``decider_depth`` (a :class:`~flowengine.deciders.Depth` or its name,
+        default ALL) says how much of what follows is skipped when it says no.
+        Raises ValueError for unknown items or a bad decider/depth and
+        DependencyFailure (flow unchanged) if the link closes a cycle.
+        """
+        if u not in self._graph:
+            raise ValueError(f"Node '{u}' not found to link from")
+        if v not in self._graph:
+            raise ValueError(f"Node '{v}' not found to link to")
+        if decider is not None and not callable(decider):
+            raise ValueError("Decider boolean callback must be callable")
+        if decider_depth is not None:
+            if decider is None:
+                raise ValueError("Decider depth requires a decider to be provided along with it")
+            from flowengine import deciders
+
+            decider_depth = deciders.Depth.translate(decider_depth)
+        self._link(u, v, manual=True, decider=decider, decider_depth=decider_depth)
+        self._changed()
+        return self
+
+    def unlink(self, u: Any, v: Any) -> Flow:
+        """Remove the link ``u -> v`` (ValueError if there is none)."""
+        if not self._graph.has_edge(u, v):
+            raise ValueError(f"No link from '{u}' to '{v}'")
+        self._graph.remove_edge(u, v)
+        self._changed()
+        return self
+
+    def _changed(self) -> None:
+        """Hook for subclasses caching views of the graph."""
+
+    # -- reading ----------------------------------------------------------
+
+    def _view(self) -> OrderedDAG:
+        """The part of the graph this flow exposes (all of it here)."""
+        return self._graph
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._view().topological())
+
+    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        """Children in a topological order, each with empty metadata."""
+        for node in self._view().topological():
+            yield node, {}
+
+    def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+        """Links as (u, v, metadata) with LINK_REASONS / LINK_MANUAL / LINK_DECIDER keys."""
+        return self._view().edges()
+
+    @property
+    def graph(self) -> OrderedDAG:
+        """The underlying dependency graph (read only, please)."""
+        return self._view()
+
+    @property
+    def requires(self) -> frozenset[str]:
+        """Symbols some child needs that neither an ancestor nor the retry provides."""
+        graph = self._view()
+        retry_provides = self._retry_provides()
+        required: set[str] = set()
+        if self._retry is not None:
+            required.update(self._retry.requires)
+        provides: dict[Any, frozenset[str]] = {n: frozenset(n.provides) for n in graph.nodes()}
+        providers: dict[str, int] = {}
+        for symbols in provides.values():
+            for symbol in symbols:
+                providers[symbol] = providers.get(symbol, 0) + 1
+        for node in graph.nodes():
+            for symbol in node.requires:
+                if symbol in retry_provides or symbol in required:
+                    continue
+                if not providers.get(symbol):
+                    required.add(symbol)
+                elif not any(symbol in provides[p] for p in graph.predecessors(node)) \
+                        and not graph.find_ancestor(node, lambda a, s=symbol: s in provides[a]):
+                    required.add(symbol)
+        return frozenset(required)
+
+
+class TargetedFlow(Flow):
+    """A graph flow that can be limited to one target and what it depends on."""
+
+    def __init__(self, name: str, retry: Any = None) -> None:
+        super().__init__(name, retry)
+        self._target: Any = None
+        self._subgraph: OrderedDAG | None = None
+
+    def set_target(self, target_node: Any) -> None:
+        """Only run ``target_node`` and the items it (transitively) depends on."""
+        if target_node not in self._graph:
+            raise ValueError(f"Node '{target_node}' not found")
+        self._target = target_node
+        self._subgraph = None
+
+    def reset_target(self) -> None:
+        """Run every item again."""
+        self._target = None
+        self._subgraph = None
+
+    def _changed(self) -> None:
+        self._subgraph = None
+
+    def _view(self) -> OrderedDAG:
+        if self._target is None:
+            return self._graph
+        if self._subgraph is None:
+            keep = self._graph.ancestors(self._target)
+            keep.add(self._target)
+            sub = OrderedDAG()
+            for node in self._graph.topological():
+                if node in keep:
+                    sub.add_node(node)
+            for u, v, data in self._graph.edges():
+                if u in keep and v in keep:
+                    sub.add_edge(u, v, data)
+            self._subgraph = sub
+        return self._subgraph

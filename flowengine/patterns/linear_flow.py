@@ -1,0 +1,55 @@
+"""Linear flow: children run one after another, in the order they were added."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from flowengine import flow
+
+
+class Flow(flow.Flow):
+    """Runs its children in insertion order and reverts them in reverse order."""
+
+    def __init__(self, name: str, retry: Any = None) -> None:
+        super().__init__(name, retry)
+        # dict used as an ordered set: O(1) membership, insertion order kept.
+        self._items: dict[Any, None] = {}
+
+    def add(self, *items: Any) -> Flow:
+        """Append items; an item already in this flow is ignored (as TaskFlow does)."""
+        for item in items:
+            flow.check_item(self, item)
+        for item in items:
+            self._items.setdefault(item, None)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items)
+
+    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        for item in self._items:
+            yield item, {}
+
+    def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+        previous = None
+        for index, item in enumerate(self._items):
+            if index:
+                yield previous, item, {flow.LINK_INVARIANT: True}
+            previous = item
+
+    @property
+    def requires(self) -> frozenset[str]:
+        """Symbols a child needs that no earlier child (or the retry) provides."""
+        required: set[str] = set()
+        provided: set[str] = set()
+        if self._retry is not None:
+            required.update(self._retry.requires)
+            provided.update(self._retry.provides)
+        for item in self._items:
+            required.update(s for s in item.requires if s not in provided)
+            provided.update(item.provides)
+        return frozenset(required)

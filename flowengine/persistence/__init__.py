@@ -1,0 +1,1 @@
+"""Persistence: models (logbooks, flow and atom details) and backends."""

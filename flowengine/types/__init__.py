@@ -1,0 +1,1 @@
+"""Value types shared across flowengine (failures, notifiers, ...)."""

@@ -1,0 +1,168 @@
+"""Shared pytest fixtures: throwaway brokers, broker parametrisation, markers.
+
+Fixtures
+- ``redis_url`` / ``amqp_url`` (session): a redis-server / rabbitmq-server
+  started on a free loopback port for this test session and stopped at its
+  end.  Set ``FLOWENGINE_TEST_REDIS_URL`` / ``FLOWENGINE_TEST_AMQP_URL`` to use
+  an existing broker instead.  When the server cannot be started the test is
+  skipped with the reason — except under ``CI=true``, where it fails.
+- ``broker`` (function): parametrised over memory, filesystem, redis, amqp;
+  a :class:`Broker` with ``url`` and ``transport_options`` for kombu.
+- ``broker_url``: just ``broker.url``.
+- ``unique_name``: a fresh name for exchanges/topics so tests never share queues.
+- ``private_redis`` / ``private_rabbitmq`` (function): a broker of the test's
+  own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
+
+Markers: ``broker`` (needs a real broker server), ``slow``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # make `brokers` importable
+import brokers  # noqa: E402
+
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+try:
+    from hypothesis import HealthCheck, settings
+
+    # No per-example deadline: timings on a shared 2-core machine are noise.
+    settings.register_profile(
+        "flowengine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    # CI: the same examples every run (a red CI is then reproducible) and no
+    # example database left in the clone.
+    settings.register_profile(
+        "ci", parent=settings.get_profile("flowengine"), derandomize=True, database=None,
+        print_blob=True)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "flowengine"))
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    pass
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "broker: needs a real message broker server (redis-server or rabbitmq-server)")
+    config.addinivalue_line("markers", "slow: takes more than a couple of seconds")
+
+
+def _unavailable(reason: str) -> None:
+    # Locally a missing broker is a skip with the reason; in CI it must fail,
+    # so a broken install can never turn the broker tests green by skipping.
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _session_broker(request: pytest.FixtureRequest, env_var: str, starter) -> str:
+    url = os.environ.get(env_var)
+    if url:
+        return url
+    try:
+        proc = starter()
+    except brokers.BrokerUnavailable as exc:
+        reason = str(exc)
+    else:
+        request.addfinalizer(proc.stop)
+        # Shown with -s or in a failing run's captured output; handy for CI timing.
+        sys.stderr.write(
+            f"\n[brokers] {proc.name} up at {proc.url} in {proc.start_time_s:.2f} s\n")
+        return proc.url
+    _unavailable(reason)  # outside `except`: no chained traceback in the report
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """URL of a redis-server running for this session (``redis://127.0.0.1:PORT/0``)."""
+    return _session_broker(request, "FLOWENGINE_TEST_REDIS_URL", brokers.start_redis)
+
+
+@pytest.fixture(scope="session")
+def amqp_url(request: pytest.FixtureRequest) -> str:
+    """URL of a rabbitmq-server running for this session (``amqp://guest:guest@...//``)."""
+    return _session_broker(request, "FLOWENGINE_TEST_AMQP_URL", brokers.start_rabbitmq)
+
+
+def _private_broker(starter):
+    try:
+        return starter()
+    except brokers.BrokerUnavailable as exc:
+        reason = str(exc)
+    _unavailable(reason)
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own (``.url``, ``.kill()``, ``.start()``, ``.restart()``).
+
+    For outage tests: ``kill()`` takes it down, ``start()`` brings it back on
+    the same URL.  Stopped after the test.
+    """
+    proc = _private_broker(brokers.start_redis)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def private_rabbitmq():
+    """A rabbitmq-server of this test's own (~5 s to start); see ``private_redis``."""
+    proc = _private_broker(brokers.start_rabbitmq)
+    yield proc
+    proc.stop()
+
+
+@dataclass
+class Broker:
+    """Where a test's kombu connections go: kind, URL and transport options."""
+
+    kind: str
+    url: str
+    transport_options: dict = field(default_factory=dict)
+
+
+BROKER_KINDS = [
+    "memory",
+    "filesystem",
+    pytest.param("redis", marks=pytest.mark.broker),
+    pytest.param("amqp", marks=pytest.mark.broker),
+]
+
+
+@pytest.fixture(params=BROKER_KINDS)
+def broker(request: pytest.FixtureRequest, tmp_path) -> Broker:
+    """One of memory / filesystem (temp folder) / redis / amqp, per parameter."""
+    kind = request.param
+    if kind == "memory":
+        return Broker(kind, "memory://")
+    if kind == "filesystem":
+        folder = tmp_path / "broker"
+        folder.mkdir()
+        # One folder for in and out: every producer and consumer shares it.
+        return Broker(kind, "filesystem://", {
+            "data_folder_in": str(folder),
+            "data_folder_out": str(folder),
+            "store_processed": False,
+        })
+    if kind == "redis":
+        return Broker(kind, request.getfixturevalue("redis_url"))
+    return Broker(kind, request.getfixturevalue("amqp_url"))
+
+
+@pytest.fixture
+def broker_url(broker: Broker) -> str:
+    """The URL of the parametrised ``broker`` (memory/filesystem/redis/amqp)."""
+    return broker.url
+
+
+@pytest.fixture
+def unique_name() -> str:
+    """A fresh name (exchange, topic) so tests on a shared broker never collide."""
+    return f"fe-test-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,77 @@
+"""Incremental readiness counters of the analyzer."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from flowengine import states as st
+from flowengine.engines.action_engine import analyzer as an
+
+
+def _allowed(name, old, new):
+    return st.check_task_transition(old, new)
+
+
+def _analyzer(edges, atoms, flows=()):
+    graph = nx.DiGraph(edges)
+    graph.add_nodes_from([*atoms, *flows])
+    nodes = list(nx.topological_sort(graph))
+    preds = {n: tuple(u for u, v in edges if v == n) for n in nodes}
+    succs = {n: tuple(v for u, v in edges if u == n) for n in nodes}
+    a = an.Analyzer(nodes, preds, succs, atoms, _allowed)
+    a.load({n: (st.PENDING, st.EXECUTE) for n in atoms})
+    return a
+
+
+def _ready(a):
+    return {n for n in a.state if a.readiness(n) == an.EXECUTE}
+
+
+def test_chain_becomes_ready_one_by_one():
+    a = _analyzer([("x", "y"), ("y", "z")], ["x", "y", "z"])
+    assert _ready(a) == {"x"}
+    a.update("x", st.RUNNING)
+    a.update("x", st.SUCCESS)
+    assert _ready(a) == {"y"}
+
+
+def test_flow_nodes_pass_status_through():
+    # x, y -> flow end -> flow start -> z
+    a = _analyzer([("x", "end"), ("y", "end"), ("end", "start"), ("start", "z")],
+                  ["x", "y", "z"], flows=["end", "start"])
+    a.update("x", st.SUCCESS)
+    assert "z" not in _ready(a)
+    a.update("y", st.IGNORE, st.IGNORE)
+    assert _ready(a) == {"z"}
+
+
+def test_revert_waits_for_successors():
+    a = _analyzer([("x", "y")], ["x", "y"])
+    a.update("x", st.SUCCESS)
+    a.update("y", st.FAILURE)
+    a.update("x", intention=st.REVERT)
+    a.update("y", intention=st.REVERT)
+    assert a.readiness("x") is None
+    assert a.readiness("y") == an.REVERT
+    a.update("y", st.REVERTED)
+    assert a.readiness("x") == an.REVERT
+
+
+def test_ignored_atom_is_transparent_for_revert():
+    # x -> y(ignored) -> z: z ran, so x reverts only after z did
+    a = _analyzer([("x", "y"), ("y", "z")], ["x", "y", "z"])
+    a.update("x", st.SUCCESS)
+    a.update("y", st.IGNORE, st.IGNORE)
+    a.update("z", st.FAILURE)
+    a.update("x", intention=st.REVERT)
+    a.update("z", intention=st.REVERT)
+    assert a.readiness("x") is None
+    a.update("z", st.REVERTED)
+    assert a.readiness("x") == an.REVERT
+
+
+def test_candidates_only_hold_changed_atoms():
+    a = _analyzer([("x", "y"), ("y", "z")], ["x", "y", "z"])
+    a.take_candidates(key=lambda n: 0)
+    a.update("x", st.SUCCESS)
+    assert set(a.take_candidates(key=lambda n: 0)) == {"x", "y"}

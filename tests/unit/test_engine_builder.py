@@ -1,0 +1,29 @@
+"""The engine state machine: declared once, frozen, documented from code."""
+
+from __future__ import annotations
+
+import pytest
+from automaton import exceptions as automaton_exc
+
+from flowengine import states
+from flowengine.engines.action_engine import builder
+
+
+def test_transition_table_lists_every_transition():
+    table = builder.transition_table()
+    for event in (builder.START, builder.SCHEDULE, builder.WAIT, builder.ANALYZE,
+                  builder.FINISH, builder.SUCCESS, builder.REVERTED,
+                  builder.SUSPENDED, builder.FAILED):
+        assert event in table
+    for state in (states.RESUMING, states.SCHEDULING, states.WAITING, states.ANALYZING,
+                  states.SUCCESS, states.REVERTED, states.SUSPENDED, states.FAILURE):
+        assert state in table
+
+
+def test_built_machine_is_frozen():
+    class _Runtime:
+        completer = scheduler = None
+
+    machine, _memory = builder.MachineBuilder(_Runtime(), lambda: True).build({})
+    with pytest.raises(automaton_exc.FrozenMachine):
+        machine.add_state("EXTRA")

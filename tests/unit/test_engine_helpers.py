@@ -1,0 +1,144 @@
+"""engines.load/run/load_from_factory/... and engine lookup by name."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+from flowengine import engines, exceptions, states, task
+from flowengine.engines import helpers
+from flowengine.engines.action_engine import engine as ae
+from flowengine.patterns import linear_flow as lf
+from flowengine.persistence.backends import impl_memory
+from flowengine.utils import persistence_utils as p_utils
+
+
+class Echo(task.Task):
+    """Returns its input."""
+
+    def execute(self, value):
+        return value
+
+
+def make_flow(suffix="", provides="out"):
+    """A reimportable flow factory."""
+    return lf.Flow("factory-flow" + suffix).add(Echo("echo", provides=provides))
+
+
+@pytest.mark.parametrize("name, cls", [
+    ("default", ae.SerialActionEngine),
+    ("serial", ae.SerialActionEngine),
+    ("parallel", ae.ParallelActionEngine),
+    ("parallel://?max_workers=2", ae.ParallelActionEngine),
+])
+def test_engine_lookup_by_name(name, cls):
+    engine = engines.load(make_flow(), engine=name)
+    assert type(engine) is cls
+
+
+def test_uri_options_and_kwargs_merge():
+    engine = engines.load(make_flow(), engine="parallel://?max_workers=3", foo="bar")
+    assert engine.options["max_workers"] == "3"
+    assert engine.options["foo"] == "bar"
+
+
+def test_taskflow_engine_conf_spelling():
+    engine = engines.load(make_flow(), engine_conf={"engine": "parallel", "max_workers": 2})
+    assert isinstance(engine, ae.ParallelActionEngine)
+    assert engine.options["max_workers"] == 2
+    engine = engines.load(make_flow(), engine_conf="serial")
+    assert isinstance(engine, ae.SerialActionEngine)
+
+
+def test_builtin_table_used_without_entry_points(monkeypatch):
+    monkeypatch.setattr(helpers, "_entry_points", lambda namespace: {})
+    engine = engines.load(make_flow(), engine="parallel")
+    assert isinstance(engine, ae.ParallelActionEngine)
+
+
+def test_unknown_engine_lists_known_ones():
+    with pytest.raises(exceptions.NotFound, match="serial"):
+        engines.load(make_flow(), engine="warp-drive")
+
+
+def test_local_engines_do_not_import_kombu():
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    code = ("import sys; from flowengine import engines; from flowengine.patterns import "
+            "linear_flow as lf; engines.run(lf.Flow('f'), engine='parallel'); "
+            "print('kombu' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, env=env)
+    assert out.stdout.strip() == "False"
+
+
+def test_run_returns_all_results():
+    assert engines.run(make_flow(), store={"value": 4}) == {"value": 4, "out": 4}
+
+
+def test_store_is_injected():
+    engine = engines.load(make_flow(), store={"value": 1})
+    assert engine.storage.fetch("value") == 1
+
+
+def test_load_with_backend_config_and_book():
+    backend = impl_memory.MemoryBackend()
+    book = p_utils.temporary_log_book(backend)
+    engine = engines.load(make_flow(), store={"value": 2}, book=book, backend=backend)
+    engine.run()
+    with contextlib.closing(backend.get_connection()) as conn:
+        flow_detail = conn.get_flow_details(engine.storage.flow_uuid)
+    assert flow_detail.state == states.SUCCESS
+
+
+def test_load_from_factory_and_resume_from_detail():
+    backend = impl_memory.MemoryBackend()
+    engine = engines.load_from_factory(make_flow, factory_args=["-x"],
+                                       factory_kwargs={"provides": "o"},
+                                       store={"value": 5}, backend=backend)
+    flow_detail = _flow_detail_of(engine, backend)
+    assert flow_detail.meta["factory"] == {
+        "name": f"{__name__}.make_flow", "args": ["-x"], "kwargs": {"provides": "o"}}
+    flow = engines.flow_from_detail(flow_detail)
+    assert flow.name == "factory-flow-x"
+    engine2 = engines.load_from_detail(flow_detail, store={"value": 6}, backend=backend)
+    engine2.run()
+    assert engine2.storage.fetch("o") == 6
+
+
+def _flow_detail_of(engine, backend):
+    with contextlib.closing(backend.get_connection()) as conn:
+        return conn.get_flow_details(engine.storage.flow_uuid)
+
+
+def test_load_from_factory_by_name():
+    engine = engines.load_from_factory(f"{__name__}.make_flow", store={"value": 1})
+    engine.run()
+    assert engine.storage.fetch("out") == 1
+
+
+def test_factory_must_be_reimportable():
+    def local_factory():
+        return make_flow()
+
+    with pytest.raises(ValueError, match="reimportable"):
+        engines.load_from_factory(local_factory)
+
+
+def test_flow_from_detail_without_factory():
+    _book, flow_detail = p_utils.temporary_flow_detail()
+    with pytest.raises(ValueError, match="no factory"):
+        engines.flow_from_detail(flow_detail)
+
+
+def test_save_factory_details_keeps_other_meta():
+    _book, flow_detail = p_utils.temporary_flow_detail(meta={"mine": 1})
+    engines.save_factory_details(flow_detail, make_flow, [], {})
+    assert flow_detail.meta["mine"] == 1
+    assert flow_detail.meta["factory"]["name"] == f"{__name__}.make_flow"

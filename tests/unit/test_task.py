@@ -1,0 +1,136 @@
+"""Tests for Task, FunctorTask, MapFunctorTask and ReduceFunctorTask."""
+
+import logging
+import pickle
+
+import pytest
+
+from flowengine import task
+
+
+class Adder(task.Task):
+    def execute(self, x, y):
+        return x + y
+
+
+def add(x, y=2):
+    return x + y
+
+
+def undo_add(x, result, flow_failures, y=2):
+    return ("undone", x, result)
+
+
+def test_task_name_and_notifier():
+    t = Adder()
+    assert t.name == f"{__name__}.Adder"
+    assert isinstance(t, task.BaseTask)
+    assert task.Task.TASK_EVENTS == (task.EVENT_UPDATE_PROGRESS,)
+    assert task.EVENT_UPDATE_PROGRESS == "update_progress"
+    with pytest.raises(ValueError):
+        t.notifier.register("not-a-task-event", lambda event_type, details: None)
+
+
+def test_each_task_has_its_own_notifier():
+    assert Adder().notifier is not Adder().notifier
+
+
+def test_update_progress_notifies_and_clamps(caplog):
+    t = Adder()
+    got = []
+    t.notifier.register(task.EVENT_UPDATE_PROGRESS,
+                        lambda event_type, details: got.append(details["progress"]))
+    t.update_progress(0.5)
+    with caplog.at_level(logging.WARNING, logger=task.__name__):
+        t.update_progress(1.5)
+        t.update_progress(-1)
+    assert got == [0.5, 1.0, 0.0]
+    assert "Progress value must be" in caplog.text
+
+
+def test_copy_retains_or_drops_listeners():
+    t = Adder()
+    got = []
+    t.notifier.register(task.EVENT_UPDATE_PROGRESS,
+                        lambda event_type, details: got.append("x"))
+    kept = t.copy()
+    dropped = t.copy(retain_listeners=False)
+    assert kept.notifier is not t.notifier
+    kept.update_progress(0.1)
+    dropped.update_progress(0.1)
+    assert got == ["x"]
+    assert kept.name == t.name and kept.rebind == t.rebind
+
+
+def test_functor_task_maps_the_callable_signature():
+    t = task.FunctorTask(add, provides="sum")
+    assert t.name == f"{__name__}.add"
+    assert list(t.requires) == ["x"]
+    assert list(t.optional) == ["y"]
+    assert t.save_as == {"sum": None}
+    assert t.execute(x=1) == 3
+    assert t.revert(x=1, result=3, flow_failures={}) is None
+    assert t.revert_rebind == t.rebind
+
+
+def test_functor_task_with_revert_and_version():
+    t = task.FunctorTask(add, name="adder", revert=undo_add, version=(2, 1),
+                         rebind={"x": "ex"}, inject={"y": 5})
+    assert str(t) == "adder==2.1"
+    assert t.rebind == {"x": "ex", "y": "y"}
+    assert list(t.requires) == ["ex"]
+    assert list(t.optional) == []
+    assert t.revert_rebind == {"x": "ex", "y": "y"}
+    assert t.revert(x=1, result=3, flow_failures={}) == ("undone", 1, 3)
+
+
+def test_functor_task_rejects_non_callables():
+    with pytest.raises(ValueError):
+        task.FunctorTask(3)
+    with pytest.raises(ValueError):
+        task.FunctorTask(add, revert="nope")
+
+
+def test_functor_task_lambda_name():
+    t = task.FunctorTask(lambda: 1)
+    assert t.name.endswith("<lambda>")
+
+
+def test_map_functor_task():
+    t = task.MapFunctorTask(lambda v: v * 2, requires=["a", "b", "c"], provides="doubled")
+    assert list(t.requires) == ["a", "b", "c"]
+    assert t.execute(a=1, b=2, c=3) == [2, 4, 6]
+    with pytest.raises(ValueError):
+        task.MapFunctorTask(lambda a, b: a, requires=["a"])
+    with pytest.raises(TypeError):
+        task.MapFunctorTask(lambda v: v, requires=5)
+    with pytest.raises(ValueError):
+        task.MapFunctorTask("no", requires=["a"])
+
+
+def test_reduce_functor_task():
+    t = task.ReduceFunctorTask(lambda a, b: a + b, requires=["x", "y", "z"], provides="total")
+    assert t.execute(x=1, y=2, z=3) == 6
+    with pytest.raises(ValueError) as info:
+        task.ReduceFunctorTask(lambda a: a, requires=["x", "y"])
+    assert "exactly 2 arguments" in str(info.value)
+    with pytest.raises(ValueError):
+        task.ReduceFunctorTask(lambda a, b: a, requires=["x"])
+
+
+def test_map_functor_task_with_rebind():
+    t = task.MapFunctorTask(lambda v: -v, requires=["a"], rebind={"a": "src"})
+    assert list(t.requires) == ["src"]
+    assert t.execute(a=4) == [-4]
+
+
+def test_task_pickles_without_listeners():
+    t = Adder(name="pickled", provides="s")
+    clone = pickle.loads(pickle.dumps(t.copy(retain_listeners=False)))
+    assert clone.name == "pickled" and clone.save_as == {"s": None}
+    assert clone.execute(1, 2) == 3
+    got = []
+    clone.notifier.register(task.EVENT_UPDATE_PROGRESS,
+                            lambda event_type, details: got.append(details))
+    clone.update_progress(0.25)
+    assert got == [{"progress": 0.25}]

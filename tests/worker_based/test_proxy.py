@@ -1,0 +1,327 @@
+"""Proxy: publish/consume, declare once, supervised loop, prompt stop, no secrets."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import kombu
+import pytest
+from wire_helpers import RawSender, conn_kwargs
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based import dispatcher
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import proxy as px
+
+WAIT_S = 10.0
+
+
+class Body(pr.Message):
+    """A REQUEST-typed message with an arbitrary body."""
+
+    TYPE = pr.REQUEST
+
+    def __init__(self, data):
+        self.data = data
+
+    def to_dict(self):
+        return self.data
+
+
+class Recorder:
+    """Collects (data, properties, headers) of delivered messages; waits on counts."""
+
+    def __init__(self):
+        self.items = []
+        self.cond = threading.Condition()
+
+    def __call__(self, data, message):
+        with self.cond:
+            self.items.append((data, dict(message.properties), dict(message.headers or {})))
+            self.cond.notify_all()
+
+    def wait_count(self, n, timeout=WAIT_S):
+        with self.cond:
+            return self.cond.wait_for(lambda: len(self.items) >= n, timeout)
+
+
+class Running:
+    """A proxy consuming in a thread for the with-block."""
+
+    def __init__(self, proxy):
+        self.proxy = proxy
+        self.thread = threading.Thread(target=proxy.start, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.proxy.wait(WAIT_S)
+        return self.proxy
+
+    def __exit__(self, *exc_info):
+        self.proxy.stop()
+        self.thread.join(WAIT_S)
+        assert not self.thread.is_alive()
+
+
+def _proxy(broker, unique_name, handler, topic="t", **kwargs):
+    return px.Proxy(topic, unique_name, {pr.REQUEST: dispatcher.Handler(handler)},
+                    **conn_kwargs(broker), **kwargs)
+
+
+def test_publish_and_consume(broker, unique_name):
+    rec = Recorder()
+    with Running(_proxy(broker, unique_name, rec)) as proxy:
+        assert proxy.is_running
+        proxy.publish(Body({"n": 1}), "t", reply_to="r", correlation_id="c",
+                      headers={pr.HEADER_ATTEMPT: 2})
+        assert rec.wait_count(1)
+    data, props, headers = rec.items[0]
+    assert data == {"n": 1}
+    assert (props["type"], props["reply_to"], props["correlation_id"]) == (
+        "REQUEST", "r", "c")
+    assert headers[pr.HEADER_ATTEMPT] == 2
+    assert not proxy.is_running
+
+
+def test_extra_bindings_and_several_routing_keys(broker, unique_name):
+    rec = Recorder()
+    with Running(_proxy(broker, unique_name, rec, bindings=[pr.ANNOUNCE_ROUTING_KEY])) as p:
+        p.publish(Body({"to": "both"}), ["t", pr.ANNOUNCE_ROUTING_KEY])
+        assert rec.wait_count(2)
+    assert [d for d, _p, _h in rec.items] == [{"to": "both"}] * 2
+
+
+def test_explicit_queues(broker, unique_name):
+    rec = Recorder()
+    queues = [px.QueueSpec(f"{unique_name}_a", ("a",)),
+              px.QueueSpec(f"{unique_name}_b", ("b", "c"), auto_delete=True)]
+    proxy = _proxy(broker, unique_name, rec, queues=queues, wake_routing_key="b")
+    assert proxy.queues == queues
+    with Running(proxy):
+        for key in ("a", "b", "c"):
+            proxy.publish(Body({"key": key}), key)
+        assert rec.wait_count(3)
+    assert sorted(d["key"] for d, _p, _h in rec.items) == ["a", "b", "c"]
+
+
+def test_concurrent_publishers_all_arrive(broker, unique_name):
+    rec = Recorder()
+    with Running(_proxy(broker, unique_name, rec)) as proxy:
+        def burst(k):
+            for i in range(50):
+                proxy.publish(Body({"k": k, "i": i}), "t")
+
+        threads = [threading.Thread(target=burst, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT_S)
+        assert rec.wait_count(200)
+    for k in range(4):  # each publisher's messages stay in its order
+        mine = [d["i"] for d, _p, _h in rec.items if d["k"] == k]
+        assert mine == list(range(50))
+
+
+def test_handler_publishing_from_the_consumer_thread(broker, unique_name):
+    # A reply published from inside a handler goes through the separate
+    # publisher connection (py-amqp would recurse if it reused the consumer's).
+    rec = Recorder()
+    replies = px.Proxy("replies", unique_name, {pr.RESPONSE: dispatcher.Handler(rec)},
+                       **conn_kwargs(broker))
+
+    def echo(data, message):
+        proxy.publish(pr.Response(pr.SUCCESS, result=data["i"]), "replies",
+                      correlation_id=str(data["i"]))
+
+    proxy = _proxy(broker, unique_name, echo)
+    with Running(replies), Running(proxy):
+        for i in range(100):
+            proxy.publish(Body({"i": i}), "t")
+        assert rec.wait_count(100)
+    assert [d["data"]["result"] for d, _p, _h in rec.items] == list(range(100))
+
+
+def test_declares_once_and_keeps_one_producer(unique_name, monkeypatch):
+    made, declared = [], []
+    real_init = kombu.Producer.__init__
+    real_declare = kombu.Exchange.declare
+
+    def counting_init(self, *args, **kwargs):
+        made.append(1)
+        real_init(self, *args, **kwargs)
+
+    def counting_declare(self, *args, **kwargs):
+        declared.append(self.name)
+        return real_declare(self, *args, **kwargs)
+
+    monkeypatch.setattr(kombu.Producer, "__init__", counting_init)
+    monkeypatch.setattr(kombu.Exchange, "declare", counting_declare)
+    proxy = px.Proxy("t", unique_name, transport="memory")
+    proxy.publish(Body({}), "t")
+    first_made, first_declared = len(made), len(declared)
+    for _ in range(100):
+        proxy.publish(Body({}), "t")
+    assert len(made) == first_made == 1
+    assert len(declared) == first_declared <= 1
+
+
+def test_unencodable_body_is_a_serialization_failure(unique_name):
+    proxy = px.Proxy("t", unique_name, transport="memory")
+    with pytest.raises(exc.SerializationFailure, match="not JSON serializable"):
+        proxy.publish(Body({"x": object()}), "t")
+
+
+def test_oversized_body_is_refused_before_sending(unique_name):
+    proxy = px.Proxy("t", unique_name, transport="memory", max_body_bytes=100)
+    proxy.publish(Body({"small": "x" * 10}), "t")
+    with pytest.raises(exc.SerializationFailure, match="exceeds the limit of 100 bytes"):
+        proxy.publish(Body({"big": "x" * 200}), "t")
+
+
+def test_malformed_messages_do_not_stop_the_loop(broker, unique_name, caplog):
+    rec = Recorder()
+    rejected = []
+    proxy = _proxy(broker, unique_name, rec, on_reject=lambda m, r: rejected.append(r),
+                   max_body_bytes=1000)
+    sender = RawSender(unique_name, **conn_kwargs(broker))
+    try:
+        with Running(proxy):
+            sender.send("{not json", "t", type="REQUEST")
+            sender.send(b"\x80\x04pickle", "t", content_type="application/x-python-serialize",
+                        type="REQUEST")
+            sender.send('{"big": "' + "z" * 2000 + '"}', "t", type="REQUEST")
+            sender.send('{"fine": true}', "t", type="REQUEST")
+            assert rec.wait_count(1)
+    finally:
+        sender.close()
+    assert [d for d, _p, _h in rec.items] == [{"fine": True}]
+    assert len(rejected) == 3
+    assert "undecodable body" in rejected[0]
+    assert "undecodable body" in rejected[1] and "pickle" in rejected[1]
+    assert "exceeds the limit of 1000 bytes" in rejected[2]
+
+
+def test_handler_crash_is_survived(broker, unique_name, caplog):
+    rec = Recorder()
+
+    def handler(data, message):
+        if data.get("crash"):
+            raise RuntimeError("handler exploded")
+        rec(data, message)
+
+    with Running(_proxy(broker, unique_name, handler)) as proxy:
+        proxy.publish(Body({"crash": True}), "t")
+        proxy.publish(Body({"crash": False}), "t")
+        assert rec.wait_count(1)
+    assert "handler exploded" in caplog.text
+
+
+def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, caplog):
+    # Given a consume loop whose connection breaks once while draining,
+    monkeypatch.setattr(px, "RECONNECT_BACKOFF_S", 0.01)
+    rec = Recorder()
+    starts = []
+    proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
+                     transport="memory", on_start=lambda: starts.append(1))
+    from flowengine.engines.worker_based.transports import memory as mem
+    real_drain = mem.Transport.drain_events
+    broken = threading.Event()
+
+    def flaky_drain(self, connection, timeout=None):
+        if not broken.is_set():
+            broken.set()
+            raise ConnectionResetError("broker went away")
+        return real_drain(self, connection, timeout=timeout)
+
+    monkeypatch.setattr(mem.Transport, "drain_events", flaky_drain)
+    with caplog.at_level(logging.ERROR), Running(proxy):
+        assert broken.wait(WAIT_S)
+        # When a message is published after the break,
+        proxy.publish(Body({"after": "reconnect"}), "t")
+        # Then it is still consumed (the loop reconnected and re-consumed).
+        assert rec.wait_count(1)
+    assert len(starts) >= 2
+    assert "lost" in caplog.text and "broker went away" in caplog.text
+
+
+def test_on_wait_runs_while_idle(unique_name):
+    calls = threading.Event()
+    proxy = px.Proxy("t", unique_name, transport="memory", on_wait=calls.set,
+                     on_wait_period_s=0.02)
+    with Running(proxy):
+        assert calls.wait(WAIT_S)
+
+
+def test_failing_callbacks_are_contained(unique_name, caplog):
+    ticks = []
+
+    def on_wait():
+        ticks.append(1)
+        raise RuntimeError("on_wait exploded")
+
+    proxy = px.Proxy("t", unique_name, transport="memory", on_wait=on_wait,
+                     on_wait_period_s=0.01)
+    with Running(proxy):
+        deadline = time.monotonic() + WAIT_S
+        while len(ticks) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proxy.is_running
+    assert len(ticks) >= 3 and "on_wait exploded" in caplog.text
+
+
+def test_stop_is_prompt(broker, unique_name):
+    proxy = _proxy(broker, unique_name, Recorder())
+    thread = threading.Thread(target=proxy.start, daemon=True)
+    thread.start()
+    assert proxy.wait(WAIT_S)
+    start = time.monotonic()
+    proxy.stop()
+    thread.join(WAIT_S)
+    assert not thread.is_alive()
+    # The wake-up message ends the loop well before the drain timeout.
+    assert time.monotonic() - start < px.ON_WAIT_PERIOD_S
+
+
+def test_cannot_start_twice_at_once(unique_name):
+    proxy = px.Proxy("t", unique_name, transport="memory")
+    with Running(proxy):
+        with pytest.raises(RuntimeError, match="already running"):
+            proxy.start()
+
+
+def test_can_restart_after_stop(unique_name):
+    rec = Recorder()
+    proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
+                     transport="memory")
+    with Running(proxy):
+        proxy.publish(Body({"round": 1}), "t")
+        assert rec.wait_count(1)
+    running = Running(proxy)
+    running.thread = threading.Thread(target=proxy.start, daemon=True)
+    with running:
+        proxy.publish(Body({"round": 2}), "t")
+        assert rec.wait_count(2)
+
+
+def test_connection_details_never_show_the_password():
+    proxy = px.Proxy("t", "ex", url="amqp://user:s3cret@broker.invalid:5672//",
+                     transport_options={"sentinel_password": "s3cret", "region": "x"})
+    details = proxy.connection_details
+    assert "s3cret" not in repr(details)
+    assert details.uri.startswith("amqp://user:**@broker.invalid")
+    assert details.transport.options == {"sentinel_password": "**", "region": "x"}
+    assert details.transport.driver_type == "amqp"
+    assert px.mask_options({"api_key": 1, "n": 2}) == {"api_key": "**", "n": 2}
+
+
+def test_default_retry_options_and_properties():
+    assert px.Proxy.DEFAULT_RETRY_OPTIONS == {"max_retries": 3, "interval_start": 1,
+                                              "interval_step": 1, "interval_max": 1}
+    proxy = px.Proxy("t", "ex", transport="memory", retry_options={"max_retries": 1})
+    assert proxy._retry_options["max_retries"] == 1
+    assert (proxy.topic, proxy.exchange) == ("t", "ex")
+    assert isinstance(proxy.dispatcher, dispatcher.TypeDispatcher)
+    assert proxy.queues == [px.QueueSpec("ex_t", ("t",), auto_delete=True)]
+    assert not proxy.is_running and proxy.wait(0) is False

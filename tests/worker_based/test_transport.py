@@ -1,0 +1,356 @@
+"""flowengine's kombu transports: whole, ordered, prompt delivery (no polling delay)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+
+import kombu
+import pytest
+
+from flowengine.engines.worker_based import dispatcher, transports
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based.transports import filesystem as fs
+from flowengine.engines.worker_based.transports import memory as mem
+
+WAIT_S = 10.0
+
+
+def fs_conn(folder, **options) -> kombu.Connection:
+    opts = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    opts.update(options)
+    return kombu.Connection("filesystem://localhost",
+                            transport=transports.resolve(None, "filesystem"),
+                            transport_options=opts)
+
+
+def test_resolve_picks_flowengine_transports():
+    assert transports.resolve(None, "memory") == "flowengine-memory"
+    assert transports.resolve(None, "filesystem") == "flowengine-filesystem"
+    assert transports.resolve("memory://", None) == "flowengine-memory"
+    assert transports.resolve("filesystem://", None) == "flowengine-filesystem"
+    assert transports.resolve("redis://h:1/0", None) is None
+    assert transports.resolve(None, "redis") == "redis"
+    original = "kombu.transport.filesystem:Transport"
+    assert transports.resolve(None, original) == original  # opt-out stays possible
+    aliases = kombu.transport.TRANSPORT_ALIASES
+    assert aliases["flowengine-filesystem"].endswith("filesystem:Transport")
+    assert kombu.Connection("memory://", transport="flowengine-memory").transport_cls \
+        == "flowengine-memory"
+
+
+# --- filesystem ---
+
+def test_many_fast_messages_arrive_whole_and_in_order(tmp_path):
+    # Given one producer writing 1,000 messages as fast as it can (many share
+    # a millisecond), some of them large,
+    big = "x" * 100_000
+    with fs_conn(tmp_path) as prod_conn, fs_conn(tmp_path) as cons_conn:
+        consumer_q = cons_conn.SimpleQueue("ordered")
+        producer_q = prod_conn.SimpleQueue("ordered")
+        for i in range(1000):
+            producer_q.put({"i": i, "pad": big if i % 100 == 0 else ""})
+        # When one consumer reads them all,
+        got = []
+        for _ in range(1000):
+            message = consumer_q.get(timeout=WAIT_S)
+            got.append(message.payload)
+            message.ack()
+        consumer_q.close()
+        producer_q.close()
+    # Then every message arrives once, complete, in the order written.
+    assert [m["i"] for m in got] == list(range(1000))
+    assert all(m["pad"] == (big if m["i"] % 100 == 0 else "") for m in got)
+
+
+def test_file_names_sort_in_write_order(tmp_path):
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        for i in range(200):
+            channel._put("q", {"i": i})
+    names = sorted(n for n in os.listdir(tmp_path) if n.endswith(".q.msg"))
+    bodies = [json.loads((tmp_path / n).read_text())["i"] for n in names]
+    assert bodies == list(range(200))
+
+
+def test_readers_never_see_half_written_files(tmp_path):
+    # Given a writer producing large messages and a reader scanning the folder
+    # (without claiming) as fast as it can,
+    stop = threading.Event()
+    partial, whole = [], [0]
+
+    def scan():
+        while not stop.is_set():
+            for name in os.listdir(tmp_path):
+                if not name.endswith(".msg"):
+                    continue
+                try:
+                    raw = (tmp_path / name).read_bytes()
+                except FileNotFoundError:
+                    continue
+                try:
+                    json.loads(raw)
+                    whole[0] += 1
+                except ValueError:
+                    partial.append(name)
+
+    reader = threading.Thread(target=scan, daemon=True)
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        reader.start()
+        for i in range(60):
+            channel._put("big", {"i": i, "pad": "y" * 500_000})
+        stop.set()
+        reader.join(WAIT_S)
+    # Then every file it could see was complete.
+    assert partial == [] and whole[0] > 0
+
+
+def test_two_consumers_never_get_the_same_message(tmp_path):
+    total = 400
+    with fs_conn(tmp_path) as prod:
+        queue = prod.SimpleQueue("shared")
+        for i in range(total):
+            queue.put({"i": i})
+        queue.close()
+    seen: list[list[int]] = [[], []]
+
+    def consume(slot):
+        with fs_conn(tmp_path) as conn:
+            q = conn.SimpleQueue("shared")
+            while True:
+                try:
+                    message = q.get(timeout=0.3)
+                except q.Empty:
+                    break
+                seen[slot].append(message.payload["i"])
+                message.ack()
+            q.close()
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S * 3)
+    everything = seen[0] + seen[1]
+    assert sorted(everything) == list(range(total))  # none lost, none twice
+    assert seen[0] == sorted(seen[0]) and seen[1] == sorted(seen[1])
+
+
+def test_concurrent_bindings_on_a_fresh_folder_are_all_kept(tmp_path):
+    barrier = threading.Barrier(12)
+
+    def bind(i):
+        with fs_conn(tmp_path) as conn:
+            channel = conn.channel()
+            barrier.wait(WAIT_S)
+            channel._queue_bind("race-ex", f"key{i}", "", f"queue{i}")
+
+    threads = [threading.Thread(target=bind, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S)
+    with fs_conn(tmp_path) as conn:
+        table = conn.channel().get_table("race-ex")
+    assert sorted(q.queue for q in table) == sorted(f"queue{i}" for i in range(12))
+
+
+def test_binding_table_changes_are_seen_at_once(tmp_path):
+    with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
+        reader, writer = reader_conn.channel(), writer_conn.channel()
+        writer._queue_bind("tbl", "k1", "", "queue1")
+        assert [q.queue for q in reader.get_table("tbl")] == ["queue1"]
+        assert reader.get_table("tbl") == reader.get_table("tbl")  # cached
+        # Remove one entry and add one of the same length within one tick:
+        writer._delete("queue1", "tbl", "k1", "")
+        writer._queue_bind("tbl", "k2", "", "queue2")
+        assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
+        assert reader.get_table("absent") == []
+
+
+def test_default_control_folder_is_shared_not_cwd(tmp_path):
+    inbox, outbox = tmp_path / "in", tmp_path / "out"
+    with kombu.Connection("filesystem://localhost", transport="flowengine-filesystem",
+                          transport_options={"data_folder_in": str(inbox),
+                                             "data_folder_out": str(outbox)}) as conn:
+        channel = conn.channel()
+        assert channel.control_folder == tmp_path / "control"
+        assert inbox.is_dir() and outbox.is_dir()  # created when missing
+    with kombu.Connection("filesystem://localhost", transport="flowengine-filesystem",
+                          transport_options={"data_folder": str(tmp_path / "all")}) as conn:
+        channel = conn.channel()
+        assert channel.data_folder_in == channel.data_folder_out == \
+            str(tmp_path / "all" / "messages")
+        assert channel.control_folder == tmp_path / "all" / "control"
+
+
+def test_corrupt_file_is_dropped_not_fatal(tmp_path, caplog):
+    with fs_conn(tmp_path) as conn:
+        queue = conn.SimpleQueue("q")
+        (tmp_path / "00000000000000000001_1_deadbeef.q.msg").write_bytes(b"{half")
+        queue.put({"ok": True})
+        message = queue.get(timeout=WAIT_S)
+        assert message.payload == {"ok": True}
+        message.ack()
+        queue.close()
+    assert "unreadable message file" in caplog.text
+
+
+def test_polling_fallback_without_inotify(tmp_path, monkeypatch):
+    monkeypatch.setattr(fs, "_LIBC", None)
+    with fs_conn(tmp_path) as prod, fs_conn(tmp_path) as cons:
+        cq = cons.SimpleQueue("p")
+        pq = prod.SimpleQueue("p")
+        got = []
+        t = threading.Thread(target=lambda: got.append(cq.get(timeout=WAIT_S)))
+        t.start()
+        time.sleep(0.05)  # let the consumer block first (not synchronisation)
+        pq.put({"n": 1})
+        t.join(WAIT_S)
+        assert got and got[0].payload == {"n": 1}
+        assert not cons.transport._watcher.active
+        got[0].ack()
+        cq.close()
+        pq.close()
+
+
+# --- memory ---
+
+def test_memory_consumer_wakes_at_once_on_put():
+    name = f"wake-{time.monotonic_ns()}"
+    with kombu.Connection("memory://localhost", transport="flowengine-memory") as prod, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as cons:
+        cq, pq = cons.SimpleQueue(name), prod.SimpleQueue(name)
+        delays = []
+        for _ in range(20):
+            got = threading.Event()
+            stamp = []
+
+            def wait_one():
+                message = cq.get(timeout=WAIT_S)
+                stamp.append(time.perf_counter())
+                message.ack()
+                got.set()
+
+            t = threading.Thread(target=wait_one)
+            t.start()
+            time.sleep(0.002)  # let it block in drain_events (not synchronisation)
+            sent = time.perf_counter()
+            pq.put({"x": 1})
+            assert got.wait(WAIT_S)
+            t.join(WAIT_S)
+            delays.append(stamp[0] - sent)
+        cq.close()
+        pq.close()
+    # kombu's own memory transport sleeps 1 s between empty polls.
+    assert statistics.median(delays) < 0.02, delays
+
+
+def test_memory_interoperates_with_kombus_memory_transport():
+    name = f"interop-{time.monotonic_ns()}"
+    with kombu.Connection("memory://localhost",
+                          transport="kombu.transport.memory:Transport") as plain, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as ours:
+        cq, pq = ours.SimpleQueue(name), plain.SimpleQueue(name)
+        pq.put({"from": "kombu"})
+        message = cq.get(timeout=WAIT_S)
+        assert message.payload == {"from": "kombu"}
+        message.ack()
+        cq.close()
+        pq.close()
+    assert mem.IDLE_RECHECK_S <= 0.1
+
+
+# --- request/reply round trip through two proxies ---
+
+def _round_trips(transport, options, count=200):
+    exchange = f"rt{time.monotonic_ns()}"
+    replied = threading.Event()
+
+    def on_request(data, message):
+        server.publish(pr.Response(pr.SUCCESS, result=data["n"]),
+                       message.properties["reply_to"],
+                       correlation_id=message.properties["correlation_id"])
+
+    server = px.Proxy("server", exchange, {pr.REQUEST: dispatcher.Handler(on_request)},
+                      transport=transport, transport_options=options)
+    client = px.Proxy("client", exchange,
+                      {pr.RESPONSE: dispatcher.Handler(lambda d, m: replied.set())},
+                      transport=transport, transport_options=options)
+    threads = [threading.Thread(target=p.start, daemon=True) for p in (server, client)]
+    for t in threads:
+        t.start()
+    assert server.wait(WAIT_S) and client.wait(WAIT_S)
+
+    class Ping(pr.Message):
+        TYPE = pr.REQUEST
+
+        def __init__(self, n):
+            self.n = n
+
+        def to_dict(self):
+            return {"n": self.n}
+
+    times = []
+    try:
+        for n in range(count):
+            replied.clear()
+            start = time.perf_counter()
+            client.publish(Ping(n), "server", reply_to="client", correlation_id=str(n))
+            assert replied.wait(WAIT_S)
+            times.append(time.perf_counter() - start)
+    finally:
+        server.stop()
+        client.stop()
+        for t in threads:
+            t.join(WAIT_S)
+    return times
+
+
+@pytest.mark.parametrize("transport", ["memory", "filesystem"])
+def test_in_process_round_trip_is_fast(transport, tmp_path, capsys):
+    options = {"data_folder": str(tmp_path)} if transport == "filesystem" else None
+    times = _round_trips(transport, options)
+    median = statistics.median(times) * 1000
+    p90 = sorted(times)[int(len(times) * 0.9)] * 1000
+    with capsys.disabled():
+        print(f"\n[round trip] {transport}: median {median:.3f} ms, p90 {p90:.3f} ms")
+    # Polling transports cost ~1 s per hop; ours answer within milliseconds.
+    assert median < (5 if transport == "memory" else 25), times
+
+
+@pytest.mark.slow  # thousands of files on a shared disk: a few seconds
+def test_concurrent_producer_and_consumer_keep_order(tmp_path):
+    # Given a folder crowded with other queues' files (so listing it is not
+    # one atomic read) and a consumer reading while a producer writes,
+    total = 1500
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        for i in range(1000):
+            channel._put("crowd", {"i": i})
+    got = []
+
+    def consume():
+        with fs_conn(tmp_path) as conn:
+            q = conn.SimpleQueue("live")
+            for _ in range(total):
+                message = q.get(timeout=WAIT_S)
+                got.append(message.payload["i"])
+                message.ack()
+            q.close()
+
+    consumer = threading.Thread(target=consume)
+    with fs_conn(tmp_path) as prod:
+        q = prod.SimpleQueue("live")
+        consumer.start()
+        for i in range(total):
+            q.put({"i": i})
+        consumer.join(WAIT_S * 3)
+        q.close()
+    # Then it still sees them in the order written.
+    assert got == list(range(total))
