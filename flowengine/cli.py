@@ -233,6 +233,8 @@ def _tail(path: str, lines: int = 20) -> str:
 
 def run_demo(args: argparse.Namespace) -> int:
     """Start worker processes, run the demo flow on them, print the result."""
+    from kombu.utils.url import maybe_sanitize_url
+
     from flowengine import engines
     from flowengine.demo import flow as demo_flow
     from flowengine.engines.worker_based import executor as wbe
@@ -250,12 +252,19 @@ def run_demo(args: argparse.Namespace) -> int:
             options = {"data_folder": tmp}
         # A fresh exchange per run: old queues on a real broker cannot interfere.
         exchange = f"{DEMO_EXCHANGE}-{uuid.uuid4().hex[:8]}"
-        where = args.url or f"filesystem transport in {tmp}"
+        where = (maybe_sanitize_url(args.url) if args.url
+                 else f"filesystem transport in {tmp}")
         print(f"Starting {args.workers} worker processes ({where})...", flush=True)
         procs: list[subprocess.Popen] = []
         logs: list[str] = []
         executor = None
         try:
+            # Listening before the workers start: each one's announcement
+            # reaches us (a NOTIFY to their shared topic would reach only one).
+            executor = wbe.WorkerTaskExecutor(
+                uuid=uuid.uuid4().hex, exchange=exchange, topics=[DEMO_TOPIC],
+                url=args.url, transport=transport, transport_options=options or None)
+            executor.start()
             cmd = _worker_command(exchange, DEMO_TOPIC, args.url, transport, options)
             for i in range(args.workers):
                 log_path = os.path.join(tmp, f"worker-{i}.log")
@@ -263,10 +272,6 @@ def run_demo(args: argparse.Namespace) -> int:
                 with open(log_path, "wb") as log:
                     procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                                   env=_child_env()))
-            executor = wbe.WorkerTaskExecutor(
-                uuid=uuid.uuid4().hex, exchange=exchange, topics=[DEMO_TOPIC],
-                url=args.url, transport=transport, transport_options=options or None)
-            executor.start()
             missing = executor.wait_for_workers(args.workers, DEMO_WORKER_START_TIMEOUT_S)
             if missing:
                 print(f"flowengine demo: {missing} of {args.workers} workers did not"

@@ -129,6 +129,16 @@ def _describe(value: Any) -> str:
     return f"of type {type(value).__name__}"
 
 
+def _snapshot(ad: models.AtomDetail) -> tuple[Any, ...]:
+    """What ``AtomDetail.put`` may change (a retry's history is appended in place)."""
+    results = list(ad.results) if isinstance(ad, models.RetryDetail) else ad.results
+    return (ad.state, results, ad.failure, ad.revert_results, ad.revert_failure)
+
+
+def _restore(ad: models.AtomDetail, snapshot: tuple[Any, ...]) -> None:
+    (ad.state, ad.results, ad.failure, ad.revert_results, ad.revert_failure) = snapshot
+
+
 class Storage:
     """Interface between engines and a flow detail (and its backend).
 
@@ -396,8 +406,16 @@ class Storage:
             is_failure = isinstance(result, ft.Failure)
             if state == states.SUCCESS and not is_failure and ad.intention == states.EXECUTE:
                 self._check_all_results_provided(atom_name, result)
+            before = _snapshot(ad)
             if ad.put(state, result):
-                self._save_atom(ad)
+                try:
+                    self._save_atom(ad)
+                except exc.SerializationFailure:
+                    # The backend refused the value before writing anything:
+                    # keep memory equal to what is stored, let the caller
+                    # record this as the atom's failure.
+                    _restore(ad, before)
+                    raise
             if is_failure and state in (states.FAILURE, states.REVERT_FAILURE):
                 key = states.EXECUTE if state == states.FAILURE else states.REVERT
                 self._failures.setdefault(atom_name, {})[key] = result
@@ -538,10 +556,14 @@ class Storage:
                     self._flowdetail.add(ad)
                     self._details[ad.name] = ad
                 else:
-                    if not isinstance(ad.results, dict):
-                        ad.results = {}
+                    old_results = ad.results
+                    ad.results = dict(old_results) if isinstance(old_results, dict) else {}
                     ad.results.update(pairs)
-                    self._save_atom(ad)
+                    try:
+                        self._save_atom(ad)
+                    except exc.SerializationFailure:
+                        ad.results = old_results  # nothing was stored
+                        raise
                 provider = self.injector_name
                 names = list(ad.results)
             self._set_result_mapping(provider, {name: name for name in names})

@@ -102,7 +102,7 @@ def test_request_timeout_when_no_worker_can_take_it():
     assert event == base.EXECUTED
     assert isinstance(result, ft.Failure) and result.check(exc.RequestTimeout)
     assert "WAITING" in result.exception_str
-    assert 0.15 < took < 1.5
+    assert 0.15 < took < 3.0
 
 
 def test_request_timeout_when_pending_and_late_replies_are_ignored():
@@ -182,7 +182,7 @@ def test_worker_started_after_executor_gets_waiting_request():
             started = time.monotonic()
             # Then the request runs at once (no NOTIFY period to wait out)
             assert fut.result(WAIT_S) == (base.EXECUTED, "late")
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 2.5  # far below the 5 s beat
 
 
 def test_worker_on_unlisted_topic_is_learned_from_its_announcement():
@@ -262,16 +262,16 @@ def test_worker_expiry_after_silence():
         # Then the executor forgets it after worker_expiry seconds
         started = time.monotonic()
         assert wait_workers(executor, lambda f: f.total_workers == 0)
-        assert 0.25 < time.monotonic() - started < 2.0
+        assert 0.25 < time.monotonic() - started < 3.0
 
 
 def test_live_worker_does_not_expire():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]), \
-            running_executor(exchange, ["t"], worker_expiry=0.3) as executor:
+            running_executor(exchange, ["t"], worker_expiry=0.6) as executor:
         assert executor.wait_for_workers(1, WAIT_S) == 0
-        # It keeps answering the NOTIFY beat (every 0.1 s): still known later
-        assert not wait_workers(executor, lambda f: f.total_workers == 0, timeout=0.8)
+        # It keeps answering the NOTIFY beat (every 0.2 s): still known later
+        assert not wait_workers(executor, lambda f: f.total_workers == 0, timeout=1.0)
 
 
 def test_leaving_worker_is_forgotten_at_once():
@@ -376,13 +376,13 @@ def test_lost_request_fails_after_max_attempts():
 def test_heartbeats_keep_a_long_request_alive():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]) as fake:
-        cm, executor = _liveness_executor(exchange, ["t"], lost_after_s=0.3)
+        cm, executor = _liveness_executor(exchange, ["t"], lost_after_s=0.5)
         try:
             fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
             assert fake.wait_requests(1)
             message = fake.requests[0][1]
             beat = threading.Event()  # never set: used as a 0.1 s timer
-            for _ in range(8):  # 0.8 s of running, well past lost_after_s
+            for _ in range(9):  # 0.9 s of running, well past lost_after_s
                 fake.reply(message, pr.RUNNING)
                 beat.wait(0.1)
             fake.reply(message, pr.SUCCESS, result=3)
@@ -441,3 +441,18 @@ def test_request_refused_by_a_worker_not_yet_known_is_routed_again():
             assert len(unknown.requests) == 1 and len(capable.requests) == 1
             assert executor.finder.total_workers == 2
             assert capable.requests[0][1].headers[pr.HEADER_ATTEMPT] == 1
+
+
+def test_stop_unbinds_the_reply_queue(tmp_path):
+    # Given an executor on the filesystem transport (kombu ignores auto_delete there)
+    exchange = unique()
+    conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path)}}
+    with running_worker(exchange, "t", [et.Echo], **conn), \
+            running_executor(exchange, ["t"], **conn) as executor:
+        assert executor.execute_task(et.Echo("e"), "u", {"value": 1}).result(WAIT_S)[1] == 1
+        table = (tmp_path / "control" / f"{exchange}.exchange").read_text()
+        reply_queue = pr.reply_queue_name(exchange, executor.uuid)
+        assert reply_queue in table
+        executor.stop()
+        # Then its queue no longer collects announcements meant for live executors
+        assert reply_queue not in (tmp_path / "control" / f"{exchange}.exchange").read_text()

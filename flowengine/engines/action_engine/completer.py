@@ -94,13 +94,18 @@ class Completer:
         if outcome == ex.EXECUTED:
             try:
                 action.complete_execution(atom, result)
-            except exc.ResultMismatch:
+            except (exc.ResultMismatch, exc.SerializationFailure):
                 # The task returned something its `provides` cannot be taken
-                # from: that is the task's failure, resolved like any other.
+                # from, or the backend cannot store (not JSON): that is the
+                # task's failure, resolved like any other.
                 result = ft.Failure()
                 action.complete_execution(atom, result)
         else:
-            action.complete_reversion(atom, result)
+            try:
+                action.complete_reversion(atom, result)
+            except exc.SerializationFailure:
+                result = ft.Failure()
+                action.complete_reversion(atom, result)
         return result
 
     def complete_failure(self, name: str, outcome: str, failure: ft.Failure) -> bool:

@@ -19,9 +19,12 @@ from collections.abc import Callable, Iterable
 from concurrent import futures
 from typing import Any
 
+import kombu
+from kombu.transport import virtual
+
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import dispatcher
+from flowengine.engines.worker_based import dispatcher, transports
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import proxy as px
 from flowengine.engines.worker_based import tracking as tr
@@ -73,6 +76,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
                  root_id: str | None = None, parent_id: str | None = None) -> None:
         self._uuid = uuid
         self._exchange = exchange
+        self._conn_args = (url, transport, dict(transport_options or {}))
         self._transition_timeout = transition_timeout
         self._root_id = root_id
         self._parent_id = parent_id
@@ -175,18 +179,56 @@ class WorkerTaskExecutor(base.TaskExecutor):
             self._proxy.stop()
         except Exception:
             LOG.warning("Failed to stop the reply consumer", exc_info=True)
+        started = bool(self._threads)
         for thread in self._threads:
             if thread is not threading.current_thread():
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
+        if started:
+            self._drop_reply_queue()
         while True:  # whatever the release thread did not consume
             try:
                 self._releases.get_nowait()
             except queue.Empty:
                 break
-        for tracked in self._book.drain():
+        leftovers = self._book.drain()
+        if leftovers:
+            LOG.warning("Executor %s stopped with %d requests unfinished; they fail",
+                        self._uuid, len(leftovers))
+        for tracked in leftovers:
             self._fail(tracked, exc.ExecutionFailure(
-                f"Executor {self._uuid} stopped before request {tracked.request} finished"))
+                f"Executor {self._uuid} stopped before request {tracked.request} finished"),
+                log=False)
+
+    def _drop_reply_queue(self) -> None:
+        """Unbind and empty our reply queue once nobody consumes it.
+
+        kombu's virtual transports (filesystem, redis, memory) ignore
+        auto_delete: left bound, the queue would collect every worker's
+        announcements forever (one more dead queue per engine run).
+        """
+        url, transport, options = self._conn_args
+        if url is None:
+            url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
+        exchange = kombu.Exchange(self._exchange, type="direct", durable=False,
+                                  auto_delete=False)
+        keys = (self._uuid, pr.ANNOUNCE_ROUTING_KEY)
+        queue = kombu.Queue(pr.reply_queue_name(self._exchange, self._uuid), exchange=exchange,
+                            bindings=[kombu.binding(exchange, routing_key=k) for k in keys],
+                            durable=False, auto_delete=True)
+        try:
+            with kombu.Connection(url, transport=transports.resolve(url, transport),
+                                  transport_options=options) as conn:
+                conn.ensure_connection(max_retries=1)
+                bound = queue(conn.default_channel)
+                # Declared again so this connection knows the bindings to remove.
+                bound.declare()
+                bound.delete()
+                if isinstance(conn.default_channel, virtual.Channel):
+                    bound.purge()
+        except Exception:
+            LOG.debug("Could not remove reply queue of executor %s", self._uuid,
+                      exc_info=True)
 
     # -- request path -------------------------------------------------------
 
@@ -236,12 +278,13 @@ class WorkerTaskExecutor(base.TaskExecutor):
                 tr.transition(tracked, pr.FAILURE)
             tracked.resolve(failure)
 
-    def _fail(self, tracked: tr.Tracked, error: exc.FlowEngineError) -> None:
-        """Resolve a request with ``error`` as its failure (logged)."""
+    def _fail(self, tracked: tr.Tracked, error: exc.FlowEngineError, log: bool = True) -> None:
+        """Resolve a request with ``error`` as its failure (logged unless told not to)."""
         try:
             raise error
         except exc.FlowEngineError:
-            LOG.warning("%s", error)
+            if log:
+                LOG.warning("%s", error)
             tracked.resolve(ft.Failure())
 
     # -- replies ------------------------------------------------------------

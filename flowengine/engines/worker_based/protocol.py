@@ -198,7 +198,6 @@ def build_a_machine(freeze: bool = True) -> machines.FiniteMachine:
 # the frozen machine instead of building a machine per request.
 _MACHINE = build_a_machine()
 _TRANSITIONS: dict[tuple[str, str], str] = {(s, e): t for s, e, t in _MACHINE}
-_TERMINAL_STATES = frozenset((SUCCESS, FAILURE))
 
 
 def failure_to_dict(failure: ft.Failure) -> dict[str, Any]:

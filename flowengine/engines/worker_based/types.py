@@ -26,10 +26,6 @@ WORKER_EXPIRY_S = pr.EXPIRES_AFTER_S
 
 _NO_IDENTITY = object()
 
-# topic -> routing key reaching every flowengine worker of the topic (when the
-# protocol defines one; see publish()).
-_BROADCAST_KEY = getattr(pr, "topic_broadcast_routing_key", None)
-
 
 def task_class_name(task: Any) -> str:
     """Return the class name a worker advertises for ``task`` (str passes through)."""
@@ -192,13 +188,11 @@ class ProxyWorkerFinder:
 
     def publish(self) -> None:
         """Send a NOTIFY request to every topic now (answers come to our reply queue)."""
+        # A NOTIFY on a shared topic queue reaches only one of its competing
+        # consumers; the others are learned from their own announcements (at
+        # start and every NOTIFY_PERIOD_S) or when they answer a request.
         with self._cond:
             keys = list(self._topics)
-        if _BROADCAST_KEY is not None:
-            # A NOTIFY on the shared topic queue reaches one of its competing
-            # consumers; the broadcast key (bound by every flowengine worker's
-            # private queue) reaches each of them.
-            keys += [_BROADCAST_KEY(topic) for topic in keys]
         if keys:
             self._proxy.publish(pr.Notify(), keys, reply_to=self._uuid)
         self._messages_published += 1

@@ -1,0 +1,391 @@
+"""SQL backend through SQLAlchemy: ``sqlite:///path`` and ``postgresql://...``.
+
+SQLite is the embedded default (one file, several processes may share it);
+PostgreSQL (driver psycopg 3) serves engines on several machines. ``upgrade()``
+creates or migrates the schema with alembic; call it once before use (the
+``backends.backend(conf)`` context does). Every call runs in one transaction,
+so a reader never sees half of a write and a killed process leaves nothing
+half-written.
+
+Configuration (TaskFlow's names): ``connection`` (the SQLAlchemy URL),
+``echo``, ``idle_timeout`` (seconds before a pooled connection is recycled),
+``max_pool_size``, ``max_overflow``, ``pool_timeout``, ``isolation_level``,
+``engine_args`` (dict passed to ``sqlalchemy.create_engine``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import pool as sa_pool
+
+from flowengine import exceptions as exc
+from flowengine.persistence import base, models
+from flowengine.persistence.backends.sql import migration, rows, tables
+
+__all__ = ["SQLAlchemyBackend", "SQLAlchemyConnection"]
+
+LOG = logging.getLogger(__name__)
+
+#: How long a SQLite writer waits for another process's transaction before
+#: failing. Transactions here are single short statements batches, so a wait
+#: this long means a stuck process, not contention.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: SQLite durability: with WAL, NORMAL survives any process crash (kill -9);
+#: only a power loss may drop the last commits, never corrupt the file.
+#: FULL would add a disk flush per saved state change.
+SQLITE_SYNCHRONOUS = "NORMAL"
+#: Recycle pooled server connections after this long (servers drop idle ones).
+POOL_RECYCLE_S = 3600
+#: Key of the PostgreSQL advisory lock serialising concurrent upgrade() calls
+#: ("flowengine" in ASCII, truncated to fit a bigint).
+PG_MIGRATION_LOCK_KEY = 0x666C6F77656E67
+#: DBAPI driver used for a bare ``postgresql://`` URL (psycopg 3, binary wheels).
+PG_DEFAULT_DRIVER = "psycopg"
+# URLs meaning an in-memory SQLite database (one per engine: keep a single connection).
+_SQLITE_IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("0", "false", "no", "off", "")
+    return bool(value)
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Let SQLAlchemy's "begin" event issue BEGIN (pysqlite's own deferred
+    # BEGIN would let two writers deadlock instead of waiting).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    try:
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
+        cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Any) -> None:
+    # Take the write lock up front: waits (busy_timeout) instead of failing
+    # when another process writes, and no read-then-write upgrade deadlock.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class SQLAlchemyBackend(base.Backend):
+    """A backend storing logbooks, flow and atom details in SQL tables.
+
+    ``engine`` may be an existing SQLAlchemy engine (then not disposed on close).
+    """
+
+    def __init__(self, conf: dict[str, Any] | None = None, engine: Any = None) -> None:
+        super().__init__(conf)
+        if engine is None and not self._conf.get("connection"):
+            raise ValueError("The SQL backend needs a 'connection' URL, e.g."
+                             " 'sqlite:///flows.db' or 'postgresql://user@host/db'")
+        self._engine = engine
+        self._owns_engine = engine is None
+
+    def _create_engine(self) -> sa.engine.Engine:
+        conf = dict(self._conf)
+        url = sa.engine.make_url(conf["connection"])
+        if url.drivername == "postgresql":
+            # The driver flowengine depends on ('sql' extra), whatever
+            # SQLAlchemy's default for a bare 'postgresql://' is.
+            url = url.set(drivername=f"postgresql+{PG_DEFAULT_DRIVER}")
+        args: dict[str, Any] = {"echo": _as_bool(conf.get("echo", False)),
+                                "pool_recycle": int(conf.get("idle_timeout", POOL_RECYCLE_S))}
+        is_sqlite = url.get_backend_name() == "sqlite"
+        if is_sqlite:
+            if conf["connection"].strip().lower() in _SQLITE_IN_MEMORY:
+                # One shared connection, or each checkout sees an empty database.
+                args["poolclass"] = sa_pool.StaticPool
+                args["connect_args"] = {"check_same_thread": False}
+        else:
+            # Defaults are fine for the server pool; TaskFlow's option names.
+            for key, arg in (("max_pool_size", "pool_size"), ("max_overflow", "max_overflow"),
+                             ("pool_timeout", "pool_timeout")):
+                if key in conf:
+                    args[arg] = int(conf[key])
+            # Read committed: each statement sees committed data, no dirty reads.
+            args["isolation_level"] = conf.get("isolation_level", "READ COMMITTED")
+        args.update(conf.get("engine_args") or {})
+        engine = sa.create_engine(url, **args)
+        if is_sqlite:
+            sa.event.listen(engine, "connect", _sqlite_on_connect)
+            sa.event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+
+    @property
+    def engine(self) -> sa.engine.Engine:
+        """The SQLAlchemy engine (created on first use)."""
+        if self._engine is None:
+            try:
+                self._engine = self._create_engine()
+            except (sa_exc.SQLAlchemyError, ImportError, ValueError) as e:
+                raise exc.StorageFailure(f"Cannot create a SQL engine for"
+                                         f" {self._safe_url()}: {e}", cause=e) from e
+        return self._engine
+
+    def _safe_url(self) -> str:
+        try:
+            return sa.engine.make_url(self._conf["connection"]).render_as_string(
+                hide_password=True)
+        except Exception:
+            return "<unparsable URL>"
+
+    def get_connection(self) -> SQLAlchemyConnection:
+        """Return a connection (cheap: connections come from the engine's pool)."""
+        return SQLAlchemyConnection(self)
+
+    def close(self) -> None:
+        """Dispose of the engine's pooled connections (if this backend made the engine)."""
+        if self._engine is not None and self._owns_engine:
+            self._engine.dispose()
+            self._engine = None
+
+
+def _is_missing_schema(error: Exception) -> bool:
+    text = str(error).lower()
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
+
+
+class SQLAlchemyConnection(base.Connection):
+    """A connection to a SQLAlchemyBackend: each call is one transaction."""
+
+    def __init__(self, backend: SQLAlchemyBackend) -> None:
+        self._backend = backend
+        self._engine = backend.engine
+        self._dialect = self._engine.dialect.name
+
+    @property
+    def backend(self) -> SQLAlchemyBackend:
+        """The backend this connection belongs to."""
+        return self._backend
+
+    def close(self) -> None:
+        """Nothing held between calls (pooled connections go back after each)."""
+
+    @contextlib.contextmanager
+    def _txn(self) -> Iterator[sa.engine.Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except exc.FlowEngineError:
+            raise
+        except sa_exc.SQLAlchemyError as e:
+            hint = " (schema missing: call upgrade() first)" if _is_missing_schema(e) else ""
+            raise exc.StorageFailure(f"Storage backend internal error"
+                                     f" ({self._backend._safe_url()}){hint}: {e}",
+                                     cause=e) from e
+
+    # Schema.
+
+    def validate(self) -> None:
+        """Connect and check the schema is at this flowengine's revision."""
+        with self._txn() as conn:
+            current = migration.current_revision(conn)
+        head = migration.head_revision()
+        if current != head:
+            raise exc.StorageFailure(f"SQL schema of {self._backend._safe_url()} is at"
+                                     f" revision {current!r}, expected {head!r}:"
+                                     " call upgrade()")
+
+    def upgrade(self) -> None:
+        """Create or migrate the schema to the newest revision (alembic)."""
+        with self._txn() as conn:
+            if self._dialect == "postgresql":
+                # Several engines may start at once: one migrates, others wait.
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
+                             {"k": PG_MIGRATION_LOCK_KEY})
+            migration.db_sync(conn)
+
+    def clear_all(self) -> None:
+        """Delete every logbook, flow detail and atom detail."""
+        with self._txn() as conn:
+            for table in (tables.ATOMS, tables.FLOWS, tables.LOGBOOKS):
+                conn.execute(table.delete())
+
+    # Writing.
+
+    def _upsert(self, conn: sa.engine.Connection, table: sa.Table,
+                values: list[dict[str, Any]]) -> None:
+        """Insert rows or update them; a row's parent is kept when none is given."""
+        if not values:
+            return
+        if self._dialect in ("sqlite", "postgresql"):
+            if self._dialect == "sqlite":
+                from sqlalchemy.dialects.sqlite import insert
+            else:
+                from sqlalchemy.dialects.postgresql import insert
+            stmt = insert(table)
+            updates = {c: stmt.excluded[c] for c in values[0] if c != "uuid"}
+            if "parent_uuid" in updates:
+                updates["parent_uuid"] = sa.func.coalesce(stmt.excluded.parent_uuid,
+                                                          table.c.parent_uuid)
+            conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.uuid],
+                                                    set_=updates), values)
+            return
+        for row in values:  # other dialects: update, else insert
+            changes = {k: v for k, v in row.items()
+                       if k != "uuid" and not (k == "parent_uuid" and v is None)}
+            done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
+                                .values(changes)).rowcount
+            if not done:
+                conn.execute(table.insert().values(row))
+
+    def _update_existing(self, conn: sa.engine.Connection, table: sa.Table,
+                         row: dict[str, Any], kind: str) -> None:
+        changes = {k: v for k, v in row.items() if k not in ("uuid", "parent_uuid")}
+        done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
+                            .values(changes)).rowcount
+        if not done:
+            raise exc.NotFound(f"No {kind} found with uuid '{row['uuid']}'")
+
+    @staticmethod
+    def _atom_rows(fd: models.FlowDetail) -> list[dict[str, Any]]:
+        out = []
+        for ad in fd:
+            row = rows.atom_to_row(ad)
+            row["parent_uuid"] = fd.uuid
+            out.append(row)
+        return out
+
+    def update_atom_details(self, atom_detail: models.AtomDetail,
+                            ignore_missing: bool = False) -> models.AtomDetail:
+        """Save an atom detail (NotFound if unknown, unless ignore_missing)."""
+        row = rows.atom_to_row(atom_detail)  # SerializationFailure before any write
+        with self._txn() as conn:
+            if ignore_missing:
+                row["parent_uuid"] = None
+                self._upsert(conn, tables.ATOMS, [row])
+            else:
+                self._update_existing(conn, tables.ATOMS, row, "AtomDetail")
+        return atom_detail
+
+    def update_flow_details(self, flow_detail: models.FlowDetail,
+                            ignore_missing: bool = False) -> models.FlowDetail:
+        """Save a flow detail and the atom details it contains."""
+        flow_row = rows.flow_to_row(flow_detail)
+        atom_rows = self._atom_rows(flow_detail)
+        with self._txn() as conn:
+            if ignore_missing:
+                flow_row["parent_uuid"] = None
+                self._upsert(conn, tables.FLOWS, [flow_row])
+            else:
+                self._update_existing(conn, tables.FLOWS, flow_row, "FlowDetail")
+            self._upsert(conn, tables.ATOMS, atom_rows)
+        return flow_detail
+
+    def save_logbook(self, book: models.LogBook) -> models.LogBook:
+        """Create or update a logbook with the flow (and atom) details it contains."""
+        book_row = rows.book_to_row(book)
+        flow_rows, atom_rows = [], []
+        for fd in book:
+            row = rows.flow_to_row(fd)
+            row["parent_uuid"] = book.uuid
+            flow_rows.append(row)
+            atom_rows.extend(self._atom_rows(fd))
+        with self._txn() as conn:
+            self._upsert(conn, tables.LOGBOOKS, [book_row])
+            self._upsert(conn, tables.FLOWS, flow_rows)
+            self._upsert(conn, tables.ATOMS, atom_rows)
+        return book
+
+    def destroy_logbook(self, book_uuid: str) -> None:
+        """Delete a logbook and everything it contains (NotFound if unknown)."""
+        flows = sa.select(tables.FLOWS.c.uuid).where(tables.FLOWS.c.parent_uuid == book_uuid)
+        with self._txn() as conn:
+            conn.execute(tables.ATOMS.delete().where(tables.ATOMS.c.parent_uuid.in_(flows)))
+            conn.execute(tables.FLOWS.delete().where(tables.FLOWS.c.parent_uuid == book_uuid))
+            done = conn.execute(tables.LOGBOOKS.delete()
+                                .where(tables.LOGBOOKS.c.uuid == book_uuid)).rowcount
+            if not done:
+                raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
+
+    # Reading.
+
+    @staticmethod
+    def _one(conn: sa.engine.Connection, table: sa.Table, uuid: str, kind: str) -> Any:
+        row = conn.execute(sa.select(table).where(table.c.uuid == uuid)).first()
+        if row is None:
+            raise exc.NotFound(f"No {kind} found with uuid '{uuid}'")
+        return row
+
+    @staticmethod
+    def _flows_with_atoms(conn: sa.engine.Connection, flow_rows: Iterable[Any],
+                          atoms_where: Any, lazy: bool) -> list[models.FlowDetail]:
+        flows = [rows.flow_from_row(r) for r in flow_rows]
+        if lazy or not flows:
+            return flows
+        by_uuid = {fd.uuid: fd for fd in flows}
+        for r in conn.execute(sa.select(tables.ATOMS).where(atoms_where)
+                              .order_by(tables.ATOMS.c.uuid)):
+            fd = by_uuid.get(r.parent_uuid)
+            if fd is not None:
+                fd.add(rows.atom_from_row(r))
+        return flows
+
+    def _books(self, conn: sa.engine.Connection, where: Any, lazy: bool) -> list[models.LogBook]:
+        F, A = tables.FLOWS, tables.ATOMS
+        books = [rows.book_from_row(r)
+                 for r in conn.execute(sa.select(tables.LOGBOOKS).where(where)
+                                       .order_by(tables.LOGBOOKS.c.uuid))]
+        if lazy or not books:
+            return books
+        by_uuid = {b.uuid: b for b in books}
+        book_ids = list(by_uuid)
+        flow_rows = conn.execute(sa.select(F).where(F.c.parent_uuid.in_(book_ids))
+                                 .order_by(F.c.uuid)).all()
+        flow_ids = sa.select(F.c.uuid).where(F.c.parent_uuid.in_(book_ids))
+        flows = self._flows_with_atoms(conn, flow_rows, A.c.parent_uuid.in_(flow_ids), False)
+        for row, fd in zip(flow_rows, flows):
+            by_uuid[row.parent_uuid].add(fd)
+        return books
+
+    def get_logbook(self, book_uuid: str, lazy: bool = False) -> models.LogBook:
+        """Load a logbook (with its flow details unless lazy); NotFound if unknown."""
+        with self._txn() as conn:
+            books = self._books(conn, tables.LOGBOOKS.c.uuid == book_uuid, lazy)
+        if not books:
+            raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
+        return books[0]
+
+    def get_logbooks(self, lazy: bool = False) -> Iterator[models.LogBook]:
+        """Iterate over every stored logbook (read in one transaction)."""
+        with self._txn() as conn:
+            books = self._books(conn, sa.true(), lazy)
+        return iter(books)
+
+    def get_flows_for_book(self, book_uuid: str,
+                           lazy: bool = False) -> Iterator[models.FlowDetail]:
+        """Iterate over the flow details of a logbook (NotFound if unknown)."""
+        F, A = tables.FLOWS, tables.ATOMS
+        with self._txn() as conn:
+            self._one(conn, tables.LOGBOOKS, book_uuid, "logbook")
+            flow_rows = conn.execute(sa.select(F).where(F.c.parent_uuid == book_uuid)
+                                     .order_by(F.c.uuid)).all()
+            flow_ids = sa.select(F.c.uuid).where(F.c.parent_uuid == book_uuid)
+            flows = self._flows_with_atoms(conn, flow_rows, A.c.parent_uuid.in_(flow_ids), lazy)
+        return iter(flows)
+
+    def get_flow_details(self, fd_uuid: str, lazy: bool = False) -> models.FlowDetail:
+        """Load a flow detail (with its atom details unless lazy); NotFound if unknown."""
+        with self._txn() as conn:
+            row = self._one(conn, tables.FLOWS, fd_uuid, "flow detail")
+            return self._flows_with_atoms(conn, [row], tables.ATOMS.c.parent_uuid == fd_uuid,
+                                          lazy)[0]
+
+    def get_atom_details(self, ad_uuid: str) -> models.AtomDetail:
+        """Load an atom detail; NotFound if unknown."""
+        with self._txn() as conn:
+            return rows.atom_from_row(self._one(conn, tables.ATOMS, ad_uuid, "atom detail"))
+
+    def get_atoms_for_flow(self, fd_uuid: str) -> Iterator[models.AtomDetail]:
+        """Iterate over the atom details of a flow detail (NotFound if unknown)."""
+        return iter(self.get_flow_details(fd_uuid, lazy=False))

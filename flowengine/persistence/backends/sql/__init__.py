@@ -1,0 +1,1 @@
+"""SQL schema (tables) and alembic migrations of the SQLAlchemy backend."""

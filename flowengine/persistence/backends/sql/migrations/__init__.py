@@ -1,0 +1,1 @@
+"""Alembic environment of the SQL backend (run by ``Connection.upgrade()``)."""

@@ -1,0 +1,1 @@
+"""Alembic revisions of the SQL backend, oldest first (``NNNN_what.py``)."""

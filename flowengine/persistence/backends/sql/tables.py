@@ -1,0 +1,65 @@
+"""Tables of the SQL backend: logbooks, flowdetails and atomdetails.
+
+Scalar fields (names, states, times) are columns; everything a user's code
+produces (results, failures, metadata, versions) is a JSON document in a
+text column, portable across SQLite, PostgreSQL and MySQL. Each row records
+the model ``format_version`` it was written with, so rows written by a newer
+flowengine are refused with IncompatibleVersion instead of being misread.
+
+This module describes the *current* schema; the alembic revisions in
+``migrations/versions`` build it step by step (keep both in sync).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["ATOMS", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
+
+#: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
+UUID_LENGTH = 64
+# Names and states: long enough for generated names ("module.Class" plus
+# suffixes) while still indexable on MySQL.
+_NAME_LENGTH = 255
+
+METADATA = sa.MetaData()
+
+LOGBOOKS = sa.Table(
+    "logbooks", METADATA,
+    sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
+    sa.Column("name", sa.String(_NAME_LENGTH)),
+    sa.Column("meta", sa.Text),
+    sa.Column("created_at", sa.DateTime(timezone=True)),
+    sa.Column("updated_at", sa.DateTime(timezone=True)),
+    sa.Column("format_version", sa.Integer, nullable=False),
+)
+
+FLOWS = sa.Table(
+    "flowdetails", METADATA,
+    sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
+    # Nullable: a flow detail may be saved before (or without) a logbook.
+    sa.Column("parent_uuid", sa.String(UUID_LENGTH),
+              sa.ForeignKey("logbooks.uuid", ondelete="CASCADE"), index=True),
+    sa.Column("name", sa.String(_NAME_LENGTH)),
+    sa.Column("state", sa.String(_NAME_LENGTH)),
+    sa.Column("meta", sa.Text),
+    sa.Column("format_version", sa.Integer, nullable=False),
+)
+
+ATOMS = sa.Table(
+    "atomdetails", METADATA,
+    sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
+    sa.Column("parent_uuid", sa.String(UUID_LENGTH),
+              sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE"), index=True),
+    sa.Column("name", sa.String(_NAME_LENGTH)),
+    sa.Column("atom_type", sa.String(_NAME_LENGTH)),
+    sa.Column("state", sa.String(_NAME_LENGTH)),
+    sa.Column("intention", sa.String(_NAME_LENGTH)),
+    sa.Column("version", sa.Text),
+    sa.Column("results", sa.Text),
+    sa.Column("failure", sa.Text),
+    sa.Column("revert_results", sa.Text),
+    sa.Column("revert_failure", sa.Text),
+    sa.Column("meta", sa.Text),
+    sa.Column("format_version", sa.Integer, nullable=False),
+)
