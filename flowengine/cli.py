@@ -14,8 +14,9 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from concurrent import futures
 from typing import Any
+
+from flowengine import commands
 
 LOG = logging.getLogger("flowengine.cli")
 
@@ -38,9 +39,6 @@ DEMO_WORKER_STOP_TIMEOUT_S = 10.0
 # Seconds the demo flow may take before the demo gives up (it normally takes
 # well under a second; this only bounds a broken setup).
 DEMO_RUN_TIMEOUT_S = 120.0
-
-# Seconds the worker command waits for running requests after a stop signal.
-WORKER_STOP_JOIN_S = 30.0
 
 
 def _parse_option(text: str) -> tuple[str, Any]:
@@ -69,10 +67,30 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="modules or task classes this worker may run")
     worker.add_argument("--threads", type=int, default=None,
                         help="how many requests run at once")
+    worker.add_argument("--executor", default="threads",
+                        choices=["threads", "thread", "processes", "process"],
+                        help="where task bodies run: pool threads (default), or a child"
+                             " process forked per task (hard time limits kill it)")
+    worker.add_argument("--soft-time-limit", type=float, default=None, metavar="SECONDS",
+                        help="default soft limit: SoftTimeLimitExceeded is raised in the task")
+    worker.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="default hard limit: the task is stopped and fails")
     worker.add_argument("--transport", default=None, help="kombu transport name")
     worker.add_argument("--transport-option", dest="transport_options", default=[],
                         action="append", type=_parse_option, metavar="KEY=VALUE",
                         help="transport option (repeatable; values parsed as JSON)")
+    worker.add_argument("--durable", action="store_true",
+                        help="durable exchange/queues and persistent messages (every"
+                             " executor on the exchange must agree)")
+    worker.add_argument("--secret-file", default=None, metavar="PATH",
+                        help="file of shared signing keys, one a line, the signing key"
+                             " first (default: $FLOWENGINE_SECRET_FILE/$FLOWENGINE_SECRET)")
+    worker.add_argument("--heartbeat-interval", type=float, default=None, metavar="SECONDS",
+                        help="seconds between heartbeats of each held request (default 2;"
+                             " executors declare it lost after 3 missed ones)")
+    worker.add_argument("--compat", default=None, choices=["taskflow"],
+                        help="share the exchange with TaskFlow engines/workers: declare"
+                             " what TaskFlow declares (see the migration guide)")
 
     demo = sub.add_parser("demo", help="run a sample flow on worker processes")
     demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -81,6 +99,10 @@ def _build_parser() -> argparse.ArgumentParser:
                            " folder with the filesystem transport")
     demo.add_argument("--sources", type=int, default=None,
                       help="width of the sample flow (8 gives 32 tasks)")
+    worker.add_argument("--events", action="store_true",
+                        help="publish worker/task events on <exchange>.events (for"
+                             " `flowengine events`; off by default: it costs latency)")
+    commands.add_parsers(sub, _parse_option)  # events, graph, run (H11)
     return parser
 
 
@@ -92,11 +114,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "worker":
         return run_worker(args)
+    if args.command in commands.COMMANDS:
+        return commands.run(args)
     return run_demo(args)
 
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run one worker in this process until SIGINT/SIGTERM."""
+    from flowengine.engines.worker_based import shutdown
     from flowengine.engines.worker_based import worker as wkr
     from flowengine.utils import threading_utils as tu
 
@@ -104,47 +129,40 @@ def run_worker(args: argparse.Namespace) -> int:
     if threads < 1:
         print("flowengine worker: --threads must be at least 1", file=sys.stderr)
         return 2
-    # The standard library pool wakes its idle threads at once on shutdown
-    # (futurist's sleeps up to a second in each), so a stop is immediate.
-    pool = futures.ThreadPoolExecutor(max_workers=threads,
-                                      thread_name_prefix="flowengine-request")
+    for option in ("soft_time_limit", "time_limit"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            print(f"flowengine worker: --{option.replace('_', '-')} must be > 0",
+                  file=sys.stderr)
+            return 2
     worker = wkr.Worker(exchange=args.exchange, topic=args.topic, tasks=list(args.tasks),
-                        executor=pool, url=args.url, transport=args.transport,
-                        transport_options=dict(args.transport_options) or None)
-    stop = threading.Event()
-    signals_seen = []
+                        executor=args.executor, threads_count=threads, url=args.url,
+                        transport=args.transport,
+                        transport_options=dict(args.transport_options) or None,
+                        soft_time_limit=args.soft_time_limit, time_limit=args.time_limit,
+                        durable=args.durable, secret=_read_secret_file(args.secret_file),
+                        heartbeat_interval=args.heartbeat_interval,
+                        compat=args.compat,  # mixed fleets with TaskFlow (H12)
+                        events=args.events)
+    # SIGINT/SIGTERM: warm shutdown; a second one: cold (see shutdown.py).
+    stopper = shutdown.Shutdown(worker, display_banner=True, banner_writer=_print_banner)
+    stopper.install_signal_handlers()
+    status = stopper.serve()
+    if status == shutdown.EXIT_COLD:
+        # Request threads may be parked (or still in a body that cannot be
+        # stopped): leave without waiting for them.
+        logging.shutdown()
+        os._exit(status)
+    return status
 
-    def on_signal(signum: int, frame: Any) -> None:
-        signals_seen.append(signum)
-        if len(signals_seen) > 1:
-            # Second signal: do not wait for running requests any longer.
-            LOG.warning("Second signal %s: exiting now", signal.Signals(signum).name)
-            os._exit(1)
-        LOG.info("Signal %s: stopping the worker (finishing running requests)",
-                 signal.Signals(signum).name)
-        stop.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    failed = []
+def _read_secret_file(path: str | None) -> list[str] | None:
+    """Keys in ``--secret-file`` (None: fall back to the environment)."""
+    if path is None:
+        return None
+    from flowengine.engines.worker_based import signing
 
-    def serve() -> None:
-        try:
-            worker.run(display_banner=True, banner_writer=_print_banner)
-        except Exception:
-            LOG.exception("Worker stopped on an error")
-            failed.append(True)
-        finally:
-            stop.set()
-
-    runner = threading.Thread(target=serve, name="flowengine-worker", daemon=True)
-    runner.start()
-    stop.wait()
-    worker.stop()
-    # Warm shutdown: requests already running finish and are answered.
-    pool.shutdown(wait=True)
-    runner.join(WORKER_STOP_JOIN_S)
-    return 1 if failed else 0
+    return signing.read_key_file(path)
 
 
 def _print_banner(text: str) -> None:
@@ -180,6 +198,9 @@ class _Progress:
                 # Not a terminal (a log, a pipe): one line per tenth, not per task.
                 self._stream.write(line + "\n")
             self._stream.flush()
+
+    def start(self) -> None:
+        """Nothing to draw before the first task ends."""
 
     def finish(self) -> None:
         """End the live line."""
@@ -285,8 +306,17 @@ def run_demo(args: argparse.Namespace) -> int:
             flow = demo_flow.make_flow(sources)
             total = demo_flow.task_count(sources)
             engine = engines.load(flow, engine="worker-based", executor=executor)
-            progress = _Progress(total, sys.stdout)
-            engine.atom_notifier.register("*", progress.on_task)
+            progress: Any
+            if sys.stdout.isatty():
+                # The live display `flowengine run` uses (rich): bars per task.
+                from flowengine.commands import progress as progress_mod
+
+                progress = progress_mod.FlowProgress(total, description="demo")
+                progress.attach(engine)
+            else:
+                progress = _Progress(total, sys.stdout)
+                engine.atom_notifier.register("*", progress.on_task)
+            progress.start()
             errors: list[BaseException] = []
 
             def run() -> None:

@@ -269,3 +269,56 @@ def raise_with_cause(exc_cls: type[FlowEngineError], message: Any, *args: Any,
     if cause is None:
         cause = sys.exc_info()[1]
     raise exc_cls(message, *args, cause=cause, **kwargs) from cause
+
+
+# Worker time limits and shutdown (worker-based engine).
+
+class SoftTimeLimitExceeded(TimeoutFailure):
+    """Raised inside a task body when its soft time limit passes (it may clean up)."""
+
+    # A default message: a worker may raise the class itself inside a thread.
+    def __init__(self, message: Any = "soft time limit exceeded",
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, cause=cause)
+
+
+class TimeLimitExceeded(TimeoutFailure):
+    """A task body ran past its hard time limit and was stopped (killed or interrupted)."""
+
+    def __init__(self, message: Any = "hard time limit exceeded",
+                 cause: BaseException | None = None) -> None:
+        super().__init__(message, cause=cause)
+
+
+class TaskProcessDied(ExecutionFailure):
+    """The child process running a task body ended without reporting an outcome."""
+
+
+class WorkerShutdown(ExecutionFailure):
+    """A worker gave a request back unfinished because it is shutting down (retry elsewhere)."""
+
+
+class RequestLost(ExecutionFailure):
+    """A remote request's workers kept falling silent; it was given up after its attempts."""
+
+
+class RequestExpired(RequestTimeout):
+    """A worker dropped a request unrun: its ``expires`` time had passed."""
+
+
+# Broker connections and message authenticity (worker-based engine).
+
+class RecoverableError(FlowEngineError):
+    """Base of errors that may go away by themselves: the same call can succeed later."""
+
+
+class BrokerUnavailable(RecoverableError, ExecutionFailure):
+    """The message broker could not be reached (recoverable: retry once it is back)."""
+
+
+class PublishTimeout(BrokerUnavailable):
+    """A message could not be published within its time bound (recoverable)."""
+
+
+class UnverifiedMessage(InvalidFormat):
+    """A message is unsigned or badly signed while signing is required (never retried)."""

@@ -255,8 +255,13 @@ def _start_with_retries(make: Callable[[], BrokerProcess]) -> BrokerProcess:
     raise BrokerUnavailable("\n---\n".join(errors))
 
 
-def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S) -> BrokerProcess:
-    """Start redis-server on a free loopback port; raise BrokerUnavailable."""
+def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S, *,
+                persistent: bool = False) -> BrokerProcess:
+    """Start redis-server on a free loopback port; raise BrokerUnavailable.
+
+    ``persistent=True`` turns on the append-only file with an fsync per write,
+    so what was written survives ``kill()`` (for durable-topology tests).
+    """
     binary = redis_binary()
     if binary is None:
         raise BrokerUnavailable("redis-server not found on PATH (apt-get install redis-server)")
@@ -266,8 +271,9 @@ def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S) -> BrokerProcess:
         port = free_port()
         log = os.path.join(wd, "redis.log")
         cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", wd,
-               # no persistence: a throwaway broker
-               "--save", "", "--appendonly", "no",
+               # no persistence (a throwaway broker) unless asked for
+               "--save", "", "--appendonly", "yes" if persistent else "no",
+               "--appendfsync", "always",
                "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
         return BrokerProcess("redis", f"redis://127.0.0.1:{port}/0", port, wd, log, launches=[
             _Launch(cmd, log, None, lambda: _redis_ping(port), timeout_s)])

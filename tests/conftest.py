@@ -50,6 +50,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "broker: needs a real message broker server (redis-server or rabbitmq-server)")
     config.addinivalue_line("markers", "slow: takes more than a couple of seconds")
+    # Used at import time by tests/engines/conftest.py, before its own hooks run.
+    config.addinivalue_line(
+        "markers", "worker_processes: runs on `flowengine worker` processes over a broker")
 
 
 def _unavailable(reason: str) -> None:

@@ -26,6 +26,13 @@ EXPECTED = {
         "refunded 120",
         "released seat-12A",
     ],
+    # Persistence: the engine process is killed mid-'charge'; resumed here.
+    "resume_after_crash.py": [
+        "killed the engine process while 'charge' was running",
+        "saved states: reserve=SUCCESS charge=RUNNING ship=PENDING",
+        "resumed flow ended SUCCESS",
+        "executions: reserve=1 charge=2 ship=1",
+    ],
 }
 
 

@@ -55,6 +55,51 @@ OUT_OF_PROCESS_KINDS.add("worker-based")
 ENGINE_LOADERS["worker-based"] = load_worker_based
 # --- end of the worker-based section ---
 
+# --- worker-based engine on real worker processes (H13; tests/worker_based/process_pool.py) ---
+# Two `flowengine worker` processes per broker, started once per session by
+# the fixture named in KIND_FIXTURES the first time a test of that kind runs.
+from tests.worker_based import process_pool  # noqa: E402
+
+#: engine kind -> fixture that must be set up before a test of that kind runs.
+KIND_FIXTURES: dict[str, str] = {
+    "worker-based-filesystem": "worker_pool_filesystem",
+    "worker-based-redis": "worker_pool_redis",
+    "worker-based-amqp": "worker_pool_amqp",
+}
+ENGINE_KINDS += [
+    pytest.param("worker-based-filesystem", marks=pytest.mark.worker_processes),
+    pytest.param("worker-based-redis", marks=[pytest.mark.worker_processes, pytest.mark.broker]),
+    pytest.param("worker-based-amqp", marks=[pytest.mark.worker_processes, pytest.mark.broker]),
+]
+for _kind in KIND_FIXTURES:
+    OUT_OF_PROCESS_KINDS.add(_kind)
+    ENGINE_LOADERS[_kind] = process_pool.loader(_kind)
+
+
+def _pool_fixture(kind: str, make: Callable[[pytest.FixtureRequest], Any]) -> Any:
+    @pytest.fixture(scope="session")
+    def fixture(request: pytest.FixtureRequest) -> Any:
+        pool = make(request)
+        pool.start()
+        process_pool.ACTIVE[kind] = pool
+        yield pool
+        process_pool.ACTIVE.pop(kind, None)
+        pool.stop()
+    return fixture
+
+
+worker_pool_filesystem = _pool_fixture(
+    "worker-based-filesystem",
+    lambda request: process_pool.filesystem_pool(
+        str(request.getfixturevalue("tmp_path_factory").mktemp("pool-broker"))))
+worker_pool_redis = _pool_fixture(
+    "worker-based-redis",
+    lambda request: process_pool.ProcessPool("redis", request.getfixturevalue("redis_url")))
+worker_pool_amqp = _pool_fixture(
+    "worker-based-amqp",
+    lambda request: process_pool.ProcessPool("amqp", request.getfixturevalue("amqp_url")))
+# --- end of the real-worker-process section ---
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
@@ -67,6 +112,8 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
     kind = request.param
     if kind in OUT_OF_PROCESS_KINDS and request.node.get_closest_marker("in_process"):
         pytest.skip(f"tasks of this test must run in the engine's process, not {kind}")
+    if kind in KIND_FIXTURES:
+        request.getfixturevalue(KIND_FIXTURES[kind])
     return kind
 
 

@@ -2,8 +2,9 @@
 
 Every task appends its name to an *effects file* when it executes, so a test
 can count executions across processes. A task named in the environment
-variable ``BLOCK_ENV`` announces ``BLOCKED <name>`` on stdout and then blocks,
-so a parent process can kill the engine while that task is running.
+variable ``BLOCK_ENV`` announces ``BLOCKED <name>`` on stdout and then blocks
+(on its first execution only), so a parent process can kill the engine while
+that task is running.
 """
 
 from __future__ import annotations
@@ -43,30 +44,35 @@ def executions(effects: str) -> dict[str, int]:
 
 
 class Step(task.Task):
-    """Records its execution, maybe blocks, returns ``sum(inputs) + add``."""
+    """Records its execution, maybe blocks, returns ``sum(inputs) + add``.
 
-    def __init__(self, name: str, effects: str, add: int, provides: str,
-                 requires: tuple[str, ...] = ()) -> None:
-        super().__init__(name=name, provides=provides, requires=list(requires))
-        self._effects = effects
-        self._add = add
+    Everything it needs arrives as arguments (``effects`` and ``add`` are
+    injected), so a remote worker can build it from its name alone.
+    """
 
-    def execute(self, **inputs: Any) -> int:
-        record(self._effects, self.name)
-        if os.environ.get(BLOCK_ENV) == self.name:
+    def execute(self, effects: str, add: int, **inputs: Any) -> int:
+        record(effects, self.name)
+        # Block on the first execution only: the resumed run must get through.
+        if os.environ.get(BLOCK_ENV) == self.name and executions(effects).get(self.name) == 1:
             sys.stdout.write(f"BLOCKED {self.name}\n")
             sys.stdout.flush()
             threading.Event().wait(BLOCK_LIMIT_S)
             raise RuntimeError(f"{self.name} was not killed within {BLOCK_LIMIT_S} s")
-        return sum(inputs.values()) + self._add
+        return sum(inputs.values()) + add
+
+
+def _step(name: str, effects: str, add: int, provides: str,
+          requires: tuple[str, ...] = ()) -> Step:
+    return Step(name=name, provides=provides, requires=list(requires),
+                inject={"effects": effects, "add": add})
 
 
 def make_flow(effects: str) -> lf.Flow:
     """a -> x=1; b -> y=x+10; c -> z=y+100 (z == 111)."""
     return lf.Flow("crashable").add(
-        Step("a", effects, 1, "x"),
-        Step("b", effects, 10, "y", requires=("x",)),
-        Step("c", effects, 100, "z", requires=("y",)),
+        _step("a", effects, 1, "x"),
+        _step("b", effects, 10, "y", requires=("x",)),
+        _step("c", effects, 100, "z", requires=("y",)),
     )
 
 
@@ -76,6 +82,6 @@ def make_chain(effects: str, prefix: str, length: int) -> lf.Flow:
     previous: tuple[str, ...] = ()
     for i in range(length):
         symbol = f"{prefix}{i}"
-        flow.add(Step(f"{prefix}-{i}", effects, 1, symbol, requires=previous))
+        flow.add(_step(f"{prefix}-{i}", effects, 1, symbol, requires=previous))
         previous = (symbol,)
     return flow

@@ -1,34 +1,49 @@
 """A throwaway PostgreSQL cluster for tests (Debian's postgresql package).
 
-``start()`` runs initdb in a temporary directory, starts the server with
-pg_ctl on a free loopback port (unix socket in the same directory) and
-returns a :class:`PgServer`; ``stop()`` stops it and deletes everything.
-Raises :class:`PgUnavailable` (with the reason) when it cannot.
+``start()`` runs initdb in a temporary directory, starts ``postgres`` as a
+child process on a free loopback port (unix socket in the same directory)
+and returns a :class:`PgServer` once the server logs that it accepts
+connections; ``stop()`` stops it and deletes everything. Raises
+:class:`PgUnavailable` (with the reason) when it cannot.
+
+The server gets SIGINT (fast shutdown) if the thread that started it dies,
+so a test run killed by a timeout does not leave a server behind; data
+directories such runs leave are removed by the next ``start()``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 #: initdb of an empty cluster takes ~1-2 s here; 60 s means something is wrong.
 INITDB_TIMEOUT_S = 60
-#: pg_ctl -w waits at most this long for the server to accept connections.
+#: Bound on the server's start (it is ready in well under a second here).
 START_TIMEOUT_S = 30
-#: Bound on stopping (immediate mode: no checkpoint, the data is thrown away).
+#: Bound on a fast shutdown before the server is killed outright.
 STOP_TIMEOUT_S = 30
+#: Data directories of dead servers older than this are removed by start();
+#: younger ones may belong to a session that is still running initdb.
+STALE_AGE_S = 600
+#: What postgres logs once it accepts connections (lc_messages is C).
+READY_LINE = "database system is ready to accept connections"
+_PREFIX = "flowengine-pg-"
+_PR_SET_PDEATHSIG = 1
 #: Role created by initdb; trust authentication on loopback/socket only.
 PG_USER = "flowengine"
 # Durability is pointless for a throwaway cluster; these make it fast.
-_FAST_OPTIONS = ("-c fsync=off -c full_page_writes=off -c synchronous_commit=off"
-                 " -c max_connections=50")
+_FAST_OPTIONS = ("-c", "fsync=off", "-c", "full_page_writes=off",
+                 "-c", "synchronous_commit=off", "-c", "max_connections=50")
 
 
 class PgUnavailable(Exception):
@@ -41,21 +56,23 @@ class PgServer:
 
     url: str
     base_dir: str
-    bindir: str
-    run_as: list[str]
+    proc: subprocess.Popen = field(repr=False)
     start_time_s: float
 
     def stop(self) -> None:
-        """Stop the server (immediate) and delete its directory."""
-        subprocess.run(self.run_as + [os.path.join(self.bindir, "pg_ctl"), "-D",
-                                      os.path.join(self.base_dir, "data"), "-m", "immediate",
-                                      "-w", "-t", str(STOP_TIMEOUT_S), "stop"],
-                       capture_output=True, timeout=STOP_TIMEOUT_S + 5, check=False)
+        """Stop the server (fast shutdown, then kill) and delete its directory."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT_S)
         shutil.rmtree(self.base_dir, ignore_errors=True)
 
 
 def find_bindir() -> str:
-    """Directory holding initdb and pg_ctl (newest Debian version first)."""
+    """Directory holding initdb and postgres (newest Debian version first)."""
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
                         key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
                         reverse=True)
@@ -64,9 +81,9 @@ def find_bindir() -> str:
         candidates.append(os.path.realpath(found))
     for initdb in candidates:
         bindir = os.path.dirname(initdb)
-        if os.access(os.path.join(bindir, "pg_ctl"), os.X_OK):
+        if os.access(os.path.join(bindir, "postgres"), os.X_OK):
             return bindir
-    raise PgUnavailable("PostgreSQL is not installed (no initdb/pg_ctl; Debian package"
+    raise PgUnavailable("PostgreSQL is not installed (no initdb/postgres; Debian package"
                         " 'postgresql')")
 
 
@@ -76,50 +93,96 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run(cmd: list[str], timeout: float, what: str) -> None:
+def _die_with_parent() -> None:
+    # Runs in the child after the switch to the 'postgres' user (a uid change
+    # clears the setting, so it must come after): SIGINT when we die.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+
+
+def _remove_stale_dirs() -> None:
+    """Delete data directories of servers that are gone (killed test runs)."""
+    for base in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*")):
+        try:
+            if time.time() - os.path.getmtime(base) < STALE_AGE_S:
+                continue
+            with open(os.path.join(base, "data", "postmaster.pid")) as fp:
+                os.kill(int(fp.readline()), 0)
+            continue  # still running: someone else's
+        except (OSError, ValueError):
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _user_args() -> dict:
+    if os.geteuid() != 0:
+        return {}
+    # initdb and postgres refuse to run as root: use the package's user.
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        owner = pwd.getpwnam("postgres")
+    except KeyError:
+        raise PgUnavailable("running as root and there is no 'postgres' user")
+    return {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+
+
+def _initdb(bindir: str, data: str, as_user: dict) -> None:
+    cmd = [os.path.join(bindir, "initdb"), "-D", data, "-A", "trust", "-U", PG_USER,
+           "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INITDB_TIMEOUT_S,
+                              check=False, cwd=os.path.dirname(data), **as_user)
     except subprocess.TimeoutExpired:
-        raise PgUnavailable(f"{what} did not finish within {timeout} s")
+        raise PgUnavailable(f"initdb did not finish within {INITDB_TIMEOUT_S} s")
     if proc.returncode != 0:
-        raise PgUnavailable(f"{what} failed ({proc.returncode}): "
+        raise PgUnavailable(f"initdb failed ({proc.returncode}): "
                             f"{(proc.stderr or proc.stdout).strip()[-800:]}")
 
 
+def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -> None:
+    # Copy the server's stderr to its log file (so the pipe never fills) and
+    # signal readiness when the ready line goes by.
+    with open(log_path, "w") as log:
+        for line in proc.stderr:
+            log.write(line)
+            log.flush()
+            if READY_LINE in line:
+                ready.set()
+
+
 def start() -> PgServer:
-    """initdb + pg_ctl start on a free loopback port; PgUnavailable if impossible."""
+    """initdb + postgres on a free loopback port; PgUnavailable if impossible."""
     bindir = find_bindir()
-    run_as: list[str] = []
-    owner = None
-    if os.geteuid() == 0:
-        # initdb refuses to run as root: use the package's 'postgres' user.
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            raise PgUnavailable("running as root and there is no 'postgres' user")
-        run_as = ["runuser", "-u", "postgres", "--"]
+    as_user = _user_args()
+    _remove_stale_dirs()
     began = time.monotonic()
-    base_dir = tempfile.mkdtemp(prefix="flowengine-pg-")
+    base_dir = tempfile.mkdtemp(prefix=_PREFIX)
+    proc = None
     try:
-        if owner is not None:
-            os.chown(base_dir, owner.pw_uid, owner.pw_gid)
+        if as_user:
+            os.chown(base_dir, as_user["user"], as_user["group"])
         data = os.path.join(base_dir, "data")
-        _run(run_as + [os.path.join(bindir, "initdb"), "-D", data, "-A", "trust",
-                       "-U", PG_USER, "-E", "UTF8", "--locale=C", "--no-sync",
-                       "--no-instructions"], INITDB_TIMEOUT_S, "initdb")
+        _initdb(bindir, data, as_user)
         port = _free_port()
-        options = f"-p {port} -k {base_dir} -h 127.0.0.1 {_FAST_OPTIONS}"
-        _run(run_as + [os.path.join(bindir, "pg_ctl"), "-D", data, "-l",
-                       os.path.join(base_dir, "server.log"), "-o", options, "-w",
-                       "-t", str(START_TIMEOUT_S), "start"],
-             START_TIMEOUT_S + 10, "pg_ctl start")
+        cmd = [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port),
+               "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C", *_FAST_OPTIONS]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, cwd=base_dir,
+                                preexec_fn=_die_with_parent, **as_user)
+        ready = threading.Event()
+        log_path = os.path.join(base_dir, "server.log")
+        threading.Thread(target=_follow_log, args=(proc, log_path, ready),
+                         daemon=True).start()
+        if not ready.wait(START_TIMEOUT_S):
+            with open(log_path) as fp:
+                tail = fp.read()[-800:]
+            raise PgUnavailable(f"postgres did not accept connections within"
+                                f" {START_TIMEOUT_S} s (exit code {proc.poll()}): {tail}")
     except BaseException:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
         shutil.rmtree(base_dir, ignore_errors=True)
         raise
     return PgServer(url=f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres",
-                    base_dir=base_dir, bindir=bindir, run_as=run_as,
-                    start_time_s=time.monotonic() - began)
+                    base_dir=base_dir, proc=proc, start_time_s=time.monotonic() - began)
 
 
 if __name__ == "__main__":  # manual check: start, print, stop

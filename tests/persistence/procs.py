@@ -11,9 +11,10 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child.py")
-#: Bound on any wait for a child (start-up plus a short flow is ~0.5 s here);
+#: Bound on any wait for a child (start-up plus a short flow is ~0.5 s idle, several
+#: seconds on a loaded 2-core machine);
 #: reached only when something is broken, so the test fails instead of hanging.
-CHILD_WAIT_S = 30.0
+CHILD_WAIT_S = 60.0
 
 
 class Child:
@@ -23,8 +24,9 @@ class Child:
         full_env = dict(os.environ, PYTHONPATH=ROOT)
         full_env.pop("FLOWENGINE_TEST_BLOCK_IN", None)
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, CHILD, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=full_env, cwd=ROOT)
+        self.proc = subprocess.Popen([sys.executable, CHILD, *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=full_env, cwd=ROOT)
         self.lines: list[str] = []
         self._buffer = b""
 
@@ -55,6 +57,11 @@ class Child:
                     if line.startswith(prefix):
                         return line
 
+    def release(self) -> None:
+        """Send the start-gate line (``chain`` mode waits for it)."""
+        self.proc.stdin.write(b"go\n")
+        self.proc.stdin.flush()
+
     def kill9(self) -> None:
         """SIGKILL the child and reap it."""
         os.kill(self.proc.pid, signal.SIGKILL)
@@ -73,6 +80,6 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=CHILD_WAIT_S)
-        for stream in (self.proc.stdout, self.proc.stderr):
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()

@@ -226,9 +226,8 @@ def test_unstorable_value_is_refused_before_anything_is_written(store):
         assert conn.get_atom_details(ad.uuid).results == {"value": [0, 0], "text": "é"}
 
 
-def test_data_survives_closing_the_backend(store):
-    if store.kind == "memory":
-        pytest.skip("memory backends keep nothing after close")
+def test_data_survives_closing_the_backend(durable_store):
+    store = durable_store
     book = _book()
     with _conn(store) as conn:
         conn.save_logbook(book)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 
 from flowengine import states
-from tests.persistence import flows
+from tests.persistence import child, flows
 from tests.persistence.procs import Child
 from tests.persistence.stores import Store, store_url
 
@@ -58,3 +59,41 @@ def _crash_and_resume(durable_store, tmp_path, engine):
     with contextlib.closing(durable_store.open().get_connection()) as conn:
         results = {ad.name: ad.results for ad in conn.get_flow_details(flow_uuid)}
     assert (results["a"], results["b"], results["c"]) == (1, 11, 111)
+
+
+def test_killed_worker_based_engine_resumes(tmp_path, request):
+    # Given a worker process serving the flow's tasks over a filesystem broker
+    store = Store("sqlite", store_url("sqlite", tmp_path, request))
+    effects = os.path.join(tmp_path, "effects.txt")
+    broker_dir = str(tmp_path / "broker")
+    os.mkdir(broker_dir)
+    exchange, topic = "crash-test", "crash-tasks"
+    options = {"exchange": exchange, "topics": [topic], "transport": "filesystem",
+               "transport_options": child.filesystem_transport(broker_dir)}
+    env = {child.OPTIONS_ENV: json.dumps(options)}
+    worker = Child("worker", exchange, topic, broker_dir, env={flows.BLOCK_ENV: "b"})
+    try:
+        worker.wait_for("WORKER READY")
+        # And a worker-based engine process whose task 'b' is running on that worker
+        first = Child("start", store.url, effects, "worker-based", env=env)
+        try:
+            flow_uuid = first.wait_for("FLOW ").split()[1]
+            worker.wait_for("BLOCKED b")
+            # When the engine process is killed with SIGKILL
+            first.kill9()
+        finally:
+            first.close()
+        assert _stored_states(store, flow_uuid) == (
+            states.RUNNING, {"a": states.SUCCESS, "b": states.RUNNING, "c": states.PENDING})
+        # And a new engine process resumes the flow on the same worker
+        second = Child("resume", store.url, flow_uuid, "worker-based", env=env)
+        try:
+            assert second.finish() == states.SUCCESS
+        finally:
+            second.close()
+    finally:
+        worker.close()
+        store.close()
+    # Then only the interrupted task ran again
+    assert flows.executions(effects) == {"a": 1, "b": 2, "c": 1}
+    assert _stored_states(store, flow_uuid)[0] == states.SUCCESS

@@ -188,7 +188,8 @@ class TestFinder:
         assert finder.maybe_publish()
         msg, keys, kwargs = proxy.published[0]
         assert isinstance(msg, pr.Notify)
-        assert keys == ["t1", "t2"]
+        # each topic on its broadcast key (every flowengine worker) and its topic key
+        assert keys == ["t1.broadcast", "t1", "t2.broadcast", "t2"]
         assert kwargs["reply_to"] == "executor-1"
         assert not finder.maybe_publish()
         clock.now += 5

@@ -127,6 +127,16 @@ class ActionEngine(base.Engine):
         """The compiled flow (None until compile() succeeded)."""
         return self._compilation if self._compiled else None
 
+    def draw(self, path: str | None = None, states: bool = True) -> str:
+        """The flow's graph as DOT text, also written to ``path`` (.dot/.svg/.png) if given.
+
+        With ``states`` atoms are coloured by their state in storage (after
+        a run). Rendering SVG/PNG needs Graphviz's ``dot`` (GraphvizMissing).
+        """
+        from flowengine.utils import graph_draw
+
+        return graph_draw.draw_engine(self, path, states)
+
     @property
     def storage(self) -> fe_storage.Storage:
         if self._storage is None:

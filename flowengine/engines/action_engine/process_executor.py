@@ -6,15 +6,25 @@ pickled too; a Failure pickles as its JSON form plus its exception (when that
 pickles), so the engine can re-raise the task's own exception type.
 Progress a task reports in the child is replayed on the engine side when the
 task finishes (the child has no channel back while it runs).
+
+Children are started by a ``forkserver``, not forked from the engine: the
+engine's process usually has other threads (brokers' I/O, listeners) whose
+locks a plain fork copies in a held state, so a forked child could hang
+forever. The price is the same rule remote workers have: task classes must be
+importable by their module name.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import multiprocessing
 from typing import Any
 
 from flowengine.engines.action_engine import executor as ex
 from flowengine.types import failure as ft
+
+# See the module docstring: forking a threaded engine process can deadlock.
+_START_METHOD = "forkserver"
 
 
 class _ProgressRecorder:
@@ -52,7 +62,8 @@ class ParallelProcessTaskExecutor(ex.ParallelTaskExecutor):
     """Runs tasks in parallel in a pool of child processes."""
 
     def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
-        return cf.ProcessPoolExecutor(max_workers=max_workers)
+        return cf.ProcessPoolExecutor(max_workers=max_workers,
+                                      mp_context=multiprocessing.get_context(_START_METHOD))
 
     def _relay(self, inner: cf.Future, progress_callback: ex.ProgressCallback | None
                ) -> cf.Future:

@@ -33,7 +33,7 @@ def describe(message: Any) -> str:
 class Handler:
     """What to call for messages of one type: a processor and an optional validator."""
 
-    __slots__ = ("_process_message", "_validator", "_required_properties")
+    __slots__ = ("_process_message", "_validator", "_required_properties", "ack_on_receipt")
 
     def __init__(self, process_message: Callable[[Any, Any], None],
                  validator: Callable[[Any], None] | None = None, *,
@@ -41,6 +41,10 @@ class Handler:
         self._process_message = process_message
         self._validator = validator
         self._required_properties = tuple(required_properties)
+        #: False: the processor acknowledges the message itself once it has
+        #: taken responsibility for it (the proxy acks it after the processor
+        #: returns otherwise). Worker requests use this (see server.py).
+        self.ack_on_receipt = True
 
     @property
     def process_message(self) -> Callable[[Any, Any], None]:
@@ -69,6 +73,8 @@ class TypeDispatcher:
         self._on_reject = on_reject
         #: How many messages were rejected (any cause), for tests and stats.
         self.rejected_count = 0
+        #: How many of those were refused for a missing or bad signature.
+        self.unverified_count = 0
 
     @property
     def type_handlers(self) -> dict[str, Handler]:
@@ -89,6 +95,18 @@ class TypeDispatcher:
                 self._on_reject(message, reason)
             except Exception:
                 LOG.exception("on_reject callback failed for %s", describe(message))
+        if not getattr(message, "acknowledged", False):
+            message.reject_log_error(LOG, (Exception,))
+
+    def reject_unverified(self, message: Any, reason: str) -> None:
+        """Refuse a message whose signature is missing or wrong: logged and counted.
+
+        on_reject is not told: its reply address is untrusted, and answering
+        forged messages would let anyone make us send messages for them.
+        """
+        self.rejected_count += 1
+        self.unverified_count += 1
+        LOG.warning("Refused %s unread: %s", describe(message), reason)
         if not getattr(message, "acknowledged", False):
             message.reject_log_error(LOG, (Exception,))
 
@@ -134,7 +152,8 @@ class TypeDispatcher:
             except Exception:
                 LOG.exception("Failed to requeue %s", describe(message))
             return
-        message.ack_log_error(LOG, (Exception,))
+        if handler.ack_on_receipt:
+            message.ack_log_error(LOG, (Exception,))
         if handler.validator is not None:
             try:
                 handler.validator(data)

@@ -7,7 +7,7 @@ from typing import Any
 
 from flowengine.engines.action_engine import engine
 from flowengine.engines.action_engine import executor as base_executor
-from flowengine.engines.worker_based import executor
+from flowengine.engines.worker_based import event_hooks, executor
 from flowengine.engines.worker_based import protocol as pr
 
 # Exchange used when the 'exchange' option is not given (TaskFlow's default).
@@ -34,13 +34,50 @@ class WorkerBasedActionEngine(engine.ActionEngine):
       result becomes a RequestTimeout failure
     - ``transport_options``: transport specific options (see kombu's docs)
     - ``retry_options``: reconnection options (see Proxy.DEFAULT_RETRY_OPTIONS)
+    - ``heartbeat_misses`` (default 3), ``heartbeat_interval`` (default 2 s,
+      used for workers that advertise none), ``lost_after`` (seconds; overrides
+      interval x misses), ``max_attempts`` (default 3), ``run_timeout``
+      (seconds a request may run, default None): liveness of remote requests,
+      see doc/source/reliability.rst
     - ``worker_expiry``: seconds (or negative/zero/None for infinite) after
       which a worker that has not answered notifications is forgotten
+    - ``durable``: True for a durable exchange and queues and persistent
+      messages (queued requests survive a broker restart); every worker on
+      the exchange must use the same setting
+    - ``secret``: shared key (or list of keys, the first signs) to sign and
+      verify every message; default: ``$FLOWENGINE_SECRET_FILE`` /
+      ``$FLOWENGINE_SECRET``, none if unset
+    - ``compat``: ``'taskflow'`` to share the exchange with TaskFlow workers
+      and engines (declares what TaskFlow declares; see migration.rst)
     - ``executor``: a WorkerTaskExecutor (or an object with the same methods)
       to use instead of creating one
+    - ``events``: publish flow-started/flow-finished/task-retried events on
+      ``<exchange>.events`` (default False; see :mod:`.events`)
+
+    ``statistics`` gains ``atoms``: per remote atom, its queue time, run time
+    and attempts (see :class:`.remote_stats.RemoteStatistics`).
 
     Raises TypeError at load time when ``executor`` is not executor-like.
     """
+
+    def __init__(self, flow: Any, flow_detail: Any, backend: Any, options: Any) -> None:
+        super().__init__(flow, flow_detail, backend, options)
+        self._flow_events = event_hooks.FlowEvents.from_options(
+            self._options, self._options.get("exchange") or DEFAULT_EXCHANGE)
+        self._flow_events.attach(self)
+        remote = getattr(self._task_executor, "remote_statistics", None)
+        if remote is not None:
+            # Timings describe the latest run, like the rest of the statistics.
+            self.notifier.register("RUNNING", lambda _state, details: remote.clear())
+
+    @property
+    def statistics(self) -> dict:
+        """The engine's statistics plus ``atoms``: timings of each remote atom."""
+        stats = dict(super().statistics)
+        remote = getattr(self._task_executor, "remote_statistics", None)
+        if remote is not None:
+            stats["atoms"] = remote.snapshot()
+        return stats
 
     def _task_executor_factory(self) -> base_executor.TaskExecutor:
         """Use the given executor or build a WorkerTaskExecutor from the options."""
@@ -75,4 +112,7 @@ class WorkerBasedActionEngine(engine.ActionEngine):
             transport_options=options.get("transport_options"),
             retry_options=options.get("retry_options"),
             worker_expiry=options.get("worker_expiry", pr.EXPIRES_AFTER_S),
-            root_id=flow_uuid, parent_id=flow_uuid)
+            root_id=flow_uuid, parent_id=flow_uuid,
+            durable=bool(options.get("durable", False)), secret=options.get("secret"),
+            compat=options.get("compat"),  # mixed fleets with TaskFlow (H12)
+            **executor.liveness_options(options))  # heartbeats, attempts (H10a)

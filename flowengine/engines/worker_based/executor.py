@@ -10,11 +10,13 @@ one, refreshing discovery and forgetting silent workers.
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import queue
 import threading
 import time
+import uuid as uuidlib
 from collections.abc import Callable, Iterable
 from concurrent import futures
 from typing import Any
@@ -24,9 +26,12 @@ from kombu.transport import virtual
 
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import dispatcher, transports
+from flowengine.engines.worker_based import compat as compat_mod
+from flowengine.engines.worker_based import dispatcher, events, remote_stats, topology, transports
+from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based import timelimits as tlim
 from flowengine.engines.worker_based import tracking as tr
 from flowengine.engines.worker_based import types as wt
 from flowengine.types import failure as ft
@@ -38,15 +43,35 @@ LOG = logging.getLogger(__name__)
 # default, long enough for a worker to start and announce itself.
 REQUEST_TIMEOUT_S = pr.REQUEST_TIMEOUT_S
 
-# Seconds without any reply (a worker repeats RUNNING every 5 s while it runs
-# a request) after which a RUNNING request is considered lost with its worker:
-# three missed heartbeats, so one slow broker hop is not mistaken for a death.
-LOST_AFTER_S = 15.0
+# Heartbeats a held request may miss before it is lost with its worker, and
+# how many dispatches one request gets in total (see liveness.py for why).
+HEARTBEAT_MISSES = lv.HEARTBEAT_MISSES
+MAX_ATTEMPTS = lv.MAX_ATTEMPTS
 
-# How many times one request may be dispatched in total when its workers get
-# lost (or refuse it): a task that kills every worker it lands on must not
-# take the whole pool down.
-MAX_ATTEMPTS = 3
+# Seconds between two rounds of the reply consumer's loop when no reply
+# arrives. A request is only declared lost once the consumer has gone round
+# after its deadline, so an executor whose own threads were starved (a busy
+# process, a paused VM) never blames a worker for replies it had not read
+# yet; short, because it adds to the detection time.
+CONSUMER_TICK_S = 0.1
+
+# Lost requests remembered in ``lost_history`` (diagnostics, tests).
+LOST_HISTORY_MAX = 1000
+
+# Executor options (engine options of the same names) for liveness; see
+# WorkerTaskExecutor and doc/source/reliability.rst.
+LIVENESS_OPTIONS = ("heartbeat_interval", "heartbeat_misses", "lost_after", "max_attempts",
+                    "run_timeout")
+
+
+def liveness_options(options: Any) -> dict[str, Any]:
+    """The liveness options present in engine ``options`` (to pass to the executor)."""
+    return {name: options[name] for name in LIVENESS_OPTIONS if name in options}
+
+
+class LostRecord(collections.namedtuple(
+        "LostRecord", "request_uuid worker_id attempt silent_s detected_at")):
+    """One request found lost: whose worker, which attempt, after how long a silence."""
 
 # Upper bound, in seconds, on how long the housekeeping thread sleeps when it
 # has nothing scheduled: it wakes early on any new deadline, so this only
@@ -73,15 +98,38 @@ class WorkerTaskExecutor(base.TaskExecutor):
                  url: str | None = None, transport: str | None = None,
                  transport_options: dict | None = None, retry_options: dict | None = None,
                  worker_expiry: float | None = wt.WORKER_EXPIRY_S, *,
-                 root_id: str | None = None, parent_id: str | None = None) -> None:
+                 root_id: str | None = None, parent_id: str | None = None,
+                 durable: bool = False, secret: Any = None,
+                 compat: str | None = None,
+                 heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
+                 heartbeat_misses: int = HEARTBEAT_MISSES, lost_after: float | None = None,
+                 max_attempts: int = MAX_ATTEMPTS,
+                 run_timeout: float | None = None) -> None:
         self._uuid = uuid
+        self._compat = compat  # mixed fleets with TaskFlow (H12): compat.py
         self._exchange = exchange
         self._conn_args = (url, transport, dict(transport_options or {}))
         self._transition_timeout = transition_timeout
         self._root_id = root_id
         self._parent_id = parent_id
-        self._lost_after_s = LOST_AFTER_S
-        self._max_attempts = MAX_ATTEMPTS
+        # Liveness: a held request is lost after its worker's advertised
+        # heartbeat interval (heartbeat_interval when it advertises none) x
+        # heartbeat_misses of silence, or after lost_after when given.
+        self._heartbeat_interval = lv.check_interval(heartbeat_interval)
+        if int(heartbeat_misses) < 1:
+            raise ValueError(f"heartbeat_misses must be >= 1 (got {heartbeat_misses!r})")
+        self._heartbeat_misses = int(heartbeat_misses)
+        self._lost_after_s = (None if lost_after is None
+                              else lv.check_interval(lost_after, "lost_after"))
+        if int(max_attempts) < 1:
+            raise ValueError(f"max_attempts must be >= 1 (got {max_attempts!r})")
+        self._max_attempts = int(max_attempts)
+        if run_timeout is not None and not run_timeout > 0:
+            raise ValueError(f"run_timeout must be > 0 seconds or None (got {run_timeout!r})")
+        self._run_timeout = run_timeout
+        #: The latest requests found lost (oldest first).
+        self.lost_history: collections.deque[LostRecord] = collections.deque(
+            maxlen=LOST_HISTORY_MAX)
         # worker id -> when we last asked it privately who it is.
         self._probed: dict[str, float] = {}
         handlers = {
@@ -97,7 +145,13 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._proxy = px.Proxy(uuid, exchange, type_handlers=handlers, url=url,
                                transport=transport, transport_options=transport_options,
                                retry_options=retry_options,
-                               bindings=[pr.ANNOUNCE_ROUTING_KEY])
+                               bindings=[pr.ANNOUNCE_ROUTING_KEY],
+                               # durable topology / message signing (H10c)
+                               durable=durable, secret=secret, compat=compat,
+                               on_wait=self._on_consumer_tick,
+                               on_wait_period_s=CONSUMER_TICK_S)
+        # Monotonic time the reply consumer last went round its loop.
+        self._consumer_tick = time.monotonic()
         beat = wt.NOTIFY_PERIOD_S
         if worker_expiry is not None and worker_expiry > 0:
             # Three beats per expiry period: a worker must miss three NOTIFY
@@ -112,6 +166,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._stopping = threading.Event()
         self._releases: queue.SimpleQueue = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
+        #: Queue/run times and attempts of each remote atom (engine statistics).
+        self.remote_statistics = remote_stats.RemoteStatistics()
 
     # -- public API ---------------------------------------------------------
 
@@ -210,12 +266,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
         url, transport, options = self._conn_args
         if url is None:
             url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
-        exchange = kombu.Exchange(self._exchange, type="direct", durable=False,
-                                  auto_delete=False)
+        # Declared as the proxy declares them (a durable mismatch would fail).
+        exchange = compat_mod.make_exchange(self._exchange, durable=self._proxy.durable,
+                                            compat=self._compat)
         keys = (self._uuid, pr.ANNOUNCE_ROUTING_KEY)
-        queue = kombu.Queue(pr.reply_queue_name(self._exchange, self._uuid), exchange=exchange,
-                            bindings=[kombu.binding(exchange, routing_key=k) for k in keys],
-                            durable=False, auto_delete=True)
+        queue = topology.make_queue(pr.reply_queue_name(self._exchange, self._uuid), exchange,
+                                    keys, auto_delete=True, durable=self._proxy.durable)
         try:
             with kombu.Connection(url, transport=transports.resolve(url, transport),
                                   transport_options=options) as conn:
@@ -239,6 +295,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         request = pr.Request(task, task_uuid, action, arguments, timeout=timeout, **kwargs)
         deadline = None if timeout is None else request.created_on + timeout
         tracked = tr.Tracked(request, progress_callback, deadline)
+        tracked.request_id = uuidlib.uuid4().hex
         route, wake = self._book.submit(tracked)
         if wake:
             self._wake.set()
@@ -250,10 +307,18 @@ class WorkerTaskExecutor(base.TaskExecutor):
         """The flowengine headers that travel with a request."""
         headers: dict[str, Any] = {pr.HEADER_ATTEMPT: tracked.attempt,
                                    pr.HEADER_ORIGIN: _ORIGIN}
+        if tracked.request_id is not None:
+            headers[lv.HEADER_REQUEST_ID] = tracked.request_id
         if tracked.deadline is not None:
             # Nobody waits for an unstarted request after its transition
-            # timeout: a worker that receives it later drops it unrun.
-            headers[pr.HEADER_EXPIRES] = time.time() + (tracked.deadline - time.monotonic())
+            # timeout: a worker that would start it later drops it unrun
+            # (expires is a little earlier than our deadline; see liveness.py).
+            headers[pr.HEADER_EXPIRES] = lv.expires_at(tracked.deadline,
+                                                       self._transition_timeout or 0.0)
+        headers.update(events.timing_headers(tracked.origin.created_at))
+        limits = tlim.header_for(tracked.request.task)  # the task's soft/hard limits
+        if limits is not None:
+            headers[pr.HEADER_TIMELIMIT] = limits
         if self._root_id is not None:
             headers[pr.HEADER_ROOT_ID] = self._root_id
         if self._parent_id is not None:
@@ -304,7 +369,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._releases.put(True)
 
     def _process_response(self, data: dict, message: Any) -> None:
-        """A reply for one of our requests: RUNNING, EVENT, SUCCESS or FAILURE."""
+        """A reply for one of our requests: PENDING, RUNNING, EVENT, SUCCESS or FAILURE."""
         request_uuid = message.properties.get("correlation_id")
         tracked = self._book.get(request_uuid)
         if tracked is None:
@@ -313,14 +378,31 @@ class WorkerTaskExecutor(base.TaskExecutor):
             return
         response = pr.Response.from_dict(data)
         state = response.state
-        worker_id = (message.headers or {}).get(pr.HEADER_WORKER_ID)
+        headers = message.headers or {}
+        attempt = headers.get(pr.HEADER_ATTEMPT)
+        if (isinstance(attempt, int) and not isinstance(attempt, bool)
+                and attempt != tracked.attempt):
+            # Fencing: a worker still answering for a dispatch we replaced
+            # (it was declared lost) must not complete or refresh the new one.
+            LOG.info("Ignored %s reply for request %s from worker %s: it is for attempt %d,"
+                     " superseded by attempt %d", state, request_uuid,
+                     headers.get(pr.HEADER_WORKER_ID), attempt, tracked.attempt)
+            return
+        worker_id = headers.get(pr.HEADER_WORKER_ID)
         if worker_id is not None:
             worker_id = str(worker_id)
             self._maybe_probe(tracked, worker_id)
-        if state == pr.RUNNING:
+        else:
+            compat_mod.note_reply(message.headers, self._uuid, tracked.topic, tracked.request)
+        if state in (pr.PENDING, pr.RUNNING):
+            lost_after = self._lost_after_for(headers)
             with self._book.lock:
-                wake = (self._book.is_current(tracked) and tr.transition(tracked, pr.RUNNING)
-                        and self._book.heard(tracked, worker_id, self._lost_after_s))
+                wake = False
+                if self._book.is_current(tracked) and (
+                        state == pr.PENDING or tr.transition(tracked, pr.RUNNING)):
+                    wake = self._book.heard(tracked, worker_id, lost_after)
+                    if tracked.request.current_state == pr.RUNNING:
+                        wake = self._book.limit_run(tracked, self._run_timeout) or wake
             if wake:
                 self._wake.set()
         elif state == pr.EVENT:
@@ -332,6 +414,17 @@ class WorkerTaskExecutor(base.TaskExecutor):
         else:
             LOG.warning("Ignoring response for request %s in unexpected state %r",
                         request_uuid, state)
+
+    def _on_consumer_tick(self) -> None:
+        """The reply consumer went round its loop (replies read so far are handled)."""
+        self._consumer_tick = time.monotonic()
+
+    def _lost_after_for(self, headers: Any) -> float:
+        """Seconds of silence after which a request held by this reply's worker is lost."""
+        if self._lost_after_s is not None:
+            return self._lost_after_s
+        interval = lv.parse_heartbeat(headers.get(lv.HEADER_HEARTBEAT))
+        return lv.lost_after(interval or self._heartbeat_interval, self._heartbeat_misses)
 
     def _complete(self, tracked: tr.Tracked, state: str, result: Any,
                   worker_id: str | None) -> None:
@@ -345,9 +438,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
                 tr.transition(tracked, pr.RUNNING)
             elif worker_id is not None and self._refused_as_unknown(tracked, result):
                 return
+            elif self._given_back(tracked, result):
+                return
             if not tr.transition(tracked, state):
                 return
             self._book.remove(tracked)
+        self.remote_statistics.record(tracked)
         tracked.resolve(result)
 
     def _on_event(self, tracked: tr.Tracked, data: dict) -> None:
@@ -382,6 +478,22 @@ class WorkerTaskExecutor(base.TaskExecutor):
                                 reply_to=self._uuid)
         except Exception:
             LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
+
+    def _given_back(self, tracked: tr.Tracked, result: Any) -> bool:
+        """A worker in a cold shutdown gave the request back: dispatch it again (lock held).
+
+        The worker killed (process executor) or abandoned (exiting) the body
+        before replying WorkerShutdown, so the next attempt never overlaps it.
+        """
+        if (not isinstance(result, ft.Failure) or not result.check(exc.WorkerShutdown)
+                or tracked.attempt + 1 >= self._max_attempts):
+            return False
+        LOG.warning("Request %s was given back by its worker, which is shutting down;"
+                    " dispatching it again (attempt %d of %d)", tracked.request,
+                    tracked.attempt + 2, self._max_attempts)
+        self._book.new_attempt(tracked, route_now=False)
+        self._releases.put(True)  # the release thread routes it to another worker
+        return True
 
     def _refused_as_unknown(self, tracked: tr.Tracked, result: Any) -> bool:
         """Re-route a request that a not-yet-known worker refused (lock held).
@@ -436,9 +548,14 @@ class WorkerTaskExecutor(base.TaskExecutor):
             sleep_s = HOUSEKEEPING_MAX_SLEEP_S
             try:
                 now = time.monotonic()
-                expired, lost, _ = self._book.scan(now, self._lost_after_s)
+                expired, lost, overrun = self._book.scan(now)
                 for tracked in expired:
                     self._fail(tracked, self._timeout_error(tracked))
+                for tracked in overrun:
+                    self._fail(tracked, exc.RequestTimeout(
+                        f"Request '{tracked.request}' ran on worker {tracked.worker_id} for"
+                        f" longer than its run_timeout of {self._run_timeout} s; it is"
+                        f" failed (the worker may still finish it; its reply is ignored)"))
                 for tracked in lost:
                     self._recover_lost(tracked, now)
                 next_deadline = self._book.next_deadline
@@ -466,32 +583,52 @@ class WorkerTaskExecutor(base.TaskExecutor):
             f" states: {where}")
 
     def _recover_lost(self, tracked: tr.Tracked, now: float) -> None:
-        """A RUNNING request's worker went silent: dispatch it again, or give up."""
+        """A held request's worker went silent: dispatch it again elsewhere, or give up.
+
+        The silent worker is forgotten first, so the next attempt goes to
+        another capable worker (it is learned again if it speaks up).
+        """
         worker_id = tracked.worker_id
         silent = now - (tracked.last_heard or now)
-        if worker_id is not None and self._finder.forget_worker(worker_id):
-            LOG.warning("Forgot worker %s: no heartbeat for %.1f s while running request %s",
-                        worker_id, silent, tracked.request)
         route = None
         with self._book.lock:
             request = tracked.request
-            if (not self._book.is_current(tracked) or request.current_state != pr.RUNNING
-                    or tracked.last_heard is None
-                    or tracked.last_heard + self._lost_after_s > now):
+            if (not self._book.is_current(tracked)
+                    or request.current_state not in (pr.PENDING, pr.RUNNING)
+                    or tracked.last_heard is None or tracked.lost_after is None
+                    or tracked.last_heard + tracked.lost_after > now):
                 return  # finished, or heard from again meanwhile
+            if self._consumer_tick < tracked.last_heard + tracked.lost_after:
+                # Our consumer has not caught up since the deadline: look again
+                # once it has (its replies may be waiting for us, not lost).
+                self._book.recheck(now + CONSUMER_TICK_S)
+                return
+            # Forgotten before the next route is picked (lock order: book,
+            # then finder, as everywhere): the next attempt goes elsewhere.
+            if worker_id is not None and self._finder.forget_worker(worker_id):
+                LOG.warning("Forgot worker %s: no heartbeat for %.1f s while holding"
+                            " request %s", worker_id, silent, request)
+            allowed = tracked.lost_after
+            self.lost_history.append(LostRecord(tracked.uuid, worker_id, tracked.attempt,
+                                                silent, now))
             give_up = tracked.attempt + 1 >= self._max_attempts
             if give_up:
-                self._book.remove(tracked)
+                if tr.transition(tracked, pr.FAILURE):
+                    self._book.remove(tracked)
+                else:
+                    return
             else:
                 route, _ = self._book.new_attempt(tracked)
         if give_up:
-            self._fail(tracked, exc.ExecutionFailure(
+            self._fail(tracked, exc.RequestLost(
                 f"Request '{request}' was lost: worker {worker_id} stopped answering"
-                f" ({silent:.1f} s without a heartbeat) and the request was already"
-                f" dispatched {tracked.attempt + 1} times (at most {self._max_attempts})"))
+                f" ({silent:.1f} s without a heartbeat, allowed {allowed:.1f} s)"
+                f" and the request was already dispatched {tracked.attempt + 1} time(s)"
+                f" (max_attempts={self._max_attempts}); its task may or may not have run"))
             return
-        LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat);"
-                    " dispatching it again (attempt %d of %d)", request, worker_id, silent,
+        LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat, allowed"
+                    " %.1f s); dispatching it again as attempt %d (dispatch %d of at most %d)",
+                    request, worker_id, silent, allowed, tracked.attempt,
                     tracked.attempt + 1, self._max_attempts)
         if route is not None:
             self._publish_request(tracked)

@@ -6,7 +6,11 @@ publishing goes through a second connection guarded by a lock, so any thread
 re-entering the consumer's connection (py-amqp would recurse into delivery).
 The loop is supervised: a failing handler, an undecodable message or a broken
 connection is logged and survived (reconnect, re-declare, re-consume) until
-stop() is called.
+stop() is called. Publishing is bounded: a broker that stays unreachable for
+``publish_timeout_s`` makes publish() raise PublishTimeout (recoverable).
+With a signing key every message sent is signed and every message received
+is verified before it is decoded (see signing.py); ``durable=True`` selects
+the durable topology (see topology.py).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import kombu.exceptions
 from kombu.utils import json as kombu_json
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import dispatcher as dispatcher_mod
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based import recovery, signing, topology, transports
 
 LOG = logging.getLogger(__name__)
 
@@ -42,6 +47,31 @@ RECONNECT_BACKOFF_S = 2.0
 #: Pause (s) after an unexpected (non-connection) error in the loop, so a
 #: persistent fault cannot spin a CPU at 100 %.
 UNEXPECTED_ERROR_BACKOFF_S = 0.1
+
+#: Longest time (s) publish() keeps trying while the broker is unreachable
+#: before it raises PublishTimeout: covers a broker restart (RabbitMQ needs
+#: ~5-10 s to boot) while the caller still learns about a real outage within
+#: the executor's default transition timeout (60 s).
+PUBLISH_TIMEOUT_S = 30.0
+
+#: Longest pause (s) between two publish attempts during an outage; the
+#: pauses start at PUBLISH_BACKOFF_START_S and double up to this.
+PUBLISH_BACKOFF_MAX_S = 1.0
+PUBLISH_BACKOFF_START_S = 0.1
+
+#: Bound (s) on one connection attempt of the publisher (within the publish
+#: timeout): a broker host that drops packets must not eat the whole budget.
+PUBLISH_CONNECT_TIMEOUT_S = 5.0
+
+#: AMQP heartbeat (s) negotiated with the broker: a silently dead peer (half
+#: open TCP, network partition) is noticed within two periods instead of the
+#: OS keepalive's hours; generous enough that a loaded 2-core machine never
+#: misses one. Transports without heartbeats ignore it.
+AMQP_HEARTBEAT_S = 20.0
+
+#: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
+#: broker outage (the loop ends within ON_WAIT_PERIOD_S anyway).
+WAKE_PUBLISH_TIMEOUT_S = 1.0
 
 #: Message type of the private wake-up message stop() sends to its own queue.
 WAKE_TYPE = "FLOWENGINE_PROXY_WAKE"
@@ -128,13 +158,31 @@ class Proxy:
                  on_reject: Callable[[Any, str], None] | None = None,
                  on_start: Callable[[], None] | None = None,
                  on_wait_period_s: float = ON_WAIT_PERIOD_S,
-                 max_body_bytes: int | None = pr.MAX_BODY_BYTES) -> None:
+                 max_body_bytes: int | None = pr.MAX_BODY_BYTES,
+                 durable: bool = False, secret: Any = None,
+                 publish_timeout_s: float = PUBLISH_TIMEOUT_S,
+                 heartbeat_s: float = AMQP_HEARTBEAT_S,
+                 prefetch_count: int | None = None,
+                 compat: str | None = None) -> None:
         self._topic = topic
+        # Unacknowledged messages the broker may push per queue (None: no limit).
+        self._prefetch_count = prefetch_count
         self._exchange_name = exchange
         self._on_wait = on_wait
         self._on_start = on_start
         self._on_wait_period_s = on_wait_period_s
         self._max_body_bytes = max_body_bytes
+        self._durable = bool(durable)
+        # Read once: a key file is not re-read per message.
+        self._keyring = signing.load_keyring(secret)
+        self._publish_timeout_s = publish_timeout_s
+        #: Consumer reconnections so far, and how long the last outage lasted
+        #: (s, from the error to consuming again); for logs, tests and stats.
+        self.reconnect_count = 0
+        self.last_outage_s: float | None = None
+        self._lost_at: float | None = None
+        # Which Redis server process we last consumed from (None off Redis).
+        self._broker_run_id: str | None = None
         self._retry_options = dict(self.DEFAULT_RETRY_OPTIONS)
         if retry_options:
             self._retry_options.update(retry_options)
@@ -154,19 +202,26 @@ class Proxy:
             url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
         # Built now (no network I/O) so a bad URL/transport fails here, loudly.
         self._conn = kombu.Connection(url, transport=transports.resolve(url, transport),
-                                      transport_options=self._transport_options)
+                                      transport_options=self._transport_options,
+                                      heartbeat=heartbeat_s)
         if not self._conn.hostname:
             # memory:// and filesystem:// have no host; kombu would warn about
             # it on every clone (each reconnect).
             self._conn.hostname = "localhost"
-        self._exchange = kombu.Exchange(exchange, type="direct", durable=False,
-                                        auto_delete=False)
+        if self._durable and self._conn.transport.driver_type == "amqp":
+            # Durable means "survives a broker restart": publish() returns only
+            # once RabbitMQ has taken the message (publisher confirms).
+            self._conn.transport_options.setdefault("confirm_publish", True)
+        # compat='taskflow': declared as TaskFlow does (see compat.py).
+        self._exchange = compat_mod.make_exchange(exchange, durable=self._durable,
+                                                  compat=compat,
+                                                  signed=self._keyring is not None)
         self._running = threading.Event()
         self._stopping = threading.Event()
         self._loop_lock = threading.Lock()
         self._publish_lock = threading.Lock()
         self._pub_conn: kombu.Connection | None = None
-        self._publish_fn: Callable[..., Any] | None = None
+        self._producer: kombu.Producer | None = None
         self._uri = self._conn.as_uri(include_password=False)
 
     # --- read-only facts ---
@@ -205,6 +260,21 @@ class Proxy:
                 driver_version=str(driver_version)))
 
     @property
+    def durable(self) -> bool:
+        """True when the exchange and queues are durable and messages persistent."""
+        return self._durable
+
+    @property
+    def keyring(self) -> signing.Keyring | None:
+        """The keys messages are signed and verified with (None: signing off)."""
+        return self._keyring
+
+    @property
+    def unverified_count(self) -> int:
+        """Messages refused because they were unsigned or badly signed."""
+        return self._dispatcher.unverified_count
+
+    @property
     def is_running(self) -> bool:
         """True while the consume loop is consuming."""
         return self._running.is_set()
@@ -213,23 +283,29 @@ class Proxy:
 
     def publish(self, msg: pr.Message, routing_key: str | Sequence[str],
                 reply_to: str | None = None, correlation_id: str | None = None,
-                headers: Mapping[str, Any] | None = None) -> None:
+                headers: Mapping[str, Any] | None = None,
+                timeout_s: float | None = None) -> None:
         """Publish ``msg`` to the exchange with ``routing_key`` (or each of several).
 
-        Thread-safe. Raises SerializationFailure when the body cannot be
-        encoded as JSON or is larger than ``max_body_bytes``, and kombu's
-        OperationalError (or the transport's connection error) when the
-        broker stays unreachable after the retry options are used up.
+        Thread-safe. While the broker is unreachable it keeps trying (new
+        connection, exchange declared again) for ``timeout_s`` (default: the
+        proxy's ``publish_timeout_s``). Raises SerializationFailure when the
+        body cannot be encoded as JSON or is larger than ``max_body_bytes``,
+        PublishTimeout (a recoverable BrokerUnavailable) when the broker stayed
+        unreachable, and the transport's channel errors (e.g. a declaration
+        conflicting with the broker's) as they are.
         """
         self._publish_raw(msg.TYPE, msg.to_dict(), routing_key, reply_to=reply_to,
-                          correlation_id=correlation_id, headers=headers)
+                          correlation_id=correlation_id, headers=headers,
+                          timeout_s=timeout_s)
 
     def _publish_raw(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      reply_to: str | None = None, correlation_id: str | None = None,
-                     headers: Mapping[str, Any] | None = None) -> None:
-        """Encode ``body`` once and publish it with the given ``type`` property."""
+                     headers: Mapping[str, Any] | None = None,
+                     timeout_s: float | None = None) -> None:
+        """Encode ``body`` once, sign it if a key is set, and publish it."""
         try:
-            payload = kombu_json.dumps(body)
+            payload = kombu_json.dumps(body).encode("utf-8")
         except (TypeError, ValueError, OverflowError) as e:
             raise exc.SerializationFailure(
                 f"Cannot encode {msg_type} message body as JSON: {e}", cause=e)
@@ -246,45 +322,101 @@ class Proxy:
             kwargs["reply_to"] = reply_to
         if correlation_id is not None:
             kwargs["correlation_id"] = correlation_id
-        if headers:
-            kwargs["headers"] = dict(headers)
-        with self._publish_lock:
-            publish = self._ensure_publisher()
-            try:
-                for key in keys:
-                    publish(payload, exchange=self._exchange, routing_key=key, **kwargs)
-            except Exception:
-                # Start from a fresh connection next time instead of a broken one.
-                self._reset_publisher()
-                raise
+        all_headers = dict(headers or {})
+        if self._keyring is not None:
+            all_headers.update(self._keyring.sign(payload, kwargs, all_headers))
+        if all_headers:
+            kwargs["headers"] = all_headers
+        kwargs.update(topology.publish_properties(self._durable))
+        timeout_s = self._publish_timeout_s if timeout_s is None else timeout_s
+        self._publish_with_retries(payload, keys, kwargs, time.monotonic() + timeout_s)
 
-    def _ensure_publisher(self) -> Callable[..., Any]:
-        """Return the publish function, connecting and declaring once (lock held)."""
-        if self._publish_fn is None:
-            conn = self._conn.clone()
+    def _publish_with_retries(self, payload: bytes, keys: list[str], kwargs: dict[str, Any],
+                              deadline: float) -> None:
+        """Publish to each key, reconnecting until ``deadline`` (monotonic s)."""
+        pending = list(keys)
+        failures = 0
+        with self._publish_lock:
+            while True:
+                try:
+                    producer = self._ensure_publisher(deadline)
+                    while pending:
+                        producer.publish(payload, exchange=self._exchange,
+                                         routing_key=pending[0], **kwargs)
+                        pending.pop(0)  # never published twice after a retry
+                    if failures:
+                        LOG.info("Published to %s again after %d failed attempt(s)",
+                                 self._uri, failures)
+                    return
+                except Exception as e:
+                    # Start from a fresh connection next time instead of a broken one.
+                    self._reset_publisher()
+                    if not self._is_connection_error(e):
+                        raise
+                    failures += 1
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise exc.PublishTimeout(
+                            f"Could not publish {kwargs['type']} message to {self._uri}"
+                            f" (routing key {pending[0]!r}): broker unreachable for"
+                            f" {failures} attempt(s); last error: {e}", cause=e) from e
+                    if failures == 1:
+                        LOG.warning("Publishing to %s failed (%s); retrying for up to"
+                                    " %.1f s", self._uri, e, remaining)
+                    pause = min(PUBLISH_BACKOFF_START_S * 2 ** (failures - 1),
+                                PUBLISH_BACKOFF_MAX_S, remaining)
+                    time.sleep(pause)  # backoff; the lock keeps other publishers queued
+
+    def _is_connection_error(self, error: BaseException) -> bool:
+        """True for errors a new connection may cure (broker down, connection lost)."""
+        return isinstance(error, (OSError, kombu.exceptions.OperationalError,
+                                  exc.BrokerUnavailable)
+                          + tuple(self._conn.connection_errors))
+
+    def _ensure_publisher(self, deadline: float) -> kombu.Producer:
+        """Return the producer, connecting (one bounded attempt) if needed (lock held)."""
+        if self._producer is None:
+            remaining = max(0.1, deadline - time.monotonic())
+            conn = self._conn.clone(
+                connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining))
             try:
-                conn.ensure_connection(errback=self._log_connect_error, **self._retry_options)
-                producer = kombu.Producer(conn.channel(), exchange=self._exchange,
-                                          auto_declare=True)
-                # ensure() revives the producer (and re-declares the exchange)
-                # after a reconnect; built once, not per publish.
-                self._publish_fn = conn.ensure(producer, producer.publish,
-                                               errback=self._log_connect_error,
-                                               **self._retry_options)
+                conn.connect()
+                # auto_declare: the exchange is declared again on every new
+                # connection (it is gone after a restart of a transient broker).
+                self._producer = kombu.Producer(conn.channel(), exchange=self._exchange,
+                                                auto_declare=True)
             except Exception:
-                conn.release()
+                try:
+                    conn.release()
+                except Exception:  # already broken
+                    LOG.debug("Error closing a failed publisher connection", exc_info=True)
                 raise
             self._pub_conn = conn
-        return self._publish_fn
+        return self._producer
 
     def _reset_publisher(self) -> None:
         """Drop the publishing connection (lock held)."""
-        conn, self._pub_conn, self._publish_fn = self._pub_conn, None, None
+        conn, self._pub_conn, self._producer = self._pub_conn, None, None
         if conn is not None:
             try:
                 conn.release()
             except Exception:  # already broken; nothing more to do
                 LOG.debug("Error closing publisher connection", exc_info=True)
+
+    def _publisher_heartbeat(self) -> None:
+        """Keep an idle publisher connection's AMQP heartbeats going (from the loop)."""
+        if not self._publish_lock.acquire(blocking=False):
+            return  # publishing right now: the connection is not idle
+        try:
+            conn = self._pub_conn
+            if conn is not None and conn.supports_heartbeats:
+                conn.heartbeat_check()
+        except Exception as e:
+            LOG.info("Publisher connection to %s lost (%s); reconnecting on next publish",
+                     self._uri, e)
+            self._reset_publisher()
+        finally:
+            self._publish_lock.release()
 
     def _log_connect_error(self, error: BaseException, interval: float) -> None:
         """kombu errback: say what failed and when the next attempt comes."""
@@ -306,10 +438,20 @@ class Proxy:
                     self._running.clear()
                     if self._stopping.is_set():
                         break
-                    recoverable = isinstance(e, (OSError, kombu.exceptions.OperationalError)
-                                             + tuple(self._conn.connection_errors)
-                                             + tuple(self._conn.channel_errors))
-                    if recoverable:
+                    if self._lost_at is None:
+                        self._lost_at = time.monotonic()
+                    if isinstance(e, tuple(self._conn.channel_errors)):
+                        # e.g. PRECONDITION_FAILED: the broker holds this
+                        # exchange/queue with other settings; retrying slowly
+                        # keeps the worker up while an operator fixes it.
+                        LOG.error("Broker %s refused to set up topic %r (%s); on"
+                                  " PRECONDITION_FAILED: every executor and worker on"
+                                  " exchange %r must use the same 'durable' (and 'compat')"
+                                  " setting (this one: durable=%s); retrying in %.1f s",
+                                  self._uri, self._topic, e, self._exchange_name,
+                                  self._durable, RECONNECT_BACKOFF_S)
+                        self._stopping.wait(RECONNECT_BACKOFF_S)
+                    elif self._is_connection_error(e):
                         LOG.error("Consumer connection to %s lost (%s); reconnecting in"
                                   " %.1f s", self._uri, e, RECONNECT_BACKOFF_S)
                         self._stopping.wait(RECONNECT_BACKOFF_S)
@@ -325,27 +467,38 @@ class Proxy:
 
     def _kombu_queues(self) -> list[kombu.Queue]:
         """kombu queues for the specs (each bound with all its routing keys)."""
-        out = []
-        for spec in self._queue_specs:
-            bindings = [kombu.binding(self._exchange, routing_key=key)
-                        for key in spec.routing_keys]
-            out.append(kombu.Queue(spec.name, exchange=self._exchange, bindings=bindings,
-                                   durable=False, auto_delete=spec.auto_delete))
-        return out
+        return [topology.make_queue(spec.name, self._exchange, spec.routing_keys,
+                                    auto_delete=spec.auto_delete, durable=self._durable)
+                for spec in self._queue_specs]
 
     def _consume_until_stopped(self) -> None:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
         conn = self._conn.clone()
         try:
             conn.ensure_connection(errback=self._log_connect_error, **self._retry_options)
+            run_id = recovery.broker_run_id(conn)
+            if self._lost_at is not None:
+                # Back after an outage: messages a broker restart left parked
+                # between delivery and acknowledgement go back to their queues.
+                recovery.restore_stranded(conn, self._broker_run_id)
+            self._broker_run_id = run_id
             channel = conn.channel()
             self._exchange.declare(channel=channel)
             consumer = kombu.Consumer(channel, queues=self._kombu_queues(),
                                       on_message=self._on_message, accept=["json"],
-                                      on_decode_error=self._dispatcher.on_decode_error)
+                                      on_decode_error=self._dispatcher.on_decode_error,
+                                      prefetch_count=self._prefetch_count)
             consumer.consume()
             self._running.set()
             LOG.debug("Consuming %s from %s", [q.name for q in self._queue_specs], self._uri)
+            if self._lost_at is not None:
+                self.last_outage_s = time.monotonic() - self._lost_at
+                self.reconnect_count += 1
+                self._lost_at = None
+                LOG.warning("Consuming %s from %s again after %.1f s without a broker"
+                            " connection", [q.name for q in self._queue_specs], self._uri,
+                            self.last_outage_s)
+            heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
             if self._on_start is not None:
                 self._call_safely(self._on_start, "on_start")
             last_wait = time.monotonic()
@@ -356,6 +509,18 @@ class Proxy:
                         conn.drain_events(timeout=period)
                     except TimeoutError:
                         pass
+                    if not conn.connected:
+                        # E.g. an ack failed on a dead broker inside a handler.
+                        # Checked before anything touches conn.connection:
+                        # kombu would silently open a *new* connection there,
+                        # one without our consumer, and we would wait on it
+                        # for ever.
+                        raise ConnectionResetError("the consumer's broker connection broke")
+                    if heartbeats:
+                        # py-amqp sends and checks heartbeats only when asked;
+                        # a dead broker raises here (the loop reconnects).
+                        conn.heartbeat_check()
+                        self._publisher_heartbeat()
                     now = time.monotonic()
                     if self._on_wait is not None and now - last_wait >= period:
                         last_wait = now
@@ -391,6 +556,15 @@ class Proxy:
                 self._dispatcher.reject(message, f"body of {len(message.body)} bytes exceeds"
                                                  f" the limit of {self._max_body_bytes} bytes")
                 return
+            if self._keyring is not None:
+                body = message.body
+                if isinstance(body, str):
+                    body = body.encode("utf-8")
+                try:
+                    self._keyring.verify(body, message.properties or {}, headers)
+                except exc.UnverifiedMessage as e:
+                    self._dispatcher.reject_unverified(message, str(e))
+                    return
             try:
                 data = message.decode()
             except Exception as e:
@@ -416,7 +590,8 @@ class Proxy:
         if self._running.is_set() and self._wake_routing_key is not None:
             try:
                 self._publish_raw(WAKE_TYPE, {}, self._wake_routing_key,
-                                  headers={_WAKE_HEADER: self._wake_token})
+                                  headers={_WAKE_HEADER: self._wake_token},
+                                  timeout_s=WAKE_PUBLISH_TIMEOUT_S)
             except Exception:
                 # The loop still ends within ON_WAIT_PERIOD_S.
                 LOG.debug("Could not send wake-up to topic %r", self._topic, exc_info=True)

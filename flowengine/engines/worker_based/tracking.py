@@ -28,7 +28,8 @@ class Tracked:
     """
 
     __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
-                 "topic", "attempt", "worker_id", "last_heard")
+                 "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
+                 "run_deadline")
 
     def __init__(self, request: pr.Request, progress_callback: Callable | None,
                  deadline: float | None) -> None:
@@ -43,6 +44,14 @@ class Tracked:
         # worker_id and no heartbeats, so their requests are never "lost").
         self.worker_id: str | None = None
         self.last_heard: float | None = None
+        #: Seconds of silence after which the holding worker is lost (set
+        #: from its advertised heartbeat interval when it first answers).
+        self.lost_after: float | None = None
+        #: Id of this engine submission, the same on every attempt.
+        self.request_id: str | None = None
+        #: Monotonic time by which the current attempt must finish once
+        #: RUNNING (None: no run time limit).
+        self.run_deadline: float | None = None
 
     @property
     def uuid(self) -> str:
@@ -161,19 +170,35 @@ class RequestBook:
                            failures=request.failures)
         tracked.request = again
         tracked.attempt += 1
-        tracked.worker_id = tracked.last_heard = None
+        tracked.worker_id = tracked.last_heard = tracked.lost_after = None
+        tracked.run_deadline = None
         tracked.deadline = None if self._timeout is None else again.created_on + self._timeout
         route = self._finder.get_route_for_task(request.task) if route_now else None
         self._route(tracked, route)
         return route, self._schedule(tracked.deadline)
 
     def heard(self, tracked: Tracked, worker_id: Any, lost_after_s: float) -> bool:
-        """Note a RUNNING (or heartbeat) from ``worker_id``; True if the scanner must wake."""
+        """Note a PENDING/RUNNING (or heartbeat) from ``worker_id`` (lock held).
+
+        Returns True if the deadline scanner must wake.
+        """
         if worker_id is None:
             return False
         tracked.worker_id = str(worker_id)
+        tracked.lost_after = lost_after_s
         tracked.last_heard = now = time.monotonic()
         return self._schedule(now + lost_after_s)
+
+    def recheck(self, when: float) -> None:
+        """Make the scanner look again at ``when`` (monotonic s) at the latest (lock held)."""
+        self._schedule(when)
+
+    def limit_run(self, tracked: Tracked, run_timeout_s: float | None) -> bool:
+        """Start the run time limit of a request that just became RUNNING (lock held)."""
+        if run_timeout_s is None or tracked.run_deadline is not None:
+            return False
+        tracked.run_deadline = time.monotonic() + run_timeout_s
+        return self._schedule(tracked.run_deadline)
 
     def release_waiting(self) -> list[Tracked]:
         """Route waiting requests some known worker can now run; return them (PENDING)."""
@@ -189,34 +214,48 @@ class RequestBook:
                     ready.append(tracked)
         return ready
 
-    def scan(self, now: float, lost_after_s: float
-             ) -> tuple[list[Tracked], list[Tracked], float | None]:
-        """Find expired WAITING/PENDING requests (moved to FAILURE and removed) and
-        RUNNING ones silent for ``lost_after_s``; return them and the next deadline."""
+    def scan(self, now: float) -> tuple[list[Tracked], list[Tracked], list[Tracked]]:
+        """Find what is due at ``now`` (monotonic s): (expired, lost, overrun).
+
+        expired: WAITING/PENDING past their transition deadline (moved to
+        FAILURE and removed); lost: held by a worker (PENDING or RUNNING)
+        that has been silent for its ``lost_after``; overrun: RUNNING past
+        their run deadline (moved to FAILURE and removed).
+        """
         expired: list[Tracked] = []
         lost: list[Tracked] = []
+        overrun: list[Tracked] = []
         next_deadline: float | None = None
         with self.lock:
             for tracked in list(self._ongoing.values()):
                 state = tracked.request.current_state
-                if state == pr.RUNNING and tracked.last_heard is not None:
-                    due = tracked.last_heard + lost_after_s
-                    if due <= now:
-                        lost.append(tracked)
-                        continue
-                elif state in TIMEOUT_STATES and tracked.deadline is not None:
-                    due = tracked.deadline
-                    if due <= now:
+                dues: list[float] = []
+                if state in TIMEOUT_STATES and tracked.deadline is not None:
+                    if tracked.deadline <= now:
                         if transition(tracked, pr.FAILURE):
                             self.remove(tracked)
                             expired.append(tracked)
                         continue
-                else:
-                    continue
-                if next_deadline is None or due < next_deadline:
-                    next_deadline = due
+                    dues.append(tracked.deadline)
+                if state == pr.RUNNING and tracked.run_deadline is not None:
+                    if tracked.run_deadline <= now:
+                        if transition(tracked, pr.FAILURE):
+                            self.remove(tracked)
+                            overrun.append(tracked)
+                        continue
+                    dues.append(tracked.run_deadline)
+                if (state in (pr.PENDING, pr.RUNNING) and tracked.last_heard is not None
+                        and tracked.lost_after is not None):
+                    due = tracked.last_heard + tracked.lost_after
+                    if due <= now:
+                        lost.append(tracked)
+                        continue
+                    dues.append(due)
+                for due in dues:
+                    if next_deadline is None or due < next_deadline:
+                        next_deadline = due
             self._next_deadline = next_deadline
-        return expired, lost, next_deadline
+        return expired, lost, overrun
 
     def drain(self) -> list[Tracked]:
         """Stop tracking everything; return what was still unfinished."""

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.utils import reflection
 
@@ -187,12 +188,16 @@ class ProxyWorkerFinder:
             return max(0, workers - len(self._workers))
 
     def publish(self) -> None:
-        """Send a NOTIFY request to every topic now (answers come to our reply queue)."""
-        # A NOTIFY on a shared topic queue reaches only one of its competing
-        # consumers; the others are learned from their own announcements (at
-        # start and every NOTIFY_PERIOD_S) or when they answer a request.
+        """Send a NOTIFY request to every topic now (answers come to our reply queue).
+
+        Each topic gets it twice: on its broadcast key, which every flowengine
+        worker of the topic receives (their private queues are bound to it),
+        and on the topic key, which reaches one of the workers consuming the
+        shared topic queue (TaskFlow's workers only listen there).
+        """
         with self._cond:
-            keys = list(self._topics)
+            keys = [key for topic in self._topics
+                    for key in (lv.broadcast_routing_key(topic), topic)]
         if keys:
             self._proxy.publish(pr.Notify(), keys, reply_to=self._uuid)
         self._messages_published += 1

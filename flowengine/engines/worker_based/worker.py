@@ -17,7 +17,9 @@ from typing import Any
 import flowengine
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import endpoint as endpoint_mod
+from flowengine.engines.worker_based import running as running_mod
 from flowengine.engines.worker_based import server as server_mod
+from flowengine.engines.worker_based import timelimits as tl
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
@@ -93,7 +95,20 @@ class Worker:
     ``tasks`` items may be module names (every concrete Task subclass defined
     in the module), ``"module:Class"``/``"module.Class"`` strings, modules or
     Task classes. Only these tasks can ever run here: a request naming any
-    other class gets an UnknownTask failure.
+    other class gets an UnknownTask failure. ``events=True`` publishes worker
+    and task events on ``<exchange>.events`` (see :mod:`.events`).
+
+    ``executor`` is ``"threads"`` (default: bodies run in a pool of
+    ``threads_count`` threads), ``"processes"`` (each body runs in a child
+    forked for it, at most ``threads_count`` at once; a hard time limit kills
+    the child) or a futures executor of your own (threads semantics).
+    ``soft_time_limit``/``time_limit`` (seconds) apply to tasks whose request
+    and class set none (see :mod:`.timelimits`). ``heartbeat_interval``
+    (seconds, default 2) is how often each held request is heartbeated; its
+    executors declare a request lost after a few missed heartbeats (see
+    doc/source/reliability.rst). ``compat='taskflow'`` declares the exchange
+    and topic queue as TaskFlow does, for a fleet shared with TaskFlow (see
+    doc/source/migration.rst).
     """
 
     def __init__(self, exchange: str, topic: str, tasks: Iterable[Any],
@@ -101,9 +116,19 @@ class Worker:
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
                  retry_options: Mapping[str, Any] | None = None,
-                 worker_id: str | None = None) -> None:
+                 worker_id: str | None = None, events: bool | None = None, *,
+                 durable: bool = False, secret: Any = None,
+                 soft_time_limit: float | None = None,
+                 time_limit: float | None = None,
+                 heartbeat_interval: float | None = None,
+                 compat: str | None = None) -> None:
         self._topic = topic
         self._exchange = exchange
+        kind = running_mod.THREADS
+        if isinstance(executor, str):
+            kind, executor = running_mod.executor_kind(executor), None
+        self._task_runner = running_mod.TaskRunner(
+            kind, default_limits=tl.make(soft_time_limit, time_limit))
         self._executor = executor
         self._owns_executor = False
         self._threads_count = -1
@@ -123,7 +148,16 @@ class Worker:
         self._server = server_mod.Server(topic, exchange, self._executor, self._endpoints,
                                          url=url, transport=transport,
                                          transport_options=transport_options,
-                                         retry_options=retry_options, worker_id=worker_id)
+                                         retry_options=retry_options, worker_id=worker_id,
+                                         events=events, durable=durable, secret=secret,
+                                         task_runner=self._task_runner,
+                                         # liveness (H10a): see liveness.py
+                                         heartbeat_interval=(
+                                             server_mod.RUNNING_HEARTBEAT_PERIOD_S
+                                             if heartbeat_interval is None
+                                             else heartbeat_interval),
+                                         # mixed fleets with TaskFlow (H12): compat.py
+                                         compat=compat)
         #: A helpful banner that can be shown before running.
         self.banner = self._generate_banner()
 
@@ -147,6 +181,15 @@ class Worker:
         """The underlying server."""
         return self._server
 
+    @property
+    def task_runner(self) -> running_mod.TaskRunner:
+        """How task bodies run here (executor kind, default time limits)."""
+        return self._task_runner
+
+    def shutdown_pool(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Shut down the request pool (waiting for what runs, or cancelling what waits)."""
+        self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
     def _generate_banner(self) -> str:
         """Describe the worker: connection (no password), executor, tasks, system."""
         details = self._server.connection_details
@@ -162,6 +205,9 @@ class Worker:
             lines.append(f"  Transport options = {transport.options}")
         lines.append("Powered by:")
         lines.append(f"  Executor = {reflection.get_class_name(self._executor)}")
+        lines.append(f"  Task bodies run in = {self._task_runner.kind}")
+        if self._task_runner.default_limits.any:
+            lines.append(f"  Default time limits = {self._task_runner.default_limits}")
         if self._threads_count != -1:
             lines.append(f"  Thread count = {self._threads_count}")
         lines.append("Supported endpoints:")

@@ -32,7 +32,7 @@ from flowengine import exceptions as exc
 from flowengine.persistence import models, path_based
 from flowengine.persistence.backends import json_codec
 
-__all__ = ["DirBackend", "DirConnection"]
+__all__ = ["Connection", "DirBackend", "DirConnection"]
 
 #: Name of the file holding an item's JSON inside the item's directory.
 ITEM_FILE = "metadata"
@@ -311,3 +311,7 @@ class DirConnection(path_based.PathBasedConnection):
     def close(self) -> None:
         """Release the lock file."""
         self._lock.close()
+
+
+#: TaskFlow's name for this backend's connection class.
+Connection = DirConnection

@@ -28,7 +28,7 @@ from flowengine import exceptions as exc
 from flowengine.persistence import base, models
 from flowengine.persistence.backends.sql import migration, rows, tables
 
-__all__ = ["SQLAlchemyBackend", "SQLAlchemyConnection"]
+__all__ = ["Connection", "SQLAlchemyBackend", "SQLAlchemyConnection"]
 
 LOG = logging.getLogger(__name__)
 
@@ -389,3 +389,7 @@ class SQLAlchemyConnection(base.Connection):
     def get_atoms_for_flow(self, fd_uuid: str) -> Iterator[models.AtomDetail]:
         """Iterate over the atom details of a flow detail (NotFound if unknown)."""
         return iter(self.get_flow_details(fd_uuid, lazy=False))
+
+
+#: TaskFlow's name for this backend's connection class.
+Connection = SQLAlchemyConnection

@@ -1,0 +1,22 @@
+"""Subcommands of ``flowengine`` beyond worker/demo: events, graph, run."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from flowengine.commands import events_view, graph_cmd, run_flow
+
+#: Subcommand name -> module with add_parser(sub, parse_option) and run(args).
+COMMANDS = {"events": events_view, "graph": graph_cmd, "run": run_flow}
+
+
+def add_parsers(sub: Any, parse_option: Any) -> None:
+    """Add every subcommand here to the ``flowengine`` parser's subparsers."""
+    for module in COMMANDS.values():
+        module.add_parser(sub, parse_option)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the subcommand ``args.command``; returns the exit code."""
+    return COMMANDS[args.command].run(args)

@@ -1,0 +1,268 @@
+"""``flowengine events``: a live view of workers and requests, or raw JSON events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+#: Seconds between screen refreshes: smooth enough to watch, cheap to draw.
+REFRESH_PERIOD_S = 0.25
+
+#: Requests shown (the most recently active): a screenful.
+MAX_REQUESTS_SHOWN = 20
+
+#: Requests remembered; older finished ones are forgotten (bounded memory).
+MAX_REQUESTS_KEPT = 1000
+
+#: Heartbeats a worker may miss before it is shown as lost.
+MISSED_HEARTBEATS_LOST = 3
+
+#: Request state shown for each task event type.
+STATE_OF_EVENT = {
+    "task-received": "RECEIVED", "task-started": "STARTED", "task-progress": "STARTED",
+    "task-succeeded": "SUCCESS", "task-failed": "FAILURE", "task-expired": "EXPIRED",
+    "task-retried": "RETRIED",
+}
+
+
+class WorkerView:
+    """What the view knows about one worker."""
+
+    __slots__ = ("hostname", "topic", "online", "active", "processed", "running",
+                 "last_heard", "freq")
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+        self.topic = ""
+        self.online = True
+        self.active = 0
+        self.processed = 0
+        self.running: set[str] = set()
+        self.last_heard = 0.0
+        self.freq = 2.0
+
+    def status(self, now: float) -> str:
+        """online/busy/lost/offline as of ``now`` (epoch seconds)."""
+        if not self.online:
+            return "offline"
+        if now - self.last_heard > MISSED_HEARTBEATS_LOST * self.freq:
+            return "lost"
+        return "busy" if self.running else "idle"
+
+
+class RequestView:
+    """What the view knows about one request."""
+
+    __slots__ = ("uuid", "name", "state", "worker", "attempt", "runtime", "progress",
+                 "started", "updated")
+
+    def __init__(self, uuid: str) -> None:
+        self.uuid = uuid
+        self.name = "?"
+        self.state = "?"
+        self.worker = ""
+        self.attempt = 0
+        self.runtime: float | None = None
+        self.progress: float | None = None
+        self.started: float | None = None
+        self.updated = 0.0
+
+
+class EventsState:
+    """Workers and requests, rebuilt from the events seen so far (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.workers: dict[str, WorkerView] = {}
+        self.requests: OrderedDict[str, RequestView] = OrderedDict()
+        self.flows: dict[str, str] = {}
+        self.count = 0
+
+    def apply(self, event: dict[str, Any]) -> None:
+        """Take one event into account."""
+        kind = event.get("type", "")
+        with self.lock:
+            self.count += 1
+            if kind.startswith("worker-"):
+                self._worker_event(kind, event)
+            elif kind.startswith("task-") and event.get("uuid"):
+                self._task_event(kind, event)
+            elif kind.startswith("flow-") and event.get("root_id"):
+                self.flows[event["root_id"]] = (
+                    f"{event.get('flow_name', '?')}: {event.get('state', kind)}")
+
+    def _worker(self, event: dict[str, Any]) -> WorkerView:
+        name = str(event.get("hostname", "?"))
+        worker = self.workers.get(name)
+        if worker is None:
+            worker = self.workers[name] = WorkerView(name)
+        worker.last_heard = float(event.get("timestamp") or time.time())
+        return worker
+
+    def _worker_event(self, kind: str, event: dict[str, Any]) -> None:
+        worker = self._worker(event)
+        worker.topic = event.get("topic", worker.topic)
+        worker.active = int(event.get("active", worker.active) or 0)
+        worker.processed = int(event.get("processed", worker.processed) or 0)
+        worker.freq = float(event.get("freq", worker.freq) or worker.freq)
+        worker.online = kind != "worker-offline"
+        if kind == "worker-heartbeat" and "running" in event:
+            worker.running = set(event["running"])
+
+    def _task_event(self, kind: str, event: dict[str, Any]) -> None:
+        uuid = event["uuid"]
+        request = self.requests.pop(uuid, None) or RequestView(uuid)
+        self.requests[uuid] = request  # most recently active last
+        request.name = event.get("name") or request.name
+        request.state = STATE_OF_EVENT.get(kind, request.state)
+        request.attempt = int(event.get("attempt") or request.attempt)
+        request.updated = float(event.get("timestamp") or time.time())
+        if event.get("started"):
+            request.started = float(event["started"])
+        if event.get("runtime") is not None:
+            request.runtime = float(event["runtime"])
+        if kind == "task-progress" and event.get("progress") is not None:
+            request.progress = float(event["progress"])
+        if event.get("hostname") and not kind == "task-retried":
+            request.worker = str(event["hostname"])
+            worker = self._worker(event)
+            if kind in ("task-received", "task-started", "task-progress"):
+                worker.running.add(uuid)
+            else:
+                worker.running.discard(uuid)
+        while len(self.requests) > MAX_REQUESTS_KEPT:
+            self.requests.popitem(last=False)
+
+
+def render(state: EventsState, source: str) -> Any:
+    """A rich renderable of ``state``: a workers table above a requests table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    now = time.time()
+    with state.lock:
+        workers = sorted(state.workers.values(), key=lambda w: w.hostname)
+        requests = list(state.requests.values())[-MAX_REQUESTS_SHOWN:]
+        count = len(state.requests)
+        events = state.count
+        flows = list(state.flows.items())[-3:]
+        header = Text(f"flowengine events - {source} - {events} events,"
+                      f" {len(workers)} workers, {count} requests", style="bold")
+        wtable = Table(title="Workers", expand=True, title_justify="left")
+        for column in ("worker", "topic", "status", "active", "processed", "running",
+                       "last heartbeat"):
+            wtable.add_column(column)
+        colours = {"idle": "green", "busy": "yellow", "lost": "red", "offline": "dim"}
+        for w in workers:
+            status = w.status(now)
+            names = sorted(state.requests[u].name if u in state.requests else _short(u)
+                           for u in w.running)
+            running = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "") or "-"
+            wtable.add_row(w.hostname, w.topic, Text(status, style=colours[status]),
+                           str(len(w.running)), str(w.processed), running,
+                           f"{max(0.0, now - w.last_heard):.1f} s ago")
+        rtable = Table(title="Requests", expand=True, title_justify="left")
+        for column in ("request", "task", "state", "worker", "attempt", "runtime"):
+            rtable.add_column(column)
+        scolours = {"SUCCESS": "green", "FAILURE": "red", "STARTED": "yellow",
+                    "EXPIRED": "magenta", "RECEIVED": "cyan"}
+        for r in reversed(requests):
+            runtime = (f"{r.runtime:.3f} s" if r.runtime is not None
+                       else f"{now - r.started:.1f} s..." if r.started else "-")
+            shown = r.state if r.progress is None or r.state != "STARTED" \
+                else f"STARTED {r.progress:.0%}"
+            rtable.add_row(_short(r.uuid), r.name, Text(shown, style=scolours.get(r.state, "")),
+                           r.worker, str(r.attempt), runtime)
+    parts: list[Any] = [header, wtable, rtable]
+    for root_id, text in flows:
+        parts.append(Text(f"flow {_short(root_id)} {text}"))
+    return Group(*parts)
+
+
+def _short(uuid: str) -> str:
+    return uuid[:8]
+
+
+def add_parser(sub: Any, parse_option: Any) -> None:
+    """Add the ``events`` subcommand to the ``flowengine`` parser."""
+    p = sub.add_parser("events", help="watch workers and requests live (or --json)")
+    p.add_argument("--url", default=None, help="broker URL (kombu format)")
+    p.add_argument("--exchange", default="default",
+                   help="task exchange whose events to follow (default: 'default')")
+    p.add_argument("--transport", default=None, help="kombu transport name")
+    p.add_argument("--transport-option", dest="transport_options", default=[],
+                   action="append", type=parse_option, metavar="KEY=VALUE",
+                   help="transport option (repeatable; values parsed as JSON)")
+    p.add_argument("--json", action="store_true",
+                   help="print each event as one JSON line on stdout, nothing else")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Follow the event stream until SIGINT/SIGTERM."""
+    from flowengine.engines.worker_based import events as ev
+
+    stop = threading.Event()
+    state = EventsState()
+    if args.json:
+        def handle(event: dict[str, Any]) -> None:
+            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            sys.stdout.flush()
+    else:
+        handle = state.apply
+    receiver = ev.EventReceiver(args.exchange, handle, url=args.url,
+                                transport=args.transport,
+                                transport_options=dict(args.transport_options) or None)
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            receiver.run()
+        except BaseException as e:  # shown by the main thread
+            errors.append(e)
+        finally:
+            stop.set()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    thread = threading.Thread(target=consume, name="flowengine-events", daemon=True)
+    thread.start()
+    source = f"{args.url or args.transport or 'default broker'} / {args.exchange}"
+    if receiver.wait_ready(30.0):
+        # On stderr: stdout stays pure JSON with --json.
+        print(f"Listening for events on {ev.events_exchange_name(args.exchange)}",
+              file=sys.stderr, flush=True)
+    try:
+        if args.json:
+            stop.wait()
+        else:
+            _live(state, source, stop)
+    finally:
+        receiver.stop()
+        thread.join(5.0)
+    if errors:
+        print(f"flowengine events: {errors[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _live(state: EventsState, source: str, stop: threading.Event) -> None:
+    """Redraw the view in place until ``stop`` is set."""
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    with Live(render(state, source), console=console, auto_refresh=False,
+              transient=False) as live:
+        while not stop.wait(REFRESH_PERIOD_S):
+            live.update(render(state, source), refresh=True)
+        live.update(render(state, source), refresh=True)

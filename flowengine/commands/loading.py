@@ -1,0 +1,24 @@
+"""Find a flow from the command line: ``module:factory`` (a function or a flow)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from typing import Any
+
+
+def load_flow(spec: str) -> Any:
+    """The flow named by ``module:attr``: ``attr`` called when callable; ValueError if malformed.
+
+    The current directory is importable, as for ``python -m``.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"expected module:flow_factory, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj() if callable(obj) and not hasattr(obj, "iter_links") else obj

@@ -1,0 +1,105 @@
+"""``flowengine run module:flow_factory``: run a flow here with a progress bar."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+#: Engine names accepted by --engine (the entry points of flowengine.engines).
+ENGINES = ("serial", "parallel", "worker-based")
+
+
+def add_parser(sub: Any, parse_option: Any) -> None:
+    """Add the ``run`` subcommand to the ``flowengine`` parser."""
+    p = sub.add_parser("run", help="run a flow with a progress bar and print its results")
+    p.add_argument("flow", metavar="module:flow_factory",
+                   help="a function returning a flow (or a flow object)")
+    p.add_argument("--engine", default="serial", choices=ENGINES)
+    p.add_argument("--store", dest="store", default=[], action="append", type=parse_option,
+                   metavar="KEY=VALUE", help="initial value (repeatable; parsed as JSON)")
+    p.add_argument("--store-json", default=None, metavar="JSON",
+                   help="initial values as one JSON object")
+    p.add_argument("--url", default=None, help="broker URL (worker-based engine)")
+    p.add_argument("--exchange", default=None, help="exchange (worker-based engine)")
+    p.add_argument("--topic", dest="topics", default=[], action="append",
+                   help="worker topic (repeatable; worker-based engine)")
+    p.add_argument("--transport", default=None, help="kombu transport name")
+    p.add_argument("--transport-option", dest="transport_options", default=[],
+                   action="append", type=parse_option, metavar="KEY=VALUE",
+                   help="transport option (repeatable; values parsed as JSON)")
+    p.add_argument("--events", action="store_true",
+                   help="publish flow events (worker-based engine)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--graph", default=None, metavar="PATH",
+                   help="after the run, draw the flow coloured by atom state")
+
+
+def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.engine != "worker-based":
+        return {}
+    options: dict[str, Any] = {"url": args.url, "exchange": args.exchange,
+                               "topics": list(args.topics), "transport": args.transport,
+                               "events": args.events}
+    if args.transport_options:
+        options["transport_options"] = dict(args.transport_options)
+    return {k: v for k, v in options.items() if v not in (None, [])}
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load, run and report; 1 when the flow fails."""
+    from rich.console import Console
+
+    from flowengine import engines
+    from flowengine.commands import loading, progress
+
+    console = Console(stderr=True)
+    try:
+        flow = loading.load_flow(args.flow)
+        store = dict(args.store)
+        if args.store_json:
+            store.update(json.loads(args.store_json))
+    except (ValueError, ImportError, AttributeError) as e:
+        print(f"flowengine run: {e}", file=sys.stderr)
+        return 2
+    engine = engines.load(flow, store=store, engine=args.engine, **_engine_options(args))
+    engine.compile()
+    total = len(engine.compilation.atoms)
+    bar = progress.FlowProgress(total, console=console, description=flow.name)
+    bar.attach(engine)
+    failed: BaseException | None = None
+    try:
+        if args.no_progress:
+            engine.run()
+        else:
+            with bar:
+                engine.run()
+    except Exception as e:  # reported below with the results so far
+        failed = e
+    results = engine.storage.fetch_all()
+    print(json.dumps(_jsonable(results), indent=2, sort_keys=True))
+    stats = engine.statistics.get("atoms")
+    if stats:
+        for name, entry in sorted(stats.items()):
+            console.print(f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
+                          f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}")
+    if args.graph:
+        engine.draw(args.graph)
+    if failed is not None:
+        print(f"flowengine run: the flow failed: {failed}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON can show it (unknown objects by their repr)."""
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        if isinstance(value, dict):
+            return {str(k): _jsonable(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [_jsonable(v) for v in value]
+        return repr(value)

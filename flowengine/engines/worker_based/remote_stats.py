@@ -1,0 +1,50 @@
+"""Per-atom timings of remote requests, for the engine's ``statistics``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+
+class RemoteStatistics:
+    """Queue time, run time and attempts of each remote atom, by atom name.
+
+    ``queue_time`` is seconds from the first dispatch of a request to the
+    RUNNING reply of the worker that ran it; ``run_time`` seconds from there
+    to the outcome; ``attempts`` how many executions of the atom finished
+    (a Retry controller runs an atom again); ``dispatches`` how often the
+    last request was sent (a lost worker makes the executor send it again).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._atoms: dict[str, dict[str, Any]] = {}
+
+    def record(self, tracked: Any) -> None:
+        """Note the outcome of ``tracked`` (a tracking.Tracked), just before it resolves."""
+        now = time.monotonic()
+        request, origin = tracked.request, tracked.origin
+        running_since = request.created_on + request.elapsed
+        name = getattr(origin.task, "name", str(origin.task))
+        with self._lock:
+            entry = self._atoms.setdefault(name, {"attempts": 0, "reverts": 0})
+            if request.action == "revert":
+                entry["reverts"] += 1
+                entry["revert_time"] = now - running_since
+                return
+            entry["attempts"] += 1
+            entry["queue_time"] = max(0.0, running_since - origin.created_on)
+            entry["run_time"] = max(0.0, now - running_since)
+            entry["dispatches"] = tracked.attempt + 1
+            entry["worker_id"] = tracked.worker_id
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """A copy of the table: atom name -> timings."""
+        with self._lock:
+            return {name: dict(entry) for name, entry in self._atoms.items()}
+
+    def clear(self) -> None:
+        """Forget everything (a new run starts)."""
+        with self._lock:
+            self._atoms.clear()

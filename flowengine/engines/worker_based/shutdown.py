@@ -1,0 +1,269 @@
+"""Warm and cold shutdown of a worker (SIGTERM/SIGINT once, then again).
+
+Warm (first signal): the worker tells executors it is leaving and stops
+consuming, so no new request reaches it; requests it already took run to the
+end while it keeps sending their heartbeats, and their outcomes are sent;
+then it exits 0.
+
+Cold (a second signal, at any time): the worker stops at once. Bodies
+running in forked children (process executor) are killed first; then every
+request it took and has not answered is answered with a FAILURE carrying
+``WorkerShutdown``, which executors treat as "dispatch it again elsewhere"
+(not a task failure), and the process exits with status 1. A body running in
+a thread cannot be stopped: it ends with the process, a few milliseconds
+after the give-back replies are published (the next attempt needs at least
+two broker hops before it can start elsewhere).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based import server as server_mod
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds between two "still waiting" log lines of a warm shutdown (the
+#: server's heartbeat thread goes on beating for each held request meanwhile).
+WARM_PROGRESS_PERIOD_S = server_mod.RUNNING_HEARTBEAT_PERIOD_S
+
+#: Seconds a cold shutdown waits for outcomes that were already being sent
+#: when it began (publishing one takes milliseconds; this bounds a dead broker).
+COLD_FLUSH_TIMEOUT_S = 5.0
+
+#: Seconds a warm shutdown waits for the consume loop to end after asking it
+#: to (it checks every ON_WAIT_PERIOD_S; a message being dispatched must be
+#: handed to the pool before the pool stops accepting work).
+CONSUMER_STOP_TIMEOUT_S = 10.0
+
+#: Poll period (s) of that short, bounded wait (the server gives no signal
+#: when a reply has been published).
+_FLUSH_POLL_S = 0.02
+
+#: Seconds during which a repeat of the *same* signal is taken as one more
+#: copy of the first, not as a request for a cold shutdown: timeout(1) and
+#: some supervisors signal both the process and its process group.
+DUPLICATE_SIGNAL_WINDOW_S = 0.5
+
+#: Exit statuses of the ``flowengine worker`` command.
+EXIT_WARM = 0
+EXIT_COLD = 1
+EXIT_ERROR = 1
+
+
+def _name(signum: int | None) -> str:
+    if signum is None:
+        return "stop request"
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class _Waker:
+    """Wakes the main thread from a wait, also for a signal another thread received.
+
+    CPython runs signal handlers in the main thread, but the kernel may
+    deliver a signal to any thread: a main thread blocked on a lock would
+    then sleep through it. Waiting in select() on a socket that is also the
+    signal wakeup fd always returns, so the handler runs.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+
+    def install(self) -> None:
+        """Make every signal wake the waiter (call from the main thread)."""
+        signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+
+    def wake(self) -> None:
+        """Wake the waiter (from any thread)."""
+        try:
+            self._write.send(b"\0")
+        except (BlockingIOError, OSError):
+            pass  # a full buffer already wakes it
+
+    def wait(self, timeout: float | None) -> None:
+        """Block until woken (or ``timeout`` seconds), then forget the wake-ups."""
+        select.select([self._read], [], [], timeout)
+        try:
+            while self._read.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+
+class Shutdown:
+    """Runs a worker until a signal, then shuts it down warm (then cold on a second one)."""
+
+    def __init__(self, worker: Any, **run_kwargs: Any) -> None:
+        self._worker = worker
+        self._run_kwargs = run_kwargs or {"display_banner": False}
+        # Re-entrant: the signal handler takes it on the main thread.
+        self._lock = threading.RLock()
+        self._waker = _Waker()
+        self._requests = 0
+        self._first: tuple[int | None, float] | None = None
+        self._drained = False
+        self._failed = False
+        self.state = "serving"
+        self._runner: threading.Thread | None = None
+
+    @property
+    def requests(self) -> int:
+        """How many shutdown requests were counted (1: warm, 2 or more: cold)."""
+        return self._requests
+
+    # --- requests (signal handlers, other threads) ---
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT and SIGTERM request a shutdown (warm first, cold the second time)."""
+        self._waker.install()
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.request(signum)
+
+    def request(self, signum: int | None = None) -> None:
+        """Ask for a shutdown: warm the first time, cold after that."""
+        now = time.monotonic()
+        with self._lock:
+            if (self._first is not None and signum is not None and self._requests == 1
+                    and self._first[0] == signum
+                    and now - self._first[1] < DUPLICATE_SIGNAL_WINDOW_S):
+                return  # the same signal delivered twice at once
+            if self._first is None:
+                self._first = (signum, now)
+            self._requests += 1
+            count = self._requests
+        self._waker.wake()
+        if count == 1:
+            LOG.info("%s: warm shutdown requested", _name(signum))
+        elif count == 2:
+            LOG.warning("%s again: cold shutdown requested", _name(signum))
+
+    # --- the main thread ---
+
+    def serve(self) -> int:
+        """Run the worker until asked to stop; return the exit status (warm 0, cold 1)."""
+        runner = threading.Thread(target=self._serve, name="flowengine-worker", daemon=True)
+        self._runner = runner
+        runner.start()
+        self._wait_main(lambda: self._requests >= 1 or self._failed)
+        failed = self._failed
+        if failed:
+            self.request()
+        status = self.warm()
+        return EXIT_ERROR if failed and status == EXIT_WARM else status
+
+    def _serve(self) -> None:
+        try:
+            self._worker.run(**self._run_kwargs)
+        except Exception:
+            LOG.exception("Worker stopped on an error")
+            with self._lock:
+                self._failed = True
+            self._waker.wake()
+
+    def warm(self) -> int:
+        """Stop taking requests, finish and answer running ones (heartbeating), exit status."""
+        server = self._worker.server
+        taken = server.running_requests()
+        started = sum(1 for _, _, s in taken if s)
+        self.state = "warm"
+        LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
+                    " (%d more taken, not started); send the signal again to stop now"
+                    " (cold shutdown: they are given back to be run elsewhere)", started,
+                    len(taken) - started)
+        server.stop()  # announces 'leaving' and stops consuming
+        if self._runner is not None:
+            # A request being dispatched right now still reaches the pool.
+            self._runner.join(CONSUMER_STOP_TIMEOUT_S)
+            if self._runner.is_alive():
+                LOG.warning("Warm shutdown: the consume loop did not end within %.0f s",
+                            CONSUMER_STOP_TIMEOUT_S)
+        drain = threading.Thread(target=self._drain, name="flowengine-drain", daemon=True)
+        drain.start()
+        while True:
+            self._wait_main(lambda: self._drained or self._requests >= 2,
+                            WARM_PROGRESS_PERIOD_S)
+            if self._requests >= 2:
+                break
+            if self._drained:
+                LOG.info("Warm shutdown complete: every request taken was answered")
+                self.state = "stopped"
+                return EXIT_WARM
+            # The server's heartbeat thread keeps beating for what it holds.
+            LOG.info("Warm shutdown: still waiting for %d request(s)",
+                     len(server.running_requests()))
+        return self.cold()
+
+    def _drain(self) -> None:
+        self._worker.shutdown_pool(wait=True)
+        with self._lock:
+            self._drained = True
+        self._waker.wake()
+
+    def _wait_main(self, predicate: Any, timeout: float | None = None) -> bool:
+        """Wait on the main thread until ``predicate()`` holds (or ``timeout`` passes)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if predicate():
+                    return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            self._waker.wait(remaining)
+
+    def cold(self) -> int:
+        """Kill children, give unanswered requests back, return the exit status (1)."""
+        self.state = "cold"
+        server = self._worker.server
+        sending, killed = self._worker.task_runner.stop_cold()
+        self._worker.shutdown_pool(wait=False, cancel_futures=True)
+        given_back = 0
+        for key, _reply_to, started in server.running_requests():
+            if key in sending:
+                continue  # its outcome is being published right now
+            what = "running" if started else "taken but not started"
+            error = exc.WorkerShutdown(
+                f"Worker {server.worker_id} stopped (cold shutdown) with request {key[0]}"
+                f" ({key[1]}) {what}; it was given back to be run elsewhere")
+            # The reply carries the request's attempt: an executor that has
+            # moved on to a later attempt ignores it (fencing).
+            if server.give_back(key, error):
+                given_back += 1
+            else:
+                LOG.error("Cold shutdown: could not give request %s back; its executor will"
+                          " notice the missing heartbeats", key[0])
+        self._flush(server, sending)
+        LOG.warning("Cold shutdown: gave back %d request(s) (%d task process(es) killed);"
+                    " exiting now", given_back, len(killed))
+        self.state = "stopped"
+        return EXIT_COLD
+
+    def _flush(self, server: Any, sending: set[tuple[str, str]]) -> None:
+        """Wait (bounded) until outcomes already on their way have been published."""
+        if not sending:
+            return
+        pause = threading.Event()
+        waited = 0.0
+        while waited < COLD_FLUSH_TIMEOUT_S:
+            left = {key for key, _, _ in server.running_requests()} & sending
+            if not left:
+                return
+            pause.wait(_FLUSH_POLL_S)
+            waited += _FLUSH_POLL_S
+        LOG.warning("Cold shutdown: %d outcome(s) were still being sent after %.1f s",
+                    len(left), COLD_FLUSH_TIMEOUT_S)

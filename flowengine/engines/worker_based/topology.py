@@ -1,0 +1,59 @@
+"""Exchange and queue declarations, transient (default) or durable.
+
+Transient (TaskFlow's topology): a non-durable exchange and queues; a broker
+restart loses the queues and the messages waiting in them, and the
+executor's deadlines (transition timeout, lost-worker detection) recover.
+
+Durable (``durable=True``): the exchange and every queue survive a broker
+restart and messages are published persistent, so requests waiting in a
+topic queue are still there when the broker comes back (on Redis this also
+needs Redis persistence: ``appendonly yes``). Queues that are auto-deleted in
+the transient topology (an executor's reply queue, a worker's private queue)
+cannot be both durable and auto-deleted in a useful way, so they are durable
+and, on RabbitMQ, expire after ``IDLE_QUEUE_EXPIRES_S`` without consumers;
+their owners delete them on a clean stop.
+
+Every participant on one exchange (executors and workers) must use the same
+setting: RabbitMQ refuses to re-declare an exchange or queue with another
+durability (PRECONDITION_FAILED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import kombu
+
+#: AMQP delivery mode of messages in the durable topology (written to disk).
+PERSISTENT_DELIVERY_MODE = 2
+
+#: Seconds a durable reply/private queue may stay without a consumer before
+#: RabbitMQ deletes it (``x-expires``): long enough to outlive any broker or
+#: network outage its owner would still come back from, short enough that a
+#: crashed executor's queue does not collect announcements for ever.
+IDLE_QUEUE_EXPIRES_S = 600.0
+
+
+def make_exchange(name: str, durable: bool = False) -> kombu.Exchange:
+    """The direct exchange all messages of one deployment go through."""
+    return kombu.Exchange(name, type="direct", durable=durable, auto_delete=False)
+
+
+def make_queue(name: str, exchange: kombu.Exchange, routing_keys: Sequence[str],
+               auto_delete: bool = False, durable: bool = False) -> kombu.Queue:
+    """A queue bound to ``exchange`` with each of ``routing_keys``."""
+    bindings = [kombu.binding(exchange, routing_key=key) for key in routing_keys]
+    arguments: dict[str, Any] | None = None
+    if durable and auto_delete:
+        # Durable and auto-deleted would be gone after the restart it was
+        # meant to survive: durable, with an idle expiry instead.
+        auto_delete = False
+        arguments = {"x-expires": int(IDLE_QUEUE_EXPIRES_S * 1000)}
+    return kombu.Queue(name, exchange=exchange, bindings=bindings, durable=durable,
+                       auto_delete=auto_delete, queue_arguments=arguments)
+
+
+def publish_properties(durable: bool) -> dict[str, Any]:
+    """Extra publish() keyword arguments for the topology."""
+    return {"delivery_mode": PERSISTENT_DELIVERY_MODE} if durable else {}

@@ -1,0 +1,25 @@
+"""tools/screenshots.py draws the pictures the docs include."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+from flowengine.utils import graph_draw
+from tests.worker_based.test_cli import ROOT, _env
+
+
+def test_screenshots_script_writes_the_events_view_and_the_flow_graph(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "screenshots.py"),
+                           "--out", str(tmp_path)], capture_output=True, text=True,
+                          env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    view = ET.parse(tmp_path / "events-view.svg").getroot()
+    text = "".join(t.text or "" for t in view.iter("{http://www.w3.org/2000/svg}text"))
+    text = text.replace("\xa0", " ")
+    assert "Workers" in text and "Requests" in text and "SUCCESS" in text
+    assert (tmp_path / "demo-flow.dot").read_text().startswith("digraph flow {")
+    if graph_draw.dot_program() is not None:
+        assert ET.parse(tmp_path / "demo-flow.svg").getroot().tag.endswith("svg")

@@ -1,0 +1,207 @@
+"""Broker outages: Redis and RabbitMQ restarted under real worker processes.
+
+Which recovery path each scenario proves:
+
+- ``durable`` topology (exchange and queues durable, messages persistent,
+  RabbitMQ publisher confirms, Redis with its append-only file): the broker
+  keeps every queued request and every queued reply across the restart, and
+  the proxies reconnect, declare again and consume again (on Redis, putting
+  back what the restart left delivered-but-unacknowledged), so the flow
+  completes with no request lost and no re-dispatch needed. A request whose
+  acknowledgement the dying broker never recorded is delivered again
+  (at-least-once): the checker allows such duplicates, bounded by what the
+  workers held at the moment of the crash.
+- queued requests with no worker at all: they wait out the restart in the
+  durable topic queue and run when a worker starts afterwards.
+
+(With the default transient topology a restart loses what was queued; those
+requests are recovered by the executor's deadlines, not by the broker.)
+
+Figures (recovery time after the broker is back) are printed to stderr; run
+with ``-s`` to see them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import uuid
+
+import brokers  # tests/ is on sys.path (conftest.py)
+import kombu
+import pytest
+
+from flowengine import engines
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import topology
+from flowengine.patterns import unordered_flow as uf
+from tests.reliability import ledger
+from tests.reliability.outage_procs import running_workers
+from tests.reliability.outage_tasks import Mark
+from tests.worker_based.wire_helpers import Client
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+#: Bounded waits (s), only so that a bug fails the test instead of hanging it.
+WORKERS_UP_S = 60.0
+FLOW_DONE_S = 180.0
+PROGRESS_S = 60.0
+
+#: Requests in the mid-flow scenarios, and the time each body takes (s): long
+#: enough that the broker goes down while many are queued or running.
+FLOW_TASKS = 40
+TASK_DELAY_S = 0.1
+
+#: Requests the 2 workers can hold (received, not finished) when the broker
+#: dies: 2 threads x 2 held per thread + 1 taken before the pause, each.
+WORKERS, THREADS = 2, 2
+MAX_DUPLICATES = WORKERS * (THREADS * 2 + 1)
+
+
+@pytest.fixture
+def persistent_redis():
+    """A redis-server of this test's own that keeps its data across kill() (AOF, fsync always)."""
+    try:
+        proc = brokers.start_redis(persistent=True)
+    except brokers.BrokerUnavailable as e:
+        if os.environ.get("CI"):
+            pytest.fail(str(e))
+        pytest.skip(str(e))
+    yield proc
+    proc.stop()
+
+
+def _only_timeouts(error: BaseException) -> bool:
+    """True when the flow failed only because requests timed out unstarted."""
+    if isinstance(error, exc.RequestTimeout):
+        return True
+    if isinstance(error, exc.WrappedFailure):
+        return all(f.check(exc.RequestTimeout) for f in error)
+    return False
+
+
+def _figure(name: str, value: float) -> None:
+    sys.stderr.write(f"\n[figure] {name}: {value:.2f} s\n")
+
+
+def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
+    """Given 2 worker processes and a 40-task flow, restart the broker mid-flow."""
+    exchange, topic = f"ex-{uuid.uuid4().hex[:8]}", "outage"
+    path = str(tmp_path / "ledger")
+    tokens = [f"t{i}" for i in range(FLOW_TASKS)]
+    flow = uf.Flow("outage")
+    for token in tokens:
+        flow.add(Mark(name=f"mark-{token}",
+                      inject={"token": token, "path": path, "delay": TASK_DELAY_S}))
+    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=broker.url,
+                                      durable=True)
+    with running_workers(WORKERS, broker.url, exchange, topic, str(tmp_path),
+                         threads=THREADS, extra_args=["--durable"]) as workers:
+        executor.start()
+        try:
+            assert executor.wait_for_workers(WORKERS, WORKERS_UP_S) == 0, workers.log_text()
+            engine = engines.load(flow, engine="worker-based", executor=executor)
+            errors: list[BaseException] = []
+            done = threading.Event()
+
+            def run() -> None:
+                try:
+                    engine.run()
+                except BaseException as e:  # reported by the main thread
+                    errors.append(e)
+                finally:
+                    done.set()
+
+            threading.Thread(target=run, daemon=True).start()
+            # When the broker is killed once a quarter of the bodies have run
+            assert ledger.wait_lines(path, FLOW_TASKS // 4, PROGRESS_S), workers.log_text()
+            before = sum(ledger.counts(path).values())
+            broker.kill()
+            down = time.monotonic()
+            broker.start()
+            up = time.monotonic()
+            # Then the flow completes
+            done.wait(FLOW_DONE_S)
+            assert done.is_set(), "flow did not finish:\n" + workers.log_text()
+            finished = time.monotonic()
+            if errors and broker.url.startswith("redis") and _only_timeouts(errors[0]):
+                # The documented Redis delivery window (reliability.rst, Known
+                # limits): a request popped by a worker's BRPOP as the server
+                # died never reached it; it timed out, unrun, never twice.
+                verdict = ledger.check(path, tokens)
+                if (not verdict.unexpected and len(verdict.duplicated) <= MAX_DUPLICATES
+                        and not set(verdict.lost) & set(verdict.duplicated)):
+                    pytest.xfail(f"Redis delivery window: {verdict}")
+            assert not errors, (f"{errors[0]}\nledger: {ledger.check(path, tokens)}\n"
+                                f"{workers.log_text()}")
+            logs = workers.log_text()
+        finally:
+            executor.stop()
+    # And the checker: no request lost; a body runs twice only when the broker
+    # died before it recorded the acknowledgement of a request already taken
+    # (at-least-once), so duplicates are bounded by what workers held then.
+    verdict = ledger.check(path, tokens)
+    sys.stderr.write(f"\n[checker] {name}: {verdict}\n")
+    assert not verdict.lost and not verdict.unexpected, str(verdict)
+    assert len(verdict.duplicated) <= MAX_DUPLICATES, str(verdict)
+    assert before < FLOW_TASKS, "the outage did not happen mid-flow"
+    assert all(engine.storage.get(f"mark-{t}") == t for t in tokens)
+    # And no log line carries the broker password (the URL's user:password part)
+    netloc = broker.url.split("//", 1)[1]
+    if "@" in netloc:
+        password = netloc.split("@", 1)[0].partition(":")[2]
+        assert password and f":{password}@" not in logs
+    _figure(f"{name}: broker down (kill + start)", up - down)
+    _figure(f"{name}: broker back -> flow done ({FLOW_TASKS - before} tasks left)",
+            finished - up)
+    if executor._proxy.last_outage_s is not None:
+        _figure(f"{name}: executor consumer outage", executor._proxy.last_outage_s)
+
+
+def test_flow_survives_redis_restart_durable(persistent_redis, tmp_path):
+    _run_flow_through_restart(persistent_redis, tmp_path, "redis restart mid-flow")
+
+
+def test_flow_survives_rabbitmq_restart_durable(private_rabbitmq, tmp_path):
+    _run_flow_through_restart(private_rabbitmq, tmp_path, "rabbitmq restart mid-flow")
+
+
+def _declare_topic_queue(url: str, exchange: str, topic: str) -> None:
+    """Declare the durable topic queue as a worker would (before any worker runs)."""
+    ex = topology.make_exchange(exchange, durable=True)
+    queue = topology.make_queue(pr.topic_queue_name(exchange, topic), ex, (topic,),
+                                durable=True)
+    with kombu.Connection(url) as conn:
+        queue(conn.default_channel).declare()
+
+
+@pytest.mark.parametrize("kind", ["redis", "rabbitmq"])
+def test_queued_requests_survive_broker_restart(kind, request, tmp_path):
+    # Given a durable topic queue with 5 requests in it and no worker running
+    broker = request.getfixturevalue("persistent_redis" if kind == "redis"
+                                     else "private_rabbitmq")
+    exchange, topic = f"ex-{uuid.uuid4().hex[:8]}", "queued"
+    path = str(tmp_path / "ledger")
+    _declare_topic_queue(broker.url, exchange, topic)
+    tokens = [f"q{i}" for i in range(5)]
+    with Client(exchange, url=broker.url, durable=True) as client:
+        cids = [client.request(Mark(name=f"mark-{t}"), routing_key=topic,
+                               arguments={"token": t, "path": path}) for t in tokens]
+        # When the broker restarts, and only then a worker starts
+        broker.kill()
+        broker.start()
+        up = time.monotonic()
+        with running_workers(1, broker.url, exchange, topic, str(tmp_path),
+                             extra_args=["--durable"]) as workers:
+            # Then every request runs, once, and its SUCCESS comes back
+            for cid in cids:
+                reply = client.final(cid, timeout=WORKERS_UP_S)
+                assert reply["state"] == pr.SUCCESS, (reply, workers.log_text())
+        took = time.monotonic() - up
+    verdict = ledger.check(path, tokens)
+    assert verdict.done_once == len(tokens), str(verdict)
+    _figure(f"{kind}: queued requests, broker back -> all replies (incl. worker start)", took)

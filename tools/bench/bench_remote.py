@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""Remote-task benchmark: the worker-based engine next to TaskFlow and raw kombu.
+
+For each transport (memory, filesystem, Redis, RabbitMQ; brokers started by
+this script on loopback with ``tests/brokers.py``) and in the same run:
+
+- ``floor``: a raw kombu request/reply round trip (one process publishes a
+  request, a server process answers on the reply queue), sequential; the
+  fastest anything built on kombu can hand a task to a worker and hear back.
+- ``latency``: a linear flow of 50 trivial tasks on the worker-based engine;
+  per-task latency is the time between consecutive task completions (so the
+  engine's start and worker discovery are not in it), plus the whole run.
+- ``throughput``: an unordered flow of 500 trivial tasks on 2 worker
+  processes; tasks completed per second.
+
+for flowengine, TaskFlow with its defaults (``taskflow-default``) and TaskFlow
+with a tuned polling interval (``taskflow-tuned``: ``transport_options=
+{"polling_interval": TUNED_POLLING_INTERVAL_S}``, which TaskFlow uses both as
+kombu's polling interval and as its own drain-events timeout). Workers are
+separate processes (threads inside the engine's process for ``memory``, whose
+broker lives in one process). Each case runs in a fresh subprocess.
+
+kombu's own memory and filesystem transports poll every second; flowengine
+uses its own drop-in transports for those URLs, and so does the floor (raw
+kombu code on flowengine's transport), since kombu's filesystem transport
+would make the floor about a second. TaskFlow runs on kombu's transports.
+
+TaskFlow comes from PyPI into the virtualenv ``bench_core.py`` caches (with
+kombu and redis added); it is never a flowengine dependency.
+
+Usage::
+
+    python tools/bench/bench_remote.py                    # everything
+    python tools/bench/bench_remote.py --transport redis --lib flowengine --lib floor
+    python tools/bench/bench_remote.py --tiny --transport memory --lib flowengine  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
+
+TRANSPORTS = ("memory", "filesystem", "redis", "amqp")
+LIBS = ("floor", "flowengine", "taskflow-tuned", "taskflow-default")
+
+#: Tasks in the latency flow (linear) and the throughput flow (unordered).
+LATENCY_TASKS = 50
+THROUGHPUT_TASKS = 500
+
+#: TaskFlow with its defaults pays about a second or two per task on polling
+#: transports: fewer tasks keep a full run within minutes (per-task figures
+#: are still per task).
+DEFAULT_TASKFLOW_LATENCY_TASKS = 10
+DEFAULT_TASKFLOW_THROUGHPUT_TASKS = 100
+
+#: Sequential round trips measured for the floor (after FLOOR_WARMUP ones).
+FLOOR_ROUND_TRIPS = 300
+FLOOR_WARMUP = 20
+
+#: Worker processes (and threads in each) serving the flows.
+WORKERS = 2
+WORKER_THREADS = 4
+
+#: TaskFlow's tuned polling interval (s): small enough that polling is not
+#: what a task waits for, large enough not to burn a core while idle.
+TUNED_POLLING_INTERVAL_S = 0.005
+
+#: Seconds one case may take before it is reported as a timeout.
+CASE_TIMEOUT_S = 120.0
+
+#: TaskFlow on kombu's filesystem transport hangs on replies read out of order
+#: (RUNNING after SUCCESS): it never finishes, so do not wait long for it.
+TASKFLOW_FILESYSTEM_TIMEOUT_S = 30.0
+
+#: Seconds to wait for a worker process to say it is ready.
+WORKER_READY_TIMEOUT_S = 60.0
+
+#: Seconds a worker process gets after SIGTERM before it is killed.
+WORKER_STOP_TIMEOUT_S = 10.0
+
+#: Extra packages the TaskFlow virtualenv needs for its worker-based engine.
+TASKFLOW_EXTRA = ("kombu", "redis")
+
+READY = "BENCH-WORKER-READY"
+TOPIC = "bench"
+
+
+# --------------------------------------------------------------------------
+# connection settings per transport and library
+# --------------------------------------------------------------------------
+
+def connection(lib: str, transport: str, url: str | None, folder: str | None) -> dict:
+    """engines.load / Worker keywords (url, transport, transport_options)."""
+    opts: dict[str, Any] = {}
+    conn: dict[str, Any] = {}
+    if transport == "memory":
+        conn["transport"] = "memory"
+    elif transport == "filesystem":
+        conn["transport"] = "filesystem"
+        opts.update({"data_folder_in": folder, "data_folder_out": folder,
+                     "store_processed": False})
+    else:
+        conn["url"] = url
+    if lib == "taskflow-tuned":
+        opts["polling_interval"] = TUNED_POLLING_INTERVAL_S
+    if opts:
+        conn["transport_options"] = opts
+    return conn
+
+
+def _lib_env(lib: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["FLOWENGINE_BENCH_LIB"] = "taskflow" if lib.startswith("taskflow") else "flowengine"
+    paths = [HERE] + ([REPO_ROOT] if not lib.startswith("taskflow") else [])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+# --------------------------------------------------------------------------
+# workers (child side)
+# --------------------------------------------------------------------------
+
+def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
+    """A worker object (not started) and the thread pool it owns, for ``lib``."""
+    from concurrent import futures
+
+    import bench_remote_tasks
+
+    pool = futures.ThreadPoolExecutor(max_workers=WORKER_THREADS)
+    if lib.startswith("taskflow"):
+        from taskflow.engines.worker_based import worker
+        return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
+                             **conn), pool
+    from flowengine.engines.worker_based import worker
+    return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
+                         **conn), pool
+
+
+def start_worker_thread(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
+    """Run a worker in a daemon thread of this process; return it once it consumes."""
+    w, pool = make_worker(lib, exchange, conn)
+    if lib.startswith("taskflow"):
+        threading.Thread(target=w.run, daemon=True).start()
+        w.wait()  # TaskFlow's wait() takes no timeout
+    else:
+        threading.Thread(target=w.run, kwargs={"display_banner": False}, daemon=True).start()
+        if not w.wait(WORKER_READY_TIMEOUT_S):
+            raise RuntimeError("worker did not start")
+    return w, pool
+
+
+def worker_main(lib: str, exchange: str, conn: dict) -> int:
+    """A worker process: serve until SIGTERM; print READY once consuming."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *a: stop.set())
+    w, pool = start_worker_thread(lib, exchange, conn)
+    print(READY, flush=True)
+    stop.wait()
+    w.stop()
+    pool.shutdown(wait=False)
+    return 0
+
+
+@contextlib.contextmanager
+def worker_processes(lib: str, exchange: str, conn: dict, count: int):
+    """``count`` worker processes of ``lib`` on ``conn``, ready when the block starts."""
+    procs = []
+    cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--lib", lib,
+           "--exchange", exchange, "--conn", json.dumps(conn)]
+    try:
+        for _ in range(count):
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
+                                          env=_lib_env(lib), cwd=HERE))
+        for proc in procs:
+            _wait_ready(proc)
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(WORKER_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_ready(proc: subprocess.Popen) -> None:
+    ready = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            if line.strip() == READY:
+                ready.set()
+        ready.set()  # EOF: the process ended
+
+    threading.Thread(target=read, daemon=True).start()
+    if not ready.wait(WORKER_READY_TIMEOUT_S) or proc.poll() is not None:
+        raise RuntimeError(f"worker process {proc.pid} did not start")
+
+
+# --------------------------------------------------------------------------
+# flows (child side)
+# --------------------------------------------------------------------------
+
+def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict) -> dict:
+    """Run a linear/unordered flow of ``n`` Noop tasks; time each completion."""
+    import bench_remote_tasks
+
+    if lib.startswith("taskflow"):
+        from taskflow import engines
+        from taskflow.patterns import linear_flow, unordered_flow
+    else:
+        from flowengine import engines
+        from flowengine.patterns import linear_flow, unordered_flow
+    pattern = linear_flow if shape == "linear" else unordered_flow
+    flow = pattern.Flow(shape).add(*[bench_remote_tasks.Noop(f"t{i}") for i in range(n)])
+    engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=[TOPIC],
+                          **conn)
+    done: list[float] = []
+
+    def on_atom(state: str, details: dict) -> None:
+        if state == "SUCCESS":
+            done.append(time.perf_counter())
+
+    engine.atom_notifier.register("*", on_atom)
+    cpu = time.process_time()
+    started = time.perf_counter()
+    engine.run()
+    run_s = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    if len(done) != n:
+        raise RuntimeError(f"{len(done)} of {n} tasks reported SUCCESS")
+    span = done[-1] - done[0]
+    # CPU of this process (the engine; and the workers too for memory) per task:
+    # unlike wall time it hardly moves when the machine is busy.
+    return {"tasks": n, "run_s": run_s, "first_s": done[0] - started,
+            "per_task_ms": span / (n - 1) * 1000.0, "tasks_per_s": (n - 1) / span,
+            "cpu_per_task_ms": cpu / n * 1000.0}
+
+
+def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
+    """One latency/throughput case with its workers (threads for memory)."""
+    exchange = f"bench-{uuid.uuid4().hex[:8]}"
+    shape = "linear" if case == "latency" else "unordered"
+    if transport == "memory":
+        running = [start_worker_thread(lib, exchange, conn) for _ in range(WORKERS)]
+        try:
+            return run_flow(lib, shape, n, exchange, conn)
+        finally:
+            for w, pool in running:
+                w.stop()
+                pool.shutdown(wait=False)
+    with worker_processes(lib, exchange, conn, WORKERS):
+        return run_flow(lib, shape, n, exchange, conn)
+
+
+# --------------------------------------------------------------------------
+# the floor: raw kombu request/reply (child side)
+# --------------------------------------------------------------------------
+
+def _kombu_connection(conn: dict):
+    import kombu
+
+    from flowengine.engines.worker_based import transports
+
+    url = conn.get("url")
+    transport = transports.resolve(url, conn.get("transport"))
+    return kombu.Connection(url or f"{transport}://", transport=transport,
+                            transport_options=conn.get("transport_options", {}))
+
+
+def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None,
+                 stop: threading.Event | None = None) -> None:
+    """Answer every request on the floor's request queue with an empty reply."""
+    import kombu
+
+    stop = stop or threading.Event()
+    ex = kombu.Exchange(exchange, type="direct", durable=False)
+    with _kombu_connection(conn) as c:
+        producer = kombu.Producer(c.channel(), exchange=ex)
+
+        def on_message(body: Any, message: Any) -> None:
+            producer.publish({"ok": True}, routing_key=message.properties["reply_to"],
+                             correlation_id=message.properties["correlation_id"],
+                             serializer="json")
+            message.ack()
+
+        queue = kombu.Queue(f"{exchange}-req", ex, routing_key="req", durable=False,
+                            auto_delete=True)
+        with kombu.Consumer(c.channel(), [queue], callbacks=[on_message], accept=["json"]):
+            if ready is not None:
+                ready.set()
+            else:
+                print(READY, flush=True)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    c.drain_events(timeout=0.2)
+
+
+def floor_client(exchange: str, conn: dict, trips: int) -> dict:
+    """Sequential request/reply round trips; the mean and the median."""
+    import kombu
+
+    ex = kombu.Exchange(exchange, type="direct", durable=False)
+    reply_key = f"reply-{uuid.uuid4().hex[:8]}"
+    got: list[str] = []
+    with _kombu_connection(conn) as c:
+        producer = kombu.Producer(c.channel(), exchange=ex)
+        queue = kombu.Queue(f"{exchange}-{reply_key}", ex, routing_key=reply_key,
+                            durable=False, auto_delete=True)
+
+        def on_reply(body: Any, message: Any) -> None:
+            got.append(message.properties["correlation_id"])
+            message.ack()
+
+        times = []
+        with kombu.Consumer(c.channel(), [queue], callbacks=[on_reply], accept=["json"]):
+            for i in range(trips + FLOOR_WARMUP):
+                if i == FLOOR_WARMUP:
+                    cpu = time.process_time()
+                cid = str(i)
+                t0 = time.perf_counter()
+                producer.publish({"n": i}, routing_key="req", reply_to=reply_key,
+                                 correlation_id=cid, serializer="json")
+                deadline = time.monotonic() + 30
+                while cid not in got:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("no reply from the floor server in 30 s")
+                    with contextlib.suppress(TimeoutError):
+                        c.drain_events(timeout=1)
+                if i >= FLOOR_WARMUP:
+                    times.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu
+    times.sort()
+    return {"trips": trips, "per_task_ms": sum(times) / len(times) * 1000.0,
+            "median_ms": times[len(times) // 2] * 1000.0,
+            "cpu_per_task_ms": cpu / trips * 1000.0}
+
+
+def floor_case(transport: str, conn: dict, trips: int) -> dict:
+    """The floor with its server in a thread (memory) or a process (the rest)."""
+    exchange = f"floor-{uuid.uuid4().hex[:8]}"
+    if transport == "memory":
+        ready, stop = threading.Event(), threading.Event()
+        server = threading.Thread(target=floor_server, args=(exchange, conn, ready, stop),
+                                  daemon=True)
+        server.start()
+        ready.wait(WORKER_READY_TIMEOUT_S)
+        try:
+            return floor_client(exchange, conn, trips)
+        finally:
+            stop.set()
+            server.join(5)
+    cmd = [sys.executable, os.path.abspath(__file__), "--role", "floor-server",
+           "--exchange", exchange, "--conn", json.dumps(conn)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=_lib_env("floor"),
+                            cwd=HERE)
+    try:
+        _wait_ready(proc)
+        return floor_client(exchange, conn, trips)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(WORKER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --------------------------------------------------------------------------
+# parent side
+# --------------------------------------------------------------------------
+
+def taskflow_python(venv: str, spec: str) -> str:
+    """bench_core's cached TaskFlow python, with kombu and redis added once."""
+    python = bench_core.ensure_taskflow_python(venv, spec)
+    if not all(bench_core._can_import(python, m) for m in ("kombu", "redis")):
+        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        *TASKFLOW_EXTRA], check=True)
+    return python
+
+
+def run_case(python: str, lib: str, case: str, transport: str, url: str | None,
+             n: int, timeout_s: float) -> dict:
+    """One case in a fresh subprocess of ``python``; its JSON result or an error."""
+    base = {"lib": lib, "case": case, "transport": transport}
+    folder = tempfile.mkdtemp(prefix="fe-bench-fs-") if transport == "filesystem" else None
+    conn = connection(lib, transport, url, folder)
+    cmd = [python, os.path.abspath(__file__), "--role", "case", "--lib", lib, "--case", case,
+           "--transport", transport, "--n", str(n), "--conn", json.dumps(conn)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
+                              env=_lib_env(lib), cwd=HERE)
+    except subprocess.TimeoutExpired:
+        return {**base, "error": f"timeout after {timeout_s:.0f} s"}
+    finally:
+        if folder:
+            subprocess.run(["rm", "-rf", folder], check=False)
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return {**base, "error": f"exit {proc.returncode}: {last}"}
+    return {**base, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+@contextlib.contextmanager
+def broker_urls(transports: list[str]):
+    """Start the brokers the transports need (tests/brokers.py); yield kind -> URL."""
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    import brokers
+
+    urls: dict[str, str | None] = {"memory": None, "filesystem": None}
+    started = []
+    try:
+        for kind, starter in (("redis", brokers.start_redis), ("amqp", brokers.start_rabbitmq)):
+            if kind in transports:
+                try:
+                    proc = starter()
+                except brokers.BrokerUnavailable as e:
+                    print(f"# {kind}: cannot start a broker, skipped ({e})", file=sys.stderr)
+                    continue
+                started.append(proc)
+                urls[kind] = proc.url
+        yield urls
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+def _fmt(v: float | None, unit: str = "ms") -> str:
+    return "-" if v is None else f"{v:.2f}{unit}" if v < 100 else f"{v:.0f}{unit}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def print_table(results: list[dict], out=sys.stdout) -> None:
+    """One row per transport: latency, throughput, ratios."""
+    by = {(r["transport"], r["lib"], r["case"]): r for r in results}
+
+    def val(t: str, lib: str, case: str, key: str) -> float | None:
+        r = by.get((t, lib, case))
+        return None if r is None or "error" in r else r.get(key)
+
+    transports = [t for t in TRANSPORTS if any(k[0] == t for k in by)]
+    print("\nPer-task latency, 50-task linear flow (ms per task; floor = raw kombu"
+          " request/reply round trip)", file=out)
+    head = (f"{'transport':<11} {'floor':>9} {'flowengine':>11} {'TF tuned':>10}"
+            f" {'TF default':>11} {'fe/floor':>9} {'fe/TF tuned':>12}"
+            f" {'CPU fe':>8} {'CPU floor':>10} {'CPU TF tuned':>13}")
+    print(head + "\n" + "-" * len(head), file=out)
+    for t in transports:
+        fl, fe = val(t, "floor", "floor", "per_task_ms"), val(t, "flowengine", "latency",
+                                                              "per_task_ms")
+        tt = val(t, "taskflow-tuned", "latency", "per_task_ms")
+        td = val(t, "taskflow-default", "latency", "per_task_ms")
+        cfe = val(t, "flowengine", "latency", "cpu_per_task_ms")
+        cfl = val(t, "floor", "floor", "cpu_per_task_ms")
+        ctt = val(t, "taskflow-tuned", "latency", "cpu_per_task_ms")
+        print(f"{t:<11} {_fmt(fl):>9} {_fmt(fe):>11} {_fmt(tt):>10} {_fmt(td):>11}"
+              f" {_ratio(fe, fl):>9} {_ratio(fe, tt):>12}"
+              f" {_fmt(cfe):>8} {_fmt(cfl):>10} {_fmt(ctt):>13}", file=out)
+    print("(CPU: CPU time of the engine process per task, the client's per round trip for"
+          " the floor; for memory the workers are in that process too)", file=out)
+    print(f"\nThroughput, {THROUGHPUT_TASKS}-task unordered flow on {WORKERS} workers"
+          " (tasks/s; higher is better)", file=out)
+    head = (f"{'transport':<11} {'flowengine':>11} {'TF tuned':>10} {'TF default':>11}"
+            f" {'fe/TF tuned':>12}")
+    print(head + "\n" + "-" * len(head), file=out)
+    for t in transports:
+        fe = val(t, "flowengine", "throughput", "tasks_per_s")
+        tt = val(t, "taskflow-tuned", "throughput", "tasks_per_s")
+        td = val(t, "taskflow-default", "throughput", "tasks_per_s")
+        print(f"{t:<11} {_fmt(fe, ''):>11} {_fmt(tt, ''):>10} {_fmt(td, ''):>11}"
+              f" {_ratio(fe, tt):>12}", file=out)
+    errors = [r for r in results if "error" in r]
+    for r in errors:
+        print(f"# {r['transport']} {r['lib']} {r['case']}: {r['error']}", file=out)
+
+
+def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
+    if lib == "floor":
+        return [("floor", 20 if tiny else FLOOR_ROUND_TRIPS)]
+    if tiny:
+        return [("latency", 5), ("throughput", 20)]
+    if lib == "taskflow-default":
+        return [("latency", DEFAULT_TASKFLOW_LATENCY_TASKS),
+                ("throughput", DEFAULT_TASKFLOW_THROUGHPUT_TASKS)]
+    return [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--transport", choices=TRANSPORTS, action="append",
+                   help="transport to run (repeatable; default: all)")
+    p.add_argument("--lib", choices=LIBS, action="append",
+                   help="library to run (repeatable; default: all)")
+    p.add_argument("--tiny", action="store_true", help="tiny flows (a smoke test)")
+    p.add_argument("--json", action="store_true", help="also print the results as JSON")
+    p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S,
+                   help="seconds allowed per case (default %(default)s)")
+    p.add_argument("--taskflow-venv", default=bench_core.TASKFLOW_VENV)
+    p.add_argument("--taskflow-spec", default=bench_core.TASKFLOW_SPEC)
+    # Child roles (internal).
+    p.add_argument("--role", choices=("case", "worker", "floor-server"), help=argparse.SUPPRESS)
+    p.add_argument("--case", help=argparse.SUPPRESS)
+    p.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--exchange", help=argparse.SUPPRESS)
+    p.add_argument("--conn", type=json.loads, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if args.role == "worker":
+        return worker_main(args.lib[0], args.exchange, args.conn)
+    if args.role == "floor-server":
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *a: stop.set())
+        floor_server(args.exchange, args.conn, stop=stop)
+        return 0
+    if args.role == "case":
+        lib, transport = args.lib[0], args.transport[0]
+        if args.case == "floor":
+            result = floor_case(transport, args.conn, args.n)
+        else:
+            result = flow_case(lib, args.case, args.n, transport, args.conn)
+        print(json.dumps(result))
+        # Daemon threads of TaskFlow's in-process workers may linger; done is done.
+        sys.stdout.flush()
+        os._exit(0)
+
+    transports = args.transport or list(TRANSPORTS)
+    libs = args.lib or list(LIBS)
+    pythons = {lib: sys.executable for lib in libs}
+    if any(lib.startswith("taskflow") for lib in libs):
+        tf = taskflow_python(args.taskflow_venv, args.taskflow_spec)
+        pythons.update({lib: tf for lib in libs if lib.startswith("taskflow")})
+    print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs; each case in a"
+          " fresh subprocess", file=sys.stderr)
+    results = []
+    with broker_urls(transports) as urls:
+        for transport in transports:
+            if transport not in urls:
+                continue
+            for lib in libs:
+                for case, n in _cases(lib, args.tiny):
+                    timeout = args.timeout
+                    if lib.startswith("taskflow") and transport == "filesystem":
+                        timeout = min(timeout, TASKFLOW_FILESYSTEM_TIMEOUT_S)
+                    r = run_case(pythons[lib], lib, case, transport, urls[transport], n,
+                                 timeout)
+                    results.append(r)
+                    shown = r.get("error") or (f"{r['per_task_ms']:.2f} ms/task"
+                                               + (f", {r['tasks_per_s']:.0f} tasks/s"
+                                                  if "tasks_per_s" in r else ""))
+                    print(f"# {transport:<10} {lib:<16} {case:<10} n={n:<4} {shown}",
+                          file=sys.stderr, flush=True)
+    print_table(results)
+    if args.json:
+        print(json.dumps(results, indent=1))
+    return 1 if any("error" in r for r in results if r["lib"] in ("flowengine", "floor")) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
