@@ -103,3 +103,30 @@ class Flow(abc.ABC):
             cls_name = cls_name[len(_CHOP_PREFIX):]
         return f"{cls_name}: {self.name}(len={len(self)})"
 
+
+
+class ItemListFlow(Flow):
+    """A flow whose children are kept in insertion order (linear and unordered)."""
+
+    def __init__(self, name: str, retry: Any = None) -> None:
+        super().__init__(name, retry)
+        # dict used as an ordered set: O(1) membership, insertion order kept.
+        self._items: dict[Any, None] = {}
+
+    def add(self, *items: Any) -> ItemListFlow:
+        """Append items; an item already in this flow is ignored (as TaskFlow does)."""
+        for item in items:
+            check_item(self, item)
+        for item in items:
+            self._items.setdefault(item, None)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._items)
+
+    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+        for item in self._items:
+            yield item, {}

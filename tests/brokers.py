@@ -28,6 +28,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from kombu.utils.url import maybe_sanitize_url
+
 # Redis is up in ~50 ms; 15 s leaves room for a loaded 2-core CI machine.
 REDIS_START_TIMEOUT_S = 15.0
 # RabbitMQ (Erlang VM boot + Mnesia + vhost setup) takes ~5 s here; 90 s
@@ -370,7 +372,8 @@ def main() -> int:
     """Start and stop each broker once, printing the times (used by .ci/run)."""
     for starter in (start_redis, start_rabbitmq):
         b = starter()
-        print(f"{b.name}: {b.url} up in {b.start_time_s:.2f} s", flush=True)
+        # CI logs are public: print the URL without its password.
+        print(f"{b.name}: {maybe_sanitize_url(b.url)} up in {b.start_time_s:.2f} s", flush=True)
         t = time.monotonic()
         b.stop()
         print(f"{b.name}: stopped in {time.monotonic() - t:.2f} s", flush=True)

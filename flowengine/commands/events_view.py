@@ -11,6 +11,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from kombu.utils.url import maybe_sanitize_url
+
 #: Seconds between screen refreshes: smooth enough to watch, cheap to draw.
 REFRESH_PERIOD_S = 0.25
 
@@ -236,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     thread = threading.Thread(target=consume, name="flowengine-events", daemon=True)
     thread.start()
-    source = f"{args.url or args.transport or 'default broker'} / {args.exchange}"
+    # Shown on screen (and in screenshots): never with the URL's password.
+    where = maybe_sanitize_url(args.url) if args.url else None
+    source = f"{where or args.transport or 'default broker'} / {args.exchange}"
     if receiver.wait_ready(30.0):
         # On stderr: stdout stays pure JSON with --json.
         print(f"Listening for events on {ev.events_exchange_name(args.exchange)}",

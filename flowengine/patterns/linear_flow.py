@@ -8,31 +8,8 @@ from typing import Any
 from flowengine import flow
 
 
-class Flow(flow.Flow):
+class Flow(flow.ItemListFlow):
     """Runs its children in insertion order and reverts them in reverse order."""
-
-    def __init__(self, name: str, retry: Any = None) -> None:
-        super().__init__(name, retry)
-        # dict used as an ordered set: O(1) membership, insertion order kept.
-        self._items: dict[Any, None] = {}
-
-    def add(self, *items: Any) -> Flow:
-        """Append items; an item already in this flow is ignored (as TaskFlow does)."""
-        for item in items:
-            flow.check_item(self, item)
-        for item in items:
-            self._items.setdefault(item, None)
-        return self
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._items)
-
-    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
-        for item in self._items:
-            yield item, {}
 
     def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
         previous = None

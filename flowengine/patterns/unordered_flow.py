@@ -8,34 +8,12 @@ from typing import Any
 from flowengine import flow
 
 
-class Flow(flow.Flow):
+class Flow(flow.ItemListFlow):
     """Runs its children in any order (concurrently when the engine can).
 
     Children can not feed each other: a symbol one child requires and another
     provides is still a requirement of the whole flow.
     """
-
-    def __init__(self, name: str, retry: Any = None) -> None:
-        super().__init__(name, retry)
-        self._items: dict[Any, None] = {}
-
-    def add(self, *items: Any) -> Flow:
-        """Add items; an item already in this flow is ignored (as TaskFlow does)."""
-        for item in items:
-            flow.check_item(self, item)
-        for item in items:
-            self._items.setdefault(item, None)
-        return self
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._items)
-
-    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
-        for item in self._items:
-            yield item, {}
 
     def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
         return iter(())

@@ -79,6 +79,20 @@ def test_linear_flow_results_and_progress_reach_the_notifier():
     assert engine.storage.get_flow_state() == states.SUCCESS
 
 
+def test_remote_progress_reaches_the_engine_side_task_notifier():
+    # Given a listener on the task object the flow was built with (TaskFlow's
+    # way of watching progress), when the task runs on a remote worker,
+    exchange = unique()
+    task = et.Progress("p", provides="done")
+    heard = []
+    task.notifier.register("update_progress",
+                           lambda event, details: heard.append(details["progress"]))
+    with running_worker(exchange, "t", [et.Progress]):
+        _load(lf.Flow("f").add(task), exchange).run()
+    # then it hears the worker's 0.5 between the engine's own 0.0 and 1.0.
+    assert heard == [0.0, 0.5, 1.0]
+
+
 def test_failure_reverts_and_revert_gets_the_failures():
     # Given a flow whose second task fails on the worker
     exchange = unique()

@@ -113,7 +113,10 @@ def connection(lib: str, transport: str, url: str | None, folder: str | None) ->
         conn["transport"] = "memory"
     elif transport == "filesystem":
         conn["transport"] = "filesystem"
+        # control_folder too: kombu's stock transport (TaskFlow's side)
+        # otherwise writes exchange metadata into ./control.
         opts.update({"data_folder_in": folder, "data_folder_out": folder,
+                     "control_folder": os.path.join(folder, "control"),
                      "store_processed": False})
     else:
         conn["url"] = url

@@ -8,7 +8,6 @@ from typing import Any
 import networkx as nx
 
 from flowengine import states as st
-from flowengine import storage as fe_storage
 from flowengine.engines.action_engine import analyzer as an
 from flowengine.engines.action_engine import completer as co
 from flowengine.engines.action_engine import deciders as de
@@ -74,19 +73,9 @@ class Runtime:
     def _plan(self, atom: Any, revert: bool) -> tuple:
         # Resolved once by the compiler: which atoms provide each argument,
         # closest first (rows are (arg_name, symbol, providers, optional)).
-        comp = self.compilation
-        if hasattr(comp, "argument_plan"):
-            if revert:
-                return comp.revert_argument_plan(atom.name)
-            return comp.argument_plan(atom.name)
-        name = atom.name
         if revert:
-            mapping, optional = atom.revert_rebind, atom.revert_optional
-            lookup = getattr(comp, "revert_providers", comp.providers)
-        else:
-            mapping, optional = atom.rebind, atom.optional
-            lookup = comp.providers
-        return fe_storage.make_arg_plan(mapping, optional, lambda s: lookup(name, s))
+            return self.compilation.revert_argument_plan(atom.name)
+        return self.compilation.argument_plan(atom.name)
 
     def fetch_args(self, name: str, revert: bool = False) -> dict:
         """The arguments for an atom's execute (or revert), from storage."""

@@ -447,15 +447,20 @@ class WorkerTaskExecutor(base.TaskExecutor):
         tracked.resolve(result)
 
     def _on_event(self, tracked: tr.Tracked, data: dict) -> None:
-        """Forward a task event (progress) to the engine's callback."""
+        """Forward a task event (progress) to the engine and the task's own notifier."""
+        event_type, details = data["event_type"], data["details"]
         callback = tracked.progress_callback
-        if callback is None:
-            return
-        try:
-            callback(data["event_type"], data["details"])
-        except Exception:
-            LOG.warning("Progress callback failed for request %s", tracked.request,
-                        exc_info=True)
+        if callback is not None:
+            try:
+                callback(event_type, details)
+            except Exception:
+                LOG.warning("Progress callback failed for request %s", tracked.request,
+                            exc_info=True)
+        # As TaskFlow does, listeners on the engine-side task object hear the
+        # worker's events too, so the same code works locally and remotely.
+        notifier = getattr(tracked.request.task, "notifier", None)
+        if notifier is not None and notifier.can_trigger_notification(event_type):
+            notifier.notify(event_type, dict(details))
 
     def _maybe_probe(self, tracked: tr.Tracked, worker_id: str) -> None:
         """A reply from a worker we do not know: ask it (privately) who it is.
