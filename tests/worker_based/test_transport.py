@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
@@ -354,3 +357,53 @@ def test_concurrent_producer_and_consumer_keep_order(tmp_path):
         q.close()
     # Then it still sees them in the order written.
     assert got == list(range(total))
+
+
+_CONSUME_AND_HANG = """
+import sys, kombu
+from flowengine.engines.worker_based import transports
+folder = sys.argv[1]
+conn = kombu.Connection("filesystem://localhost",
+                        transport=transports.resolve(None, "filesystem"),
+                        transport_options={"data_folder_in": folder, "data_folder_out": folder})
+message = conn.SimpleQueue("claims").get(timeout=10)
+print(message.payload["n"], flush=True)
+sys.stdin.read()  # never acknowledges; the test kills us here
+"""
+
+
+def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
+    # Given a message taken by a consumer process that never acknowledges it,
+    with fs_conn(tmp_path) as conn:
+        conn.SimpleQueue("claims").put({"n": 7})
+        child = subprocess.Popen([sys.executable, "-c", _CONSUME_AND_HANG, str(tmp_path)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout.readline().strip() == "7"
+            queue = conn.SimpleQueue("claims")
+            # (while the consumer lives, nobody else can have it)
+            with pytest.raises(queue.Empty):
+                queue.get(timeout=fs.RECLAIM_PERIOD_S * 3)
+            # When that consumer is killed (no chance to put it back itself),
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=WAIT_S)
+            # then another consumer gets the message, whole, and once.
+            message = queue.get(timeout=WAIT_S)
+            assert message.payload == {"n": 7}
+            message.ack()
+            with pytest.raises(queue.Empty):
+                queue.get(timeout=fs.RECLAIM_PERIOD_S * 3)
+        finally:
+            child.kill()
+            child.wait(timeout=WAIT_S)
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]
+
+
+def test_acknowledged_message_leaves_no_claim_behind(tmp_path):
+    with fs_conn(tmp_path) as conn:
+        queue = conn.SimpleQueue("acked")
+        queue.put({"n": 1})
+        message = queue.get(timeout=WAIT_S)
+        assert [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]
+        message.ack()
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]

@@ -14,7 +14,10 @@ polls every second. This subclass keeps kombu's options and folder layout
 * each file is written under a hidden temporary name and renamed into place
   (atomic), and one process makes its writes visible in sequence order;
 * a reader claims a file by renaming it inside the same folder (atomic: two
-  consumers never both get it);
+  consumers never both get it) and keeps the claimed file until the message
+  is acknowledged; claims left by a process that died (kill -9) are put back
+  in the queue by the other consumers, so a message is never lost between
+  its delivery and its acknowledgement;
 * consumers sleep on inotify (Linux) and wake when a file appears, falling
   back to a short polling interval elsewhere.
 
@@ -31,6 +34,7 @@ import itertools
 import logging
 import os
 import select
+import socket
 import threading
 import time
 import uuid
@@ -62,6 +66,14 @@ SCANS_PER_GET = 3
 #: A binding table changed less than this long ago (ns) is re-read instead
 #: of served from cache: file mtimes only move every few milliseconds.
 TABLE_RACY_WINDOW_NS = 100_000_000
+
+#: How often (s) a consumer looks for claims of dead processes to put back:
+#: a crashed worker's unacknowledged message is redelivered within this bound
+#: plus one delivery, at the price of one os.kill(pid, 0) per stale claim.
+RECLAIM_PERIOD_S = 0.5
+
+#: Message property carrying the path of the claimed file until ack.
+CLAIM_PROPERTY = "x-flowengine-claim"
 
 _MSG_SUFFIX = ".msg"
 _TMP_PREFIX = ".tmp-"
@@ -95,6 +107,32 @@ _SEQUENCE = _Sequence()
 # Unique per process (pid alone repeats across hosts sharing a folder and
 # after pid reuse); combined with a counter it names files without urandom.
 _PROCESS_TAG = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
+# A claim is named ".claim-<pid>@<host>@<tag><n>@<message file name>", so any
+# consumer on the same host can tell whether its owner is alive and where it
+# goes back to (the original name keeps its place in write order).
+_HOST = socket.gethostname().replace("@", "_")
+
+
+def _claim_name(name: str) -> str:
+    return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{_PROCESS_TAG}{next(_COUNTER):x}@{name}"
+
+
+def _dead_claim_target(claim: str) -> str | None:
+    """The original name of a claim whose owner process is gone, else None."""
+    try:
+        pid, host, _tag, name = claim[len(_CLAIM_PREFIX):].split("@", 3)
+        owner = int(pid)
+    except ValueError:
+        return None  # not one of ours: leave it alone
+    if host != _HOST or owner == os.getpid():
+        return None  # another host's processes cannot be checked from here
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return name
+    except OSError:
+        return None  # alive (or not ours to signal)
+    return None
 _COUNTER = itertools.count()
 
 
@@ -175,6 +213,7 @@ class Channel(filesystem.Channel):
         self._pending: dict[str, deque[str]] = {}
         self._seen: dict[str, frozenset[str]] = {}
         self._tables: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
+        self._next_reclaim = 0.0
         folders = [self.data_folder_in, self.data_folder_out, str(self.control_folder)]
         if self.store_processed:
             folders.append(self.processed_folder)
@@ -249,7 +288,65 @@ class Channel(filesystem.Channel):
             names = os.listdir(self.data_folder_in)
         except OSError as e:
             raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
+        now = time.monotonic()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + RECLAIM_PERIOD_S
+            self._reclaim([n for n in names if n.startswith(_CLAIM_PREFIX)])
         return sorted(n for n in names if n[0] != "." and n.partition(".")[2] == wanted)
+
+    def _reclaim(self, claims: list[str]) -> None:
+        """Put the messages claimed by dead processes back in their queues."""
+        folder = self.data_folder_in
+        for claim in claims:
+            target = _dead_claim_target(claim)
+            if target is None:
+                continue
+            try:
+                os.rename(os.path.join(folder, claim), os.path.join(folder, target))
+            except FileNotFoundError:
+                continue  # another consumer put it back first
+            except OSError as e:
+                LOG.error("Could not put back message %s claimed by a dead process: %s",
+                          target, e)
+                continue
+            LOG.warning("Put back message %s: the process that took it died before"
+                        " acknowledging it", target)
+
+    def _settle(self, message: Any) -> None:
+        """Drop (or archive) the claimed file of an acknowledged or restored message."""
+        claimed = message.properties.get(CLAIM_PROPERTY)
+        if claimed:
+            self._settle_path(claimed)
+
+    def _settle_path(self, claimed: str) -> None:
+        try:
+            if self.store_processed:
+                name = os.path.basename(claimed).split("@", 3)[-1]
+                os.rename(claimed, os.path.join(self.processed_folder, name))
+            else:
+                os.unlink(claimed)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            LOG.error("Could not remove claimed message file %s: %s", claimed, e)
+
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        message = self.qos._delivered.get(delivery_tag)
+        super().basic_ack(delivery_tag, multiple=multiple)
+        if message is not None:
+            self._settle(message)
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        message = self.qos._delivered.get(delivery_tag)
+        super().basic_reject(delivery_tag, requeue=requeue)
+        if message is not None:
+            self._settle(message)
+
+    def _restore(self, message: Any) -> None:
+        # A copy goes back in the queue first; only then is the claim dropped,
+        # so the message exists on disk at every moment.
+        super()._restore(message)
+        self._settle(message)
 
     def _ready(self, queue: str) -> deque[str]:
         """Files of ``queue`` that can be delivered now without breaking write order.
@@ -283,7 +380,7 @@ class Channel(filesystem.Channel):
                 if not pending:
                     raise Empty()
             name = pending.popleft()
-            claimed = os.path.join(folder, f"{_CLAIM_PREFIX}{_PROCESS_TAG}{next(_COUNTER):x}")
+            claimed = os.path.join(folder, _claim_name(name))
             try:
                 os.rename(os.path.join(folder, name), claimed)
             except FileNotFoundError:
@@ -293,18 +390,19 @@ class Channel(filesystem.Channel):
             try:
                 with open(claimed, "rb") as f:
                     raw = f.read()
-                if self.store_processed:
-                    os.rename(claimed, os.path.join(self.processed_folder, name))
-                else:
-                    os.unlink(claimed)
             except OSError as e:
                 raise ChannelError(f"Cannot read message file {name!r}: {e}") from e
             try:
-                return loads(bytes_to_str(raw))
+                payload = loads(bytes_to_str(raw))
+                # The claimed file stays until the message is acknowledged
+                # (see basic_ack): a consumer killed before that loses nothing.
+                payload.setdefault("properties", {})[CLAIM_PROPERTY] = claimed
+                return payload
             except Exception as e:
                 # A foreign or corrupt file must not stop the consumer.
                 LOG.error("Dropped unreadable message file %s of queue %s: %s",
                           name, queue, e)
+                self._settle_path(claimed)
 
     def _purge(self, queue: str) -> int:
         """Remove all messages of ``queue``; return how many."""
