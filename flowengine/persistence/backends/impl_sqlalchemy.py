@@ -16,6 +16,7 @@ Configuration (TaskFlow's names): ``connection`` (the SQLAlchemy URL),
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -198,9 +199,9 @@ class SQLAlchemyConnection(base.Connection):
 
     def upgrade(self) -> None:
         """Create or migrate the schema to the newest revision (alembic)."""
-        with self._txn() as conn:
+        # Several engines may start at once: one migrates, the others wait.
+        with _sqlite_migration_lock(self._engine), self._txn() as conn:
             if self._dialect == "postgresql":
-                # Several engines may start at once: one migrates, others wait.
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
                              {"k": PG_MIGRATION_LOCK_KEY})
             migration.db_sync(conn)
@@ -393,3 +394,25 @@ class SQLAlchemyConnection(base.Connection):
 
 #: TaskFlow's name for this backend's connection class.
 Connection = SQLAlchemyConnection
+
+
+@contextlib.contextmanager
+def _sqlite_migration_lock(engine: sa.engine.Engine) -> Iterator[None]:
+    """Serialise schema migrations of one SQLite file across processes.
+
+    SQLite cannot wait its way out of two migrations at once: each reads the
+    schema, then both try to write, and the second fails at once with
+    "database is locked" (its busy timeout does not apply to that upgrade of
+    a read lock). PostgreSQL uses an advisory lock instead; an in-memory
+    database has a single connection and needs nothing.
+    """
+    database = engine.url.database if engine.dialect.name == "sqlite" else None
+    if not database or database == ":memory:" or database.startswith("file::memory:"):
+        yield
+        return
+    with open(f"{database}.migration-lock", "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
