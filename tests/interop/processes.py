@@ -9,12 +9,12 @@ the shared tasks with the base class of their own library (chosen by
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
+from tests import proc_utils
 from tests.interop import harness
 from tests.interop import shared_tasks as st
 
@@ -80,13 +80,7 @@ class WorkerProcess:
             time.sleep(0.05)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT_S)
+        proc_utils.stop_processes([self.proc], STOP_TIMEOUT_S)
         self._log.close()
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+
+from tests import proc_utils
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,12 +64,4 @@ def running_workers(count: int, url: str, exchange: str, topic: str, log_dir: st
                                               env=env or worker_env()))
         yield WorkerProcs(logs, procs)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        proc_utils.stop_processes(procs, STOP_TIMEOUT_S)

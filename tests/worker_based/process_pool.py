@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowengine import engines
+from tests import proc_utils
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -127,15 +128,7 @@ class ProcessPool:
 
     def stop(self) -> None:
         """SIGTERM every process, kill those still there after STOP_TIMEOUT_S."""
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        proc_utils.stop_processes(self.procs, STOP_TIMEOUT_S)
         self.procs.clear()
         shutil.rmtree(self.log_dir, ignore_errors=True)
 
