@@ -189,6 +189,27 @@ class RequestBook:
         tracked.last_heard = now = time.monotonic()
         return self._schedule(now + lost_after_s)
 
+    def forgive(self, now: float) -> int:
+        """Restart the silence clock of every held request at ``now`` (monotonic s).
+
+        For an executor that could hear nobody for a while (its own consumer
+        was disconnected): that silence is not the workers'. Each request a
+        worker holds (PENDING or RUNNING, heard from) gets
+        ``last_heard = max(last_heard, now)``, so it is lost only after a full
+        bound of silence from ``now``. Returns how many requests that covers.
+        """
+        forgiven = 0
+        with self.lock:
+            for tracked in self._ongoing.values():
+                if (tracked.request.current_state in (pr.PENDING, pr.RUNNING)
+                        and tracked.last_heard is not None and tracked.lost_after is not None):
+                    tracked.last_heard = max(tracked.last_heard, now)
+                    forgiven += 1
+                    # Lowers the next deadline only if none is set: an earlier
+                    # one just wakes the scanner early, and scan() recomputes.
+                    self._schedule(tracked.last_heard + tracked.lost_after)
+        return forgiven
+
     def recheck(self, when: float) -> None:
         """Make the scanner look again at ``when`` (monotonic s) at the latest (lock held)."""
         self._schedule(when)

@@ -1,0 +1,55 @@
+"""Where events travel: the fanout events exchange and connections to it.
+
+The task exchange is direct, so events get an exchange of their own,
+``<exchange>.events``: fanout, non-durable, transient messages, so nothing
+is kept when nobody listens. Publisher and receiver connect the same way
+the proxy does (same URL and transport resolution).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kombu
+
+from flowengine.engines.worker_based import transports
+
+# Logged under the public module's name, as before events.py was split.
+LOG = logging.getLogger("flowengine.engines.worker_based.events")
+
+#: Suffix of the events exchange name (``<exchange>.events``): the task
+#: exchange is direct, so events need an exchange of their own to fan out.
+EVENTS_EXCHANGE_SUFFIX = ".events"
+
+
+def events_exchange_name(exchange: str) -> str:
+    """The events exchange that goes with task exchange ``exchange``."""
+    return exchange + EVENTS_EXCHANGE_SUFFIX
+
+
+def connection(url: str | None, transport: str | None,
+               transport_options: Mapping[str, Any] | None) -> kombu.Connection:
+    """A kombu connection built like the proxy builds its own (not yet connected)."""
+    if url is None:
+        url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
+    conn = kombu.Connection(url, transport=transports.resolve(url, transport),
+                            transport_options=dict(transport_options or {}))
+    if not conn.hostname:
+        conn.hostname = "localhost"
+    return conn
+
+
+def exchange(exchange_name: str) -> kombu.Exchange:
+    """The fanout, non-durable events exchange for task exchange ``exchange_name``."""
+    return kombu.Exchange(events_exchange_name(exchange_name), type="fanout", durable=False,
+                          auto_delete=False, delivery_mode="transient")
+
+
+def release(conn: kombu.Connection) -> None:
+    """Release ``conn``, ignoring errors: a broken connection has nothing left to close."""
+    try:
+        conn.release()
+    except Exception:  # already broken; nothing more to do
+        LOG.debug("Error closing events connection", exc_info=True)

@@ -1,0 +1,166 @@
+"""Publishing events without ever blocking the caller on the broker.
+
+:meth:`EventPublisher.send` stamps the event and puts it on a bounded
+buffer that one thread publishes; when the buffer is full the event is
+dropped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import kombu
+
+from flowengine.engines.worker_based import event_channel as channel
+from flowengine.engines.worker_based.event_format import (
+    LamportClock,
+    default_hostname,
+    make_event,
+)
+
+# Logged under the public module's name, as before events.py was split.
+LOG = logging.getLogger("flowengine.engines.worker_based.events")
+
+#: Events a publisher holds while its thread is behind; past this they are
+#: dropped (a slow or absent broker must not grow a worker's memory).
+EVENT_BUFFER_SIZE = 10_000
+
+#: Seconds a publisher waits for its buffer to drain on close().
+CLOSE_FLUSH_S = 2.0
+
+#: Seconds a publisher waits before reconnecting after a broker error.
+RECONNECT_DELAY_S = 1.0
+
+
+class EventPublisher:
+    """Publishes events for one sender (a worker or an engine) from one thread.
+
+    ``enabled=False`` makes every method a cheap no-op, so callers need no
+    checks of their own.
+    """
+
+    def __init__(self, exchange: str, url: str | None = None, transport: str | None = None,
+                 transport_options: Mapping[str, Any] | None = None,
+                 hostname: str | None = None, enabled: bool = True,
+                 buffer_size: int = EVENT_BUFFER_SIZE) -> None:
+        self.enabled = enabled
+        self.hostname = hostname or default_hostname()
+        self.pid = os.getpid()
+        self.clock = LamportClock()
+        self.dropped = 0
+        self._exchange_name = exchange
+        self._url, self._transport = url, transport
+        self._transport_options = dict(transport_options or {})
+        self._buffer: queue.Queue[Any] = queue.Queue(buffer_size)
+        self._send_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def send(self, event_type: str, /, **fields: Any) -> dict[str, Any] | None:
+        """Stamp and queue one event; returns it (None when disabled, closed or dropped)."""
+        if not self.enabled or self._closed:
+            return None
+        event = make_event(event_type, self.hostname, self.pid, fields)
+        # Clock and buffer order are taken together: events leave in clock order.
+        with self._send_lock:
+            event["clock"] = self.clock.forward()
+            try:
+                self._buffer.put_nowait(event)
+            except queue.Full:
+                self.dropped += 1
+                return None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._publish_loop, daemon=True,
+                                                name=f"flowengine-events-{self.hostname}")
+                self._thread.start()
+        return event
+
+    def flush(self, timeout: float = CLOSE_FLUSH_S) -> bool:
+        """Wait until every event sent so far was published; False on timeout."""
+        with self._send_lock:
+            if self._thread is None or self._closed:
+                return True
+            marker = threading.Event()
+            try:
+                self._buffer.put(marker, timeout=timeout)
+            except queue.Full:
+                return False
+        return marker.wait(timeout)
+
+    def idle(self, timeout: float = CLOSE_FLUSH_S) -> bool:
+        """Publish what is buffered and end the thread and its connection for now.
+
+        The next send() starts them again (an engine between runs holds no
+        connection). False when the thread did not finish within ``timeout``.
+        """
+        with self._send_lock:
+            thread = self._thread
+            if thread is None or self._closed:
+                return True
+            try:
+                self._buffer.put(None, timeout=timeout)
+            except queue.Full:
+                return False
+            # Joined under the lock: a new thread must not overtake the old one.
+            thread.join(timeout)
+            if thread.is_alive():
+                return False
+            self._thread = None
+            return True
+
+    def close(self, timeout: float = CLOSE_FLUSH_S) -> None:
+        """Publish what is buffered (waiting up to ``timeout`` s) and stop the thread."""
+        with self._send_lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            if thread is None:
+                return
+            try:
+                self._buffer.put(None, timeout=timeout)
+            except queue.Full:
+                LOG.warning("Events of %s not all published: buffer still full after"
+                            " %.1f s", self.hostname, timeout)
+                return
+        thread.join(timeout)
+
+    def _publish_loop(self) -> None:
+        """Take events from the buffer and publish them until close()."""
+        conn = producer = None
+        exchange = channel.exchange(self._exchange_name)
+        while True:
+            event = self._buffer.get()
+            if event is None:
+                break
+            if isinstance(event, threading.Event):  # a flush() marker
+                event.set()
+                continue
+            try:
+                if producer is None:
+                    conn = channel.connection(self._url, self._transport,
+                                              self._transport_options)
+                    producer = kombu.Producer(conn.channel(), exchange=exchange,
+                                              auto_declare=True)
+                producer.publish(json.dumps(event), routing_key=event["type"],
+                                 content_type="application/json",
+                                 content_encoding="utf-8", delivery_mode=1)
+            except Exception as e:
+                self.dropped += 1
+                LOG.warning("Event %s of %s dropped: the events exchange is unreachable"
+                            " (%s); retrying in %.1f s", event["type"], self.hostname, e,
+                            RECONNECT_DELAY_S)
+                producer = None
+                if conn is not None:
+                    channel.release(conn)
+                    conn = None
+                time.sleep(RECONNECT_DELAY_S)  # back off from a broker that is down
+        if conn is not None:
+            channel.release(conn)

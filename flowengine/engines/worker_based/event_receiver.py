@@ -1,0 +1,133 @@
+"""Receiving the event stream: every event of an exchange, handed to a callback.
+
+Each receiver consumes from its own auto-deleted queue, bounded where the
+broker supports it, and deletes it when done.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import uuid as uuidlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import kombu
+
+from flowengine.engines.worker_based import event_channel as channel
+from flowengine.engines.worker_based.event_format import LamportClock
+
+# Logged under the public module's name, as before events.py was split.
+LOG = logging.getLogger("flowengine.engines.worker_based.events")
+
+#: Messages a receiver's queue keeps on brokers that honour a length limit
+#: (RabbitMQ): a stalled viewer must not fill the broker.
+RECEIVER_QUEUE_MAX_LENGTH = 10_000
+
+#: Milliseconds an event may wait in a receiver's queue (RabbitMQ): older
+#: events describe a past no live view needs.
+RECEIVER_MESSAGE_TTL_MS = 60_000
+
+#: Seconds a receiver's loop waits for a message before checking for stop().
+RECEIVE_POLL_S = 0.2
+
+
+class EventReceiver:
+    """Consumes every event of an exchange's event stream and hands each to ``handler``.
+
+    Each receiver has its own auto-deleted queue, bounded where the broker
+    supports it; events published before :meth:`wait_ready` returned True
+    may be missed (the stream is live, not a log).
+    """
+
+    def __init__(self, exchange: str, handler: Callable[[dict[str, Any]], Any],
+                 url: str | None = None, transport: str | None = None,
+                 transport_options: Mapping[str, Any] | None = None) -> None:
+        self._exchange_name = exchange
+        self._handler = handler
+        self._url, self._transport = url, transport
+        self._transport_options = dict(transport_options or {})
+        self.clock = LamportClock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._queue_name = f"{channel.events_exchange_name(exchange)}.{uuidlib.uuid4().hex}"
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the queue is bound and consumed; False if ``timeout`` passed first."""
+        return self._ready.wait(timeout)
+
+    def stop(self) -> None:
+        """Make run() return after the message being handled (thread-safe)."""
+        self._stop.set()
+
+    def run(self, limit: int | None = None) -> int:
+        """Consume until stop() (or ``limit`` events); return how many were handled."""
+        exchange = channel.exchange(self._exchange_name)
+        bounded = kombu.Queue(self._queue_name, exchange=exchange, routing_key="#",
+                              durable=False, auto_delete=True,
+                              queue_arguments={"x-max-length": RECEIVER_QUEUE_MAX_LENGTH,
+                                               "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
+        handled = itertools.count()
+        count = 0
+        conn = channel.connection(self._url, self._transport, self._transport_options)
+
+        def on_message(body: Any, message: Any) -> None:
+            nonlocal count
+            message.ack()
+            for event in decode(body):
+                if "clock" in event:
+                    self.clock.adjust(event["clock"])
+                try:
+                    self._handler(event)
+                except Exception:
+                    LOG.exception("Event handler failed on %s", event.get("type"))
+                count = next(handled) + 1
+                if limit is not None and count >= limit:
+                    self._stop.set()
+
+        try:
+            with conn.Consumer([bounded], callbacks=[on_message], accept=["json"]):
+                self._ready.set()
+                while not self._stop.is_set():
+                    try:
+                        conn.drain_events(timeout=RECEIVE_POLL_S)
+                    except TimeoutError:  # socket.timeout too: an alias since 3.10
+                        continue
+            forget_queue(conn, bounded)
+        finally:
+            channel.release(conn)
+        return count
+
+
+def decode(body: Any) -> Iterator[dict[str, Any]]:
+    """Events in a message body: one mapping or a list of them (JSON text or decoded).
+
+    Anything that is not an event (not JSON, no string ``type``) is logged
+    and skipped, never raised: one bad sender must not stop a viewer.
+    """
+    if isinstance(body, (bytes, str)):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            LOG.warning("Ignored an event that is not JSON: %.100r", body)
+            return
+    items = body if isinstance(body, list) else [body]
+    for item in items:
+        if isinstance(item, dict) and isinstance(item.get("type"), str):
+            yield item
+        else:
+            LOG.warning("Ignored a malformed event: %.100r", item)
+
+
+def forget_queue(conn: kombu.Connection, bound: kombu.Queue) -> None:
+    """Delete a receiver's queue, so publishers stop filling it.
+
+    Deleting also removes the queue's binding (on the filesystem transport
+    from the exchange's table file; tests check that no file piles up).
+    """
+    try:
+        bound(conn.default_channel).delete()
+    except Exception:
+        LOG.debug("Could not delete events queue %s", bound.name, exc_info=True)

@@ -1,0 +1,49 @@
+"""Removing an executor's reply queue from the broker once nobody consumes it."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kombu
+from kombu.transport import virtual
+
+from flowengine.engines.worker_based import compat as compat_mod
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import topology, transports
+
+# Logged under the executor's name: one logger to configure for the whole
+# executor side, as before it was split into modules.
+LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+
+
+def drop_reply_queue(exchange_name: str, executor_uuid: str, url: str | None,
+                     transport: str | None, transport_options: dict[str, Any], *,
+                     durable: bool, compat: str | None) -> None:
+    """Unbind and empty the reply queue of executor ``executor_uuid``; never raises.
+
+    kombu's virtual transports (filesystem, redis, memory) ignore
+    auto_delete: left bound, the queue would collect every worker's
+    announcements forever (one more dead queue per engine run). A broker
+    that cannot be reached is logged at DEBUG and left as it is.
+    """
+    if url is None:
+        url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
+    # Declared as the executor's proxy declares them (a durable mismatch would fail).
+    exchange = compat_mod.make_exchange(exchange_name, durable=durable, compat=compat)
+    keys = (executor_uuid, pr.ANNOUNCE_ROUTING_KEY)
+    queue = topology.make_queue(pr.reply_queue_name(exchange_name, executor_uuid), exchange,
+                                keys, auto_delete=True, durable=durable)
+    try:
+        with kombu.Connection(url, transport=transports.resolve(url, transport),
+                              transport_options=transport_options) as conn:
+            conn.ensure_connection(max_retries=1)
+            bound = queue(conn.default_channel)
+            # Declared again so this connection knows the bindings to remove.
+            bound.declare()
+            bound.delete()
+            if isinstance(conn.default_channel, virtual.Channel):
+                bound.purge()
+    except Exception:
+        LOG.debug("Could not remove reply queue of executor %s", executor_uuid,
+                  exc_info=True)
