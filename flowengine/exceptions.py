@@ -322,3 +322,11 @@ class PublishTimeout(BrokerUnavailable):
 
 class UnverifiedMessage(InvalidFormat):
     """A message is unsigned or badly signed while signing is required (never retried)."""
+
+
+class DeliveryNotSettled(FlowEngineError):
+    """A worker could not acknowledge a delivered request, or another consumer was given it.
+
+    The worker must not run the request: the broker still holds it (or has
+    already handed it to another worker), so it runs once, elsewhere or later.
+    """

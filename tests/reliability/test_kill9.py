@@ -18,7 +18,6 @@ import time
 import pytest
 
 from flowengine import engines, states
-from flowengine import exceptions as exc
 from flowengine.patterns import unordered_flow as uf
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import HEARTBEAT_S, MISSES, Workers
@@ -30,13 +29,6 @@ WORKERS = 3
 #: Workers killed during the run.
 KILLS = int(os.environ.get("FLOWENGINE_FAULT_KILLS", "5"))
 
-#: Transports that can lose a message delivered to a worker killed before
-#: it answered PENDING (AMQP gives it to another worker instead).
-# Only Redis still has the delivery window (doc/source/reliability.rst); the
-# filesystem transport keeps a claimed message until it is acknowledged.
-TRANSPORT_WINDOW_KINDS = ("redis",)
-
-
 #: Documented detection bound (s): interval x misses.
 BOUND_S = HEARTBEAT_S * MISSES
 
@@ -46,8 +38,9 @@ BOUND_S = HEARTBEAT_S * MISSES
 DETECTION_SLACK_S = 1.5
 
 #: Transition timeout (s) of the flow's requests: far above the few seconds
-#: the 300 requests wait for a thread, short enough that a request lost in a
-#: transport's delivery window (see TRANSPORT_WINDOW_KINDS) ends the test soon.
+#: the 300 requests wait for a thread (and the time a killed worker's
+#: unsettled message takes to come back), short enough that a request lost
+#: anyway ends the test soon with RequestTimeout instead of hanging it.
 TRANSITION_TIMEOUT_S = 20.0
 
 #: Bounded wait (s) for the whole flow, only to fail instead of hanging.
@@ -153,20 +146,6 @@ def test_kill9_mid_task_flow_completes_without_loss_or_overlap(conn, tmp_path, u
     assert len(killed_wall) == KILLS
     # Never run by two processes at the same time
     assert report.concurrent == [], report.summary()
-    if outcome and conn.kind in TRANSPORT_WINDOW_KINDS:
-        # A known transport limit (see doc/source/reliability.rst): a worker
-        # killed after the broker handed it a message but before it said
-        # PENDING takes the message with it (Redis pops on BRPOP). Only that
-        # may fail the flow: each such request timed out (RequestTimeout) and
-        # never started anywhere.
-        error = outcome[0]
-        if isinstance(error, exc.WrappedFailure):
-            assert all(f.check(exc.RequestTimeout) for f in error), error
-        else:
-            assert isinstance(error, exc.RequestTimeout), error
-        assert report.lost and all(name not in report.executions for name in report.lost)
-        pytest.xfail(f"{len(report.lost)} request(s) lost in the {conn.kind} transport's"
-                     f" delivery window (RequestTimeout): {report.lost}")
     # Then the flow completed with every result
     assert not outcome, outcome
     assert engine.storage.get_flow_state() == states.SUCCESS, workers.logs()

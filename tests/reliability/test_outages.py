@@ -5,12 +5,13 @@ Which recovery path each scenario proves:
 - ``durable`` topology (exchange and queues durable, messages persistent,
   RabbitMQ publisher confirms, Redis with its append-only file): the broker
   keeps every queued request and every queued reply across the restart, and
-  the proxies reconnect, declare again and consume again (on Redis, putting
-  back what the restart left delivered-but-unacknowledged), so the flow
-  completes with no request lost and no re-dispatch needed. A request whose
-  acknowledgement the dying broker never recorded is delivered again
-  (at-least-once): the checker allows such duplicates, bounded by what the
-  workers held at the moment of the crash.
+  the proxies reconnect, declare again and consume again (on Redis, each
+  worker puts back what it had taken and not settled), so the flow completes
+  with no request lost and no re-dispatch needed. A worker runs a request
+  only once its acknowledgement went through, so a body never runs twice at
+  once; a request whose acknowledgement RabbitMQ took on the wire but lost
+  as it died is delivered again (at-least-once): the checker allows such
+  sequential duplicates, bounded by what the workers held at the crash.
 - queued requests with no worker at all: they wait out the restart in the
   durable topic queue and run when a worker starts afterwards.
 
@@ -34,12 +35,11 @@ import kombu
 import pytest
 
 from flowengine import engines
-from flowengine import exceptions as exc
 from flowengine.engines.worker_based import executor as wex
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import topology
 from flowengine.patterns import unordered_flow as uf
-from tests.reliability import ledger
+from tests.reliability import checker, ledger
 from tests.reliability.outage_procs import running_workers
 from tests.reliability.outage_tasks import Mark
 from tests.worker_based.wire_helpers import Client
@@ -73,15 +73,6 @@ def persistent_redis():
         pytest.skip(str(e))
     yield proc
     proc.stop()
-
-
-def _only_timeouts(error: BaseException) -> bool:
-    """True when the flow failed only because requests timed out unstarted."""
-    if isinstance(error, exc.RequestTimeout):
-        return True
-    if isinstance(error, exc.WrappedFailure):
-        return all(f.check(exc.RequestTimeout) for f in error)
-    return False
 
 
 def _figure(name: str, value: float) -> None:
@@ -128,14 +119,6 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
             done.wait(FLOW_DONE_S)
             assert done.is_set(), "flow did not finish:\n" + workers.log_text()
             finished = time.monotonic()
-            if errors and broker.url.startswith("redis") and _only_timeouts(errors[0]):
-                # The documented Redis delivery window (reliability.rst, Known
-                # limits): a request popped by a worker's BRPOP as the server
-                # died never reached it; it timed out, unrun, never twice.
-                verdict = ledger.check(path, tokens)
-                if (not verdict.unexpected and len(verdict.duplicated) <= MAX_DUPLICATES
-                        and not set(verdict.lost) & set(verdict.duplicated)):
-                    pytest.xfail(f"Redis delivery window: {verdict}")
             assert not errors, (f"{errors[0]}\nledger: {ledger.check(path, tokens)}\n"
                                 f"{workers.log_text()}")
             logs = workers.log_text()
@@ -145,9 +128,12 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
     # died before it recorded the acknowledgement of a request already taken
     # (at-least-once), so duplicates are bounded by what workers held then.
     verdict = ledger.check(path, tokens)
-    sys.stderr.write(f"\n[checker] {name}: {verdict}\n")
+    runs = checker.check(checker.read_records(path + ".runs"), tokens)
+    sys.stderr.write(f"\n[checker] {name}: {verdict}; {runs.summary()}\n")
     assert not verdict.lost and not verdict.unexpected, str(verdict)
     assert len(verdict.duplicated) <= MAX_DUPLICATES, str(verdict)
+    # ...and never two runs of one request at the same time
+    assert runs.concurrent == [], runs.summary()
     assert before < FLOW_TASKS, "the outage did not happen mid-flow"
     assert all(engine.storage.get(f"mark-{t}") == t for t in tokens)
     # And no log line carries the broker password (the URL's user:password part)

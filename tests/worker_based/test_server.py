@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import threading
 import time
 
 import pytest
@@ -237,6 +238,29 @@ def test_running_heartbeat(served, monkeypatch):
         assert client.final(cid)["state"] == "SUCCESS"
     finally:
         wt.RELEASE.set()
+
+
+def test_no_heartbeat_follows_an_outcome(served, monkeypatch):
+    client, worker = served
+    server = worker.server
+    real_publish = server.proxy.publish
+    beats: list[int] = []
+
+    def publish(msg, routing_key, *args, **kwargs):
+        if msg.to_dict().get("state") == pr.SUCCESS:
+            # A heartbeat round just as the outcome goes out
+            beat = threading.Thread(target=lambda: beats.append(server.send_heartbeats()))
+            beat.start()
+            beat.join(10)
+        return real_publish(msg, routing_key, *args, **kwargs)
+
+    monkeypatch.setattr(server.proxy, "publish", publish)
+    # Given a request whose outcome is being sent
+    cid = client.request(wt.Add(), arguments={"x": 1, "y": 2}, routing_key=TOPIC)
+    assert client.final(cid)["state"] == pr.SUCCESS
+    # Then the heartbeat round skipped it: nothing repeats RUNNING after the outcome
+    assert beats == [0]
+    assert client.states(cid) == ["RUNNING", "SUCCESS"]
 
 
 def test_periodic_reannounce(served):

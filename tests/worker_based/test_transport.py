@@ -36,8 +36,10 @@ def test_resolve_picks_flowengine_transports():
     assert transports.resolve(None, "filesystem") == "flowengine-filesystem"
     assert transports.resolve("memory://", None) == "flowengine-memory"
     assert transports.resolve("filesystem://", None) == "flowengine-filesystem"
-    assert transports.resolve("redis://h:1/0", None) is None
-    assert transports.resolve(None, "redis") == "redis"
+    assert transports.resolve("redis://h:1/0", None) == "flowengine-redis"
+    assert transports.resolve(None, "redis") == "flowengine-redis"
+    assert transports.resolve("amqp://h//", None) is None
+    assert transports.resolve(None, "pyamqp") == "pyamqp"
     original = "kombu.transport.filesystem:Transport"
     assert transports.resolve(None, original) == original  # opt-out stays possible
     aliases = kombu.transport.TRANSPORT_ALIASES

@@ -11,6 +11,11 @@ stop() is called. Publishing is bounded: a broker that stays unreachable for
 With a signing key every message sent is signed and every message received
 is verified before it is decoded (see signing.py); ``durable=True`` selects
 the durable topology (see topology.py).
+
+On a leasing transport (flowengine's Redis transport) each queue is consumed
+on a channel of its own, a LeaseKeeper keeps this consumer's lease alive
+(leases.py), and publish(..., settles=message) sends a reply and settles the
+message it answers in one atomic step.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from kombu.utils import json as kombu_json
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import dispatcher as dispatcher_mod
+from flowengine.engines.worker_based import leases, recovery, signing, topology, transports
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import recovery, signing, topology, transports
+from flowengine.engines.worker_based.transports import redis as redis_transport
 
 LOG = logging.getLogger(__name__)
 
@@ -82,11 +88,16 @@ _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
 
 
 class QueueSpec(NamedTuple):
-    """A queue the proxy consumes: its name, routing keys and lifetime."""
+    """A queue the proxy consumes: its name, routing keys and lifetime.
+
+    ``private``: only this proxy's process consumes it, so it may be deleted
+    when the process is gone (leasing transports do; AMQP's auto_delete does).
+    """
 
     name: str
     routing_keys: tuple[str, ...]
     auto_delete: bool = False
+    private: bool = False
 
 
 class TransportDetails(NamedTuple):
@@ -163,7 +174,8 @@ class Proxy:
                  publish_timeout_s: float = PUBLISH_TIMEOUT_S,
                  heartbeat_s: float = AMQP_HEARTBEAT_S,
                  prefetch_count: int | None = None,
-                 compat: str | None = None) -> None:
+                 compat: str | None = None, consumer_id: str | None = None,
+                 lease_s: float | None = None, reclaim: bool = False) -> None:
         self._topic = topic
         # Unacknowledged messages the broker may push per queue (None: no limit).
         self._prefetch_count = prefetch_count
@@ -208,6 +220,13 @@ class Proxy:
             # memory:// and filesystem:// have no host; kombu would warn about
             # it on every clone (each reconnect).
             self._conn.hostname = "localhost"
+        self._lease: leases.LeaseKeeper | None = None
+        if getattr(self._conn.transport, "supports_leases", False):
+            consumer_id = consumer_id or uuidlib.uuid4().hex
+            lease_s = redis_transport.DEFAULT_LEASE_S if lease_s is None else lease_s
+            self._conn.transport_options[redis_transport.CONSUMER_OPTION] = consumer_id
+            self._conn.transport_options[redis_transport.LEASE_OPTION] = lease_s
+            self._lease = leases.LeaseKeeper(self._conn, consumer_id, lease_s, reclaim)
         if self._durable and self._conn.transport.driver_type == "amqp":
             # Durable means "survives a broker restart": publish() returns only
             # once RabbitMQ has taken the message (publisher confirms).
@@ -284,7 +303,7 @@ class Proxy:
     def publish(self, msg: pr.Message, routing_key: str | Sequence[str],
                 reply_to: str | None = None, correlation_id: str | None = None,
                 headers: Mapping[str, Any] | None = None,
-                timeout_s: float | None = None) -> None:
+                timeout_s: float | None = None, settles: Any = None) -> None:
         """Publish ``msg`` to the exchange with ``routing_key`` (or each of several).
 
         Thread-safe. While the broker is unreachable it keeps trying (new
@@ -294,15 +313,33 @@ class Proxy:
         PublishTimeout (a recoverable BrokerUnavailable) when the broker stayed
         unreachable, and the transport's channel errors (e.g. a declaration
         conflicting with the broker's) as they are.
+
+        ``settles``: a message received by this proxy's consume loop that this
+        publication answers (call from the consume loop's thread). It is
+        acknowledged with the publication: atomically on a leasing transport,
+        right after it elsewhere. DeliveryNotSettled when it could not be:
+        the caller must then not act on it (the broker gives it again, or
+        already gave it to another consumer).
         """
         self._publish_raw(msg.TYPE, msg.to_dict(), routing_key, reply_to=reply_to,
                           correlation_id=correlation_id, headers=headers,
-                          timeout_s=timeout_s)
+                          timeout_s=timeout_s, settles=settles)
+
+    def acknowledge(self, message: Any) -> None:
+        """Acknowledge a received ``message`` (consume-loop thread); DeliveryNotSettled if not."""
+        try:
+            message.ack()
+        except exc.DeliveryNotSettled:
+            raise
+        except Exception as e:
+            raise exc.DeliveryNotSettled(
+                f"Could not acknowledge message {message.delivery_tag} ({e}); the broker"
+                f" keeps it", cause=e) from e
 
     def _publish_raw(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      reply_to: str | None = None, correlation_id: str | None = None,
                      headers: Mapping[str, Any] | None = None,
-                     timeout_s: float | None = None) -> None:
+                     timeout_s: float | None = None, settles: Any = None) -> None:
         """Encode ``body`` once, sign it if a key is set, and publish it."""
         try:
             payload = kombu_json.dumps(body).encode("utf-8")
@@ -329,10 +366,16 @@ class Proxy:
             kwargs["headers"] = all_headers
         kwargs.update(topology.publish_properties(self._durable))
         timeout_s = self._publish_timeout_s if timeout_s is None else timeout_s
-        self._publish_with_retries(payload, keys, kwargs, time.monotonic() + timeout_s)
+        settle_atomically = settles is not None and hasattr(settles.channel, "settle_with")
+        if settles is not None and len(keys) != 1:
+            raise ValueError("a publication that settles a message has one routing key")
+        self._publish_with_retries(payload, keys, kwargs, time.monotonic() + timeout_s,
+                                   settles if settle_atomically else None)
+        if settles is not None and not settle_atomically:
+            self.acknowledge(settles)
 
     def _publish_with_retries(self, payload: bytes, keys: list[str], kwargs: dict[str, Any],
-                              deadline: float) -> None:
+                              deadline: float, settles: Any = None) -> None:
         """Publish to each key, reconnecting until ``deadline`` (monotonic s)."""
         pending = list(keys)
         failures = 0
@@ -340,6 +383,10 @@ class Proxy:
             while True:
                 try:
                     producer = self._ensure_publisher(deadline)
+                    if settles is not None:
+                        self._publish_settling(producer, payload, pending[0], kwargs,
+                                               settles)
+                        pending.clear()
                     while pending:
                         producer.publish(payload, exchange=self._exchange,
                                          routing_key=pending[0], **kwargs)
@@ -366,6 +413,19 @@ class Proxy:
                     pause = min(PUBLISH_BACKOFF_START_S * 2 ** (failures - 1),
                                 PUBLISH_BACKOFF_MAX_S, remaining)
                     time.sleep(pause)  # backoff; the lock keeps other publishers queued
+
+    def _publish_settling(self, producer: kombu.Producer, payload: bytes, routing_key: str,
+                          kwargs: dict[str, Any], message: Any) -> None:
+        """Publish and settle ``message`` in one server-side step (leasing transport).
+
+        Idempotent, so the retry loop may repeat it after a lost answer.
+        """
+        channel = producer.channel
+        with channel.capturing() as pushes:
+            producer.publish(payload, exchange=self._exchange, routing_key=routing_key,
+                             **kwargs)
+        message.channel.settle_with(message.delivery_tag, pushes, channel.client)
+        message._state = "ACK"  # settled above; kombu must not acknowledge it again
 
     def _is_connection_error(self, error: BaseException) -> bool:
         """True for errors a new connection may cure (broker down, connection lost)."""
@@ -430,6 +490,8 @@ class Proxy:
         if not self._loop_lock.acquire(blocking=False):
             raise RuntimeError(f"Proxy for topic {self._topic!r} is already running")
         self._stopping.clear()
+        if self._lease is not None:
+            self._lease.start()
         try:
             while not self._stopping.is_set():
                 try:
@@ -461,6 +523,9 @@ class Proxy:
                         self._stopping.wait(UNEXPECTED_ERROR_BACKOFF_S)
         finally:
             self._running.clear()
+            if self._lease is not None:
+                # Nothing is consumed any more: holdings back, private queues gone.
+                self._lease.stop(retire=True)
             with self._publish_lock:
                 self._reset_publisher()
             self._loop_lock.release()
@@ -476,19 +541,15 @@ class Proxy:
         conn = self._conn.clone()
         try:
             conn.ensure_connection(errback=self._log_connect_error, **self._retry_options)
-            run_id = recovery.broker_run_id(conn)
-            if self._lost_at is not None:
-                # Back after an outage: messages a broker restart left parked
-                # between delivery and acknowledgement go back to their queues.
-                recovery.restore_stranded(conn, self._broker_run_id)
-            self._broker_run_id = run_id
-            channel = conn.channel()
-            self._exchange.declare(channel=channel)
-            consumer = kombu.Consumer(channel, queues=self._kombu_queues(),
-                                      on_message=self._on_message, accept=["json"],
-                                      on_decode_error=self._dispatcher.on_decode_error,
-                                      prefetch_count=self._prefetch_count)
-            consumer.consume()
+            if self._lease is None:
+                # kombu's own Redis transport (chosen by a dotted path): put
+                # back what a Redis restart left parked between delivery and
+                # acknowledgement. flowengine's puts back its own holdings.
+                run_id = recovery.broker_run_id(conn)
+                if self._lost_at is not None:
+                    recovery.restore_stranded(conn, self._broker_run_id)
+                self._broker_run_id = run_id
+            consumers = self._start_consumers(conn)
             self._running.set()
             LOG.debug("Consuming %s from %s", [q.name for q in self._queue_specs], self._uri)
             if self._lost_at is not None:
@@ -509,6 +570,10 @@ class Proxy:
                         conn.drain_events(timeout=period)
                     except TimeoutError:
                         pass
+                    if self._lease is not None and self._lease.lapsed():
+                        # Others put back what we held and deleted our
+                        # private queue: declare and consume everything again.
+                        raise ConnectionResetError("this consumer's lease lapsed")
                     if not conn.connected:
                         # E.g. an ack failed on a dead broker inside a handler.
                         # Checked before anything touches conn.connection:
@@ -527,15 +592,38 @@ class Proxy:
                         self._call_safely(self._on_wait, "on_wait")
             finally:
                 self._running.clear()
-                try:
-                    consumer.cancel()
-                except Exception:
-                    LOG.debug("Error cancelling consumer", exc_info=True)
+                for consumer in consumers:
+                    try:
+                        consumer.cancel()
+                    except Exception:
+                        LOG.debug("Error cancelling consumer", exc_info=True)
         finally:
             try:
                 conn.release()
             except Exception:
                 LOG.debug("Error closing consumer connection", exc_info=True)
+
+    def _start_consumers(self, conn: kombu.Connection) -> list[kombu.Consumer]:
+        """Declare and consume the queues: on one channel, or one channel each."""
+        queues = self._kombu_queues()
+        per_channel = getattr(conn.transport, "one_queue_per_channel", False)
+        groups = [[q] for q in queues] if per_channel else [queues]
+        consumers = []
+        for i, group in enumerate(groups):
+            channel = conn.channel()
+            if i == 0:
+                self._exchange.declare(channel=channel)
+            if hasattr(channel, "mark_private"):
+                for spec in self._queue_specs:
+                    if spec.private and spec.name in {q.name for q in group}:
+                        channel.mark_private(spec.name)
+            consumer = kombu.Consumer(channel, queues=group, on_message=self._on_message,
+                                      accept=["json"],
+                                      on_decode_error=self._dispatcher.on_decode_error,
+                                      prefetch_count=self._prefetch_count)
+            consumer.consume()
+            consumers.append(consumer)
+        return consumers
 
     def _call_safely(self, callback: Callable[[], None], what: str) -> None:
         """Run a loop callback; its errors are logged, never fatal."""

@@ -11,7 +11,10 @@ After reconnecting, a proxy calls :func:`restore_stranded`: if Redis itself
 restarted during the proxy's outage, every message parked before the restart
 is put back at the head of its queue now. A message parked after the restart
 belongs to a live consumer and is left alone. Other transports need nothing
-(AMQP brokers requeue unacknowledged messages when a connection closes).
+(AMQP brokers requeue unacknowledged messages when a connection closes), and
+flowengine's own Redis transport (the default for ``redis://``) puts back
+what a consumer held by itself (transports/redis.py): this module serves
+users who chose kombu's transport by its dotted path.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ Key = tuple[str, str, "str | None"]
 # Where a held request is.
 QUEUED = "PENDING"
 RUNNING = "RUNNING"
+#: Its outcome is being (or was) sent: no heartbeat may follow it.
+ANSWERED = "ANSWERED"
 
 
 class Held:

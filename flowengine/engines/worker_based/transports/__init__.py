@@ -2,11 +2,12 @@
 
 kombu's own ``memory`` and ``filesystem`` transports poll (1 s by default),
 and ``filesystem`` names its files by millisecond, so messages written in the
-same millisecond are read out of order and a file can be read half-written.
-flowengine registers two drop-in subclasses under their own names and uses
-them whenever ``memory`` or ``filesystem`` is asked for through flowengine.
-Pass a dotted path (``kombu.transport.filesystem:Transport``) to get kombu's
-originals.
+same millisecond are read out of order and a file can be read half-written;
+kombu's ``redis`` transport loses a message taken by a consumer that dies
+before recording it (see redis.py). flowengine registers drop-in subclasses
+under their own names and uses them whenever ``memory``, ``filesystem`` or
+``redis`` is asked for through flowengine. Pass a dotted path
+(``kombu.transport.redis:Transport``) to get kombu's originals.
 """
 
 from __future__ import annotations
@@ -15,16 +16,19 @@ from kombu import transport as kombu_transport
 
 MEMORY = "flowengine-memory"
 FILESYSTEM = "flowengine-filesystem"
+REDIS = "flowengine-redis"
 
 #: kombu transport name (or URL scheme) -> the flowengine transport used instead.
 TRANSPORT_OVERRIDES = {
     "memory": MEMORY,
     "filesystem": FILESYSTEM,
+    "redis": REDIS,
 }
 
 _ALIASES = {
     MEMORY: "flowengine.engines.worker_based.transports.memory:Transport",
     FILESYSTEM: "flowengine.engines.worker_based.transports.filesystem:Transport",
+    REDIS: "flowengine.engines.worker_based.transports.redis:Transport",
 }
 
 

@@ -1,0 +1,300 @@
+"""Redis kombu transport that loses no message when a consumer dies.
+
+kombu's Redis transport takes a message with ``BRPOP``: from the moment Redis
+answers until kombu records the message as unacknowledged, the message
+exists only in the consumer's socket buffer and memory, so a consumer killed
+then takes it with it; a recorded one waits ``visibility_timeout`` (an hour by
+default) before anybody gets it again. Both cost a flow a request.
+
+This subclass (used whenever flowengine is given a ``redis://`` URL) takes a
+message with ``BLMOVE`` into an in-flight list of the consuming process
+(Redis >= 6.2), so at every instant the message is in a queue or held by a
+named consumer. Settling it (acknowledging, possibly together with a reply
+published in the same server-side script) removes it from that list; a
+consumer whose lease lapsed has its in-flight messages put back at the head
+of their queues by the live ones (redis_consumers.py). Publishing and key
+layout are kombu's own, so plain kombu Redis publishers and consumers (and
+TaskFlow) share queues with it; message priorities are not supported.
+
+A channel consumes reliably only when it consumes exactly one queue with
+acknowledgements (BLMOVE takes one source); flowengine's proxy opens a
+channel per queue. Other channels behave exactly as kombu's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from queue import Empty
+from typing import Any, NamedTuple
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.transports import redis_consumers as rc
+
+LOG = logging.getLogger(__name__)
+
+#: Transport option: id under which this process holds messages (a worker's
+#: id; unique per process). A random one per channel when absent.
+CONSUMER_OPTION = "flowengine_consumer"
+
+#: Transport option: the consumer's lease in seconds (see LeaseKeeper).
+LEASE_OPTION = "flowengine_lease_s"
+
+#: Lease (s) of a consumer nobody configured: two seconds of heartbeat
+#: interval times three misses, as for requests (liveness.py).
+DEFAULT_LEASE_S = 6.0
+
+#: Oldest Redis server with BLMOVE/LMOVE.
+MIN_SERVER_VERSION = (6, 2)
+
+
+class Held(NamedTuple):
+    """A message this channel took and has not settled: where it sits, as taken."""
+
+    inflight: str
+    queue: str
+    raw: bytes
+    #: Drawn when taken: fences settling (see redis_consumers.py).
+    nonce: str
+
+
+class QoS(kombu_redis.QoS):
+    """Acknowledgement by removal from the consumer's in-flight list."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """Track a delivery locally (a held one needs no unacked-hash entry)."""
+        if delivery_tag in self.channel.held:
+            virtual.QoS.append(self, message, delivery_tag)
+        else:
+            super().append(message, delivery_tag)
+
+    def ack(self, delivery_tag: str) -> None:
+        """Settle a delivery; DeliveryNotSettled when another consumer was given it."""
+        held = self.channel.held.pop(delivery_tag, None)
+        if held is None:
+            super().ack(delivery_tag)
+            return
+        try:
+            with self.channel.conn_or_acquire() as client:
+                settled = rc.settle(client, held.inflight, held.raw, delivery_tag,
+                                    held.nonce, [])
+        finally:
+            virtual.QoS.ack(self, delivery_tag)
+        if not settled:
+            raise exc.DeliveryNotSettled(
+                f"Message {delivery_tag} from queue {held.queue!r} was given to another"
+                f" consumer (this one's lease had lapsed); it must not be handled here")
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        """Drop a delivery, or put it back at the head of its queue."""
+        held = self.channel.held.pop(delivery_tag, None)
+        if held is None:
+            super().reject(delivery_tag, requeue=requeue)
+            return
+        try:
+            with self.channel.conn_or_acquire() as client:
+                if requeue:
+                    rc.restore_one(client, held.inflight, held.queue, held.raw)
+                else:
+                    rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
+                              [])
+        finally:
+            virtual.QoS.ack(self, delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put every unsettled delivery back at the head of its queue (channel closing)."""
+        self._flush()
+        with self.channel.conn_or_acquire(client) as client:
+            for tag in list(self._delivered):
+                held = self.channel.held.pop(tag, None)
+                if held is None:
+                    self.restore_by_tag(tag, client=client)
+                else:
+                    rc.restore_one(client, held.inflight, held.queue, held.raw)
+        self._delivered.clear()
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel taking messages with BLMOVE into an in-flight list."""
+
+    QoS = QoS
+    # One list per queue: BLMOVE has a single source.
+    priority_steps = [0]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.global_keyprefix:
+            raise ValueError("flowengine's Redis transport does not support"
+                             " global_keyprefix; use transport"
+                             " 'kombu.transport.redis:Transport' to keep it")
+        options = self.connection.client.transport_options or {}
+        self.consumer_id = str(options.get(CONSUMER_OPTION) or uuid.uuid4().hex)
+        self.lease_ms = int(float(options.get(LEASE_OPTION, DEFAULT_LEASE_S)) * 1000)
+        #: Deliveries taken and not settled yet, by delivery tag.
+        self.held: dict[str, Held] = {}
+        self._reliable: set[str] = set()
+        self._private: set[str] = set()
+        self._polling: str | None = None
+        self._server_checked = False
+        self._captured: list[tuple[str, bytes]] | None = None
+
+    # --- queues ---
+
+    def mark_private(self, queue: str) -> None:
+        """``queue`` is this consumer's alone: delete it (and its bindings) with it."""
+        self._private.add(queue)
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        super()._queue_bind(exchange, routing_key, pattern, queue)
+        if queue not in self._private:
+            return
+        member = self.sep.join([routing_key or "", pattern or "", queue or ""])
+        set_keys = [self.keyprefix_queue % (exchange,)]
+        permanent = getattr(self, "keyprefix_binding_permanent", None)
+        if permanent:
+            set_keys.append(permanent % (exchange,))
+        with self.conn_or_acquire() as client:
+            rc.mark_private(client, self.consumer_id, queue,
+                            [(key, member) for key in set_keys])
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        no_ack = kwargs.get("no_ack", args[0] if args else False)
+        if not no_ack and queue not in self._fanout_queues:
+            self._check_server()
+            with self.conn_or_acquire() as client:
+                back = rc.register_queue(client, self.consumer_id, queue, self.lease_ms)
+            if back:
+                LOG.warning("Put back %d message(s) consumer %s took from %r on an earlier"
+                            " connection and never settled", back, self.consumer_id, queue)
+            self._reliable.add(queue)
+        return super().basic_consume(queue, *args, **kwargs)
+
+    def _check_server(self) -> None:
+        """Fail clearly (once per channel) on a Redis without BLMOVE."""
+        if self._server_checked:
+            return
+        with self.conn_or_acquire() as client:
+            version = str(client.info("server").get("redis_version", "0"))
+        parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+        if parts < MIN_SERVER_VERSION:
+            raise RuntimeError(
+                f"Redis {version} is too old for flowengine's Redis transport (it needs"
+                f" {'.'.join(map(str, MIN_SERVER_VERSION))}+ for BLMOVE); upgrade Redis or"
+                f" pass transport='kombu.transport.redis:Transport'")
+        self._server_checked = True
+
+    # --- taking messages ---
+
+    def _reliable_queue(self) -> str | None:
+        """The one queue this channel takes from reliably, or None (kombu's way)."""
+        queues = self.active_queues
+        if len(queues) != 1:
+            return None
+        queue = next(iter(queues))
+        return queue if queue in self._reliable else None
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        queue = self._reliable_queue()
+        self._polling = queue
+        if queue is None:
+            super()._brpop_start(timeout)
+            return
+        if timeout is None:
+            timeout = getattr(self, "brpop_timeout", 1)
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = time.monotonic()  # kombu's half-open socket check
+        self.client.connection.send_command(
+            "BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT",
+            timeout or 0)
+
+    def _brpop_read(self, **options: Any) -> bool:
+        queue = self._polling
+        if queue is None:
+            return super()._brpop_read(**options)
+        try:
+            try:
+                item = self.client.parse_response(self.client.connection, "BLMOVE",
+                                                  **options)
+            except self.connection_errors:
+                # The next poll reconnects; what BLMOVE moved stays held and is
+                # put back when this consumer consumes again.
+                self.client.connection.disconnect()
+                raise
+            if item is None:
+                raise Empty()
+            inflight = rc.inflight_key(self.consumer_id, queue)
+            try:
+                payload = loads(bytes_to_str(item))
+                tag = payload["properties"]["delivery_tag"]
+            except Exception:
+                # Unreadable: settle it away rather than put back a poison message.
+                with self.conn_or_acquire() as client:
+                    rc.settle(client, inflight, item, uuid.uuid4().hex, uuid.uuid4().hex,
+                              [])
+                LOG.error("Dropped an undecodable message from Redis queue %r: %.200r",
+                          queue, item)
+                raise Empty() from None
+            self.held[tag] = Held(inflight, queue, item, uuid.uuid4().hex)
+            self.connection._deliver(payload, queue)
+            return True
+        finally:
+            self._in_poll = None
+            self._polling = None
+            flush = getattr(self, "_flush_brpop_reauth", None)
+            if flush is not None:
+                flush()
+
+    # --- settling with a reply ---
+
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[list[tuple[str, bytes]]]:
+        """Collect what is published meanwhile as (queue, payload) instead of pushing it."""
+        self._captured = captured = []
+        try:
+            yield captured
+        finally:
+            self._captured = None
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        if self._captured is not None:
+            self._captured.append((self._q_for_pri(queue, 0), dumps(message)))
+            return
+        super()._put(queue, message, **kwargs)
+
+    def settle_with(self, delivery_tag: str, pushes: list[tuple[str, bytes]],
+                    client: Any) -> None:
+        """Settle a held delivery and push ``pushes`` in one atomic step (via ``client``).
+
+        Raises DeliveryNotSettled when another consumer was given it; the
+        transport's connection errors as they are (the delivery stays held:
+        retry, it is idempotent). Settled deliveries are forgotten locally.
+        """
+        held = self.held.get(delivery_tag)
+        if held is None:
+            raise exc.DeliveryNotSettled(f"Message {delivery_tag} is not held by this"
+                                         f" channel (already settled?)")
+        settled = rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
+                            pushes)
+        del self.held[delivery_tag]
+        virtual.QoS.ack(self.qos, delivery_tag)
+        if not settled:
+            raise exc.DeliveryNotSettled(
+                f"Message {delivery_tag} from queue {held.queue!r} was given to another"
+                f" consumer (this one's lease had lapsed); it must not be handled here")
+
+
+class Transport(kombu_redis.Transport):
+    """kombu's Redis transport with reliable consumption (see the module docstring)."""
+
+    Channel = Channel
+    #: Proxies open one channel per consumed queue and keep a lease alive.
+    one_queue_per_channel = True
+    supports_leases = True
