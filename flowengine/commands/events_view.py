@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from kombu.utils.url import maybe_sanitize_url
@@ -142,8 +143,12 @@ class EventsState:
             self.requests.popitem(last=False)
 
 
-def render(state: EventsState, source: str) -> Any:
-    """A rich renderable of ``state``: a workers table above a requests table."""
+def render(state: EventsState, source: str, unverified: int = 0) -> Any:
+    """A rich renderable of ``state``: a workers table above a requests table.
+
+    ``unverified``: events dropped for a missing or wrong signature, shown in
+    the header when there were any.
+    """
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -155,7 +160,8 @@ def render(state: EventsState, source: str) -> Any:
         count = len(state.requests)
         events = state.count
         flows = list(state.flows.items())[-3:]
-        header = Text(f"flowengine events - {source} - {events} events,"
+        dropped = f", {unverified} unverified dropped" if unverified else ""
+        header = Text(f"flowengine events - {source} - {events} events{dropped},"
                       f" {len(workers)} workers, {count} requests", style="bold")
         wtable = Table(title="Workers", expand=True, title_justify="left")
         for column in ("worker", "topic", "status", "active", "processed", "running",
@@ -204,12 +210,37 @@ def add_parser(sub: Any, parse_option: Any) -> None:
                    help="transport option (repeatable; values parsed as JSON)")
     p.add_argument("--json", action="store_true",
                    help="print each event as one JSON line on stdout, nothing else")
+    p.add_argument("--secret-file", default=None, metavar="PATH",
+                   help="file of shared signing keys, one a line: show only events"
+                        " signed with one of them (default: $FLOWENGINE_SECRET_FILE/"
+                        "$FLOWENGINE_SECRET; neither set: show every event, unverified)")
+
+
+def _keyring(secret_file: str | None) -> Any:
+    """The keys to verify events with, as ``flowengine worker`` finds its own.
+
+    ``--secret-file`` first, then the environment; None when neither gives a
+    key. Raises OSError (unreadable file) or ValueError (no key, or one too short).
+    """
+    from flowengine.engines.worker_based import signing
+
+    if secret_file is None:
+        return signing.load_keyring(None)
+    keys = signing.read_key_file(secret_file)
+    if not keys:
+        raise ValueError(f"key file {secret_file} holds no key")
+    return signing.load_keyring(keys)
 
 
 def run(args: argparse.Namespace) -> int:
     """Follow the event stream until SIGINT/SIGTERM."""
     from flowengine.engines.worker_based import events as ev
 
+    try:
+        keyring = _keyring(args.secret_file)
+    except (OSError, ValueError) as e:
+        print(f"flowengine events: cannot read the signing keys: {e}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     state = EventsState()
     if args.json:
@@ -220,7 +251,8 @@ def run(args: argparse.Namespace) -> int:
         handle = state.apply
     receiver = ev.EventReceiver(args.exchange, handle, url=args.url,
                                 transport=args.transport,
-                                transport_options=dict(args.transport_options) or None)
+                                transport_options=dict(args.transport_options) or None,
+                                secret=keyring)
     errors: list[BaseException] = []
 
     def consume() -> None:
@@ -243,13 +275,15 @@ def run(args: argparse.Namespace) -> int:
     source = f"{where or args.transport or 'default broker'} / {args.exchange}"
     if receiver.wait_ready(30.0):
         # On stderr: stdout stays pure JSON with --json.
-        print(f"Listening for events on {ev.events_exchange_name(args.exchange)}",
+        checked = ("" if keyring is None else
+                   f"; verifying signatures (key ids {', '.join(keyring.key_ids)})")
+        print(f"Listening for events on {ev.events_exchange_name(args.exchange)}{checked}",
               file=sys.stderr, flush=True)
     try:
         if args.json:
             stop.wait()
         else:
-            _live(state, source, stop)
+            _live(state, source, stop, lambda: receiver.unverified_count)
     finally:
         receiver.stop()
         thread.join(5.0)
@@ -259,14 +293,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _live(state: EventsState, source: str, stop: threading.Event) -> None:
+def _live(state: EventsState, source: str, stop: threading.Event,
+          unverified: Callable[[], int]) -> None:
     """Redraw the view in place until ``stop`` is set."""
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
-    with Live(render(state, source), console=console, auto_refresh=False,
+    with Live(render(state, source, unverified()), console=console, auto_refresh=False,
               transient=False) as live:
         while not stop.wait(REFRESH_PERIOD_S):
-            live.update(render(state, source), refresh=True)
-        live.update(render(state, source), refresh=True)
+            live.update(render(state, source, unverified()), refresh=True)
+        live.update(render(state, source, unverified()), refresh=True)

@@ -3,7 +3,8 @@
 The server and the engine call these methods at the points where things
 happen; each builds the event's fields and hands it to an
 :class:`~flowengine.engines.worker_based.events.EventPublisher`. With events
-disabled every call returns at once.
+disabled every call returns at once. When the sender signs its messages
+(it has a keyring) its events are signed with the same keyring.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from flowengine import states
 from flowengine.engines.worker_based import events as ev
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based import signing
 
 #: Whether workers and engines publish events when not told: off, because
 #: publishing costs a broker write per event (see doc/source/events.rst for
@@ -55,12 +57,17 @@ class WorkerEvents:
     def create(cls, exchange: str, worker_id: str, topic: str, tasks: Iterable[str],
                url: str | None = None, transport: str | None = None,
                transport_options: Mapping[str, Any] | None = None,
-               enabled: bool | None = None) -> WorkerEvents:
-        """Events for one worker (``enabled=None``: :data:`EVENTS_BY_DEFAULT`)."""
+               enabled: bool | None = None, secret: Any = None) -> WorkerEvents:
+        """Events for one worker (``enabled=None``: :data:`EVENTS_BY_DEFAULT`).
+
+        ``secret``: the worker's keyring (``Proxy.keyring``), to sign every
+        event with; None: events go unsigned.
+        """
+        enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
         # The worker id names the sender: unique even for workers sharing a process.
         publisher = ev.EventPublisher(
             exchange, url=url, transport=transport, transport_options=transport_options,
-            hostname=worker_id, enabled=EVENTS_BY_DEFAULT if enabled is None else bool(enabled))
+            hostname=worker_id, enabled=enabled, secret=secret if enabled else None)
         return cls(publisher, worker_id, topic, tasks)
 
     def _worker(self, event_type: str, **fields: Any) -> None:
@@ -168,16 +175,25 @@ class FlowEvents:
     def __init__(self, publisher: ev.EventPublisher) -> None:
         self.publisher = publisher
         self.root_id: str | None = None
+        # Retries of each controller in the current run (its events' attempt).
+        self._retries: dict[str, int] = {}
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], exchange: str) -> FlowEvents:
-        """Events for an engine, from its ``events``/``url``/``transport*`` options."""
+        """Events for an engine, from its ``events``/``url``/``transport*``/``secret`` options.
+
+        Events are signed with the keys the engine's executor signs with:
+        the ``secret`` option, else ``$FLOWENGINE_SECRET_FILE`` /
+        ``$FLOWENGINE_SECRET`` (read only when events are on).
+        """
         enabled = options.get("events")
+        enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
+        keyring = signing.load_keyring(options.get("secret")) if enabled else None
         publisher = ev.EventPublisher(
             exchange, url=options.get("url"), transport=options.get("transport"),
             transport_options=options.get("transport_options"),
             hostname=f"engine:{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}",
-            enabled=EVENTS_BY_DEFAULT if enabled is None else bool(enabled))
+            enabled=enabled, secret=keyring)
         return cls(publisher)
 
     def attach(self, engine: Any) -> None:
@@ -192,6 +208,7 @@ class FlowEvents:
                   "state": state}
         if state == states.RUNNING:
             self.root_id = details.get("flow_uuid")
+            self._retries.clear()
             self.publisher.send("flow-started", **fields)
         elif state in self.FINAL_STATES:
             self.publisher.send("flow-finished", **fields)
@@ -201,10 +218,13 @@ class FlowEvents:
 
     def _on_atom(self, state: str, details: Mapping[str, Any]) -> None:
         if state == states.RETRYING:
-            self.publisher.send("task-retried",
+            # The atom's uuid is the uuid of its requests (a retried atom is
+            # requested again under it), so a view can follow it as a request.
+            atom_uuid = details.get("retry_uuid") or details.get("atom_uuid")
+            attempt = self._retries[atom_uuid] = self._retries.get(atom_uuid, 0) + 1
+            self.publisher.send("task-retried", uuid=atom_uuid, retry_uuid=atom_uuid,
                                 name=details.get("retry_name") or details.get("atom_name"),
-                                retry_uuid=details.get("retry_uuid") or details.get("atom_uuid"),
-                                root_id=self.root_id, state=state)
+                                root_id=self.root_id, attempt=attempt, state=state)
 
     def close(self) -> None:
         """Flush and stop publishing."""

@@ -2,7 +2,9 @@
 
 :meth:`EventPublisher.send` stamps the event and puts it on a bounded
 buffer that one thread publishes; when the buffer is full the event is
-dropped and counted.
+dropped and counted. With a keyring (``secret``) every event is signed, so
+receivers holding the key can tell it from a forged one (see
+:mod:`.event_signing`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import kombu
 
 from flowengine.engines.worker_based import event_channel as channel
+from flowengine.engines.worker_based import event_signing, signing
 from flowengine.engines.worker_based.event_format import (
     LamportClock,
     default_hostname,
@@ -43,14 +46,18 @@ class EventPublisher:
     """Publishes events for one sender (a worker or an engine) from one thread.
 
     ``enabled=False`` makes every method a cheap no-op, so callers need no
-    checks of their own.
+    checks of their own. ``secret`` (a :class:`~.signing.Keyring`, a key or
+    a list of keys; the first signs) signs every event; None or False: events
+    go unsigned (the environment is not read here: the sender decides).
+    Raises ValueError for a key that is too short.
     """
 
     def __init__(self, exchange: str, url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
                  hostname: str | None = None, enabled: bool = True,
-                 buffer_size: int = EVENT_BUFFER_SIZE) -> None:
+                 buffer_size: int = EVENT_BUFFER_SIZE, secret: Any = None) -> None:
         self.enabled = enabled
+        self.keyring = None if secret is None else signing.load_keyring(secret)
         self.hostname = hostname or default_hostname()
         self.pid = os.getpid()
         self.clock = LamportClock()
@@ -136,6 +143,7 @@ class EventPublisher:
         """Take events from the buffer and publish them until close()."""
         conn = producer = None
         exchange = channel.exchange(self._exchange_name)
+        keyring = self.keyring
         while True:
             event = self._buffer.get()
             if event is None:
@@ -149,7 +157,11 @@ class EventPublisher:
                                               self._transport_options)
                     producer = kombu.Producer(conn.channel(), exchange=exchange,
                                               auto_declare=True)
-                producer.publish(json.dumps(event), routing_key=event["type"],
+                body = json.dumps(event).encode("utf-8")
+                # Signed here, on the publishing thread: send() stays as cheap
+                # with a key as without one.
+                headers = None if keyring is None else event_signing.sign(keyring, body)
+                producer.publish(body, routing_key=event["type"], headers=headers,
                                  content_type="application/json",
                                  content_encoding="utf-8", delivery_mode=1)
             except Exception as e:

@@ -1,7 +1,9 @@
 """Receiving the event stream: every event of an exchange, handed to a callback.
 
 Each receiver consumes from its own auto-deleted queue, bounded where the
-broker supports it, and deletes it when done.
+broker supports it, and deletes it when done. A receiver given a secret
+verifies every event's signature before decoding it and drops (and counts)
+those that are unsigned, signed with an unknown key or altered.
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ import itertools
 import json
 import logging
 import threading
+import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import kombu
 
+from flowengine import exceptions as exc
 from flowengine.engines.worker_based import event_channel as channel
+from flowengine.engines.worker_based import event_signing, signing
 from flowengine.engines.worker_based.event_format import LamportClock
 
 # Logged under the public module's name, as before events.py was split.
@@ -33,6 +38,11 @@ RECEIVER_MESSAGE_TTL_MS = 60_000
 #: Seconds a receiver's loop waits for a message before checking for stop().
 RECEIVE_POLL_S = 0.2
 
+#: Seconds between warnings about dropped unverified events: the first one
+#: is logged at once, then at most one per period (with the running count),
+#: so a flood of forged events cannot flood the log too.
+UNVERIFIED_WARNING_PERIOD_S = 10.0
+
 
 class EventReceiver:
     """Consumes every event of an exchange's event stream and hands each to ``handler``.
@@ -40,11 +50,23 @@ class EventReceiver:
     Each receiver has its own auto-deleted queue, bounded where the broker
     supports it; events published before :meth:`wait_ready` returned True
     may be missed (the stream is live, not a log).
+
+    With ``secret`` (a :class:`~.signing.Keyring`, a key or a list of keys)
+    only events signed with one of its keys reach ``handler``; the others
+    are dropped unread, counted in :attr:`unverified_count` and logged at
+    WARNING with the reason. Without it (None, the default, or False) every
+    event is accepted, signed or not; the environment is not read here.
+    Raises ValueError for a key that is too short.
     """
 
     def __init__(self, exchange: str, handler: Callable[[dict[str, Any]], Any],
                  url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None) -> None:
+                 transport_options: Mapping[str, Any] | None = None,
+                 secret: Any = None) -> None:
+        self.keyring = None if secret is None else signing.load_keyring(secret)
+        #: Events dropped because their signature was missing or wrong.
+        self.unverified_count = 0
+        self._last_warning = float("-inf")
         self._exchange_name = exchange
         self._handler = handler
         self._url, self._transport = url, transport
@@ -72,10 +94,22 @@ class EventReceiver:
         handled = itertools.count()
         count = 0
         conn = channel.connection(self._url, self._transport, self._transport_options)
+        keyring = self.keyring  # read once: checking it costs nothing per event when None
 
-        def on_message(body: Any, message: Any) -> None:
+        def on_message(message: Any) -> None:
             nonlocal count
             message.ack()
+            if keyring is not None:
+                try:
+                    event_signing.verify(keyring, message.body, message.headers)
+                except exc.UnverifiedMessage as e:
+                    self._refuse(str(e))
+                    return
+            try:
+                body = message.decode()
+            except Exception as e:  # not JSON, or a content type we refuse
+                LOG.warning("Ignored an event that cannot be decoded: %s", e)
+                return
             for event in decode(body):
                 if "clock" in event:
                     self.clock.adjust(event["clock"])
@@ -88,7 +122,7 @@ class EventReceiver:
                     self._stop.set()
 
         try:
-            with conn.Consumer([bounded], callbacks=[on_message], accept=["json"]):
+            with conn.Consumer([bounded], on_message=on_message, accept=["json"]):
                 self._ready.set()
                 while not self._stop.is_set():
                     try:
@@ -99,6 +133,17 @@ class EventReceiver:
         finally:
             channel.release(conn)
         return count
+
+    def _refuse(self, reason: str) -> None:
+        """Count an event that failed verification; warn now and then, saying why."""
+        self.unverified_count += 1
+        now = time.monotonic()
+        if now - self._last_warning >= UNVERIFIED_WARNING_PERIOD_S:
+            self._last_warning = now
+            LOG.warning("Dropped an event from %s unread: %s (%d dropped so far; the"
+                        " monitor shows only events signed with a key it holds)",
+                        channel.events_exchange_name(self._exchange_name), reason,
+                        self.unverified_count)
 
 
 def decode(body: Any) -> Iterator[dict[str, Any]]:

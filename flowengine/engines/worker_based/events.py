@@ -13,6 +13,12 @@ Publishing never blocks the caller on the broker: :meth:`EventPublisher.send`
 stamps the event and puts it on a bounded buffer that one thread publishes;
 when the buffer is full the event is dropped and counted. Receivers consume
 from their own bounded, auto-deleted queue.
+
+When a sender signs its messages (it has a keyring, see :mod:`.signing`), it
+signs its events with the same keys; a receiver given a ``secret`` drops and
+counts every event that is unsigned or not signed with one of its keys
+(:attr:`EventReceiver.unverified_count`). Without a secret a receiver accepts
+every event, so do not act on what it shows.
 """
 
 # This module is the event stream's public face: every name is defined in one
@@ -21,6 +27,7 @@ from their own bounded, auto-deleted queue.
 #   event_channel    the events exchange and connections to it
 #   event_publisher  EventPublisher and its buffer/flush tunables
 #   event_receiver   EventReceiver, its queue limits, body decoding
+#   event_signing    what an event's signature covers
 
 from __future__ import annotations
 
@@ -81,6 +88,11 @@ RECEIVE_POLL_S = _receiver.RECEIVE_POLL_S
 #: Seconds a publisher waits before reconnecting after a broker error.
 RECONNECT_DELAY_S = _publisher.RECONNECT_DELAY_S
 
+#: Seconds between warnings about dropped unverified events: the first one
+#: is logged at once, then at most one per period (with the running count),
+#: so a flood of forged events cannot flood the log too.
+UNVERIFIED_WARNING_PERIOD_S = _receiver.UNVERIFIED_WARNING_PERIOD_S
+
 #: Event types, by sender.
 WORKER_EVENTS = _format.WORKER_EVENTS
 
@@ -104,7 +116,8 @@ _forget_queue = _receiver.forget_queue
 __all__ = [
     "EVENTS_EXCHANGE_SUFFIX", "EVENT_BUFFER_SIZE", "RECEIVER_QUEUE_MAX_LENGTH",
     "RECEIVER_MESSAGE_TTL_MS", "HEARTBEAT_PERIOD_S", "CLOSE_FLUSH_S", "RECEIVE_POLL_S",
-    "RECONNECT_DELAY_S", "WORKER_EVENTS", "TASK_EVENTS", "FLOW_EVENTS", "EVENT_TYPES",
+    "RECONNECT_DELAY_S", "UNVERIFIED_WARNING_PERIOD_S", "WORKER_EVENTS", "TASK_EVENTS",
+    "FLOW_EVENTS", "EVENT_TYPES",
     "TERMINAL_TASK_EVENTS", "HEADER_CREATED", "HEADER_ENQUEUED", "STANDARD_FIELDS",
     "events_exchange_name", "utcoffset_hours", "default_hostname", "LamportClock",
     "EventPublisher", "EventReceiver", "request_timings", "timing_headers",

@@ -175,7 +175,8 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
                                       reclaim=True)
         self._events = event_hooks.WorkerEvents.create(
             exchange, self._worker_id, topic, self._tasks, url=url, transport=transport,
-            transport_options=transport_options, enabled=events)
+            transport_options=transport_options, enabled=events,
+            secret=self._proxy.keyring)
 
     # --- facts ---
 

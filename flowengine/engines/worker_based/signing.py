@@ -139,7 +139,7 @@ class Keyring:
                                         " (forged or altered)")
 
 
-def _read_key_file(path: str) -> list[str]:
+def read_key_file(path: str) -> list[str]:
     """Keys in a file: one a line; blank lines and lines starting with '#' skipped."""
     with open(path, encoding="utf-8") as fh:
         return [line.strip() for line in fh
@@ -166,7 +166,7 @@ def load_keyring(secret: Any = None, environ: Mapping[str, str] | None = None
     env = os.environ if environ is None else environ
     path = env.get(SECRET_FILE_ENV)
     if path:
-        keys = _read_key_file(path)
+        keys = read_key_file(path)
         if not keys:
             raise ValueError(f"Key file {path} (from ${SECRET_FILE_ENV}) holds no key")
         return Keyring(keys)
