@@ -19,7 +19,10 @@ polls every second. This subclass keeps kombu's options and folder layout
   in the queue by the other consumers, so a message is never lost between
   its delivery and its acknowledgement;
 * consumers sleep on inotify (Linux) and wake when a file appears, falling
-  back to a short polling interval elsewhere.
+  back to a short polling interval elsewhere;
+* a queue marked private (``Channel.mark_private``) is deleted, bindings and
+  messages, when its process closes the channel or dies (see
+  filesystem_private.py).
 
 Extra option ``data_folder``: one folder holding everything (messages/,
 control/, processed/) for all processes that share it. Folders are created
@@ -34,7 +37,6 @@ import itertools
 import logging
 import os
 import select
-import socket
 import threading
 import time
 import uuid
@@ -48,6 +50,8 @@ from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
+
+from flowengine.engines.worker_based.transports import filesystem_private as fp
 
 LOG = logging.getLogger(__name__)
 
@@ -67,9 +71,11 @@ SCANS_PER_GET = 3
 #: of served from cache: file mtimes only move every few milliseconds.
 TABLE_RACY_WINDOW_NS = 100_000_000
 
-#: How often (s) a consumer looks for claims of dead processes to put back:
-#: a crashed worker's unacknowledged message is redelivered within this bound
-#: plus one delivery, at the price of one os.kill(pid, 0) per stale claim.
+#: How often (s) a consumer looks for claims of dead processes to put back
+#: and for their private queues to delete: a crashed worker's unacknowledged
+#: message is redelivered within this bound plus one delivery, at the price
+#: of one os.kill(pid, 0) per stale claim and per other process's private
+#: queue.
 RECLAIM_PERIOD_S = 0.5
 
 #: Message property carrying the path of the claimed file until ack.
@@ -110,7 +116,7 @@ _PROCESS_TAG = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
 # A claim is named ".claim-<pid>@<host>@<tag><n>@<message file name>", so any
 # consumer on the same host can tell whether its owner is alive and where it
 # goes back to (the original name keeps its place in write order).
-_HOST = socket.gethostname().replace("@", "_")
+_HOST = fp.HOST
 
 
 def _claim_name(name: str) -> str:
@@ -124,15 +130,9 @@ def _dead_claim_target(claim: str) -> str | None:
         owner = int(pid)
     except ValueError:
         return None  # not one of ours: leave it alone
-    if host != _HOST or owner == os.getpid():
-        return None  # another host's processes cannot be checked from here
-    try:
-        os.kill(owner, 0)
-    except ProcessLookupError:
-        return name
-    except OSError:
-        return None  # alive (or not ours to signal)
-    return None
+    return name if fp.process_gone(owner, host) else None
+
+
 _COUNTER = itertools.count()
 
 
@@ -214,6 +214,8 @@ class Channel(filesystem.Channel):
         self._seen: dict[str, frozenset[str]] = {}
         self._tables: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
         self._next_reclaim = 0.0
+        #: Queues this channel marked private -> their marker file.
+        self._private: dict[str, Path] = {}
         folders = [self.data_folder_in, self.data_folder_out, str(self.control_folder)]
         if self.store_processed:
             folders.append(self.processed_folder)
@@ -292,6 +294,7 @@ class Channel(filesystem.Channel):
         if now >= self._next_reclaim:
             self._next_reclaim = now + RECLAIM_PERIOD_S
             self._reclaim([n for n in names if n.startswith(_CLAIM_PREFIX)])
+            self._reap_private()
         return sorted(n for n in names if n[0] != "." and n.partition(".")[2] == wanted)
 
     def _reclaim(self, claims: list[str]) -> None:
@@ -311,6 +314,44 @@ class Channel(filesystem.Channel):
                 continue
             LOG.warning("Put back message %s: the process that took it died before"
                         " acknowledging it", target)
+
+    def mark_private(self, queue: str) -> None:
+        """``queue`` is this process's alone: delete it when the process closes or dies.
+
+        Call before declaring (binding) the queue. Messages still in the
+        queue then are dropped with it (logged).
+
+        Raises:
+            ChannelError: the marker file cannot be written.
+        """
+        if queue not in self._private:
+            self._private[queue] = fp.mark(self.control_folder, queue, _PROCESS_TAG)
+
+    def _reap_private(self) -> None:
+        """Delete the private queues of processes that are gone."""
+        control = self.control_folder
+        for marker in fp.markers(control):
+            if marker.gone():
+                _drop_private(control, self.data_folder_in, marker, clean=False)
+
+    def close(self) -> None:
+        """Close the channel, then delete the private queues it marked."""
+        if self.closed or self.connection is None:
+            super().close()
+            return
+        private, self._private = self._private, {}
+        control, messages, state = self.control_folder, self.data_folder_in, self.state
+        # Unacknowledged messages go back first (kombu's close), then their
+        # queue goes, so none is restored into a queue that no longer exists.
+        super().close()
+        for queue, path in private.items():
+            state.queue_bindings_delete(queue)  # declaring it again binds it again
+            marker = fp.Marker.parse(path.name)
+            if marker is not None and fp.unmark(path):
+                try:
+                    _drop_private(control, messages, marker, clean=True)
+                except Exception:
+                    LOG.exception("Could not delete private queue %r", queue)
 
     def _settle(self, message: Any) -> None:
         """Drop (or archive) the claimed file of an acknowledged or restored message."""
@@ -463,6 +504,55 @@ class Channel(filesystem.Channel):
             return []
         self._tables[exchange] = (key, table)
         return table
+
+
+def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: bool) -> None:
+    """Delete ``marker``'s queue: bindings first (no new messages), then messages."""
+    with fp.removing(control, marker) as ours:
+        if not ours:
+            return
+        bindings = fp.unbind(control, marker)
+        if bindings is None:
+            LOG.info("Private queue %r of process %d, which died, is kept: another"
+                     " live process declared it", marker.queue, marker.pid)
+            return
+        dropped = _purge_files(messages, marker.queue)
+    if not clean:
+        LOG.warning("Deleted private queue %r (%d binding(s)) of process %d, which died;"
+                    " dropped %d message(s) left in it", marker.queue, bindings,
+                    marker.pid, dropped)
+    elif dropped:
+        LOG.warning("Deleted private queue %r as this process closed it; dropped %d"
+                    " message(s) left in it", marker.queue, dropped)
+    else:
+        LOG.debug("Deleted private queue %r as this process closed it", marker.queue)
+
+
+def _purge_files(folder: str, queue: str) -> int:
+    """Remove ``queue``'s message files, and dead processes' claims of them."""
+    wanted = f"{queue}{_MSG_SUFFIX}"
+    try:
+        names = os.listdir(folder)
+    except OSError as e:
+        raise ChannelError(f"Cannot list {folder!r}: {e}") from e
+    count = 0
+    for name in names:
+        if name.startswith(_CLAIM_PREFIX):
+            target = _dead_claim_target(name)
+            if target is None or target.partition(".")[2] != wanted:
+                continue
+        elif name[0] == "." or name.partition(".")[2] != wanted:
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+        except FileNotFoundError:
+            continue  # taken or removed meanwhile
+        except OSError as e:
+            LOG.error("Could not remove message file %s of private queue %r: %s",
+                      name, queue, e)
+            continue
+        count += 1
+    return count
 
 
 class Transport(filesystem.Transport):
