@@ -168,10 +168,13 @@ class IntakeMixin:
         """Become the request's holder: acknowledge its message; False if we must not run it.
 
         A flowengine executor (it sends ``attempt``) is told PENDING with the
-        acknowledgement -- atomically on Redis -- so from then on it knows who
-        holds the request and hears its heartbeats; had we died before, the
-        broker gives the message to another worker (AMQP at once, Redis once
-        our lease lapses) and nobody was told we held it.
+        acknowledgement, so from then on it knows who holds the request and
+        hears its heartbeats. Had we died before, the broker gives the message
+        to another worker (AMQP at once, Redis once our lease lapses); on Redis
+        the two are one atomic step, elsewhere PENDING goes first, so a death
+        between them leaves an executor told of a holder that went silent
+        while the message is redelivered: the next holder's PENDING replaces
+        it (or the request is dispatched again after the loss bound).
         """
         try:
             if attempt is not None:
