@@ -18,6 +18,7 @@ Markers: ``broker`` (needs a real broker server), ``slow``.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import uuid
@@ -110,6 +111,17 @@ def private_redis():
     the same URL.  Stopped after the test.
     """
     proc = _private_broker(brokers.start_redis)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def persistent_redis():
+    """Like ``private_redis``, but what was written survives ``kill()`` (AOF, fsync always).
+
+    For durable-topology and restart tests.
+    """
+    proc = _private_broker(functools.partial(brokers.start_redis, persistent=True))
     yield proc
     proc.stop()
 

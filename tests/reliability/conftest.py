@@ -23,8 +23,5 @@ def conn(request: pytest.FixtureRequest, tmp_path) -> Conn:
         return Conn(kind, transport="filesystem",
                     transport_options={"data_folder": str(folder)})
     if kind == "redis":
-        # A message a killed worker received but had not yet answered for is
-        # given to another worker after this many seconds (default 20 s).
-        return Conn(kind, url=request.getfixturevalue("redis_url"),
-                    transport_options={"visibility_timeout": 3})
+        return Conn(kind, url=request.getfixturevalue("redis_url"))
     return Conn(kind, url=request.getfixturevalue("amqp_url"))

@@ -24,13 +24,11 @@ with ``-s`` to see them.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 import uuid
 
-import brokers  # tests/ is on sys.path (conftest.py)
 import kombu
 import pytest
 
@@ -60,19 +58,6 @@ TASK_DELAY_S = 0.1
 #: dies: 2 threads x 2 held per thread + 1 taken before the pause, each.
 WORKERS, THREADS = 2, 2
 MAX_DUPLICATES = WORKERS * (THREADS * 2 + 1)
-
-
-@pytest.fixture
-def persistent_redis():
-    """A redis-server of this test's own that keeps its data across kill() (AOF, fsync always)."""
-    try:
-        proc = brokers.start_redis(persistent=True)
-    except brokers.BrokerUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    yield proc
-    proc.stop()
 
 
 def _figure(name: str, value: float) -> None:

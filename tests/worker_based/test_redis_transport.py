@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import brokers
 import kombu
 import pytest
 import redis
@@ -459,26 +458,6 @@ def test_a_take_whose_answer_was_lost_comes_back_when_its_consumer_consumes_agai
                for rec in caplog.records)
     message.ack()
     assert r.llen(inflight(names.consumer, names.work)) == 0
-
-
-@pytest.fixture
-def persistent_redis() -> Iterator[brokers.BrokerProcess]:
-    """A redis-server of this test's own that writes every command to disk (AOF).
-
-    (``private_redis`` keeps nothing across a restart.) Missing redis-server:
-    a skip locally, a failure under CI=true, as for the conftest brokers.
-    """
-    try:
-        proc = brokers.start_redis(persistent=True)
-    except brokers.BrokerUnavailable as e:
-        reason = str(e)
-    else:
-        yield proc
-        proc.stop()
-        return
-    if os.environ.get("CI", "").strip().lower() in ("1", "true", "yes"):
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.mark.slow

@@ -68,9 +68,9 @@ def test_restore_stranded_is_a_no_op_off_redis():
 
 
 @pytest.mark.broker
-def test_restore_stranded_puts_back_only_what_predates_a_restart(persistent_redis_proc):
+def test_restore_stranded_puts_back_only_what_predates_a_restart(persistent_redis):
     # Given a message delivered (parked in 'unacked') and never acknowledged
-    broker = persistent_redis_proc
+    broker = persistent_redis
     name = unique()
     ex = topology.make_exchange(name, durable=True)
     queue = topology.make_queue(name, ex, ("k",), durable=True)
@@ -96,19 +96,3 @@ def test_restore_stranded_puts_back_only_what_predates_a_restart(persistent_redi
     crashed.release()
     with kombu.Connection(broker.url) as conn:
         assert queue(conn.default_channel).get(no_ack=True) is None
-
-
-@pytest.fixture
-def persistent_redis_proc():
-    import os
-
-    import brokers
-
-    try:
-        proc = brokers.start_redis(persistent=True)
-    except brokers.BrokerUnavailable as e:
-        if os.environ.get("CI"):
-            pytest.fail(str(e))
-        pytest.skip(str(e))
-    yield proc
-    proc.stop()

@@ -123,12 +123,16 @@ class WorkerEvents:
             with self._lock:
                 self._requests.pop(task_uuid, None)
 
+    def _received(self, task_uuid: str) -> _Request | None:
+        """The request announced by task-received (None: events off, or not announced)."""
+        if not self.enabled:
+            return None
+        with self._lock:
+            return self._requests.get(task_uuid)
+
     def started(self, task_uuid: str) -> None:
         """The request's task starts running."""
-        if not self.enabled:
-            return
-        with self._lock:
-            request = self._requests.get(task_uuid)
+        request = self._received(task_uuid)
         if request is None:
             return
         request.started_mono, request.started = time.monotonic(), time.time()
@@ -136,10 +140,7 @@ class WorkerEvents:
 
     def progress(self, task_uuid: str, event_type: str, details: Mapping[str, Any]) -> None:
         """The task reported progress (or another notification)."""
-        if not self.enabled:
-            return
-        with self._lock:
-            request = self._requests.get(task_uuid)
+        request = self._received(task_uuid)
         if request is None:
             return
         progress = (details or {}).get("progress")

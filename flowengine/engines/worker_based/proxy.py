@@ -608,15 +608,16 @@ class Proxy:
         queues = self._kombu_queues()
         per_channel = getattr(conn.transport, "one_queue_per_channel", False)
         groups = [[q] for q in queues] if per_channel else [queues]
+        private = {spec.name for spec in self._queue_specs if spec.private}
         consumers = []
         for i, group in enumerate(groups):
             channel = conn.channel()
             if i == 0:
                 self._exchange.declare(channel=channel)
             if hasattr(channel, "mark_private"):
-                for spec in self._queue_specs:
-                    if spec.private and spec.name in {q.name for q in group}:
-                        channel.mark_private(spec.name)
+                for queue in group:
+                    if queue.name in private:
+                        channel.mark_private(queue.name)
             consumer = kombu.Consumer(channel, queues=group, on_message=self._on_message,
                                       accept=["json"],
                                       on_decode_error=self._dispatcher.on_decode_error,

@@ -66,6 +66,13 @@ class Held(NamedTuple):
     nonce: str
 
 
+def _given_away(delivery_tag: str, held: Held) -> exc.DeliveryNotSettled:
+    """The error for settling a message that went to another consumer meanwhile."""
+    return exc.DeliveryNotSettled(
+        f"Message {delivery_tag} from queue {held.queue!r} was given to another"
+        f" consumer (this one's lease had lapsed); it must not be handled here")
+
+
 class QoS(kombu_redis.QoS):
     """Acknowledgement by removal from the consumer's in-flight list."""
 
@@ -89,9 +96,7 @@ class QoS(kombu_redis.QoS):
         finally:
             virtual.QoS.ack(self, delivery_tag)
         if not settled:
-            raise exc.DeliveryNotSettled(
-                f"Message {delivery_tag} from queue {held.queue!r} was given to another"
-                f" consumer (this one's lease had lapsed); it must not be handled here")
+            raise _given_away(delivery_tag, held)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         """Drop a delivery, or put it back at the head of its queue."""
@@ -286,9 +291,7 @@ class Channel(kombu_redis.Channel):
         del self.held[delivery_tag]
         virtual.QoS.ack(self.qos, delivery_tag)
         if not settled:
-            raise exc.DeliveryNotSettled(
-                f"Message {delivery_tag} from queue {held.queue!r} was given to another"
-                f" consumer (this one's lease had lapsed); it must not be handled here")
+            raise _given_away(delivery_tag, held)
 
 
 class Transport(kombu_redis.Transport):
