@@ -25,6 +25,7 @@ __all__ = [
     "InvariantViolation",
     "JobFailure",
     "MissingDependencies",
+    "MissingExtra",
     "MultipleChoices",
     "NotFound",
     "NotImplementedError",
@@ -329,4 +330,11 @@ class DeliveryNotSettled(FlowEngineError):
 
     The worker must not run the request: the broker still holds it (or has
     already handed it to another worker), so it runs once, elsewhere or later.
+    """
+
+
+class MissingExtra(ImportError):
+    """An optional part of flowengine was used without the extra that installs it.
+
+    The message names the ``pip install 'flowengine[<extra>]'`` to run.
     """

@@ -56,3 +56,30 @@ def test_bench_table_prints_ratios():
     ratio_line = text.strip().splitlines()[-1].split()
     assert ratio_line[:2] == ["linear-50", "serial"]
     assert ratio_line[2:] == ["0.50x", "0.050x", "0.25x", "0.50x"]
+
+
+def test_readme_commands_prints_the_quick_start_exactly_as_the_readme_shows_it():
+    tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
+    proc = subprocess.run([sys.executable, tool, "quick-start"], capture_output=True,
+                          text=True, timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert f"<!-- ci: quick-start -->\n```sh\n{proc.stdout}```" in readme
+
+
+def test_readme_commands_fails_on_an_unknown_block():
+    tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
+    proc = subprocess.run([sys.executable, tool, "no-such-block"], capture_output=True,
+                          text=True, timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 1
+    assert "no '<!-- ci: no-such-block -->' marker" in proc.stderr
+
+
+def test_check_imports_imports_every_module_here():
+    # This environment has every extra: nothing may fail or need one.
+    tool = os.path.join(REPO_ROOT, "tools", "check_imports.py")
+    proc = subprocess.run([sys.executable, tool, "--require-all"], capture_output=True,
+                          text=True, timeout=120, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 need an extra, 0 failed" in proc.stdout

@@ -19,7 +19,7 @@ import time
 import kombu
 
 from flowengine.engines.worker_based import leases
-from flowengine.engines.worker_based.transports import redis as redis_transport
+from flowengine.engines.worker_based.transports import redis_consumers as rc
 
 #: Bound (s) on how long this process waits for a message, and then for its
 #: kill: a test that died before killing it must not leave it running.
@@ -29,8 +29,8 @@ WAIT_S = 60.0
 def main(config: dict) -> int:
     """Hold one message of ``config['queue']`` until killed; 1 if none came."""
     conn = kombu.Connection(config["url"], transport="flowengine-redis", transport_options={
-        redis_transport.CONSUMER_OPTION: config["consumer_id"],
-        redis_transport.LEASE_OPTION: config["lease_s"]})
+        rc.CONSUMER_OPTION: config["consumer_id"],
+        rc.LEASE_OPTION: config["lease_s"]})
     # The keeper clones its template from its own thread: give it one nobody
     # else uses (kombu creates a connection's transport lazily, unlocked).
     keeper = leases.LeaseKeeper(conn.clone(), config["consumer_id"], config["lease_s"],

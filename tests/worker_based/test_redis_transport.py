@@ -101,8 +101,8 @@ def connect(stack: contextlib.ExitStack, url: str, consumer: str | None = None,
     """A kombu connection on ``transport`` (ours: as ``consumer`` with ``lease_s``)."""
     options = {}
     if transport == OURS:
-        options = {redis_transport.CONSUMER_OPTION: consumer or uuid.uuid4().hex,
-                   redis_transport.LEASE_OPTION: lease_s}
+        options = {rc.CONSUMER_OPTION: consumer or uuid.uuid4().hex,
+                   rc.LEASE_OPTION: lease_s}
     conn = kombu.Connection(url, transport=transport, transport_options=options)
     stack.callback(conn.release)
     return conn
@@ -678,8 +678,8 @@ def test_a_lease_keeper_leaves_its_template_connection_to_the_callers_thread(
     monkeypatch.setattr(kombu.Connection, "create_transport", create_transport)
     # Given a connection its owner has not used yet, handed to a lease keeper
     conn = kombu.Connection(redis_url, transport=OURS, transport_options={
-        redis_transport.CONSUMER_OPTION: names.consumer,
-        redis_transport.LEASE_OPTION: LONG_LEASE_S})
+        rc.CONSUMER_OPTION: names.consumer,
+        rc.LEASE_OPTION: LONG_LEASE_S})
     stack.callback(conn.release)
     lease = leases.LeaseKeeper(conn, names.consumer, LONG_LEASE_S, reclaim=False)
     stack.callback(lease.stop, retire=True)

@@ -36,7 +36,7 @@ from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import dispatcher as dispatcher_mod
 from flowengine.engines.worker_based import leases, recovery, signing, topology, transports
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.transports import redis as redis_transport
+from flowengine.engines.worker_based.transports import redis_consumers
 
 LOG = logging.getLogger(__name__)
 
@@ -223,9 +223,9 @@ class Proxy:
         self._lease: leases.LeaseKeeper | None = None
         if getattr(self._conn.transport, "supports_leases", False):
             consumer_id = consumer_id or uuidlib.uuid4().hex
-            lease_s = redis_transport.DEFAULT_LEASE_S if lease_s is None else lease_s
-            self._conn.transport_options[redis_transport.CONSUMER_OPTION] = consumer_id
-            self._conn.transport_options[redis_transport.LEASE_OPTION] = lease_s
+            lease_s = redis_consumers.DEFAULT_LEASE_S if lease_s is None else lease_s
+            self._conn.transport_options[redis_consumers.CONSUMER_OPTION] = consumer_id
+            self._conn.transport_options[redis_consumers.LEASE_OPTION] = lease_s
             self._lease = leases.LeaseKeeper(self._conn, consumer_id, lease_s, reclaim)
         if self._durable and self._conn.transport.driver_type == "amqp":
             # Durable means "survives a broker restart": publish() returns only

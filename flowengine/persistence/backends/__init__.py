@@ -74,6 +74,8 @@ def _find_class(name: str, namespace: str) -> Any:
     module_name, _, cls_name = target.partition(":")
     try:
         return getattr(importlib.import_module(module_name), cls_name)
+    except exc.MissingExtra:
+        raise  # already says which `pip install` fixes it
     except (ImportError, AttributeError) as e:
         raise exc.NotFound(f"Could not find backend {name}: {e}", cause=e)
 

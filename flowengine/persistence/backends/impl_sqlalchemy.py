@@ -21,9 +21,14 @@ import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy import exc as sa_exc
-from sqlalchemy import pool as sa_pool
+from flowengine.utils import optional
+
+try:
+    import sqlalchemy as sa
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import pool as sa_pool
+except ImportError as e:  # the 'sql' extra is not installed
+    raise optional.missing_extra("sql", e) from e
 
 from flowengine import exceptions as exc
 from flowengine.persistence import base, models

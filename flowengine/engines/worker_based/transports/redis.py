@@ -41,17 +41,6 @@ from flowengine.engines.worker_based.transports import redis_consumers as rc
 
 LOG = logging.getLogger(__name__)
 
-#: Transport option: id under which this process holds messages (a worker's
-#: id; unique per process). A random one per channel when absent.
-CONSUMER_OPTION = "flowengine_consumer"
-
-#: Transport option: the consumer's lease in seconds (see LeaseKeeper).
-LEASE_OPTION = "flowengine_lease_s"
-
-#: Lease (s) of a consumer nobody configured: two seconds of heartbeat
-#: interval times three misses, as for requests (liveness.py).
-DEFAULT_LEASE_S = 6.0
-
 #: Oldest Redis server with BLMOVE/LMOVE.
 MIN_SERVER_VERSION = (6, 2)
 
@@ -141,8 +130,8 @@ class Channel(kombu_redis.Channel):
                              " global_keyprefix; use transport"
                              " 'kombu.transport.redis:Transport' to keep it")
         options = self.connection.client.transport_options or {}
-        self.consumer_id = str(options.get(CONSUMER_OPTION) or uuid.uuid4().hex)
-        self.lease_ms = int(float(options.get(LEASE_OPTION, DEFAULT_LEASE_S)) * 1000)
+        self.consumer_id = str(options.get(rc.CONSUMER_OPTION) or uuid.uuid4().hex)
+        self.lease_ms = int(float(options.get(rc.LEASE_OPTION, rc.DEFAULT_LEASE_S)) * 1000)
         #: Deliveries taken and not settled yet, by delivery tag.
         self.held: dict[str, Held] = {}
         self._reliable: set[str] = set()

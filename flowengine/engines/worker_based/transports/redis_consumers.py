@@ -33,6 +33,21 @@ from __future__ import annotations
 
 from typing import Any
 
+# The transport options below live here, not in redis.py, so that code which
+# only sets them (the proxy) does not import kombu's Redis transport and the
+# Redis client: a user of the other transports needs neither.
+
+#: Transport option: id under which this process holds messages (a worker's
+#: id; unique per process). A random one per channel when absent.
+CONSUMER_OPTION = "flowengine_consumer"
+
+#: Transport option: the consumer's lease in seconds (see LeaseKeeper).
+LEASE_OPTION = "flowengine_lease_s"
+
+#: Lease (s) of a consumer nobody configured: two seconds of heartbeat
+#: interval times three misses, as for requests (liveness.py).
+DEFAULT_LEASE_S = 6.0
+
 #: Hash of every registered consumer id -> its lease (ms).
 REGISTRY_KEY = "flowengine.consumers"
 

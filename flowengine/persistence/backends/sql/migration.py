@@ -5,10 +5,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from alembic import command
-from alembic import config as alembic_config
-from alembic import migration as alembic_migration
-from alembic import script as alembic_script
+from flowengine.utils import optional
+
+try:
+    from alembic import command
+    from alembic import config as alembic_config
+    from alembic import migration as alembic_migration
+    from alembic import script as alembic_script
+except ImportError as e:  # the 'sql' extra is not installed
+    raise optional.missing_extra("sql", e) from e
 
 __all__ = ["SCRIPT_LOCATION", "current_revision", "db_sync", "head_revision"]
 

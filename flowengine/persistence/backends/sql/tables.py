@@ -12,7 +12,12 @@ This module describes the *current* schema; the alembic revisions in
 
 from __future__ import annotations
 
-import sqlalchemy as sa
+from flowengine.utils import optional
+
+try:
+    import sqlalchemy as sa
+except ImportError as e:  # the 'sql' extra is not installed
+    raise optional.missing_extra("sql", e) from e
 
 __all__ = ["ATOMS", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
 

@@ -1,0 +1,45 @@
+"""Optional parts without their extra: an ImportError that names the pip command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Runs in a child: hiding a package from this process would leak into others.
+_HIDE_AND_FETCH = textwrap.dedent("""
+    import sys
+    sys.modules[{hidden!r}] = None  # as if not installed
+    from flowengine.persistence import backends
+    try:
+        backends.fetch("sqlite://")
+    except ImportError as e:
+        print(type(e).__name__, e, sep="|")
+""")
+
+
+@pytest.mark.parametrize("hidden", ["sqlalchemy", "alembic"])
+def test_sql_backend_without_the_sql_extra_names_the_install_command(hidden):
+    proc = subprocess.run([sys.executable, "-c", _HIDE_AND_FETCH.format(hidden=hidden)],
+                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    kind, message = proc.stdout.strip().split("|")
+    assert kind == "MissingExtra"
+    assert f"needs the {hidden!r} package" in message
+    assert "pip install 'flowengine[sql]'" in message
+
+
+def test_the_worker_based_engine_does_not_import_the_redis_client():
+    # Users of memory/filesystem/AMQP transports must not need redis-py.
+    code = ("import sys; sys.modules['redis'] = None\n"
+            "from flowengine.engines.worker_based import proxy, executor, worker\n"
+            "print('ok')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
