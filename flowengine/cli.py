@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from flowengine import commands
+from flowengine import __version__, commands
 
 LOG = logging.getLogger("flowengine.cli")
 
@@ -56,12 +56,14 @@ def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flowengine", description="flowengine: TaskFlow-compatible workflow engine.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
     worker.add_argument("--url", default=None, help="broker URL (kombu format)")
     worker.add_argument("--exchange", required=True, help="exchange name")
-    worker.add_argument("--topic", required=True, help="topic this worker consumes")
+    worker.add_argument("--topic", required=True, action="append",
+                        help="topic this worker consumes (one per worker)")
     worker.add_argument("--tasks", required=True, nargs="+", action="extend",
                         metavar="module[:Class]",
                         help="modules or task classes this worker may run")
@@ -102,7 +104,12 @@ def _build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--events", action="store_true",
                         help="publish worker/task events on <exchange>.events (for"
                              " `flowengine events`; off by default: it costs latency)")
-    commands.add_parsers(sub, _parse_option)  # events, graph, run (H11)
+    commands.add_parsers(sub, _parse_option)  # events, graph, run
+    for subparser in sub.choices.values():
+        # `flowengine worker -v ...` as well as `flowengine -v worker ...`;
+        # SUPPRESS keeps an absent sub-level flag from undoing the top-level one.
+        subparser.add_argument("-v", "--verbose", action="store_true",
+                               default=argparse.SUPPRESS, help="log at DEBUG level")
     return parser
 
 
@@ -125,6 +132,16 @@ def run_worker(args: argparse.Namespace) -> int:
     from flowengine.engines.worker_based import worker as wkr
     from flowengine.utils import threading_utils as tu
 
+    if len(args.topic) > 1:
+        print(f"flowengine worker: a worker serves one topic (got {', '.join(args.topic)});"
+              f" start one worker per topic", file=sys.stderr)
+        return 2
+    topic = args.topic[0]
+    try:
+        task_classes = _task_classes(args.tasks)
+    except _NoTasks as e:
+        print(f"flowengine worker: {e}", file=sys.stderr)
+        return 2
     threads = args.threads if args.threads is not None else tu.get_optimal_thread_count()
     if threads < 1:
         print("flowengine worker: --threads must be at least 1", file=sys.stderr)
@@ -135,7 +152,7 @@ def run_worker(args: argparse.Namespace) -> int:
             print(f"flowengine worker: --{option.replace('_', '-')} must be > 0",
                   file=sys.stderr)
             return 2
-    worker = wkr.Worker(exchange=args.exchange, topic=args.topic, tasks=list(args.tasks),
+    worker = wkr.Worker(exchange=args.exchange, topic=topic, tasks=task_classes,
                         executor=args.executor, threads_count=threads, url=args.url,
                         transport=args.transport,
                         transport_options=dict(args.transport_options) or None,
@@ -154,6 +171,34 @@ def run_worker(args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(status)
     return status
+
+
+class _NoTasks(Exception):
+    """A ``--tasks`` item could not be imported or defines no task class."""
+
+
+def _task_classes(items: Sequence[str]) -> list[type]:
+    """The task classes ``--tasks`` names, each item checked on its own.
+
+    Modules are looked up in the current directory too, as ``flowengine run``
+    and ``graph`` do. A module that defines no task is an error: a worker
+    serving nothing would leave every request for it waiting.
+    """
+    from flowengine.commands import loading
+    from flowengine.engines.worker_based import worker as wkr
+
+    loading.make_cwd_importable()
+    classes: list[type] = []
+    for item in items:
+        try:
+            found = [endpoint.task_cls for endpoint in wkr.derive_endpoints([item])]
+        except (ImportError, TypeError, AttributeError) as e:
+            raise _NoTasks(f"--tasks {item}: {e}") from e
+        if not found:
+            raise _NoTasks(f"--tasks {item}: the module defines no task class (a concrete"
+                           f" Task subclass defined in it, not imported into it)")
+        classes.extend(found)
+    return classes
 
 
 def _read_secret_file(path: str | None) -> list[str] | None:

@@ -23,6 +23,11 @@ MAX_REQUESTS_SHOWN = 20
 #: Requests remembered; older finished ones are forgotten (bounded memory).
 MAX_REQUESTS_KEPT = 1000
 
+#: Seconds without any event before the command says why it may see none:
+#: a worker started with --events heartbeats every 2 s, so this much silence
+#: means no such worker is on the exchange.
+QUIET_NOTICE_S = 10.0
+
 #: Heartbeats a worker may miss before it is shown as lost.
 MISSED_HEARTBEATS_LOST = 3
 
@@ -249,7 +254,13 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     else:
         handle = state.apply
-    receiver = ev.EventReceiver(args.exchange, handle, url=args.url,
+    heard = threading.Event()
+
+    def on_event(event: dict[str, Any]) -> None:
+        heard.set()
+        handle(event)
+
+    receiver = ev.EventReceiver(args.exchange, on_event, url=args.url,
                                 transport=args.transport,
                                 transport_options=dict(args.transport_options) or None,
                                 secret=keyring)
@@ -279,6 +290,8 @@ def run(args: argparse.Namespace) -> int:
                    f"; verifying signatures (key ids {', '.join(keyring.key_ids)})")
         print(f"Listening for events on {ev.events_exchange_name(args.exchange)}{checked}",
               file=sys.stderr, flush=True)
+        threading.Thread(target=_notice_silence, args=(heard, stop, args.exchange),
+                         name="flowengine-events-quiet", daemon=True).start()
     try:
         if args.json:
             stop.wait()
@@ -291,6 +304,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"flowengine events: {errors[0]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _notice_silence(heard: threading.Event, stop: threading.Event, exchange: str,
+                    after_s: float = QUIET_NOTICE_S) -> None:
+    """Say once, on stderr, why nothing shows when no event came in ``after_s``."""
+    if not heard.wait(after_s) and not stop.is_set():
+        print(f"flowengine events: no event in {after_s:.0f} s: no worker on"
+              f" exchange {exchange!r} was started with --events (flowengine worker"
+              f" --events ...), or the URL/exchange is not the workers' one",
+              file=sys.stderr, flush=True)
 
 
 def _live(state: EventsState, source: str, stop: threading.Event,

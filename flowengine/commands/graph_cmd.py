@@ -35,5 +35,8 @@ def run(args: argparse.Namespace) -> int:
     except graph_draw.GraphvizMissing as e:
         print(f"flowengine graph: {e}", file=sys.stderr)
         return 3
+    except ValueError as e:
+        print(f"flowengine graph: {e}", file=sys.stderr)
+        return 2
     print(f"Wrote {args.output} ({fmt})", file=sys.stderr)
     return 0

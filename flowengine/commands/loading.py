@@ -16,9 +16,14 @@ def load_flow(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected module:flow_factory, got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    make_cwd_importable()
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj() if callable(obj) and not hasattr(obj, "iter_links") else obj
+
+
+def make_cwd_importable() -> None:
+    """Let modules in the current directory be imported, as ``python -m`` does."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())

@@ -19,8 +19,11 @@ from flowengine import states as st
 #: bounds a stuck process.
 DOT_TIMEOUT_S = 60.0
 
-#: Output formats rendered by ``dot`` (anything else is written as DOT text).
+#: Output formats rendered by ``dot``.
 RENDERED_FORMATS = ("svg", "png", "pdf")
+
+#: Extensions written as DOT text (no Graphviz needed).
+DOT_FORMATS = ("dot", "gv")
 
 #: Fill colour of an atom by state (light tints: the label stays readable).
 STATE_COLOURS = {
@@ -152,6 +155,12 @@ def write(flow_or_compilation: Any, path: str,
           atom_states: Mapping[str, str] | None = None, title: str | None = None) -> str:
     """Write the drawing to ``path``; its extension picks the format. Returns the format."""
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or "dot"
+    if fmt not in (*RENDERED_FORMATS, *DOT_FORMATS):
+        # Writing DOT text under another extension would make a file that
+        # neither a viewer nor Graphviz can open: refuse before writing.
+        raise ValueError(f"cannot write {path!r}: the extension {fmt!r} is not a format"
+                         f" flowengine draws; use one of"
+                         f" {', '.join('.' + f for f in (*RENDERED_FORMATS, *DOT_FORMATS))}")
     text = to_dot(flow_or_compilation, atom_states, title)
     if fmt in RENDERED_FORMATS:
         data = render(text, fmt)

@@ -1,0 +1,126 @@
+"""The ``flowengine`` command's small promises: --version, -v anywhere, one-line errors."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from contextlib import redirect_stderr
+
+import pytest
+
+import flowengine
+from flowengine import cli
+from flowengine.commands import events_view
+from tests.worker_based.executor_helpers import WAIT_S, running_executor, unique
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"flowengine {flowengine.__version__}"
+
+
+@pytest.mark.parametrize("argv, verbose", [
+    (["graph", "m:f"], False),
+    (["-v", "graph", "m:f"], True),
+    (["graph", "-v", "m:f"], True),
+    (["graph", "m:f", "--verbose"], True),
+    (["worker", "--exchange", "e", "--topic", "t", "--tasks", "m", "-v"], True),
+])
+def test_verbose_is_accepted_before_and_after_the_subcommand(argv, verbose):
+    assert cli._build_parser().parse_args(argv).verbose is verbose
+
+
+def test_graph_refuses_an_extension_it_cannot_write(tmp_path, capsys):
+    target = tmp_path / "flow.jpg"
+    assert cli.main(["graph", "tests.commands.sample_flows:steps", "-o", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flowengine graph: cannot write")
+    assert "'jpg' is not a format" in err and ".svg" in err and len(err.splitlines()) == 1
+    assert not target.exists()
+
+
+def test_worker_refuses_several_topics(capsys):
+    argv = ["worker", "--exchange", "e", "--topic", "a", "--topic", "b",
+            "--tasks", "flowengine.demo.tasks"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "a worker serves one topic (got a, b)" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("item, message", [
+    ("json", "--tasks json: the module defines no task class"),
+    ("no_such_module_xyz", "--tasks no_such_module_xyz: "),
+    ("flowengine.demo.tasks:Nope", "--tasks flowengine.demo.tasks:Nope: "),
+])
+def test_worker_refuses_tasks_that_name_no_task(item, message, capsys):
+    argv = ["worker", "--exchange", "e", "--topic", "t", "--tasks", item]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"flowengine worker: {message}") and len(err.splitlines()) == 1
+
+
+def test_worker_finds_task_modules_in_the_current_directory(tmp_path):
+    # Given a task module in the directory `flowengine worker` starts in
+    (tmp_path / "mytasks.py").write_text(textwrap.dedent("""
+        from flowengine import task
+
+        class Double(task.Task):
+            def execute(self, x):
+                return 2 * x
+    """))
+    data = tmp_path / "broker"
+    data.mkdir()
+    exchange = unique()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange, "--topic", "t",
+         "--tasks", "mytasks", "--transport", "filesystem",
+         "--transport-option", f"data_folder={data}"],
+        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        sys.path.insert(0, str(tmp_path))
+        import mytasks  # the engine side needs the class too
+
+        with running_executor(exchange, ["t"], transport="filesystem",
+                              transport_options={"data_folder": str(data)}) as executor:
+            # When a request for one of its tasks is sent
+            assert executor.wait_for_workers(1, WAIT_S) == 0
+            result = executor.execute_task(mytasks.Double("d"), "u-1", {"x": 21}).result(WAIT_S)
+        # Then the worker ran it
+        assert result[1] == 42
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mytasks", None)
+        proc.terminate()
+        out, _ = proc.communicate(timeout=WAIT_S)
+    assert "mytasks.Double" in out
+
+
+def test_events_says_why_it_sees_nothing():
+    heard, stop = threading.Event(), threading.Event()
+    err = io.StringIO()
+    with redirect_stderr(err):
+        events_view._notice_silence(heard, stop, "orders", after_s=0.01)
+    assert "no event in 0 s: no worker on exchange 'orders' was started with --events" in (
+        err.getvalue())
+
+
+def test_events_says_nothing_once_an_event_came():
+    heard, stop = threading.Event(), threading.Event()
+    heard.set()
+    err = io.StringIO()
+    with redirect_stderr(err):
+        events_view._notice_silence(heard, stop, "orders", after_s=0.01)
+    assert err.getvalue() == ""
