@@ -12,11 +12,13 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Sequence
 from typing import Any
 
 from flowengine import __version__, commands
+from flowengine import exceptions as exc
 
 LOG = logging.getLogger("flowengine.cli")
 
@@ -116,22 +118,46 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowengine`` console script; returns the exit code."""
     args = _build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.command == "worker":
-        return run_worker(args)
-    if args.command in commands.COMMANDS:
-        return commands.run(args)
-    return run_demo(args)
+    # A worker is a daemon: its INFO lines (requests served, reconnections)
+    # are its log. The other commands talk to a person, who wants results
+    # and warnings, not the engine's chatter.
+    quiet = logging.INFO if args.command == "worker" else logging.WARNING
+    logging.basicConfig(level=logging.DEBUG if args.verbose else quiet,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "worker":
+            return run_worker(args)
+        if args.command in commands.COMMANDS:
+            return commands.run(args)
+        return run_demo(args)
+    except KeyboardInterrupt:
+        print(f"flowengine {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        # Every mistake is one line; the traceback is there for -v.
+        if args.verbose:
+            traceback.print_exc()
+        print(f"flowengine {args.command}: {_describe(e)}", file=sys.stderr)
+        return 1
+
+
+def _describe(error: BaseException) -> str:
+    """One line for ``error``: its message, its type when the message says nothing."""
+    text = str(error).strip().splitlines()
+    if not text:
+        return type(error).__name__
+    return text[0] if isinstance(error, exc.FlowEngineError) else (
+        f"{type(error).__name__}: {text[0]}")
 
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run one worker in this process until SIGINT/SIGTERM."""
-    from flowengine.engines.worker_based import shutdown
+    from flowengine.engines.worker_based import broker_errors, shutdown
     from flowengine.engines.worker_based import worker as wkr
     from flowengine.utils import threading_utils as tu
 
+    broker_errors.check_shared(args.url, args.transport,
+                               "no engine in another process could reach this worker")
     if len(args.topic) > 1:
         print(f"flowengine worker: a worker serves one topic (got {', '.join(args.topic)});"
               f" start one worker per topic", file=sys.stderr)
@@ -303,11 +329,13 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from flowengine import engines
     from flowengine.demo import flow as demo_flow
+    from flowengine.engines.worker_based import broker_errors
     from flowengine.engines.worker_based import executor as wbe
 
     if args.workers < 1:
         print("flowengine demo: --workers must be at least 1", file=sys.stderr)
         return 2
+    broker_errors.check_shared(args.url, None, "the demo's workers are separate processes")
     sources = args.sources or demo_flow.DEFAULT_SOURCES
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="flowengine-demo-") as tmp:

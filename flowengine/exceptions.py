@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 __all__ = [
     "AlreadyExists",
     "AmbiguousDependency",
+    "BrokerConfigError",
+    "BrokerUnavailable",
     "CompilationFailure",
     "ConductorFailure",
     "DependencyFailure",
@@ -315,6 +317,10 @@ class RecoverableError(FlowEngineError):
 
 class BrokerUnavailable(RecoverableError, ExecutionFailure):
     """The message broker could not be reached (recoverable: retry once it is back)."""
+
+
+class BrokerConfigError(ExecutionFailure):
+    """Wrong broker URL, transport or login, or an exchange declared otherwise (not retried)."""
 
 
 class PublishTimeout(BrokerUnavailable):

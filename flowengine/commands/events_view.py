@@ -239,6 +239,8 @@ def _keyring(secret_file: str | None) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Follow the event stream until SIGINT/SIGTERM."""
+    from flowengine import exceptions as exc
+    from flowengine.engines.worker_based import broker_errors
     from flowengine.engines.worker_based import events as ev
 
     try:
@@ -301,7 +303,11 @@ def run(args: argparse.Namespace) -> int:
         receiver.stop()
         thread.join(5.0)
     if errors:
-        print(f"flowengine events: {errors[0]}", file=sys.stderr)
+        error = errors[0]
+        if not isinstance(error, exc.FlowEngineError):
+            error = broker_errors.classify(error, where or source, args.exchange,
+                                           durable=False)
+        print(f"flowengine events: {error}", file=sys.stderr)
         return 1
     return 0
 

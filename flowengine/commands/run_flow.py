@@ -29,6 +29,9 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     p.add_argument("--transport-option", dest="transport_options", default=[],
                    action="append", type=parse_option, metavar="KEY=VALUE",
                    help="transport option (repeatable; values parsed as JSON)")
+    p.add_argument("--transition-timeout", type=float, default=None, metavar="SECONDS",
+                   help="fail a remote task no worker takes within this many seconds"
+                        " (worker-based engine; default 60)")
     p.add_argument("--events", action="store_true",
                    help="publish flow events (worker-based engine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -41,7 +44,11 @@ def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
         return {}
     options: dict[str, Any] = {"url": args.url, "exchange": args.exchange,
                                "topics": list(args.topics), "transport": args.transport,
-                               "events": args.events}
+                               "events": args.events,
+                               # A task's failure is reported by name below,
+                               # as on the local engines.
+                               "remote_exceptions": "original",
+                               "transition_timeout": args.transition_timeout}
     if args.transport_options:
         options["transport_options"] = dict(args.transport_options)
     return {k: v for k, v in options.items() if v not in (None, [])}
@@ -52,7 +59,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from flowengine import engines
+    from flowengine import exceptions as exc
     from flowengine.commands import loading, progress
+    from flowengine.engines.worker_based import broker_errors
 
     console = Console(stderr=True)
     try:
@@ -63,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ImportError, AttributeError) as e:
         print(f"flowengine run: {e}", file=sys.stderr)
         return 2
+    if args.engine == "worker-based":
+        broker_errors.check_shared(args.url, args.transport,
+                                   "the workers are other processes")
     engine = engines.load(flow, store=store, engine=args.engine, **_engine_options(args))
     engine.compile()
     total = len(engine.compilation.atoms)
@@ -75,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             with bar:
                 engine.run()
+    except (exc.BrokerConfigError, exc.BrokerUnavailable):
+        raise  # a broker problem, not the flow's: main() says which, in one line
     except Exception as e:  # reported below with the results so far
         failed = e
     results = engine.storage.fetch_all()
@@ -87,9 +101,23 @@ def run(args: argparse.Namespace) -> int:
     if args.graph:
         engine.draw(args.graph)
     if failed is not None:
-        print(f"flowengine run: the flow failed: {failed}", file=sys.stderr)
+        _report_failure(engine, failed)
         return 1
     return 0
+
+
+def _report_failure(engine: Any, error: BaseException) -> None:
+    """Name each task that failed, with its traceback (remote ones as the worker sent it)."""
+    failures = engine.storage.get_execute_failures()
+    if not failures:
+        print(f"flowengine run: the flow failed: {error}", file=sys.stderr)
+        return
+    for name, failure in sorted(failures.items()):
+        kind = next(iter(failure), "Exception")
+        print(f"flowengine run: task {name!r} failed: {kind}: {failure.exception_str}",
+              file=sys.stderr)
+        if failure.traceback_str:
+            print(failure.traceback_str.rstrip(), file=sys.stderr)
 
 
 def _jsonable(value: Any) -> Any:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
+from flowengine import exceptions as exc
 from flowengine.engines.action_engine import engine
 from flowengine.engines.action_engine import executor as base_executor
-from flowengine.engines.worker_based import event_hooks, executor
+from flowengine.engines.worker_based import event_hooks, executor, remote_failures
 from flowengine.engines.worker_based import protocol as pr
 
 # Exchange used when the 'exchange' option is not given (TaskFlow's default).
 DEFAULT_EXCHANGE = "default"
+
+#: Values of the 'remote_exceptions' option: how run() raises one remote failure.
+REMOTE_EXCEPTIONS = ("wrapped", "original")
 
 # Methods an object given as the 'executor' option must have to stand in for
 # a WorkerTaskExecutor.
@@ -53,6 +57,11 @@ class WorkerBasedActionEngine(engine.ActionEngine):
       to use instead of creating one
     - ``events``: publish flow-started/flow-finished/task-retried events on
       ``<exchange>.events`` (default False; see :mod:`.events`)
+    - ``remote_exceptions``: ``'wrapped'`` (default, as TaskFlow) makes run()
+      raise a single remote task's failure as WrappedFailure; ``'original'``
+      raises the task's own exception, as the local engines do, when its
+      class is already loaded here and can be rebuilt from the sent
+      arguments (else it stays wrapped)
 
     ``statistics`` gains ``atoms``: per remote atom, its queue time, run time
     and attempts (see :class:`.remote_stats.RemoteStatistics`).
@@ -62,6 +71,10 @@ class WorkerBasedActionEngine(engine.ActionEngine):
 
     def __init__(self, flow: Any, flow_detail: Any, backend: Any, options: Any) -> None:
         super().__init__(flow, flow_detail, backend, options)
+        self._remote_exceptions = self._options.get("remote_exceptions", "wrapped")
+        if self._remote_exceptions not in REMOTE_EXCEPTIONS:
+            raise ValueError(f"remote_exceptions must be one of {', '.join(REMOTE_EXCEPTIONS)}"
+                             f" (got {self._remote_exceptions!r})")
         self._flow_events = event_hooks.FlowEvents.from_options(
             self._options, self._options.get("exchange") or DEFAULT_EXCHANGE)
         self._flow_events.attach(self)
@@ -69,6 +82,17 @@ class WorkerBasedActionEngine(engine.ActionEngine):
         if remote is not None:
             # Timings describe the latest run, like the rest of the statistics.
             self.notifier.register("RUNNING", lambda _state, details: remote.clear())
+
+    def run(self, timeout: float | None = None) -> None:
+        """Run the flow (see ActionEngine.run); ``remote_exceptions`` says how failures raise."""
+        try:
+            super().run(timeout=timeout)
+        except exc.WrappedFailure as wrapped:
+            if self._remote_exceptions == "original" and len(wrapped) == 1:
+                revived = remote_failures.revive(wrapped[0])
+                if revived.exc_info is not None:
+                    revived.reraise()
+            raise
 
     @property
     def statistics(self) -> dict:

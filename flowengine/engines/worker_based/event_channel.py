@@ -32,13 +32,7 @@ def events_exchange_name(exchange: str) -> str:
 def connection(url: str | None, transport: str | None,
                transport_options: Mapping[str, Any] | None) -> kombu.Connection:
     """A kombu connection built like the proxy builds its own (not yet connected)."""
-    if url is None:
-        url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
-    conn = kombu.Connection(url, transport=transports.resolve(url, transport),
-                            transport_options=dict(transport_options or {}))
-    if not conn.hostname:
-        conn.hostname = "localhost"
-    return conn
+    return transports.connection(url, transport, dict(transport_options or {}))
 
 
 def exchange(exchange_name: str) -> kombu.Exchange:

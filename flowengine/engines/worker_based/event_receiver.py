@@ -73,12 +73,16 @@ class EventReceiver:
         self._transport_options = dict(transport_options or {})
         self.clock = LamportClock()
         self._ready = threading.Event()
+        # Set once run() is consuming *or* has failed: wait_ready() must not
+        # wait its whole timeout for a broker that already said no.
+        self._started_or_failed = threading.Event()
         self._stop = threading.Event()
         self._queue_name = f"{channel.events_exchange_name(exchange)}.{uuidlib.uuid4().hex}"
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait until the queue is bound and consumed; False if ``timeout`` passed first."""
-        return self._ready.wait(timeout)
+        """Wait until the queue is bound and consumed; False if run() failed or time ran out."""
+        self._started_or_failed.wait(timeout)
+        return self._ready.is_set()
 
     def stop(self) -> None:
         """Make run() return after the message being handled (thread-safe)."""
@@ -124,6 +128,7 @@ class EventReceiver:
         try:
             with conn.Consumer([bounded], on_message=on_message, accept=["json"]):
                 self._ready.set()
+                self._started_or_failed.set()
                 while not self._stop.is_set():
                     try:
                         conn.drain_events(timeout=RECEIVE_POLL_S)
@@ -131,6 +136,7 @@ class EventReceiver:
                         continue
             forget_queue(conn, bounded)
         finally:
+            self._started_or_failed.set()
             channel.release(conn)
         return count
 

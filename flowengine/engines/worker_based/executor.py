@@ -30,7 +30,7 @@ from flowengine.engines.worker_based import housekeeping as hk
 from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import remote_stats, replies, reply_queue, requesting
+from flowengine.engines.worker_based import remote_stats, replies, reply_queue, requesting, unserved
 from flowengine.engines.worker_based import tracking as tr
 from flowengine.engines.worker_based import types as wt
 
@@ -48,7 +48,7 @@ from flowengine.engines.worker_based.requesting import STOP as _STOP
 __all__ = ["CONSUMER_TICK_S", "HEARTBEAT_MISSES", "HOUSEKEEPING_MAX_SLEEP_S",
            "LIVENESS_OPTIONS", "LOST_HISTORY_MAX", "LostRecord", "MAX_ATTEMPTS",
            "REQUEST_TIMEOUT_S", "START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S",
-           "WorkerTaskExecutor", "liveness_options"]
+           "UNREACHABLE_GIVE_UP_S", "WorkerTaskExecutor", "liveness_options"]
 
 LOG = logging.getLogger(__name__)
 
@@ -76,6 +76,11 @@ def liveness_options(options: Any) -> dict[str, Any]:
 # Seconds to wait for the reply consumer to be ready in start(): a broker that
 # takes longer than this is reported instead of hanging the engine.
 START_TIMEOUT_S = 30.0
+
+#: Seconds an engine waits for a broker that refuses connections before it
+#: fails (BrokerUnavailable): long enough for a broker restart's blip, short
+#: enough that a wrong host or port is reported while the user still waits.
+UNREACHABLE_GIVE_UP_S = 5.0
 
 # Seconds stop() waits for each helper thread to finish before giving up on it
 # (they are daemons, so a stuck broker call cannot keep the process alive).
@@ -126,15 +131,22 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
         self._probed: dict[str, float] = {}
         # Our reply queue also receives every worker's announcements, so a
         # worker that starts after us is known the moment it is up.
+        # Private: only this executor reads it, so it goes when we do — on a
+        # clean stop at once, after kill -9 when our lease lapses (Redis,
+        # filesystem; AMQP deletes an auto-delete queue with its consumer).
+        reply_queue_spec = px.QueueSpec(pr.reply_queue_name(exchange, uuid),
+                                        (uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True,
+                                        private=True)
         self._proxy = px.Proxy(uuid, exchange, type_handlers=self._reply_handlers(), url=url,
                                transport=transport, transport_options=transport_options,
                                retry_options=retry_options,
-                               bindings=[pr.ANNOUNCE_ROUTING_KEY],
+                               queues=[reply_queue_spec], wake_routing_key=uuid,
                                # durable topology / message signing (H10c)
                                durable=durable, secret=secret, compat=compat,
                                on_wait=self._on_consumer_tick,
                                on_wait_period_s=CONSUMER_TICK_S,
-                               on_start=self._on_consumer_start)
+                               on_start=self._on_consumer_start,
+                               quiet_until_started=True)  # start() raises the problem
         # Monotonic time the reply consumer last went round its loop.
         self._consumer_tick = time.monotonic()
         # Consumer reconnections already answered with a grace (housekeeping.py).
@@ -149,6 +161,10 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
                                             worker_expiry=worker_expiry,
                                             on_change=self._on_workers_changed)
         self._book = tr.RequestBook(self._finder, transition_timeout)
+        self._unserved = unserved.UnservedWatch(exchange, self._finder)
+        # Uuids of tasks whose execute request expired before any worker was
+        # known: nothing ran, so their revert is answered here (revert_task).
+        self._never_dispatched: set[str] = set()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._releases: queue.SimpleQueue = queue.SimpleQueue()
@@ -176,7 +192,17 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
     def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
                     failures: dict, progress_callback: Callable | None = None
                     ) -> futures.Future:
-        """Schedule the task's revert on a worker (result/failures sent as dicts)."""
+        """Schedule the task's revert on a worker (result/failures sent as dicts).
+
+        A task whose execute request expired before any worker could take it
+        never ran: there is nothing to undo, and no worker to wait another
+        transition timeout for, so its revert completes at once.
+        """
+        if task_uuid in self._never_dispatched:
+            self._never_dispatched.discard(task_uuid)
+            done: futures.Future = futures.Future()
+            done.set_result((base.REVERTED, None))
+            return done
         return self._submit_task(task, task_uuid, pr.REVERT, arguments, progress_callback,
                                  result=result, failures=failures)
 
@@ -192,19 +218,19 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
     def start(self) -> None:
         """Start consuming replies and announcements, then ask every topic who is there.
 
-        Raises ExecutionFailure when the broker cannot be consumed from within
-        START_TIMEOUT_S.
+        Raises BrokerConfigError at once when waiting cannot help (wrong URL,
+        login or exchange settings), BrokerUnavailable when the broker stayed
+        unreachable for UNREACHABLE_GIVE_UP_S (or START_TIMEOUT_S passed).
         """
         if self._threads:
             return
         self._stopping.clear()
         self._wake.clear()
         self._spawn(self._consume, "replies")
-        if not self._proxy.wait(START_TIMEOUT_S):
+        problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
+        if problem is not None:
             self.stop()
-            raise exc.ExecutionFailure(
-                f"Could not start consuming replies on exchange {self._exchange!r}"
-                f" within {START_TIMEOUT_S} s")
+            raise problem
         self._spawn(self._release_loop, "release")
         self._spawn(self._housekeeping_loop, "housekeeping")
         try:
@@ -227,7 +253,7 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
             if thread is not threading.current_thread():
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
-        if started:
+        if started and self._proxy.has_consumed:  # else no reply queue was declared
             self._drop_reply_queue()
         while True:  # whatever the release thread did not consume
             try:

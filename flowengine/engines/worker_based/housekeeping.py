@@ -20,6 +20,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import proxy as px
 from flowengine.engines.worker_based import tracking as tr
 from flowengine.engines.worker_based import types as wt
+from flowengine.engines.worker_based import unserved
 
 # Logged under the executor's name: one logger to configure for the whole
 # executor side, as before it was split into modules.
@@ -65,6 +66,8 @@ class Housekeeping:
     _consumer_tick: float
     _reconnects_seen: int
     lost_history: collections.deque[LostRecord]
+    _unserved: unserved.UnservedWatch
+    _never_dispatched: set[str]
     _fail: Callable[..., None]
     _publish_request: Callable[[tr.Tracked], None]
 
@@ -104,7 +107,14 @@ class Housekeeping:
                 now = time.monotonic()
                 expired, lost, overrun = self._book.scan(now)
                 for tracked in expired:
-                    self._fail(tracked, self._timeout_error(tracked))
+                    if tracked.routing_key is None:
+                        # Never published: its revert needs no worker (revert_task).
+                        self._never_dispatched.add(tracked.uuid)
+                    error = self._timeout_error(tracked)
+                    # The engine raises it to its caller: a log line at
+                    # WARNING would say the same thing twice.
+                    LOG.info("%s", error)
+                    self._fail(tracked, error, log=False)
                 for tracked in overrun:
                     self._fail(tracked, exc.RequestTimeout(
                         f"Request '{tracked.request}' ran on worker {tracked.worker_id} for"
@@ -115,6 +125,9 @@ class Housekeeping:
                 next_deadline = self._book.next_deadline
                 if next_deadline is not None:
                     sleep_s = min(sleep_s, max(0.0, next_deadline - time.monotonic()))
+                warn_in = self._unserved.check(self._book.waiting(), now)
+                if warn_in is not None:
+                    sleep_s = min(sleep_s, warn_in)
                 self._finder.clean()
                 self._finder.maybe_publish()
                 beat = self._finder.seconds_to_next_beat()
@@ -129,7 +142,8 @@ class Housekeeping:
     def _timeout_error(self, tracked: tr.Tracked) -> exc.RequestTimeout:
         """RequestTimeout with a message saying what it means for the user."""
         waited = self._transition_timeout or 0.0
-        where = ("no worker that can run it was found" if tracked.routing_key is None
+        where = (self._unserved.describe(wt.task_class_name(tracked.request.task))
+                 if tracked.routing_key is None
                  else f"no worker on {tracked.routing_key!r} started it")
         return exc.RequestTimeout(
             f"Request '{tracked.request}' has expired after waiting for {waited:0.2f}"

@@ -75,9 +75,11 @@ class LeaseKeeper:
         """Stop renewing; with ``retire``, give back holdings and drop private queues now."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(STOP_JOIN_S)
+            # A keeper that never renewed holds nothing: leave it to finish its
+            # connection attempt (it is a daemon) rather than wait it out.
+            self._thread.join(STOP_JOIN_S if self._renewed else 0)
             self._thread = None
-        if retire:
+        if retire and self._renewed:  # never renewed: nothing held, nothing to give back
             try:
                 back = rc.retire(self._client(), self._consumer_id)
                 if back:
@@ -127,8 +129,11 @@ class LeaseKeeper:
                 self._close()
                 if not self._failing:
                     self._failing = True
-                    LOG.warning("Could not renew the lease of consumer %s (%s); retrying"
-                                " every %.2f s", self._consumer_id, e, self._period_s)
+                    # Before a first renewal the owner's consume loop reports
+                    # the broker problem itself (once, precisely).
+                    LOG.log(logging.WARNING if self._renewed else logging.DEBUG,
+                            "Could not renew the lease of consumer %s (%s); retrying"
+                            " every %.2f s", self._consumer_id, e, self._period_s)
             if self._stop.wait(self._period_s):
                 return
 

@@ -32,9 +32,16 @@ import kombu.exceptions
 from kombu.utils import json as kombu_json
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based import (
+    broker_errors,
+    leases,
+    recovery,
+    signing,
+    topology,
+    transports,
+)
 from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import dispatcher as dispatcher_mod
-from flowengine.engines.worker_based import leases, recovery, signing, topology, transports
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.transports import redis_consumers
 
@@ -47,8 +54,12 @@ LOG = logging.getLogger(__name__)
 ON_WAIT_PERIOD_S = 0.5
 
 #: Pause (s) before reconnecting after the retry options gave up; the loop
-#: then tries again (it only ends on stop()).
+#: then tries again (it only ends on stop()). Each further failure in a row
+#: doubles the pause up to RECONNECT_BACKOFF_MAX_S, so a broker that stays
+#: away costs one log line per step, not one per second; the cap keeps the
+#: recovery after a long outage within seconds of the broker's return.
 RECONNECT_BACKOFF_S = 2.0
+RECONNECT_BACKOFF_MAX_S = 16.0
 
 #: Pause (s) after an unexpected (non-connection) error in the loop, so a
 #: persistent fault cannot spin a CPU at 100 %.
@@ -175,7 +186,8 @@ class Proxy:
                  heartbeat_s: float = AMQP_HEARTBEAT_S,
                  prefetch_count: int | None = None,
                  compat: str | None = None, consumer_id: str | None = None,
-                 lease_s: float | None = None, reclaim: bool = False) -> None:
+                 lease_s: float | None = None, reclaim: bool = False,
+                 quiet_until_started: bool = False) -> None:
         self._topic = topic
         # Unacknowledged messages the broker may push per queue (None: no limit).
         self._prefetch_count = prefetch_count
@@ -209,17 +221,9 @@ class Proxy:
         self._wake_routing_key = wake_routing_key
         self._wake_token = uuidlib.uuid4().hex
         self._transport_options = dict(transport_options or {})
-        if url is None:
-            # kombu warns without a hostname; name the transport instead.
-            url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
         # Built now (no network I/O) so a bad URL/transport fails here, loudly.
-        self._conn = kombu.Connection(url, transport=transports.resolve(url, transport),
-                                      transport_options=self._transport_options,
-                                      heartbeat=heartbeat_s)
-        if not self._conn.hostname:
-            # memory:// and filesystem:// have no host; kombu would warn about
-            # it on every clone (each reconnect).
-            self._conn.hostname = "localhost"
+        self._conn = transports.connection(url, transport, self._transport_options,
+                                           heartbeat=heartbeat_s)
         self._lease: leases.LeaseKeeper | None = None
         if getattr(self._conn.transport, "supports_leases", False):
             consumer_id = consumer_id or uuidlib.uuid4().hex
@@ -237,11 +241,20 @@ class Proxy:
                                                   signed=self._keyring is not None)
         self._running = threading.Event()
         self._stopping = threading.Event()
+        # The last broker problem since consuming last (re)started, classified;
+        # the condition wakes wait_started() on it and on consuming.
+        self._problem: exc.BrokerConfigError | exc.BrokerUnavailable | None = None
+        self._consumed_since_failure = False
+        self._has_consumed = False
+        # An engine's proxy: its owner raises what prevents the first start
+        # (wait_started), so logging it too would say it twice.
+        self._quiet_until_started = quiet_until_started
+        self._started_or_failed = threading.Condition()
         self._loop_lock = threading.Lock()
         self._publish_lock = threading.Lock()
         self._pub_conn: kombu.Connection | None = None
         self._producer: kombu.Producer | None = None
-        self._uri = self._conn.as_uri(include_password=False)
+        self._uri = transports.public_uri(self._conn.as_uri(include_password=False))
 
     # --- read-only facts ---
 
@@ -292,6 +305,11 @@ class Proxy:
     def unverified_count(self) -> int:
         """Messages refused because they were unsigned or badly signed."""
         return self._dispatcher.unverified_count
+
+    @property
+    def has_consumed(self) -> bool:
+        """True once the consume loop has declared its queues and consumed (ever)."""
+        return self._has_consumed
 
     @property
     def is_running(self) -> bool:
@@ -479,9 +497,47 @@ class Proxy:
             self._publish_lock.release()
 
     def _log_connect_error(self, error: BaseException, interval: float) -> None:
-        """kombu errback: say what failed and when the next attempt comes."""
-        LOG.warning("Broker connection to %s failed (%s); retrying in %.1f s",
-                    self._uri, error, interval)
+        """kombu errback: record what failed (the loop logs it once per back-off step)."""
+        self._report_problem(error)
+        LOG.debug("Broker connection to %s failed (%s); retrying in %.1f s",
+                  self._uri, error, interval)
+
+    def _report_problem(self, error: BaseException) -> exc.FlowEngineError:
+        """Classify ``error`` and wake wait_started(); the classified error."""
+        problem = broker_errors.classify(error, self._uri, self._exchange_name, self._durable)
+        with self._started_or_failed:
+            self._problem = problem
+            self._started_or_failed.notify_all()
+        return problem
+
+    def wait_started(self, timeout: float, unreachable_give_up_s: float
+                     ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
+        """Wait until consuming; None then, else the broker problem that prevents it.
+
+        Returns at once on a problem waiting cannot cure (BrokerConfigError),
+        after ``unreachable_give_up_s`` of an unreachable broker, and at
+        ``timeout`` in any case (the loop goes on trying until stop()).
+        """
+        now = time.monotonic()
+        deadline = now + timeout
+        unreachable_since: float | None = None
+        with self._started_or_failed:
+            while not self._running.is_set():
+                problem = self._problem
+                now = time.monotonic()
+                if isinstance(problem, exc.BrokerConfigError):
+                    return problem
+                if problem is not None:
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= unreachable_give_up_s:
+                        return problem
+                if now >= deadline:
+                    return problem or exc.BrokerUnavailable(
+                        f"could not start consuming from {self._uri} within {timeout:.0f} s")
+                wake_at = deadline if unreachable_since is None else min(
+                    deadline, unreachable_since + unreachable_give_up_s)
+                self._started_or_failed.wait(max(0.0, wake_at - now))
+        return None
 
     # --- consuming ---
 
@@ -492,6 +548,7 @@ class Proxy:
         self._stopping.clear()
         if self._lease is not None:
             self._lease.start()
+        failures = 0  # in a row: each doubles the pause before the next attempt
         try:
             while not self._stopping.is_set():
                 try:
@@ -502,21 +559,28 @@ class Proxy:
                         break
                     if self._lost_at is None:
                         self._lost_at = time.monotonic()
-                    if isinstance(e, tuple(self._conn.channel_errors)):
-                        # e.g. PRECONDITION_FAILED: the broker holds this
-                        # exchange/queue with other settings; retrying slowly
-                        # keeps the worker up while an operator fixes it.
-                        LOG.error("Broker %s refused to set up topic %r (%s); on"
-                                  " PRECONDITION_FAILED: every executor and worker on"
-                                  " exchange %r must use the same 'durable' (and 'compat')"
-                                  " setting (this one: durable=%s); retrying in %.1f s",
-                                  self._uri, self._topic, e, self._exchange_name,
-                                  self._durable, RECONNECT_BACKOFF_S)
-                        self._stopping.wait(RECONNECT_BACKOFF_S)
-                    elif self._is_connection_error(e):
-                        LOG.error("Consumer connection to %s lost (%s); reconnecting in"
-                                  " %.1f s", self._uri, e, RECONNECT_BACKOFF_S)
-                        self._stopping.wait(RECONNECT_BACKOFF_S)
+                    if self._consumed_since_failure:
+                        failures = 0
+                    self._consumed_since_failure = False
+                    if isinstance(e, tuple(self._conn.channel_errors)) \
+                            or self._is_connection_error(e):
+                        # A wrong login or an exchange declared otherwise
+                        # (PRECONDITION_FAILED) will not cure itself, but a
+                        # worker keeps trying, slowly, while an operator fixes
+                        # it; an engine gives up at once (wait_started).
+                        problem = self._report_problem(e)
+                        pause = min(RECONNECT_BACKOFF_MAX_S,
+                                    RECONNECT_BACKOFF_S * 2 ** failures)
+                        failures += 1
+                        if self._has_consumed and isinstance(problem, exc.BrokerUnavailable):
+                            LOG.error("Consumer connection to %s lost (%s); reconnecting in"
+                                      " %.0f s", self._uri, e, pause)
+                        else:
+                            quiet = self._quiet_until_started and not self._has_consumed
+                            LOG.log(logging.DEBUG if quiet else logging.ERROR,
+                                    "%s; topic %r tries again in %.0f s", problem,
+                                    self._topic, pause)
+                        self._stopping.wait(pause)
                     else:
                         LOG.exception("Unexpected error in the consume loop of topic %r;"
                                       " restarting it", self._topic)
@@ -526,8 +590,14 @@ class Proxy:
             if self._lease is not None:
                 # Nothing is consumed any more: holdings back, private queues gone.
                 self._lease.stop(retire=True)
-            with self._publish_lock:
-                self._reset_publisher()
+            # A publisher retrying through an outage holds the lock for up to
+            # publish_timeout_s; the loop must end now all the same (that
+            # publisher resets its own connection when it gives up).
+            if self._publish_lock.acquire(blocking=False):
+                try:
+                    self._reset_publisher()
+                finally:
+                    self._publish_lock.release()
             self._loop_lock.release()
 
     def _kombu_queues(self) -> list[kombu.Queue]:
@@ -550,7 +620,12 @@ class Proxy:
                     recovery.restore_stranded(conn, self._broker_run_id)
                 self._broker_run_id = run_id
             consumers = self._start_consumers(conn)
-            self._running.set()
+            with self._started_or_failed:
+                self._running.set()
+                self._problem = None
+                self._consumed_since_failure = True
+                self._has_consumed = True
+                self._started_or_failed.notify_all()
             LOG.debug("Consuming %s from %s", [q.name for q in self._queue_specs], self._uri)
             if self._lost_at is not None:
                 self.last_outage_s = time.monotonic() - self._lost_at

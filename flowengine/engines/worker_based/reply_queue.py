@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import kombu
 from kombu.transport import virtual
 
 from flowengine.engines.worker_based import compat as compat_mod
@@ -27,16 +26,13 @@ def drop_reply_queue(exchange_name: str, executor_uuid: str, url: str | None,
     announcements forever (one more dead queue per engine run). A broker
     that cannot be reached is logged at DEBUG and left as it is.
     """
-    if url is None:
-        url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
     # Declared as the executor's proxy declares them (a durable mismatch would fail).
     exchange = compat_mod.make_exchange(exchange_name, durable=durable, compat=compat)
     keys = (executor_uuid, pr.ANNOUNCE_ROUTING_KEY)
     queue = topology.make_queue(pr.reply_queue_name(exchange_name, executor_uuid), exchange,
                                 keys, auto_delete=True, durable=durable)
     try:
-        with kombu.Connection(url, transport=transports.resolve(url, transport),
-                              transport_options=transport_options) as conn:
+        with transports.connection(url, transport, transport_options) as conn:
             conn.ensure_connection(max_retries=1)
             bound = queue(conn.default_channel)
             # Declared again so this connection knows the bindings to remove.

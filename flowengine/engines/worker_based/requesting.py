@@ -60,7 +60,7 @@ class RequestPublishing:
         tracked = tr.Tracked(request, progress_callback, deadline)
         tracked.request_id = uuidlib.uuid4().hex
         route, wake = self._book.submit(tracked)
-        if wake:
+        if wake or route is None:  # housekeeping warns when no worker shows up
             self._wake.set()
         if route is not None:
             self._publish_request(tracked)

@@ -300,8 +300,16 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
             outcome = self._send_outcome(held, task_uuid, work, state, result)
             self._events.finished(task_uuid, state == pr.SUCCESS, result)
-            LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
-                     work.task_name, work.task_cls, work.action, task_uuid, elapsed, state)
+            if isinstance(result, ft.Failure):
+                # The task's own error: the operator reads it here, the engine
+                # gets it (traceback included) in the FAILURE reply.
+                LOG.warning("Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
+                            work.task_name, work.task_cls, work.action, task_uuid, elapsed,
+                            result.exception_str, result.traceback_str or "")
+            else:
+                LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
+                         work.task_name, work.task_cls, work.action, task_uuid, elapsed,
+                         state)
         except Exception:
             LOG.exception("Unexpected error running request %s", task_uuid)
         finally:

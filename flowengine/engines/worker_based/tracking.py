@@ -29,7 +29,7 @@ class Tracked:
 
     __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
                  "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
-                 "run_deadline")
+                 "run_deadline", "waiting_since")
 
     def __init__(self, request: pr.Request, progress_callback: Callable | None,
                  deadline: float | None) -> None:
@@ -52,6 +52,8 @@ class Tracked:
         #: Monotonic time by which the current attempt must finish once
         #: RUNNING (None: no run time limit).
         self.run_deadline: float | None = None
+        #: Monotonic time it started waiting for a capable worker (None: routed).
+        self.waiting_since: float | None = None
 
     @property
     def uuid(self) -> str:
@@ -133,6 +135,7 @@ class RequestBook:
         """Move the current request to PENDING on ``route``, or make it wait (lock held)."""
         if route is None:
             tracked.set_route(None)
+            tracked.waiting_since = time.monotonic()
             self._waiting[tracked.uuid] = tracked
         else:
             tracked.request.transition(pr.PENDING)
@@ -220,6 +223,11 @@ class RequestBook:
             return False
         tracked.run_deadline = time.monotonic() + run_timeout_s
         return self._schedule(tracked.run_deadline)
+
+    def waiting(self) -> list[Tracked]:
+        """Requests waiting for a capable worker, now."""
+        with self.lock:
+            return list(self._waiting.values())
 
     def release_waiting(self) -> list[Tracked]:
         """Route waiting requests some known worker can now run; return them (PENDING)."""

@@ -12,7 +12,13 @@ under their own names and uses them whenever ``memory``, ``filesystem`` or
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import kombu
 from kombu import transport as kombu_transport
+
+from flowengine.engines.worker_based import broker_errors
 
 MEMORY = "flowengine-memory"
 FILESYSTEM = "flowengine-filesystem"
@@ -48,6 +54,39 @@ def resolve(url: str | None, transport: str | None) -> str | None:
         if "+" not in scheme and scheme in TRANSPORT_OVERRIDES:
             return TRANSPORT_OVERRIDES[scheme]
     return None
+
+
+def connection(url: str | None, transport: str | None,
+               transport_options: Mapping[str, Any] | None = None,
+               **kwargs: Any) -> kombu.Connection:
+    """A kombu connection (not connected yet) to ``url`` through the transport we use.
+
+    Raises BrokerConfigError for a malformed URL or an unknown transport, at
+    once: kombu would read ``redis//host`` as an AMQP host name and retry it
+    for ever. ``kwargs`` go to kombu.Connection (heartbeat, connect_timeout).
+    """
+    broker_errors.check_url(url)
+    if url is None:
+        # kombu warns without a hostname; name the transport instead.
+        url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
+    try:
+        conn = kombu.Connection(url, transport=resolve(url, transport),
+                                transport_options=transport_options, **kwargs)
+    except KeyError as e:  # kombu: "No such transport"
+        raise broker_errors.unknown_transport(url, transport, e) from e
+    if not conn.hostname:
+        # memory:// and filesystem:// have no host; kombu would warn about it
+        # on every clone (each reconnect).
+        conn.hostname = "localhost"
+    return conn
+
+
+def public_uri(uri: str) -> str:
+    """``uri`` with the scheme the user wrote (``redis://``), not our transport's alias."""
+    for scheme, ours in TRANSPORT_OVERRIDES.items():
+        if uri.startswith(ours + "://"):
+            return scheme + uri[len(ours):]
+    return uri
 
 
 register()

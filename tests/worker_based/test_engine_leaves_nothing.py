@@ -1,0 +1,114 @@
+"""An engine's reply queue goes with its engine, on every broker, even after kill -9.
+
+A reply queue nobody reads collects every worker's announcements for ever
+(one more dead queue per engine run). On AMQP the queue is auto-delete, so
+RabbitMQ deletes it when the dead engine's connection drops; on Redis and
+the filesystem transport it is a *private* queue, deleted by any live
+flowengine consumer once the engine's lease lapses (or its pid is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+
+import amqp.exceptions
+import kombu
+import pytest
+import redis
+
+from flowengine.engines.worker_based import protocol as pr
+from tests.worker_based import executor_tasks as et
+from tests.worker_based.executor_helpers import running_executor, running_worker, unique
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_child.py")
+
+#: Bound on the clean-up after a kill: two Redis leases of the engine (6 s
+#: each) plus slack for a loaded machine. A hang fails, nothing is timed.
+GONE_WITHIN_S = 40.0
+START_TIMEOUT_S = 60.0
+
+
+def _wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} within {GONE_WITHIN_S} s"
+        time.sleep(0.2)  # polls the broker's state, not ours: there is no event to wait on
+
+
+def _redis_has(url: str, exchange: str, queue: str) -> bool:
+    client = redis.Redis.from_url(url)
+    members = client.smembers(f"_kombu.binding.{exchange}")
+    return any(m.decode().endswith(queue) for m in members)
+
+
+def _amqp_has(url: str, queue: str) -> bool:
+    with kombu.Connection(url) as conn:
+        try:
+            conn.default_channel.queue_declare(queue, passive=True)
+        except amqp.exceptions.NotFound:
+            return False
+    return True
+
+
+def _filesystem_has(folder: str, exchange: str, queue: str) -> bool:
+    table = os.path.join(folder, "control", f"{exchange}.exchange")
+    with open(table, encoding="utf-8") as fh:
+        entries = json.loads(fh.read() or "[]")
+    return any(entry[2] == queue for entry in entries)
+
+
+@pytest.fixture(params=["redis", "amqp", "filesystem"])
+def reply_broker(request, tmp_path):
+    """(connection kwargs, has(exchange, queue)) for each broker."""
+    if request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        return {"url": url}, lambda ex, q: _redis_has(url, ex, q)
+    if request.param == "amqp":
+        url = request.getfixturevalue("amqp_url")
+        return {"url": url}, lambda ex, q: _amqp_has(url, q)
+    conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path)}}
+    return conn, lambda ex, q: _filesystem_has(str(tmp_path), ex, q)
+
+
+@pytest.mark.broker
+def test_a_killed_engines_reply_queue_is_deleted(reply_broker):
+    conn, has = reply_broker
+    exchange, engine_uuid = unique(), uuid.uuid4().hex
+    queue = pr.reply_queue_name(exchange, engine_uuid)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    # Given a live worker on the exchange and an engine process consuming its replies
+    with running_worker(exchange, "t", [et.Echo], **conn):
+        child = subprocess.Popen(
+            [sys.executable, CHILD, json.dumps({**conn, "exchange": exchange,
+                                                "uuid": engine_uuid})],
+            stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            assert has(exchange, queue)
+            # When the engine is killed with SIGKILL
+            child.kill()
+            child.wait(START_TIMEOUT_S)
+            # Then its reply queue goes away
+            _wait_until(lambda: not has(exchange, queue), "the reply queue was deleted")
+        finally:
+            if child.poll() is None:
+                child.kill()
+            child.communicate(timeout=START_TIMEOUT_S)
+
+
+@pytest.mark.broker
+def test_a_stopped_engines_reply_queue_is_deleted_at_once(reply_broker):
+    conn, has = reply_broker
+    exchange = unique()
+    with running_executor(exchange, ["t"], **conn) as executor:
+        queue = pr.reply_queue_name(exchange, executor.uuid)
+        assert has(exchange, queue)
+    assert not has(exchange, queue)
