@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from typing import Any
 
 #: Engine names accepted by --engine (the entry points of flowengine.engines).
@@ -81,12 +83,14 @@ def run(args: argparse.Namespace) -> int:
     bar = progress.FlowProgress(total, console=console, description=flow.name)
     bar.attach(engine)
     failed: BaseException | None = None
+    interrupts = _Interrupts(engine)
     try:
-        if args.no_progress:
-            engine.run()
-        else:
-            with bar:
+        with interrupts:
+            if args.no_progress:
                 engine.run()
+            else:
+                with bar:
+                    engine.run()
     except (exc.BrokerConfigError, exc.BrokerUnavailable):
         raise  # a broker problem, not the flow's: main() says which, in one line
     except Exception as e:  # reported below with the results so far
@@ -103,7 +107,52 @@ def run(args: argparse.Namespace) -> int:
     if failed is not None:
         _report_failure(engine, failed)
         return 1
+    if interrupts.signalled:
+        done = sum(1 for name in engine.compilation.atoms
+                   if engine.storage.get_atom_state(name) == "SUCCESS")
+        print(f"flowengine run: stopped by {interrupts.signalled}: the flow is"
+              f" {engine.storage.get_flow_state()} with {done} of {total} tasks done",
+              file=sys.stderr)
+        return 130
     return 0
+
+
+class _Interrupts:
+    """SIGINT/SIGTERM during a run: first suspend cleanly, then stop now.
+
+    A first signal suspends the engine: no new task starts, the running
+    ones finish and their results are kept (a persisted flow can resume).
+    A second one raises KeyboardInterrupt: the engine stops its executor,
+    which fails what is still running and removes its reply queue from the
+    broker, so nothing is left behind either way.
+    """
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._previous: dict[int, Any] = {}
+        #: Name of the first signal received (None: none).
+        self.signalled: str | None = None
+
+    def __enter__(self) -> _Interrupts:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.signalled is not None:
+            raise KeyboardInterrupt(f"{name} again")
+        self.signalled = name
+        print(f"flowengine run: {name}: no new task starts; the running ones finish"
+              f" (send it again to stop now)", file=sys.stderr, flush=True)
+        # Not from the handler itself: it interrupts the main thread, which
+        # may be holding the engine's state lock right now.
+        threading.Thread(target=self._engine.suspend, name="flowengine-suspend",
+                         daemon=True).start()
 
 
 def _report_failure(engine: Any, error: BaseException) -> None:

@@ -54,10 +54,12 @@ PROGRESS_S = 60.0
 FLOW_TASKS = 40
 TASK_DELAY_S = 0.1
 
-#: Requests the 2 workers can hold (received, not finished) when the broker
-#: dies: 2 threads x 2 held per thread + 1 taken before the pause, each.
+#: Worker processes and threads of the mid-flow scenarios.
 WORKERS, THREADS = 2, 2
-MAX_DUPLICATES = WORKERS * (THREADS * 2 + 1)
+
+#: Seconds a re-run may seem to start before the broker was back: the records
+#: and the test read the same clock from different processes.
+CLOCK_SLACK_S = 0.05
 
 
 def _figure(name: str, value: float) -> None:
@@ -100,6 +102,7 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
             down = time.monotonic()
             broker.start()
             up = time.monotonic()
+            back_at = time.time()  # the task records' clock
             # Then the flow completes
             done.wait(FLOW_DONE_S)
             assert done.is_set(), "flow did not finish:\n" + workers.log_text()
@@ -109,16 +112,20 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
             logs = workers.log_text()
         finally:
             executor.stop()
-    # And the checker: no request lost; a body runs twice only when the broker
-    # died before it recorded the acknowledgement of a request already taken
-    # (at-least-once), so duplicates are bounded by what workers held then.
+    # And the checker: no request lost, never two runs of one request at once
     verdict = ledger.check(path, tokens)
     runs = checker.check(checker.read_records(path + ".runs"), tokens)
     sys.stderr.write(f"\n[checker] {name}: {verdict}; {runs.summary()}\n")
     assert not verdict.lost and not verdict.unexpected, str(verdict)
-    assert len(verdict.duplicated) <= MAX_DUPLICATES, str(verdict)
-    # ...and never two runs of one request at the same time
     assert runs.concurrent == [], runs.summary()
+    # ...and a body runs again only as a redelivery after the restart: a broker
+    # killed with SIGKILL forgets acknowledgements it had not written to disk
+    # yet, for requests held *or already finished* then (how many depends on
+    # the broker's own flushing, so no count is promised here).
+    for token in verdict.duplicated:
+        reruns = runs.executions[token][1:]
+        assert all(run.start >= back_at - CLOCK_SLACK_S for run in reruns), (
+            token, runs.executions[token], back_at)
     assert before < FLOW_TASKS, "the outage did not happen mid-flow"
     assert all(engine.storage.get(f"mark-{t}") == t for t in tokens)
     # And no log line carries the broker password (the URL's user:password part)

@@ -263,6 +263,35 @@ def test_no_heartbeat_follows_an_outcome(served, monkeypatch):
     assert client.states(cid) == ["RUNNING", "SUCCESS"]
 
 
+def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served,
+                                                                         monkeypatch):
+    client, worker = served
+    server = worker.server
+    real_publish = server.proxy.publish
+    answered_duplicate = threading.Event()
+    outcomes: list[int] = []
+    request = pr.Request(wt.Add(), "dup-2", pr.EXECUTE, {"x": 1, "y": 2})
+
+    def publish(msg, routing_key, *args, **kwargs):
+        if msg.to_dict().get("state") == pr.SUCCESS:
+            outcomes.append(1)
+            if len(outcomes) == 1:
+                # Given the outcome about to go out, when a duplicate arrives now
+                client.proxy.publish(request, TOPIC, reply_to=client.uuid,
+                                     correlation_id="dup-2")
+                answered_duplicate.wait(10)  # bounded: without an answer the test fails
+            else:
+                answered_duplicate.set()
+        return real_publish(msg, routing_key, *args, **kwargs)
+
+    monkeypatch.setattr(server.proxy, "publish", publish)
+    client.proxy.publish(request, TOPIC, reply_to=client.uuid, correlation_id="dup-2")
+    # Then the duplicate is answered with the same outcome, not left unanswered
+    assert client.wait_for(lambda: client.states("dup-2").count(pr.SUCCESS) == 2)
+    assert answered_duplicate.is_set()
+    assert client.states("dup-2") == ["RUNNING", "SUCCESS", "SUCCESS"]
+
+
 def test_periodic_reannounce(served):
     client, worker = served
     server = worker.server

@@ -210,30 +210,39 @@ class IntakeMixin:
         if verdict.kind == rm.HELD:
             held = verdict.held
             with self._answer_lock:  # its state must not turn ANSWERED meanwhile
-                state = held.state
+                state, outcome = held.state, held.outcome
                 LOG.warning("Duplicate of request %s (%s, attempt %s): it is already %s here;"
                             " not running it again", task_uuid, what, attempt,
                             {rm.RUNNING: "running", rm.ANSWERED: "answered"}.get(state,
                                                                                 "queued"))
                 if state != rm.ANSWERED and (state == rm.RUNNING or attempt is not None):
                     self._reply(reply_to, task_uuid, state, held.attempt)
+            if state == rm.ANSWERED and outcome is not None:
+                # Its outcome is on its way to the earlier sender; this one
+                # (maybe a newer attempt) gets it too, as from the finished ones.
+                self._send_remembered(outcome, reply_to, task_uuid, attempt)
             return
         done = verdict.finished
         LOG.warning("Duplicate of request %s (%s, attempt %s): it finished here %.1f s ago;"
                     " sending its outcome again, not running it again", task_uuid, what,
                     attempt, time.monotonic() - done.finished_at)
         if done.outcome is not None:
-            try:
-                self._proxy.publish(StoredResponse(done.outcome), reply_to,
-                                    correlation_id=task_uuid, headers=self._headers(attempt))
-            except Exception:
-                LOG.error("Failed to send the remembered outcome of request %s to %s",
-                          task_uuid, reply_to, exc_info=True)
+            self._send_remembered(done.outcome, reply_to, task_uuid, attempt)
             return
         self._reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
             f"Request {task_uuid} ({what}) already ran on worker {self._worker_id}; its"
             f" outcome ({done.outcome_bytes} bytes) was too large to keep for duplicates"),
             attempt)
+
+    def _send_remembered(self, outcome: dict[str, Any], reply_to: str, task_uuid: str,
+                         attempt: int | None) -> None:
+        """Send a request's outcome body again, for a duplicate of it."""
+        try:
+            self._proxy.publish(StoredResponse(outcome), reply_to, correlation_id=task_uuid,
+                                headers=self._headers(attempt))
+        except Exception:
+            LOG.error("Failed to send the remembered outcome of request %s to %s",
+                      task_uuid, reply_to, exc_info=True)
 
     def _wait_for_room(self) -> None:
         """Block the consume loop while more than ``capacity`` requests are held.

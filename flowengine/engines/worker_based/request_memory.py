@@ -39,7 +39,7 @@ ANSWERED = "ANSWERED"
 class Held:
     """One request this worker holds: where to reply, which attempt, whether started."""
 
-    __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires")
+    __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires", "outcome")
 
     def __init__(self, key: Key, reply_to: str, attempt: int | None,
                  expires: float | None, announced: bool) -> None:
@@ -50,6 +50,9 @@ class Held:
         self.state = QUEUED
         #: Whether PENDING heartbeats may be sent (a flowengine executor asked).
         self.announced = announced
+        #: The reply body being sent once ANSWERED: a duplicate arriving
+        #: before the request moves to the finished ones is answered with it.
+        self.outcome: dict[str, Any] | None = None
 
 
 class Finished(NamedTuple):

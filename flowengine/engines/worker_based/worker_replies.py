@@ -106,10 +106,10 @@ class RepliesMixin:
 
         An unencodable outcome becomes a FAILURE naming why.
         """
-        self._answering(held)
         response = pr.Response(state, result=result)
         try:
             body = response.to_dict()
+            self._answering(held, body)
             self._proxy.publish(StoredResponse(body), held.reply_to,
                                 correlation_id=task_uuid, headers=self._headers(held.attempt))
             return body
@@ -124,6 +124,7 @@ class RepliesMixin:
                       held.reply_to, exc_info=True)
             return None
         body = pr.Response(pr.FAILURE, result=failure_from(error)).to_dict()
+        self._answering(held, body)
         try:
             self._proxy.publish(StoredResponse(body), held.reply_to,
                                 correlation_id=task_uuid, headers=self._headers(held.attempt))
@@ -178,10 +179,15 @@ class RepliesMixin:
                     sent += 1
         return sent
 
-    def _answering(self, held: rm.Held) -> None:
-        """``held``'s outcome is about to be sent: no heartbeat for it from now on."""
+    def _answering(self, held: rm.Held, outcome: dict[str, Any] | None = None) -> None:
+        """``held``'s outcome is about to be sent: no heartbeat for it from now on.
+
+        ``outcome`` (the reply body) is kept for duplicates that arrive before
+        the request is remembered as finished.
+        """
         with self._answer_lock:
             held.state = rm.ANSWERED
+            held.outcome = outcome
 
     def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
         """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
