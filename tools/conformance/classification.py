@@ -74,6 +74,50 @@ MODULES: dict[str, tuple[str, str]] = {
 }
 
 
+# Tests of public modules that reach into private names (TaskFlow's leading
+# underscore): internal, whatever their module.  Keys are "module::method"
+# (the method may be inherited by several test classes); values the name used.
+PRIVATE_NAME_TESTS: dict[str, str] = {
+    "test_engine_helpers::test_it_works": "engine._flow, storage._flowdetail",
+    "test_engine_helpers::test_it_works_by_name": "engine._flow, storage._flowdetail",
+    "test_exceptions::test_no_looping": "exception._cause",
+    "test_failure::test_copy_none": "failure._copy_exc_info",
+    "test_failure::test_copy_exc_info": "failure._copy_exc_info",
+    "test_failure::test_none_equals": "failure._are_equal_exc_info_tuples",
+    "test_failure::test_none_ne_tuple": "failure._are_equal_exc_info_tuples",
+    "test_failure::test_tuple_nen_none": "failure._are_equal_exc_info_tuples",
+    "test_failure::test_tuple_equals_itself": "failure._are_equal_exc_info_tuples",
+    "test_failure::test_typle_equals_copy": "failure._copy_exc_info",
+    "test_formatters::test_exc_info_with_details_format": "patches FailureFormatter._format_node",
+    "test_formatters::test_formatted_via_listener": "patches FailureFormatter._format_node",
+    "test_formatters::test_mask_keys_edge_cases": "FailureFormatter._mask_keys",
+    "test_listeners::test_record_ending_exception": "listener._engine",
+    "test_listeners::test_event_time": "storage._flowdetail",
+    "test_retries::test_restart_reverted_unordered_flows_with_retries": "engine._task_executor",
+    "test_states::test_valid_flow_states": "states._ALLOWED_FLOW_TRANSITIONS",
+    "test_states::test_ignored_flow_states": "states._IGNORED_FLOW_TRANSITIONS",
+    "test_states::test_valid_job_states": "states._ALLOWED_JOB_TRANSITIONS",
+    "test_states::test_ignored_job_states": "states._ALLOWED_JOB_TRANSITIONS",
+    "test_states::test_valid_task_states": "states._ALLOWED_TASK_TRANSITIONS",
+    "test_storage::test_save_and_get_non_cached_failure": "storage._failures",
+    "test_storage::test_get_failure_after_reload": "storage._flowdetail",
+    "test_storage::test_flow_metadata_update": "storage._flowdetail",
+    "test_storage::test_inject_resumed": "storage._flowdetail",
+    "test_storage::test_many_thread_ensure_same_task": "storage._flowdetail",
+    "test_storage::test_many_thread_inject": "storage._flowdetail",
+    "test_suspend::test_suspend_and_resume_linear_flow_on_revert": "storage._flowdetail",
+    "test_suspend::test_suspend_and_revert_even_if_task_is_gone": "storage._flowdetail",
+}
+
+
 def kind_of(module: str) -> str:
     """The gate kind of *module*; an unlisted module is internal until classified."""
     return MODULES.get(module, (INTERNAL, ""))[0]
+
+
+def kind_of_test(module: str, test: str) -> str:
+    """The gate kind of one test id (``path.py::Class::method``) of *module*."""
+    method = test.rsplit("::", 1)[-1]
+    if f"{module}::{method}" in PRIVATE_NAME_TESTS:
+        return INTERNAL
+    return kind_of(module)

@@ -51,6 +51,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="flowengine source tree to test (prepended to PYTHONPATH)")
     parser.add_argument("--show-failures", action="store_true",
                         help="print the traceback of every failed gated test (all with --all)")
+    parser.add_argument("--causes", action="store_true",
+                        help="group failed gated tests (all with --all) by their error line")
     parser.add_argument("--all", action="store_true",
                         help="with --show-failures, also show internal/deferred failures")
     parser.add_argument("--refresh-baseline", action="store_true",
@@ -135,6 +137,11 @@ def _write_baseline(passing: set[str]) -> None:
     BASELINE.write_text(header + "".join(f"{test}\n" for test in sorted(passing)))
 
 
+def _is_gated(test: str) -> bool:
+    module = results_mod.module_of(test)
+    return classification.kind_of_test(module, test) == classification.PUBLIC
+
+
 def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
             args: argparse.Namespace) -> int:
     per_module: dict[str, Counter] = {m: Counter() for m in modules}
@@ -147,36 +154,57 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
         expected = {t for t in expected
                     if t in run.outcomes or results_mod.module_of(t) in run.broken_modules}
     passed = run.passed()
-    print(f"{'module':42} {'kind':9} {'pass':>5} {'fail':>5} {'skip':>5}   gate")
+    gated = {t for t in expected if _is_gated(t)}
+    print(f"{'module':40} {'kind':9} {'pass':>5} {'fail':>5} {'skip':>5}   gated passing")
     for module in sorted(per_module):
         counts = per_module[module]
-        kind = classification.kind_of(module)
-        wanted = {t for t in expected if results_mod.module_of(t) == module}
-        lost = len(wanted - passed)
-        note = f"{len(wanted) - lost}/{len(wanted)}" if kind == classification.PUBLIC else "-"
+        wanted = {t for t in gated if results_mod.module_of(t) == module}
+        note = f"{len(wanted & passed)}/{len(wanted)}" if wanted else "-"
         if module in run.broken_modules:
             note += "  IMPORT ERROR"
-        print(f"{module:42} {kind:9} {counts['passed']:5} {counts['failed']:5} "
-              f"{counts['skipped']:5}   {note}")
-    gated = {t for t in expected
-             if classification.kind_of(results_mod.module_of(t)) == classification.PUBLIC}
+        print(f"{module:40} {classification.kind_of(module):9} {counts['passed']:5} "
+              f"{counts['failed']:5} {counts['skipped']:5}   {note}")
     failing = sorted(gated - passed)
+    shown = failing if not args.all else sorted(expected - passed)
     if args.show_failures:
-        shown = failing if not args.all else sorted(expected - passed)
         for test in shown:
             module = results_mod.module_of(test)
             detail = run.details.get(test) or run.broken_modules.get(module) or (
                 "not run (not collected)")
             print(f"\n=== FAILED {test}\n{detail.rstrip()}")
+    if args.causes:
+        _print_causes(run, shown)
     if failing:
         print("\nGated tests that pass on TaskFlow and fail on flowengine:")
         for test in failing:
             print(f"  {test}")
     ungated = (expected - gated) - passed
-    print(f"\nnot gated (internal/deferred) baseline tests failing: {len(ungated)}")
+    print(f"\nnot gated (internal/deferred) tests passing on TaskFlow, failing here: "
+          f"{len(ungated)}")
     n_passed = len(gated & passed)
     print(f"conformance: {n_passed} passed, {len(gated) - n_passed} failed of {len(gated)}")
     return 1 if failing else 0
+
+
+def _cause(detail: str) -> str:
+    """The error line of a pytest failure report (its last ``E   `` line)."""
+    errors = [line[4:].strip() for line in detail.splitlines() if line.startswith("E   ")]
+    if errors:
+        return errors[-1][:200]
+    lines = [line.strip() for line in detail.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "not run (not collected)"
+
+
+def _print_causes(run: results_mod.RunResults, failing: list[str]) -> None:
+    by_cause: dict[str, list[str]] = {}
+    for test in failing:
+        detail = run.details.get(test) or run.broken_modules.get(results_mod.module_of(test), "")
+        by_cause.setdefault(_cause(detail), []).append(test)
+    print("\nFailures by cause:")
+    for cause, tests in sorted(by_cause.items(), key=lambda item: -len(item[1])):
+        print(f"\n[{len(tests)}] {cause}")
+        for test in tests:
+            print(f"    {test}")
 
 
 def main(argv: list[str] | None = None) -> int:
