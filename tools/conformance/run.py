@@ -25,6 +25,7 @@ from pathlib import Path
 
 import classification
 import fetching
+import probes
 import results as results_mod
 import rewriting
 
@@ -108,7 +109,8 @@ def _run_pytest(python: str, work: Path, files: list[str], args: argparse.Namesp
     with open(log, "w") as out:
         proc = subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
                               timeout=RUN_TIMEOUT_S, check=False)
-    if proc.returncode not in (0, 1):  # 0 all passed, 1 some failed; anything else broke
+    # 0 all passed, 1 some failed, 5 nothing selected (-k); anything else broke.
+    if proc.returncode not in (0, 1, 5):
         tail = log.read_text(errors="replace")[-3000:]
         raise SystemExit(f"pytest exited {proc.returncode} (log {log}):\n{tail}")
     return results_mod.load(results_file)
@@ -119,6 +121,17 @@ def _engine_origin(python: str, env: dict[str, str], target: str) -> str:
     proc = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True,
                           check=False, cwd=tempfile.gettempdir())
     return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1]
+
+
+def _environment() -> str:
+    """What TaskFlow's probes will find here (the work tree asks the same module)."""
+    answers = {
+        "ZooKeeper": probes.zookeeper_available(None),
+        "Redis": probes.redis_available("0"),
+        "etcd": probes.etcd_available(),
+        "eventlet": probes.EVENTLET_AVAILABLE,
+    }
+    return ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in answers.items())
 
 
 def _read_baseline() -> set[str]:
@@ -233,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         if not files:
             raise SystemExit(f"no TaskFlow test module matches {args.module}")
         print(f"{target} from {_engine_origin(python, env, target)}")
+        print(f"environment: {_environment()}")
         run = _run_pytest(python, work, files, args, env)
         if args.refresh_baseline:
             if args.module or args.keyword:
