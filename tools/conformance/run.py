@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -199,13 +200,25 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
     return 1 if failing else 0
 
 
+# Parts of error lines that differ between otherwise identical failures.
+_VOLATILE = (
+    (re.compile(r"0x[0-9a-f]+"), "0x..."),
+    (re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<uuid>"),
+)
+CAUSE_WIDTH = 200  # characters of an error line shown as a cause
+
+
 def _cause(detail: str) -> str:
     """The error line of a pytest failure report (its last ``E   `` line)."""
     errors = [line[4:].strip() for line in detail.splitlines() if line.startswith("E   ")]
-    if errors:
-        return errors[-1][:200]
-    lines = [line.strip() for line in detail.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "not run (not collected)"
+    if not errors:
+        errors = [line.strip() for line in detail.splitlines() if line.strip()]
+    if not errors:
+        return "not run (not collected)"
+    cause = errors[-1]
+    for pattern, replacement in _VOLATILE:
+        cause = pattern.sub(replacement, cause)
+    return cause[:CAUSE_WIDTH]
 
 
 def _print_causes(run: results_mod.RunResults, failing: list[str]) -> None:
