@@ -36,10 +36,12 @@ BASELINE = HERE / f"taskflow-{fetching.TASKFLOW_VERSION}-passing.txt"
 TEST_TIMEOUT_S = 120
 # Bound on the whole pytest subprocess, so a wedged run fails instead of hanging CI.
 RUN_TIMEOUT_S = 1200
-# What the baseline venv needs besides TaskFlow to run TaskFlow's tests.
+# What the baseline venv needs besides TaskFlow to run TaskFlow's tests:
+# the conformance extra, and kombu for the worker-based engine (an optional
+# TaskFlow dependency that flowengine's environment always has).
 BASELINE_VENV_PACKAGES = (
     "pytest", "pytest-timeout", "testtools", "testscenarios", "fixtures", "oslotest",
-    "SQLAlchemy", "alembic", "redis",
+    "oslo.utils", "oslo.serialization", "SQLAlchemy", "alembic", "redis", "kombu",
 )
 
 
