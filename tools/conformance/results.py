@@ -35,6 +35,16 @@ class RunResults:
         return {test for test, outcome in self.outcomes.items() if outcome == PASSED}
 
 
+# pytest cannot render testtools' failures natively and says so first; the
+# report proper follows this marker.
+_TESTTOOLS_MARKER = "testtools.testresult.real._StringException: "
+
+
+def _readable(longrepr: str) -> str:
+    head, marker, rest = longrepr.partition(_TESTTOOLS_MARKER)
+    return rest if marker else head
+
+
 def load(path: Path) -> RunResults:
     """Read the plugin's file: a test failed if any phase failed, skipped if any skipped."""
     results = RunResults()
@@ -44,14 +54,14 @@ def load(path: Path) -> RunResults:
         entry = json.loads(line)
         test = test_id(entry["nodeid"])
         if entry["when"] == "collect":
-            results.broken_modules[module_of(test)] = entry.get("longrepr", "")
+            results.broken_modules[module_of(test)] = _readable(entry.get("longrepr", ""))
             continue
         outcome = entry["outcome"]
         previous = results.outcomes.get(test)
         if outcome == FAILED or previous == FAILED:
             results.outcomes[test] = FAILED
             if outcome == FAILED:
-                results.details.setdefault(test, entry.get("longrepr", ""))
+                results.details.setdefault(test, _readable(entry.get("longrepr", "")))
         elif outcome == SKIPPED or previous == SKIPPED:
             results.outcomes[test] = SKIPPED
             if "reason" in entry:

@@ -210,14 +210,22 @@ _VOLATILE = (
 CAUSE_WIDTH = 200  # characters of an error line shown as a cause
 
 
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Exit|Found|Mismatch\w*)\b")
+
+
 def _cause(detail: str) -> str:
-    """The error line of a pytest failure report (its last ``E   `` line)."""
-    errors = [line[4:].strip() for line in detail.splitlines() if line.startswith("E   ")]
-    if not errors:
-        errors = [line.strip() for line in detail.splitlines() if line.strip()]
-    if not errors:
+    """The error of a failure report: its last exception line and what follows it."""
+    lines = [line.rstrip() for line in detail.splitlines() if line.strip()]
+    pytest_errors = [line[4:].strip() for line in lines if line.startswith("E   ")]
+    starts = [i for i, line in enumerate(lines) if _EXCEPTION_LINE.match(line)]
+    if pytest_errors:
+        cause = pytest_errors[-1]
+    elif starts:
+        cause = " ".join(line.strip() for line in lines[starts[-1]:])
+    elif lines:
+        cause = lines[-1].strip()
+    else:
         return "not run (not collected)"
-    cause = errors[-1]
     for pattern, replacement in _VOLATILE:
         cause = pattern.sub(replacement, cause)
     return cause[:CAUSE_WIDTH]
