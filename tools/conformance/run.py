@@ -69,9 +69,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _selected(module: str, filters: list[str]) -> bool:
-    return not filters or any(
-        module == f or module.startswith(f + ".") or module.startswith(f) for f in filters
-    )
+    return not filters or any(module.startswith(f) for f in filters)
 
 
 def _module_files(unit: Path, filters: list[str]) -> list[str]:
@@ -115,7 +113,7 @@ def _run_pytest(python: str, work: Path, files: list[str], args: argparse.Namesp
     # 0 all passed, 1 some failed, 5 nothing selected (-k); anything else broke.
     if proc.returncode not in (0, 1, 5):
         tail = log.read_text(errors="replace")[-3000:]
-        raise SystemExit(f"pytest exited {proc.returncode} (log {log}):\n{tail}")
+        raise SystemExit(f"pytest exited {proc.returncode}; the end of its output:\n{tail}")
     return results_mod.load(results_file)
 
 
@@ -249,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     cache = fetching.cache_dir()
     unpacked = fetching.unpacked_tests(cache)
+    if args.refresh_baseline and (args.module or args.keyword):
+        raise SystemExit("--refresh-baseline runs every module: drop --module/-k")
     target = "taskflow" if args.refresh_baseline else "flowengine"
     env = dict(os.environ)
     if args.source:
@@ -272,8 +272,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"environment: {_environment()}")
         run = _run_pytest(python, work, files, args, env)
         if args.refresh_baseline:
-            if args.module or args.keyword:
-                raise SystemExit("--refresh-baseline runs every module: drop --module/-k")
             _write_baseline(run.passed())
             print(f"wrote {BASELINE} ({len(run.passed())} passing tests)")
             return 0

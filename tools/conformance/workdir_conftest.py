@@ -30,7 +30,9 @@ def _scenario_classes(name: str, cls: type) -> list[tuple[str, type]]:
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_pycollect_makeitem(collector, name, obj):
+def pytest_pycollect_makeitem(
+    collector: pytest.Collector, name: str, obj: object
+) -> list[UnitTestCase] | None:
     """Collect a scenario class as one test class per scenario."""
     if not (inspect.isclass(obj) and issubclass(obj, unittest.TestCase)):
         return None
@@ -52,7 +54,7 @@ def _record(entry: dict) -> None:
             out.write(json.dumps(entry) + "\n")
 
 
-def pytest_runtest_logreport(report) -> None:
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """One line per test phase; the runner folds them into one outcome."""
     entry = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome}
     if report.failed:
@@ -62,7 +64,7 @@ def pytest_runtest_logreport(report) -> None:
     _record(entry)
 
 
-def pytest_collectreport(report) -> None:
+def pytest_collectreport(report: pytest.CollectReport) -> None:
     """A module that fails to import fails every test the baseline expects of it."""
     if report.failed:
         _record({"nodeid": report.nodeid, "when": "collect", "outcome": "failed",
