@@ -44,8 +44,12 @@ __all__ = [
 ]
 
 
-class FlowEngineError(Exception):
-    """Root of every error flowengine raises on purpose (optionally with a cause)."""
+class TaskFlowException(Exception):
+    """Root of every error flowengine raises on purpose (optionally with a cause).
+
+    It keeps TaskFlow's class name so that text naming it (``pformat`` with
+    ``show_root_class``, logged tracebacks) reads as TaskFlow's does.
+    """
 
     def __init__(self, message: Any, cause: BaseException | None = None) -> None:
         super().__init__(message)
@@ -80,7 +84,7 @@ class FlowEngineError(Exception):
             seen.append(nxt)
             parts.append(os.linesep)
             pad = indent_text * depth
-            if isinstance(nxt, FlowEngineError):
+            if isinstance(nxt, TaskFlowException):
                 parts.append(pad + type(nxt).__name__ + ": " + nxt._get_message())
             else:
                 lines = traceback.format_exception_only(type(nxt), nxt)
@@ -93,8 +97,8 @@ class FlowEngineError(Exception):
         return "".join(parts)
 
 
-#: TaskFlow's name for the root class, so ``except TaskFlowException`` works.
-TaskFlowException = FlowEngineError
+#: flowengine's own name for the root class (an alias: the same class).
+FlowEngineError = TaskFlowException
 
 
 # Storage, conductor and job errors.

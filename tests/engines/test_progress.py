@@ -6,6 +6,8 @@ import pytest
 
 from flowengine import states
 from flowengine.patterns import linear_flow as lf
+from flowengine.persistence.backends import impl_memory
+from flowengine.utils import persistence_utils as p_utils
 from tests.engines import tasks
 from tests.engines.observe import Recorder, run_expecting_failure
 
@@ -18,6 +20,20 @@ def test_progress_reaches_listeners_and_storage(make_engine):
     # Finishing sets progress to 1.0
     assert engine.storage.get_task_progress("p") == 1.0
     assert rec.states_of("p") == [states.RUNNING, states.SUCCESS]
+
+
+def test_progress_without_details_stores_none_details(make_engine):
+    # TaskFlow records 'progress_details' as None on every detail-less
+    # update, so the key is always present in the task's metadata.
+    backend = impl_memory.MemoryBackend()
+    _book, flow_detail = p_utils.temporary_flow_detail(backend)
+    engine = make_engine(lf.Flow("prog").add(tasks.Progress("p")),
+                         flow_detail=flow_detail, backend=backend)
+    engine.run()
+    detail = flow_detail.find(engine.storage.get_atom_uuid("p"))
+    assert detail.meta["progress"] == 1.0
+    assert "progress_details" in detail.meta
+    assert detail.meta["progress_details"] is None
 
 
 def test_progress_event_details(make_engine):

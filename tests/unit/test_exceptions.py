@@ -102,3 +102,11 @@ def test_wrapped_failure_flattens_nested():
     f3 = _failure(KeyError("c"))
     wf = exc.WrappedFailure([inner, f3])
     assert list(wf) == [f1, f2, f3]
+
+
+def test_root_class_keeps_taskflow_name():
+    # Text naming the root class reads as TaskFlow's; both names are one class.
+    assert exc.FlowEngineError is exc.TaskFlowException
+    error = exc.TaskFlowException("Broken")
+    assert error.pformat(show_root_class=True) == "TaskFlowException: Broken"
+    assert error.pformat() == "Broken"

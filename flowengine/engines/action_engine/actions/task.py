@@ -63,7 +63,9 @@ class TaskAction(base.Action):
                 return
             try:
                 self._progress[name] = progress
-                self._storage.set_task_progress(name, progress, details=details or None)
+                # An update without details clears earlier ones (stored as
+                # None), as TaskFlow does: pass the empty dict on.
+                self._storage.set_task_progress(name, progress, details=details)
             except Exception:
                 LOG.exception("Failed saving progress %s of task '%s'", progress, name)
             notify(ex.EVENT_UPDATE_PROGRESS, {
