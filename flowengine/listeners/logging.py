@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from flowengine import states
+from flowengine.formatters import FailureFormatter
 from flowengine.listeners import base
-from flowengine.listeners.formatting import FailureFormatter
 from flowengine.types import failure
 from flowengine.utils import misc
 
@@ -59,7 +60,10 @@ class DynamicLoggingListener(base.Listener):
                  log: logging.Logger | None = None,
                  failure_level: int = logging.WARNING,
                  level: int = logging.DEBUG,
-                 hide_inputs_outputs_of: Iterable[str] = ()) -> None:
+                 hide_inputs_outputs_of: Iterable[str] = (),
+                 fail_formatter: Any = None,
+                 mask_inputs_keys: Iterable[str] = (),
+                 mask_outputs_keys: Iterable[str] = ()) -> None:
         super().__init__(engine, task_listen_for=task_listen_for,
                          flow_listen_for=flow_listen_for,
                          retry_listen_for=retry_listen_for)
@@ -77,8 +81,11 @@ class DynamicLoggingListener(base.Listener):
         }
         self._hide_inputs_outputs_of = frozenset(hide_inputs_outputs_of)
         self._logger = misc.pick_first_not_none(log, self._LOGGER, LOG)
-        self._fail_formatter = FailureFormatter(
-            engine, hide_inputs_outputs_of=self._hide_inputs_outputs_of)
+        if fail_formatter is None:
+            fail_formatter = FailureFormatter(
+                engine, hide_inputs_outputs_of=self._hide_inputs_outputs_of,
+                mask_inputs_keys=mask_inputs_keys, mask_outputs_keys=mask_outputs_keys)
+        self._fail_formatter = fail_formatter
 
     def _flow_receiver(self, state: str, details: dict) -> None:
         level = self._flow_log_levels.get(state, self._level)
@@ -101,7 +108,10 @@ class DynamicLoggingListener(base.Listener):
             if not self._logger.isEnabledFor(self._failure_level):
                 # Nothing would be written: skip walking the graph and storage.
                 return
-            exc_info, fail_details = self._fail_formatter.format(result, task_name)
+            # A matcher, as TaskFlow passes it: a formatter written for
+            # TaskFlow (fail_formatter=) understands nothing else.
+            exc_info, fail_details = self._fail_formatter.format(
+                result, functools.partial(_is_atom_named, task_name))
             if fail_details:
                 self._logger.log(self._failure_level, "Task '%s' (%s) transitioned into"
                                  " state '%s' from state '%s'%s%s", task_name, task_uuid,
@@ -124,3 +134,8 @@ class DynamicLoggingListener(base.Listener):
         else:
             self._logger.log(level, "Task '%s' (%s) transitioned into state '%s'"
                              " from state '%s'", task_name, task_uuid, state, old_state)
+
+
+def _is_atom_named(name: str, node: Any) -> bool:
+    """Atom matcher for FailureFormatter.format: the hierarchy node of atom ``name``."""
+    return getattr(node.item, "name", None) == name

@@ -10,8 +10,9 @@ import networkx as nx
 import pytest
 
 from flowengine import exceptions as exc
+from flowengine import formatters as formatting
 from flowengine import states
-from flowengine.listeners import base, capturing, formatting, printing, timing
+from flowengine.listeners import base, capturing, printing, timing
 from flowengine.listeners import logging as logging_listeners
 from flowengine.types.failure import Failure
 from flowengine.types.notifier import Notifier, RestrictedNotifier

@@ -34,6 +34,7 @@ from flowengine import task as task_mod
 from flowengine.deciders import Depth
 from flowengine.engines.action_engine import scopes
 from flowengine.engines.action_engine.scopes import Ambiguity
+from flowengine.types import graph as graph_types
 
 __all__ = ["ATOMS", "FLOW", "FLOWS", "FLOW_END", "RETRY", "TASK", "Ambiguity", "ArgSpec",
            "Compilation", "PatternCompiler"]
@@ -452,7 +453,7 @@ class _Builder:
         return tuple(order)
 
     def _graph(self, order: tuple[str, ...]) -> nx.DiGraph:
-        graph = nx.DiGraph()
+        graph = graph_types.DiGraph()
         nodes: list[tuple[str, dict[str, Any]]] = []
         edges: list[tuple[str, str, dict[str, Any]]] = []
 

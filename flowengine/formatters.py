@@ -17,6 +17,7 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine import states
+from flowengine.types import tree
 
 # Node kinds of the compiled execution graph (see the compiler).
 TASK = "task"
@@ -31,6 +32,9 @@ ATOMS = (TASK, RETRY)
 MAX_TREE_NODES = 10_000
 
 _MISSING = object()
+
+#: What a masked value is shown as (secrets in arguments or results).
+MASK = "***"
 
 
 class _TreeNode:
@@ -112,9 +116,25 @@ class FailureFormatter:
     # Only failures while executing have a meaningful "what ran before" story.
     _BUILDERS = {states.EXECUTE: (_predecessor_tree, "predecessors")}
 
-    def __init__(self, engine: Any, hide_inputs_outputs_of: Any = ()) -> None:
+    def __init__(self, engine: Any, hide_inputs_outputs_of: Any = (),
+                 mask_inputs_keys: Any = (), mask_outputs_keys: Any = ()) -> None:
         self._engine = engine
         self._hide_inputs_outputs_of = hide_inputs_outputs_of
+        self._mask_inputs_keys = frozenset(mask_inputs_keys)
+        self._mask_outputs_keys = frozenset(mask_outputs_keys)
+
+    def _mask_keys(self, data: Any, mask_keys: Any) -> Any:
+        """``data`` with the value of every key in ``mask_keys`` (at any depth) shown as ***.
+
+        Dicts and lists are copied, never changed in place; anything else is
+        returned as it is.
+        """
+        if isinstance(data, dict):
+            return {key: MASK if key in mask_keys else self._mask_keys(value, mask_keys)
+                    for key, value in data.items()}
+        if isinstance(data, list):
+            return [self._mask_keys(item, mask_keys) for item in data]
+        return data
 
     @staticmethod
     def _cached(cache: dict, atom_name: str, fetch: Callable[[], Any]) -> Any:
@@ -146,10 +166,11 @@ class FailureFormatter:
                 fetchers.append(("requires", lambda: storage.fetch_mapped_args(
                     atom.rebind, atom_name=name, optional_args=atom.optional)))
             fetchers.append(("provides", lambda: storage.get_execute_result(name)))
+        masks = {"requires": self._mask_inputs_keys, "provides": self._mask_outputs_keys}
         for key, fetch in fetchers:
             value = self._cached(caches[key], name, fetch)
             if value is not _MISSING:
-                attrs[key] = value
+                attrs[key] = self._mask_keys(value, masks[key]) if masks.get(key) else value
         if attrs:
             return f"Atom '{name}' {attrs}"
         return f"Atom '{name}'"
@@ -162,15 +183,36 @@ class FailureFormatter:
             return None
         return getattr(compilation, "execution_graph", None)
 
-    def format(self, fail: Any, atom_name: str) -> tuple[Any, str]:
-        """Return ``(exc_info, details)`` for a failure of the task ``atom_name``."""
+    @staticmethod
+    def _matched_atom(graph: Any, atom_matcher: Callable[[Any], bool]) -> str | None:
+        """Name of the first compiled atom ``atom_matcher`` accepts (TaskFlow's interface).
+
+        The matcher is given a tree node whose ``item`` is the atom, as
+        TaskFlow's formatters are given the nodes of its compilation hierarchy.
+        """
+        for name, data in graph.nodes(data=True):
+            atom = data.get("atom")
+            if data.get("kind") in ATOMS and atom is not None and atom_matcher(tree.Node(atom)):
+                return str(name)
+        return None
+
+    def format(self, fail: Any, atom_matcher: str | Callable[[Any], bool]
+               ) -> tuple[Any, str]:
+        """Return ``(exc_info, details)`` for a failure of a task.
+
+        ``atom_matcher`` is the task's name, or (as in TaskFlow) a callable
+        given tree nodes whose ``item`` is an atom, true for the failed one.
+        """
         parts: list[str] = []
         if fail.exc_info is None:
             # A failure from another process has no live traceback: use its text.
             parts.append(fail.pformat(traceback=True) + os.linesep)
         storage = getattr(self._engine, "storage", None)
         graph = self._compiled_graph()
-        if storage is None or graph is None or atom_name not in graph:
+        atom_name = atom_matcher
+        if callable(atom_matcher):
+            atom_name = None if graph is None else self._matched_atom(graph, atom_matcher)
+        if storage is None or graph is None or atom_name is None or atom_name not in graph:
             return fail.exc_info, "".join(parts)
         try:
             intention = storage.get_atom_intention(atom_name)
