@@ -108,3 +108,23 @@ def test_threads_with_own_connections_never_see_partial_files(tmp_path):
     with contextlib.closing(be.get_connection()) as conn:
         final = conn.get_atom_details(ad.uuid).results
     assert final["i"] == rounds - 1 and len(final["pad"]) == 4096
+
+
+def test_max_cache_size_bounds_the_file_cache_and_reads_stay_fresh(tmp_path):
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_cache_size"):
+            impl_dir.DirBackend({"path": str(tmp_path), "max_cache_size": bad})
+    backend = impl_dir.DirBackend({"path": str(tmp_path), "max_cache_size": 2})
+    with backend.get_connection() as conn:
+        books = [models.LogBook(f"b{i}") for i in range(5)]
+        for book in books:
+            conn.save_logbook(book)
+            assert conn.get_logbook(book.uuid).name == book.name
+            assert backend.file_cache.currsize <= 2
+        # A write by another backend (another process) is seen, not a stale copy.
+        other = impl_dir.DirBackend({"path": str(tmp_path)})
+        with other.get_connection() as conn2:
+            changed = conn2.get_logbook(books[-1].uuid)
+            changed.meta = {"changed": True}
+            conn2.save_logbook(changed)
+        assert conn.get_logbook(books[-1].uuid).meta == {"changed": True}

@@ -126,7 +126,8 @@ def test_filesystem_ls_pformat_and_links():
     assert fs["/e/link"] == "d"
     assert fs.ls("/a") == ["b"]
     assert fs.ls("/a", absolute=True) == ["/a/b"]
-    assert fs.ls_r("/") == ["a", "e", "a/b", "e/link", "a/b/c"]
+    # Breadth first, each node's children newest first (TaskFlow's order).
+    assert fs.ls_r("/") == ["e", "a", "e/link", "a/b", "a/b/c"]
     assert fs.ls_r("/a", absolute=True) == ["/a/b", "/a/b/c"]
     assert fs.pformat() == "\n".join([
         "/",

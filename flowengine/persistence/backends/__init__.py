@@ -51,7 +51,8 @@ def _extract_name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, A
     if not isinstance(uri, str) or not uri:
         raise ValueError(f"Backend 'connection' must be a non-empty string: {uri!r}")
     if "://" not in uri:
-        return uri.lower(), conf
+        # 'memory', or TaskFlow's 'memory:' / 'dir:' (a scheme, nothing after it).
+        return uri.split(":", 1)[0].lower(), conf
     parsed = parse.urlsplit(uri)
     # Query parameters (memory://?deep_copy=...) fill in unset options.
     for key, values in parse.parse_qs(parsed.query).items():

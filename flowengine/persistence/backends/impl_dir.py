@@ -30,7 +30,7 @@ from urllib import parse
 
 from flowengine import exceptions as exc
 from flowengine.persistence import models, path_based
-from flowengine.persistence.backends import json_codec
+from flowengine.persistence.backends import file_cache, json_codec
 
 __all__ = ["Connection", "DirBackend", "DirConnection"]
 
@@ -73,8 +73,11 @@ def _path_from_conf(conf: dict[str, Any]) -> str:
 class DirBackend(path_based.PathBasedBackend):
     """Keeps logbooks, flow and atom details as JSON files under ``path``.
 
-    Configuration: ``path`` (or the path of the ``dir:///...`` URL) and
-    ``fsync`` (default True: flush each file to disk before renaming it in).
+    Configuration: ``path`` (or the path of the ``dir:///...`` URL),
+    ``fsync`` (default True: flush each file to disk before renaming it in)
+    and ``max_cache_size`` (files whose contents are kept in memory, least
+    recently used dropped first; None, the default as in TaskFlow: no
+    bound). Raises ValueError for a ``max_cache_size`` below 1.
     """
 
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
@@ -82,6 +85,11 @@ class DirBackend(path_based.PathBasedBackend):
         conf["path"] = _path_from_conf(conf)
         super().__init__(conf)
         self._fsync = _as_bool(self._conf.get("fsync", FSYNC_DEFAULT))
+        max_cache_size = self._conf.get("max_cache_size")
+        if isinstance(max_cache_size, str):  # from a URL query
+            max_cache_size = int(max_cache_size)
+        #: Contents of the files read recently (see file_cache.FileCache).
+        self.file_cache = file_cache.FileCache(max_cache_size)
 
     @property
     def base_path(self) -> str:
@@ -190,8 +198,7 @@ class DirConnection(path_based.PathBasedConnection):
     def _get_item(self, path: str) -> Any:
         item_path = os.path.join(path, ITEM_FILE)
         try:
-            with open(item_path, "rb") as fp:
-                text = fp.read()
+            text = self.backend.file_cache.read(item_path)
         except FileNotFoundError:
             raise exc.NotFound(f"Path '{path}' not found")
         return json_codec.decode(text, f"file {item_path!r}")

@@ -41,13 +41,15 @@ class _Inode:
         self.parent = parent
 
     def bfs(self) -> Iterator[_Inode]:
-        queue = list(self.children.values())
+        # Each node's children newest first, as TaskFlow's FakeFilesystem
+        # lists them (its ls_r order is part of what its tests check).
+        queue = list(reversed(self.children.values()))
         i = 0
         while i < len(queue):
             node = queue[i]
             i += 1
             yield node
-            queue.extend(node.children.values())
+            queue.extend(reversed(node.children.values()))
 
 
 class FakeFilesystem:
