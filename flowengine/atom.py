@@ -170,7 +170,8 @@ class Atom(metaclass=abc.ABCMeta):
         """Hook run just after revert."""
 
     def __str__(self) -> str:
-        return f"{self.name}=={misc.get_version_string(self)}"
+        # Quoted, as TaskFlow 6.5 prints atoms (code may compare the text).
+        return f'"{self.name}=={misc.get_version_string(self)}"'
 
     def __repr__(self) -> str:
         return f"<{reflection.get_class_name(self)} {self}>"

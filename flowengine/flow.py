@@ -101,7 +101,8 @@ class Flow(abc.ABC):
         cls_name = reflection.get_class_name(self)
         if cls_name.startswith(_CHOP_PREFIX):
             cls_name = cls_name[len(_CHOP_PREFIX):]
-        return f"{cls_name}: {self.name}(len={len(self)})"
+        # Quoted, as TaskFlow 6.5 prints flows (code may compare the text).
+        return f'"{cls_name}: {self.name}(len={len(self)})"'
 
 
 

@@ -16,9 +16,12 @@ def _names(nodes: Any) -> list[str]:
 
 def _cycle_failure(err: CycleError, u: Any, v: Any) -> exc.DependencyFailure:
     names = " -> ".join(_names(err.cycle))
+    # "No path through ..." first: TaskFlow's message starts so, and code
+    # written for it matches on that.
     return exc.DependencyFailure(
-        f"Linking '{getattr(u, 'name', u)}' -> '{getattr(v, 'name', v)}' would create"
-        f" a cycle: {names}; no order of the items can satisfy it")
+        f"No path through the items of the graph produces an ordering that will allow"
+        f" for logical edge traversal: linking '{getattr(u, 'name', u)}' ->"
+        f" '{getattr(v, 'name', v)}' would create a cycle: {names}")
 
 
 class Flow(flow.Flow):

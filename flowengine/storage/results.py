@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from flowengine import exceptions as exc
@@ -9,6 +10,8 @@ from flowengine import states
 from flowengine.persistence import models
 from flowengine.storage.lookup import EXTRACTION_EXCEPTIONS, ResultLookup
 from flowengine.types import failure as ft
+
+LOG = logging.getLogger("flowengine.storage")
 
 
 def _describe(value: Any) -> str:
@@ -32,6 +35,12 @@ def _restore(ad: models.AtomDetail, snapshot: tuple[Any, ...]) -> None:
 class ResultsMixin(ResultLookup):
     """Atoms' ``execute``/``revert`` outcomes: saved, read back, listed as failures, reset."""
 
+    #: What a result lacking a declared index/key does. False (TaskFlow's
+    #: behaviour): it is stored with a warning, and fetching the missing
+    #: symbol raises NotFound. True (engine option ``strict_results``): the
+    #: save raises ResultMismatch, so the task fails where the mistake is.
+    strict_results = False
+
     def _check_all_results_provided(self, atom_name: str, result: Any) -> None:
         mapping = self._result_mappings.get(atom_name)
         if not mapping:
@@ -43,15 +52,19 @@ class ResultsMixin(ResultLookup):
                 result[index]
             except EXTRACTION_EXCEPTIONS:
                 kind = "key" if isinstance(index, str) else "index"
-                raise exc.ResultMismatch(
-                    f"Atom '{atom_name}' declares it provides '{symbol}' at {kind} {index!r}"
-                    f" of its result, but the result ({_describe(result)}) has no such {kind}")
+                message = (f"Atom '{atom_name}' declares it provides '{symbol}' at {kind}"
+                           f" {index!r} of its result, but the result ({_describe(result)})"
+                           f" has no such {kind}")
+                if self.strict_results:
+                    raise exc.ResultMismatch(message)
+                LOG.warning("%s; fetching '%s' will fail", message, symbol)
 
     def save(self, atom_name: str, result: Any, state: str = states.SUCCESS) -> None:
         """Store the atom's result (or Failure) obtained in ``state`` and persist it.
 
-        Raises ResultMismatch (nothing saved) when a successful execute result
-        lacks an index or key the atom declared in ``save_as``.
+        With ``strict_results``, raises ResultMismatch (nothing saved) when a
+        successful execute result lacks an index or key the atom declared in
+        ``save_as``; otherwise that is a logged warning.
         """
         with self._rlock:
             ad = self._detail(atom_name)

@@ -116,7 +116,9 @@ class Failure:
             elif len(exc_info) != 3:
                 raise ValueError("Provided 'exc_info' must contain three elements")
             exc_type, exc_value = exc_info[0], exc_info[1]
-            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+            # Exceptions only, as TaskFlow: SystemExit and KeyboardInterrupt
+            # are not task failures to record but the process leaving.
+            if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
                 raise TypeError(f"Invalid exception type '{exc_type}' ({type(exc_type)})")
             self._exc_info: ExcInfo | None = tuple(exc_info)  # type: ignore[assignment]
             self._exc_args: tuple[Any, ...] = tuple(getattr(exc_value, "args", ()))
@@ -295,7 +297,7 @@ class Failure:
             "traceback_str": self.traceback_str or "",
             "exc_type_names": list(self._exc_type_names),
             "version": self.DICT_VERSION,
-            "exc_args": [_json_arg(a) for a in self._exc_args] if include_args else [],
+            "exc_args": tuple(_json_arg(a) for a in self._exc_args) if include_args else (),
             "causes": [c.to_dict(include_args=include_args) for c in self.causes],
         }
 
@@ -373,4 +375,8 @@ def _rebuild(data: dict[str, Any], value: BaseException | None) -> Failure:
 
 # Compiled once: validating a message must not re-parse the schema.
 jsonschema.Draft7Validator.check_schema(Failure.SCHEMA)
-_VALIDATOR = jsonschema.Draft7Validator(Failure.SCHEMA)
+# to_dict() gives exc_args as a tuple (as TaskFlow): an array too, before JSON.
+_TUPLES_ARE_ARRAYS = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
+    "array", lambda _checker, value: isinstance(value, (list, tuple)))
+_VALIDATOR = jsonschema.validators.extend(
+    jsonschema.Draft7Validator, type_checker=_TUPLES_ARE_ARRAYS)(Failure.SCHEMA)

@@ -89,11 +89,22 @@ def test_non_atom_item():
     assert "object" in str(raised.value)
 
 
-def test_task_returning_fewer_values_than_declared(make_engine):
+def test_task_returning_fewer_values_than_declared_is_stored_as_in_taskflow(make_engine):
+    # Given a task that provides three names but returns two values
+    flow = lf.Flow("short").add(tasks.pair(2, name="short", provides=("a", "b", "c")))
+    engine = make_engine(flow)
+    # Then, as in TaskFlow, what it returned is stored and only 'c' is missing
+    engine.run()
+    assert engine.storage.fetch("a") == 0
+    with pytest.raises(exc.NotFound, match="'c'"):
+        engine.storage.fetch("c")
+
+
+def test_strict_results_fails_a_task_returning_fewer_values(make_engine):
     # Given a task that provides three names but returns two values
     flow = lf.Flow("short").add(tasks.Noop("before"),
                                 tasks.pair(2, name="short", provides=("a", "b", "c")))
-    engine = make_engine(flow)
+    engine = make_engine(flow, strict_results=True)
     # Then that task fails with ResultMismatch naming it, and the flow reverts
     with pytest.raises(exc.ResultMismatch) as raised:
         engine.run()

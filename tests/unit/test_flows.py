@@ -40,12 +40,12 @@ def _retry(name=None, provides=None, requires=None):
                                         (gf.Flow, "graph_flow.Flow")])
 def test_str_and_empty(cls, label):
     f = cls("test")
-    assert str(f) == f"{label}: test(len=0)"
+    assert str(f) == f'"{label}: test(len=0)"'
     assert len(f) == 0 and list(f) == [] and list(f.iter_links()) == []
     assert f.requires == set() and f.provides == set()
     assert f.add() is f
     f.add(_task("a"), _task("b"), _task("c"))
-    assert str(f) == f"{label}: test(len=3)"
+    assert str(f) == f'"{label}: test(len=3)"'
 
 
 @pytest.mark.parametrize("cls", [lf.Flow, uf.Flow, gf.Flow])

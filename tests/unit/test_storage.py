@@ -125,13 +125,23 @@ def test_revert_result(s):
     ({"a", "b"}, {"a": 1}, ["'t'", "'b'", "key 'b'"]),
     (("a", "b"), None, ["'t'", "'a'", "NoneType"]),
 ])
-def test_save_result_mismatch_names_atom_symbol_and_index(s, provides, result, words):
+def test_strict_results_mismatch_names_atom_symbol_and_index(s, provides, result, words):
+    s.strict_results = True
     s.ensure_atom(Noop("t", provides=provides))
     with pytest.raises(exc.ResultMismatch) as info:
         s.save("t", result)
     for word in words:
         assert word in str(info.value)
     assert s.get_atom_state("t") == states.PENDING  # nothing was saved
+
+
+def test_a_short_result_is_stored_with_a_warning_as_in_taskflow(s, caplog):
+    s.ensure_atom(Noop("t", provides=("a", "b")))
+    s.save("t", ["only a"])
+    assert "declares it provides 'b' at index 1" in caplog.text
+    assert s.get_atom_state("t") == states.SUCCESS and s.fetch("a") == "only a"
+    with pytest.raises(exc.NotFound, match="^Unable to find result 'b'"):
+        s.fetch("b")
 
 
 def test_save_tuple_results_by_index(s):

@@ -76,7 +76,7 @@ def test_functor_task_maps_the_callable_signature():
 def test_functor_task_with_revert_and_version():
     t = task.FunctorTask(add, name="adder", revert=undo_add, version=(2, 1),
                          rebind={"x": "ex"}, inject={"y": 5})
-    assert str(t) == "adder==2.1"
+    assert str(t) == '"adder==2.1"'
     assert t.rebind == {"x": "ex", "y": "y"}
     assert list(t.requires) == ["ex"]
     assert list(t.optional) == []

@@ -145,6 +145,10 @@ class ActionEngine(base.Engine):
                     self._storage = fe_storage.Storage(
                         self._flow_detail, backend=self._backend,
                         scope_fetcher=self._fetch_scopes)
+                    # A result missing a declared index/key: a warning (as in
+                    # TaskFlow) unless the user asked for a failure.
+                    self._storage.strict_results = bool(
+                        self._options.get("strict_results", False))
         return self._storage
 
     def _fetch_scopes(self, atom_name: str) -> Any:

@@ -289,16 +289,9 @@ class Runtime:
                     if analyzer.state[atom_name] != st.IGNORE:
                         history[atom_name] = self.storage.get(atom_name)
             voters.append(ed)
-        # Each distinct decider is asked once: the same callable on several
-        # links into this atom sees the same history, so gives the same vote.
-        votes: dict[int, bool] = {}
-        nays = []
-        for ed in voters:
-            key = id(ed.decider)
-            if key not in votes:
-                votes[key] = bool(ed.decider(history=history))
-            if not votes[key]:
-                nays.append(ed)
+        # Each link's decider is asked, once per link, as TaskFlow does (the
+        # same callable on two links is called twice: it may count calls).
+        nays = [ed for ed in voters if not ed.decider(history=history)]
         if not nays:
             return True
         depth = de.pick_depth(nays)
