@@ -47,3 +47,13 @@ class RevertRecorder(task.Task):
         if hasattr(result, "exception_str"):
             result = ["failure", result.exception_str]
         return {"result": result, "failures": described}
+
+
+class Announcing(task.Task):
+    """Notifies a custom event it declares (TASK_EVENTS) from its body, as TaskFlow allows."""
+
+    TASK_EVENTS = (*task.Task.TASK_EVENTS, "stage-reached")
+
+    def execute(self) -> str:
+        self.notifier.notify("stage-reached", {"stage": "halfway"})
+        return "done"

@@ -93,6 +93,19 @@ def test_remote_progress_reaches_the_engine_side_task_notifier():
     assert heard == [0.0, 0.5, 1.0]
 
 
+def test_any_event_a_remote_task_notifies_reaches_the_engine_side_task():
+    # Given a listener for a custom event on the flow's own task object
+    exchange = unique()
+    task = et.Announcing("a")
+    heard = []
+    task.notifier.register("stage-reached", lambda event, details: heard.append(details))
+    # When the task notifies it on a remote worker
+    with running_worker(exchange, "t", [et.Announcing]):
+        _load(lf.Flow("f").add(task), exchange).run()
+    # Then the listener hears it, as it would locally
+    assert heard == [{"stage": "halfway"}]
+
+
 def test_failure_reverts_and_revert_gets_the_failures():
     # Given a flow whose second task fails on the worker
     exchange = unique()

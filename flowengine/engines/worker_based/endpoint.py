@@ -79,8 +79,13 @@ class Endpoint:
 
 
 def _listening(task: task_mod.BaseTask, callback: ProgressCallback | None) -> Any:
-    """Context manager: ``callback`` hears the task's progress while it runs."""
-    return notifier.register_deregister(task.notifier, task_mod.EVENT_UPDATE_PROGRESS,
+    """Context manager: ``callback`` hears every event the task notifies while it runs.
+
+    Progress and any other ``self.notifier.notify(event, details)`` of the
+    task: the engine side hands each to the callbacks registered on its own
+    copy of the task, as TaskFlow does.
+    """
+    return notifier.register_deregister(task.notifier, notifier.Notifier.ANY,
                                         callback=callback)
 
 

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from flowengine import exceptions as exc
+from flowengine import task as task_mod
 from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import dispatcher, remote_stats
 from flowengine.engines.worker_based import liveness as lv
@@ -153,7 +154,7 @@ class ReplyHandling:
         """Forward a task event (progress) to the engine and the task's own notifier."""
         event_type, details = data["event_type"], data["details"]
         callback = tracked.progress_callback
-        if callback is not None:
+        if callback is not None and event_type == task_mod.EVENT_UPDATE_PROGRESS:
             try:
                 callback(event_type, details)
             except Exception:
