@@ -27,3 +27,23 @@ def test_built_machine_is_frozen():
     machine, _memory = builder.MachineBuilder(_Runtime(), lambda: True).build({})
     with pytest.raises(automaton_exc.FrozenMachine):
         machine.add_state("EXTRA")
+
+
+def test_statistics_have_taskflows_keys_with_seconds_per_state():
+    import flowengine.engines
+    from flowengine import task as task_mod
+    from flowengine.patterns import linear_flow
+
+    class One(task_mod.Task):
+        def execute(self):
+            return 1
+
+    engine = flowengine.engines.load(linear_flow.Flow("f").add(One("a"), One("b")))
+    engine.run()
+    stats = engine.statistics
+    assert {"active_for", "awaiting", "completed", "discarded_failures", "incomplete",
+            "seconds_per_state"} <= set(stats)
+    assert set(stats["seconds_per_state"]) == {"analyzing", "resuming", "scheduling",
+                                               "waiting"}
+    assert all(s >= 0 for s in stats["seconds_per_state"].values())
+    assert stats["completed"] == 2

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -82,6 +83,10 @@ def transition_table() -> str:
     return m.pformat()
 
 
+#: States whose time engine.statistics['seconds_per_state'] reports (TaskFlow's).
+TIMED_STATES = (st.ANALYZING, st.RESUMING, st.SCHEDULING, st.WAITING)
+
+
 class MachineMemory:
     """What the machine carries between states during one run."""
 
@@ -125,9 +130,24 @@ class MachineBuilder:
         completer = runtime.completer
         scheduler = runtime.scheduler
         is_runnable = self._is_runnable
+        seconds_per_state = {state.lower(): 0.0 for state in TIMED_STATES}
         if gather_statistics:
             statistics.update(discarded_failures=0, awaiting=0, completed=0,
-                              incomplete=0)
+                              incomplete=0, seconds_per_state=seconds_per_state)
+
+        def timed(state: str, reaction: Any) -> Any:
+            """``reaction``, adding its time to seconds_per_state (TaskFlow's statistic)."""
+            if not gather_statistics:
+                return reaction
+            key = state.lower()
+
+            def run(old_state: str, new_state: str, event: str) -> str:
+                started = time.monotonic()
+                try:
+                    return reaction(old_state, new_state, event)
+                finally:
+                    seconds_per_state[key] += time.monotonic() - started
+            return run
 
         def resume(old_state: str, new_state: str, event: str) -> str:
             restart = runtime.resume()
@@ -204,10 +224,10 @@ class MachineBuilder:
             return FINISH
 
         m = _declare(machines.FiniteMachine())
-        m.add_reaction(st.RESUMING, START, resume)
-        m.add_reaction(st.SCHEDULING, SCHEDULE, schedule)
-        m.add_reaction(st.WAITING, WAIT, wait)
-        m.add_reaction(st.ANALYZING, ANALYZE, analyze)
+        m.add_reaction(st.RESUMING, START, timed(st.RESUMING, resume))
+        m.add_reaction(st.SCHEDULING, SCHEDULE, timed(st.SCHEDULING, schedule))
+        m.add_reaction(st.WAITING, WAIT, timed(st.WAITING, wait))
+        m.add_reaction(st.ANALYZING, ANALYZE, timed(st.ANALYZING, analyze))
         m.add_reaction(GAME_OVER, FINISH, game_over)
         m.freeze()
         return m, memory
