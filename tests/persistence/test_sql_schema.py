@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
 import threading
 import uuid
 
 import pytest
 import sqlalchemy as sa
+from alembic.migration import MigrationContext
+from alembic.operations import Operations
+from sqlalchemy.dialects import mysql as mysql_dialect
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.schema import CreateTable
 
 from flowengine import exceptions as exc
 from flowengine.persistence import backends, models
-from flowengine.persistence.backends.sql import migration
+from flowengine.persistence.backends.sql import migration, tables
 
 #: Bound on the start barrier of the concurrent-upgrade test.
 BARRIER_TIMEOUT_S = 20.0
@@ -70,7 +77,7 @@ def test_concurrent_upgrades_of_a_fresh_database(fresh_url):
         t.join(BARRIER_TIMEOUT_S * 2)
     # Then every upgrade succeeds and the schema is at the newest revision
     assert errors == [] and not any(t.is_alive() for t in threads)
-    assert _revision(fresh_url) == migration.head_revision() == "0001"
+    assert _revision(fresh_url) == migration.head_revision() == "0002"
 
 
 def test_validate_reports_an_outdated_schema(tmp_path):
@@ -79,7 +86,7 @@ def test_validate_reports_an_outdated_schema(tmp_path):
         with be.engine.begin() as conn:
             conn.execute(sa.text(f"UPDATE {migration.VERSION_TABLE} SET version_num='0000'"))
         with contextlib.closing(be.get_connection()) as conn:
-            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0001'"):
+            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0002'"):
                 conn.validate()
 
 
@@ -109,3 +116,41 @@ def test_missing_connection_url_is_a_value_error():
 
     with pytest.raises(ValueError, match="needs a 'connection' URL"):
         impl_sqlalchemy.SQLAlchemyBackend({})
+
+
+def _document_columns():
+    """(table, column) of every JSON document column of the current schema."""
+    return {(table.name, column.name) for table in tables.METADATA.sorted_tables
+            for column in table.columns if column.type is tables.DOCUMENT}
+
+
+def test_document_columns_are_longtext_on_mysql():
+    # Given the current schema compiled for MySQL
+    ddl = "\n".join(str(CreateTable(table).compile(dialect=mysql_dialect.dialect()))
+                    for table in tables.METADATA.sorted_tables)
+    # Then every document column is LONGTEXT (TEXT stops at 64 KiB there)
+    assert ddl.count("LONGTEXT") == len(_document_columns()) == 8
+    # ...and stays plain TEXT elsewhere
+    pg = "\n".join(str(CreateTable(table).compile(dialect=pg_dialect.dialect()))
+                   for table in tables.METADATA.sorted_tables)
+    assert "LONGTEXT" not in pg
+
+
+@pytest.mark.parametrize("dialect_name, altered", [("mysql", True), ("sqlite", False),
+                                                   ("postgresql", False)])
+def test_revision_0002_widens_documents_on_mysql_only(dialect_name, altered):
+    # Given revision 0002 run offline (as SQL text) for a dialect
+    module = importlib.import_module(
+        "flowengine.persistence.backends.sql.migrations.versions.0002_mysql_longtext")
+    out = io.StringIO()
+    ctx = MigrationContext.configure(dialect_name=dialect_name,
+                                     opts={"as_sql": True, "output_buffer": out})
+    with Operations.context(ctx):
+        module.upgrade()
+    emitted = out.getvalue()
+    # Then on MySQL each document column of the current schema is altered, else nothing
+    if altered:
+        for table, column in _document_columns():
+            assert f"ALTER TABLE {table} MODIFY {column} LONGTEXT" in emitted
+    else:
+        assert emitted == ""

@@ -16,10 +16,11 @@ from flowengine.utils import optional
 
 try:
     import sqlalchemy as sa
+    from sqlalchemy.dialects import mysql
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
-__all__ = ["ATOMS", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
+__all__ = ["ATOMS", "DOCUMENT", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
 
 #: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
 UUID_LENGTH = 64
@@ -27,13 +28,18 @@ UUID_LENGTH = 64
 # suffixes) while still indexable on MySQL.
 _NAME_LENGTH = 255
 
+#: A JSON document column. MySQL's TEXT stops at 64 KiB, too small for the
+#: results some tasks return: LONGTEXT (4 GiB) there, as TaskFlow uses.
+#: SQLite's and PostgreSQL's TEXT have no such limit.
+DOCUMENT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
 METADATA = sa.MetaData()
 
 LOGBOOKS = sa.Table(
     "logbooks", METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
-    sa.Column("meta", sa.Text),
+    sa.Column("meta", DOCUMENT),
     sa.Column("created_at", sa.DateTime(timezone=True)),
     sa.Column("updated_at", sa.DateTime(timezone=True)),
     sa.Column("format_version", sa.Integer, nullable=False),
@@ -47,7 +53,7 @@ FLOWS = sa.Table(
               sa.ForeignKey("logbooks.uuid", ondelete="CASCADE"), index=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
     sa.Column("state", sa.String(_NAME_LENGTH)),
-    sa.Column("meta", sa.Text),
+    sa.Column("meta", DOCUMENT),
     sa.Column("format_version", sa.Integer, nullable=False),
 )
 
@@ -60,11 +66,11 @@ ATOMS = sa.Table(
     sa.Column("atom_type", sa.String(_NAME_LENGTH)),
     sa.Column("state", sa.String(_NAME_LENGTH)),
     sa.Column("intention", sa.String(_NAME_LENGTH)),
-    sa.Column("version", sa.Text),
-    sa.Column("results", sa.Text),
-    sa.Column("failure", sa.Text),
-    sa.Column("revert_results", sa.Text),
-    sa.Column("revert_failure", sa.Text),
-    sa.Column("meta", sa.Text),
+    sa.Column("version", DOCUMENT),
+    sa.Column("results", DOCUMENT),
+    sa.Column("failure", DOCUMENT),
+    sa.Column("revert_results", DOCUMENT),
+    sa.Column("revert_failure", DOCUMENT),
+    sa.Column("meta", DOCUMENT),
     sa.Column("format_version", sa.Integer, nullable=False),
 )
