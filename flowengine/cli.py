@@ -152,8 +152,9 @@ def _describe(error: BaseException) -> str:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run one worker in this process until SIGINT/SIGTERM."""
-    from flowengine.engines.worker_based import broker_errors, shutdown
-    from flowengine.engines.worker_based import worker as wkr
+    from flowengine.engines.worker_based.transports import errors as broker_errors
+    from flowengine.engines.worker_based.worker_side import shutdown
+    from flowengine.engines.worker_based.worker_side import worker as wkr
     from flowengine.utils import threading_utils as tu
 
     broker_errors.check_shared(args.url, args.transport,
@@ -211,7 +212,7 @@ def _task_classes(items: Sequence[str]) -> list[type]:
     serving nothing would leave every request for it waiting.
     """
     from flowengine.commands import loading
-    from flowengine.engines.worker_based import worker as wkr
+    from flowengine.engines.worker_based.worker_side import worker as wkr
 
     loading.make_cwd_importable()
     classes: list[type] = []
@@ -231,7 +232,7 @@ def _read_secret_file(path: str | None) -> list[str] | None:
     """Keys in ``--secret-file`` (None: fall back to the environment)."""
     if path is None:
         return None
-    from flowengine.engines.worker_based import signing
+    from flowengine.engines.worker_based.wire import signing
 
     return signing.read_key_file(path)
 
@@ -329,8 +330,8 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from flowengine import engines
     from flowengine.demo import flow as demo_flow
-    from flowengine.engines.worker_based import broker_errors
-    from flowengine.engines.worker_based import executor as wbe
+    from flowengine.engines.worker_based.executor_side import executor as wbe
+    from flowengine.engines.worker_based.transports import errors as broker_errors
 
     if args.workers < 1:
         print("flowengine demo: --workers must be at least 1", file=sys.stderr)

@@ -227,7 +227,7 @@ def _keyring(secret_file: str | None) -> Any:
     ``--secret-file`` first, then the environment; None when neither gives a
     key. Raises OSError (unreadable file) or ValueError (no key, or one too short).
     """
-    from flowengine.engines.worker_based import signing
+    from flowengine.engines.worker_based.wire import signing
 
     if secret_file is None:
         return signing.load_keyring(None)
@@ -240,8 +240,8 @@ def _keyring(secret_file: str | None) -> Any:
 def run(args: argparse.Namespace) -> int:
     """Follow the event stream until SIGINT/SIGTERM."""
     from flowengine import exceptions as exc
-    from flowengine.engines.worker_based import broker_errors
     from flowengine.engines.worker_based import events as ev
+    from flowengine.engines.worker_based.transports import errors as broker_errors
 
     try:
         keyring = _keyring(args.secret_file)

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from flowengine import engines
     from flowengine import exceptions as exc
     from flowengine.commands import loading, progress
-    from flowengine.engines.worker_based import broker_errors
+    from flowengine.engines.worker_based.transports import errors as broker_errors
 
     console = Console(stderr=True)
     try:

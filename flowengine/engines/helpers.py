@@ -25,8 +25,8 @@ _BUILTIN_ENGINES = {
     "default": "flowengine.engines.action_engine.engine:SerialActionEngine",
     "serial": "flowengine.engines.action_engine.engine:SerialActionEngine",
     "parallel": "flowengine.engines.action_engine.engine:ParallelActionEngine",
-    "worker-based": "flowengine.engines.worker_based.engine:WorkerBasedActionEngine",
-    "workers": "flowengine.engines.worker_based.engine:WorkerBasedActionEngine",
+    "worker-based": "flowengine.engines.worker_based.executor_side.engine:WorkerBasedActionEngine",
+    "workers": "flowengine.engines.worker_based.executor_side.engine:WorkerBasedActionEngine",
 }
 
 

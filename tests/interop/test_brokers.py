@@ -116,7 +116,7 @@ def test_same_outcome_on_every_fleet(fleet, kind, tmp_path):
 def test_discovery_both_ways(fleet):
     from taskflow.engines.worker_based import executor as tf_executor
 
-    from flowengine.engines.worker_based import executor as fe_executor
+    from flowengine.engines.worker_based.executor_side import executor as fe_executor
 
     # Given a TaskFlow executor on the compat flowengine worker's exchange and a
     # flowengine executor (compat) on the TaskFlow worker's exchange

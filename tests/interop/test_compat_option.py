@@ -7,9 +7,9 @@ import uuid
 import pytest
 
 from flowengine import cli
-from flowengine.engines.worker_based import compat
-from flowengine.engines.worker_based import worker as wkr
-from flowengine.engines.worker_based.engine import WorkerBasedActionEngine
+from flowengine.engines.worker_based.executor_side.engine import WorkerBasedActionEngine
+from flowengine.engines.worker_based.messaging import compat
+from flowengine.engines.worker_based.worker_side import worker as wkr
 
 
 def test_cli_accepts_compat_taskflow_only(capsys):

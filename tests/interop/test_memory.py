@@ -108,7 +108,7 @@ def test_taskflow_engine_discovers_flowengine_worker():
 
 def test_flowengine_engine_discovers_taskflow_worker(caplog):
     # Given a TaskFlow worker and a flowengine executor (compat='taskflow')
-    from flowengine.engines.worker_based import executor as fe_executor
+    from flowengine.engines.worker_based.executor_side import executor as fe_executor
 
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
     with harness.thread_worker("taskflow", st.build("taskflow"), exchange, topic,
@@ -131,7 +131,7 @@ def test_flowengine_engine_discovers_taskflow_worker(caplog):
 def test_mixed_runs_warn_once_about_what_is_lost(tmp_path, caplog):
     # Given a flowengine engine on a TaskFlow worker, then a TaskFlow engine on a
     # flowengine worker
-    caplog.set_level("WARNING", logger="flowengine.engines.worker_based.compat")
+    caplog.set_level("WARNING", logger="flowengine.engines.worker_based.messaging.compat")
     run_on_fleet("linear", "flowengine", "taskflow", tmp_path)
     run_on_fleet("linear", "taskflow", "flowengine", tmp_path)
     # Then each side said once (not once per request) what degrades
@@ -143,7 +143,7 @@ def test_mixed_runs_warn_once_about_what_is_lost(tmp_path, caplog):
 
 
 def test_all_flowengine_run_warns_about_nothing(tmp_path, caplog):
-    caplog.set_level("WARNING", logger="flowengine.engines.worker_based.compat")
+    caplog.set_level("WARNING", logger="flowengine.engines.worker_based.messaging.compat")
     run_on_fleet("linear", "flowengine", "flowengine", tmp_path)
     assert not caplog.records
 

@@ -15,9 +15,9 @@ import kombu
 import pytest
 from kombu.transport.virtual.base import NotEquivalentError
 
-from flowengine.engines.worker_based import compat
 from flowengine.engines.worker_based import protocol as fe_pr
-from flowengine.engines.worker_based import proxy as fe_proxy
+from flowengine.engines.worker_based.messaging import compat
+from flowengine.engines.worker_based.messaging import proxy as fe_proxy
 from flowengine.types import failure as fe_ft
 from tests.interop import shared_tasks as st
 

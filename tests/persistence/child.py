@@ -43,7 +43,7 @@ def filesystem_transport(broker_dir: str) -> dict:
 
 
 def _worker(exchange: str, topic: str, broker_dir: str) -> int:
-    from flowengine.engines.worker_based import worker as wk
+    from flowengine.engines.worker_based.worker_side import worker as wk
 
     worker = wk.Worker(exchange, topic, [flows], threads_count=WORKER_THREADS,
                        transport="filesystem",

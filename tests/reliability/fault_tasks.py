@@ -13,7 +13,7 @@ import os
 import time
 
 from flowengine import task
-from flowengine.engines.worker_based import context
+from flowengine.engines.worker_based.worker_side import context
 
 #: Environment variable naming the shared records file.
 RECORDS_ENV = "FLOWENGINE_FAULT_RECORDS"

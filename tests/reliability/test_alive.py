@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import executor as wex
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import HEARTBEAT_S, MISSES, Workers
 

@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.wire import liveness as lv
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import Workers
 from tests.worker_based.wire_helpers import Client

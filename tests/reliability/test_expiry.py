@@ -16,7 +16,7 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.types import failure as ft
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import Workers

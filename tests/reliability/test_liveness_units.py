@@ -15,10 +15,10 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import context
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import request_memory as rm
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.worker_side import context
+from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.types import failure as ft
 from tests.reliability import fault_tasks
 from tests.worker_based import executor_tasks as et
@@ -93,7 +93,7 @@ def test_liveness_helpers():
 # --- executor: fencing, giving up, run time limit ---
 
 def test_replies_from_a_superseded_attempt_are_ignored(caplog):
-    caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor")
+    caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]) as fake, \
             running_executor(exchange, ["t"], lost_after=0.2) as executor:

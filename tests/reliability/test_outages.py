@@ -33,9 +33,9 @@ import kombu
 import pytest
 
 from flowengine import engines
-from flowengine.engines.worker_based import executor as wex
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import topology
+from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.transports import topology
 from flowengine.patterns import unordered_flow as uf
 from tests.reliability import checker, ledger
 from tests.reliability.outage_procs import running_workers

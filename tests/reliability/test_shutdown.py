@@ -19,7 +19,7 @@ import pytest
 
 from flowengine import engines
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.patterns import unordered_flow as uf
 from tests.reliability import lifecycle_tasks as lt
 from tests.reliability import worker_procs as wp
@@ -188,7 +188,7 @@ def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
 
 
 def test_the_same_signal_twice_at_once_counts_once_another_one_means_cold():
-    from flowengine.engines.worker_based import shutdown
+    from flowengine.engines.worker_based.worker_side import shutdown
 
     stopper = shutdown.Shutdown(worker=None)
     # Given a SIGTERM delivered to the process and to its group at once

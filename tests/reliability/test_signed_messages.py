@@ -16,7 +16,8 @@ import kombu
 import pytest
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import signing, topology
+from flowengine.engines.worker_based.transports import topology
+from flowengine.engines.worker_based.wire import signing
 from tests.reliability import ledger
 from tests.reliability.outage_procs import running_workers, worker_env
 from tests.reliability.outage_tasks import Mark

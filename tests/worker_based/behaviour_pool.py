@@ -56,7 +56,7 @@ def _suite_modules() -> list[Any]:
 
 
 def _start_pool() -> dict[str, Any]:
-    from flowengine.engines.worker_based import worker as wk
+    from flowengine.engines.worker_based.worker_side import worker as wk
 
     exchange = f"behaviour-{uuid.uuid4().hex[:8]}"
     topic = "behaviour"

@@ -11,7 +11,7 @@ import json
 import sys
 import threading
 
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import executor as wex
 
 
 def main() -> None:

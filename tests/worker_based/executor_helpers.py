@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
-from flowengine.engines.worker_based import dispatcher
-from flowengine.engines.worker_based import executor as wex
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import worker as wk
+from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.worker_side import worker as wk
 
 #: Bounded wait (s), only so that a bug fails a test instead of hanging it.
 WAIT_S = 10.0

@@ -99,7 +99,7 @@ class ProcessPool:
 
     def start(self) -> None:
         """Start the processes and wait until every one has announced itself."""
-        from flowengine.engines.worker_based import executor as wbe
+        from flowengine.engines.worker_based.executor_side import executor as wbe
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))

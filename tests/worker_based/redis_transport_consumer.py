@@ -18,7 +18,7 @@ import time
 
 import kombu
 
-from flowengine.engines.worker_based import leases
+from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 
 #: Bound (s) on how long this process waits for a message, and then for its

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import dispatcher as d
+from flowengine.engines.worker_based.messaging import dispatcher as d
 
 
 class FakeMessage:

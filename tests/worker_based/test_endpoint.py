@@ -6,7 +6,7 @@ import pytest
 import worker_tasks as wt
 
 from flowengine import task
-from flowengine.engines.worker_based import endpoint as ep
+from flowengine.engines.worker_based.worker_side import endpoint as ep
 from flowengine.types import failure as ft
 
 

@@ -13,8 +13,8 @@ from flowengine import engines, states
 from flowengine import exceptions as exc
 from flowengine.demo import flow as demo_flow
 from flowengine.demo import tasks as demo_tasks
-from flowengine.engines.worker_based import engine as wbe
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import engine as wbe
+from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.patterns import linear_flow as lf
 from flowengine.patterns import unordered_flow as uf
 from tests.worker_based import executor_tasks as et

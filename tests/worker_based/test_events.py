@@ -10,8 +10,9 @@ import threading
 import pytest
 
 from flowengine import engines, exceptions, retry
-from flowengine.engines.worker_based import event_hooks
 from flowengine.engines.worker_based import events as ev
+from flowengine.engines.worker_based.events import hooks as event_hooks
+from flowengine.engines.worker_based.events import receiver
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
 from tests.worker_based.event_helpers import WAIT_S, check_sequences, collecting, flow_finished
@@ -200,8 +201,8 @@ def test_worker_without_events_sends_none():
 
 
 def test_bad_exchange_event_is_ignored_by_receiver():
-    assert list(ev._decode(b"not json")) == []
-    assert list(ev._decode('[{"type": "a"}, {"no": "type"}]')) == [{"type": "a"}]
+    assert list(receiver.decode(b"not json")) == []
+    assert list(receiver.decode('[{"type": "a"}, {"no": "type"}]')) == [{"type": "a"}]
 
 
 # --- real worker processes (filesystem transport) -----------------------------

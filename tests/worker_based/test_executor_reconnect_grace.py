@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from flowengine import engines, task
-from flowengine.engines.worker_based import executor as wex
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import tracking as tr
+from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.patterns import linear_flow as lf
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import running_executor, running_worker, unique
@@ -117,7 +117,7 @@ def executor():
 
 
 def test_consumer_restart_after_an_outage_forgives_but_first_start_does_not(executor, caplog):
-    caplog.set_level(logging.INFO, logger=wex.LOG.name)
+    caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     # Given a held request long silent, and the callback wired to the consumer
     tracked = _held(executor._book, silent_for_s=BOUND_S * 3)
     before = tracked.last_heard
@@ -229,7 +229,7 @@ def _record_consumer_starts(executor: wex.WorkerTaskExecutor, tracked: tr.Tracke
 @pytest.mark.slow
 def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_redis,
                                                                         caplog):
-    caplog.set_level(logging.INFO, logger=wex.LOG.name)
+    caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     _Signals.reset()
     exchange, topic = unique(), "grace"
     conn = {"url": private_redis.url}

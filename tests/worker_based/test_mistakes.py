@@ -22,7 +22,7 @@ import redis
 
 from flowengine import cli, engines, states
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import executor as wex
+from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.patterns import linear_flow as lf
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import MEMORY, WAIT_S, running_worker, unique
@@ -119,7 +119,7 @@ def test_no_worker_serving_the_task_warns_early_and_times_out_once(caplog):
     exchange = unique()
     flow = lf.Flow("f").add(et.RevertRecorder("done"), et.Other("missing"))
     with running_worker(exchange, "t", [et.RevertRecorder, et.Echo]), \
-            caplog.at_level(logging.INFO, logger="flowengine.engines.worker_based.executor"):
+            caplog.at_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side"):
         engine = engines.load(flow, store={"value": 1}, engine="worker-based",
                               exchange=exchange, topics=["t"], transition_timeout=2.0,
                               **MEMORY)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.wire import schemas
 from flowengine.types import failure as ft
 
 SEED_TABLE = """\
@@ -286,13 +287,13 @@ def test_failure_to_dict_is_json_even_with_odd_args():
 
 
 def test_validators_are_compiled_once_and_fast():
-    validator = pr._REQUEST_VALIDATOR
+    validator = schemas.REQUEST_VALIDATOR
     body = pr.Request(wt.Add(), "u1", pr.EXECUTE, {"x": 1, "y": 2}).to_dict()
     start = time.perf_counter()
     for _ in range(2000):
         pr.Request.validate(body)
     elapsed = time.perf_counter() - start
-    assert pr._REQUEST_VALIDATOR is validator
+    assert schemas.REQUEST_VALIDATOR is validator
     # TaskFlow rebuilt the validator per message (~0.8 ms each); a compiled
     # one takes a few microseconds. Generous bound for a loaded machine.
     assert elapsed < 1.0, f"2000 validations took {elapsed:.3f} s"

@@ -1,6 +1,6 @@
 """The validation fast paths: they may only accept bodies the schemas accept.
 
-``protocol._response_fast`` / ``_request_fast`` skip jsonschema for the usual
+``wire.schemas.response_fast`` / ``request_fast`` skip jsonschema for the usual
 message shapes. Generated bodies close to those shapes (and far from them)
 must never be accepted by a fast path while the compiled schema rejects them;
 the usual shapes must take the fast path.
@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.wire import schemas
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -47,15 +48,15 @@ REQUESTS = st.one_of(
 @settings(max_examples=400)
 @given(RESPONSES)
 def test_response_fast_path_accepts_only_schema_valid_bodies(body):
-    if pr._response_fast(body):
-        assert pr._RESPONSE_VALIDATOR.is_valid(body), body
+    if schemas.response_fast(body):
+        assert schemas.RESPONSE_VALIDATOR.is_valid(body), body
 
 
 @settings(max_examples=400)
 @given(REQUESTS)
 def test_request_fast_path_accepts_only_schema_valid_bodies(body):
-    if pr._request_fast(body):
-        assert pr._REQUEST_VALIDATOR.is_valid(body), body
+    if schemas.request_fast(body):
+        assert schemas.REQUEST_VALIDATOR.is_valid(body), body
 
 
 def test_usual_messages_take_the_fast_path():
@@ -63,16 +64,16 @@ def test_usual_messages_take_the_fast_path():
                         ("FAILURE", {"result": {"exc_type_names": ["RuntimeError"]}}),
                         ("EVENT", {"event_type": "update_progress",
                                    "details": {"progress": 0.5}})):
-        assert pr._response_fast({"state": state, "data": data}), state
+        assert schemas.response_fast({"state": state, "data": data}), state
     request = {"task_cls": "m.T", "task_name": "t", "task_version": [1, 0],
                "action": "execute", "arguments": {"x": 1}}
-    assert pr._request_fast(request)
-    assert pr._request_fast(dict(request, action="revert", result=None, failures={}))
+    assert schemas.request_fast(request)
+    assert schemas.request_fast(dict(request, action="revert", result=None, failures={}))
 
 
 def test_invalid_bodies_still_fail_with_the_schema_message():
     for bad in ({"state": "SUCCESS", "data": {"result": 1, "x": 2}}, {"state": 1, "data": {}}):
-        assert not pr._response_fast(bad)
+        assert not schemas.response_fast(bad)
         try:
             pr.Response.validate(bad)
         except Exception as e:  # InvalidFormat, from the full validator

@@ -11,9 +11,9 @@ import pytest
 from wire_helpers import RawSender, conn_kwargs
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import dispatcher
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
 
 WAIT_S = 10.0
 

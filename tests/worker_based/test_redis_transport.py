@@ -33,9 +33,10 @@ from wire_helpers import Client, running_worker
 
 from flowengine import exceptions as exc
 from flowengine import task
-from flowengine.engines.worker_based import dispatcher, leases
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 

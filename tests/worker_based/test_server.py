@@ -13,7 +13,7 @@ import worker_tasks as wt
 from wire_helpers import Client, RawSender, conn_kwargs, running_worker
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import server as server_mod
+from flowengine.engines.worker_based.worker_side import server as server_mod
 from flowengine.types import failure as ft
 
 TOPIC = "calc"

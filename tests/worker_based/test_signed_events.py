@@ -19,14 +19,12 @@ import kombu
 import pytest
 
 from flowengine import engines, retry
-from flowengine.engines.worker_based import (
-    event_channel,
-    event_hooks,
-    event_receiver,
-    event_signing,
-    signing,
-)
 from flowengine.engines.worker_based import events as ev
+from flowengine.engines.worker_based.events import channel as event_channel
+from flowengine.engines.worker_based.events import hooks as event_hooks
+from flowengine.engines.worker_based.events import receiver as event_receiver
+from flowengine.engines.worker_based.events import signing as event_signing
+from flowengine.engines.worker_based.wire import signing
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
 from tests.worker_based.event_helpers import WAIT_S, Collector, collecting, flow_finished

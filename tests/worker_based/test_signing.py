@@ -8,8 +8,8 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import signing
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.wire import signing
 from tests.worker_based import worker_tasks
 from tests.worker_based.executor_helpers import WAIT_S, running_executor, unique
 from tests.worker_based.wire_helpers import Client, running_worker

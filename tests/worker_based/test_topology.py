@@ -7,8 +7,8 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import recovery, topology
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.transports import recovery, topology
 from tests.worker_based.executor_helpers import unique
 
 

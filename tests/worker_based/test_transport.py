@@ -14,9 +14,10 @@ import time
 import kombu
 import pytest
 
-from flowengine.engines.worker_based import dispatcher, transports
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
+from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
 from flowengine.engines.worker_based.transports import memory as mem
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import types as wt
+from flowengine.engines.worker_based.executor_side import discovery as wt
 
 # Seconds a test waits for something that should happen at once (bounded
 # only so that a bug fails the test instead of hanging it).

@@ -12,7 +12,7 @@ from wire_helpers import Client
 
 from flowengine import task
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import worker as wk
+from flowengine.engines.worker_based.worker_side import worker as wk
 
 SERVED = ["worker_tasks.Add", "worker_tasks.BadFailure", "worker_tasks.Blocking",
           "worker_tasks.Fail", "worker_tasks.Huge", "worker_tasks.NeedsArg",
@@ -119,7 +119,7 @@ def test_run_serves_until_stop(unique_name, caplog):
 def test_run_logs_the_banner_by_default(unique_name, caplog):
     worker = wk.Worker(unique_name, "t", [wt.Add], threads_count=1, transport="memory")
     thread = threading.Thread(target=worker.run, daemon=True)
-    with caplog.at_level(logging.INFO, logger="flowengine.engines.worker_based.worker"):
+    with caplog.at_level(logging.INFO, logger="flowengine.engines.worker_based.worker_side.worker"):
         thread.start()
         assert worker.wait(10)
         worker.stop()
@@ -155,7 +155,7 @@ def test_stop_finishes_running_requests_first(unique_name):
 WORKER_SCRIPT = """
 import signal, sys, threading
 sys.path.insert(0, sys.argv[3])
-from flowengine.engines.worker_based import worker
+from flowengine.engines.worker_based.worker_side import worker
 w = worker.Worker(sys.argv[1], "t", ["worker_tasks"], threads_count=2,
                   transport="filesystem", transport_options={"data_folder": sys.argv[2]})
 signal.signal(signal.SIGTERM, lambda *a: threading.Thread(target=w.stop).start())

@@ -12,10 +12,11 @@ from typing import Any
 
 import kombu
 
-from flowengine.engines.worker_based import dispatcher, transports
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import worker as wk
+from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.worker_side import worker as wk
 
 #: Bounded wait (s) used only to fail instead of hanging.
 WAIT_S = 10.0

@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from flowengine import engines, task  # noqa: E402
 from flowengine.engines.worker_based import events as ev  # noqa: E402
-from flowengine.engines.worker_based import worker as wk  # noqa: E402
+from flowengine.engines.worker_based.worker_side import worker as wk  # noqa: E402
 from flowengine.patterns import linear_flow  # noqa: E402
 
 #: Tasks in the flow (the issue's figure).

@@ -150,7 +150,7 @@ def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
         from taskflow.engines.worker_based import worker
         return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
                              **conn), pool
-    from flowengine.engines.worker_based import worker
+    from flowengine.engines.worker_based.worker_side import worker
     return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
                          **conn), pool
 

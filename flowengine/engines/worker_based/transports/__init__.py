@@ -18,7 +18,7 @@ from typing import Any
 import kombu
 from kombu import transport as kombu_transport
 
-from flowengine.engines.worker_based import broker_errors
+from flowengine.engines.worker_based.transports import errors as broker_errors
 
 MEMORY = "flowengine-memory"
 FILESYSTEM = "flowengine-filesystem"

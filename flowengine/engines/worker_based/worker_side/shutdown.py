@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import server as server_mod
+from flowengine.engines.worker_based.worker_side import server as server_mod
 
 LOG = logging.getLogger(__name__)
 

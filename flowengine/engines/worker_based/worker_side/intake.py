@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import compat as compat_mod
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import request_memory as rm
-from flowengine.engines.worker_based.worker_replies import StoredResponse
+from flowengine.engines.worker_based.messaging import compat as compat_mod
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side.replier import StoredResponse
 
-LOG = logging.getLogger("flowengine.engines.worker_based.server")
+LOG = logging.getLogger(__name__)
 
 #: Longest single wait (s) of a consume loop waiting for room: it re-checks
 #: stop() at least this often.

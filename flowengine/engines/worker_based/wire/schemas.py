@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.wire_names import (
+from flowengine.engines.worker_based.wire.names import (
     EVENT,
     EXECUTE,
     FAILURE,

@@ -17,18 +17,17 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine import task as task_mod
-from flowengine.engines.worker_based import compat as compat_mod
-from flowengine.engines.worker_based import dispatcher, remote_stats
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import tracking as tr
-from flowengine.engines.worker_based import types as wt
+from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import remote_stats
+from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.messaging import compat as compat_mod
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.types import failure as ft
 
-# Logged under the executor's name: one logger to configure for the whole
-# executor side, as before it was split into modules.
-LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+LOG = logging.getLogger(__name__)
 
 
 class ReplyHandling:

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flowengine import states
-from flowengine.engines.worker_based import events as ev
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import signing
+from flowengine.engines.worker_based.events import model
+from flowengine.engines.worker_based.events.publisher import EventPublisher
+from flowengine.engines.worker_based.wire import signing
 
 #: Whether workers and engines publish events when not told: off, because
 #: publishing costs a broker write per event (see doc/source/events.rst for
@@ -42,7 +43,7 @@ class _Request:
 class WorkerEvents:
     """A worker's events: online/heartbeat/offline and every request's life."""
 
-    def __init__(self, publisher: ev.EventPublisher, worker_id: str, topic: str,
+    def __init__(self, publisher: EventPublisher, worker_id: str, topic: str,
                  tasks: Iterable[str]) -> None:
         self.publisher = publisher
         self.enabled = publisher.enabled
@@ -65,7 +66,7 @@ class WorkerEvents:
         """
         enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
         # The worker id names the sender: unique even for workers sharing a process.
-        publisher = ev.EventPublisher(
+        publisher = EventPublisher(
             exchange, url=url, transport=transport, transport_options=transport_options,
             hostname=worker_id, enabled=enabled, secret=secret if enabled else None)
         return cls(publisher, worker_id, topic, tasks)
@@ -74,7 +75,7 @@ class WorkerEvents:
         with self._lock:
             active, processed = len(self._requests), self._processed
         self.publisher.send(event_type, active=active, processed=processed,
-                            freq=ev.HEARTBEAT_PERIOD_S, **self._base, **fields)
+                            freq=model.HEARTBEAT_PERIOD_S, **self._base, **fields)
 
     def online(self) -> None:
         """The worker consumes (again)."""
@@ -84,7 +85,7 @@ class WorkerEvents:
 
     def heartbeat(self) -> None:
         """Called often from the consume loop: a heartbeat when one is due."""
-        if self.enabled and time.monotonic() - self._last_heartbeat >= ev.HEARTBEAT_PERIOD_S:
+        if self.enabled and time.monotonic() - self._last_heartbeat >= model.HEARTBEAT_PERIOD_S:
             self._last_heartbeat = time.monotonic()
             with self._lock:
                 running = sorted(self._requests)
@@ -103,7 +104,7 @@ class WorkerEvents:
         fields = {"uuid": task_uuid, "name": work.task_name, "task_cls": work.task_cls,
                   "action": work.action, "root_id": headers.get(pr.HEADER_ROOT_ID),
                   "attempt": headers.get(pr.HEADER_ATTEMPT, 0), **self._base}
-        fields.update(ev.request_timings(headers))
+        fields.update(model.request_timings(headers))
         with self._lock:
             self._requests[task_uuid] = _Request(fields)
         self.publisher.send("task-received", **fields)
@@ -115,7 +116,7 @@ class WorkerEvents:
             self.publisher.send("task-expired", uuid=task_uuid, name=data.get("task_name"),
                                 root_id=headers.get(pr.HEADER_ROOT_ID),
                                 attempt=headers.get(pr.HEADER_ATTEMPT, 0),
-                                **ev.request_timings(headers), **self._base)
+                                **model.request_timings(headers), **self._base)
 
     def forget(self, task_uuid: str) -> None:
         """A received request will not run here (refused after task-received)."""
@@ -173,7 +174,7 @@ class FlowEvents:
     #: Flow states that end a run.
     FINAL_STATES = (states.SUCCESS, states.FAILURE, states.REVERTED, states.SUSPENDED)
 
-    def __init__(self, publisher: ev.EventPublisher) -> None:
+    def __init__(self, publisher: EventPublisher) -> None:
         self.publisher = publisher
         self.root_id: str | None = None
         # Retries of each controller in the current run (its events' attempt).
@@ -190,7 +191,7 @@ class FlowEvents:
         enabled = options.get("events")
         enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
         keyring = signing.load_keyring(options.get("secret")) if enabled else None
-        publisher = ev.EventPublisher(
+        publisher = EventPublisher(
             exchange, url=options.get("url"), transport=options.get("transport"),
             transport_options=options.get("transport_options"),
             hostname=f"engine:{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}",

@@ -7,13 +7,12 @@ from typing import Any
 
 from kombu.transport import virtual
 
-from flowengine.engines.worker_based import compat as compat_mod
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import topology, transports
+from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based.messaging import compat as compat_mod
+from flowengine.engines.worker_based.transports import topology
 
-# Logged under the executor's name: one logger to configure for the whole
-# executor side, as before it was split into modules.
-LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+LOG = logging.getLogger(__name__)
 
 
 def drop_reply_queue(exchange_name: str, executor_uuid: str, url: str | None,

@@ -17,14 +17,12 @@ from collections.abc import Callable
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import tracking as tr
-from flowengine.engines.worker_based import types as wt
-from flowengine.engines.worker_based import unserved
+from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.executor_side import unserved
+from flowengine.engines.worker_based.messaging import proxy as px
 
-# Logged under the executor's name: one logger to configure for the whole
-# executor side, as before it was split into modules.
-LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+LOG = logging.getLogger(__name__)
 
 # Seconds between two rounds of the reply consumer's loop when no reply
 # arrives. A request is only declared lost once the consumer has gone round

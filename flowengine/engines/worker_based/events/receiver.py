@@ -20,12 +20,12 @@ from typing import Any
 import kombu
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import event_channel as channel
-from flowengine.engines.worker_based import event_signing, signing
-from flowengine.engines.worker_based.event_format import LamportClock
+from flowengine.engines.worker_based.events import channel
+from flowengine.engines.worker_based.events import signing as event_signing
+from flowengine.engines.worker_based.events.model import LamportClock
+from flowengine.engines.worker_based.wire import signing
 
-# Logged under the public module's name, as before events.py was split.
-LOG = logging.getLogger("flowengine.engines.worker_based.events")
+LOG = logging.getLogger(__name__)
 
 #: Messages a receiver's queue keeps on brokers that honour a length limit
 #: (RabbitMQ): a stalled viewer must not fill the broker.

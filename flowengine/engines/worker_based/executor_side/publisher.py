@@ -16,17 +16,15 @@ from concurrent import futures
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import events
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import proxy as px
-from flowengine.engines.worker_based import timelimits as tlim
-from flowengine.engines.worker_based import tracking as tr
+from flowengine.engines.worker_based.events import model as event_model
+from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.worker_side import timelimits as tlim
 from flowengine.types import failure as ft
 
-# Logged under the executor's name: one logger to configure for the whole
-# executor side, as before it was split into modules.
-LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+LOG = logging.getLogger(__name__)
 
 # Who published a request (this process), carried in every request's headers.
 ORIGIN = pr.make_origin()
@@ -78,7 +76,7 @@ class RequestPublishing:
             # (expires is a little earlier than our deadline; see liveness.py).
             headers[pr.HEADER_EXPIRES] = lv.expires_at(tracked.deadline,
                                                        self._transition_timeout or 0.0)
-        headers.update(events.timing_headers(tracked.origin.created_at))
+        headers.update(event_model.timing_headers(tracked.origin.created_at))
         limits = tlim.header_for(tracked.request.task)  # the task's soft/hard limits
         if limits is not None:
             headers[pr.HEADER_TIMELIMIT] = limits

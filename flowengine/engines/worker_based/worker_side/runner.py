@@ -16,7 +16,7 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import timelimits as tl
+from flowengine.engines.worker_based.worker_side import timelimits as tl
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def executor_kind(name: str) -> str:
 def make_body_runner(kind: str) -> Any:
     """A body runner of the given kind."""
     if executor_kind(kind) == PROCESSES:
-        from flowengine.engines.worker_based import process_runner
+        from flowengine.engines.worker_based.worker_side import forked as process_runner
         return process_runner.ProcessRunner()
     return tl.ThreadRunner()
 

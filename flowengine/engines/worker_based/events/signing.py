@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from flowengine.engines.worker_based import signing
+from flowengine.engines.worker_based.wire import signing
 
 #: What the signature covers besides the body: nothing. Shared by both sides
 #: so they can never disagree about it.

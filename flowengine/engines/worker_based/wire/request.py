@@ -1,7 +1,7 @@
 """The REQUEST message: one task action to run remotely, and its lifecycle.
 
 On the executor a :class:`Request` is also the live record of that action:
-its state (moved along :mod:`~flowengine.engines.worker_based.request_machine`),
+its state (moved along :mod:`~flowengine.engines.worker_based.wire.machine`),
 its expiry and the future the engine waits on. On the worker a validated
 body becomes a :class:`WorkUnit`.
 """
@@ -15,10 +15,10 @@ from concurrent import futures
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.request_machine import MACHINE, TRANSITIONS, make_an_event
-from flowengine.engines.worker_based.wire_failures import failure_to_dict, validate_failure
-from flowengine.engines.worker_based.wire_messages import Message
-from flowengine.engines.worker_based.wire_names import (
+from flowengine.engines.worker_based.wire.failures import failure_to_dict, validate_failure
+from flowengine.engines.worker_based.wire.machine import MACHINE, TRANSITIONS, make_an_event
+from flowengine.engines.worker_based.wire.messages import Message
+from flowengine.engines.worker_based.wire.names import (
     ACTION_TO_EVENT,
     NO_RESULT,
     REQUEST,
@@ -26,7 +26,7 @@ from flowengine.engines.worker_based.wire_names import (
     STOP_TIMER_STATES,
     WAITING_STATES,
 )
-from flowengine.engines.worker_based.wire_schemas import (
+from flowengine.engines.worker_based.wire.schemas import (
     REQUEST_SCHEMA,
     REQUEST_VALIDATOR,
     check,
@@ -35,9 +35,7 @@ from flowengine.engines.worker_based.wire_schemas import (
 from flowengine.types import failure as ft
 from flowengine.utils import reflection
 
-# Logged under the public module's name, as before protocol.py was split, so
-# existing logging configuration keeps applying to request transitions.
-LOG = logging.getLogger("flowengine.engines.worker_based.protocol")
+LOG = logging.getLogger(__name__)
 
 
 class WorkUnit(NamedTuple):

@@ -10,7 +10,7 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import types as wt
+from flowengine.engines.worker_based.executor_side import discovery as wt
 
 LOG = logging.getLogger(__name__)
 

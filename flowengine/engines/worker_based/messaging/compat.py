@@ -28,7 +28,7 @@ from typing import Any
 import kombu
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import topology
+from flowengine.engines.worker_based.transports import topology
 
 LOG = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 A message is built from, and turned back into, a JSON body; ``validate``
 checks a received body (nested failures included) before anything acts on
 it. REQUEST, the executor's stateful view of a request, has its own module
-(:mod:`flowengine.engines.worker_based.wire_request`).
+(:mod:`flowengine.engines.worker_based.wire.request`).
 """
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import abc
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.wire_failures import failure_to_dict, validate_failure
-from flowengine.engines.worker_based.wire_names import (
+from flowengine.engines.worker_based.wire.failures import failure_to_dict, validate_failure
+from flowengine.engines.worker_based.wire.names import (
     EVENT,
     FAILURE,
     NOTIFY,
     RESPONSE,
     SUCCESS,
 )
-from flowengine.engines.worker_based.wire_schemas import (
+from flowengine.engines.worker_based.wire.schemas import (
     NOTIFY_RESPONSE_SCHEMA,
     NOTIFY_RESPONSE_VALIDATOR,
     NOTIFY_SENDER_SCHEMA,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from automaton import machines
 
-from flowengine.engines.worker_based.wire_names import (
+from flowengine.engines.worker_based.wire.names import (
     FAILURE,
     PENDING,
     RUNNING,

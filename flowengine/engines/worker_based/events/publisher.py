@@ -20,16 +20,16 @@ from typing import Any
 
 import kombu
 
-from flowengine.engines.worker_based import event_channel as channel
-from flowengine.engines.worker_based import event_signing, signing
-from flowengine.engines.worker_based.event_format import (
+from flowengine.engines.worker_based.events import channel
+from flowengine.engines.worker_based.events import signing as event_signing
+from flowengine.engines.worker_based.events.model import (
     LamportClock,
     default_hostname,
     make_event,
 )
+from flowengine.engines.worker_based.wire import signing
 
-# Logged under the public module's name, as before events.py was split.
-LOG = logging.getLogger("flowengine.engines.worker_based.events")
+LOG = logging.getLogger(__name__)
 
 #: Events a publisher holds while its thread is behind; past this they are
 #: dropped (a slow or absent broker must not grow a worker's memory).

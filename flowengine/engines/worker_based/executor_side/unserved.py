@@ -14,12 +14,10 @@ import logging
 import time
 from collections.abc import Iterable
 
-from flowengine.engines.worker_based import tracking as tr
-from flowengine.engines.worker_based import types as wt
+from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import tracking as tr
 
-# Logged under the executor's name: one logger to configure for the whole
-# executor side.
-LOG = logging.getLogger("flowengine.engines.worker_based.executor")
+LOG = logging.getLogger(__name__)
 
 #: Seconds a request may wait for a capable worker before the warning: a
 #: discovery round trip takes milliseconds even on a loaded machine, so a

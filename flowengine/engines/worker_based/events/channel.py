@@ -16,8 +16,7 @@ import kombu
 
 from flowengine.engines.worker_based import transports
 
-# Logged under the public module's name, as before events.py was split.
-LOG = logging.getLogger("flowengine.engines.worker_based.events")
+LOG = logging.getLogger(__name__)
 
 #: Suffix of the events exchange name (``<exchange>.events``): the task
 #: exchange is direct, so events need an exchange of their own to fan out.

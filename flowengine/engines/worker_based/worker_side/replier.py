@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import liveness as lv
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import request_memory as rm
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.types import failure as ft
 
-LOG = logging.getLogger("flowengine.engines.worker_based.server")
+LOG = logging.getLogger(__name__)
 
 #: Seconds between repeated announcements (executors forget a worker after
 #: worker_expiry seconds of silence; they are sent by the heartbeat thread,

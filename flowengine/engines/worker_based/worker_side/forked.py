@@ -29,7 +29,7 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import timelimits as tl
+from flowengine.engines.worker_based.worker_side import timelimits as tl
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""The engine's side: publish requests, follow replies, find workers."""

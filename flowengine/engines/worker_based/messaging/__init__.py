@@ -1,0 +1,1 @@
+"""Talking to a broker: the proxy (publish, consume) and the dispatcher."""

@@ -1,0 +1,1 @@
+"""The wire protocol: names, schemas, messages, failures, the request machine."""

@@ -1,0 +1,1 @@
+"""The worker's side: take requests, run them, answer."""
