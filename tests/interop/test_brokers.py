@@ -17,6 +17,7 @@ import pytest
 
 pytest.importorskip("taskflow", reason="TaskFlow is not installed (pip install -e .[interop])")
 
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests.interop import harness, processes
 from tests.interop import shared_tasks as st
 from tests.interop.test_memory import EXPECTED
@@ -123,7 +124,8 @@ def test_discovery_both_ways(fleet):
     tf = tf_executor.WorkerTaskExecutor(uuid.uuid4().hex, fleet.exchanges["compat"],
                                         [TOPIC], url=fleet.url)
     fe = fe_executor.WorkerTaskExecutor(uuid.uuid4().hex, fleet.exchanges["taskflow"],
-                                        [TOPIC], url=fleet.url, compat="taskflow")
+                                        [TOPIC],
+                                        broker=BrokerSettings(fleet.url, compat="taskflow"))
     tf.start()
     fe.start()
     try:

@@ -14,6 +14,7 @@ import pytest
 
 pytest.importorskip("taskflow", reason="TaskFlow is not installed (pip install -e .[interop])")
 
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests.interop import harness
 from tests.interop import shared_tasks as st
 
@@ -114,7 +115,8 @@ def test_flowengine_engine_discovers_taskflow_worker(caplog):
     with harness.thread_worker("taskflow", st.build("taskflow"), exchange, topic,
                                **memory_options("taskflow", True)):
         executor = fe_executor.WorkerTaskExecutor(
-            uuid.uuid4().hex, exchange, [topic], **memory_options("flowengine", True))
+            uuid.uuid4().hex, exchange, [topic],
+            broker=BrokerSettings(**memory_options("flowengine", True)))
         executor.start()
         try:
             # When it sends NOTIFY

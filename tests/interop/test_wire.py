@@ -18,6 +18,7 @@ from kombu.transport.virtual.base import NotEquivalentError
 from flowengine.engines.worker_based import protocol as fe_pr
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging import proxy as fe_proxy
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.types import failure as fe_ft
 from tests.interop import shared_tasks as st
 
@@ -127,7 +128,8 @@ def test_published_messages_are_byte_identical(kind):
     # Given a TaskFlow proxy and a flowengine proxy (compat='taskflow') on one exchange
     exchange, key = f"wire-{uuid.uuid4().hex[:8]}", "topic"
     tf = tf_proxy.Proxy(key, exchange, transport="memory")
-    fe = fe_proxy.Proxy(key, exchange, transport="memory", compat="taskflow")
+    fe = fe_proxy.Proxy(key, exchange,
+                        broker=BrokerSettings(transport="memory", compat="taskflow"))
     with kombu.Connection(transport="memory") as conn:
         queue = kombu.Queue(f"{exchange}_{key}", exchange=compat.make_exchange(
             exchange, compat="taskflow"), routing_key=key, durable=False, auto_delete=True)
@@ -187,9 +189,9 @@ def test_compat_refuses_settings_taskflow_cannot_follow():
     with pytest.raises(ValueError, match="Unknown compat"):
         compat.check("celery")
     with pytest.raises(ValueError, match="durable"):
-        fe_proxy.Proxy("t", "x", transport="memory", durable=True, compat="taskflow")
+        BrokerSettings(transport="memory", durable=True, compat="taskflow")
     with pytest.raises(ValueError, match="signing"):
-        fe_proxy.Proxy("t", "x", transport="memory", secret="k" * 32, compat="taskflow")
+        BrokerSettings(transport="memory", secret="k" * 32, compat="taskflow")
 
 
 def test_peer_detection_by_missing_headers():

@@ -13,6 +13,7 @@ import pytest
 
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import HEARTBEAT_S, MISSES, Workers
 
@@ -30,7 +31,8 @@ def test_long_busy_task_is_never_declared_dead(conn, tmp_path, unique_name):
     logs.mkdir()
     workers = Workers(conn, unique_name, "alive", records, str(logs), threads=2)
     executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["alive"],
-                                      heartbeat_misses=MISSES, **conn.kwargs())
+                                      policy=RequestPolicy(heartbeat_misses=MISSES),
+                                      **conn.kwargs())
     try:
         workers.start()
         executor.start()

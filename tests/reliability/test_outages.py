@@ -35,6 +35,7 @@ import pytest
 from flowengine import engines
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import topology
 from flowengine.patterns import unordered_flow as uf
 from tests.reliability import checker, ledger
@@ -75,8 +76,8 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
     for token in tokens:
         flow.add(Mark(name=f"mark-{token}",
                       inject={"token": token, "path": path, "delay": TASK_DELAY_S}))
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=broker.url,
-                                      durable=True)
+    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic],
+                                      broker=BrokerSettings(broker.url, durable=True))
     with running_workers(WORKERS, broker.url, exchange, topic, str(tmp_path),
                          threads=THREADS, extra_args=["--durable"]) as workers:
         executor.start()

@@ -16,7 +16,7 @@ from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
-from flowengine.engines.worker_based.worker_side import timelimits as tl
+from flowengine.engines.worker_based.wire import timelimits as tl
 from flowengine.types import failure as ft
 from tests.reliability import lifecycle_tasks as lt
 from tests.reliability import worker_procs as wp

@@ -12,9 +12,11 @@ from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.executor_side.policy import LIVENESS_OPTIONS, RequestPolicy
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.worker_side import worker as wk
+from tests.worker_based.wire_helpers import as_broker
 
 #: Bounded wait (s), only so that a bug fails a test instead of hanging it.
 WAIT_S = 10.0
@@ -53,8 +55,13 @@ def running_worker(exchange: str, topic: str, tasks: list[Any], threads: int = 2
 def running_executor(exchange: str, topics: list[str], **kwargs: Any
                      ) -> Iterator[wex.WorkerTaskExecutor]:
     """A started WorkerTaskExecutor (memory transport unless told otherwise)."""
-    if "transport" not in kwargs and "url" not in kwargs:
+    if "transport" not in kwargs and "url" not in kwargs and "broker" not in kwargs:
         kwargs.update(MEMORY)
+    if "broker" not in kwargs:
+        kwargs = as_broker(kwargs)
+    liveness = {key: kwargs.pop(key) for key in LIVENESS_OPTIONS if key in kwargs}
+    if liveness:
+        kwargs["policy"] = RequestPolicy(**liveness)
     executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, topics, **kwargs)
     executor.start()
     try:
@@ -101,7 +108,7 @@ class FakeWorker:
                                        (key,), auto_delete=True))
         wake = (pr.worker_routing_key(topic, self.worker_id) if private else topic)
         self.proxy = px.Proxy(topic, exchange, handlers, queues=queues,
-                              wake_routing_key=wake, **conn)
+                              wake_routing_key=wake, **as_broker(conn))
         self._thread: threading.Thread | None = None
 
     def _headers(self) -> dict[str, Any]:
@@ -140,8 +147,8 @@ class FakeWorker:
 
     def reply_raw(self, message: Any, body: Any) -> None:
         """Send an arbitrary body as a RESPONSE (for malformed replies)."""
-        self.proxy._publish_raw(pr.RESPONSE, body, message.properties["reply_to"],
-                                correlation_id=message.properties["correlation_id"])
+        self.proxy.publish_body(pr.RESPONSE, body, message.properties["reply_to"],
+                                 correlation_id=message.properties["correlation_id"])
 
     def __enter__(self) -> FakeWorker:
         self._thread = threading.Thread(target=self.proxy.start, daemon=True)

@@ -1,4 +1,9 @@
-"""TypeDispatcher: routing by type, required properties, validation, rejection."""
+"""TypeDispatcher: routing by type, required properties, validation, rejection.
+
+The dispatcher rejects what is invalid and leaves every other message for the
+consumer to acknowledge (see messaging/delivery.py); settling twice is a bug
+the Delivery refuses.
+"""
 
 from __future__ import annotations
 
@@ -8,31 +13,32 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging import dispatcher as d
+from flowengine.engines.worker_based.messaging.delivery import Delivery
 
 
-class FakeMessage:
+class KombuMessage:
     """Just enough of kombu.Message: properties, headers, body, ack/reject/requeue."""
 
-    def __init__(self, body=b"{}", **properties):
+    def __init__(self, body, properties):
         self.properties = properties
         self.headers = {}
         self.body = body
-        self.acknowledged = False
-        self.outcome = None
+        self.delivery_tag = 1
+        self.calls = []
 
-    def _settle(self, outcome):
-        assert not self.acknowledged, "message settled twice"
-        self.acknowledged = True
-        self.outcome = outcome
+    def ack(self):
+        self.calls.append("ack")
 
-    def ack_log_error(self, logger, errors):
-        self._settle("ack")
-
-    def reject_log_error(self, logger, errors, requeue=False):
-        self._settle("reject")
+    def reject(self, requeue=False):
+        self.calls.append("reject")
 
     def requeue(self):
-        self._settle("requeue")
+        self.calls.append("requeue")
+
+
+def FakeMessage(body=b"{}", **properties):  # noqa: N802 - reads like the class it stands for
+    """A Delivery of a fake kombu message with these properties."""
+    return Delivery(KombuMessage(body, properties))
 
 
 def _dispatcher(handler, **kwargs):
@@ -50,12 +56,13 @@ def test_handler_properties():
     assert d.Handler(proc).validator is None
 
 
-def test_message_is_acked_then_processed():
+def test_valid_message_is_processed_and_left_for_the_consumer_to_settle():
     seen = []
     disp, rejected = _dispatcher(d.Handler(lambda data, msg: seen.append((data, msg.outcome))))
     msg = FakeMessage(type="REQUEST")
     disp.on_message({"a": 1}, msg)
-    assert seen == [({"a": 1}, "ack")] and not rejected
+    assert seen == [({"a": 1}, None)] and not rejected
+    assert msg.outcome is None and msg.message.calls == []
 
 
 @pytest.mark.parametrize("props,needle", [
@@ -67,7 +74,8 @@ def test_missing_or_unknown_type_is_rejected(props, needle, caplog):
     msg = FakeMessage(**props)
     with caplog.at_level(logging.WARNING):
         disp.on_message({}, msg)
-    assert msg.outcome == "reject" and needle in rejected[0]
+    assert msg.outcome == "rejected" and msg.message.calls == ["reject"]
+    assert needle in rejected[0]
     assert needle in caplog.text and disp.rejected_count == 1
 
 
@@ -77,7 +85,7 @@ def test_missing_required_properties_are_named():
                                                                 "correlation_id")))
     msg = FakeMessage(type="REQUEST", reply_to="r")
     disp.on_message({}, msg)
-    assert msg.outcome == "reject"
+    assert msg.outcome == "rejected"
     assert "lacks required property correlation_id" in rejected[0]
 
 
@@ -92,7 +100,7 @@ def test_invalid_body_is_rejected_with_the_validators_reason(caplog):
         disp.on_message({}, msg)
     assert rejected == ["'task_cls' is a required property"]
     assert "'task_cls' is a required property" in caplog.text
-    assert msg.outcome == "ack"  # acked before validation, never redelivered
+    assert msg.outcome == "rejected"  # never redelivered
 
 
 def test_crashing_validator_is_a_rejection_not_a_crash():
@@ -122,7 +130,8 @@ def test_requeue_filters_vote():
     later, now = FakeMessage(type="REQUEST"), FakeMessage(type="REQUEST")
     disp.on_message({"later": True}, later)
     disp.on_message({"later": False}, now)
-    assert later.outcome == "requeue" and now.outcome == "ack" and seen == [{"later": False}]
+    assert later.outcome == "requeued" and later.message.calls == ["requeue"]
+    assert now.outcome is None and seen == [{"later": False}]
     assert disp.requeue_filters == votes
 
 
@@ -141,7 +150,7 @@ def test_decode_error_is_a_rejection_with_an_excerpt():
     disp, rejected = _dispatcher(d.Handler(lambda data, msg: None))
     msg = FakeMessage(body=b"{not json", type="REQUEST")
     disp.on_decode_error(msg, ValueError("Expecting property name"))
-    assert msg.outcome == "reject"
+    assert msg.outcome == "rejected"
     assert "undecodable body" in rejected[0] and "{not json" in rejected[0]
 
 
@@ -152,10 +161,29 @@ def test_failing_on_reject_callback_is_contained(caplog):
     disp = d.TypeDispatcher({}, on_reject=on_reject)
     msg = FakeMessage(type="X")
     disp.on_message({}, msg)
-    assert msg.outcome == "reject" and "callback broke" in caplog.text
+    assert msg.outcome == "rejected" and "callback broke" in caplog.text
 
 
 def test_type_handlers_property():
     handler = d.Handler(lambda data, msg: None)
     assert d.TypeDispatcher({"A": handler}).type_handlers == {"A": handler}
     assert d.TypeDispatcher().type_handlers == {}
+
+
+def test_a_delivery_is_settled_once():
+    msg = FakeMessage(type="REQUEST")
+    msg.ack()
+    with pytest.raises(RuntimeError, match="already acked"):
+        msg.reject()
+    assert msg.message.calls == ["ack"]
+
+
+def test_a_failed_ack_leaves_it_unsettled():
+    class Broken(KombuMessage):
+        def ack(self):
+            raise ConnectionError("broker gone")
+
+    msg = Delivery(Broken(b"{}", {"type": "REQUEST"}))
+    with pytest.raises(exc.DeliveryNotSettled, match="broker gone"):
+        msg.ack()
+    assert not msg.settled

@@ -41,7 +41,7 @@ def test_engine_is_registered_and_builds_executor_from_options():
     executor = engine._task_executor
     assert isinstance(executor, wex.WorkerTaskExecutor)
     assert executor.finder.topics == ["a", "b"]
-    assert executor._transition_timeout == 5
+    assert executor.policy.transition_timeout == 5
 
 
 def test_executor_option_is_used():

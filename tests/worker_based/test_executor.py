@@ -10,6 +10,7 @@ import pytest
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.types import failure as ft
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import (
@@ -315,10 +316,9 @@ def test_wait_for_workers_counts_workers(workers):
 
 
 def _liveness_executor(exchange, topics, lost_after_s=0.3, max_attempts=3):
-    cm = running_executor(exchange, topics)
+    cm = running_executor(exchange, topics, policy=RequestPolicy(lost_after=lost_after_s,
+                                                                 max_attempts=max_attempts))
     executor = cm.__enter__()
-    executor._lost_after_s = lost_after_s
-    executor._max_attempts = max_attempts
     return cm, executor
 
 

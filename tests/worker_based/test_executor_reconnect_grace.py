@@ -23,6 +23,8 @@ from flowengine import engines, task
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.executor_side.housekeeper import Housekeeper
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.patterns import linear_flow as lf
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import running_executor, running_worker, unique
@@ -105,53 +107,49 @@ def test_grace_only_covers_held_requests_and_never_moves_a_clock_back():
     assert later.last_heard == heard_at
 
 
-# --- the executor's consumer callback ---
+# --- the housekeeper's consumer callback ---
 
 @pytest.fixture
-def executor():
-    """An executor (never started) whose book routes everything to topic 't'."""
-    ex = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique(), ["t"], transport="memory")
-    ex._book = tr.RequestBook(_OneTopicFinder(), None)
-    yield ex
-    ex.stop()
+def housekeeper():
+    """A housekeeper (never run) whose book routes everything to topic 't'."""
+    book = tr.RequestBook(_OneTopicFinder(), None)
+    return Housekeeper("executor-1", book, finder=None, policy=RequestPolicy(),
+                       requests=None, unserved_watch=None)
 
 
-def test_consumer_restart_after_an_outage_forgives_but_first_start_does_not(executor, caplog):
+def test_consumer_restart_after_an_outage_forgives_but_first_start_does_not(housekeeper,
+                                                                            caplog):
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
-    # Given a held request long silent, and the callback wired to the consumer
-    tracked = _held(executor._book, silent_for_s=BOUND_S * 3)
+    # Given a held request long silent
+    tracked = _held(housekeeper.book, silent_for_s=BOUND_S * 3)
     before = tracked.last_heard
-    assert executor._proxy._on_start == executor._on_consumer_start
-    # When consuming starts for the first time: nothing is forgiven
-    executor._on_consumer_start()
+    # When consuming starts for the first time (no reconnection yet): nothing is forgiven
+    housekeeper.consumer_started(0, None)
     assert tracked.last_heard == before
     # When it starts again after an outage
-    executor._proxy.reconnect_count += 1
-    executor._proxy.last_outage_s = 7.5
     back = time.monotonic()
-    executor._on_consumer_start()
+    housekeeper.consumer_started(1, 7.5)
     # Then the silence clock restarts then, and the user is told
     assert tracked.last_heard >= back
     assert "after 7.5 s without a broker connection" in caplog.text
     assert "the silence clock of 1 held request(s) restarts now" in caplog.text
     # And it is given once per reconnection
     given = tracked.last_heard
-    executor._on_consumer_start()
+    housekeeper.consumer_started(1, 7.5)
     assert tracked.last_heard == given
 
 
-def test_loss_found_just_before_the_grace_is_not_acted_on(executor):
+def test_loss_found_just_before_the_grace_is_not_acted_on(housekeeper):
     # Given the scanner found a held request lost just before the consumer came back
-    tracked = _held(executor._book, silent_for_s=BOUND_S * 3)
+    tracked = _held(housekeeper.book, silent_for_s=BOUND_S * 3)
     found_at = time.monotonic()
-    assert _lost_at(executor._book, found_at) == [tracked]
-    executor._proxy.reconnect_count += 1
-    executor._on_consumer_start()
-    executor._consumer_tick = time.monotonic() + BOUND_S * 10  # consumer caught up
+    assert _lost_at(housekeeper.book, found_at) == [tracked]
+    housekeeper.consumer_started(1, 1.0)
+    housekeeper._consumer_tick = time.monotonic() + BOUND_S * 10  # consumer caught up
     # When the scanner acts on what it found
-    executor._recover_lost(tracked, found_at)
+    housekeeper._recover_lost(tracked, found_at)
     # Then nothing happens: not lost, not dispatched again
-    assert list(executor.lost_history) == []
+    assert list(housekeeper.lost_history) == []
     assert tracked.attempt == 0 and tracked.worker_id == "w1"
 
 
@@ -196,11 +194,11 @@ def _wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> boo
 def _record_heard(executor: wex.WorkerTaskExecutor) -> list[tuple[int, tr.Tracked]]:
     """Record each heartbeat the executor handles, with its reconnections so far."""
     heard: list[tuple[int, tr.Tracked]] = []
-    book = executor._book
+    book = executor.book
     original = book.heard
 
     def recording(tracked: tr.Tracked, worker_id: Any, lost_after_s: float) -> bool:
-        heard.append((executor._proxy.reconnect_count, tracked))
+        heard.append((executor.proxy.reconnect_count, tracked))
         return original(tracked, worker_id, lost_after_s)
 
     book.heard = recording  # type: ignore[method-assign]
@@ -215,13 +213,14 @@ def _record_consumer_starts(executor: wex.WorkerTaskExecutor, tracked: tr.Tracke
     anything on its new connection: what the scanner would see at that moment.
     """
     starts: list[tuple[float, float | None]] = []
-    callback = executor._proxy._on_start
+    housekeeper = executor.housekeeper
+    callback = housekeeper.consumer_started
 
-    def recording() -> None:
-        callback()
+    def recording(reconnects: int, outage_s: float | None) -> None:
+        callback(reconnects, outage_s)
         starts.append((time.monotonic(), tracked.last_heard))
 
-    executor._proxy._on_start = recording
+    housekeeper.consumer_started = recording  # type: ignore[method-assign]
     return starts
 
 
@@ -239,7 +238,8 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
     # Given two workers that can run Hold, and an executor allowing 3 misses
     with running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn), \
             running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn), \
-            running_executor(exchange, [topic], heartbeat_misses=MISSES, **conn) as executor:
+            running_executor(exchange, [topic], policy=RequestPolicy(heartbeat_misses=MISSES),
+                             **conn) as executor:
         try:
             assert executor.wait_for_workers(2, WAIT_S) == 0
             heard = _record_heard(executor)

@@ -12,8 +12,9 @@ from wire_helpers import RawSender, conn_kwargs
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging import consumer, dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
 WAIT_S = 10.0
 
@@ -174,7 +175,8 @@ def test_unencodable_body_is_a_serialization_failure(unique_name):
 
 
 def test_oversized_body_is_refused_before_sending(unique_name):
-    proxy = px.Proxy("t", unique_name, transport="memory", max_body_bytes=100)
+    proxy = px.Proxy("t", unique_name, transport="memory",
+                     consume=px.ConsumeOptions(max_body_bytes=100))
     proxy.publish(Body({"small": "x" * 10}), "t")
     with pytest.raises(exc.SerializationFailure, match="exceeds the limit of 100 bytes"):
         proxy.publish(Body({"big": "x" * 200}), "t")
@@ -184,7 +186,7 @@ def test_malformed_messages_do_not_stop_the_loop(broker, unique_name, caplog):
     rec = Recorder()
     rejected = []
     proxy = _proxy(broker, unique_name, rec, on_reject=lambda m, r: rejected.append(r),
-                   max_body_bytes=1000)
+                   consume=px.ConsumeOptions(max_body_bytes=1000))
     sender = RawSender(unique_name, **conn_kwargs(broker))
     try:
         with Running(proxy):
@@ -220,7 +222,7 @@ def test_handler_crash_is_survived(broker, unique_name, caplog):
 
 def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, caplog):
     # Given a consume loop whose connection breaks once while draining,
-    monkeypatch.setattr(px, "RECONNECT_BACKOFF_S", 0.01)
+    monkeypatch.setattr(consumer, "RECONNECT_BACKOFF_S", 0.01)
     rec = Recorder()
     starts = []
     proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
@@ -249,7 +251,7 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
 def test_on_wait_runs_while_idle(unique_name):
     calls = threading.Event()
     proxy = px.Proxy("t", unique_name, transport="memory", on_wait=calls.set,
-                     on_wait_period_s=0.02)
+                     consume=px.ConsumeOptions(wait_period_s=0.02))
     with Running(proxy):
         assert calls.wait(WAIT_S)
 
@@ -262,7 +264,7 @@ def test_failing_callbacks_are_contained(unique_name, caplog):
         raise RuntimeError("on_wait exploded")
 
     proxy = px.Proxy("t", unique_name, transport="memory", on_wait=on_wait,
-                     on_wait_period_s=0.01)
+                     consume=px.ConsumeOptions(wait_period_s=0.01))
     with Running(proxy):
         deadline = time.monotonic() + WAIT_S
         while len(ticks) < 3 and time.monotonic() < deadline:
@@ -281,7 +283,7 @@ def test_stop_is_prompt(broker, unique_name):
     thread.join(WAIT_S)
     assert not thread.is_alive()
     # The wake-up message ends the loop well before the drain timeout.
-    assert time.monotonic() - start < px.ON_WAIT_PERIOD_S
+    assert time.monotonic() - start < consumer.ON_WAIT_PERIOD_S
 
 
 def test_cannot_start_twice_at_once(unique_name):
@@ -320,8 +322,40 @@ def test_default_retry_options_and_properties():
     assert px.Proxy.DEFAULT_RETRY_OPTIONS == {"max_retries": 3, "interval_start": 1,
                                               "interval_step": 1, "interval_max": 1}
     proxy = px.Proxy("t", "ex", transport="memory", retry_options={"max_retries": 1})
-    assert proxy._retry_options["max_retries"] == 1
+    assert proxy.broker.retry_options == {"max_retries": 1}
     assert (proxy.topic, proxy.exchange) == ("t", "ex")
     assert isinstance(proxy.dispatcher, dispatcher.TypeDispatcher)
     assert proxy.queues == [px.QueueSpec("ex_t", ("t",), auto_delete=True)]
     assert not proxy.is_running and proxy.wait(0) is False
+
+
+def test_broker_settings_and_loose_arguments_are_not_both_given():
+    with pytest.raises(ValueError, match="not both"):
+        px.Proxy("t", "ex", url="memory://", broker=BrokerSettings(transport="memory"))
+
+
+def test_broker_settings_never_show_the_password():
+    settings = BrokerSettings("amqp://user:s3cret@broker.invalid:5672//",
+                              transport_options={"api_token": "s3cret"})
+    assert "s3cret" not in repr(settings)
+    assert "amqp://user:**@broker.invalid" in repr(settings)
+
+
+def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_name):
+    # Given a handler that gives every message back once, then takes it
+    rec = Recorder()
+
+    def handler(data, message):
+        rec(data, message)
+        if len(rec.items) == 1:
+            message.requeue()
+
+    proxy = px.Proxy("t", unique_name,
+                     {pr.REQUEST: dispatcher.Handler(handler, settles=True)},
+                     transport="memory")
+    with Running(proxy):
+        # When one message arrives
+        proxy.publish(Body({"n": 1}), "t")
+        # Then the consumer did not acknowledge the one given back: it came again
+        assert rec.wait_count(2)
+    assert [d for d, _p, _h in rec.items] == [{"n": 1}, {"n": 1}]

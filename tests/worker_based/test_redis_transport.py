@@ -333,12 +333,12 @@ def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, st
         seen["after"] = state()
         handled.set()
 
-    handler = dispatcher.Handler(on_request)
-    handler.ack_on_receipt = False
+    handler = dispatcher.Handler(on_request, settles=True)
     proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler}, url=redis_url,
                      queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                     wake_routing_key=WORK_KEY, consumer_id=names.consumer,
-                     lease_s=LONG_LEASE_S)
+                     wake_routing_key=WORK_KEY,
+                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                  LONG_LEASE_S)))
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -482,11 +482,11 @@ def test_a_message_taken_before_a_redis_restart_is_put_back_on_reconnect(
         else:
             again.set()
 
-    handler = dispatcher.Handler(on_message)
-    handler.ack_on_receipt = False  # held while it is handled
+    handler = dispatcher.Handler(on_message, settles=True)  # held while it is handled
     proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler},
                      url=url, queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                     consumer_id=names.consumer, lease_s=LONG_LEASE_S)
+                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                  LONG_LEASE_S)))
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -642,8 +642,9 @@ def test_a_consumer_reclaimed_while_frozen_still_gives_back_what_it_takes_later(
 def test_a_proxy_whose_lease_lapsed_declares_its_private_queue_again(redis_url, names, stack):
     r = inspector(stack, redis_url)
     private = names.queue("private")
-    proxy = px.Proxy("t", names.exchange, url=redis_url, consumer_id=names.consumer,
-                     lease_s=SHORT_LEASE_S,
+    proxy = px.Proxy("t", names.exchange, url=redis_url,
+                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                  SHORT_LEASE_S)),
                      queues=[px.QueueSpec(private.name, (PRIVATE_KEY,), private=True)])
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()

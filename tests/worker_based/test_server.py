@@ -13,7 +13,7 @@ import worker_tasks as wt
 from wire_helpers import Client, RawSender, conn_kwargs, running_worker
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side import replier
 from flowengine.types import failure as ft
 
 TOPIC = "calc"
@@ -296,7 +296,7 @@ def test_periodic_reannounce(served):
     client, worker = served
     server = worker.server
     count = len([1 for _d, h in client.notifies if h.get(pr.HEADER_WORKER_ID)])
-    server._last_announce -= server_mod.ANNOUNCE_PERIOD_S + 1
+    server._last_announce -= replier.ANNOUNCE_PERIOD_S + 1
     server._beat_wake.set()  # the heartbeat thread re-announces when due
     assert client.wait_for(lambda: len(
         [1 for _d, h in client.notifies if h.get(pr.HEADER_WORKER_ID)]) > count)

@@ -24,6 +24,7 @@ from flowengine.engines.worker_based.events import channel as event_channel
 from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.events import receiver as event_receiver
 from flowengine.engines.worker_based.events import signing as event_signing
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
@@ -49,8 +50,8 @@ def _send(exchange: str, hostname: str, secret=None, event_type: str = "worker-h
 def _send_raw(exchange: str, body: bytes, headers: dict, **conn) -> None:
     """Publish a hand-made event message (what a forger can do)."""
     conn = conn or MEMORY
-    connection = event_channel.connection(conn.get("url"), conn.get("transport"),
-                                          conn.get("transport_options"))
+    connection = event_channel.connection(BrokerSettings(
+        conn.get("url"), conn.get("transport"), conn.get("transport_options") or {}))
     try:
         producer = kombu.Producer(connection.channel(),
                                   exchange=event_channel.exchange(exchange))
@@ -165,12 +166,10 @@ def test_publishers_sign_only_when_given_a_key():
     assert ev.EventPublisher("x", secret=KEY, **MEMORY).keyring.key_ids == [
         signing.key_id(KEY.encode())]
     # A worker's events are signed with the worker's keyring, and only when on
-    keyring = signing.Keyring([KEY])
-    on = event_hooks.WorkerEvents.create("x", "w", "t", [], transport="memory",
-                                         enabled=True, secret=keyring)
-    off = event_hooks.WorkerEvents.create("x", "w", "t", [], transport="memory",
-                                          enabled=False, secret=keyring)
-    assert on.publisher.keyring is keyring and off.publisher.keyring is None
+    broker = BrokerSettings(transport="memory", secret=[KEY])
+    on = event_hooks.WorkerEvents.create("x", "w", "t", [], broker, enabled=True)
+    off = event_hooks.WorkerEvents.create("x", "w", "t", [], broker, enabled=False)
+    assert on.publisher.keyring is broker.keyring and off.publisher.keyring is None
     with pytest.raises(ValueError, match="at least 16 bytes"):
         ev.EventReceiver("x", print, secret="short", **MEMORY)
 

@@ -8,6 +8,8 @@ import pytest
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.publisher import Publisher
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import recovery, topology
 from tests.worker_based.executor_helpers import unique
 
@@ -53,12 +55,14 @@ def test_publish_to_a_dead_broker_ends_in_publish_timeout_within_its_bound():
         proxy.publish(pr.Notify(), "t")
 
 
-def test_durable_proxy_on_amqp_asks_for_publisher_confirms():
-    proxy = px.Proxy("t", unique(), url="amqp://guest:guest@127.0.0.1:1//", durable=True)
-    assert proxy.durable
-    assert proxy.connection_details.transport.options.get("confirm_publish") is True
-    transient = px.Proxy("t", unique(), url="amqp://guest:guest@127.0.0.1:1//")
-    assert "confirm_publish" not in transient.connection_details.transport.options
+def test_durable_publisher_on_amqp_asks_for_publisher_confirms():
+    url = "amqp://guest:guest@127.0.0.1:1//"
+    exchange = topology.make_exchange(unique(), durable=True)
+    durable = Publisher(BrokerSettings(url, durable=True), exchange)
+    assert durable.connection.transport_options.get("confirm_publish") is True
+    transient = Publisher(BrokerSettings(url), exchange)
+    assert "confirm_publish" not in transient.connection.transport_options
+    assert px.Proxy("t", unique(), broker=BrokerSettings(url, durable=True)).durable
 
 
 def test_restore_stranded_is_a_no_op_off_redis():

@@ -16,6 +16,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.worker_side import worker as wk
 
 #: Bounded wait (s) used only to fail instead of hanging.
@@ -25,6 +26,20 @@ WAIT_S = 10.0
 def conn_kwargs(broker: Any) -> dict[str, Any]:
     """url/transport_options of a conftest ``Broker`` as Proxy/Worker kwargs."""
     return {"url": broker.url, "transport_options": dict(broker.transport_options)}
+
+
+#: Keyword arguments that say where the broker is and how to talk to it.
+BROKER_KEYS = ("url", "transport", "transport_options", "retry_options", "durable",
+               "secret", "compat")
+
+
+def as_broker(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the broker keywords replaced by one ``broker=BrokerSettings``."""
+    rest = dict(kwargs)
+    given = {key: rest.pop(key) for key in BROKER_KEYS if key in rest}
+    if "transport_options" in given:
+        given["transport_options"] = given["transport_options"] or {}
+    return {**rest, "broker": BrokerSettings(**given)}
 
 
 class Client:
@@ -45,7 +60,7 @@ class Client:
                                                              response=True)),
         }
         self.proxy = px.Proxy(self.uuid, exchange, handlers,
-                              bindings=[pr.ANNOUNCE_ROUTING_KEY], **conn)
+                              bindings=[pr.ANNOUNCE_ROUTING_KEY], **as_broker(conn))
         self._thread: threading.Thread | None = None
 
     def _on_response(self, data: dict[str, Any], message: Any) -> None:

@@ -9,12 +9,10 @@ the proxy does (same URL and transport resolution).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
 import kombu
 
-from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
 LOG = logging.getLogger(__name__)
 
@@ -28,10 +26,14 @@ def events_exchange_name(exchange: str) -> str:
     return exchange + EVENTS_EXCHANGE_SUFFIX
 
 
-def connection(url: str | None, transport: str | None,
-               transport_options: Mapping[str, Any] | None) -> kombu.Connection:
-    """A kombu connection built like the proxy builds its own (not yet connected)."""
-    return transports.connection(url, transport, dict(transport_options or {}))
+def connection(broker: BrokerSettings) -> kombu.Connection:
+    """A kombu connection to ``broker`` (not yet connected) for the event stream.
+
+    Without AMQP heartbeats: event connections are driven by no loop that
+    would send them, so a negotiated heartbeat would only get an idle
+    publisher disconnected.
+    """
+    return broker.connection(heartbeat=0)
 
 
 def exchange(exchange_name: str) -> kombu.Exchange:

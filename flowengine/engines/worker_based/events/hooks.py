@@ -21,7 +21,7 @@ from flowengine import states
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import model
 from flowengine.engines.worker_based.events.publisher import EventPublisher
-from flowengine.engines.worker_based.wire import signing
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
 #: Whether workers and engines publish events when not told: off, because
 #: publishing costs a broker write per event (see doc/source/events.rst for
@@ -56,19 +56,16 @@ class WorkerEvents:
 
     @classmethod
     def create(cls, exchange: str, worker_id: str, topic: str, tasks: Iterable[str],
-               url: str | None = None, transport: str | None = None,
-               transport_options: Mapping[str, Any] | None = None,
-               enabled: bool | None = None, secret: Any = None) -> WorkerEvents:
+               broker: BrokerSettings, enabled: bool | None = None) -> WorkerEvents:
         """Events for one worker (``enabled=None``: :data:`EVENTS_BY_DEFAULT`).
 
-        ``secret``: the worker's keyring (``Proxy.keyring``), to sign every
-        event with; None: events go unsigned.
+        Signed with the worker's keys (``broker.keyring``) when it has any.
         """
         enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
         # The worker id names the sender: unique even for workers sharing a process.
         publisher = EventPublisher(
-            exchange, url=url, transport=transport, transport_options=transport_options,
-            hostname=worker_id, enabled=enabled, secret=secret if enabled else None)
+            exchange, hostname=worker_id, enabled=enabled,
+            secret=broker.keyring if enabled else None, broker=broker)
         return cls(publisher, worker_id, topic, tasks)
 
     def _worker(self, event_type: str, **fields: Any) -> None:
@@ -190,12 +187,13 @@ class FlowEvents:
         """
         enabled = options.get("events")
         enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
-        keyring = signing.load_keyring(options.get("secret")) if enabled else None
+        broker = BrokerSettings(url=options.get("url"), transport=options.get("transport"),
+                                transport_options=options.get("transport_options") or {},
+                                secret=options.get("secret") if enabled else False)
         publisher = EventPublisher(
-            exchange, url=options.get("url"), transport=options.get("transport"),
-            transport_options=options.get("transport_options"),
+            exchange,
             hostname=f"engine:{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}",
-            enabled=enabled, secret=keyring)
+            enabled=enabled, secret=broker.keyring, broker=broker)
         return cls(publisher)
 
     def attach(self, engine: Any) -> None:

@@ -27,6 +27,7 @@ from flowengine.engines.worker_based.events.model import (
     default_hostname,
     make_event,
 )
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
 
 LOG = logging.getLogger(__name__)
@@ -49,13 +50,15 @@ class EventPublisher:
     checks of their own. ``secret`` (a :class:`~.signing.Keyring`, a key or
     a list of keys; the first signs) signs every event; None or False: events
     go unsigned (the environment is not read here: the sender decides).
-    Raises ValueError for a key that is too short.
+    ``broker`` (a BrokerSettings) may stand for ``url``, ``transport`` and
+    ``transport_options``. Raises ValueError for a key that is too short.
     """
 
     def __init__(self, exchange: str, url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
                  hostname: str | None = None, enabled: bool = True,
-                 buffer_size: int = EVENT_BUFFER_SIZE, secret: Any = None) -> None:
+                 buffer_size: int = EVENT_BUFFER_SIZE, secret: Any = None, *,
+                 broker: BrokerSettings | None = None) -> None:
         self.enabled = enabled
         self.keyring = None if secret is None else signing.load_keyring(secret)
         self.hostname = hostname or default_hostname()
@@ -63,8 +66,12 @@ class EventPublisher:
         self.clock = LamportClock()
         self.dropped = 0
         self._exchange_name = exchange
-        self._url, self._transport = url, transport
-        self._transport_options = dict(transport_options or {})
+        if broker is None:
+            broker = BrokerSettings(url, transport, transport_options or {}, secret=False)
+        elif (url, transport, transport_options) != (None, None, None):
+            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
+                             "transport/transport_options, not both")
+        self._broker = broker
         self._buffer: queue.Queue[Any] = queue.Queue(buffer_size)
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -153,8 +160,7 @@ class EventPublisher:
                 continue
             try:
                 if producer is None:
-                    conn = channel.connection(self._url, self._transport,
-                                              self._transport_options)
+                    conn = channel.connection(self._broker)
                     producer = kombu.Producer(conn.channel(), exchange=exchange,
                                               auto_declare=True)
                 body = json.dumps(event).encode("utf-8")

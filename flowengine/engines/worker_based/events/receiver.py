@@ -23,6 +23,7 @@ from flowengine import exceptions as exc
 from flowengine.engines.worker_based.events import channel
 from flowengine.engines.worker_based.events import signing as event_signing
 from flowengine.engines.worker_based.events.model import LamportClock
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
 
 LOG = logging.getLogger(__name__)
@@ -56,21 +57,26 @@ class EventReceiver:
     are dropped unread, counted in :attr:`unverified_count` and logged at
     WARNING with the reason. Without it (None, the default, or False) every
     event is accepted, signed or not; the environment is not read here.
-    Raises ValueError for a key that is too short.
+    ``broker`` (a BrokerSettings) may stand for ``url``, ``transport`` and
+    ``transport_options``. Raises ValueError for a key that is too short.
     """
 
     def __init__(self, exchange: str, handler: Callable[[dict[str, Any]], Any],
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
-                 secret: Any = None) -> None:
+                 secret: Any = None, *, broker: BrokerSettings | None = None) -> None:
         self.keyring = None if secret is None else signing.load_keyring(secret)
         #: Events dropped because their signature was missing or wrong.
         self.unverified_count = 0
         self._last_warning = float("-inf")
         self._exchange_name = exchange
         self._handler = handler
-        self._url, self._transport = url, transport
-        self._transport_options = dict(transport_options or {})
+        if broker is None:
+            broker = BrokerSettings(url, transport, transport_options or {}, secret=False)
+        elif (url, transport, transport_options) != (None, None, None):
+            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
+                             "transport/transport_options, not both")
+        self._broker = broker
         self.clock = LamportClock()
         self._ready = threading.Event()
         # Set once run() is consuming *or* has failed: wait_ready() must not
@@ -97,7 +103,7 @@ class EventReceiver:
                                                "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
         handled = itertools.count()
         count = 0
-        conn = channel.connection(self._url, self._transport, self._transport_options)
+        conn = channel.connection(self._broker)
         keyring = self.keyring  # read once: checking it costs nothing per event when None
 
         def on_message(message: Any) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.utils import reflection
 
 LOG = logging.getLogger(__name__)
@@ -221,17 +222,16 @@ class ProxyWorkerFinder:
 
     def process_response(self, data: dict, message: Any) -> TopicWorker | None:
         """Process a notify response or announcement; return the worker if new or changed."""
-        headers = getattr(message, "headers", None) or {}
+        headers = Headers.parse(getattr(message, "headers", None))
         topic = data["topic"]
         tasks = data["tasks"]
-        worker_id = headers.get(pr.HEADER_WORKER_ID)
+        worker_id = headers.worker_id
         if worker_id is not None:
-            worker_id = str(worker_id)
             identity: Any = (topic, worker_id)
         else:
             # TaskFlow workers send no id: equal (topic, tasks) means one worker.
             identity = (topic, tuple(sorted(tasks)))
-        leaving = bool(headers.get(pr.HEADER_LEAVING))
+        leaving = headers.leaving
         changed: TopicWorker | None = None
         with self._cond:
             self._messages_processed += 1

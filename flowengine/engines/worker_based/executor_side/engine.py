@@ -11,6 +11,8 @@ from flowengine.engines.action_engine import executor as base_executor
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.executor_side import executor, remote_failures
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
 # Exchange used when the 'exchange' option is not given (TaskFlow's default).
 DEFAULT_EXCHANGE = "default"
@@ -131,13 +133,7 @@ class WorkerBasedActionEngine(engine.ActionEngine):
             uuid=uuidlib.uuid4().hex,
             exchange=options.get("exchange") or DEFAULT_EXCHANGE,
             topics=list(topics),
-            transition_timeout=options.get("transition_timeout", pr.REQUEST_TIMEOUT_S),
-            url=options.get("url"),
-            transport=options.get("transport"),
-            transport_options=options.get("transport_options"),
-            retry_options=options.get("retry_options"),
             worker_expiry=options.get("worker_expiry", pr.EXPIRES_AFTER_S),
-            root_id=flow_uuid, parent_id=flow_uuid,
-            durable=bool(options.get("durable", False)), secret=options.get("secret"),
-            compat=options.get("compat"),  # mixed fleets with TaskFlow (H12)
-            **executor.liveness_options(options))  # heartbeats, attempts (H10a)
+            broker=BrokerSettings.from_options(options),
+            policy=RequestPolicy.from_options(options),
+            root_id=flow_uuid, parent_id=flow_uuid)

@@ -7,20 +7,21 @@ separate housekeeping thread does the periodic work beside that path:
 expiring requests nobody started, noticing workers that died while running
 one, refreshing discovery and forgetting silent workers.
 
-WorkerTaskExecutor is assembled from one module per concern:
-:mod:`.requesting` (the request path), :mod:`.replies` (reply handling) and
-:mod:`.housekeeping` (deadlines, lost requests, the grace after the
-executor's own broker outage); this module holds its life cycle.
+:class:`WorkerTaskExecutor` composes the parts and owns their threads:
+
+* a :class:`.publisher.RequestPublisher` (the request path, and the release
+  thread that publishes waiting requests once a worker appears),
+* a :class:`.replies.ReplyHandler` (the reply consumer's handlers),
+* a :class:`.housekeeper.Housekeeper` (deadlines, lost requests, discovery),
+* the :class:`.discovery.ProxyWorkerFinder` and the :class:`.tracking.RequestBook`
+  they share, and the proxy they talk through.
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import queue
 import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -28,59 +29,25 @@ from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import discovery as wt
-from flowengine.engines.worker_based.executor_side import housekeeper as hk
-from flowengine.engines.worker_based.executor_side import publisher as requesting
-from flowengine.engines.worker_based.executor_side import (
-    remote_stats,
-    replies,
-    reply_queue,
-    unserved,
-)
+from flowengine.engines.worker_based.executor_side import remote_stats, reply_queue, unserved
 from flowengine.engines.worker_based.executor_side import tracking as tr
-
-# Re-exported: these names were defined here before the executor was split
-# into modules, and users, tests and docs import them from here.
-from flowengine.engines.worker_based.executor_side.housekeeper import (  # noqa: F401
+from flowengine.engines.worker_based.executor_side.housekeeper import (
     CONSUMER_TICK_S,
-    HOUSEKEEPING_MAX_SLEEP_S,
-    LOST_HISTORY_MAX,
-    LostRecord,
+    Housekeeper,
 )
-from flowengine.engines.worker_based.executor_side.publisher import ORIGIN as _ORIGIN  # noqa: F401
-from flowengine.engines.worker_based.executor_side.publisher import STOP as _STOP
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
+from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
+from flowengine.engines.worker_based.executor_side.replies import ReplyHandler
 from flowengine.engines.worker_based.messaging import proxy as px
-from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
-__all__ = ["CONSUMER_TICK_S", "HEARTBEAT_MISSES", "HOUSEKEEPING_MAX_SLEEP_S",
-           "LIVENESS_OPTIONS", "LOST_HISTORY_MAX", "LostRecord", "MAX_ATTEMPTS",
-           "REQUEST_TIMEOUT_S", "START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S",
-           "UNREACHABLE_GIVE_UP_S", "WorkerTaskExecutor", "liveness_options"]
+__all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
+           "WorkerTaskExecutor"]
 
 LOG = logging.getLogger(__name__)
 
-# Seconds a request may stay WAITING (no capable worker known) or PENDING
-# (published, not yet started) before it fails with RequestTimeout; TaskFlow's
-# default, long enough for a worker to start and announce itself.
-REQUEST_TIMEOUT_S = pr.REQUEST_TIMEOUT_S
-
-# Heartbeats a held request may miss before it is lost with its worker, and
-# how many dispatches one request gets in total (see liveness.py for why).
-HEARTBEAT_MISSES = lv.HEARTBEAT_MISSES
-MAX_ATTEMPTS = lv.MAX_ATTEMPTS
-
-# Executor options (engine options of the same names) for liveness; see
-# WorkerTaskExecutor and doc/source/reliability.rst.
-LIVENESS_OPTIONS = ("heartbeat_interval", "heartbeat_misses", "lost_after", "max_attempts",
-                    "run_timeout")
-
-
-def liveness_options(options: Any) -> dict[str, Any]:
-    """The liveness options present in engine ``options`` (to pass to the executor)."""
-    return {name: options[name] for name in LIVENESS_OPTIONS if name in options}
-
-
-# Seconds to wait for the reply consumer to be ready in start(): a broker that
-# takes longer than this is reported instead of hanging the engine.
+#: Seconds to wait for the reply consumer to be ready in start(): a broker that
+#: takes longer than this is reported instead of hanging the engine.
 START_TIMEOUT_S = 30.0
 
 #: Seconds an engine waits for a broker that refuses connections before it
@@ -88,75 +55,49 @@ START_TIMEOUT_S = 30.0
 #: enough that a wrong host or port is reported while the user still waits.
 UNREACHABLE_GIVE_UP_S = 5.0
 
-# Seconds stop() waits for each helper thread to finish before giving up on it
-# (they are daemons, so a stuck broker call cannot keep the process alive).
+#: Seconds stop() waits for each helper thread to finish before giving up on it
+#: (they are daemons, so a stuck broker call cannot keep the process alive).
 STOP_JOIN_TIMEOUT_S = 10.0
 
 
-class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
-                         hk.Housekeeping, base.TaskExecutor):
-    """Executes tasks on remote workers."""
+class WorkerTaskExecutor(base.TaskExecutor):
+    """Executes tasks on remote workers.
+
+    TaskFlow's arguments (``uuid``: the reply queue's routing key,
+    ``exchange``, ``topics``, ``transition_timeout``, ``url``, ``transport``,
+    ``transport_options``, ``retry_options``, ``worker_expiry``) plus:
+    ``broker`` (a BrokerSettings, instead of the four broker arguments, with
+    durability, signing and compat), ``policy`` (a RequestPolicy: liveness
+    and re-dispatch; its transition_timeout wins over the argument), and
+    ``root_id``/``parent_id`` (trace ids carried by every request).
+    """
+
     def __init__(self, uuid: str, exchange: str, topics: Iterable[str],
-                 transition_timeout: float | None = REQUEST_TIMEOUT_S,
+                 transition_timeout: float | None = pr.REQUEST_TIMEOUT_S,
                  url: str | None = None, transport: str | None = None,
-                 transport_options: dict | None = None, retry_options: dict | None = None,
+                 transport_options: Mapping[str, Any] | None = None,
+                 retry_options: Mapping[str, Any] | None = None,
                  worker_expiry: float | None = wt.WORKER_EXPIRY_S, *,
-                 root_id: str | None = None, parent_id: str | None = None,
-                 durable: bool = False, secret: Any = None,
-                 compat: str | None = None,
-                 heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
-                 heartbeat_misses: int = HEARTBEAT_MISSES, lost_after: float | None = None,
-                 max_attempts: int = MAX_ATTEMPTS,
-                 run_timeout: float | None = None) -> None:
+                 broker: BrokerSettings | None = None, policy: RequestPolicy | None = None,
+                 root_id: str | None = None, parent_id: str | None = None) -> None:
         self._uuid = uuid
-        self._compat = compat  # mixed fleets with TaskFlow (H12): compat.py
         self._exchange = exchange
-        self._conn_args = (url, transport, dict(transport_options or {}))
-        self._transition_timeout = transition_timeout
-        self._root_id = root_id
-        self._parent_id = parent_id
-        # Liveness: a held request is lost after its worker's advertised
-        # heartbeat interval (heartbeat_interval when it advertises none) x
-        # heartbeat_misses of silence, or after lost_after when given.
-        self._heartbeat_interval = lv.check_interval(heartbeat_interval)
-        if int(heartbeat_misses) < 1:
-            raise ValueError(f"heartbeat_misses must be >= 1 (got {heartbeat_misses!r})")
-        self._heartbeat_misses = int(heartbeat_misses)
-        self._lost_after_s = (None if lost_after is None
-                              else lv.check_interval(lost_after, "lost_after"))
-        if int(max_attempts) < 1:
-            raise ValueError(f"max_attempts must be >= 1 (got {max_attempts!r})")
-        self._max_attempts = int(max_attempts)
-        if run_timeout is not None and not run_timeout > 0:
-            raise ValueError(f"run_timeout must be > 0 seconds or None (got {run_timeout!r})")
-        self._run_timeout = run_timeout
-        #: The latest requests found lost (oldest first).
-        self.lost_history: collections.deque[LostRecord] = collections.deque(
-            maxlen=LOST_HISTORY_MAX)
-        # worker id -> when we last asked it privately who it is.
-        self._probed: dict[str, float] = {}
+        self._policy = policy = policy or RequestPolicy(transition_timeout=transition_timeout)
         # Our reply queue also receives every worker's announcements, so a
-        # worker that starts after us is known the moment it is up.
-        # Private: only this executor reads it, so it goes when we do — on a
-        # clean stop at once, after kill -9 when our lease lapses (Redis,
+        # worker that starts after us is known the moment it is up. Private:
+        # only this executor reads it, so it goes when we do -- on a clean
+        # stop at once, after kill -9 when our lease lapses (Redis,
         # filesystem; AMQP deletes an auto-delete queue with its consumer).
         reply_queue_spec = px.QueueSpec(pr.reply_queue_name(exchange, uuid),
                                         (uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True,
                                         private=True)
-        self._proxy = px.Proxy(uuid, exchange, type_handlers=self._reply_handlers(), url=url,
-                               transport=transport, transport_options=transport_options,
-                               retry_options=retry_options,
+        self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, url, transport,
+                               transport_options, retry_options, broker=broker,
                                queues=[reply_queue_spec], wake_routing_key=uuid,
-                               # durable topology / message signing (H10c)
-                               durable=durable, secret=secret, compat=compat,
-                               on_wait=self._on_consumer_tick,
-                               on_wait_period_s=CONSUMER_TICK_S,
-                               on_start=self._on_consumer_start,
-                               quiet_until_started=True)  # start() raises the problem
-        # Monotonic time the reply consumer last went round its loop.
-        self._consumer_tick = time.monotonic()
-        # Consumer reconnections already answered with a grace (housekeeping.py).
-        self._reconnects_seen = self._proxy.reconnect_count
+                               on_start=self._consumer_started,
+                               consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
+                                                         # start() raises the problem
+                                                         quiet_until_started=True))
         beat = wt.NOTIFY_PERIOD_S
         if worker_expiry is not None and worker_expiry > 0:
             # Three beats per expiry period: a worker must miss three NOTIFY
@@ -165,18 +106,23 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
         self._finder = wt.ProxyWorkerFinder(uuid, self._proxy, topics,
                                             beat_periodicity=beat,
                                             worker_expiry=worker_expiry,
-                                            on_change=self._on_workers_changed)
-        self._book = tr.RequestBook(self._finder, transition_timeout)
-        self._unserved = unserved.UnservedWatch(exchange, self._finder)
-        # Uuids of tasks whose execute request expired before any worker was
-        # known: nothing ran, so their revert is answered here (revert_task).
-        self._never_dispatched: set[str] = set()
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._releases: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+                                            on_change=self._workers_changed)
+        self._book = tr.RequestBook(self._finder, policy.transition_timeout)
         #: Queue/run times and attempts of each remote atom (engine statistics).
         self.remote_statistics = remote_stats.RemoteStatistics()
+        self._requests = RequestPublisher(self._proxy, self._book, uuid,
+                                          policy.transition_timeout,
+                                          on_new_deadline=self._wake_housekeeper)
+        self._requests.set_trace_ids(root_id, parent_id)
+        self._housekeeper = Housekeeper(uuid, self._book, self._finder, policy,
+                                        self._requests,
+                                        unserved.UnservedWatch(exchange, self._finder))
+        self._replies = ReplyHandler(uuid, self._book, self._finder, policy,
+                                     self.remote_statistics, probe=self._probe,
+                                     wake_housekeeper=self._wake_housekeeper,
+                                     release_waiting=self._workers_changed)
+        self._proxy.dispatcher.type_handlers.update(self._replies.handlers())
+        self._threads: list[threading.Thread] = []
 
     # -- public API ---------------------------------------------------------
 
@@ -190,27 +136,54 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
         """The worker finder (discovery state) this executor routes with."""
         return self._finder
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
-                     progress_callback: Callable | None = None) -> futures.Future:
-        """Schedule the task's execution on a worker; the future never raises."""
-        return self._submit_task(task, task_uuid, pr.EXECUTE, arguments, progress_callback)
+    @property
+    def policy(self) -> RequestPolicy:
+        """Deadlines and re-dispatch of this executor's requests."""
+        return self._policy
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
-                    failures: dict, progress_callback: Callable | None = None
-                    ) -> futures.Future:
+    @property
+    def proxy(self) -> px.Proxy:
+        """The proxy requests and replies go through."""
+        return self._proxy
+
+    @property
+    def book(self) -> tr.RequestBook:
+        """Every unfinished request, with its deadlines."""
+        return self._book
+
+    @property
+    def housekeeper(self) -> Housekeeper:
+        """Deadlines, lost requests and discovery upkeep (its ``lost_history``)."""
+        return self._housekeeper
+
+    @property
+    def lost_history(self) -> Any:
+        """The latest requests found lost (oldest first)."""
+        return self._housekeeper.lost_history
+
+    def execute_task(self, task: Any, task_uuid: str, arguments: dict[str, Any],
+                     progress_callback: Callable[..., Any] | None = None
+                     ) -> futures.Future[Any]:
+        """Schedule the task's execution on a worker; the future never raises."""
+        return self._requests.submit(task, task_uuid, pr.EXECUTE, arguments,
+                                     progress_callback)
+
+    def revert_task(self, task: Any, task_uuid: str, arguments: dict[str, Any], result: Any,
+                    failures: dict[str, Any],
+                    progress_callback: Callable[..., Any] | None = None
+                    ) -> futures.Future[Any]:
         """Schedule the task's revert on a worker (result/failures sent as dicts).
 
         A task whose execute request expired before any worker could take it
         never ran: there is nothing to undo, and no worker to wait another
         transition timeout for, so its revert completes at once.
         """
-        if task_uuid in self._never_dispatched:
-            self._never_dispatched.discard(task_uuid)
-            done: futures.Future = futures.Future()
+        if self._housekeeper.never_dispatched(task_uuid):
+            done: futures.Future[Any] = futures.Future()
             done.set_result((base.REVERTED, None))
             return done
-        return self._submit_task(task, task_uuid, pr.REVERT, arguments, progress_callback,
-                                 result=result, failures=failures)
+        return self._requests.submit(task, task_uuid, pr.REVERT, arguments, progress_callback,
+                                     result=result, failures=failures)
 
     def wait_for_workers(self, workers: int = 1, timeout: float | None = None) -> int:
         """Wait for at least ``workers`` workers; return how many are still missing."""
@@ -218,8 +191,7 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
 
     def set_trace_ids(self, root_id: str | None, parent_id: str | None) -> None:
         """Set the root/parent ids carried in request headers (for tracing)."""
-        self._root_id = root_id
-        self._parent_id = parent_id
+        self._requests.set_trace_ids(root_id, parent_id)
 
     def start(self) -> None:
         """Start consuming replies and announcements, then ask every topic who is there.
@@ -230,15 +202,14 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
         """
         if self._threads:
             return
-        self._stopping.clear()
-        self._wake.clear()
+        self._housekeeper.arm()
         self._spawn(self._consume, "replies")
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
             self.stop()
             raise problem
-        self._spawn(self._release_loop, "release")
-        self._spawn(self._housekeeping_loop, "housekeeping")
+        self._spawn(self._requests.run_releases, "release")
+        self._spawn(self._housekeeper.run, "housekeeping")
         try:
             self._finder.publish()
         except Exception:
@@ -247,9 +218,8 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
 
     def stop(self) -> None:
         """Stop the helper threads and the consumer; fail requests still in flight."""
-        self._stopping.set()
-        self._wake.set()
-        self._releases.put(_STOP)
+        self._housekeeper.stop()
+        self._requests.stop()
         try:
             self._proxy.stop()
         except Exception:
@@ -260,27 +230,39 @@ class WorkerTaskExecutor(requesting.RequestPublishing, replies.ReplyHandling,
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
         if started and self._proxy.has_consumed:  # else no reply queue was declared
-            self._drop_reply_queue()
-        while True:  # whatever the release thread did not consume
-            try:
-                self._releases.get_nowait()
-            except queue.Empty:
-                break
+            reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
+        self._requests.drain_signals()
         leftovers = self._book.drain()
         if leftovers:
             LOG.warning("Executor %s stopped with %d requests unfinished; they fail",
                         self._uuid, len(leftovers))
         for tracked in leftovers:
-            self._fail(tracked, exc.ExecutionFailure(
+            self._requests.fail(tracked, exc.ExecutionFailure(
                 f"Executor {self._uuid} stopped before request {tracked.request} finished"),
                 log=False)
 
+    # -- wiring between the parts -------------------------------------------
 
-    def _drop_reply_queue(self) -> None:
-        """Unbind and empty our reply queue once nobody consumes it (see reply_queue.py)."""
-        url, transport, options = self._conn_args
-        reply_queue.drop_reply_queue(self._exchange, self._uuid, url, transport, options,
-                                     durable=self._proxy.durable, compat=self._compat)
+    def _consumer_ticked(self) -> None:
+        self._housekeeper.consumer_ticked()
+
+    def _consumer_started(self) -> None:
+        self._housekeeper.consumer_started(self._proxy.reconnect_count,
+                                           self._proxy.last_outage_s)
+
+    def _workers_changed(self) -> None:
+        self._requests.signal_workers_changed()
+
+    def _wake_housekeeper(self) -> None:
+        self._housekeeper.wake()
+
+    def _probe(self, topic: str, worker_id: str) -> None:
+        """Ask a worker we never heard from (privately) who it is."""
+        try:
+            self._proxy.publish(pr.Notify(), pr.worker_routing_key(topic, worker_id),
+                                reply_to=self._uuid)
+        except Exception:
+            LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
 
     # -- helper threads -----------------------------------------------------
 

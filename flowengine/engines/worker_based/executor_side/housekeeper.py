@@ -1,10 +1,10 @@
 """The executor's housekeeping: deadlines, lost requests, grace after its own outage.
 
-Runs beside the request path in a thread of its own (WorkerTaskExecutor
-mixes it in): it fails requests nobody started in time or that ran too long,
-dispatches again the requests whose worker fell silent, refreshes discovery
-and forgets silent workers. Silence only counts while the executor could
-hear: see ``_on_consumer_tick`` and ``_on_consumer_start``.
+Runs beside the request path in a thread of its own: it fails requests
+nobody started in time or that ran too long, dispatches again the requests
+whose worker fell silent, refreshes discovery and forgets silent workers.
+Silence only counts while the executor could hear: see
+:meth:`Housekeeper.consumer_ticked` and :meth:`Housekeeper.consumer_started`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import discovery as wt
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side import unserved
-from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
+from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
 
 LOG = logging.getLogger(__name__)
 
@@ -45,35 +45,68 @@ class LostRecord(collections.namedtuple(
     """One request found lost: whose worker, which attempt, after how long a silence."""
 
 
-class Housekeeping:
-    """Expiry, lost-request recovery and discovery upkeep of WorkerTaskExecutor (a mixin).
+class Housekeeper:
+    """Expiry, lost-request recovery and discovery upkeep of one executor.
 
-    Expects the attributes and methods annotated below from the class it is
-    mixed into.
+    ``requests`` publishes a request again and fails one; ``unserved``
+    says why requests nobody can take wait. Call :meth:`run` in a thread of
+    its own and :meth:`stop` to end it.
     """
 
-    _uuid: str
-    _book: tr.RequestBook
-    _finder: wt.ProxyWorkerFinder
-    _proxy: px.Proxy
-    _transition_timeout: float | None
-    _max_attempts: int
-    _run_timeout: float | None
-    _wake: threading.Event
-    _stopping: threading.Event
-    _consumer_tick: float
-    _reconnects_seen: int
-    lost_history: collections.deque[LostRecord]
-    _unserved: unserved.UnservedWatch
-    _never_dispatched: set[str]
-    _fail: Callable[..., None]
-    _publish_request: Callable[[tr.Tracked], None]
+    def __init__(self, executor_uuid: str, book: tr.RequestBook,
+                 finder: wt.ProxyWorkerFinder, policy: RequestPolicy,
+                 requests: RequestPublisher, unserved_watch: unserved.UnservedWatch) -> None:
+        self._uuid = executor_uuid
+        self._book = book
+        self._finder = finder
+        self._policy = policy
+        self._requests = requests
+        self._unserved = unserved_watch
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        # Monotonic time the reply consumer last went round its loop.
+        self._consumer_tick = time.monotonic()
+        # Consumer reconnections already answered with a grace.
+        self._reconnects_seen = 0
+        #: The latest requests found lost (oldest first).
+        self.lost_history: collections.deque[LostRecord] = collections.deque(
+            maxlen=LOST_HISTORY_MAX)
+        # Uuids of tasks whose execute request expired before any worker was
+        # known: nothing ran, so their revert needs no worker.
+        self._never_dispatched: set[str] = set()
 
-    def _on_consumer_tick(self) -> None:
+    @property
+    def book(self) -> tr.RequestBook:
+        """The requests it keeps an eye on."""
+        return self._book
+
+    def wake(self) -> None:
+        """Look at the deadlines again now (one was added or moved earlier)."""
+        self._wake.set()
+
+    def arm(self) -> None:
+        """Get ready for run() (again, after a stop())."""
+        self._stopping.clear()
+        self._wake.clear()
+
+    def stop(self) -> None:
+        """End run() promptly."""
+        self._stopping.set()
+        self._wake.set()
+
+    def never_dispatched(self, task_uuid: str) -> bool:
+        """True (once) when ``task_uuid``'s execute request expired before any dispatch."""
+        try:
+            self._never_dispatched.remove(task_uuid)
+        except KeyError:
+            return False
+        return True
+
+    def consumer_ticked(self) -> None:
         """The reply consumer went round its loop (replies read so far are handled)."""
         self._consumer_tick = time.monotonic()
 
-    def _on_consumer_start(self) -> None:
+    def consumer_started(self, reconnects: int, outage_s: float | None) -> None:
         """The reply consumer (re)started consuming: forgive the silence of its outage.
 
         While our consumer was disconnected we could hear nobody, so the
@@ -81,23 +114,23 @@ class Housekeeping:
         every held request's silence clock restarts now. Without this, an
         outage longer than the loss bound would make us dispatch again
         requests whose workers are alive and still running them, because
-        their heartbeats resume a moment after we do. First start: nothing
-        to forgive.
+        their heartbeats resume a moment after we do. First start (no
+        reconnection yet): nothing to forgive. ``reconnects``: how many times
+        the consumer reconnected so far; ``outage_s``: the last outage's length.
         """
-        reconnects = self._proxy.reconnect_count
         if reconnects == self._reconnects_seen:
             return
         self._reconnects_seen = reconnects
         forgiven = self._book.forgive(time.monotonic())
         if forgiven:
-            outage = self._proxy.last_outage_s
+            outage = outage_s
             LOG.info("Executor %s hears replies again after %s without a broker connection;"
                      " the silence clock of %d held request(s) restarts now (their workers"
                      " could not be heard meanwhile)", self._uuid,
                      "an outage" if outage is None else f"{outage:.1f} s", forgiven)
             self._wake.set()  # the scanner picks up the later deadlines
 
-    def _housekeeping_loop(self) -> None:
+    def run(self) -> None:
         """Expire requests, recover lost ones, refresh discovery, forget silent workers."""
         while not self._stopping.is_set():
             sleep_s = HOUSEKEEPING_MAX_SLEEP_S
@@ -112,12 +145,13 @@ class Housekeeping:
                     # The engine raises it to its caller: a log line at
                     # WARNING would say the same thing twice.
                     LOG.info("%s", error)
-                    self._fail(tracked, error, log=False)
+                    self._requests.fail(tracked, error, log=False)
                 for tracked in overrun:
-                    self._fail(tracked, exc.RequestTimeout(
+                    self._requests.fail(tracked, exc.RequestTimeout(
                         f"Request '{tracked.request}' ran on worker {tracked.worker_id} for"
-                        f" longer than its run_timeout of {self._run_timeout} s; it is"
-                        f" failed (the worker may still finish it; its reply is ignored)"))
+                        f" longer than its run_timeout of {self._policy.run_timeout} s; it"
+                        f" is failed (the worker may still finish it; its reply is"
+                        f" ignored)"))
                 for tracked in lost:
                     self._recover_lost(tracked, now)
                 next_deadline = self._book.next_deadline
@@ -139,7 +173,7 @@ class Housekeeping:
 
     def _timeout_error(self, tracked: tr.Tracked) -> exc.RequestTimeout:
         """RequestTimeout with a message saying what it means for the user."""
-        waited = self._transition_timeout or 0.0
+        waited = self._policy.transition_timeout or 0.0
         where = (self._unserved.describe(wt.task_class_name(tracked.request.task))
                  if tracked.routing_key is None
                  else f"no worker on {tracked.routing_key!r} started it")
@@ -177,7 +211,7 @@ class Housekeeping:
             allowed = tracked.lost_after
             self.lost_history.append(LostRecord(tracked.uuid, worker_id, tracked.attempt,
                                                 silent, now))
-            give_up = tracked.attempt + 1 >= self._max_attempts
+            give_up = self._policy.is_last_attempt(tracked.attempt)
             if give_up:
                 if tr.transition(tracked, pr.FAILURE):
                     self._book.remove(tracked)
@@ -186,15 +220,16 @@ class Housekeeping:
             else:
                 route, _ = self._book.new_attempt(tracked)
         if give_up:
-            self._fail(tracked, exc.RequestLost(
+            self._requests.fail(tracked, exc.RequestLost(
                 f"Request '{request}' was lost: worker {worker_id} stopped answering"
                 f" ({silent:.1f} s without a heartbeat, allowed {allowed:.1f} s)"
                 f" and the request was already dispatched {tracked.attempt + 1} time(s)"
-                f" (max_attempts={self._max_attempts}); its task may or may not have run"))
+                f" (max_attempts={self._policy.max_attempts}); its task may or may not have"
+                f" run"))
             return
         LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat, allowed"
                     " %.1f s); dispatching it again as attempt %d (dispatch %d of at most %d)",
                     request, worker_id, silent, allowed, tracked.attempt,
-                    tracked.attempt + 1, self._max_attempts)
+                    tracked.attempt + 1, self._policy.max_attempts)
         if route is not None:
-            self._publish_request(tracked)
+            self._requests.publish(tracked)

@@ -1,18 +1,17 @@
 """The executor's reply handling: what workers say about our requests and themselves.
 
 Each reply is handled as it arrives, in whatever order, in the reply
-consumer's thread (WorkerTaskExecutor mixes this in): announcements and
-NOTIFY answers update discovery; PENDING/RUNNING/EVENT replies refresh a
-request's liveness; SUCCESS/FAILURE resolve the engine's future exactly once.
+consumer's thread: announcements and NOTIFY answers update discovery;
+PENDING/RUNNING/EVENT replies refresh a request's liveness; SUCCESS/FAILURE
+resolve the engine's future exactly once.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import queue
-import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flowengine import exceptions as exc
@@ -21,47 +20,54 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import discovery as wt
 from flowengine.engines.worker_based.executor_side import remote_stats
 from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.messaging import compat as compat_mod
 from flowengine.engines.worker_based.messaging import dispatcher
-from flowengine.engines.worker_based.messaging import proxy as px
-from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
 
 
-class ReplyHandling:
-    """Handlers for the messages on an executor's reply queue (a mixin).
+class ReplyHandler:
+    """Handles the messages on one executor's reply queue.
 
-    Expects the attributes annotated below from the class it is mixed into.
+    ``executor_uuid`` names the executor in logs; ``statistics`` records
+    each finished request's timings. Callbacks: ``probe(topic, worker_id)``
+    asks a worker we never heard from who it is; ``wake_housekeeper()`` says a
+    deadline changed; ``release_waiting()`` says a request waits for a route
+    again.
     """
 
-    _uuid: str
-    _book: tr.RequestBook
-    _finder: wt.ProxyWorkerFinder
-    _proxy: px.Proxy
-    _lost_after_s: float | None
-    _heartbeat_interval: float
-    _heartbeat_misses: int
-    _max_attempts: int
-    _run_timeout: float | None
-    _wake: threading.Event
-    _releases: queue.SimpleQueue
-    _probed: dict[str, float]
-    remote_statistics: remote_stats.RemoteStatistics
+    def __init__(self, executor_uuid: str, book: tr.RequestBook,
+                 finder: wt.ProxyWorkerFinder, policy: RequestPolicy,
+                 statistics: remote_stats.RemoteStatistics, *,
+                 probe: Callable[[str, str], None],
+                 wake_housekeeper: Callable[[], None],
+                 release_waiting: Callable[[], None]) -> None:
+        self._uuid = executor_uuid
+        self._book = book
+        self._finder = finder
+        self._policy = policy
+        self._statistics = statistics
+        self._probe = probe
+        self._wake_housekeeper = wake_housekeeper
+        self._release_waiting = release_waiting
+        # worker id -> when we last asked it privately who it is.
+        self._probed: dict[str, float] = {}
 
-    def _reply_handlers(self) -> dict[str, dispatcher.Handler]:
+    def handlers(self) -> dict[str, dispatcher.Handler]:
         """The reply queue's handlers by message type, with their validators."""
         return {
             pr.NOTIFY: dispatcher.Handler(
-                self._process_notify,
+                self.process_notify,
                 validator=functools.partial(pr.Notify.validate, response=True)),
             pr.RESPONSE: dispatcher.Handler(
-                self._process_response, validator=pr.Response.validate,
+                self.process_response, validator=pr.Response.validate,
                 required_properties=("correlation_id",)),
         }
 
-    def _process_notify(self, data: dict, message: Any) -> None:
+    def process_notify(self, data: dict[str, Any], message: Any) -> None:
         """A worker answered NOTIFY or announced itself (or is leaving)."""
         worker = self._finder.process_response(data, message)
         if worker is not None and worker.topic not in self._finder.topics:
@@ -69,13 +75,7 @@ class ReplyHandling:
             # the worker's liveness keeps being refreshed.
             self._finder.add_topic(worker.topic)
 
-    def _on_workers_changed(self) -> None:
-        """New or changed worker: hand waiting requests to the release thread."""
-        # Always (not only when something waits right now): a request being
-        # submitted concurrently may join the waiting list just after a check.
-        self._releases.put(True)
-
-    def _process_response(self, data: dict, message: Any) -> None:
+    def process_response(self, data: dict[str, Any], message: Any) -> None:
         """A reply for one of our requests: PENDING, RUNNING, EVENT, SUCCESS or FAILURE."""
         request_uuid = message.properties.get("correlation_id")
         tracked = self._book.get(request_uuid)
@@ -85,33 +85,31 @@ class ReplyHandling:
             return
         response = pr.Response.from_dict(data)
         state = response.state
-        headers = message.headers or {}
-        attempt = headers.get(pr.HEADER_ATTEMPT)
-        if (isinstance(attempt, int) and not isinstance(attempt, bool)
-                and attempt != tracked.attempt):
+        headers = Headers.parse(message.headers)
+        if headers.attempt is not None and headers.attempt != tracked.attempt:
             # Fencing: a worker still answering for a dispatch we replaced
             # (it was declared lost) must not complete or refresh the new one.
             LOG.info("Ignored %s reply for request %s from worker %s: it is for attempt %d,"
                      " superseded by attempt %d", state, request_uuid,
-                     headers.get(pr.HEADER_WORKER_ID), attempt, tracked.attempt)
+                     headers.worker_id, headers.attempt, tracked.attempt)
             return
-        worker_id = headers.get(pr.HEADER_WORKER_ID)
+        worker_id = headers.worker_id
         if worker_id is not None:
-            worker_id = str(worker_id)
             self._maybe_probe(tracked, worker_id)
         else:
             compat_mod.note_reply(message.headers, self._uuid, tracked.topic, tracked.request)
         if state in (pr.PENDING, pr.RUNNING):
-            lost_after = self._lost_after_for(headers)
+            lost_after = self._policy.lost_after_for(headers.heartbeat_s)
             with self._book.lock:
                 wake = False
                 if self._book.is_current(tracked) and (
                         state == pr.PENDING or tr.transition(tracked, pr.RUNNING)):
                     wake = self._book.heard(tracked, worker_id, lost_after)
                     if tracked.request.current_state == pr.RUNNING:
-                        wake = self._book.limit_run(tracked, self._run_timeout) or wake
+                        wake = (self._book.limit_run(tracked, self._policy.run_timeout)
+                                or wake)
             if wake:
-                self._wake.set()
+                self._wake_housekeeper()
         elif state == pr.EVENT:
             if tracked.worker_id is not None:
                 tracked.last_heard = time.monotonic()
@@ -121,13 +119,6 @@ class ReplyHandling:
         else:
             LOG.warning("Ignoring response for request %s in unexpected state %r",
                         request_uuid, state)
-
-    def _lost_after_for(self, headers: Any) -> float:
-        """Seconds of silence after which a request held by this reply's worker is lost."""
-        if self._lost_after_s is not None:
-            return self._lost_after_s
-        interval = lv.parse_heartbeat(headers.get(lv.HEADER_HEARTBEAT))
-        return lv.lost_after(interval or self._heartbeat_interval, self._heartbeat_misses)
 
     def _complete(self, tracked: tr.Tracked, state: str, result: Any,
                   worker_id: str | None) -> None:
@@ -139,17 +130,17 @@ class ReplyHandling:
                 # A SUCCESS may overtake its RUNNING (e.g. on the filesystem
                 # transport): pass through RUNNING first.
                 tr.transition(tracked, pr.RUNNING)
-            elif worker_id is not None and self._refused_as_unknown(tracked, result):
+            elif worker_id is not None and self._refused_as_unknown(tracked, result, worker_id):
                 return
             elif self._given_back(tracked, result):
                 return
             if not tr.transition(tracked, state):
                 return
             self._book.remove(tracked)
-        self.remote_statistics.record(tracked)
+        self._statistics.record(tracked)
         tracked.resolve(result)
 
-    def _on_event(self, tracked: tr.Tracked, data: dict) -> None:
+    def _on_event(self, tracked: tr.Tracked, data: dict[str, Any]) -> None:
         """Forward a task event (progress) to the engine and the task's own notifier."""
         event_type, details = data["event_type"], data["details"]
         callback = tracked.progress_callback
@@ -181,11 +172,7 @@ class ReplyHandling:
             if last is not None and now - last < wt.NOTIFY_PERIOD_S:
                 return
             self._probed[worker_id] = now
-        try:
-            self._proxy.publish(pr.Notify(), pr.worker_routing_key(topic, worker_id),
-                                reply_to=self._uuid)
-        except Exception:
-            LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
+        self._probe(topic, worker_id)
 
     def _given_back(self, tracked: tr.Tracked, result: Any) -> bool:
         """A worker in a cold shutdown gave the request back: dispatch it again (lock held).
@@ -194,16 +181,16 @@ class ReplyHandling:
         before replying WorkerShutdown, so the next attempt never overlaps it.
         """
         if (not isinstance(result, ft.Failure) or not result.check(exc.WorkerShutdown)
-                or tracked.attempt + 1 >= self._max_attempts):
+                or self._policy.is_last_attempt(tracked.attempt)):
             return False
         LOG.warning("Request %s was given back by its worker, which is shutting down;"
                     " dispatching it again (attempt %d of %d)", tracked.request,
-                    tracked.attempt + 2, self._max_attempts)
+                    tracked.attempt + 2, self._policy.max_attempts)
         self._book.new_attempt(tracked, route_now=False)
-        self._releases.put(True)  # the release thread routes it to another worker
+        self._release_waiting()  # the release thread routes it to another worker
         return True
 
-    def _refused_as_unknown(self, tracked: tr.Tracked, result: Any) -> bool:
+    def _refused_as_unknown(self, tracked: tr.Tracked, result: Any, worker_id: str) -> bool:
         """Re-route a request that a not-yet-known worker refused (lock held).
 
         Happens when a topic is shared by workers we had not all heard from:
@@ -212,12 +199,12 @@ class ReplyHandling:
         """
         if (not isinstance(result, ft.Failure) or not result.check(exc.UnknownTask)
                 or tracked.routing_key != tracked.topic
-                or tracked.attempt + 1 >= self._max_attempts):
+                or self._policy.is_last_attempt(tracked.attempt)):
             return False
         LOG.warning("A worker on topic %r cannot run %s; routing request %s again once"
                     " its task list is known", tracked.topic,
                     wt.task_class_name(tracked.request.task), tracked.request)
-        _, wake = self._book.new_attempt(tracked, route_now=False)
+        _, wake = self._book.new_attempt(tracked, route_now=False, after_worker=worker_id)
         if wake:
-            self._wake.set()
+            self._wake_housekeeper()
         return True

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from kombu.transport import virtual
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based import transports
-from flowengine.engines.worker_based.messaging import compat as compat_mod
+from flowengine.engines.worker_based.messaging import compat
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import topology
 
 LOG = logging.getLogger(__name__)
 
 
-def drop_reply_queue(exchange_name: str, executor_uuid: str, url: str | None,
-                     transport: str | None, transport_options: dict[str, Any], *,
-                     durable: bool, compat: str | None) -> None:
+def drop_reply_queue(broker: BrokerSettings, exchange_name: str, executor_uuid: str) -> None:
     """Unbind and empty the reply queue of executor ``executor_uuid``; never raises.
 
     kombu's virtual transports (filesystem, redis, memory) ignore
@@ -26,12 +23,13 @@ def drop_reply_queue(exchange_name: str, executor_uuid: str, url: str | None,
     that cannot be reached is logged at DEBUG and left as it is.
     """
     # Declared as the executor's proxy declares them (a durable mismatch would fail).
-    exchange = compat_mod.make_exchange(exchange_name, durable=durable, compat=compat)
+    exchange = compat.make_exchange(exchange_name, durable=broker.durable,
+                                    compat=broker.compat)
     keys = (executor_uuid, pr.ANNOUNCE_ROUTING_KEY)
     queue = topology.make_queue(pr.reply_queue_name(exchange_name, executor_uuid), exchange,
-                                keys, auto_delete=True, durable=durable)
+                                keys, auto_delete=True, durable=broker.durable)
     try:
-        with transports.connection(url, transport, transport_options) as conn:
+        with broker.connection() as conn:
             conn.ensure_connection(max_retries=1)
             bound = queue(conn.default_channel)
             # Declared again so this connection knows the bindings to remove.

@@ -29,7 +29,7 @@ class Tracked:
 
     __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
                  "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
-                 "run_deadline", "waiting_since")
+                 "run_deadline", "waiting_since", "awaiting_worker")
 
     def __init__(self, request: pr.Request, progress_callback: Callable | None,
                  deadline: float | None) -> None:
@@ -54,6 +54,10 @@ class Tracked:
         self.run_deadline: float | None = None
         #: Monotonic time it started waiting for a capable worker (None: routed).
         self.waiting_since: float | None = None
+        #: A worker that refused it before we knew that worker's tasks: the
+        #: request is routed again only once that worker is known, so it is
+        #: not sent to the same worker on the same stale routes.
+        self.awaiting_worker: str | None = None
 
     @property
     def uuid(self) -> str:
@@ -160,11 +164,12 @@ class RequestBook:
                           wt.task_class_name(tracked.request.task), tracked.request)
             return route, self._schedule(tracked.deadline)
 
-    def new_attempt(self, tracked: Tracked, route_now: bool = True
-                    ) -> tuple[Route | None, bool]:
+    def new_attempt(self, tracked: Tracked, route_now: bool = True,
+                    after_worker: str | None = None) -> tuple[Route | None, bool]:
         """Replace the current dispatch with a fresh Request and route it (lock held).
 
-        With ``route_now`` False it waits for the next change of workers.
+        With ``route_now`` False it waits for the next change of workers
+        (and, with ``after_worker``, until that worker is known).
         Returns (route or None, whether the deadline scanner must wake).
         """
         request = tracked.request
@@ -175,6 +180,7 @@ class RequestBook:
         tracked.attempt += 1
         tracked.worker_id = tracked.last_heard = tracked.lost_after = None
         tracked.run_deadline = None
+        tracked.awaiting_worker = after_worker
         tracked.deadline = None if self._timeout is None else again.created_on + self._timeout
         route = self._finder.get_route_for_task(request.task) if route_now else None
         self._route(tracked, route)
@@ -234,9 +240,13 @@ class RequestBook:
         ready: list[Tracked] = []
         with self.lock:
             for request_uuid, tracked in list(self._waiting.items()):
+                if (tracked.awaiting_worker is not None
+                        and not self._finder.has_worker(tracked.awaiting_worker)):
+                    continue
                 route = self._finder.get_route_for_task(tracked.request.task)
                 if route is None:
                     continue
+                tracked.awaiting_worker = None
                 del self._waiting[request_uuid]
                 if transition(tracked, pr.PENDING):
                     tracked.set_route(route)

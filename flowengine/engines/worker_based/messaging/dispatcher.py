@@ -1,10 +1,11 @@
 """Routes each received message to the handler for its ``type`` property.
 
-A message is acknowledged before its handler runs (as TaskFlow does), so a
-handler failure never causes redelivery loops; anything wrong with a message
-(unknown type, missing property, undecodable or schema-invalid body) is
-logged with its cause and reported to ``on_reject`` so the owner can answer
-with a FAILURE where a reply address is known.
+Anything wrong with a message (unknown type, missing property, undecodable
+or schema-invalid body) is logged with its cause, reported to ``on_reject``
+so the owner can answer with a FAILURE where a reply address is known, and
+the message is rejected. Who settles the others is said in
+:mod:`.delivery`: the consumer acknowledges a message once its handler
+returned, unless the handler settles it itself (``Handler(settles=True)``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging.delivery import Delivery
 
 LOG = logging.getLogger(__name__)
 
@@ -33,22 +35,22 @@ def describe(message: Any) -> str:
 class Handler:
     """What to call for messages of one type: a processor and an optional validator."""
 
-    __slots__ = ("_process_message", "_validator", "_required_properties", "ack_on_receipt")
+    __slots__ = ("_process_message", "_validator", "_required_properties", "settles")
 
     def __init__(self, process_message: Callable[[Any, Any], None],
                  validator: Callable[[Any], None] | None = None, *,
-                 required_properties: Sequence[str] = ()) -> None:
+                 required_properties: Sequence[str] = (), settles: bool = False) -> None:
         self._process_message = process_message
         self._validator = validator
         self._required_properties = tuple(required_properties)
-        #: False: the processor acknowledges the message itself once it has
-        #: taken responsibility for it (the proxy acks it after the processor
-        #: returns otherwise). Worker requests use this (see server.py).
-        self.ack_on_receipt = True
+        #: True: the processor settles each message itself once it has taken
+        #: responsibility for it (worker requests, see worker_side.intake);
+        #: the consumer acknowledges it when the processor did not.
+        self.settles = settles
 
     @property
     def process_message(self) -> Callable[[Any, Any], None]:
-        """Main callback, called with (data, message) once the message is valid and acked."""
+        """Main callback, called with (data, message) once the message is valid."""
         return self._process_message
 
     @property
@@ -86,7 +88,7 @@ class TypeDispatcher:
         """Callbacks (data, message) -> bool; any true vote requeues the message unprocessed."""
         return self._requeue_filters
 
-    def reject(self, message: Any, reason: str) -> None:
+    def reject(self, message: Delivery, reason: str) -> None:
         """Log why ``message`` is refused, tell on_reject, and reject it (no requeue)."""
         self.rejected_count += 1
         LOG.warning("Rejected %s: %s", describe(message), reason)
@@ -95,10 +97,10 @@ class TypeDispatcher:
                 self._on_reject(message, reason)
             except Exception:
                 LOG.exception("on_reject callback failed for %s", describe(message))
-        if not getattr(message, "acknowledged", False):
-            message.reject_log_error(LOG, (Exception,))
+        if not message.settled:
+            message.reject()
 
-    def reject_unverified(self, message: Any, reason: str) -> None:
+    def reject_unverified(self, message: Delivery, reason: str) -> None:
         """Refuse a message whose signature is missing or wrong: logged and counted.
 
         on_reject is not told: its reply address is untrusted, and answering
@@ -107,10 +109,10 @@ class TypeDispatcher:
         self.rejected_count += 1
         self.unverified_count += 1
         LOG.warning("Refused %s unread: %s", describe(message), reason)
-        if not getattr(message, "acknowledged", False):
-            message.reject_log_error(LOG, (Exception,))
+        if not message.settled:
+            message.reject()
 
-    def on_decode_error(self, message: Any, error: BaseException) -> None:
+    def on_decode_error(self, message: Delivery, error: BaseException) -> None:
         """Called for a body that cannot be decoded (bad JSON, content type not accepted)."""
         body = getattr(message, "body", b"") or b""
         excerpt = body[:LOG_BODY_EXCERPT_CHARS]
@@ -128,7 +130,7 @@ class TypeDispatcher:
                 LOG.exception("Requeue filter %r failed; counting it as no vote", flt)
         return votes
 
-    def on_message(self, data: Any, message: Any) -> None:
+    def on_message(self, data: Any, message: Delivery) -> None:
         """Dispatch one decoded message to its handler; never raises."""
         props = message.properties or {}
         message_type = props.get("type")
@@ -147,13 +149,8 @@ class TypeDispatcher:
                                  f" {', '.join(missing)}")
             return
         if self._requeue_filters and self._collect_requeue_votes(data, message):
-            try:
-                message.requeue()
-            except Exception:
-                LOG.exception("Failed to requeue %s", describe(message))
+            message.requeue()
             return
-        if handler.ack_on_receipt:
-            message.ack_log_error(LOG, (Exception,))
         if handler.validator is not None:
             try:
                 handler.validator(data)

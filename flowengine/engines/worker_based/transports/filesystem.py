@@ -51,6 +51,7 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
+from flowengine.engines.worker_based.transports import contract
 from flowengine.engines.worker_based.transports import filesystem_private as fp
 
 LOG = logging.getLogger(__name__)
@@ -562,6 +563,8 @@ class Transport(filesystem.Transport):
     global_state = filesystem.Transport.global_state
     polling_interval = FALLBACK_POLL_S
     driver_name = "flowengine-filesystem"
+    #: See contract.py: a queue marked private goes with its process.
+    flowengine_implements = contract.Capabilities(private_queues=True)
 
     _watcher: _Watcher | None = None
 

@@ -37,6 +37,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.transports import contract
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 
 LOG = logging.getLogger(__name__)
@@ -287,6 +288,7 @@ class Transport(kombu_redis.Transport):
     """kombu's Redis transport with reliable consumption (see the module docstring)."""
 
     Channel = Channel
-    #: Proxies open one channel per consumed queue and keep a lease alive.
-    one_queue_per_channel = True
-    supports_leases = True
+    #: See contract.py: proxies open one channel per consumed queue, keep a
+    #: lease alive, mark private queues and settle a request with its reply.
+    flowengine_implements = contract.Capabilities(
+        leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True)

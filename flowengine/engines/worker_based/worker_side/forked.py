@@ -29,7 +29,8 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.worker_side import timelimits as tl
+from flowengine.engines.worker_based.wire import timelimits as tl
+from flowengine.engines.worker_based.worker_side import timelimits as thread_limits
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ def _child_main(fd: int, endpoint: Any, task: Any, work: pr.WorkUnit,
             _send(fd, {"event": event_type, "details": dict(details or {})})
 
         try:
-            result = tl.call_endpoint(endpoint, task, work, progress)
+            result = thread_limits.call_endpoint(endpoint, task, work, progress)
         except exc.SoftTimeLimitExceeded:
             # Fired outside the task's own code (its hooks, the endpoint).
             result = ft.Failure()

@@ -182,7 +182,7 @@ class IntakeMixin:
                                     correlation_id=task_uuid,
                                     headers=self._headers(attempt), settles=message)
             else:
-                self._proxy.acknowledge(message)
+                message.ack()
             return True
         except exc.DeliveryNotSettled as e:
             LOG.warning("Request %s (%s of %r) not run by worker %s: %s", task_uuid,
@@ -192,11 +192,7 @@ class IntakeMixin:
             LOG.error("Request %s (%s of %r) not taken by worker %s: its PENDING reply"
                       " could not be sent; the message goes back to the broker", task_uuid,
                       work.action, work.task_name, self._worker_id, exc_info=True)
-        try:
-            message.requeue()
-        except Exception:
-            LOG.warning("Could not give request %s back; the broker keeps it until this"
-                        " connection ends", task_uuid, exc_info=True)
+        message.requeue()
         return False
 
     def _answer_duplicate(self, verdict: rm.Verdict, reply_to: str, task_uuid: str,

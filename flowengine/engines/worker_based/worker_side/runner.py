@@ -16,7 +16,8 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.worker_side import timelimits as tl
+from flowengine.engines.worker_based.wire import timelimits as tl
+from flowengine.engines.worker_based.worker_side import timelimits as thread_limits
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def make_body_runner(kind: str) -> Any:
     if executor_kind(kind) == PROCESSES:
         from flowengine.engines.worker_based.worker_side import forked as process_runner
         return process_runner.ProcessRunner()
-    return tl.ThreadRunner()
+    return thread_limits.ThreadRunner()
 
 
 class Gate:

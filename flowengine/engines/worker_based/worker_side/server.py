@@ -40,6 +40,7 @@ from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.messaging import compat as compat_mod
 from flowengine.engines.worker_based.messaging import dispatcher as dispatcher_mod
 from flowengine.engines.worker_based.messaging import proxy as proxy_mod
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.worker_side import context as context_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
@@ -47,15 +48,9 @@ from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import intake as request_intake
 from flowengine.engines.worker_based.worker_side import replier as worker_replies
 from flowengine.engines.worker_based.worker_side import runner as running_mod
-from flowengine.engines.worker_based.worker_side.intake import ROOM_WAIT_SLICE_S  # noqa: F401
-from flowengine.engines.worker_based.worker_side.replier import ANNOUNCE_PERIOD_S  # noqa: F401
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
-
-#: Default seconds between heartbeats of each held request (TaskFlow's name
-#: of the old constant kept as an alias); see liveness.HEARTBEAT_INTERVAL_S.
-RUNNING_HEARTBEAT_PERIOD_S = lv.HEARTBEAT_INTERVAL_S
 
 #: Requests a worker holds (queued + running) per thread of its pool before
 #: it stops taking more: one running and one ready to start the moment a
@@ -102,12 +97,19 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
                  endpoints: Iterable[endpoint_mod.Endpoint], url: str | None = None,
                  transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None,
-                 worker_id: str | None = None, events: bool | None = None,
-                 task_runner: running_mod.TaskRunner | None = None, *,
-                 durable: bool = False, secret: Any = None,
+                 retry_options: Mapping[str, Any] | None = None, *,
+                 broker: BrokerSettings | None = None, worker_id: str | None = None,
+                 events: bool | None = None,
+                 task_runner: running_mod.TaskRunner | None = None,
                  heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
-                 capacity: int | None = None, compat: str | None = None) -> None:
+                 capacity: int | None = None) -> None:
+        if broker is None:
+            broker = BrokerSettings(url, transport, transport_options or {}, retry_options)
+        elif (url, transport, transport_options, retry_options) != (None,) * 4:
+            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
+                             "transport/transport_options/retry_options, not both")
+        if broker.is_redis and "visibility_timeout" not in broker.transport_options:
+            broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
         self._topic = topic
         self._exchange = exchange
         self._executor = executor
@@ -134,7 +136,7 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
         queues = [
             # compat='taskflow': auto-deleted, as TaskFlow declares it.
             proxy_mod.QueueSpec(pr.topic_queue_name(exchange, topic), (topic,),
-                                auto_delete=compat_mod.topic_queue_auto_delete(compat)),
+                                auto_delete=compat_mod.topic_queue_auto_delete(broker.compat)),
             # The broadcast key reaches every flowengine worker of the topic
             # (a NOTIFY on the topic key reaches only one of them).
             proxy_mod.QueueSpec(pr.worker_queue_name(exchange, topic, self._worker_id),
@@ -146,39 +148,25 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
                 self._process_notify,
                 validator=functools.partial(pr.Notify.validate, response=False),
                 required_properties=("reply_to",)),
+            # A request is acknowledged once this worker answers for it (see
+            # _process_request), not when it arrives.
             pr.REQUEST: dispatcher_mod.Handler(
                 self._process_request, validator=pr.Request.validate,
-                required_properties=("reply_to", "correlation_id")),
+                required_properties=("reply_to", "correlation_id"), settles=True),
         }
-        # A request is acknowledged once this worker answers for it (see
-        # _process_request), not on receipt.
-        handlers[pr.REQUEST].ack_on_receipt = False
-        options = dict(transport_options or {})
-        if _is_redis(url, transport):
-            options.setdefault("visibility_timeout", REDIS_VISIBILITY_TIMEOUT_S)
-        transport_options = options
-        self._proxy = proxy_mod.Proxy(topic, exchange, type_handlers=handlers,
-                                      on_wait=self._on_wait, url=url, transport=transport,
-                                      transport_options=transport_options,
-                                      retry_options=retry_options, queues=queues,
-                                      wake_routing_key=private_key, on_reject=self._on_reject,
-                                      on_start=self._on_start,
-                                      prefetch_count=PREFETCH_COUNT,
-                                      # durable topology / message signing (H10c)
-                                      durable=durable, secret=secret,
-                                      compat=compat,  # mixed fleets (H12)
-                                      # Redis: what this worker took goes back to
-                                      # its queue once the worker stops renewing
-                                      # (as silent as a lost request), and it puts
-                                      # back what dead consumers held.
-                                      consumer_id=self._worker_id,
-                                      lease_s=lv.lost_after(self._interval,
-                                                            lv.HEARTBEAT_MISSES),
-                                      reclaim=True)
-        self._events = event_hooks.WorkerEvents.create(
-            exchange, self._worker_id, topic, self._tasks, url=url, transport=transport,
-            transport_options=transport_options, enabled=events,
-            secret=self._proxy.keyring)
+        self._proxy = proxy_mod.Proxy(
+            topic, exchange, handlers, self._on_wait, broker=broker, queues=queues,
+            wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
+            consume=proxy_mod.ConsumeOptions(
+                prefetch_count=PREFETCH_COUNT,
+                # Redis: what this worker took goes back to its queue once the
+                # worker stops renewing (as silent as a lost request), and it
+                # puts back what dead consumers held.
+                lease=proxy_mod.LeaseSpec(self._worker_id,
+                                          lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
+                                          reclaim=True)))
+        self._events = event_hooks.WorkerEvents.create(exchange, self._worker_id, topic,
+                                                       self._tasks, broker, enabled=events)
 
     # --- facts ---
 

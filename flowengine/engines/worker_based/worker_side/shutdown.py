@@ -26,13 +26,13 @@ import time
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.wire import liveness as lv
 
 LOG = logging.getLogger(__name__)
 
 #: Seconds between two "still waiting" log lines of a warm shutdown (the
 #: server's heartbeat thread goes on beating for each held request meanwhile).
-WARM_PROGRESS_PERIOD_S = server_mod.RUNNING_HEARTBEAT_PERIOD_S
+WARM_PROGRESS_PERIOD_S = lv.HEARTBEAT_INTERVAL_S
 
 #: Seconds a cold shutdown waits for outcomes that were already being sent
 #: when it began (publishing one takes milliseconds; this bounds a dead broker).

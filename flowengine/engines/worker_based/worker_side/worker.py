@@ -16,10 +16,12 @@ from typing import Any
 
 import flowengine
 from flowengine import task as task_mod
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire import timelimits as tl
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
-from flowengine.engines.worker_based.worker_side import timelimits as tl
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
@@ -145,19 +147,13 @@ class Worker:
                 max_workers=threads_count, thread_name_prefix=f"flowengine-worker-{topic}")
             self._owns_executor = True
         self._endpoints = derive_endpoints(tasks)
-        self._server = server_mod.Server(topic, exchange, self._executor, self._endpoints,
-                                         url=url, transport=transport,
-                                         transport_options=transport_options,
-                                         retry_options=retry_options, worker_id=worker_id,
-                                         events=events, durable=durable, secret=secret,
-                                         task_runner=self._task_runner,
-                                         # liveness (H10a): see liveness.py
-                                         heartbeat_interval=(
-                                             server_mod.RUNNING_HEARTBEAT_PERIOD_S
-                                             if heartbeat_interval is None
-                                             else heartbeat_interval),
-                                         # mixed fleets with TaskFlow (H12): compat.py
-                                         compat=compat)
+        broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
+                                durable=durable, secret=secret, compat=compat)
+        self._server = server_mod.Server(
+            topic, exchange, self._executor, self._endpoints, broker=broker,
+            worker_id=worker_id, events=events, task_runner=self._task_runner,
+            heartbeat_interval=(lv.HEARTBEAT_INTERVAL_S if heartbeat_interval is None
+                                else heartbeat_interval))
         #: A helpful banner that can be shown before running.
         self.banner = self._generate_banner()
 

@@ -1,0 +1,475 @@
+"""The consume loop: connect, declare, consume, dispatch; survive everything until stopped.
+
+The loop runs in the thread that calls :meth:`Consumer.start` and is
+supervised: a failing handler, an undecodable message or a broken
+connection is logged and survived (reconnect, re-declare, re-consume) until
+:meth:`Consumer.stop`. Every received message is size-checked, verified
+(when signing is on) and decoded before the dispatcher sees it, and settled
+exactly once (see :mod:`.delivery`).
+
+On a leasing transport (flowengine's Redis transport) each queue is consumed
+on a channel of its own and a LeaseKeeper keeps this consumer's lease alive
+(see ``transports/leases.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import kombu
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher
+from flowengine.engines.worker_based.messaging.publisher import is_connection_error
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import (
+    contract,
+    errors,
+    leases,
+    recovery,
+    redis_consumers,
+    topology,
+)
+from flowengine.engines.worker_based.wire import names
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["ON_WAIT_PERIOD_S", "ConsumeOptions", "Consumer", "LeaseSpec", "LoopHooks",
+           "QueueSpec"]
+
+#: Longest time (s) the consume loop blocks in drain_events before it checks
+#: for stop() and runs on_wait. Messages never wait on it: drain_events
+#: returns as soon as one arrives. Short so on_wait-driven work (request
+#: expiry) stays timely and stop() is prompt even when no wake-up gets through.
+ON_WAIT_PERIOD_S = 0.5
+
+#: Pause (s) before reconnecting after the retry options gave up; the loop
+#: then tries again (it only ends on stop()). Each further failure in a row
+#: doubles the pause up to RECONNECT_BACKOFF_MAX_S, so a broker that stays
+#: away costs one log line per step, not one per second; the cap keeps the
+#: recovery after a long outage within seconds of the broker's return.
+RECONNECT_BACKOFF_S = 2.0
+RECONNECT_BACKOFF_MAX_S = 16.0
+
+#: Pause (s) after an unexpected (non-connection) error in the loop, so a
+#: persistent fault cannot spin a CPU at 100 %.
+UNEXPECTED_ERROR_BACKOFF_S = 0.1
+
+#: Reconnection settings (kombu ``ensure_connection`` options) used unless
+#: the broker settings give others: three quick tries, then the loop's own
+#: back-off takes over.
+DEFAULT_RETRY_OPTIONS = {
+    # The maximum number of times to retry (None: forever).
+    "max_retries": 3,
+    # Seconds before the first retry.
+    "interval_start": 1,
+    # Seconds added to the wait after each retry.
+    "interval_step": 1,
+    # Longest wait (seconds) between retries.
+    "interval_max": 1,
+}
+
+#: Message type of the private wake-up message stop() sends to its own queue.
+WAKE_TYPE = "FLOWENGINE_PROXY_WAKE"
+WAKE_HEADER = "flowengine_proxy_wake"
+
+
+class QueueSpec(NamedTuple):
+    """A queue the consumer reads: its name, routing keys and lifetime.
+
+    ``private``: only this process consumes it, so it may be deleted when
+    the process is gone (leasing transports do; AMQP's auto_delete does).
+    """
+
+    name: str
+    routing_keys: tuple[str, ...]
+    auto_delete: bool = False
+    private: bool = False
+
+
+class LeaseSpec(NamedTuple):
+    """This consumer's lease on a leasing transport (ignored on the others).
+
+    ``consumer_id`` names the holder of what it takes (None: a fresh id);
+    ``lease_s`` is how long its holdings survive without a renewal;
+    ``reclaim``: it also puts back what dead consumers held.
+    """
+
+    consumer_id: str | None = None
+    lease_s: float = redis_consumers.DEFAULT_LEASE_S
+    reclaim: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumeOptions:
+    """How a consume loop behaves; the defaults suit an engine's reply queue.
+
+    ``prefetch_count``: unacknowledged messages the broker may push per
+    queue (None: no limit). ``wait_period_s``: how often ``on_wait`` runs.
+    ``max_body_bytes``: larger messages are rejected unread.
+    ``quiet_until_started``: broker problems before the first start are
+    logged at DEBUG (the owner raises them, see :meth:`Consumer.wait_started`).
+    """
+
+    prefetch_count: int | None = None
+    wait_period_s: float = ON_WAIT_PERIOD_S
+    max_body_bytes: int | None = names.MAX_BODY_BYTES
+    quiet_until_started: bool = False
+    lease: LeaseSpec = LeaseSpec()
+
+
+class LoopHooks(NamedTuple):
+    """Callbacks of the loop (run in its thread; their errors are logged, never fatal).
+
+    ``on_start`` each time consuming (re)starts, after the queues are
+    declared; ``on_wait`` at least every ``wait_period_s``; ``on_tick`` on
+    every round (the owner's idle publisher heartbeat); ``on_exit`` once the
+    loop has ended.
+    """
+
+    on_start: Callable[[], None] | None = None
+    on_wait: Callable[[], None] | None = None
+    on_tick: Callable[[], None] | None = None
+    on_exit: Callable[[], None] | None = None
+
+
+class Consumer:
+    """Consumes ``queues`` bound to ``exchange`` and hands each message to ``dispatcher``.
+
+    ``name`` says whose loop it is in logs (a topic or an executor id).
+    """
+
+    def __init__(self, name: str, broker: BrokerSettings, exchange: kombu.Exchange,
+                 queues: Sequence[QueueSpec], dispatcher: TypeDispatcher, *,
+                 options: ConsumeOptions = ConsumeOptions(),
+                 hooks: LoopHooks = LoopHooks()) -> None:
+        self._name = name
+        self._broker = broker
+        self._exchange = exchange
+        self._queues = list(queues)
+        self._dispatcher = dispatcher
+        self._options = options
+        self._hooks = hooks
+        self._retry_options = {**DEFAULT_RETRY_OPTIONS, **(broker.retry_options or {})}
+        self._conn = broker.connection()
+        self._uri = broker.public_uri
+        self._caps = contract.capabilities(self._conn)
+        self._lease: leases.LeaseKeeper | None = None
+        if self._caps.leases:
+            consumer_id = options.lease.consumer_id or uuidlib.uuid4().hex
+            self._conn.transport_options[redis_consumers.CONSUMER_OPTION] = consumer_id
+            self._conn.transport_options[redis_consumers.LEASE_OPTION] = options.lease.lease_s
+            self._lease = leases.LeaseKeeper(self._conn, consumer_id, options.lease.lease_s,
+                                             options.lease.reclaim)
+        self._wake_token = uuidlib.uuid4().hex
+        self._running = threading.Event()
+        self._stopping = threading.Event()
+        self._loop_lock = threading.Lock()
+        # The last broker problem since consuming last (re)started, classified;
+        # the condition wakes wait_started() on it and on consuming.
+        self._problem: exc.BrokerConfigError | exc.BrokerUnavailable | None = None
+        self._started_or_failed = threading.Condition()
+        self._consumed_since_failure = False
+        self._has_consumed = False
+        #: Reconnections so far, and how long the last outage lasted (s, from
+        #: the error to consuming again); for logs, tests and stats.
+        self.reconnect_count = 0
+        self.last_outage_s: float | None = None
+        self._lost_at: float | None = None
+        # Which Redis server process we last consumed from (None off Redis).
+        self._broker_run_id: str | None = None
+
+    # --- facts ---
+
+    @property
+    def queues(self) -> list[QueueSpec]:
+        """The queues the loop reads."""
+        return list(self._queues)
+
+    @property
+    def connection(self) -> kombu.Connection:
+        """The template connection (not connected) the loop's connections are cloned from."""
+        return self._conn
+
+    @property
+    def is_running(self) -> bool:
+        """True while the loop is consuming."""
+        return self._running.is_set()
+
+    @property
+    def has_consumed(self) -> bool:
+        """True once the loop has declared its queues and consumed (ever)."""
+        return self._has_consumed
+
+    @property
+    def wake_headers(self) -> dict[str, str]:
+        """Headers of the wake-up message that makes this loop notice stop() at once."""
+        return {WAKE_HEADER: self._wake_token}
+
+    # --- life cycle ---
+
+    def start(self) -> None:
+        """Run the loop in the calling thread until stop() is called."""
+        if not self._loop_lock.acquire(blocking=False):
+            raise RuntimeError(f"the consumer of {self._name!r} is already running")
+        self._stopping.clear()
+        if self._lease is not None:
+            self._lease.start()
+        failures = 0  # in a row: each doubles the pause before the next attempt
+        try:
+            while not self._stopping.is_set():
+                try:
+                    self._consume_until_stopped()
+                except Exception as e:
+                    self._running.clear()
+                    if self._stopping.is_set():
+                        break
+                    if self._lost_at is None:
+                        self._lost_at = time.monotonic()
+                    if self._consumed_since_failure:
+                        failures = 0
+                    self._consumed_since_failure = False
+                    if isinstance(e, tuple(self._conn.channel_errors)) \
+                            or is_connection_error(e, self._conn):
+                        self._back_off(e, failures)
+                        failures += 1
+                    else:
+                        LOG.exception("Unexpected error in the consume loop of topic %r;"
+                                      " restarting it", self._name)
+                        self._stopping.wait(UNEXPECTED_ERROR_BACKOFF_S)
+        finally:
+            self._running.clear()
+            if self._lease is not None:
+                # Nothing is consumed any more: holdings back, private queues gone.
+                self._lease.stop(retire=True)
+            self._call_safely(self._hooks.on_exit, "on_exit")
+            self._loop_lock.release()
+
+    def _back_off(self, error: BaseException, failures: int) -> None:
+        """Say what keeps the broker away, once per back-off step, and wait it out.
+
+        A wrong login or an exchange declared otherwise (PRECONDITION_FAILED)
+        will not cure itself, but a worker keeps trying, slowly, while an
+        operator fixes it; an engine gives up at once (wait_started).
+        """
+        problem = self._report_problem(error)
+        pause = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2 ** failures)
+        if self._has_consumed and isinstance(problem, exc.BrokerUnavailable):
+            LOG.error("Consumer connection to %s lost (%s); reconnecting in %.0f s",
+                      self._uri, error, pause)
+        else:
+            quiet = self._options.quiet_until_started and not self._has_consumed
+            LOG.log(logging.DEBUG if quiet else logging.ERROR,
+                    "%s; topic %r tries again in %.0f s", problem, self._name, pause)
+        self._stopping.wait(pause)
+
+    def stop(self) -> None:
+        """Ask the loop to end (it returns from start() within ``wait_period_s``)."""
+        self._stopping.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the loop is consuming; False if ``timeout`` passed first."""
+        return self._running.wait(timeout)
+
+    def wait_started(self, timeout: float, unreachable_give_up_s: float
+                     ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
+        """Wait until consuming; None then, else the broker problem that prevents it.
+
+        Returns at once on a problem waiting cannot cure (BrokerConfigError),
+        after ``unreachable_give_up_s`` of an unreachable broker, and at
+        ``timeout`` in any case (the loop goes on trying until stop()).
+        """
+        now = time.monotonic()
+        deadline = now + timeout
+        unreachable_since: float | None = None
+        with self._started_or_failed:
+            while not self._running.is_set():
+                problem = self._problem
+                now = time.monotonic()
+                if isinstance(problem, exc.BrokerConfigError):
+                    return problem
+                if problem is not None:
+                    unreachable_since = unreachable_since or now
+                    if now - unreachable_since >= unreachable_give_up_s:
+                        return problem
+                if now >= deadline:
+                    return problem or exc.BrokerUnavailable(
+                        f"could not start consuming from {self._uri} within {timeout:.0f} s")
+                wake_at = deadline if unreachable_since is None else min(
+                    deadline, unreachable_since + unreachable_give_up_s)
+                self._started_or_failed.wait(max(0.0, wake_at - now))
+        return None
+
+    def _report_problem(self, error: BaseException) -> exc.FlowEngineError:
+        """Classify ``error`` and wake wait_started(); the classified error."""
+        problem = errors.classify(error, self._uri, self._exchange.name, self._broker.durable)
+        with self._started_or_failed:
+            self._problem = problem
+            self._started_or_failed.notify_all()
+        return problem
+
+    def _log_connect_error(self, error: BaseException, interval: float) -> None:
+        """kombu errback: record what failed (the loop logs it once per back-off step)."""
+        self._report_problem(error)
+        LOG.debug("Broker connection to %s failed (%s); retrying in %.1f s",
+                  self._uri, error, interval)
+
+    # --- one connection's worth of consuming ---
+
+    def _consume_until_stopped(self) -> None:
+        """Connect, declare, consume and drain until stop() (raises on failures)."""
+        conn = self._conn.clone()
+        try:
+            conn.ensure_connection(errback=self._log_connect_error, **self._retry_options)
+            if self._lease is None:
+                # kombu's own Redis transport (chosen by a dotted path): put
+                # back what a Redis restart left parked between delivery and
+                # acknowledgement. flowengine's puts back its own holdings.
+                run_id = recovery.broker_run_id(conn)
+                if self._lost_at is not None:
+                    recovery.restore_stranded(conn, self._broker_run_id)
+                self._broker_run_id = run_id
+            consumers = self._start_consumers(conn)
+            try:
+                self._started()
+                self._drain(conn)
+            finally:
+                self._running.clear()
+                for consumer in consumers:
+                    try:
+                        consumer.cancel()
+                    except Exception:
+                        LOG.debug("Error cancelling consumer", exc_info=True)
+        finally:
+            try:
+                conn.release()
+            except Exception:
+                LOG.debug("Error closing consumer connection", exc_info=True)
+
+    def _started(self) -> None:
+        """Consuming (again): wake wait_started(), log a recovery, call on_start."""
+        with self._started_or_failed:
+            self._running.set()
+            self._problem = None
+            self._consumed_since_failure = True
+            self._has_consumed = True
+            self._started_or_failed.notify_all()
+        names_ = [q.name for q in self._queues]
+        LOG.debug("Consuming %s from %s", names_, self._uri)
+        if self._lost_at is not None:
+            self.last_outage_s = time.monotonic() - self._lost_at
+            self.reconnect_count += 1
+            self._lost_at = None
+            LOG.warning("Consuming %s from %s again after %.1f s without a broker"
+                        " connection", names_, self._uri, self.last_outage_s)
+        self._call_safely(self._hooks.on_start, "on_start")
+
+    def _drain(self, conn: kombu.Connection) -> None:
+        """Deliver messages as they come, do the periodic work, until stop()."""
+        heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
+        period = self._options.wait_period_s
+        last_wait = time.monotonic()
+        while not self._stopping.is_set():
+            try:
+                conn.drain_events(timeout=period)
+            except TimeoutError:
+                pass
+            if self._lease is not None and self._lease.lapsed():
+                # Others put back what we held and deleted our private queue:
+                # declare and consume everything again.
+                raise ConnectionResetError("this consumer's lease lapsed")
+            if not conn.connected:
+                # E.g. an ack failed on a dead broker inside a handler. Checked
+                # before anything touches conn.connection: kombu would silently
+                # open a *new* connection there, one without our consumer, and
+                # we would wait on it for ever.
+                raise ConnectionResetError("the consumer's broker connection broke")
+            if heartbeats:
+                # py-amqp sends and checks heartbeats only when asked; a dead
+                # broker raises here (the loop reconnects).
+                conn.heartbeat_check()
+            self._call_safely(self._hooks.on_tick, "on_tick")
+            now = time.monotonic()
+            if now - last_wait >= period:
+                last_wait = now
+                self._call_safely(self._hooks.on_wait, "on_wait")
+
+    def _start_consumers(self, conn: kombu.Connection) -> list[kombu.Consumer]:
+        """Declare and consume the queues: on one channel, or one channel each."""
+        queues = [topology.make_queue(spec.name, self._exchange, spec.routing_keys,
+                                      auto_delete=spec.auto_delete,
+                                      durable=self._broker.durable)
+                  for spec in self._queues]
+        groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
+        private = {spec.name for spec in self._queues if spec.private}
+        consumers = []
+        for i, group in enumerate(groups):
+            channel = conn.channel()
+            if i == 0:
+                self._exchange.declare(channel=channel)
+            if self._caps.private_queues:
+                for queue in group:
+                    if queue.name in private:
+                        channel.mark_private(queue.name)
+            consumer = kombu.Consumer(channel, queues=group, on_message=self._on_message,
+                                      accept=["json"],
+                                      prefetch_count=self._options.prefetch_count)
+            consumer.consume()
+            consumers.append(consumer)
+        return consumers
+
+    def _call_safely(self, callback: Callable[[], None] | None, what: str) -> None:
+        """Run a loop callback; its errors are logged, never fatal."""
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception:
+            LOG.exception("%s callback of topic %r failed", what, self._name)
+
+    def _on_message(self, message: Any) -> None:
+        """Receive one raw message: size check, verify, decode, dispatch, settle; never raises."""
+        delivery = Delivery(message)
+        try:
+            self._receive(delivery)
+        except Exception:
+            LOG.exception("Unexpected error handling a message on topic %r", self._name)
+        finally:
+            if not delivery.settled:
+                try:
+                    delivery.ack()
+                except exc.DeliveryNotSettled:
+                    LOG.debug("Could not acknowledge a handled message", exc_info=True)
+
+    def _receive(self, delivery: Delivery) -> None:
+        headers = delivery.headers
+        if (delivery.properties.get("type") == WAKE_TYPE
+                and headers.get(WAKE_HEADER) == self._wake_token):
+            return  # our own stop() wake-up: acknowledged, nothing to do
+        limit = self._options.max_body_bytes
+        body = delivery.body
+        if limit is not None and len(body) > limit:
+            self._dispatcher.reject(delivery, f"body of {len(body)} bytes exceeds the limit"
+                                              f" of {limit} bytes")
+            return
+        keyring = self._broker.keyring
+        if keyring is not None:
+            try:
+                keyring.verify(body.encode("utf-8") if isinstance(body, str) else body,
+                               delivery.properties, headers)
+            except exc.UnverifiedMessage as e:
+                self._dispatcher.reject_unverified(delivery, str(e))
+                return
+        try:
+            data = delivery.decode()
+        except Exception as e:
+            self._dispatcher.on_decode_error(delivery, e)
+            return
+        self._dispatcher.on_message(data, delivery)

@@ -1,0 +1,234 @@
+"""Publishing to an exchange: encode once, sign, send, retry through an outage.
+
+Publishing goes through a connection of its own, guarded by a lock, so any
+thread (a handler running inside a consume loop included) can publish
+without re-entering a consumer's connection (py-amqp would recurse into
+delivery). Bounded: a broker that stays unreachable for ``timeout_s`` makes
+publish() raise PublishTimeout (recoverable).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kombu
+import kombu.exceptions
+from kombu.utils import json as kombu_json
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import contract, topology
+from flowengine.engines.worker_based.wire import names
+
+LOG = logging.getLogger(__name__)
+
+__all__ = ["PUBLISH_TIMEOUT_S", "Publisher"]
+
+#: Longest time (s) publish() keeps trying while the broker is unreachable
+#: before it raises PublishTimeout: covers a broker restart (RabbitMQ needs
+#: ~5-10 s to boot) while the caller still learns about a real outage within
+#: the executor's default transition timeout (60 s).
+PUBLISH_TIMEOUT_S = 30.0
+
+#: Longest pause (s) between two publish attempts during an outage; the
+#: pauses start at PUBLISH_BACKOFF_START_S and double up to this.
+PUBLISH_BACKOFF_MAX_S = 1.0
+PUBLISH_BACKOFF_START_S = 0.1
+
+#: Bound (s) on one connection attempt of the publisher (within the publish
+#: timeout): a broker host that drops packets must not eat the whole budget.
+PUBLISH_CONNECT_TIMEOUT_S = 5.0
+
+
+def is_connection_error(error: BaseException, conn: kombu.Connection) -> bool:
+    """True for errors a new connection may cure (broker down, connection lost)."""
+    return isinstance(error, (OSError, kombu.exceptions.OperationalError,
+                              exc.BrokerUnavailable) + tuple(conn.connection_errors))
+
+
+class Publisher:
+    """Sends messages to one exchange for every thread of a process side.
+
+    ``max_body_bytes``: a body larger than this is refused here, where the
+    caller can still turn it into a FAILURE reply (receivers refuse it
+    unread). ``timeout_s``: how long publish() retries an unreachable broker.
+    """
+
+    def __init__(self, broker: BrokerSettings, exchange: kombu.Exchange, *,
+                 max_body_bytes: int | None = names.MAX_BODY_BYTES,
+                 timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+        self._broker = broker
+        self._exchange = exchange
+        self._max_body_bytes = max_body_bytes
+        self._timeout_s = timeout_s
+        # Built now (no network I/O) so a bad URL or transport fails here.
+        self._conn = broker.connection()
+        if broker.durable and self._conn.transport.driver_type == "amqp":
+            # Durable means "survives a broker restart": publish() returns only
+            # once RabbitMQ has taken the message (publisher confirms).
+            self._conn.transport_options["confirm_publish"] = True
+        self._uri = broker.public_uri
+        self._lock = threading.Lock()
+        self._pub_conn: kombu.Connection | None = None
+        self._producer: kombu.Producer | None = None
+
+    @property
+    def connection(self) -> kombu.Connection:
+        """The template connection (not connected) publishing connections are cloned from."""
+        return self._conn
+
+    def publish(self, msg_type: str, body: Any, routing_key: str | Sequence[str], *,
+                reply_to: str | None = None, correlation_id: str | None = None,
+                headers: Mapping[str, Any] | None = None, timeout_s: float | None = None,
+                settles: Delivery | None = None) -> None:
+        """Encode ``body`` once, sign it if a key is set, and publish it to each key.
+
+        Thread-safe; see Proxy.publish for what it raises and for ``settles``.
+        """
+        try:
+            payload = kombu_json.dumps(body).encode("utf-8")
+        except (TypeError, ValueError, OverflowError) as e:
+            raise exc.SerializationFailure(
+                f"Cannot encode {msg_type} message body as JSON: {e}", cause=e) from e
+        if self._max_body_bytes is not None and len(payload) > self._max_body_bytes:
+            raise exc.SerializationFailure(
+                f"{msg_type} message body of {len(payload)} bytes exceeds the limit of"
+                f" {self._max_body_bytes} bytes")
+        keys = [routing_key] if isinstance(routing_key, str) else list(routing_key)
+        if settles is not None and len(keys) != 1:
+            raise ValueError("a publication that settles a message has one routing key")
+        properties: dict[str, Any] = {"type": msg_type, "content_type": "application/json",
+                                      "content_encoding": "utf-8"}
+        if reply_to is not None:
+            properties["reply_to"] = reply_to
+        if correlation_id is not None:
+            properties["correlation_id"] = correlation_id
+        all_headers = dict(headers or {})
+        keyring = self._broker.keyring
+        if keyring is not None:
+            all_headers.update(keyring.sign(payload, properties, all_headers))
+        if all_headers:
+            properties["headers"] = all_headers
+        properties.update(topology.publish_properties(self._broker.durable))
+        deadline = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
+        atomically = (settles is not None
+                      and contract.channel_capabilities(settles.channel).atomic_settle)
+        self._send(payload, keys, properties, deadline, settles if atomically else None)
+        if settles is not None and not atomically:
+            settles.ack()
+
+    def _send(self, payload: bytes, keys: list[str], properties: dict[str, Any],
+              deadline: float, settles: Delivery | None) -> None:
+        """Publish to each key, reconnecting until ``deadline`` (monotonic s)."""
+        pending = list(keys)
+        failures = 0
+        with self._lock:
+            while True:
+                try:
+                    producer = self._ensure_producer(deadline)
+                    if settles is not None:
+                        self._send_settling(producer, payload, pending[0], properties,
+                                            settles)
+                        pending.clear()
+                    while pending:
+                        producer.publish(payload, exchange=self._exchange,
+                                         routing_key=pending[0], **properties)
+                        pending.pop(0)  # never published twice after a retry
+                    if failures:
+                        LOG.info("Published to %s again after %d failed attempt(s)",
+                                 self._uri, failures)
+                    return
+                except Exception as e:
+                    # Start from a fresh connection next time instead of a broken one.
+                    self._reset()
+                    if not is_connection_error(e, self._conn):
+                        raise
+                    failures += 1
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise exc.PublishTimeout(
+                            f"Could not publish {properties['type']} message to {self._uri}"
+                            f" (routing key {pending[0]!r}): broker unreachable for"
+                            f" {failures} attempt(s); last error: {e}", cause=e) from e
+                    if failures == 1:
+                        LOG.warning("Publishing to %s failed (%s); retrying for up to"
+                                    " %.1f s", self._uri, e, remaining)
+                    pause = min(PUBLISH_BACKOFF_START_S * 2 ** (failures - 1),
+                                PUBLISH_BACKOFF_MAX_S, remaining)
+                    time.sleep(pause)  # backoff; the lock keeps other publishers queued
+
+    def _send_settling(self, producer: kombu.Producer, payload: bytes, routing_key: str,
+                       properties: dict[str, Any], delivery: Delivery) -> None:
+        """Publish and settle ``delivery`` in one server-side step (leasing transport).
+
+        Idempotent, so the retry loop may repeat it after a lost answer.
+        """
+        channel = producer.channel
+        with channel.capturing() as pushes:
+            producer.publish(payload, exchange=self._exchange, routing_key=routing_key,
+                             **properties)
+        delivery.channel.settle_with(delivery.delivery_tag, pushes, channel.client)
+        delivery.settled_by_transport()
+
+    def _ensure_producer(self, deadline: float) -> kombu.Producer:
+        """The producer, connecting (one bounded attempt) if needed (lock held)."""
+        if self._producer is None:
+            remaining = max(0.1, deadline - time.monotonic())
+            conn = self._conn.clone(connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining))
+            try:
+                conn.connect()
+                # auto_declare: the exchange is declared again on every new
+                # connection (it is gone after a restart of a transient broker).
+                self._producer = kombu.Producer(conn.channel(), exchange=self._exchange,
+                                                auto_declare=True)
+            except Exception:
+                _release(conn, "a failed publisher connection")
+                raise
+            self._pub_conn = conn
+        return self._producer
+
+    def _reset(self) -> None:
+        """Drop the publishing connection (lock held)."""
+        conn, self._pub_conn, self._producer = self._pub_conn, None, None
+        if conn is not None:
+            _release(conn, "the publisher connection")
+
+    def heartbeat_if_idle(self) -> None:
+        """Keep an idle publishing connection's AMQP heartbeats going."""
+        if not self._lock.acquire(blocking=False):
+            return  # publishing right now: the connection is not idle
+        try:
+            conn = self._pub_conn
+            if conn is not None and conn.supports_heartbeats:
+                conn.heartbeat_check()
+        except Exception as e:
+            LOG.info("Publisher connection to %s lost (%s); reconnecting on next publish",
+                     self._uri, e)
+            self._reset()
+        finally:
+            self._lock.release()
+
+    def close_if_idle(self) -> None:
+        """Close the publishing connection unless a publish is in progress.
+
+        A publisher retrying through an outage holds the lock for up to its
+        timeout; closing must not wait for it (that publisher resets its own
+        connection when it gives up).
+        """
+        if self._lock.acquire(blocking=False):
+            try:
+                self._reset()
+            finally:
+                self._lock.release()
+
+
+def _release(conn: kombu.Connection, what: str) -> None:
+    try:
+        conn.release()
+    except Exception:  # already broken; nothing more to do
+        LOG.debug("Error closing %s", what, exc_info=True)

@@ -1,0 +1,142 @@
+"""One value saying where a broker is and how every connection to it behaves.
+
+Engines, workers, proxies and event publishers of one process all talk to
+the same broker the same way, so they share one :class:`BrokerSettings`
+instead of each taking a URL, a transport, transport and retry options,
+durability, a signing secret and a compatibility mode. It is built once at
+the public boundary (engine options, ``Worker(...)``, ``Proxy(...)`` with
+TaskFlow's arguments, the command line) and checked there: a combination
+that cannot work (``compat='taskflow'`` with ``durable=True`` or signing)
+fails at construction, not at the first message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import kombu
+
+from flowengine.engines.worker_based import transports
+from flowengine.engines.worker_based.messaging import compat
+from flowengine.engines.worker_based.wire import signing
+
+__all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
+
+#: AMQP heartbeat (s) negotiated with the broker: a silently dead peer (half
+#: open TCP, network partition) is noticed within two periods instead of the
+#: OS keepalive's hours; generous enough that a loaded 2-core machine never
+#: misses one. Transports without heartbeats ignore it.
+AMQP_HEARTBEAT_S = 20.0
+
+#: Transport option keys whose values are never shown (banner, logs).
+_SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
+
+#: URL schemes served by flowengine's Redis transport.
+_REDIS_SCHEMES = ("redis", "rediss")
+
+
+def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Copy transport options with values of secret-looking keys replaced by '**'."""
+    return {key: "**" if any(word in str(key).lower() for word in _SECRET_OPTION_WORDS)
+            else value
+            for key, value in (options or {}).items()}
+
+
+def _frozen(options: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
+    return types.MappingProxyType(dict(options or {}))
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class BrokerSettings:
+    """Where the broker is and how to talk to it (immutable; shared by a process).
+
+    ``url`` and ``transport`` as kombu takes them (``memory``, ``filesystem``
+    and ``redis`` get flowengine's own transports); ``transport_options`` and
+    ``retry_options`` as kombu's ``Connection`` and ``ensure_connection``
+    take them; ``durable`` selects the durable topology (see
+    :mod:`..transports.topology`); ``secret`` the signing keys (see
+    :mod:`..wire.signing`: None reads ``FLOWENGINE_SECRET``, False turns
+    signing off); ``compat='taskflow'`` declares as TaskFlow does for mixed
+    fleets (see :mod:`.compat`); ``heartbeat_s`` the AMQP heartbeat.
+
+    Raises ValueError for a combination ``compat`` cannot follow, and
+    BrokerConfigError (from :meth:`connection`) for a malformed URL or an
+    unknown transport. Its ``repr`` never shows a password.
+    """
+
+    url: str | None = None
+    transport: str | None = None
+    transport_options: Mapping[str, Any] = dataclasses.field(default_factory=_frozen)
+    retry_options: Mapping[str, Any] | None = None
+    durable: bool = False
+    secret: Any = None
+    compat: str | None = None
+    heartbeat_s: float = AMQP_HEARTBEAT_S
+
+    def __post_init__(self) -> None:
+        # Frozen copies: a caller mutating its dict later changes nothing here.
+        object.__setattr__(self, "transport_options", _frozen(self.transport_options))
+        if self.retry_options is not None:
+            object.__setattr__(self, "retry_options", _frozen(self.retry_options))
+        object.__setattr__(self, "durable", bool(self.durable))
+        object.__setattr__(self, "compat", compat.check(
+            self.compat, durable=self.durable, signed=self.keyring is not None))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> BrokerSettings:
+        """The settings engine options (or command-line options) ask for.
+
+        Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
+        ``durable``, ``secret`` and ``compat``; ignores everything else.
+        """
+        return cls(url=options.get("url"), transport=options.get("transport"),
+                   transport_options=options.get("transport_options") or {},
+                   retry_options=options.get("retry_options"),
+                   durable=bool(options.get("durable", False)),
+                   secret=options.get("secret"), compat=options.get("compat"))
+
+    @functools.cached_property
+    def keyring(self) -> signing.Keyring | None:
+        """The keys messages are signed and verified with (None: signing off).
+
+        Read once: a key file is not read again per message or connection.
+        """
+        return signing.load_keyring(self.secret)
+
+    @property
+    def is_redis(self) -> bool:
+        """True when this reaches Redis (flowengine's Redis transport)."""
+        scheme = self.transport or (self.url.split("://", 1)[0]
+                                    if self.url and "://" in self.url else "")
+        return scheme in _REDIS_SCHEMES
+
+    def with_transport_options(self, **options: Any) -> BrokerSettings:
+        """A copy whose transport options also hold ``options`` (these win)."""
+        return dataclasses.replace(self, transport_options={**self.transport_options,
+                                                            **options})
+
+    def connection(self, **kwargs: Any) -> kombu.Connection:
+        """A new, not yet connected kombu connection (``kwargs`` go to kombu).
+
+        Its transport options are a private copy: a caller may add to them
+        (leases, publisher confirms) without touching other connections.
+        """
+        kwargs.setdefault("heartbeat", self.heartbeat_s)
+        return transports.connection(self.url, self.transport, dict(self.transport_options),
+                                     **kwargs)
+
+    @property
+    def public_uri(self) -> str:
+        """The broker's URI without its password, with the scheme the user wrote."""
+        conn = transports.connection(self.url, self.transport)
+        return transports.public_uri(conn.as_uri(include_password=False))
+
+    def __repr__(self) -> str:
+        return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
+                f" transport_options={mask_options(self.transport_options)!r},"
+                f" durable={self.durable}, signed={self.keyring is not None},"
+                f" compat={self.compat!r})")

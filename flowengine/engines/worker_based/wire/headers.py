@@ -1,0 +1,89 @@
+"""flowengine's message headers, read once into a checked, immutable value.
+
+Headers come from peers, so every field is checked where it is read, here:
+an absent or unusable value is None (a TaskFlow peer sends none of them),
+and a malformed ``expires`` -- the one header whose misreading could run
+work nobody waits for -- is named in :attr:`Headers.problems` so the worker
+can refuse the request with the reason. Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire import names
+
+__all__ = ["Headers"]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Headers:
+    """What a message's headers say (None: absent or unusable)."""
+
+    #: How many times the request was dispatched before (requests; replies echo it).
+    attempt: int | None = None
+    #: The worker that sent a reply or announcement.
+    worker_id: str | None = None
+    #: ``hostname:pid`` of the sender.
+    origin: str | None = None
+    #: The engine submission a request belongs to (the same on every attempt).
+    request_id: str | None = None
+    #: The sender's heartbeat interval (s).
+    heartbeat_s: float | None = None
+    #: When nobody waits for the request any more (epoch s).
+    expires: float | None = None
+    #: The ``[soft, hard]`` time limits as sent (the worker resolves them).
+    timelimit: Any = None
+    #: Trace ids: the flow and the flow detail the request belongs to.
+    root_id: str | None = None
+    parent_id: str | None = None
+    #: A worker's goodbye announcement.
+    leaving: bool = False
+    #: Why a header that matters could not be read (empty: all fine).
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> Headers:
+        """Read ``raw`` (a message's headers, possibly None)."""
+        raw = raw or {}
+        problems: list[str] = []
+        try:
+            expires = names.parse_expires(raw.get(names.HEADER_EXPIRES))
+        except exc.InvalidFormat as e:
+            expires = None
+            problems.append(str(e))
+        return cls(attempt=_count(raw.get(names.HEADER_ATTEMPT)),
+                   worker_id=(None if raw.get(names.HEADER_WORKER_ID) is None
+                              else str(raw[names.HEADER_WORKER_ID])),
+                   origin=_text(raw.get(names.HEADER_ORIGIN)),
+                   request_id=_text(raw.get(lv.HEADER_REQUEST_ID)),
+                   heartbeat_s=lv.parse_heartbeat(raw.get(lv.HEADER_HEARTBEAT)),
+                   expires=expires, timelimit=raw.get(names.HEADER_TIMELIMIT),
+                   root_id=_text(raw.get(names.HEADER_ROOT_ID)),
+                   parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
+                   leaving=bool(raw.get(names.HEADER_LEAVING)),
+                   problems=tuple(problems))
+
+    @property
+    def from_flowengine_engine(self) -> bool:
+        """True when a request carries what every flowengine engine sends."""
+        return self.origin is not None or self.attempt is not None
+
+    @property
+    def from_flowengine_worker(self) -> bool:
+        """True when a reply or announcement carries what every flowengine worker sends."""
+        return self.worker_id is not None
