@@ -97,7 +97,7 @@ def load(flow: Any, store: dict | None = None, flow_detail: Any = None, book: An
     keyword arguments are engine options. ``store`` values are injected into
     storage. Raises NotFound for an unknown engine.
     """
-    from flowengine.utils import persistence_utils as p_utils
+    from flowengine.persistence import helpers as p_utils
 
     kind, options = _extract_engine(engine, **kwargs)
     backend = _fetch_backend(backend)
@@ -164,7 +164,7 @@ def load_from_factory(flow_factory: Any, factory_args: Any = None,
                       namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
                       **kwargs: Any) -> Any:
     """Make a flow with a factory and load it, remembering the factory for resumption."""
-    from flowengine.utils import persistence_utils as p_utils
+    from flowengine.persistence import helpers as p_utils
 
     _name, factory_fun = _fetch_validate_factory(flow_factory)
     factory_args = list(factory_args or [])
