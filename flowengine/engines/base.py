@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from flowengine.types import notifier
+from flowengine.types.notifier import Notifier
 
 
 class Engine(abc.ABC):
@@ -16,16 +16,16 @@ class Engine(abc.ABC):
         self._flow_detail = flow_detail
         self._backend = backend
         self._options = dict(options or {})
-        self._notifier = notifier.Notifier()
-        self._atom_notifier = notifier.Notifier()
+        self._notifier = Notifier()
+        self._atom_notifier = Notifier()
 
     @property
-    def notifier(self) -> notifier.Notifier:
+    def notifier(self) -> Notifier:
         """Notifier for flow state changes (details: flow_name, flow_uuid, old_state)."""
         return self._notifier
 
     @property
-    def atom_notifier(self) -> notifier.Notifier:
+    def atom_notifier(self) -> Notifier:
         """Notifier for task and retry state changes (and task progress)."""
         return self._atom_notifier
 

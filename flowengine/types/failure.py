@@ -122,7 +122,8 @@ class Failure:
                 raise TypeError(f"Invalid exception type '{exc_type}' ({type(exc_type)})")
             self._exc_info: ExcInfo | None = tuple(exc_info)  # type: ignore[assignment]
             self._exc_args: tuple[Any, ...] = tuple(getattr(exc_value, "args", ()))
-            self._exc_type_names: tuple[str, ...] = _type_names(exc_type)
+            # mypy does not see type objects as Hashable (python/mypy#11470).
+            self._exc_type_names: tuple[str, ...] = _type_names(exc_type)  # type: ignore[arg-type]
             self._exception_str: str = _exception_message(exc_value)
             self._traceback_str: Any = _NOT_FORMATTED
             self._causes: tuple[Failure, ...] | None = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Self
 
 import networkx as nx
 
@@ -35,21 +35,19 @@ def _dot_attrs(attrs: dict[str, Any]) -> str:
     return " [" + ", ".join(f"{_dot_id(k)}={_dot_id(v)}" for k, v in attrs.items()) + "]"
 
 
-class _GraphExtras:
-    """What TaskFlow's graph types add to networkx's (shared by the four classes)."""
+class _GraphExtras(nx.Graph):
+    """What TaskFlow's graph types add to networkx's (shared by the four classes).
 
-    # Provided by the networkx base class this is mixed into.
-    nodes: Any
-    edges: Any
-    name: str
-    in_degree: Any
-    out_degree: Any
+    It derives from nx.Graph so that the methods are checked against
+    networkx's; DiGraph lists it before nx.DiGraph, so the method order is
+    the one a plain mixin gives.
+    """
 
     #: Whether the graph can no longer change (nx.NetworkXError on any change);
     #: networkx's freeze() sets it on the instance.
     frozen = False
 
-    def freeze(self) -> _GraphExtras:
+    def freeze(self) -> Self:
         """Make the graph read-only (in place); returns it."""
         nx.freeze(self)
         return self

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Self
 
 from flowengine.utils import reflection
 
@@ -189,7 +189,7 @@ class Notifier:
         self._topics = topics
         return len(removed)
 
-    def copy(self) -> Notifier:
+    def copy(self) -> Self:
         """Return a notifier with the same listeners (registrations are then independent)."""
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)

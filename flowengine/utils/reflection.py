@@ -37,6 +37,7 @@ def get_all_class_names(obj: Any, up_to: type = object, fully_qualified: bool = 
 
 def get_callable_name(function: Callable[..., Any]) -> str:
     """Return a dotted name for a function, method or callable object."""
+    parts: tuple[str, ...]
     if inspect.ismethod(function):
         owner = function.__self__
         owner_cls = owner if isinstance(owner, type) else type(owner)

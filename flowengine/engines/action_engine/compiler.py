@@ -314,7 +314,7 @@ class _Builder:
                                 f" requested to compile; expected a flow or a task")
             from flowengine.patterns import linear_flow
 
-            root = linear_flow.Flow(root.name).add(root)
+            root = linear_flow.Flow(str(root.name)).add(root)
         root_unit = self._walk(root, None, 0)
         if self.duplicates:
             raise exc.Duplicate(f"Atoms with duplicate names found:"
