@@ -209,9 +209,11 @@ class FailureFormatter:
             parts.append(fail.pformat(traceback=True) + os.linesep)
         storage = getattr(self._engine, "storage", None)
         graph = self._compiled_graph()
-        atom_name = atom_matcher
+        atom_name: str | None
         if callable(atom_matcher):
             atom_name = None if graph is None else self._matched_atom(graph, atom_matcher)
+        else:
+            atom_name = atom_matcher
         if storage is None or graph is None or atom_name is None or atom_name not in graph:
             return fail.exc_info, "".join(parts)
         try:

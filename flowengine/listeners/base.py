@@ -159,7 +159,7 @@ class DumpingListener(Listener, metaclass=abc.ABCMeta):
         result = details.get("result")
         was_failure = isinstance(result, failure.Failure)
         exc_info = None
-        if was_failure and result.exc_info:
+        if isinstance(result, failure.Failure) and result.exc_info:
             exc_info = tuple(result.exc_info)
         self._dump("%s has moved task '%s' (%s) into state '%s' from state '%s'"
                    " with result '%s' (failure=%s)",

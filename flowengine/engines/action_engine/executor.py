@@ -145,7 +145,10 @@ class ParallelTaskExecutor(TaskExecutor):
         if self._executor is None:
             # Used without start() (e.g. directly in a test): start lazily.
             self.start()
-        return self._executor.submit(fn, *args)
+        executor = self._executor
+        # Given at construction, or made by start() when none was.
+        assert executor is not None
+        return executor.submit(fn, *args)
 
     def execute_task(self, task: Any, task_uuid: str, arguments: dict,
                      progress_callback: ProgressCallback | None = None) -> cf.Future:

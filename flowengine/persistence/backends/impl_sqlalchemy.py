@@ -27,6 +27,8 @@ try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
     from sqlalchemy import pool as sa_pool
+    from sqlalchemy.dialects import postgresql as sa_postgresql
+    from sqlalchemy.dialects import sqlite as sa_sqlite
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
@@ -225,12 +227,13 @@ class SQLAlchemyConnection(base.Connection):
         if not values:
             return
         if self._dialect in ("sqlite", "postgresql"):
+            stmt: sa_sqlite.Insert | sa_postgresql.Insert
             if self._dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert
+                stmt = sa_sqlite.insert(table)
             else:
-                from sqlalchemy.dialects.postgresql import insert
-            stmt = insert(table)
-            updates = {c: stmt.excluded[c] for c in values[0] if c != "uuid"}
+                stmt = sa_postgresql.insert(table)
+            updates: dict[str, sa.ColumnElement[Any]] = {
+                c: stmt.excluded[c] for c in values[0] if c != "uuid"}
             if "parent_uuid" in updates:
                 updates["parent_uuid"] = sa.func.coalesce(stmt.excluded.parent_uuid,
                                                           table.c.parent_uuid)
