@@ -542,7 +542,8 @@ class RetryDetail(AtomDetail):
     def last_failures(self) -> dict[str, ft.Failure]:
         """The failures (by atom name) recorded for the latest attempt; NotFound if none."""
         try:
-            return self.results[-1][1]
+            failures: dict[str, ft.Failure] = self.results[-1][1]
+            return failures
         except IndexError:
             raise exc.NotFound(f"Last failures of retry '{self.name}' not found")
 

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 import networkx as nx
 
 __all__ = ["DiGraph", "Graph", "OrderedDiGraph", "OrderedGraph", "merge_graphs"]
+
+# networkx's classes are generic in its stubs only (not subscriptable at run
+# time); these graphs hold any hashable node, as TaskFlow's do.
+if TYPE_CHECKING:
+    _NxGraph: TypeAlias = nx.Graph[Any]
+    _NxDiGraph: TypeAlias = nx.DiGraph[Any]
+else:
+    _NxGraph = nx.Graph
+    _NxDiGraph = nx.DiGraph
 
 #: DOT identifiers that need no quotes (the rest are quoted and escaped).
 _DOT_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$|^-?(\.[0-9]+|[0-9]+(\.[0-9]*)?)$")
@@ -35,7 +44,7 @@ def _dot_attrs(attrs: dict[str, Any]) -> str:
     return " [" + ", ".join(f"{_dot_id(k)}={_dot_id(v)}" for k, v in attrs.items()) + "]"
 
 
-class _GraphExtras(nx.Graph):
+class _GraphExtras(_NxGraph):
     """What TaskFlow's graph types add to networkx's (shared by the four classes).
 
     It derives from nx.Graph so that the methods are checked against
@@ -77,7 +86,7 @@ class _GraphExtras(nx.Graph):
         return "\n".join(lines)
 
 
-class Graph(_GraphExtras, nx.Graph):
+class Graph(_GraphExtras, _NxGraph):
     """An undirected graph with TaskFlow's extra methods."""
 
 
@@ -85,7 +94,7 @@ class OrderedGraph(Graph):
     """Graph keeping insertion order (every networkx graph does; kept for TaskFlow code)."""
 
 
-class DiGraph(_GraphExtras, nx.DiGraph):
+class DiGraph(_GraphExtras, _NxDiGraph):
     """A directed graph with TaskFlow's extra methods (the compiled execution graph)."""
 
     def is_directed_acyclic(self) -> bool:

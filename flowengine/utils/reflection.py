@@ -17,7 +17,7 @@ def get_class_name(obj: Any, fully_qualified: bool = True,
                    truncate_builtins: bool = True) -> str:
     """Return the name of a class (or of an object's class), e.g. 'pkg.mod.Class'."""
     cls = obj if isinstance(obj, type) else type(obj)
-    module = getattr(cls, "__module__", None)
+    module: str | None = getattr(cls, "__module__", None)
     if truncate_builtins and module in _BUILTIN_MODULES:
         return cls.__name__
     if fully_qualified and module:

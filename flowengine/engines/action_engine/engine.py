@@ -10,8 +10,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from automaton import runners
 
@@ -40,7 +40,7 @@ def _pre_check(compiled: bool = True, storage_ensured: bool = True, validated: b
         what = meth.__name__
 
         @functools.wraps(meth)
-        def wrapper(self: ActionEngine, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        def wrapper(self: ActionEngine, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             if compiled and not self._compiled:
                 raise exc.InvalidState(f"Can not {what} an engine which has not been compiled")
             if storage_ensured and not self._storage_ensured:
@@ -104,7 +104,7 @@ class ActionEngine(base.Engine):
         self._state_lock = threading.RLock()
         self._storage_ensured = False
         self._validated = False
-        self._storage: Any = None
+        self._storage: fe_storage.Storage | None = None
         self._flow_state: str | None = None
         # Retries always run in the engine's own thread.
         self._retry_executor = ex.SerialRetryExecutor()
@@ -119,7 +119,7 @@ class ActionEngine(base.Engine):
         return ex.SerialTaskExecutor()
 
     @property
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         return self._statistics
 
     @property
@@ -185,7 +185,7 @@ class ActionEngine(base.Engine):
         self.compile()
         self.prepare()
         self.validate()
-        last_transitions: collections.deque = collections.deque(
+        last_transitions: collections.deque[tuple[str | None, str | None]] = collections.deque(
             maxlen=max(1, self.MAX_MACHINE_STATES_RETAINED))
         with _started(self._task_executor, self._retry_executor):
             self._change_state(states.RUNNING)
@@ -232,7 +232,7 @@ class ActionEngine(base.Engine):
             else:
                 if last_transitions:
                     new_state = last_transitions[-1][1]
-                    if new_state not in self.IGNORABLE_STATES:
+                    if new_state is not None and new_state not in self.IGNORABLE_STATES:
                         self._change_state(new_state)
                         if new_state not in self.NO_RERAISING_STATES:
                             failures = itertools.chain(
@@ -335,19 +335,22 @@ class SerialActionEngine(ActionEngine):
     """Runs tasks one after another in the calling thread."""
 
 
-class _ExecutorTypeMatch(collections.namedtuple("_ExecutorTypeMatch",
-                                                ["types", "executor_cls"])):
-    def matches(self, executor: Any) -> bool:
-        return isinstance(executor, self.types)
+class _ExecutorTextMatch(NamedTuple):
+    """Executor names (any case) and how to get the executor class they select."""
 
+    strings: frozenset[str]
+    load_cls: Callable[[], type[ex.ParallelTaskExecutor]]
 
-class _ExecutorTextMatch(collections.namedtuple("_ExecutorTextMatch",
-                                                ["strings", "executor_cls"])):
     def matches(self, text: str) -> bool:
         return text.lower() in self.strings
 
 
-def _process_executor_cls() -> type:
+def _thread_executor_cls() -> type[ex.ParallelTaskExecutor]:
+    return ex.ParallelThreadTaskExecutor
+
+
+def _process_executor_cls() -> type[ex.ParallelTaskExecutor]:
+    # Imported on demand: multiprocessing is not needed by thread-only users.
     from flowengine.engines.action_engine import process_executor
 
     return process_executor.ParallelProcessTaskExecutor
@@ -363,7 +366,7 @@ class ParallelActionEngine(ActionEngine):
 
     _executor_str_matchers = [
         _ExecutorTextMatch(frozenset(["thread", "threads", "threaded"]),
-                           ex.ParallelThreadTaskExecutor),
+                           _thread_executor_cls),
         _ExecutorTextMatch(frozenset(["process", "processes"]), _process_executor_cls),
     ]
 
@@ -373,16 +376,14 @@ class ParallelActionEngine(ActionEngine):
         return self._fetch_task_executor(self._options)
 
     @classmethod
-    def _fetch_task_executor(cls, options: dict) -> ex.TaskExecutor:
+    def _fetch_task_executor(cls, options: Mapping[str, Any]) -> ex.TaskExecutor:
         kwargs: dict[str, Any] = {}
-        executor_cls: Any = cls._default_executor_cls
+        executor_cls: type[ex.ParallelTaskExecutor] = cls._default_executor_cls
         desired = options.get("executor")
         if isinstance(desired, str):
             for m in cls._executor_str_matchers:
                 if m.matches(desired):
-                    executor_cls = m.executor_cls
-                    if executor_cls is _process_executor_cls:
-                        executor_cls = _process_executor_cls()
+                    executor_cls = m.load_cls()
                     break
             else:
                 expected = sorted(itertools.chain.from_iterable(
@@ -397,11 +398,11 @@ class ParallelActionEngine(ActionEngine):
             elif isinstance(desired, cf.Executor):
                 executor_cls = ex.ParallelThreadTaskExecutor
             else:
-                expected = [cf.ThreadPoolExecutor, cf.ProcessPoolExecutor, cf.Executor]
+                expected_types = [cf.ThreadPoolExecutor, cf.ProcessPoolExecutor, cf.Executor]
                 raise TypeError(f"Unknown executor '{desired}' ({type(desired)}) expected"
-                                f" an instance of {expected}")
+                                f" an instance of {expected_types}")
             kwargs["executor"] = desired
-        for key, convert in getattr(executor_cls, "constructor_options", ()):
+        for key, convert in executor_cls.constructor_options:
             if key in options:
                 kwargs[key] = convert(options[key])
         return executor_cls(**kwargs)

@@ -91,12 +91,13 @@ class SQLAlchemyBackend(base.Backend):
     ``engine`` may be an existing SQLAlchemy engine (then not disposed on close).
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, engine: Any = None) -> None:
+    def __init__(self, conf: dict[str, Any] | None = None,
+                 engine: sa.engine.Engine | None = None) -> None:
         super().__init__(conf)
         if engine is None and not self._conf.get("connection"):
             raise ValueError("The SQL backend needs a 'connection' URL, e.g."
                              " 'sqlite:///flows.db' or 'postgresql://user@host/db'")
-        self._engine = engine
+        self._engine: sa.engine.Engine | None = engine
         self._owns_engine = engine is None
 
     def _create_engine(self) -> sa.engine.Engine:
