@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from flowengine.types.notifier import Notifier
 
 if TYPE_CHECKING:
-    from flowengine.flow import Flow
+    import flowengine.flow
     from flowengine.persistence.base import Backend
     from flowengine.persistence.models import FlowDetail
     from flowengine.storage import Storage
@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 class Engine(abc.ABC):
     """Runs one flow; its storage, notifiers and options are public."""
 
-    def __init__(self, flow: Flow | BaseTask, flow_detail: FlowDetail,
+    # flowengine.flow.Flow in full: several patterns have a class named Flow,
+    # and the API docs must link this one.
+    def __init__(self, flow: flowengine.flow.Flow | BaseTask, flow_detail: FlowDetail,
                  backend: Backend | None, options: Mapping[str, Any] | None) -> None:
         self._flow = flow
         self._flow_detail = flow_detail

@@ -13,14 +13,15 @@ from flowengine import exceptions as exc
 from flowengine.utils import misc, reflection
 
 if TYPE_CHECKING:
+    import flowengine.flow
+    import flowengine.task
     from flowengine.engines.base import Engine
-    from flowengine.flow import Flow
     from flowengine.persistence.base import Backend
     from flowengine.persistence.models import FlowDetail, LogBook
-    from flowengine.task import BaseTask
 
-#: What an engine runs: a flow, or a single task.
-FlowLike: TypeAlias = "Flow | BaseTask"
+#: What an engine runs: a flow, or a single task. (Full names: the API docs
+#: link them, and several patterns have a class named Flow.)
+FlowLike: TypeAlias = "flowengine.flow.Flow | flowengine.task.BaseTask"
 
 #: A flow factory: a callable returning a flow, or its importable dotted name.
 FlowFactory: TypeAlias = "str | Callable[..., Any]"
