@@ -124,7 +124,8 @@ class Failure:
             # are not task failures to record but the process leaving.
             if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
                 raise TypeError(f"Invalid exception type '{exc_type}' ({type(exc_type)})")
-            self._exc_info: ExcInfo | None = tuple(exc_info)  # type: ignore[assignment]
+            # Any 3-item sequence is accepted (TaskFlow callers pass lists).
+            self._exc_info: ExcInfo | None = (exc_info[0], exc_info[1], exc_info[2])
             self._exc_args: tuple[Any, ...] = tuple(getattr(exc_value, "args", ()))
             # mypy does not see type objects as Hashable (python/mypy#11470).
             self._exc_type_names: tuple[str, ...] = _type_names(exc_type)  # type: ignore[arg-type]
@@ -134,6 +135,8 @@ class Failure:
         else:
             causes = kwargs.pop("causes", None)
             self._causes = tuple(causes) if causes is not None else None
+            # Kept as given, as a tuple (a failure rebuilt from its fields
+            # normally has none: tracebacks do not cross processes).
             self._exc_info = tuple(exc_info) if exc_info else None  # type: ignore[assignment]
             self._exc_args = tuple(kwargs.pop("exc_args", ()))
             try:

@@ -71,6 +71,8 @@ class Listener:
             return NotImplemented
         return self.is_equivalent(other._callback, details_filter=other._details_filter)
 
+    # Equal listeners may differ in identity (equality compares callbacks), so
+    # no hash; typeshed types __hash__ as a method, hence the ignore.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
