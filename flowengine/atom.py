@@ -131,7 +131,7 @@ class Atom(metaclass=abc.ABCMeta):
     def _build_arg_mapping(self, executor: Callable[..., Any], requires: Any = None,
                            rebind: Any = None, auto_extract: bool = True,
                            ignore_list: Iterable[str] | None = None,
-                           ) -> tuple[dict[str, Any], OrderedSet, OrderedSet]:
+                           ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
         """Return (arg name -> symbol, required symbols, optional symbols) for executor."""
         owner = self.name or reflection.get_class_name(self)
         required, optional = build_arg_mapping(owner, requires, rebind, executor,

@@ -254,7 +254,7 @@ class _Progress:
         self._lock = threading.Lock()
         self._live = stream.isatty()
 
-    def on_task(self, state: str, details: dict) -> None:
+    def on_task(self, state: str, details: dict[str, Any]) -> None:
         """Atom notifier callback: count tasks as they succeed."""
         if state != "SUCCESS" or "task_name" not in details:
             return
@@ -302,7 +302,7 @@ def _child_env() -> dict[str, str]:
     return env
 
 
-def _stop_processes(procs: list[subprocess.Popen]) -> None:
+def _stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGTERM each worker, then kill those still there after the grace period."""
     for proc in procs:
         if proc.poll() is None:
@@ -350,7 +350,7 @@ def run_demo(args: argparse.Namespace) -> int:
         where = (maybe_sanitize_url(args.url) if args.url
                  else f"filesystem transport in {tmp}")
         print(f"Starting {args.workers} worker processes ({where})...", flush=True)
-        procs: list[subprocess.Popen] = []
+        procs: list[subprocess.Popen[bytes]] = []
         logs: list[str] = []
         executor = None
         try:

@@ -18,8 +18,10 @@ class Depth(enum.StrEnum):
     #: Only the target atom itself.
     ATOM = "ATOM"
 
+    # TaskFlow's name for this lookup shadows str.translate, which makes no
+    # sense on a depth name anyway: the override is deliberate.
     @classmethod
-    def translate(cls, desired_depth: Depth | str) -> Depth:
+    def translate(cls, desired_depth: Depth | str) -> Depth:  # type: ignore[override]
         """Return the Depth for a Depth or a (case-insensitive) name.
 
         Raises TypeError for non-strings, ValueError for unknown names.

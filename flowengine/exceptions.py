@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import traceback
@@ -225,7 +226,7 @@ class ResultMismatch(NotFound):
     """A task returned fewer values (or lacks keys) than it declared it provides."""
 
 
-class NotImplementedError(NotImplementedError):  # noqa: A001 (TaskFlow's name)
+class NotImplementedError(builtins.NotImplementedError):  # noqa: A001 (TaskFlow's name)
     """Functionality of the library itself that is not implemented (yet)."""
 
 
@@ -275,7 +276,8 @@ def raise_with_cause(exc_cls: type[FlowEngineError], message: Any, *args: Any,
     cause = kwargs.pop("cause", None)
     if cause is None:
         cause = sys.exc_info()[1]
-    raise exc_cls(message, *args, cause=cause, **kwargs) from cause
+    kwargs["cause"] = cause
+    raise exc_cls(message, *args, **kwargs) from cause
 
 
 # Worker time limits and shutdown (worker-based engine).

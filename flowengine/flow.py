@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from flowengine import atom
 from flowengine.utils import reflection
+
+if TYPE_CHECKING:
+    from flowengine.retry import Retry
+
+#: What a flow holds: atoms (tasks, retries) and other flows.
+Item: TypeAlias = "atom.Atom | Flow"
 
 # Keys with a special meaning in link metadata (the dicts iter_links yields).
 #: The link only preserves an ordering the pattern itself imposes.
@@ -45,7 +51,7 @@ class Flow(abc.ABC):
     ``iter_links``, ``requires``, ``provides``) the compiler relies on.
     """
 
-    def __init__(self, name: str, retry: Any = None) -> None:
+    def __init__(self, name: str, retry: Retry | None = None) -> None:
         self._name = str(name)
         self._retry = retry
         # An unnamed retry controller takes its name from the flow it controls.
@@ -58,12 +64,12 @@ class Flow(abc.ABC):
         return self._name
 
     @property
-    def retry(self) -> Any:
+    def retry(self) -> Retry | None:
         """The retry controller of this flow, or None."""
         return self._retry
 
     @abc.abstractmethod
-    def add(self, *items: Any) -> Flow:
+    def add(self, *items: Item) -> Flow:
         """Add atoms and/or flows to this flow; returns the flow itself."""
 
     @abc.abstractmethod
@@ -71,15 +77,15 @@ class Flow(abc.ABC):
         """How many direct children the flow has."""
 
     @abc.abstractmethod
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Item]:
         """Iterate over the direct children (atoms and subflows)."""
 
     @abc.abstractmethod
-    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+    def iter_nodes(self) -> Iterator[tuple[Item, dict[str, Any]]]:
         """Iterate over ``(child, metadata)`` pairs."""
 
     @abc.abstractmethod
-    def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    def iter_links(self) -> Iterator[tuple[Item, Item, dict[str, Any]]]:
         """Iterate over ``(u, v, metadata)`` links: ``v`` runs after ``u``."""
 
     @property
@@ -109,12 +115,12 @@ class Flow(abc.ABC):
 class ItemListFlow(Flow):
     """A flow whose children are kept in insertion order (linear and unordered)."""
 
-    def __init__(self, name: str, retry: Any = None) -> None:
+    def __init__(self, name: str, retry: Retry | None = None) -> None:
         super().__init__(name, retry)
         # dict used as an ordered set: O(1) membership, insertion order kept.
-        self._items: dict[Any, None] = {}
+        self._items: dict[Item, None] = {}
 
-    def add(self, *items: Any) -> ItemListFlow:
+    def add(self, *items: Item) -> ItemListFlow:
         """Append items; an item already in this flow is ignored (as TaskFlow does)."""
         for item in items:
             check_item(self, item)
@@ -125,9 +131,9 @@ class ItemListFlow(Flow):
     def __len__(self) -> int:
         return len(self._items)
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[Item]:
         return iter(self._items)
 
-    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+    def iter_nodes(self) -> Iterator[tuple[Item, dict[str, Any]]]:
         for item in self._items:
             yield item, {}

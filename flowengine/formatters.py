@@ -42,7 +42,7 @@ class _TreeNode:
 
     __slots__ = ("name", "data", "children")
 
-    def __init__(self, name: str, data: dict) -> None:
+    def __init__(self, name: str, data: dict[str, Any]) -> None:
         self.name = name
         self.data = data
         self.children: list[_TreeNode] = []
@@ -101,8 +101,9 @@ def _render_tree(top: _TreeNode, stringify: Callable[[_TreeNode], str],
 def _flow_name(node: _TreeNode) -> str:
     flow = node.data.get("flow")
     if flow is not None:
-        return flow.name
-    name = node.data.get("name")
+        flow_name: str = flow.name
+        return flow_name
+    name: str | None = node.data.get("name")
     if name is not None:
         return name
     # Compiled flow nodes are named "<flow name>[<suffix>]" to stay unique.
@@ -137,7 +138,7 @@ class FailureFormatter:
         return data
 
     @staticmethod
-    def _cached(cache: dict, atom_name: str, fetch: Callable[[], Any]) -> Any:
+    def _cached(cache: dict[str, Any], atom_name: str, fetch: Callable[[], Any]) -> Any:
         try:
             return cache[atom_name]
         except KeyError:
@@ -148,7 +149,8 @@ class FailureFormatter:
             cache[atom_name] = value
             return value
 
-    def _format_node(self, storage: Any, caches: dict, node: _TreeNode) -> str:
+    def _format_node(self, storage: Any, caches: dict[str, dict[str, Any]],
+                     node: _TreeNode) -> str:
         kind = node.data.get("kind")
         if kind == FLOW:
             return f"Flow '{_flow_name(node)}'"
@@ -209,9 +211,11 @@ class FailureFormatter:
             parts.append(fail.pformat(traceback=True) + os.linesep)
         storage = getattr(self._engine, "storage", None)
         graph = self._compiled_graph()
-        atom_name = atom_matcher
+        atom_name: str | None
         if callable(atom_matcher):
             atom_name = None if graph is None else self._matched_atom(graph, atom_matcher)
+        else:
+            atom_name = atom_matcher
         if storage is None or graph is None or atom_name is None or atom_name not in graph:
             return fail.exc_info, "".join(parts)
         try:
@@ -222,7 +226,8 @@ class FailureFormatter:
             return fail.exc_info, "".join(parts)
         builder, kind = self._BUILDERS[intention]
         root = builder(graph, atom_name)
-        caches: dict[str, dict] = {"intention": {}, "state": {}, "requires": {}, "provides": {}}
+        caches: dict[str, dict[str, Any]] = {"intention": {}, "state": {}, "requires": {},
+                                             "provides": {}}
         total = sum(1 for _ in root.descendants())
         parts.append(f"{total} {kind} (most recent first):" + os.linesep)
 

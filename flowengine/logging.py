@@ -26,7 +26,7 @@ WARNING = logging.WARNING
 logging.addLevelName(TRACE, "TRACE")
 
 
-class _TracingAdapter(logging.LoggerAdapter):
+class _TracingAdapter(logging.LoggerAdapter[logging.Logger]):
     """A logger with ``trace``/``blather`` methods for the TRACE level."""
 
     def trace(self, msg: Any, *args: Any, **kwargs: Any) -> None:
@@ -36,6 +36,7 @@ class _TracingAdapter(logging.LoggerAdapter):
     blather = trace
 
 
-def getLogger(name: str = "flowengine", extra: Any = None) -> logging.LoggerAdapter:  # noqa: N802
+def getLogger(name: str = "flowengine",  # noqa: N802
+              extra: Any = None) -> logging.LoggerAdapter[logging.Logger]:
     """The logger ``name`` with ``trace()``; ``extra`` as for logging.LoggerAdapter."""
     return _TracingAdapter(logging.getLogger(name), extra or {})

@@ -111,6 +111,10 @@ class Retry(atom.Atom, metaclass=abc.ABCMeta):
         """Return RETRY, REVERT or REVERT_ALL for a failure in the subflow."""
 
 
+# The subclasses below keep TaskFlow's signatures, narrower or wider than
+# Retry's: an atom's signature is what it requires, and the engine calls it
+# with keyword arguments only, so the overrides are deliberate.
+
 class AlwaysRevert(Retry):
     """Retry controller that always reverts its subflow."""
 
@@ -125,11 +129,11 @@ class AlwaysRevert(Retry):
 class AlwaysRevertAll(Retry):
     """Retry controller that always reverts the whole flow."""
 
-    def on_failure(self, **kwargs: Any) -> Decision:
+    def on_failure(self, **kwargs: Any) -> Decision:  # type: ignore[override]
         """Always REVERT_ALL."""
         return REVERT_ALL
 
-    def execute(self, **kwargs: Any) -> None:
+    def execute(self, **kwargs: Any) -> None:  # type: ignore[override]
         """Provide nothing."""
 
 
@@ -204,12 +208,12 @@ class ForEach(ForEachBase):
 class ParameterizedForEach(ForEachBase):
     """Like ForEach, but the values come from the ``values`` requirement at run time."""
 
-    def on_failure(self, values: Sequence[Any], history: History, *args: Any,
-                   **kwargs: Any) -> Decision:
+    def on_failure(self, values: Sequence[Any], history: History,  # type: ignore[override]
+                   *args: Any, **kwargs: Any) -> Decision:
         """RETRY while untried values remain, then revert."""
         return self._on_failure(values, history)
 
-    def execute(self, values: Sequence[Any], history: History, *args: Any,
-                **kwargs: Any) -> Any:
+    def execute(self, values: Sequence[Any], history: History,  # type: ignore[override]
+                *args: Any, **kwargs: Any) -> Any:
         """Return the next untried value (NotFound when none remain)."""
         return self._get_next_value(values, history)

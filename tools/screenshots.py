@@ -26,9 +26,9 @@ from flowengine import engines  # noqa: E402
 from flowengine.commands import events_view  # noqa: E402
 from flowengine.demo import flow as demo_flow  # noqa: E402
 from flowengine.demo import tasks as demo_tasks  # noqa: E402
+from flowengine.engines.action_engine import graph_draw  # noqa: E402
 from flowengine.engines.worker_based import events as ev  # noqa: E402
 from flowengine.engines.worker_based.worker_side import worker as wk  # noqa: E402
-from flowengine.utils import graph_draw  # noqa: E402
 
 #: Seconds any wait may take before the script gives up.
 WAIT_S = 60.0

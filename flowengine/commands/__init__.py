@@ -19,4 +19,5 @@ def add_parsers(sub: Any, parse_option: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the subcommand ``args.command``; returns the exit code."""
-    return COMMANDS[args.command].run(args)
+    code: int = COMMANDS[args.command].run(args)
+    return code

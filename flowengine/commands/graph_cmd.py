@@ -20,7 +20,7 @@ def add_parser(sub: Any, parse_option: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Compile the flow and write its drawing."""
     from flowengine.commands import loading
-    from flowengine.utils import graph_draw
+    from flowengine.engines.action_engine import graph_draw
 
     try:
         flow = loading.load_flow(args.flow)

@@ -83,7 +83,7 @@ class FlowProgress:
         name = details.get("task_name") or details.get("atom_name")
         progress = details.get("progress")
         with self._lock:
-            line = self._running.get(name)
+            line = self._running.get(name) if name is not None else None
             if line is not None and progress is not None:
                 self._progress.update(line, completed=float(progress))
 

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from flowengine import engines
     from flowengine import exceptions as exc
     from flowengine.commands import loading, progress
+    from flowengine.engines.action_engine.engine import ActionEngine
     from flowengine.engines.worker_based.transports import errors as broker_errors
 
     console = Console(stderr=True)
@@ -78,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
         broker_errors.check_shared(args.url, args.transport,
                                    "the workers are other processes")
     engine = engines.load(flow, store=store, engine=args.engine, **_engine_options(args))
+    # --engine offers the built-in engines only: action engines, which have
+    # a compilation and draw().
+    assert isinstance(engine, ActionEngine)
     engine.compile()
+    assert engine.compilation is not None  # compile() raises or compiles
     total = len(engine.compilation.atoms)
     bar = progress.FlowProgress(total, console=console, description=flow.name)
     bar.attach(engine)

@@ -5,12 +5,30 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from flowengine import exceptions as exc
 from flowengine.utils import misc, reflection
+
+if TYPE_CHECKING:
+    import flowengine.flow
+    import flowengine.task
+    from flowengine.engines.base import Engine
+    from flowengine.persistence.base import Backend
+    from flowengine.persistence.models import FlowDetail, LogBook
+
+#: What an engine runs: a flow, or a single task. (Full names: the API docs
+#: link them, and several patterns have a class named Flow.)
+FlowLike: TypeAlias = "flowengine.flow.Flow | flowengine.task.BaseTask"
+
+#: A flow factory: a callable returning a flow, or its importable dotted name.
+FlowFactory: TypeAlias = "str | Callable[..., Any]"
+
+#: A backend, or what ``persistence.backends.fetch`` makes one from (a URL or
+#: a configuration dict); None: nothing is saved.
+BackendSpec: TypeAlias = "Backend | str | dict[str, Any] | None"
 
 #: Entry point group engines are looked up in (by engine name).
 ENGINES_NAMESPACE = "flowengine.engines"
@@ -44,18 +62,22 @@ def _entry_points(namespace: str) -> dict[str, Any]:
         return {}
 
 
-def _fetch_engine_cls(kind: str, namespace: str) -> Any:
+def _fetch_engine_cls(kind: str, namespace: str) -> type[Engine]:
+    # Entry points of this group, and the built-in paths, name Engine classes.
+    engine_cls: type[Engine]
     ep = _entry_points(namespace).get(kind)
     if ep is not None:
-        return ep.load()
+        engine_cls = ep.load()
+        return engine_cls
     path = _BUILTIN_ENGINES.get(kind) if namespace == ENGINES_NAMESPACE else None
     if path is None:
         raise exc.NotFound(f"Could not find engine '{kind}' (known engines:"
                            f" {sorted(_BUILTIN_ENGINES)})")
-    return _import_path(path)
+    engine_cls = _import_path(path)
+    return engine_cls
 
 
-def _extract_engine(engine: Any, **kwargs: Any) -> tuple[str, dict]:
+def _extract_engine(engine: Any, **kwargs: Any) -> tuple[str, dict[str, Any]]:
     """Split 'kind' (maybe a URI like 'parallel://?max_workers=2') from options."""
     # TaskFlow's older spelling: engine_conf='parallel' or {'engine': ..., ...}.
     engine_conf = kwargs.pop("engine_conf", None)
@@ -79,7 +101,7 @@ def _extract_engine(engine: Any, **kwargs: Any) -> tuple[str, dict]:
     return kind, options
 
 
-def _fetch_backend(backend: Any) -> Any:
+def _fetch_backend(backend: BackendSpec) -> Backend | None:
     if isinstance(backend, (dict, str)):
         from flowengine.persistence import backends
 
@@ -87,9 +109,10 @@ def _fetch_backend(backend: Any) -> Any:
     return backend
 
 
-def load(flow: Any, store: dict | None = None, flow_detail: Any = None, book: Any = None,
-         backend: Any = None, namespace: str = ENGINES_NAMESPACE,
-         engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Any:
+def load(flow: FlowLike, store: Mapping[str, Any] | None = None,
+         flow_detail: FlowDetail | None = None, book: LogBook | None = None,
+         backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
+         engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Engine:
     """Load a flow into an engine, ready to ``run()``.
 
     ``engine`` names the engine ('serial'/'default', 'parallel',
@@ -97,22 +120,23 @@ def load(flow: Any, store: dict | None = None, flow_detail: Any = None, book: An
     keyword arguments are engine options. ``store`` values are injected into
     storage. Raises NotFound for an unknown engine.
     """
-    from flowengine.utils import persistence_utils as p_utils
+    from flowengine.persistence import helpers as p_utils
 
     kind, options = _extract_engine(engine, **kwargs)
-    backend = _fetch_backend(backend)
+    backend_obj = _fetch_backend(backend)
     if flow_detail is None:
-        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
+        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend_obj)
     engine_cls = _fetch_engine_cls(kind, namespace)
-    engine_obj = engine_cls(flow, flow_detail, backend, options)
+    engine_obj = engine_cls(flow, flow_detail, backend_obj, options)
     if store:
         engine_obj.storage.inject(store)
     return engine_obj
 
 
-def run(flow: Any, store: dict | None = None, flow_detail: Any = None, book: Any = None,
-        backend: Any = None, namespace: str = ENGINES_NAMESPACE,
-        engine: str = ENGINE_DEFAULT, **kwargs: Any) -> dict:
+def run(flow: FlowLike, store: Mapping[str, Any] | None = None,
+        flow_detail: FlowDetail | None = None, book: LogBook | None = None,
+        backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
+        engine: str = ENGINE_DEFAULT, **kwargs: Any) -> dict[str, Any]:
     """Load a flow into an engine, run it, and return every named result."""
     engine_obj = load(flow, store=store, flow_detail=flow_detail, book=book,
                       backend=backend, namespace=namespace, engine=engine, **kwargs)
@@ -120,14 +144,14 @@ def run(flow: Any, store: dict | None = None, flow_detail: Any = None, book: Any
     return engine_obj.storage.fetch_all()
 
 
-def _fetch_factory(factory_name: str) -> Callable[..., Any]:
+def _fetch_factory(factory_name: str) -> Any:
     try:
         return reflection.import_class(factory_name)
     except (ImportError, ValueError, AttributeError) as e:
         raise ImportError(f"Could not import factory {factory_name!r}: {e}")
 
 
-def _fetch_validate_factory(flow_factory: Any) -> tuple[str, Callable[..., Any]]:
+def _fetch_validate_factory(flow_factory: FlowFactory) -> tuple[str, Callable[..., Any]]:
     if isinstance(flow_factory, str):
         return flow_factory, _fetch_factory(flow_factory)
     factory_name = reflection.get_callable_name(flow_factory)
@@ -141,8 +165,10 @@ def _fetch_validate_factory(flow_factory: Any) -> tuple[str, Callable[..., Any]]
     return factory_name, flow_factory
 
 
-def save_factory_details(flow_detail: Any, flow_factory: Any, factory_args: Any,
-                         factory_kwargs: Any, backend: Any = None) -> None:
+def save_factory_details(flow_detail: FlowDetail, flow_factory: FlowFactory,
+                         factory_args: Iterable[Any] | None,
+                         factory_kwargs: Mapping[str, Any] | None,
+                         backend: BackendSpec = None) -> None:
     """Record the (reimportable) factory and its arguments in the flow detail's meta."""
     factory_name, _ = _fetch_validate_factory(flow_factory)
     factory_data = {"factory": {"name": factory_name,
@@ -152,19 +178,20 @@ def save_factory_details(flow_detail: Any, flow_factory: Any, factory_args: Any,
         flow_detail.meta = factory_data
     else:
         flow_detail.meta.update(factory_data)
-    backend = _fetch_backend(backend)
-    if backend is not None:
-        with contextlib.closing(backend.get_connection()) as conn:
+    backend_obj = _fetch_backend(backend)
+    if backend_obj is not None:
+        with contextlib.closing(backend_obj.get_connection()) as conn:
             conn.update_flow_details(flow_detail)
 
 
-def load_from_factory(flow_factory: Any, factory_args: Any = None,
-                      factory_kwargs: Any = None, store: dict | None = None,
-                      book: Any = None, backend: Any = None,
+def load_from_factory(flow_factory: FlowFactory, factory_args: Iterable[Any] | None = None,
+                      factory_kwargs: Mapping[str, Any] | None = None,
+                      store: Mapping[str, Any] | None = None,
+                      book: LogBook | None = None, backend: BackendSpec = None,
                       namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
-                      **kwargs: Any) -> Any:
+                      **kwargs: Any) -> Engine:
     """Make a flow with a factory and load it, remembering the factory for resumption."""
-    from flowengine.utils import persistence_utils as p_utils
+    from flowengine.persistence import helpers as p_utils
 
     _name, factory_fun = _fetch_validate_factory(flow_factory)
     factory_args = list(factory_args or [])
@@ -178,7 +205,7 @@ def load_from_factory(flow_factory: Any, factory_args: Any = None,
                 backend=backend, namespace=namespace, engine=engine, **kwargs)
 
 
-def flow_from_detail(flow_detail: Any) -> Any:
+def flow_from_detail(flow_detail: FlowDetail) -> FlowLike:
     """Rebuild a flow from the factory recorded in its flow detail."""
     try:
         factory_data = flow_detail.meta["factory"]
@@ -190,12 +217,14 @@ def flow_from_detail(flow_detail: Any) -> Any:
     except (KeyError, ImportError):
         raise ImportError(f"Could not import factory for flow {flow_detail.name}"
                           f" {flow_detail.uuid}")
-    return factory_fun(*factory_data.get("args", ()), **factory_data.get("kwargs", {}))
+    flow: FlowLike = factory_fun(*factory_data.get("args", ()),
+                                 **factory_data.get("kwargs", {}))
+    return flow
 
 
-def load_from_detail(flow_detail: Any, store: dict | None = None, backend: Any = None,
-                     namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
-                     **kwargs: Any) -> Any:
+def load_from_detail(flow_detail: FlowDetail, store: Mapping[str, Any] | None = None,
+                     backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
+                     engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Engine:
     """Rebuild a flow from its detail and load it into an engine (to resume it)."""
     flow = flow_from_detail(flow_detail)
     return load(flow, flow_detail=flow_detail, store=store, backend=backend,

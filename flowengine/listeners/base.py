@@ -23,7 +23,7 @@ FINISH_STATES = (states.FAILURE, states.SUCCESS, states.REVERTED, states.REVERT_
 #: What a listener listens for unless told otherwise: every event.
 DEFAULT_LISTEN_FOR = (Notifier.ANY,)
 
-_Receiver = Callable[[str, dict], None]
+_Receiver = Callable[[str, dict[str, Any]], None]
 _Filter = Callable[[Any], bool]
 _Registration = list[tuple[str, _Receiver, _Filter | None]]
 
@@ -91,13 +91,13 @@ class Listener:
         self._engine = engine
         self._registered: dict[str, _Registration] = {}
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         """Called on each flow state change listened for (does nothing here)."""
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         """Called on each task state change listened for (does nothing here)."""
 
-    def _retry_receiver(self, state: str, details: dict) -> None:
+    def _retry_receiver(self, state: str, details: dict[str, Any]) -> None:
         """Called on each retry state change listened for (does nothing here)."""
 
     def register(self) -> None:
@@ -145,12 +145,12 @@ class DumpingListener(Listener, metaclass=abc.ABCMeta):
     def _dump(self, message: str, *args: Any, **kwargs: Any) -> None:
         """Output ``message % args``; ``exc_info`` may come in ``kwargs``."""
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._dump("%s has moved flow '%s' (%s) into state '%s' from state '%s'",
                    self._engine, details["flow_name"], details["flow_uuid"],
                    state, details["old_state"])
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         if state not in FINISH_STATES:
             self._dump("%s has moved task '%s' (%s) into state '%s' from state '%s'",
                        self._engine, details["task_name"], details["task_uuid"],
@@ -159,7 +159,7 @@ class DumpingListener(Listener, metaclass=abc.ABCMeta):
         result = details.get("result")
         was_failure = isinstance(result, failure.Failure)
         exc_info = None
-        if was_failure and result.exc_info:
+        if isinstance(result, failure.Failure) and result.exc_info:
             exc_info = tuple(result.exc_info)
         self._dump("%s has moved task '%s' (%s) into state '%s' from state '%s'"
                    " with result '%s' (failure=%s)",

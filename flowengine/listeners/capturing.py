@@ -33,7 +33,7 @@ class CaptureListener(base.Listener):
                  skip_tasks: Iterable[str] | None = None,
                  skip_retries: Iterable[str] | None = None,
                  skip_flows: Iterable[str] | None = None,
-                 values: list | None = None) -> None:
+                 values: list[Any] | None = None) -> None:
         super().__init__(engine, task_listen_for=task_listen_for,
                          flow_listen_for=flow_listen_for,
                          retry_listen_for=retry_listen_for)
@@ -44,21 +44,21 @@ class CaptureListener(base.Listener):
         self._skip_retries = _frozen(skip_retries)
         self._skip_flows = _frozen(skip_flows)
         # A caller may pass its own list to keep accumulating into it.
-        self.values: list = [] if values is None else values
+        self.values: list[Any] = [] if values is None else values
 
     @staticmethod
-    def _format_capture(kind: str, state: str, details: dict) -> Any:
+    def _format_capture(kind: str, state: str, details: dict[str, Any]) -> Any:
         """Build what gets appended to ``values`` (override to change it)."""
         return (kind, state, details)
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         if self._capture_task and details["task_name"] not in self._skip_tasks:
             self.values.append(self._format_capture(self.TASK, state, details))
 
-    def _retry_receiver(self, state: str, details: dict) -> None:
+    def _retry_receiver(self, state: str, details: dict[str, Any]) -> None:
         if self._capture_retry and details["retry_name"] not in self._skip_retries:
             self.values.append(self._format_capture(self.RETRY, state, details))
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         if self._capture_flow and details["flow_name"] not in self._skip_flows:
             self.values.append(self._format_capture(self.FLOW, state, details))

@@ -87,13 +87,13 @@ class DynamicLoggingListener(base.Listener):
                 mask_inputs_keys=mask_inputs_keys, mask_outputs_keys=mask_outputs_keys)
         self._fail_formatter = fail_formatter
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         level = self._flow_log_levels.get(state, self._level)
         self._logger.log(level, "Flow '%s' (%s) transitioned into state '%s' from state '%s'",
                          details["flow_name"], details["flow_uuid"], state,
                          details.get("old_state"))
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         task_name = details["task_name"]
         task_uuid = details["task_uuid"]
         old_state = details["old_state"]

@@ -74,10 +74,10 @@ class DurationListener(base.Listener):
             LOG.warning("Failure to store duration update %s for %s %s",
                         meta_update, item_type, item_name, exc_info=True)
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._receiver(TASK, details["task_name"], state)
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._receiver(FLOW, details["flow_name"], state)
 
     def _receiver(self, item_type: str, item_name: str, state: str) -> None:
@@ -131,7 +131,7 @@ class EventTimeListener(base.Listener):
             LOG.warning("Failure to store timestamp %s for atom %s",
                         meta_update, atom_name, exc_info=True)
 
-    def _flow_receiver(self, state: str, details: dict) -> None:
+    def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         meta_update = {f"{state}-timestamp": time.time()}
         try:
             self._engine.storage.update_flow_metadata(meta_update)
@@ -139,8 +139,8 @@ class EventTimeListener(base.Listener):
             LOG.warning("Failure to store timestamp %s for flow %s",
                         meta_update, details["flow_name"], exc_info=True)
 
-    def _task_receiver(self, state: str, details: dict) -> None:
+    def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._record_atom_event(state, details["task_name"])
 
-    def _retry_receiver(self, state: str, details: dict) -> None:
+    def _retry_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._record_atom_event(state, details["retry_name"])

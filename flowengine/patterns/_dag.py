@@ -11,7 +11,10 @@ searches the nodes whose order lies between its two ends.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+#: A node: anything hashable (graph flows use their atoms and subflows).
+_N = TypeVar("_N", bound=Hashable)
 
 
 class CycleError(ValueError):
@@ -22,15 +25,15 @@ class CycleError(ValueError):
         self.cycle = cycle
 
 
-class OrderedDAG:
+class OrderedDAG(Generic[_N]):
     """Directed acyclic graph with edge data and an incrementally kept topological order."""
 
     __slots__ = ("_succ", "_pred", "_ord", "_next")
 
     def __init__(self) -> None:
-        self._succ: dict[Hashable, dict[Hashable, dict[str, Any]]] = {}
-        self._pred: dict[Hashable, dict[Hashable, dict[str, Any]]] = {}
-        self._ord: dict[Hashable, int] = {}
+        self._succ: dict[_N, dict[_N, dict[str, Any]]] = {}
+        self._pred: dict[_N, dict[_N, dict[str, Any]]] = {}
+        self._ord: dict[_N, int] = {}
         self._next = 0
 
     def __len__(self) -> int:
@@ -39,9 +42,9 @@ class OrderedDAG:
     def __contains__(self, node: object) -> bool:
         return node in self._succ
 
-    def copy(self) -> OrderedDAG:
+    def copy(self) -> OrderedDAG[_N]:
         """Return a copy (edge data dicts are copied one level deep)."""
-        other = OrderedDAG()
+        other: OrderedDAG[_N] = OrderedDAG()
         other._succ = {u: {v: dict(d) for v, d in adj.items()} for u, adj in self._succ.items()}
         other._pred = {v: {} for v in self._succ}
         for u, adj in other._succ.items():
@@ -51,7 +54,7 @@ class OrderedDAG:
         other._next = self._next
         return other
 
-    def add_node(self, node: Hashable) -> None:
+    def add_node(self, node: _N) -> None:
         """Add ``node`` (last in the order) unless it is already present."""
         if node not in self._succ:
             self._succ[node] = {}
@@ -59,7 +62,7 @@ class OrderedDAG:
             self._ord[node] = self._next
             self._next += 1
 
-    def remove_node(self, node: Hashable) -> None:
+    def remove_node(self, node: _N) -> None:
         """Remove ``node`` and its edges (the remaining order stays valid)."""
         for v in self._succ.pop(node):
             del self._pred[v][node]
@@ -67,15 +70,15 @@ class OrderedDAG:
             del self._succ[u][node]
         del self._ord[node]
 
-    def has_edge(self, u: Hashable, v: Hashable) -> bool:
+    def has_edge(self, u: _N, v: _N) -> bool:
         """True if the edge u -> v exists."""
         return v in self._succ.get(u, ())
 
-    def edge_data(self, u: Hashable, v: Hashable) -> dict[str, Any] | None:
+    def edge_data(self, u: _N, v: _N) -> dict[str, Any] | None:
         """The data dict of edge u -> v, or None if there is no such edge."""
         return self._succ.get(u, {}).get(v)
 
-    def add_edge(self, u: Hashable, v: Hashable, data: dict[str, Any] | None = None) -> None:
+    def add_edge(self, u: _N, v: _N, data: dict[str, Any] | None = None) -> None:
         """Add u -> v (or merge ``data`` into an existing edge).
 
         Raises CycleError, leaving the graph unchanged, if the edge would close
@@ -95,17 +98,17 @@ class OrderedDAG:
         self._succ[u][v] = d
         self._pred[v][u] = d
 
-    def remove_edge(self, u: Hashable, v: Hashable) -> None:
+    def remove_edge(self, u: _N, v: _N) -> None:
         """Remove the edge u -> v (KeyError if absent)."""
         del self._succ[u][v]
         del self._pred[v][u]
 
-    def _reorder(self, u: Hashable, v: Hashable, lower: int, upper: int) -> None:
+    def _reorder(self, u: _N, v: _N, lower: int, upper: int) -> None:
         # Nodes reachable from v whose order is not past u's must move after u;
         # reaching u itself means the new edge would close a cycle.
         order = self._ord
-        forward: list[Hashable] = [v]
-        parent: dict[Hashable, Hashable] = {v: v}
+        forward: list[_N] = [v]
+        parent: dict[_N, _N] = {v: v}
         stack = [v]
         while stack:
             node = stack.pop()
@@ -121,7 +124,7 @@ class OrderedDAG:
                     forward.append(nxt)
                     stack.append(nxt)
         # Nodes that reach u and sit after v's position must move before v.
-        backward: list[Hashable] = [u]
+        backward: list[_N] = [u]
         seen = {u}
         stack = [u]
         while stack:
@@ -137,25 +140,25 @@ class OrderedDAG:
         for node, slot in zip(backward + forward, slots):
             order[node] = slot
 
-    def nodes(self) -> Iterator[Hashable]:
+    def nodes(self) -> Iterator[_N]:
         """Nodes in insertion order."""
         return iter(self._succ)
 
-    def topological(self) -> list[Hashable]:
+    def topological(self) -> list[_N]:
         """Nodes in a topological order (stable: ties keep insertion order)."""
         return sorted(self._succ, key=self._ord.__getitem__)
 
-    def edges(self) -> Iterator[tuple[Hashable, Hashable, dict[str, Any]]]:
+    def edges(self) -> Iterator[tuple[_N, _N, dict[str, Any]]]:
         """All edges as (u, v, data)."""
         for u, adj in self._succ.items():
             for v, d in adj.items():
                 yield u, v, d
 
-    def successors(self, node: Hashable) -> Iterator[Hashable]:
+    def successors(self, node: _N) -> Iterator[_N]:
         """Direct successors of ``node``."""
         return iter(self._succ[node])
 
-    def predecessors(self, node: Hashable) -> Iterator[Hashable]:
+    def predecessors(self, node: _N) -> Iterator[_N]:
         """Direct predecessors of ``node``."""
         return iter(self._pred[node])
 
@@ -163,9 +166,9 @@ class OrderedDAG:
         """How many edges the graph holds."""
         return sum(len(adj) for adj in self._succ.values())
 
-    def ancestors(self, node: Hashable) -> set[Hashable]:
+    def ancestors(self, node: _N) -> set[_N]:
         """Every node with a path to ``node`` (not including it)."""
-        seen: set[Hashable] = set()
+        seen: set[_N] = set()
         stack = [node]
         while stack:
             for prv in self._pred[stack.pop()]:
@@ -174,9 +177,9 @@ class OrderedDAG:
                     stack.append(prv)
         return seen
 
-    def find_ancestor(self, node: Hashable, wanted: Any) -> bool:
+    def find_ancestor(self, node: _N, wanted: Any) -> bool:
         """True if some ancestor ``a`` of ``node`` has ``wanted(a)`` true."""
-        seen: set[Hashable] = set()
+        seen: set[_N] = set()
         stack = [node]
         while stack:
             for prv in self._pred[stack.pop()]:

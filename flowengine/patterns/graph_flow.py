@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from flowengine import exceptions as exc
 from flowengine import flow
+from flowengine.deciders import Depth
 from flowengine.patterns._dag import CycleError, OrderedDAG
 
+if TYPE_CHECKING:
+    from flowengine.retry import Retry
 
-def _names(nodes: Any) -> list[str]:
+#: ``decider(history) -> bool``: ``history`` maps each deciding predecessor's
+#: name to its result.
+Decider: TypeAlias = Callable[[dict[str, Any]], bool]
+
+
+def _names(nodes: Iterable[object]) -> list[str]:
     return [getattr(n, "name", str(n)) for n in nodes]
 
 
-def _cycle_failure(err: CycleError, u: Any, v: Any) -> exc.DependencyFailure:
+def _cycle_failure(err: CycleError, u: flow.Item, v: flow.Item) -> exc.DependencyFailure:
     names = " -> ".join(_names(err.cycle))
     # "No path through ..." first: TaskFlow's message starts so, and code
     # written for it matches on that.
@@ -34,18 +43,18 @@ class Flow(flow.Flow):
     the cycle and the flow is left unchanged.
     """
 
-    def __init__(self, name: str, retry: Any = None) -> None:
+    def __init__(self, name: str, retry: Retry | None = None) -> None:
         super().__init__(name, retry)
-        self._graph = OrderedDAG()
+        self._graph: OrderedDAG[flow.Item] = OrderedDAG()
         # symbol -> atoms providing / requiring it (atoms never change those;
         # subflows can, so they are asked again each time).
-        self._atom_providers: dict[str, list[Any]] = {}
-        self._atom_requirers: dict[str, list[Any]] = {}
-        self._subflows: dict[Any, None] = {}
+        self._atom_providers: dict[str, list[flow.Item]] = {}
+        self._atom_requirers: dict[str, list[flow.Item]] = {}
+        self._subflows: dict[flow.Flow, None] = {}
 
     # -- building ---------------------------------------------------------
 
-    def _index(self, node: Any) -> None:
+    def _index(self, node: flow.Item) -> None:
         if isinstance(node, flow.Flow):
             self._subflows[node] = None
             return
@@ -54,7 +63,7 @@ class Flow(flow.Flow):
         for symbol in node.requires:
             self._atom_requirers.setdefault(symbol, []).append(node)
 
-    def _unindex(self, node: Any) -> None:
+    def _unindex(self, node: flow.Item) -> None:
         if isinstance(node, flow.Flow):
             self._subflows.pop(node, None)
             return
@@ -72,12 +81,12 @@ class Flow(flow.Flow):
             return frozenset()
         return frozenset(self._retry.provides)
 
-    def _is_satisfied(self, graph: OrderedDAG, node: Any, symbol: str,
-                      provides_of: Any) -> bool:
+    def _is_satisfied(self, graph: OrderedDAG[flow.Item], node: flow.Item, symbol: str,
+                      provides_of: Callable[[flow.Item], AbstractSet[str]]) -> bool:
         """True if some ancestor of ``node`` in ``graph`` provides ``symbol``."""
         return graph.find_ancestor(node, lambda a: symbol in provides_of(a))
 
-    def add(self, *nodes: Any, resolve_requires: bool = True,
+    def add(self, *nodes: flow.Item, resolve_requires: bool = True,
             resolve_existing: bool = True) -> Flow:
         """Add atoms/flows and link them to providers and requirers already present.
 
@@ -89,7 +98,7 @@ class Flow(flow.Flow):
         flow is left as it was.
         """
         graph = self._graph
-        new: list[Any] = []
+        new: list[flow.Item] = []
         seen: set[int] = set()
         for node in nodes:
             flow.check_item(self, node)
@@ -100,33 +109,33 @@ class Flow(flow.Flow):
             return self
         retry_provides = self._retry_provides()
         # Subflow provides/requires are recomputed on access; ask once per add.
-        flow_provides: dict[Any, frozenset[str]] = {}
-        flow_requires: dict[Any, frozenset[str]] = {}
+        flow_provides: dict[flow.Item, frozenset[str]] = {}
+        flow_requires: dict[flow.Item, frozenset[str]] = {}
 
-        def provides_of(item: Any) -> Any:
+        def provides_of(item: flow.Item) -> AbstractSet[str]:
             if isinstance(item, flow.Flow):
                 if item not in flow_provides:
                     flow_provides[item] = item.provides
                 return flow_provides[item]
             return item.provides
 
-        def requires_of(item: Any) -> Any:
+        def requires_of(item: flow.Item) -> AbstractSet[str]:
             if isinstance(item, flow.Flow):
                 if item not in flow_requires:
                     flow_requires[item] = item.requires
                 return flow_requires[item]
             return item.requires
 
-        added_providers: dict[str, list[Any]] = {}
-        pending_requirers: dict[str, list[Any]] = {}
+        added_providers: dict[str, list[flow.Item]] = {}
+        pending_requirers: dict[str, list[flow.Item]] = {}
 
-        def providers_for(symbol: str) -> list[Any]:
+        def providers_for(symbol: str) -> list[flow.Item]:
             found = list(self._atom_providers.get(symbol, ()))
             found.extend(f for f in self._subflows if symbol in provides_of(f))
             found.extend(added_providers.get(symbol, ()))
             return found
 
-        def requirers_for(symbol: str) -> list[Any]:
+        def requirers_for(symbol: str) -> list[flow.Item]:
             # Existing items still lacking ``symbol`` (computed on first use).
             if symbol not in pending_requirers:
                 candidates = list(self._atom_requirers.get(symbol, ()))
@@ -136,7 +145,7 @@ class Flow(flow.Flow):
                     if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)]
             return pending_requirers[symbol]
 
-        added: list[Any] = []
+        added: list[flow.Item] = []
         try:
             for node in new:
                 # Existing requirers are computed before the node joins the graph.
@@ -178,8 +187,8 @@ class Flow(flow.Flow):
         self._changed()
         return self
 
-    def _link(self, u: Any, v: Any, reason: str | None = None, manual: bool = False,
-              decider: Any = None, decider_depth: Any = None) -> None:
+    def _link(self, u: flow.Item, v: flow.Item, reason: str | None = None, manual: bool = False,
+              decider: Decider | None = None, decider_depth: Depth | None = None) -> None:
         data = self._graph.edge_data(u, v)
         update: dict[str, Any] = {}
         if decider is not None:
@@ -196,11 +205,13 @@ class Flow(flow.Flow):
             self._graph.add_edge(u, v, update)
         except CycleError as err:
             raise _cycle_failure(err, u, v) from None
-        if decider is not None and decider_depth is None:
+        linked = self._graph.edge_data(u, v)  # never None: the edge was just added
+        if decider is not None and decider_depth is None and linked is not None:
             # A new decider replaces the old one together with its depth.
-            self._graph.edge_data(u, v).pop(flow.LINK_DECIDER_DEPTH, None)
+            linked.pop(flow.LINK_DECIDER_DEPTH, None)
 
-    def link(self, u: Any, v: Any, decider: Any = None, decider_depth: Any = None) -> Flow:
+    def link(self, u: flow.Item, v: flow.Item, decider: Decider | None = None,
+             decider_depth: Depth | str | None = None) -> Flow:
         """Make existing item ``v`` run after existing item ``u``.
 
         ``decider(history) -> bool`` decides at run time whether ``v`` runs
@@ -219,14 +230,14 @@ class Flow(flow.Flow):
         if decider_depth is not None:
             if decider is None:
                 raise ValueError("Decider depth requires a decider to be provided along with it")
-            from flowengine import deciders
-
-            decider_depth = deciders.Depth.translate(decider_depth)
-        self._link(u, v, manual=True, decider=decider, decider_depth=decider_depth)
+            depth: Depth | None = Depth.translate(decider_depth)
+        else:
+            depth = None
+        self._link(u, v, manual=True, decider=decider, decider_depth=depth)
         self._changed()
         return self
 
-    def unlink(self, u: Any, v: Any) -> Flow:
+    def unlink(self, u: flow.Item, v: flow.Item) -> Flow:
         """Remove the link ``u -> v`` (ValueError if there is none)."""
         if not self._graph.has_edge(u, v):
             raise ValueError(f"No link from '{u}' to '{v}'")
@@ -239,27 +250,27 @@ class Flow(flow.Flow):
 
     # -- reading ----------------------------------------------------------
 
-    def _view(self) -> OrderedDAG:
+    def _view(self) -> OrderedDAG[flow.Item]:
         """The part of the graph this flow exposes (all of it here)."""
         return self._graph
 
     def __len__(self) -> int:
         return len(self._view())
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[flow.Item]:
         return iter(self._view().topological())
 
-    def iter_nodes(self) -> Iterator[tuple[Any, dict[str, Any]]]:
+    def iter_nodes(self) -> Iterator[tuple[flow.Item, dict[str, Any]]]:
         """Children in a topological order, each with empty metadata."""
         for node in self._view().topological():
             yield node, {}
 
-    def iter_links(self) -> Iterator[tuple[Any, Any, dict[str, Any]]]:
+    def iter_links(self) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any]]]:
         """Links as (u, v, metadata) with LINK_REASONS / LINK_MANUAL / LINK_DECIDER keys."""
         return self._view().edges()
 
     @property
-    def graph(self) -> OrderedDAG:
+    def graph(self) -> OrderedDAG[flow.Item]:
         """The underlying dependency graph (read only, please)."""
         return self._view()
 
@@ -271,7 +282,8 @@ class Flow(flow.Flow):
         required: set[str] = set()
         if self._retry is not None:
             required.update(self._retry.requires)
-        provides: dict[Any, frozenset[str]] = {n: frozenset(n.provides) for n in graph.nodes()}
+        provides: dict[flow.Item, frozenset[str]] = {
+            n: frozenset(n.provides) for n in graph.nodes()}
         providers: dict[str, int] = {}
         for symbols in provides.values():
             for symbol in symbols:
@@ -291,12 +303,12 @@ class Flow(flow.Flow):
 class TargetedFlow(Flow):
     """A graph flow that can be limited to one target and what it depends on."""
 
-    def __init__(self, name: str, retry: Any = None) -> None:
+    def __init__(self, name: str, retry: Retry | None = None) -> None:
         super().__init__(name, retry)
-        self._target: Any = None
-        self._subgraph: OrderedDAG | None = None
+        self._target: flow.Item | None = None
+        self._subgraph: OrderedDAG[flow.Item] | None = None
 
-    def set_target(self, target_node: Any) -> None:
+    def set_target(self, target_node: flow.Item) -> None:
         """Only run ``target_node`` and the items it (transitively) depends on."""
         if target_node not in self._graph:
             raise ValueError(f"Node '{target_node}' not found")
@@ -311,13 +323,13 @@ class TargetedFlow(Flow):
     def _changed(self) -> None:
         self._subgraph = None
 
-    def _view(self) -> OrderedDAG:
+    def _view(self) -> OrderedDAG[flow.Item]:
         if self._target is None:
             return self._graph
         if self._subgraph is None:
             keep = self._graph.ancestors(self._target)
             keep.add(self._target)
-            sub = OrderedDAG()
+            sub: OrderedDAG[flow.Item] = OrderedDAG()
             for node in self._graph.topological():
                 if node in keep:
                     sub.add_node(node)

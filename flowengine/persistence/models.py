@@ -13,7 +13,7 @@ import datetime
 import os
 import uuid as uuid_mod
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 from flowengine import exceptions as exc
 from flowengine import states
@@ -69,7 +69,8 @@ def _unmarshal_time(kind: str, when: Any) -> datetime.datetime | None:
         if isinstance(when, dict):
             # TaskFlow (oslo timeutils.marshall_now) stores the fields separately.
             fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
-            return datetime.datetime(*(int(when[f]) for f in fields),
+            year, month, day, hour, minute, second, micro = (int(when[f]) for f in fields)
+            return datetime.datetime(year, month, day, hour, minute, second, micro,
                                      tzinfo=datetime.UTC)
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         raise exc.InvalidFormat(f"{kind} has an unreadable time {when!r}", cause=e)
@@ -369,7 +370,7 @@ class AtomDetail:
         """Forget results and failures, set ``state`` and intention EXECUTE."""
         raise NotImplementedError
 
-    def copy(self) -> AtomDetail:
+    def copy(self) -> Self:
         """Shallow copy (results are shared, meta is copied)."""
         clone = copy_mod.copy(self)
         clone.meta = dict(self.meta)
@@ -541,7 +542,8 @@ class RetryDetail(AtomDetail):
     def last_failures(self) -> dict[str, ft.Failure]:
         """The failures (by atom name) recorded for the latest attempt; NotFound if none."""
         try:
-            return self.results[-1][1]
+            failures: dict[str, ft.Failure] = self.results[-1][1]
+            return failures
         except IndexError:
             raise exc.NotFound(f"Last failures of retry '{self.name}' not found")
 
@@ -561,7 +563,7 @@ class RetryDetail(AtomDetail):
             self.failure = None
         return True
 
-    def copy(self) -> RetryDetail:
+    def copy(self) -> Self:
         """Shallow copy; the history list and its failure dicts are copied."""
         clone = super().copy()
         clone.results = [(data, dict(fails)) for (data, fails) in self.results]

@@ -46,6 +46,9 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
 
     def __init__(self, backend: PathBasedBackend) -> None:
         self._backend = backend
+        if backend.path is None:
+            raise ValueError(f"{type(backend).__name__} needs a base path: give one as"
+                             f" 'path' in its configuration")
         self._book_path = self._join_path(backend.path, "books")
         self._flow_path = self._join_path(backend.path, "flow_details")
         self._atom_path = self._join_path(backend.path, "atom_details")

@@ -140,9 +140,12 @@ class AtomDetailsMixin(StorageBase):
 
     def get_task_progress(self, task_name: str) -> float:
         """The task's last recorded progress (0.0 if none)."""
-        return self._typed_detail(task_name, models.TaskDetail).meta.get(META_PROGRESS, 0.0)
+        progress: float = self._typed_detail(task_name, models.TaskDetail).meta.get(
+            META_PROGRESS, 0.0)
+        return progress
 
     def get_task_progress_details(self, task_name: str) -> dict[str, Any] | None:
         """The task's last progress details (``{'at_progress', 'details'}``) or None."""
         ad = self._typed_detail(task_name, models.TaskDetail)
-        return ad.meta.get(META_PROGRESS_DETAILS)
+        details: dict[str, Any] | None = ad.meta.get(META_PROGRESS_DETAILS)
+        return details

@@ -9,7 +9,7 @@ attribute look-ups: it runs before every task.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
@@ -30,6 +30,11 @@ class ArgSpec(NamedTuple):
     optional: bool
 
 
+#: A plan row as the fetching methods read it: ``(arg_name, symbol, providers,
+#: optional)``. Both :class:`ArgSpec` and the compiler's ArgSpec are such rows.
+ArgRow = tuple[str, str, tuple[str, ...], bool]
+
+
 def make_arg_plan(args_mapping: Mapping[str, str],
                   optional_args: Iterable[str] | None,
                   providers_of: Callable[[str], Iterable[str]]) -> tuple[ArgSpec, ...]:
@@ -48,7 +53,7 @@ def make_arg_plan(args_mapping: Mapping[str, str],
 class ArgPlanMixin(ResultLookup):
     """Fetching (and checking) an atom's arguments from a precomputed plan."""
 
-    def fetch_args(self, atom_name: str, plan: Iterable[ArgSpec]) -> dict[str, Any]:
+    def fetch_args(self, atom_name: str, plan: Sequence[ArgRow]) -> dict[str, Any]:
         """Engine fast path: arguments for ``atom_name`` from a precomputed plan.
 
         Same precedence as :meth:`fetch_mapped_args`, but providers come
@@ -96,7 +101,7 @@ class ArgPlanMixin(ResultLookup):
                                    f" ({len(providers)} possible providers were scanned)")
         return out
 
-    def unsatisfied_args(self, atom_name: str, plan: Iterable[ArgSpec]) -> set[str]:
+    def unsatisfied_args(self, atom_name: str, plan: Iterable[ArgRow]) -> set[str]:
         """Fast-path twin of :meth:`fetch_unsatisfied_args` for a plan (see ``fetch_args``)."""
         with self._rlock:
             injected = self._injected_sources(atom_name)

@@ -26,7 +26,11 @@ _JSON_SCALARS = (str, int, float, bool, type(None))
 
 # Marks a traceback string not formatted yet: formatting costs far more than
 # capturing, and most failures are never printed.
-_NOT_FORMATTED = object()
+class _NotFormatted:
+    """Marks a traceback text not formatted yet (it is, on first use)."""
+
+
+_NOT_FORMATTED = _NotFormatted()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -120,15 +124,19 @@ class Failure:
             # are not task failures to record but the process leaving.
             if not (isinstance(exc_type, type) and issubclass(exc_type, Exception)):
                 raise TypeError(f"Invalid exception type '{exc_type}' ({type(exc_type)})")
-            self._exc_info: ExcInfo | None = tuple(exc_info)  # type: ignore[assignment]
+            # Any 3-item sequence is accepted (TaskFlow callers pass lists).
+            self._exc_info: ExcInfo | None = (exc_info[0], exc_info[1], exc_info[2])
             self._exc_args: tuple[Any, ...] = tuple(getattr(exc_value, "args", ()))
-            self._exc_type_names: tuple[str, ...] = _type_names(exc_type)
+            # mypy does not see type objects as Hashable (python/mypy#11470).
+            self._exc_type_names: tuple[str, ...] = _type_names(exc_type)  # type: ignore[arg-type]
             self._exception_str: str = _exception_message(exc_value)
-            self._traceback_str: Any = _NOT_FORMATTED
+            self._traceback_str: str | None | _NotFormatted = _NOT_FORMATTED
             self._causes: tuple[Failure, ...] | None = None
         else:
             causes = kwargs.pop("causes", None)
             self._causes = tuple(causes) if causes is not None else None
+            # Kept as given, as a tuple (a failure rebuilt from its fields
+            # normally has none: tracebacks do not cross processes).
             self._exc_info = tuple(exc_info) if exc_info else None  # type: ignore[assignment]
             self._exc_args = tuple(kwargs.pop("exc_args", ()))
             try:
@@ -177,7 +185,7 @@ class Failure:
     @property
     def traceback_str(self) -> str | None:
         """The formatted traceback (empty when the exception was never raised)."""
-        if self._traceback_str is _NOT_FORMATTED:
+        if isinstance(self._traceback_str, _NotFormatted):
             tb = self._exc_info[2] if self._exc_info else None
             self._traceback_str = "".join(traceback.format_tb(tb)) if tb else ""
         return self._traceback_str
@@ -378,5 +386,6 @@ jsonschema.Draft7Validator.check_schema(Failure.SCHEMA)
 # to_dict() gives exc_args as a tuple (as TaskFlow): an array too, before JSON.
 _TUPLES_ARE_ARRAYS = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
     "array", lambda _checker, value: isinstance(value, (list, tuple)))
-_VALIDATOR = jsonschema.validators.extend(
+# types-jsonschema leaves validators.extend unannotated.
+_VALIDATOR = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
     jsonschema.Draft7Validator, type_checker=_TUPLES_ARE_ARRAYS)(Failure.SCHEMA)

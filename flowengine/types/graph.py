@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Self, TypeAlias
 
 import networkx as nx
 
 __all__ = ["DiGraph", "Graph", "OrderedDiGraph", "OrderedGraph", "merge_graphs"]
+
+# networkx's classes are generic in its stubs only (not subscriptable at run
+# time); these graphs hold any hashable node, as TaskFlow's do.
+if TYPE_CHECKING:
+    _NxGraph: TypeAlias = nx.Graph[Any]
+    _NxDiGraph: TypeAlias = nx.DiGraph[Any]
+else:
+    _NxGraph = nx.Graph
+    _NxDiGraph = nx.DiGraph
 
 #: DOT identifiers that need no quotes (the rest are quoted and escaped).
 _DOT_ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$|^-?(\.[0-9]+|[0-9]+(\.[0-9]*)?)$")
@@ -35,21 +44,19 @@ def _dot_attrs(attrs: dict[str, Any]) -> str:
     return " [" + ", ".join(f"{_dot_id(k)}={_dot_id(v)}" for k, v in attrs.items()) + "]"
 
 
-class _GraphExtras:
-    """What TaskFlow's graph types add to networkx's (shared by the four classes)."""
+class _GraphExtras(_NxGraph):
+    """What TaskFlow's graph types add to networkx's (shared by the four classes).
 
-    # Provided by the networkx base class this is mixed into.
-    nodes: Any
-    edges: Any
-    name: str
-    in_degree: Any
-    out_degree: Any
+    It derives from nx.Graph so that the methods are checked against
+    networkx's; DiGraph lists it before nx.DiGraph, so the method order is
+    the one a plain mixin gives.
+    """
 
     #: Whether the graph can no longer change (nx.NetworkXError on any change);
     #: networkx's freeze() sets it on the instance.
     frozen = False
 
-    def freeze(self) -> _GraphExtras:
+    def freeze(self) -> Self:
         """Make the graph read-only (in place); returns it."""
         nx.freeze(self)
         return self
@@ -79,7 +86,7 @@ class _GraphExtras:
         return "\n".join(lines)
 
 
-class Graph(_GraphExtras, nx.Graph):
+class Graph(_GraphExtras, _NxGraph):
     """An undirected graph with TaskFlow's extra methods."""
 
 
@@ -87,7 +94,7 @@ class OrderedGraph(Graph):
     """Graph keeping insertion order (every networkx graph does; kept for TaskFlow code)."""
 
 
-class DiGraph(_GraphExtras, nx.DiGraph):
+class DiGraph(_GraphExtras, _NxDiGraph):
     """A directed graph with TaskFlow's extra methods (the compiled execution graph)."""
 
     def is_directed_acyclic(self) -> bool:

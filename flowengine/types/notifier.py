@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, Self
 
 from flowengine.utils import reflection
 
@@ -71,6 +71,8 @@ class Listener:
             return NotImplemented
         return self.is_equivalent(other._callback, details_filter=other._details_filter)
 
+    # Equal listeners may differ in identity (equality compares callbacks), so
+    # no hash; typeshed types __hash__ as a method, hence the ignore.
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
@@ -189,7 +191,7 @@ class Notifier:
         self._topics = topics
         return len(removed)
 
-    def copy(self) -> Notifier:
+    def copy(self) -> Self:
         """Return a notifier with the same listeners (registrations are then independent)."""
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)

@@ -17,7 +17,7 @@ def get_class_name(obj: Any, fully_qualified: bool = True,
                    truncate_builtins: bool = True) -> str:
     """Return the name of a class (or of an object's class), e.g. 'pkg.mod.Class'."""
     cls = obj if isinstance(obj, type) else type(obj)
-    module = getattr(cls, "__module__", None)
+    module: str | None = getattr(cls, "__module__", None)
     if truncate_builtins and module in _BUILTIN_MODULES:
         return cls.__name__
     if fully_qualified and module:
@@ -37,6 +37,7 @@ def get_all_class_names(obj: Any, up_to: type = object, fully_qualified: bool = 
 
 def get_callable_name(function: Callable[..., Any]) -> str:
     """Return a dotted name for a function, method or callable object."""
+    parts: tuple[str, ...]
     if inspect.ismethod(function):
         owner = function.__self__
         owner_cls = owner if isinstance(owner, type) else type(owner)

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from flowengine import cli, engines
-from flowengine.utils import graph_draw
+from flowengine.engines.action_engine import graph_draw
 from tests.commands import sample_flows
 from tests.worker_based import event_tasks
 from tests.worker_based.executor_helpers import running_worker, unique

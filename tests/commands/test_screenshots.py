@@ -7,7 +7,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-from flowengine.utils import graph_draw
+from flowengine.engines.action_engine import graph_draw
 from tests.worker_based.test_cli import ROOT, _env
 
 

@@ -196,9 +196,9 @@ def test_not_a_flow_raises_type_error_naming_it(make_engine):
 
 def test_resume_uses_results_already_in_the_flow_detail(make_engine):
     # Given a flow detail in which task1 already succeeded with 17
+    from flowengine.persistence import helpers as p_utils
     from flowengine.persistence import models
     from flowengine.persistence.backends import impl_memory
-    from flowengine.utils import persistence_utils as p_utils
 
     backend = impl_memory.MemoryBackend()
     _book, flow_detail = p_utils.temporary_flow_detail(backend)

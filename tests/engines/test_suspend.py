@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flowengine import states
 from flowengine.patterns import linear_flow as lf
+from flowengine.persistence import helpers as p_utils
 from flowengine.persistence.backends import impl_memory
-from flowengine.utils import persistence_utils as p_utils
 from tests.engines import tasks
 from tests.engines.observe import Recorder, run_expecting_failure
 

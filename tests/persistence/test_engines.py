@@ -11,8 +11,8 @@ import pytest
 from flowengine import engines, states, task
 from flowengine import exceptions as exc
 from flowengine.patterns import linear_flow as lf
+from flowengine.persistence import helpers as p_utils
 from flowengine.persistence import models
-from flowengine.utils import persistence_utils as p_utils
 from tests.persistence import flows
 from tests.persistence.procs import Child
 from tests.persistence.stores import Store, store_url

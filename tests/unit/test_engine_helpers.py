@@ -10,8 +10,8 @@ from flowengine import engines, exceptions, states, task
 from flowengine.engines import helpers
 from flowengine.engines.action_engine import engine as ae
 from flowengine.patterns import linear_flow as lf
+from flowengine.persistence import helpers as p_utils
 from flowengine.persistence.backends import impl_memory
-from flowengine.utils import persistence_utils as p_utils
 
 
 class Echo(task.Task):

@@ -8,9 +8,9 @@ import pytest
 from flowengine import exceptions as exc
 from flowengine import states
 from flowengine.persistence import backends, models
+from flowengine.persistence import helpers as pu
 from flowengine.persistence.backends import impl_memory
 from flowengine.types import failure as ft
-from flowengine.utils import persistence_utils as pu
 
 
 def _book_with_atoms(n_atoms=2):

@@ -7,10 +7,10 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine import retry, states, storage, task
+from flowengine.persistence import helpers as pu
 from flowengine.persistence import models
 from flowengine.persistence.backends import impl_memory
 from flowengine.types import failure as ft
-from flowengine.utils import persistence_utils as pu
 
 
 class Noop(task.Task):

@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import queue
 import time
-from concurrent.futures import Future
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from automaton import machines
 
@@ -35,7 +35,13 @@ from flowengine import states as st
 from flowengine.engines.action_engine import executor as ex
 from flowengine.types import failure as ft
 
+if TYPE_CHECKING:
+    from flowengine.engines.action_engine.runtime import Runtime
+
 LOG = logging.getLogger(__name__)
+
+#: An automaton reaction: ``(old_state, new_state, event) -> next event``.
+Reaction = Callable[[str, str, str], str]
 
 # Meta states: the machine passes through them but run_iter() never yields them.
 UNDEFINED = st.UNDEFINED
@@ -92,14 +98,15 @@ class MachineMemory:
 
     def __init__(self) -> None:
         self.next_up: list[tuple[str, str]] = []
-        self.not_done: dict[Future, str] = {}
-        self.done: list[Future] = []
+        self.not_done: dict[ex.OutcomeFuture, str] = {}
+        self.done: list[ex.OutcomeFuture] = []
         # Futures put themselves here when they finish (see _wait).
-        self.completed: queue.SimpleQueue = queue.SimpleQueue()
+        self.completed: queue.SimpleQueue[ex.OutcomeFuture] = queue.SimpleQueue()
         self.failures: list[ft.Failure] = []
 
 
-def _wait(completed: queue.SimpleQueue, timeout: float | None) -> list[Future]:
+def _wait(completed: queue.SimpleQueue[ex.OutcomeFuture], timeout: float | None
+          ) -> list[ex.OutcomeFuture]:
     """Block until at least one future finished (no polling); take all finished."""
     # Futures report themselves to `completed` when done (add_done_callback),
     # so each wait costs O(finished), not O(running) as concurrent.futures.wait
@@ -118,11 +125,11 @@ def _wait(completed: queue.SimpleQueue, timeout: float | None) -> list[Future]:
 class MachineBuilder:
     """Builds the state machine that drives one engine run."""
 
-    def __init__(self, runtime: Any, is_runnable: Any) -> None:
+    def __init__(self, runtime: Runtime, is_runnable: Callable[[], bool]) -> None:
         self._runtime = runtime
         self._is_runnable = is_runnable
 
-    def build(self, statistics: dict, timeout: float | None = None,
+    def build(self, statistics: dict[str, Any], timeout: float | None = None,
               gather_statistics: bool = True) -> tuple[machines.FiniteMachine, MachineMemory]:
         """Return a fresh frozen machine and the memory its reactions share."""
         memory = MachineMemory()
@@ -135,7 +142,7 @@ class MachineBuilder:
             statistics.update(discarded_failures=0, awaiting=0, completed=0,
                               incomplete=0, seconds_per_state=seconds_per_state)
 
-        def timed(state: str, reaction: Any) -> Any:
+        def timed(state: str, reaction: Reaction) -> Reaction:
             """``reaction``, adding its time to seconds_per_state (TaskFlow's statistic)."""
             if not gather_statistics:
                 return reaction

@@ -70,7 +70,7 @@ class Compilation:
     FLOW = FLOW
     FLOW_END = FLOW_END
 
-    def __init__(self, root: Any, graph: nx.DiGraph, atoms: dict[str, Any],
+    def __init__(self, root: Any, graph: graph_types.DiGraph, atoms: dict[str, Any],
                  order: tuple[str, ...], parents: dict[str, scopes.Unit],
                  index: dict[str, int], units: dict[str, scopes.Unit], root_unit: scopes.Unit,
                  providers: dict[str, dict[str, tuple[str, ...]]],
@@ -96,7 +96,7 @@ class Compilation:
         return self._root
 
     @property
-    def execution_graph(self) -> nx.DiGraph:
+    def execution_graph(self) -> graph_types.DiGraph:
         """The execution graph (frozen unless compiled with ``freeze=False``).
 
         Nodes are names.  Node attrs: ``kind`` (task/retry/flow/flow_end);
@@ -136,7 +136,8 @@ class Compilation:
 
     def kind(self, name: str) -> str:
         """The ``kind`` of a node (KeyError if unknown)."""
-        return self._graph.nodes[name]["kind"]
+        kind: str = self._graph.nodes[name]["kind"]
+        return kind
 
     def parent_flow(self, name: str) -> str | None:
         """Start node name of the flow directly containing atom or flow node ``name``.
@@ -155,7 +156,8 @@ class Compilation:
 
     def retry_of(self, name: str) -> str | None:
         """Nearest retry controlling atom ``name`` (for a retry: the one enclosing its flow)."""
-        return self._graph.nodes[name]["retry"]
+        retry: str | None = self._graph.nodes[name]["retry"]
+        return retry
 
     def controlled_by(self, retry_name: str) -> tuple[str, ...]:
         """Atoms (topological order, nested flows included) in the flow a retry controls."""
@@ -314,7 +316,7 @@ class _Builder:
                                 f" requested to compile; expected a flow or a task")
             from flowengine.patterns import linear_flow
 
-            root = linear_flow.Flow(root.name).add(root)
+            root = linear_flow.Flow(str(root.name)).add(root)
         root_unit = self._walk(root, None, 0)
         if self.duplicates:
             raise exc.Duplicate(f"Atoms with duplicate names found:"
@@ -452,7 +454,7 @@ class _Builder:
         expand(root)
         return tuple(order)
 
-    def _graph(self, order: tuple[str, ...]) -> nx.DiGraph:
+    def _graph(self, order: tuple[str, ...]) -> graph_types.DiGraph:
         graph = graph_types.DiGraph()
         nodes: list[tuple[str, dict[str, Any]]] = []
         edges: list[tuple[str, str, dict[str, Any]]] = []

@@ -19,7 +19,9 @@ REVERT_ALL = "REVERT_ALL"
 
 
 def _decision_value(decision: Any) -> str:
-    return getattr(decision, "value", decision)
+    # A Decision member, or whatever plain value a retry controller returned.
+    value: str = getattr(decision, "value", decision)
+    return value
 
 
 class Strategy:

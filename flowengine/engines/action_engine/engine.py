@@ -10,8 +10,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Mapping
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from automaton import runners
 
@@ -19,7 +19,7 @@ from flowengine import exceptions as exc
 from flowengine import states
 from flowengine import storage as fe_storage
 from flowengine.engines import base
-from flowengine.engines.action_engine import builder
+from flowengine.engines.action_engine import builder, compiler
 from flowengine.engines.action_engine import executor as ex
 from flowengine.engines.action_engine import runtime as rt
 from flowengine.types import failure as ft
@@ -27,15 +27,20 @@ from flowengine.types import failure as ft
 LOG = logging.getLogger(__name__)
 
 
-def _pre_check(compiled: bool = True, storage_ensured: bool = True,
-               validated: bool = True):
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_EngineMethod = Callable[Concatenate["ActionEngine", _P], _R]
+
+
+def _pre_check(compiled: bool = True, storage_ensured: bool = True, validated: bool = True,
+               ) -> Callable[[_EngineMethod[_P, _R]], _EngineMethod[_P, _R]]:
     """Refuse to run a method before the engine reached the needed stage."""
 
-    def decorator(meth):
+    def decorator(meth: _EngineMethod[_P, _R]) -> _EngineMethod[_P, _R]:
         what = meth.__name__
 
         @functools.wraps(meth)
-        def wrapper(self, *args, **kwargs):
+        def wrapper(self: ActionEngine, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             if compiled and not self._compiled:
                 raise exc.InvalidState(f"Can not {what} an engine which has not been compiled")
             if storage_ensured and not self._storage_ensured:
@@ -94,12 +99,12 @@ class ActionEngine(base.Engine):
         super().__init__(flow, flow_detail, backend, options)
         self._runtime: rt.Runtime | None = None
         self._compiled = False
-        self._compilation: Any = None
+        self._compilation: compiler.Compilation | None = None
         self._lock = threading.RLock()
         self._state_lock = threading.RLock()
         self._storage_ensured = False
         self._validated = False
-        self._storage: Any = None
+        self._storage: fe_storage.Storage | None = None
         self._flow_state: str | None = None
         # Retries always run in the engine's own thread.
         self._retry_executor = ex.SerialRetryExecutor()
@@ -114,7 +119,7 @@ class ActionEngine(base.Engine):
         return ex.SerialTaskExecutor()
 
     @property
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         return self._statistics
 
     @property
@@ -123,7 +128,7 @@ class ActionEngine(base.Engine):
         return self.atom_notifier
 
     @property
-    def compilation(self) -> Any:
+    def compilation(self) -> compiler.Compilation | None:
         """The compiled flow (None until compile() succeeded)."""
         return self._compilation if self._compiled else None
 
@@ -133,7 +138,7 @@ class ActionEngine(base.Engine):
         With ``states`` atoms are coloured by their state in storage (after
         a run). Rendering SVG/PNG needs Graphviz's ``dot`` (GraphvizMissing).
         """
-        from flowengine.utils import graph_draw
+        from flowengine.engines.action_engine import graph_draw
 
         return graph_draw.draw_engine(self, path, states)
 
@@ -175,12 +180,12 @@ class ActionEngine(base.Engine):
         finally:
             self._lock.release()
 
-    def run_iter(self, timeout: float | None = None) -> Iterator[str]:
+    def run_iter(self, timeout: float | None = None) -> Generator[str, object, None]:
         """Run, yielding each engine state (send a truthy value to suspend)."""
         self.compile()
         self.prepare()
         self.validate()
-        last_transitions: collections.deque = collections.deque(
+        last_transitions: collections.deque[tuple[str | None, str | None]] = collections.deque(
             maxlen=max(1, self.MAX_MACHINE_STATES_RETAINED))
         with _started(self._task_executor, self._retry_executor):
             self._change_state(states.RUNNING)
@@ -190,13 +195,16 @@ class ActionEngine(base.Engine):
             try:
                 closed = False
                 machine, memory = builder.MachineBuilder(
-                    self._runtime, self._is_runnable).build(
+                    self._compiled_runtime, self._is_runnable).build(
                         self._statistics, timeout=timeout,
                         gather_statistics=self._gather_statistics)
                 runner = runners.FiniteRunner(machine)
                 for transition in runner.run_iter(builder.START):
                     last_transitions.append(transition)
                     new_state = transition[1]
+                    # automaton types both ends Optional; only the source of
+                    # the first transition is None, never a target.
+                    assert new_state is not None
                     if new_state in builder.META_STATES:
                         continue
                     if new_state == states.FAILURE:
@@ -224,7 +232,7 @@ class ActionEngine(base.Engine):
             else:
                 if last_transitions:
                     new_state = last_transitions[-1][1]
-                    if new_state not in self.IGNORABLE_STATES:
+                    if new_state is not None and new_state not in self.IGNORABLE_STATES:
                         self._change_state(new_state)
                         if new_state not in self.NO_RERAISING_STATES:
                             failures = itertools.chain(
@@ -251,8 +259,15 @@ class ActionEngine(base.Engine):
             "old_state": old_state,
         })
 
+    @property
+    def _compiled_runtime(self) -> rt.Runtime:
+        """The runtime, for methods that ``_pre_check(compiled=True)`` lets through."""
+        if self._runtime is None:
+            raise exc.InvalidState("The engine has not been compiled")
+        return self._runtime
+
     def _ensure_storage(self) -> None:
-        atoms = list(self._runtime.atoms.values())
+        atoms = list(self._compiled_runtime.atoms.values())
         self.storage.ensure_atoms(atoms)
         for atom in atoms:
             if atom.inject:
@@ -263,20 +278,20 @@ class ActionEngine(base.Engine):
     def validate(self) -> None:
         """Raise MissingDependencies naming each atom whose arguments nobody provides."""
         with self._lock:
-            for ambiguity in self._runtime.ambiguities():
+            for ambiguity in self._compiled_runtime.ambiguities():
                 raise ambiguity.error()
             missing: set[str] = set()
             last_cause: BaseException | None = None
             last_atom = None
             missing_atoms = 0
-            for atom, method, symbols in self._runtime.unsatisfied():
+            for atom, method, symbols in self._compiled_runtime.unsatisfied():
                 last_cause = exc.MissingDependencies(atom, sorted(symbols),
                                                      cause=last_cause, method=method)
                 last_atom = atom
                 missing_atoms += 1
                 missing.update(symbols)
             if missing:
-                if missing_atoms == 1 and last_atom is self._flow:
+                if missing_atoms == 1 and last_atom is self._flow and last_cause is not None:
                     raise last_cause
                 raise exc.MissingDependencies(self._flow, sorted(missing), cause=last_cause)
             self._validated = True
@@ -299,7 +314,7 @@ class ActionEngine(base.Engine):
     def reset(self) -> None:
         """Move every atom back to PENDING (intention EXECUTE) and the flow to PENDING."""
         with self._lock:
-            self._runtime.reset_all()
+            self._compiled_runtime.reset_all()
             self._change_state(states.PENDING)
 
     def compile(self) -> None:
@@ -307,8 +322,6 @@ class ActionEngine(base.Engine):
         with self._lock:
             if self._compiled:
                 return
-            from flowengine.engines.action_engine import compiler
-
             self._compilation = compiler.PatternCompiler(self._flow).compile()
             self._runtime = rt.Runtime(self._compilation, self.storage,
                                        self.atom_notifier, self._task_executor,
@@ -322,19 +335,22 @@ class SerialActionEngine(ActionEngine):
     """Runs tasks one after another in the calling thread."""
 
 
-class _ExecutorTypeMatch(collections.namedtuple("_ExecutorTypeMatch",
-                                                ["types", "executor_cls"])):
-    def matches(self, executor: Any) -> bool:
-        return isinstance(executor, self.types)
+class _ExecutorTextMatch(NamedTuple):
+    """Executor names (any case) and how to get the executor class they select."""
 
+    strings: frozenset[str]
+    load_cls: Callable[[], type[ex.ParallelTaskExecutor]]
 
-class _ExecutorTextMatch(collections.namedtuple("_ExecutorTextMatch",
-                                                ["strings", "executor_cls"])):
     def matches(self, text: str) -> bool:
         return text.lower() in self.strings
 
 
-def _process_executor_cls() -> type:
+def _thread_executor_cls() -> type[ex.ParallelTaskExecutor]:
+    return ex.ParallelThreadTaskExecutor
+
+
+def _process_executor_cls() -> type[ex.ParallelTaskExecutor]:
+    # Imported on demand: multiprocessing is not needed by thread-only users.
     from flowengine.engines.action_engine import process_executor
 
     return process_executor.ParallelProcessTaskExecutor
@@ -350,7 +366,7 @@ class ParallelActionEngine(ActionEngine):
 
     _executor_str_matchers = [
         _ExecutorTextMatch(frozenset(["thread", "threads", "threaded"]),
-                           ex.ParallelThreadTaskExecutor),
+                           _thread_executor_cls),
         _ExecutorTextMatch(frozenset(["process", "processes"]), _process_executor_cls),
     ]
 
@@ -360,16 +376,14 @@ class ParallelActionEngine(ActionEngine):
         return self._fetch_task_executor(self._options)
 
     @classmethod
-    def _fetch_task_executor(cls, options: dict) -> ex.TaskExecutor:
+    def _fetch_task_executor(cls, options: Mapping[str, Any]) -> ex.TaskExecutor:
         kwargs: dict[str, Any] = {}
-        executor_cls: Any = cls._default_executor_cls
+        executor_cls: type[ex.ParallelTaskExecutor] = cls._default_executor_cls
         desired = options.get("executor")
         if isinstance(desired, str):
             for m in cls._executor_str_matchers:
                 if m.matches(desired):
-                    executor_cls = m.executor_cls
-                    if executor_cls is _process_executor_cls:
-                        executor_cls = _process_executor_cls()
+                    executor_cls = m.load_cls()
                     break
             else:
                 expected = sorted(itertools.chain.from_iterable(
@@ -384,11 +398,11 @@ class ParallelActionEngine(ActionEngine):
             elif isinstance(desired, cf.Executor):
                 executor_cls = ex.ParallelThreadTaskExecutor
             else:
-                expected = [cf.ThreadPoolExecutor, cf.ProcessPoolExecutor, cf.Executor]
+                expected_types = [cf.ThreadPoolExecutor, cf.ProcessPoolExecutor, cf.Executor]
                 raise TypeError(f"Unknown executor '{desired}' ({type(desired)}) expected"
-                                f" an instance of {expected}")
+                                f" an instance of {expected_types}")
             kwargs["executor"] = desired
-        for key, convert in getattr(executor_cls, "constructor_options", ()):
+        for key, convert in executor_cls.constructor_options:
             if key in options:
                 kwargs[key] = convert(options[key])
         return executor_cls(**kwargs)

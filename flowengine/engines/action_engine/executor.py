@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import concurrent.futures as cf
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from flowengine.types import failure as ft
 from flowengine.types import notifier as nt
@@ -29,11 +29,23 @@ REVERT_FLOW_FAILURES = "flow_failures"
 # The progress event a task emits on its own notifier (TaskFlow's name).
 EVENT_UPDATE_PROGRESS = "update_progress"
 
-ProgressCallback = Callable[[str, dict], None]
+_T = TypeVar("_T")
+
+#: ``callback(event_type, details)`` for a task's progress events.
+ProgressCallback = Callable[[str, dict[str, Any]], None]
+
+#: Keyword arguments an atom's execute/revert is called with.
+Arguments = dict[str, Any]
+
+#: What a task or retry future resolves to: ``(EXECUTED | REVERTED, result or Failure)``.
+Outcome = tuple[str, Any]
+
+#: The future every executor method returns (it never raises).
+OutcomeFuture = cf.Future[Outcome]
 
 
-def execute_task(task: Any, arguments: dict,
-                 progress_callback: ProgressCallback | None = None) -> tuple[str, Any]:
+def execute_task(task: Any, arguments: Arguments,
+                 progress_callback: ProgressCallback | None = None) -> Outcome:
     """Run ``task.execute`` here and now; return ``(EXECUTED, result|Failure)``."""
     if progress_callback is None:
         return EXECUTED, _call_execute(task, arguments)
@@ -42,8 +54,8 @@ def execute_task(task: Any, arguments: dict,
         return EXECUTED, _call_execute(task, arguments)
 
 
-def revert_task(task: Any, arguments: dict, result: Any, failures: Any,
-                progress_callback: ProgressCallback | None = None) -> tuple[str, Any]:
+def revert_task(task: Any, arguments: Arguments, result: Any, failures: Any,
+                progress_callback: ProgressCallback | None = None) -> Outcome:
     """Run ``task.revert`` here and now; return ``(REVERTED, result|Failure)``."""
     arguments = dict(arguments)
     arguments[REVERT_RESULT] = result
@@ -55,7 +67,7 @@ def revert_task(task: Any, arguments: dict, result: Any, failures: Any,
         return REVERTED, _call_revert(task, arguments)
 
 
-def _call_execute(task: Any, arguments: dict) -> Any:
+def _call_execute(task: Any, arguments: Arguments) -> Any:
     try:
         task.pre_execute()
         try:
@@ -66,7 +78,7 @@ def _call_execute(task: Any, arguments: dict) -> Any:
         return ft.Failure()
 
 
-def _call_revert(task: Any, arguments: dict) -> Any:
+def _call_revert(task: Any, arguments: Arguments) -> Any:
     try:
         task.pre_revert()
         try:
@@ -77,9 +89,9 @@ def _call_revert(task: Any, arguments: dict) -> Any:
         return ft.Failure()
 
 
-def completed_future(value: Any) -> cf.Future:
+def completed_future(value: Outcome) -> OutcomeFuture:
     """A future that is already resolved to ``value``."""
-    fut: cf.Future = cf.Future()
+    fut: OutcomeFuture = cf.Future()
     fut.set_result(value)
     return fut
 
@@ -88,14 +100,14 @@ class TaskExecutor(abc.ABC):
     """Executes and reverts tasks somewhere (here, a pool, a remote worker...)."""
 
     @abc.abstractmethod
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
-                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
+                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         """Schedule ``task.execute(**arguments)``; the future never raises."""
 
     @abc.abstractmethod
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
                     failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         """Schedule ``task.revert(result=, flow_failures=, **arguments)``."""
 
     def start(self) -> None:
@@ -108,13 +120,13 @@ class TaskExecutor(abc.ABC):
 class SerialTaskExecutor(TaskExecutor):
     """Runs each task in the calling thread, right when it is scheduled."""
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
-                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
+                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         return completed_future(execute_task(task, arguments, progress_callback))
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
                     failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         return completed_future(revert_task(task, arguments, result, failures,
                                             progress_callback))
 
@@ -141,19 +153,22 @@ class ParallelTaskExecutor(TaskExecutor):
     def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
         """Make the executor used when none was given."""
 
-    def _submit(self, fn: Callable[..., Any], *args: Any) -> cf.Future:
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> cf.Future[_T]:
         if self._executor is None:
             # Used without start() (e.g. directly in a test): start lazily.
             self.start()
-        return self._executor.submit(fn, *args)
+        executor = self._executor
+        # Given at construction, or made by start() when none was.
+        assert executor is not None
+        return executor.submit(fn, *args)
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
-                     progress_callback: ProgressCallback | None = None) -> cf.Future:
+    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
+                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         return self._submit(execute_task, task, arguments, progress_callback)
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
                     failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> cf.Future:
+                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
         return self._submit(revert_task, task, arguments, result, failures,
                             progress_callback)
 
@@ -187,7 +202,7 @@ class SerialRetryExecutor:
     def stop(self) -> None:
         """Nothing to release."""
 
-    def execute_retry(self, retry: Any, arguments: dict) -> cf.Future:
+    def execute_retry(self, retry: Any, arguments: Arguments) -> OutcomeFuture:
         """Run ``retry.execute(**arguments)``; the future never raises."""
         try:
             result = retry.execute(**arguments)
@@ -195,7 +210,7 @@ class SerialRetryExecutor:
             result = ft.Failure()
         return completed_future((EXECUTED, result))
 
-    def revert_retry(self, retry: Any, arguments: dict) -> cf.Future:
+    def revert_retry(self, retry: Any, arguments: Arguments) -> OutcomeFuture:
         """Run ``retry.revert(**arguments)``; the future never raises."""
         try:
             result = retry.revert(**arguments)

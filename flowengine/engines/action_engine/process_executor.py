@@ -27,24 +27,31 @@ from flowengine.types import failure as ft
 _START_METHOD = "forkserver"
 
 
+#: A progress event recorded in the child: ``(event_type, details)``.
+_Event = tuple[str, dict[str, Any]]
+
+#: What a child process sends back: its outcome and the progress it reported.
+_ChildResult = tuple[ex.Outcome, list[_Event]]
+
+
 class _ProgressRecorder:
     """Collects a task's progress events in the child process."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict]] = []
+        self.events: list[_Event] = []
 
-    def __call__(self, event_type: str, details: dict) -> None:
+    def __call__(self, event_type: str, details: dict[str, Any]) -> None:
         self.events.append((event_type, dict(details)))
 
 
-def _child_execute(task: Any, arguments: dict, want_progress: bool):
+def _child_execute(task: Any, arguments: ex.Arguments, want_progress: bool) -> _ChildResult:
     recorder = _ProgressRecorder() if want_progress else None
     outcome, result = ex.execute_task(task, arguments, recorder)
     return (outcome, result), (recorder.events if recorder else [])
 
 
-def _child_revert(task: Any, arguments: dict, result: Any, failures: Any,
-                  want_progress: bool):
+def _child_revert(task: Any, arguments: ex.Arguments, result: Any, failures: Any,
+                  want_progress: bool) -> _ChildResult:
     recorder = _ProgressRecorder() if want_progress else None
     outcome, value = ex.revert_task(task, arguments, result, failures, recorder)
     return (outcome, value), (recorder.events if recorder else [])
@@ -65,16 +72,15 @@ class ParallelProcessTaskExecutor(ex.ParallelTaskExecutor):
         return cf.ProcessPoolExecutor(max_workers=max_workers,
                                       mp_context=multiprocessing.get_context(_START_METHOD))
 
-    def _relay(self, inner: cf.Future, progress_callback: ex.ProgressCallback | None
-               ) -> cf.Future:
-        outer: cf.Future = cf.Future()
+    def _relay(self, inner: cf.Future[_ChildResult], outcome_if_lost: str,
+               progress_callback: ex.ProgressCallback | None) -> ex.OutcomeFuture:
+        outer: ex.OutcomeFuture = cf.Future()
 
-        def _done(fut: cf.Future) -> None:
+        def _done(fut: cf.Future[_ChildResult]) -> None:
             try:
                 (outcome, value), events = fut.result()
             except BaseException as e:  # child died, or the task did not pickle
-                outcome = getattr(fut, "_flowengine_outcome", ex.EXECUTED)
-                outer.set_result((outcome, ft.Failure.from_exception(e)))
+                outer.set_result((outcome_if_lost, ft.Failure.from_exception(e)))
                 return
             if progress_callback is not None:
                 for event_type, details in events:
@@ -87,17 +93,17 @@ class ParallelProcessTaskExecutor(ex.ParallelTaskExecutor):
         inner.add_done_callback(_done)
         return outer
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict,
-                     progress_callback: ex.ProgressCallback | None = None) -> cf.Future:
+    def execute_task(self, task: Any, task_uuid: str, arguments: ex.Arguments,
+                     progress_callback: ex.ProgressCallback | None = None
+                     ) -> ex.OutcomeFuture:
         inner = self._submit(_child_execute, _without_listeners(task), arguments,
                              progress_callback is not None)
-        inner._flowengine_outcome = ex.EXECUTED  # type: ignore[attr-defined]
-        return self._relay(inner, progress_callback)
+        return self._relay(inner, ex.EXECUTED, progress_callback)
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict, result: Any,
+    def revert_task(self, task: Any, task_uuid: str, arguments: ex.Arguments, result: Any,
                     failures: Any,
-                    progress_callback: ex.ProgressCallback | None = None) -> cf.Future:
+                    progress_callback: ex.ProgressCallback | None = None
+                    ) -> ex.OutcomeFuture:
         inner = self._submit(_child_revert, _without_listeners(task), arguments, result,
                              failures, progress_callback is not None)
-        inner._flowengine_outcome = ex.REVERTED  # type: ignore[attr-defined]
-        return self._relay(inner, progress_callback)
+        return self._relay(inner, ex.REVERTED, progress_callback)

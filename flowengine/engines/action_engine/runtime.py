@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
@@ -15,14 +15,20 @@ from flowengine.engines.action_engine import executor as ex
 from flowengine.engines.action_engine import scheduler as sc
 from flowengine.engines.action_engine.actions import retry as ra
 from flowengine.engines.action_engine.actions import task as ta
+from flowengine.engines.action_engine.compiler import ArgSpec
+
+if TYPE_CHECKING:
+    from flowengine.engines.action_engine.compiler import Compilation
+    from flowengine.storage import Storage
+    from flowengine.types.notifier import Notifier
 
 
 class Runtime:
     """Everything the engine's state machine needs while running one flow."""
 
-    def __init__(self, compilation: Any, storage: Any, atom_notifier: Any,
+    def __init__(self, compilation: Compilation, storage: Storage, atom_notifier: Notifier,
                  task_executor: ex.TaskExecutor, retry_executor: ex.SerialRetryExecutor,
-                 options: dict | None = None) -> None:
+                 options: Mapping[str, Any] | None = None) -> None:
         self.compilation = compilation
         self.storage = storage
         self.options = dict(options or {})
@@ -51,7 +57,7 @@ class Runtime:
         succs = {n: tuple(graph.successors(n)) for n in order}
         self.analyzer = an.Analyzer(order, preds, succs, self.atom_order,
                                     self._can_transition)
-        memo: dict[str, tuple] = {}
+        memo: dict[str, tuple[de.EdgeDecider, ...]] = {}
         self.edge_deciders = {n: de.edge_deciders_for(graph, n, memo)
                               for n in self.atom_order}
         self._exec_plans = {n: self._plan(a, False) for n, a in self.atoms.items()}
@@ -70,14 +76,14 @@ class Runtime:
         self.completer = co.Completer(self)
         self.scheduler = sc.Scheduler(self)
 
-    def _plan(self, atom: Any, revert: bool) -> tuple:
+    def _plan(self, atom: Any, revert: bool) -> tuple[ArgSpec, ...]:
         # Resolved once by the compiler: which atoms provide each argument,
         # closest first (rows are (arg_name, symbol, providers, optional)).
         if revert:
             return self.compilation.revert_argument_plan(atom.name)
         return self.compilation.argument_plan(atom.name)
 
-    def fetch_args(self, name: str, revert: bool = False) -> dict:
+    def fetch_args(self, name: str, revert: bool = False) -> dict[str, Any]:
         """The arguments for an atom's execute (or revert), from storage."""
         plan = (self._revert_plans if revert else self._exec_plans)[name]
         return self.storage.fetch_args(name, plan)
@@ -95,7 +101,7 @@ class Runtime:
     def ambiguities(self) -> Iterator[Any]:
         """Ambiguous lookups (two unordered providers) not settled by injected values."""
         for ambiguity in getattr(self.compilation, "ambiguities", tuple)():
-            probe = ((ambiguity.symbol, ambiguity.symbol, (), False),)
+            probe = (ArgSpec(ambiguity.symbol, ambiguity.symbol, (), False),)
             if self.storage.unsatisfied_args(ambiguity.atom, probe):
                 yield ambiguity
 

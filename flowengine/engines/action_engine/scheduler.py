@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any
 
 from flowengine import states as st
 from flowengine.engines.action_engine import analyzer as an
+from flowengine.engines.action_engine import executor as ex
 from flowengine.types import failure as ft
 
 
@@ -17,12 +17,12 @@ class Scheduler:
         self._runtime = runtime
 
     def schedule(self, ready: list[tuple[str, str]]
-                 ) -> tuple[dict[Future, str], list[ft.Failure]]:
+                 ) -> tuple[dict[ex.OutcomeFuture, str], list[ft.Failure]]:
         """Start each ``(atom, EXECUTE|REVERT)``; return futures and start failures."""
         runtime = self._runtime
         atoms = runtime.atoms
         in_flight = runtime.analyzer.in_flight
-        futures: dict[Future, str] = {}
+        futures: dict[ex.OutcomeFuture, str] = {}
         failures: list[ft.Failure] = []
         for name, what in ready:
             atom = atoms[name]

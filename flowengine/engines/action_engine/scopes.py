@@ -192,12 +192,13 @@ class ProviderResolver:
 
     def _lookup(self, name: str, symbol: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(providers nearest first, competing nearest providers if ambiguous else ())."""
-        unit: Unit | None = self._parents[name]
+        owner = self._parents[name]
+        unit: Unit | None = owner
         b = self._index[name]
         if b == -1:
             # A retry sees nothing of its own flow: start one level up.
-            b = unit.index
-            unit = unit.parent
+            b = owner.index
+            unit = owner.parent
         found: list[str] = []
         clash: tuple[str, ...] = ()
         first_level = True

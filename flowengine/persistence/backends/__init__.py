@@ -62,11 +62,14 @@ def _extract_name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, A
     return name.split("+", 1)[0], conf
 
 
-def _find_class(name: str, namespace: str) -> Any:
+def _find_class(name: str, namespace: str) -> type[base.Backend]:
+    # Entry points of the namespace, and the built-in paths, name Backend classes.
+    backend_cls: type[base.Backend]
     try:
         for ep in metadata.entry_points(group=namespace):
             if ep.name == name:
-                return ep.load()
+                backend_cls = ep.load()
+                return backend_cls
     except Exception as e:  # broken metadata must not hide built-in backends
         LOG.debug("Entry point lookup in %r failed: %s", namespace, e)
     target = _BUILTIN_BACKENDS.get(name) if namespace == BACKEND_NAMESPACE else None
@@ -74,7 +77,8 @@ def _find_class(name: str, namespace: str) -> Any:
         raise exc.NotFound(f"Could not find backend {name}: no such backend in {namespace!r}")
     module_name, _, cls_name = target.partition(":")
     try:
-        return getattr(importlib.import_module(module_name), cls_name)
+        backend_cls = getattr(importlib.import_module(module_name), cls_name)
+        return backend_cls
     except exc.MissingExtra:
         raise  # already says which `pip install` fixes it
     except (ImportError, AttributeError) as e:

@@ -82,7 +82,7 @@ class DirBackend(path_based.PathBasedBackend):
 
     def __init__(self, conf: dict[str, Any] | None = None) -> None:
         conf = dict(conf or {})
-        conf["path"] = _path_from_conf(conf)
+        self._base_path = conf["path"] = _path_from_conf(conf)
         super().__init__(conf)
         self._fsync = _as_bool(self._conf.get("fsync", FSYNC_DEFAULT))
         max_cache_size = self._conf.get("max_cache_size")
@@ -94,7 +94,7 @@ class DirBackend(path_based.PathBasedBackend):
     @property
     def base_path(self) -> str:
         """Absolute directory everything is stored under."""
-        return self._path  # type: ignore[return-value]
+        return self._base_path
 
     @property
     def lock_path(self) -> str:
@@ -165,9 +165,15 @@ class DirConnection(path_based.PathBasedConnection):
 
     def __init__(self, backend: DirBackend) -> None:
         super().__init__(backend)
+        self._dir_backend = backend
         self._fsync = backend.fsync
         self._lock = _FileLock(backend.lock_path)
         self.upgrade()
+
+    @property
+    def backend(self) -> DirBackend:
+        """The backend this connection belongs to."""
+        return self._dir_backend
 
     # Locking and error translation.
 

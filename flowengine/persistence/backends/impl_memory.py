@@ -80,8 +80,10 @@ class FakeFilesystem:
                              f" with {cls.root_path}: '{path}' is not valid")
         return posixpath.normpath(path)
 
-    #: Split a path into ``(head, tail)``.
-    split = staticmethod(posixpath.split)
+    @staticmethod
+    def split(path: str) -> tuple[str, str]:
+        """Split a path into ``(head, tail)``."""
+        return posixpath.split(path)
 
     @staticmethod
     def join(*pieces: str) -> str:

@@ -27,6 +27,8 @@ try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
     from sqlalchemy import pool as sa_pool
+    from sqlalchemy.dialects import postgresql as sa_postgresql
+    from sqlalchemy.dialects import sqlite as sa_sqlite
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
@@ -89,12 +91,13 @@ class SQLAlchemyBackend(base.Backend):
     ``engine`` may be an existing SQLAlchemy engine (then not disposed on close).
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None, engine: Any = None) -> None:
+    def __init__(self, conf: dict[str, Any] | None = None,
+                 engine: sa.engine.Engine | None = None) -> None:
         super().__init__(conf)
         if engine is None and not self._conf.get("connection"):
             raise ValueError("The SQL backend needs a 'connection' URL, e.g."
                              " 'sqlite:///flows.db' or 'postgresql://user@host/db'")
-        self._engine = engine
+        self._engine: sa.engine.Engine | None = engine
         self._owns_engine = engine is None
 
     def _create_engine(self) -> sa.engine.Engine:
@@ -225,12 +228,13 @@ class SQLAlchemyConnection(base.Connection):
         if not values:
             return
         if self._dialect in ("sqlite", "postgresql"):
+            stmt: sa_sqlite.Insert | sa_postgresql.Insert
             if self._dialect == "sqlite":
-                from sqlalchemy.dialects.sqlite import insert
+                stmt = sa_sqlite.insert(table)
             else:
-                from sqlalchemy.dialects.postgresql import insert
-            stmt = insert(table)
-            updates = {c: stmt.excluded[c] for c in values[0] if c != "uuid"}
+                stmt = sa_postgresql.insert(table)
+            updates: dict[str, sa.ColumnElement[Any]] = {
+                c: stmt.excluded[c] for c in values[0] if c != "uuid"}
             if "parent_uuid" in updates:
                 updates["parent_uuid"] = sa.func.coalesce(stmt.excluded.parent_uuid,
                                                           table.c.parent_uuid)

@@ -25,7 +25,7 @@ class Action:
     def __init__(self, storage: Any, notifier: Any,
                  tracker: Callable[[str, str], Any], uuid_of: Callable[[str], str],
                  state_of: Callable[[str], str],
-                 fetch_args: Callable[[str, bool], dict]) -> None:
+                 fetch_args: Callable[[str, bool], dict[str, Any]]) -> None:
         self._storage = storage
         self._notifier = notifier
         # tracker(name, new_state) keeps the runtime's view (readiness) current.

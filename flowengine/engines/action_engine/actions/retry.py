@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any
 
 from flowengine import states
@@ -26,7 +25,7 @@ class RetryAction(base.Action):
         super().__init__(storage, notifier, tracker, uuid_of, state_of, fetch_args)
         self._executor = retry_executor
 
-    def _arguments(self, retry: Any, revert: bool = False) -> dict:
+    def _arguments(self, retry: Any, revert: bool = False) -> dict[str, Any]:
         arguments = self._fetch_args(retry.name, revert)
         arguments[EXECUTE_REVERT_HISTORY] = self._storage.get_retry_history(retry.name)
         return arguments
@@ -38,7 +37,7 @@ class RetryAction(base.Action):
         if state == states.REVERTED:
             self._storage.cleanup_retry_history(atom.name, state)
 
-    def schedule_execution(self, retry: Any) -> Future:
+    def schedule_execution(self, retry: Any) -> ex.OutcomeFuture:
         """Run the retry's execute (with its history) right here."""
         self.change_state(retry, states.RUNNING)
         return self._executor.execute_retry(retry, self._arguments(retry))
@@ -50,7 +49,7 @@ class RetryAction(base.Action):
         else:
             self.change_state(retry, states.SUCCESS, result=result)
 
-    def schedule_reversion(self, retry: Any) -> Future:
+    def schedule_reversion(self, retry: Any) -> ex.OutcomeFuture:
         """Run the retry's revert (with its history and the flow's failures)."""
         self.change_state(retry, states.REVERTING)
         arguments = self._arguments(retry, revert=True)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Future
 from typing import Any
 
 from flowengine import states
@@ -47,13 +46,13 @@ class TaskAction(base.Action):
         if progress is not None:
             self._set_progress(atom, progress)
 
-    def _progress_callback(self, task: Any):
+    def _progress_callback(self, task: Any) -> ex.ProgressCallback | None:
         if not task.notifier.can_be_registered(ex.EVENT_UPDATE_PROGRESS):
             return None
         name = task.name
         notify = self._notifier.notify
 
-        def on_progress(event_type: str, details: dict) -> None:
+        def on_progress(event_type: str, details: dict[str, Any]) -> None:
             # Runs wherever the task runs (a pool thread for the parallel
             # engine); storage is thread-safe and notifier callbacks may be
             # called from any thread.
@@ -76,7 +75,7 @@ class TaskAction(base.Action):
 
         return on_progress
 
-    def schedule_execution(self, task: Any) -> Future:
+    def schedule_execution(self, task: Any) -> ex.OutcomeFuture:
         """Mark the task RUNNING and hand it to the executor."""
         name = task.name
         self.change_state(task, states.RUNNING, progress=0.0)
@@ -91,7 +90,7 @@ class TaskAction(base.Action):
         else:
             self.change_state(task, states.SUCCESS, result=result, progress=1.0)
 
-    def schedule_reversion(self, task: Any) -> Future:
+    def schedule_reversion(self, task: Any) -> ex.OutcomeFuture:
         """Mark the task REVERTING and hand its revert to the executor."""
         name = task.name
         self.change_state(task, states.REVERTING, progress=0.0)

@@ -11,9 +11,14 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
+from flowengine import flow as flow_mod
 from flowengine import states as st
+from flowengine.engines.action_engine import compiler
+
+if TYPE_CHECKING:
+    from flowengine.engines.action_engine.engine import ActionEngine
 
 #: Seconds ``dot`` may take: large flows take about a second; this only
 #: bounds a stuck process.
@@ -39,6 +44,10 @@ STATE_COLOURS = {
 }
 
 
+#: Atom name -> state (None: the atom has no state in storage yet).
+AtomStates = Mapping[str, str | None]
+
+
 class GraphvizMissing(RuntimeError):
     """Graphviz's ``dot`` program is needed for this output format and not installed."""
 
@@ -47,16 +56,14 @@ def _quote(text: str) -> str:
     return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _compile(flow_or_compilation: Any) -> Any:
-    if hasattr(flow_or_compilation, "execution_graph"):
+def _compile(flow_or_compilation: flow_mod.Flow | compiler.Compilation) -> compiler.Compilation:
+    if isinstance(flow_or_compilation, compiler.Compilation):
         return flow_or_compilation
-    from flowengine.engines.action_engine import compiler
-
     return compiler.PatternCompiler(flow_or_compilation).compile()
 
 
-def to_dot(flow_or_compilation: Any, atom_states: Mapping[str, str] | None = None,
-           title: str | None = None) -> str:
+def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
+           atom_states: AtomStates | None = None, title: str | None = None) -> str:
     """DOT text for a flow (or its Compilation), atoms coloured by ``atom_states``."""
     compilation = _compile(flow_or_compilation)
     graph = compilation.execution_graph
@@ -111,8 +118,8 @@ def to_dot(flow_or_compilation: Any, atom_states: Mapping[str, str] | None = Non
     return "\n".join(lines) + "\n"
 
 
-def _atom_line(name: str, kind: str, compilation: Any,
-               atom_states: Mapping[str, str] | None) -> str:
+def _atom_line(name: str, kind: str, compilation: compiler.Compilation,
+               atom_states: AtomStates | None) -> str:
     atom = compilation.atoms[name]
     label = name
     cls = type(atom).__name__
@@ -151,8 +158,8 @@ def render(dot_text: str, fmt: str) -> bytes:
     return proc.stdout
 
 
-def write(flow_or_compilation: Any, path: str,
-          atom_states: Mapping[str, str] | None = None, title: str | None = None) -> str:
+def write(flow_or_compilation: flow_mod.Flow | compiler.Compilation, path: str,
+          atom_states: AtomStates | None = None, title: str | None = None) -> str:
     """Write the drawing to ``path``; its extension picks the format. Returns the format."""
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or "dot"
     if fmt not in (*RENDERED_FORMATS, *DOT_FORMATS):
@@ -164,20 +171,20 @@ def write(flow_or_compilation: Any, path: str,
     text = to_dot(flow_or_compilation, atom_states, title)
     if fmt in RENDERED_FORMATS:
         data = render(text, fmt)
-        with open(path, "wb") as f:
-            f.write(data)
+        with open(path, "wb") as binary_out:
+            binary_out.write(data)
         return fmt
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(path, "w", encoding="utf-8") as text_out:
+        text_out.write(text)
     return "dot"
 
 
-def engine_states(engine: Any) -> dict[str, str]:
+def engine_states(engine: ActionEngine) -> dict[str, str | None]:
     """Atom name -> state, read from an engine's storage (after or during a run)."""
     storage = engine.storage
     compilation = engine.compilation
     names = compilation.atoms if compilation is not None else ()
-    found = {}
+    found: dict[str, str | None] = {}
     for name in names:
         try:
             found[name] = storage.get_atom_state(name)
@@ -186,11 +193,14 @@ def engine_states(engine: Any) -> dict[str, str]:
     return found
 
 
-def draw_engine(engine: Any, path: str | None = None, states: bool = True) -> str:
+def draw_engine(engine: ActionEngine, path: str | None = None, states: bool = True) -> str:
     """DOT text of an engine's compiled flow (compiling it if needed), also written to ``path``."""
     engine.compile()
+    compilation = engine.compilation
+    # compile() either raises or leaves the engine compiled.
+    assert compilation is not None
     atom_states = engine_states(engine) if states else None
     title = getattr(engine.storage, "flow_name", None)
     if path is not None:
-        write(engine.compilation, path, atom_states, title)
-    return to_dot(engine.compilation, atom_states, title)
+        write(compilation, path, atom_states, title)
+    return to_dot(compilation, atom_states, title)
