@@ -10,6 +10,8 @@ Fixtures
   a :class:`Broker` with ``url`` and ``transport_options`` for kombu.
 - ``broker_url``: just ``broker.url``.
 - ``unique_name``: a fresh name for exchanges/topics so tests never share queues.
+- ``pg_url`` (session): a throwaway PostgreSQL cluster (``tests/persistence/pg_server.py``)
+  or ``FLOWENGINE_TEST_PG_URL``; for the persistence and the ``flows`` command tests.
 - ``private_redis`` / ``private_rabbitmq`` (function): a broker of the test's
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
 
@@ -28,6 +30,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # make `brokers` importable
 import brokers  # noqa: E402
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)  # make `tests.persistence` importable
+
+from tests.persistence import pg_server  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
@@ -86,6 +94,34 @@ def _session_broker(request: pytest.FixtureRequest, env_var: str, starter) -> st
 def redis_url(request: pytest.FixtureRequest) -> str:
     """URL of a redis-server running for this session (``redis://127.0.0.1:PORT/0``)."""
     return _session_broker(request, "FLOWENGINE_TEST_REDIS_URL", brokers.start_redis)
+
+
+_PG_STATE: dict = {}
+
+
+@pytest.fixture(scope="session")
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """URL of a PostgreSQL server for this session (started once, stopped at the end).
+
+    ``FLOWENGINE_TEST_PG_URL`` names an existing server instead. Shared by the
+    persistence and command tests (one server per session).
+    """
+    url = os.environ.get("FLOWENGINE_TEST_PG_URL")
+    if url:
+        return url
+    if "error" not in _PG_STATE and "server" not in _PG_STATE:
+        try:
+            server = pg_server.start()
+        except pg_server.PgUnavailable as e:
+            _PG_STATE["error"] = f"PostgreSQL test server unavailable: {e}"
+        else:
+            _PG_STATE["server"] = server
+            request.addfinalizer(server.stop)
+            sys.stderr.write(f"\n[postgresql] up at {server.url} in"
+                             f" {server.start_time_s:.2f} s\n")
+    if "error" in _PG_STATE:
+        _unavailable(_PG_STATE["error"])
+    return _PG_STATE["server"].url
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,16 @@ def load_flow(spec: str) -> Any:
 
     The current directory is importable, as for ``python -m``.
     """
+    factory, flow = load_factory(spec)
+    return flow if factory is None else factory()
+
+
+def load_factory(spec: str) -> tuple[Any, Any]:
+    """``(factory, None)`` or ``(None, flow)`` for ``module:attr``; ValueError if malformed.
+
+    A flow object (anything with ``iter_links``) is taken as is; any other
+    callable is a factory, called by the caller.
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"expected module:flow_factory, got {spec!r}")
@@ -20,7 +30,9 @@ def load_flow(spec: str) -> Any:
     obj: Any = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    return obj() if callable(obj) and not hasattr(obj, "iter_links") else obj
+    if callable(obj) and not hasattr(obj, "iter_links"):
+        return obj, None
+    return None, obj
 
 
 def make_cwd_importable() -> None:

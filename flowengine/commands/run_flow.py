@@ -1,187 +1,121 @@
-"""``flowengine run module:flow_factory``: run a flow here with a progress bar."""
+"""``flowengine run module:flow_factory``: run a flow here with a progress bar.
+
+With ``--backend URL`` the run is persisted in logbook ``--book`` (created
+if missing) with its factory recorded, so ``flowengine flows resume`` can
+rebuild and carry on the flow if this process dies.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import signal
+import os
 import sys
-import threading
 from typing import Any
 
-#: Engine names accepted by --engine (the entry points of flowengine.engines).
-ENGINES = ("serial", "parallel", "worker-based")
+#: Command name in messages.
+COMMAND = "flowengine run"
 
 
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``run`` subcommand to the ``flowengine`` parser."""
+    from flowengine.commands import backend_url, engine_options
+
     p = sub.add_parser("run", help="run a flow with a progress bar and print its results")
     p.add_argument("flow", metavar="module:flow_factory",
                    help="a function returning a flow (or a flow object)")
-    p.add_argument("--engine", default="serial", choices=ENGINES)
     p.add_argument("--store", dest="store", default=[], action="append", type=parse_option,
                    metavar="KEY=VALUE", help="initial value (repeatable; parsed as JSON)")
     p.add_argument("--store-json", default=None, metavar="JSON",
                    help="initial values as one JSON object")
-    p.add_argument("--url", default=None, help="broker URL (worker-based engine)")
-    p.add_argument("--exchange", default=None, help="exchange (worker-based engine)")
-    p.add_argument("--topic", dest="topics", default=[], action="append",
-                   help="worker topic (repeatable; worker-based engine)")
-    p.add_argument("--transport", default=None, help="kombu transport name")
-    p.add_argument("--transport-option", dest="transport_options", default=[],
-                   action="append", type=parse_option, metavar="KEY=VALUE",
-                   help="transport option (repeatable; values parsed as JSON)")
-    p.add_argument("--transition-timeout", type=float, default=None, metavar="SECONDS",
-                   help="fail a remote task no worker takes within this many seconds"
-                        " (worker-based engine; default 60)")
-    p.add_argument("--events", action="store_true",
-                   help="publish flow events (worker-based engine)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    engine_options.add_arguments(p, parse_option)
     p.add_argument("--graph", default=None, metavar="PATH",
                    help="after the run, draw the flow coloured by atom state")
-
-
-def _engine_options(args: argparse.Namespace) -> dict[str, Any]:
-    if args.engine != "worker-based":
-        return {}
-    options: dict[str, Any] = {"url": args.url, "exchange": args.exchange,
-                               "topics": list(args.topics), "transport": args.transport,
-                               "events": args.events,
-                               # A task's failure is reported by name below,
-                               # as on the local engines.
-                               "remote_exceptions": "original",
-                               "transition_timeout": args.transition_timeout}
-    if args.transport_options:
-        options["transport_options"] = dict(args.transport_options)
-    return {k: v for k, v in options.items() if v not in (None, [])}
+    p.add_argument("--backend", default=None, metavar="URL",
+                   help="persist the run: dir:PATH, sqlite:///PATH or postgresql://..."
+                        f" (default: ${backend_url.BACKEND_ENV}; none: not persisted)")
+    p.add_argument("--book", default=None, metavar="NAME",
+                   help="logbook to save the flow in, created if missing (name or uuid;"
+                        " default: the flow's name)")
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, run and report; 1 when the flow fails."""
-    from rich.console import Console
-
+    """Load, run and report; 1 when the flow fails, 2 when refused."""
     from flowengine import engines
     from flowengine import exceptions as exc
-    from flowengine.commands import loading, progress
-    from flowengine.engines.action_engine.engine import ActionEngine
-    from flowengine.engines.worker_based.transports import errors as broker_errors
+    from flowengine.commands import backend_url, engine_options, loading, running
+    from flowengine.commands.errors import EXIT_REFUSED, CommandError
 
-    console = Console(stderr=True)
     try:
-        flow = loading.load_flow(args.flow)
+        factory, flow = loading.load_factory(args.flow)
         store = dict(args.store)
         if args.store_json:
             store.update(json.loads(args.store_json))
+        if factory is not None:
+            flow = factory()
     except (ValueError, ImportError, AttributeError) as e:
-        print(f"flowengine run: {e}", file=sys.stderr)
+        print(f"{COMMAND}: {e}", file=sys.stderr)
         return 2
-    if args.engine == "worker-based":
-        broker_errors.check_shared(args.url, args.transport,
-                                   "the workers are other processes")
-    engine = engines.load(flow, store=store, engine=args.engine, **_engine_options(args))
-    # --engine offers the built-in engines only: action engines, which have
-    # a compilation and draw().
-    assert isinstance(engine, ActionEngine)
-    engine.compile()
-    assert engine.compilation is not None  # compile() raises or compiles
-    total = len(engine.compilation.atoms)
-    bar = progress.FlowProgress(total, console=console, description=flow.name)
-    bar.attach(engine)
-    failed: BaseException | None = None
-    interrupts = _Interrupts(engine)
+    options = engine_options.engine_options(args)
     try:
-        with interrupts:
-            if args.no_progress:
-                engine.run()
-            else:
-                with bar:
-                    engine.run()
-    except (exc.BrokerConfigError, exc.BrokerUnavailable):
-        raise  # a broker problem, not the flow's: main() says which, in one line
-    except Exception as e:  # reported below with the results so far
-        failed = e
-    results = engine.storage.fetch_all()
-    print(json.dumps(_jsonable(results), indent=2, sort_keys=True))
-    stats = engine.statistics.get("atoms")
-    if stats:
-        for name, entry in sorted(stats.items()):
-            console.print(f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
-                          f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}")
-    if args.graph:
-        engine.draw(args.graph)
-    if failed is not None:
-        _report_failure(engine, failed)
-        return 1
-    if interrupts.signalled:
-        done = sum(1 for name in engine.compilation.atoms
-                   if engine.storage.get_atom_state(name) == "SUCCESS")
-        print(f"flowengine run: stopped by {interrupts.signalled}: the flow is"
-              f" {engine.storage.get_flow_state()} with {done} of {total} tasks done",
-              file=sys.stderr)
-        return 130
-    return 0
+        if args.backend or os.environ.get(backend_url.BACKEND_ENV):
+            url = backend_url.parse_url(args.backend)
+            with backend_url.opened(url, create=True) as backend:
+                engine = _persisted_engine(flow, factory, store, backend, args, url, options)
+                hint = f"flowengine flows resume {_short(engine)} --backend {url.safe}"
+                return running.run_engine(engine, COMMAND, no_progress=args.no_progress,
+                                          graph=args.graph, resume_hint=hint)
+        if args.book is not None:
+            raise CommandError(f"--book needs a backend: --backend URL or"
+                               f" ${backend_url.BACKEND_ENV}")
+    except (CommandError, exc.MissingExtra) as e:
+        print(f"{COMMAND}: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    engine = engines.load(flow, store=store, engine=args.engine, **options)
+    return running.run_engine(engine, COMMAND, no_progress=args.no_progress, graph=args.graph)
 
 
-class _Interrupts:
-    """SIGINT/SIGTERM during a run: first suspend cleanly, then stop now.
+def _short(engine: Any) -> str:
+    from flowengine.commands.flows import lookup
 
-    A first signal suspends the engine: no new task starts, the running
-    ones finish and their results are kept (a persisted flow can resume).
-    A second one raises KeyboardInterrupt: the engine stops its executor,
-    which fails what is still running and removes its reply queue from the
-    broker, so nothing is left behind either way.
-    """
-
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
-        self._previous: dict[int, Any] = {}
-        #: Name of the first signal received (None: none).
-        self.signalled: str | None = None
-
-    def __enter__(self) -> _Interrupts:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._previous[signum] = signal.signal(signum, self._on_signal)
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-
-    def _on_signal(self, signum: int, frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if self.signalled is not None:
-            raise KeyboardInterrupt(f"{name} again")
-        self.signalled = name
-        print(f"flowengine run: {name}: no new task starts; the running ones finish"
-              f" (send it again to stop now)", file=sys.stderr, flush=True)
-        # Not from the handler itself: it interrupts the main thread, which
-        # may be holding the engine's state lock right now.
-        threading.Thread(target=self._engine.suspend, name="flowengine-suspend",
-                         daemon=True).start()
+    return lookup.short(engine.storage.flow_uuid)
 
 
-def _report_failure(engine: Any, error: BaseException) -> None:
-    """Name each task that failed, with its traceback (remote ones as the worker sent it)."""
-    failures = engine.storage.get_execute_failures()
-    if not failures:
-        print(f"flowengine run: the flow failed: {error}", file=sys.stderr)
-        return
-    for name, failure in sorted(failures.items()):
-        kind = next(iter(failure), "Exception")
-        print(f"flowengine run: task {name!r} failed: {kind}: {failure.exception_str}",
-              file=sys.stderr)
-        if failure.traceback_str:
-            print(failure.traceback_str.rstrip(), file=sys.stderr)
+def _persisted_engine(flow: Any, factory: Any, store: dict[str, Any], backend: Any,
+                      args: argparse.Namespace, url: Any, options: dict[str, Any]) -> Any:
+    """An engine over a new flow detail in the logbook ``args.book``, factory recorded."""
+    import contextlib
 
+    from flowengine import engines
+    from flowengine.commands.errors import CommandError
+    from flowengine.commands.flows import lookup, meta
+    from flowengine.persistence import models
+    from flowengine.utils import persistence_utils as p_utils
 
-def _jsonable(value: Any) -> Any:
-    """``value`` as JSON can show it (unknown objects by their repr)."""
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        if isinstance(value, dict):
-            return {str(k): _jsonable(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [_jsonable(v) for v in value]
-        return repr(value)
+    book_name = args.book or flow.name
+    with contextlib.closing(backend.get_connection()) as conn:
+        books = lookup.find_books(conn, book_name)
+    if len(books) > 1:
+        raise CommandError(f"{len(books)} logbooks are named {book_name!r}"
+                           f" ({', '.join(b.uuid for b in books)}): --book UUID picks one")
+    # Lazy: the logbook object holds only the new flow, so saving it
+    # rewrites nothing another process may be writing.
+    book = books[0] if books else models.LogBook(book_name)
+    records = {"created_at": meta.now(), "cwd": os.getcwd()}
+    fd = p_utils.create_flow_detail(flow, book=book, backend=backend,
+                                    meta={meta.META_KEY: records})
+    if factory is not None:
+        try:
+            engines.save_factory_details(fd, factory, [], {}, backend=backend)
+        except (ValueError, ImportError) as e:
+            print(f"{COMMAND}: warning: `flows resume` will not be able to rebuild this"
+                  f" flow: {e}", file=sys.stderr)
+    else:
+        print(f"{COMMAND}: warning: {args.flow} is a flow object, not a factory:"
+              f" `flows resume` will not be able to rebuild it", file=sys.stderr)
+    engine = engines.load(flow, store=store, flow_detail=fd, backend=backend,
+                          engine=args.engine, **options)
+    meta.Recorder(engine, args.engine).start()
+    print(f"{COMMAND}: flow {fd.uuid} in logbook {book.name!r} of {url.safe}",
+          file=sys.stderr, flush=True)
+    return engine

@@ -89,6 +89,15 @@ class Connection(abc.ABC):
     def destroy_logbook(self, book_uuid: str) -> None:
         """Delete a logbook and everything it contains (NotFound if unknown)."""
 
+    def destroy_flow_details(self, fd_uuid: str) -> None:
+        """Delete a flow detail and its atom details, wherever it is (NotFound if unknown).
+
+        Not in TaskFlow's interface: a backend written for it raises
+        flowengine's NotImplementedError naming itself.
+        """
+        raise exc.NotImplementedError(f"{type(self.backend).__name__} cannot delete a"
+                                      " single flow detail (destroy_flow_details)")
+
     @abc.abstractmethod
     def get_logbook(self, book_uuid: str, lazy: bool = False) -> models.LogBook:
         """Load a logbook (with its flow details unless lazy); NotFound if unknown."""

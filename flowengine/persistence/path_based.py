@@ -233,6 +233,24 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
                     self._del_tree(flow_path, txn)
             self._del_tree(book_path, txn)
 
+    def destroy_flow_details(self, fd_uuid: str) -> None:
+        """Delete a flow detail and its atom details (NotFound if unknown).
+
+        The logbook links go first: a process killed half-way leaves
+        unreachable files behind, never a logbook naming a missing flow.
+        """
+        with self._transaction() as txn:
+            flow_path = self._join_path(self._flow_path, fd_uuid)
+            if not self._exists(flow_path):
+                raise exc.NotFound(f"No flow detail found with uuid '{fd_uuid}'")
+            for book_uuid in self._get_children(self._book_path):
+                link = self._join_path(self._book_path, book_uuid, fd_uuid)
+                if fd_uuid in self._get_children(self._join_path(self._book_path, book_uuid)):
+                    self._del_tree(link, txn)
+            for ad_uuid in self._get_children(flow_path):
+                self._del_tree(self._join_path(self._atom_path, ad_uuid), txn)
+            self._del_tree(flow_path, txn)
+
     def clear_all(self) -> None:
         """Delete every logbook, flow detail and atom detail."""
         with self._transaction() as txn:

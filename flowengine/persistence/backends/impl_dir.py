@@ -246,7 +246,11 @@ class DirConnection(path_based.PathBasedConnection):
 
     def _del_tree(self, path: str, transaction: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(path)
+            if os.path.islink(path):
+                # A logbook's link to a flow detail: the link goes, not its target.
+                os.unlink(path)
+            else:
+                shutil.rmtree(path)
 
     def _get_children(self, path: str) -> list[str]:
         try:

@@ -318,6 +318,15 @@ class SQLAlchemyConnection(base.Connection):
             if not done:
                 raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
 
+    def destroy_flow_details(self, fd_uuid: str) -> None:
+        """Delete a flow detail and its atom details (NotFound if unknown)."""
+        with self._txn() as conn:
+            conn.execute(tables.ATOMS.delete().where(tables.ATOMS.c.parent_uuid == fd_uuid))
+            done = conn.execute(tables.FLOWS.delete()
+                                .where(tables.FLOWS.c.uuid == fd_uuid)).rowcount
+            if not done:
+                raise exc.NotFound(f"No flow detail found with uuid '{fd_uuid}'")
+
     # Reading.
 
     @staticmethod

@@ -1,0 +1,178 @@
+"""Human output of ``flows list`` and ``flows show`` (rich tables, states in colour)."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from typing import Any
+
+from flowengine import states as st
+from flowengine.commands.flows import lookup, meta, owner, settings, views
+
+#: Width used when stdout is not a terminal (a pipe, a file): wide enough
+#: that a table line is never cut or folded for grep and diff.
+PIPE_WIDTH_COLUMNS = 200
+
+#: Colour of each state (any other state is shown plain).
+STATE_STYLES = {
+    st.SUCCESS: "green", st.FAILURE: "bold red", st.REVERT_FAILURE: "bold red",
+    st.REVERTED: "magenta", st.REVERTING: "magenta", st.RUNNING: "yellow",
+    st.SUSPENDED: "cyan", st.SUSPENDING: "cyan", st.RESUMING: "cyan",
+    st.RETRYING: "yellow", st.PENDING: "dim", st.IGNORE: "dim",
+}
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    width = None if sys.stdout.isatty() else PIPE_WIDTH_COLUMNS
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def _state(state: str | None) -> Any:
+    from rich.text import Text
+
+    state = state or st.PENDING
+    return Text(state, style=STATE_STYLES.get(state, ""))
+
+
+def when(moment: datetime.datetime | None) -> str:
+    """A time in the local timezone to the second, or '-' when unknown."""
+    if moment is None:
+        return "-"
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``3 SUCCESS, 1 RUNNING`` (or ``no atoms``)."""
+    return ", ".join(f"{n} {state}" for state, n in counts.items()) or "no atoms"
+
+
+def flows_table(books: list[tuple[Any, list[Any]]], safe_url: str) -> None:
+    """One row per flow detail (and per empty logbook)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    if not books:
+        console.print(Text(f"No flows in {safe_url}."))
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("LOGBOOK", "FLOW", "NAME", "STATE", "CREATED", "UPDATED", "ATOMS"):
+        table.add_column(column, no_wrap=column != "ATOMS")
+    for book, fds in books:
+        book_cell = Text(book.name)
+        if not fds:
+            table.add_row(book_cell, "-", Text("(no flows)", style="dim"), "", "", "", "")
+        for fd in fds:
+            created, updated = views.times(fd)
+            table.add_row(book_cell, lookup.short(fd.uuid), Text(fd.name), _state(fd.state),
+                          when(created), when(updated),
+                          counts_text(views.atom_counts(fd)))
+    console.print(table)
+
+
+def _line(console: Any, label: str, value: Any) -> None:
+    from rich.text import Text
+
+    text = Text(f"{label:<10}", style="bold")
+    text.append(value if isinstance(value, Text) else Text(str(value)))
+    console.print(text)
+
+
+def show(book: Any, fd: Any, full: bool) -> None:
+    """A flow detail: header, its atoms in order, then failures and retry histories."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    console = _console()
+    records = meta.of(fd)
+    created, updated = views.times(fd)
+    _line(console, "Flow", f"{fd.name} ({fd.uuid})")
+    _line(console, "Logbook", f"{book.name} ({book.uuid})" if book is not None else "-")
+    _line(console, "State", _state(fd.state))
+    _line(console, "Created", when(created))
+    _line(console, "Updated", when(updated))
+    factory = fd.meta.get("factory") if isinstance(fd.meta, dict) else None
+    _line(console, "Factory", _factory_text(factory) if factory else
+          "- (none recorded: `flows resume` and `retry` cannot rebuild it)")
+    if records.get("engine"):
+        _line(console, "Engine", records["engine"])
+    if fd.state in settings.IN_PROGRESS_STATES and isinstance(records.get("owner"), dict):
+        _line(console, "Owner", owner.describe(records["owner"]))
+    injected = views.injected(fd)
+    if injected:
+        _line(console, "Injected", views.summarize(injected, full))
+    atoms = views.atoms_in_order(fd)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column in ("#", "ATOM", "TYPE", "STATE", "INTENTION", "RESULT"):
+        table.add_column(column, no_wrap=column != "RESULT" or not full,
+                         justify="right" if column == "#" else "left")
+    for i, ad in enumerate(atoms, 1):
+        view = views.atom_view(ad)
+        table.add_row(str(i), Text(ad.name), view["type"], _state(view["state"]),
+                      ad.intention, Text(_result_text(view, full)))
+    console.print(table)
+    remote = records.get("engine") == "worker-based"
+    for ad in atoms:
+        view = views.atom_view(ad)
+        for key, action in (("failure", "execute"), ("revert_failure", "revert")):
+            if view[key] is not None:
+                where = "the worker's" if remote and view["type"] == "task" else "local"
+                _failure(console, f"{ad.name} ({action}) failed", view[key], where)
+        if view["type"] == "retry" and view["history"]:
+            _history(console, ad.name, view["history"], full)
+    for n, attempt in enumerate(records.get("retries") or (), 1):
+        failures = "; ".join(f"{name}: {text}" for name, text in
+                             (attempt.get("failures") or {}).items()) or "no failure stored"
+        console.print(Text(f"Discarded by retry {n} ({when(meta.parse_time(attempt.get('at')))}):"
+                           f" {attempt.get('state')}; {failures}"))
+
+
+def _factory_text(factory: dict[str, Any]) -> str:
+    args = factory.get("args") or []
+    kwargs = factory.get("kwargs") or {}
+    extra = f" args {views.summarize(args)}" if args else ""
+    extra += f" kwargs {views.summarize(kwargs)}" if kwargs else ""
+    return f"{factory.get('name')}{extra}"
+
+
+def _result_text(view: dict[str, Any], full: bool) -> str:
+    if view["type"] == "retry":
+        return f"{len(view['history'])} attempt(s)"
+    if view["state"] in (st.REVERTED, st.REVERT_FAILURE) and view["revert_result"] is not None:
+        return "reverted: " + views.summarize(view["revert_result"], full)
+    if view["failure"] is not None and view["result"] is None:
+        return "-"
+    if view["state"] in (st.PENDING, st.RUNNING) and view["result"] is None:
+        return ""
+    return views.summarize(view["result"], full)
+
+
+def _failure(console: Any, title: str, failure: dict[str, Any], where: str) -> None:
+    from rich.text import Text
+
+    kind = failure["exc_type_names"][0] if failure["exc_type_names"] else "Exception"
+    console.print()
+    console.print(Text(f"{title}: {kind}: {failure['message']}", style="bold red"))
+    if failure["traceback"]:
+        console.print(Text(f"  traceback ({where}):", style="dim"))
+        for line in failure["traceback"].rstrip().splitlines():
+            console.print(Text("  " + line))
+    for cause in failure["causes"]:
+        cause_kind = cause["exc_type_names"][0] if cause["exc_type_names"] else "Exception"
+        console.print(Text(f"  caused by {cause_kind}: {cause['message']}"))
+
+
+def _history(console: Any, name: str, history: list[dict[str, Any]], full: bool) -> None:
+    from rich.text import Text
+
+    console.print()
+    console.print(Text(f"Retry {name}: {len(history)} attempt(s)", style="bold"))
+    for n, attempt in enumerate(history, 1):
+        failures = ", ".join(f"{atom}: {f['exc_type_names'][0] if f['exc_type_names'] else ''}:"
+                             f" {f['message']}" for atom, f in attempt["failures"].items())
+        console.print(Text(f"  {n}. result {views.summarize(attempt['result'], full)}"
+                           + (f"; failed: {failures}" if failures else "")))

@@ -1,0 +1,135 @@
+"""Logbooks, flow details and atom details as plain data, for tables and ``--json``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections import Counter
+from typing import Any
+
+from flowengine import states as st
+from flowengine.commands.flows import meta
+from flowengine.commands.flows.settings import RESULT_SUMMARY_CHARS
+from flowengine.commands.running import jsonable
+from flowengine.persistence import models
+from flowengine.storage.base import StorageBase
+
+#: Atom states, in the order counts are shown (done first, then the rest).
+_ATOM_STATE_ORDER = (st.SUCCESS, st.RUNNING, st.PENDING, st.FAILURE, st.REVERTING,
+                     st.REVERTED, st.REVERT_FAILURE, st.RETRYING, st.IGNORE)
+_EPOCH = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def is_injector(ad: models.AtomDetail) -> bool:
+    """Whether ``ad`` holds the flow's injected values rather than an atom's state."""
+    return ad.name == StorageBase.injector_name
+
+
+def atoms_in_order(fd: models.FlowDetail) -> list[models.AtomDetail]:
+    """The flow's atom details in execution order when recorded, else by name."""
+    rank = {name: i for i, name in enumerate(meta.of(fd).get("atoms") or ())}
+    atoms = [ad for ad in fd if not is_injector(ad)]
+    return sorted(atoms, key=lambda ad: (rank.get(ad.name, len(rank)), ad.name))
+
+
+def injected(fd: models.FlowDetail) -> dict[str, Any]:
+    """The values injected into the flow (``--store``), as stored."""
+    for ad in fd:
+        if is_injector(ad) and isinstance(ad.results, dict):
+            return dict(ad.results)
+    return {}
+
+
+def atom_counts(fd: models.FlowDetail) -> dict[str, int]:
+    """How many atoms are in each state, in a fixed order."""
+    counts = Counter(ad.state or st.PENDING for ad in fd if not is_injector(ad))
+    ordered = {s: counts.pop(s) for s in _ATOM_STATE_ORDER if s in counts}
+    ordered.update(sorted(counts.items()))
+    return ordered
+
+
+def times(fd: models.FlowDetail) -> tuple[datetime.datetime | None, datetime.datetime | None]:
+    """``(created, updated)`` of a flow detail, when a command recorded them."""
+    records = meta.of(fd)
+    return meta.parse_time(records.get("created_at")), meta.parse_time(records.get("updated_at"))
+
+
+def newest_first(fds: list[models.FlowDetail]) -> list[models.FlowDetail]:
+    """``fds`` newest first (flows without times after, by name)."""
+    def key(fd: models.FlowDetail) -> tuple[datetime.datetime, str]:
+        created = times(fd)[0]
+        return (created or _EPOCH, fd.name)
+    return sorted(fds, key=key, reverse=True)
+
+
+def _iso(when: datetime.datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
+def factory_name(fd: models.FlowDetail) -> str | None:
+    """The import path of the factory recorded for ``fd`` (None: none recorded)."""
+    factory = fd.meta.get("factory") if isinstance(fd.meta, dict) else None
+    name = factory.get("name") if isinstance(factory, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def book_view(book: Any) -> dict[str, Any]:
+    """A logbook's identity and times."""
+    return {"uuid": book.uuid, "name": book.name, "created_at": _iso(book.created_at),
+            "updated_at": _iso(book.updated_at)}
+
+
+def flow_view(fd: models.FlowDetail) -> dict[str, Any]:
+    """A flow detail's summary: state, times, factory, atom counts per state."""
+    created, updated = times(fd)
+    records = meta.of(fd)
+    return {"uuid": fd.uuid, "name": fd.name, "state": fd.state or st.PENDING,
+            "created_at": _iso(created), "updated_at": _iso(updated),
+            "factory": factory_name(fd), "engine": records.get("engine"),
+            "owner": records.get("owner"), "atoms": atom_counts(fd)}
+
+
+def summarize(value: Any, full: bool = False) -> str:
+    """``value`` as one line of JSON, cut to RESULT_SUMMARY_CHARS unless ``full``."""
+    text = json.dumps(jsonable(value), sort_keys=True, ensure_ascii=False)
+    if full or len(text) <= RESULT_SUMMARY_CHARS:
+        return text
+    return text[:RESULT_SUMMARY_CHARS - 1] + "…"
+
+
+def failure_view(failure: Any) -> dict[str, Any] | None:
+    """A failure's exception types, message, traceback and causes (None if no failure)."""
+    if failure is None:
+        return None
+    return {"exc_type_names": list(failure), "message": failure.exception_str,
+            "traceback": failure.traceback_str or None,
+            "causes": [failure_view(c) for c in failure.causes]}
+
+
+def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
+    """Everything stored about an atom; a retry's history as a list of attempts."""
+    is_retry = isinstance(ad, models.RetryDetail)
+    view: dict[str, Any] = {
+        "name": ad.name, "type": "retry" if is_retry else "task",
+        "state": ad.state or st.PENDING, "intention": ad.intention,
+        "result": None if is_retry else jsonable(ad.results),
+        "failure": failure_view(ad.failure),
+        "revert_result": jsonable(ad.revert_results),
+        "revert_failure": failure_view(ad.revert_failure),
+    }
+    if is_retry:
+        view["history"] = [{"result": jsonable(result),
+                            "failures": {name: failure_view(f) for name, f in fails.items()}}
+                           for result, fails in ad.results]
+    return view
+
+
+def show_view(book: Any, fd: models.FlowDetail) -> dict[str, Any]:
+    """The whole of one flow detail, for ``flows show --json``."""
+    view = flow_view(fd)
+    view["atom_counts"] = view.pop("atoms")
+    view.update(book=book_view(book) if book is not None else None,
+                factory=fd.meta.get("factory"), injected=jsonable(injected(fd)),
+                retries=meta.of(fd).get("retries") or [],
+                atoms=[atom_view(ad) for ad in atoms_in_order(fd)])
+    return view
