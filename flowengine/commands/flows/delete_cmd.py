@@ -16,7 +16,8 @@ EXIT_DECLINED = 1
 
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``delete`` to the ``flows`` subcommands."""
-    p: argparse.ArgumentParser = sub.add_parser("delete", help="delete a flow detail, or a logbook with its flows")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "delete", help="delete a flow detail, or a logbook with its flows")
     p.add_argument("flow", metavar="FLOW", nargs="?", default=None,
                    help="flow detail uuid or its first characters")
     p.add_argument("--book", default=None, metavar="NAME",

@@ -14,7 +14,8 @@ from flowengine.commands.flows import settings
 
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``list`` to the ``flows`` subcommands."""
-    p: argparse.ArgumentParser = sub.add_parser("list", help="logbooks and their flows: state, times, atoms per state")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "list", help="logbooks and their flows: state, times, atoms per state")
     p.add_argument("--book", default=None, metavar="NAME",
                    help="only the logbook(s) with this name (or uuid)")
     p.add_argument("--state", dest="states", default=[], action="append", metavar="STATE",

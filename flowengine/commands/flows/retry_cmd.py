@@ -23,7 +23,8 @@ from flowengine.commands.errors import CommandError
 
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``retry`` to the ``flows`` subcommands."""
-    p: argparse.ArgumentParser = sub.add_parser("retry", help="run a FAILURE or REVERTED flow again from the start")
+    p: argparse.ArgumentParser = sub.add_parser(
+        "retry", help="run a FAILURE or REVERTED flow again from the start")
     p.add_argument("flow", metavar="FLOW", help="flow detail uuid or its first characters")
     from flowengine.commands import engine_options
 
