@@ -19,7 +19,7 @@ def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``resume`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
         "resume", help="resume a flow left RUNNING or SUSPENDED (finished"
-                                      " atoms do not run again)")
+                      " atoms do not run again)")
     p.add_argument("flow", metavar="FLOW", help="flow detail uuid or its first characters")
     p.add_argument("--force", action="store_true",
                    help="resume a RUNNING flow even when its engine may still be alive"

@@ -14,7 +14,7 @@ def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``show`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
         "show", help="a flow's atoms in order: state, intention, result,"
-                                    " failure with traceback, retry history")
+                    " failure with traceback, retry history")
     p.add_argument("flow", metavar="FLOW", help="flow detail uuid or its first characters")
     p.add_argument("--full", action="store_true",
                    help="whole results (default: cut to"
