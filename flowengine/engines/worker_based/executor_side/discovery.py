@@ -40,6 +40,11 @@ class TopicWorker:
     """A (read-only) worker: its topic, the task classes it runs, its identity."""
 
     __slots__ = ("_topic", "_tasks", "_task_set", "_identity", "_worker_id")
+    _topic: str
+    _tasks: tuple[str, ...]
+    _task_set: frozenset[str]
+    _identity: Any
+    _worker_id: str | None
 
     def __init__(self, topic: str, tasks: Iterable[Any], identity: Any = _NO_IDENTITY,
                  worker_id: str | None = None) -> None:
@@ -91,7 +96,7 @@ class TopicWorker:
             return False
         if _NO_IDENTITY in (self._identity, other._identity):
             return True
-        return self._identity == other._identity
+        return bool(self._identity == other._identity)
 
     def __hash__(self) -> int:
         # Identity is left out so that equality with a wildcard identity stays
@@ -220,7 +225,7 @@ class ProxyWorkerFinder:
             return 0.0
         return max(0.0, self._last_published + self._beat_periodicity - self._clock())
 
-    def process_response(self, data: dict, message: Any) -> TopicWorker | None:
+    def process_response(self, data: dict[str, Any], message: Any) -> TopicWorker | None:
         """Process a notify response or announcement; return the worker if new or changed."""
         headers = Headers.parse(getattr(message, "headers", None))
         topic = data["topic"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from typing import Any
+from typing import Any, cast
 
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import engine
@@ -98,7 +98,7 @@ class WorkerBasedActionEngine(engine.ActionEngine):
             raise
 
     @property
-    def statistics(self) -> dict:
+    def statistics(self) -> dict[str, Any]:
         """The engine's statistics plus ``atoms``: timings of each remote atom."""
         stats = dict(super().statistics)
         remote = getattr(self._task_executor, "remote_statistics", None)
@@ -108,7 +108,10 @@ class WorkerBasedActionEngine(engine.ActionEngine):
 
     def _task_executor_factory(self) -> base_executor.TaskExecutor:
         """Use the given executor or build a WorkerTaskExecutor from the options."""
-        return self._fetch_task_executor(self._options, self._flow_detail)
+        # The 'executor' option may be any object with the executor's methods
+        # (checked by name in _fetch_task_executor): duck-typed, as TaskFlow's.
+        return cast(base_executor.TaskExecutor,
+                    self._fetch_task_executor(self._options, self._flow_detail))
 
     @classmethod
     def _fetch_task_executor(cls, options: dict[str, Any], flow_detail: Any) -> Any:

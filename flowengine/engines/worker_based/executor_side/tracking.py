@@ -31,7 +31,7 @@ class Tracked:
                  "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
                  "run_deadline", "waiting_since", "awaiting_worker")
 
-    def __init__(self, request: pr.Request, progress_callback: Callable | None,
+    def __init__(self, request: pr.Request, progress_callback: Callable[..., Any] | None,
                  deadline: float | None) -> None:
         self.origin = request
         self.request = request

@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-import kombu
+from kombu.entity import Exchange
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.transports import topology
@@ -86,7 +86,7 @@ def check(compat: str | None, durable: bool = False, signed: bool = False) -> st
 
 
 def make_exchange(name: str, durable: bool = False, compat: str | None = None,
-                  signed: bool = False) -> kombu.Exchange:
+                  signed: bool = False) -> Exchange:
     """The exchange as this compat mode declares it (TaskFlow's: auto-deleted)."""
     compat = check(compat, durable=durable, signed=signed)
     exchange = topology.make_exchange(name, durable=durable)

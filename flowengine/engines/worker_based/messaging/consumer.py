@@ -22,7 +22,9 @@ import uuid as uuidlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import kombu
+from kombu.connection import Connection
+from kombu.entity import Exchange
+from kombu.messaging import Consumer as KombuConsumer
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging.delivery import Delivery
@@ -146,7 +148,7 @@ class Consumer:
     ``name`` says whose loop it is in logs (a topic or an executor id).
     """
 
-    def __init__(self, name: str, broker: BrokerSettings, exchange: kombu.Exchange,
+    def __init__(self, name: str, broker: BrokerSettings, exchange: Exchange,
                  queues: Sequence[QueueSpec], dispatcher: TypeDispatcher, *,
                  options: ConsumeOptions = ConsumeOptions(),
                  hooks: LoopHooks = LoopHooks()) -> None:
@@ -158,14 +160,14 @@ class Consumer:
         self._options = options
         self._hooks = hooks
         self._retry_options = {**DEFAULT_RETRY_OPTIONS, **(broker.retry_options or {})}
-        self._conn = broker.connection()
+        self._conn = broker.connection()  # no I/O: a template to clone
         self._uri = broker.public_uri
         self._caps = contract.capabilities(self._conn)
         self._lease: leases.LeaseKeeper | None = None
         if self._caps.leases:
             consumer_id = options.lease.consumer_id or uuidlib.uuid4().hex
-            self._conn.transport_options[redis_consumers.CONSUMER_OPTION] = consumer_id
-            self._conn.transport_options[redis_consumers.LEASE_OPTION] = options.lease.lease_s
+            self._conn = broker.connection({redis_consumers.CONSUMER_OPTION: consumer_id,
+                                            redis_consumers.LEASE_OPTION: options.lease.lease_s})
             self._lease = leases.LeaseKeeper(self._conn, consumer_id, options.lease.lease_s,
                                              options.lease.reclaim)
         self._wake_token = uuidlib.uuid4().hex
@@ -194,7 +196,7 @@ class Consumer:
         return list(self._queues)
 
     @property
-    def connection(self) -> kombu.Connection:
+    def connection(self) -> Connection:
         """The template connection (not connected) the loop's connections are cloned from."""
         return self._conn
 
@@ -371,7 +373,7 @@ class Consumer:
                         " connection", names_, self._uri, self.last_outage_s)
         self._call_safely(self._hooks.on_start, "on_start")
 
-    def _drain(self, conn: kombu.Connection) -> None:
+    def _drain(self, conn: Connection) -> None:
         """Deliver messages as they come, do the periodic work, until stop()."""
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
@@ -401,7 +403,7 @@ class Consumer:
                 last_wait = now
                 self._call_safely(self._hooks.on_wait, "on_wait")
 
-    def _start_consumers(self, conn: kombu.Connection) -> list[kombu.Consumer]:
+    def _start_consumers(self, conn: Connection) -> list[KombuConsumer]:
         """Declare and consume the queues: on one channel, or one channel each."""
         queues = [topology.make_queue(spec.name, self._exchange, spec.routing_keys,
                                       auto_delete=spec.auto_delete,
@@ -418,7 +420,7 @@ class Consumer:
                 for queue in group:
                     if queue.name in private:
                         channel.mark_private(queue.name)
-            consumer = kombu.Consumer(channel, queues=group, on_message=self._on_message,
+            consumer = KombuConsumer(channel, queues=group, on_message=self._on_message,
                                       accept=["json"],
                                       prefetch_count=self._options.prefetch_count)
             consumer.consume()

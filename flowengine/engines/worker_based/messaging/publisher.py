@@ -17,6 +17,9 @@ from typing import Any
 
 import kombu
 import kombu.exceptions
+from kombu.connection import Connection
+from kombu.entity import Exchange
+from kombu.messaging import Producer
 from kombu.utils import json as kombu_json
 
 from flowengine import exceptions as exc
@@ -45,7 +48,7 @@ PUBLISH_BACKOFF_START_S = 0.1
 PUBLISH_CONNECT_TIMEOUT_S = 5.0
 
 
-def is_connection_error(error: BaseException, conn: kombu.Connection) -> bool:
+def is_connection_error(error: BaseException, conn: Connection) -> bool:
     """True for errors a new connection may cure (broker down, connection lost)."""
     return isinstance(error, (OSError, kombu.exceptions.OperationalError,
                               exc.BrokerUnavailable) + tuple(conn.connection_errors))
@@ -59,7 +62,7 @@ class Publisher:
     unread). ``timeout_s``: how long publish() retries an unreachable broker.
     """
 
-    def __init__(self, broker: BrokerSettings, exchange: kombu.Exchange, *,
+    def __init__(self, broker: BrokerSettings, exchange: Exchange, *,
                  max_body_bytes: int | None = names.MAX_BODY_BYTES,
                  timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
         self._broker = broker
@@ -71,14 +74,14 @@ class Publisher:
         if broker.durable and self._conn.transport.driver_type == "amqp":
             # Durable means "survives a broker restart": publish() returns only
             # once RabbitMQ has taken the message (publisher confirms).
-            self._conn.transport_options["confirm_publish"] = True
+            self._conn = broker.connection({"confirm_publish": True})
         self._uri = broker.public_uri
         self._lock = threading.Lock()
-        self._pub_conn: kombu.Connection | None = None
-        self._producer: kombu.Producer | None = None
+        self._pub_conn: Connection | None = None
+        self._producer: Producer | None = None
 
     @property
-    def connection(self) -> kombu.Connection:
+    def connection(self) -> Connection:
         """The template connection (not connected) publishing connections are cloned from."""
         return self._conn
 
@@ -162,7 +165,7 @@ class Publisher:
                                 PUBLISH_BACKOFF_MAX_S, remaining)
                     time.sleep(pause)  # backoff; the lock keeps other publishers queued
 
-    def _send_settling(self, producer: kombu.Producer, payload: bytes, routing_key: str,
+    def _send_settling(self, producer: Producer, payload: bytes, routing_key: str,
                        properties: dict[str, Any], delivery: Delivery) -> None:
         """Publish and settle ``delivery`` in one server-side step (leasing transport).
 
@@ -175,7 +178,7 @@ class Publisher:
         delivery.channel.settle_with(delivery.delivery_tag, pushes, channel.client)
         delivery.settled_by_transport()
 
-    def _ensure_producer(self, deadline: float) -> kombu.Producer:
+    def _ensure_producer(self, deadline: float) -> Producer:
         """The producer, connecting (one bounded attempt) if needed (lock held)."""
         if self._producer is None:
             remaining = max(0.1, deadline - time.monotonic())
@@ -184,7 +187,7 @@ class Publisher:
                 conn.connect()
                 # auto_declare: the exchange is declared again on every new
                 # connection (it is gone after a restart of a transient broker).
-                self._producer = kombu.Producer(conn.channel(), exchange=self._exchange,
+                self._producer = Producer(conn.channel(), exchange=self._exchange,
                                                 auto_declare=True)
             except Exception:
                 _release(conn, "a failed publisher connection")
@@ -227,7 +230,7 @@ class Publisher:
                 self._lock.release()
 
 
-def _release(conn: kombu.Connection, what: str) -> None:
+def _release(conn: Connection, what: str) -> None:
     try:
         conn.release()
     except Exception:  # already broken; nothing more to do

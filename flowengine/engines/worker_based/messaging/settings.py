@@ -18,7 +18,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-import kombu
+from kombu.connection import Connection
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
@@ -119,14 +119,16 @@ class BrokerSettings:
         return dataclasses.replace(self, transport_options={**self.transport_options,
                                                             **options})
 
-    def connection(self, **kwargs: Any) -> kombu.Connection:
+    def connection(self, extra_options: Mapping[str, Any] | None = None,
+                   **kwargs: Any) -> Connection:
         """A new, not yet connected kombu connection (``kwargs`` go to kombu).
 
-        Its transport options are a private copy: a caller may add to them
-        (leases, publisher confirms) without touching other connections.
+        ``extra_options`` are added to (and win over) the transport options
+        for this connection only: a consumer's lease, a publisher's confirms.
         """
         kwargs.setdefault("heartbeat", self.heartbeat_s)
-        return transports.connection(self.url, self.transport, dict(self.transport_options),
+        return transports.connection(self.url, self.transport,
+                                     {**self.transport_options, **(extra_options or {})},
                                      **kwargs)
 
     @property

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import kombu
 from kombu import transport as kombu_transport
+from kombu.connection import Connection
 
 from flowengine.engines.worker_based.transports import errors as broker_errors
 
@@ -58,19 +58,19 @@ def resolve(url: str | None, transport: str | None) -> str | None:
 
 def connection(url: str | None, transport: str | None,
                transport_options: Mapping[str, Any] | None = None,
-               **kwargs: Any) -> kombu.Connection:
+               **kwargs: Any) -> Connection:
     """A kombu connection (not connected yet) to ``url`` through the transport we use.
 
     Raises BrokerConfigError for a malformed URL or an unknown transport, at
     once: kombu would read ``redis//host`` as an AMQP host name and retry it
-    for ever. ``kwargs`` go to kombu.Connection (heartbeat, connect_timeout).
+    for ever. ``kwargs`` go to Connection (heartbeat, connect_timeout).
     """
     broker_errors.check_url(url)
     if url is None:
         # kombu warns without a hostname; name the transport instead.
         url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
     try:
-        conn = kombu.Connection(url, transport=resolve(url, transport),
+        conn = Connection(url, transport=resolve(url, transport),
                                 transport_options=transport_options, **kwargs)
     except KeyError as e:  # kombu: "No such transport"
         raise broker_errors.unknown_transport(url, transport, e) from e

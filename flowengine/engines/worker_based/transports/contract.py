@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 from typing import Any, Protocol, runtime_checkable
 
-import kombu
+from kombu.connection import Connection
 
 __all__ = ["NONE", "Capabilities", "LeasingChannel", "capabilities", "channel_capabilities"]
 
@@ -61,7 +61,7 @@ class LeasingChannel(Protocol):
 
 def capabilities(transport: Any) -> Capabilities:
     """What ``transport`` (a kombu transport class or instance, or a connection) implements."""
-    if isinstance(transport, kombu.Connection):
+    if isinstance(transport, Connection):
         transport = transport.transport
     found = getattr(transport, "flowengine_implements", NONE)
     return found if isinstance(found, Capabilities) else NONE

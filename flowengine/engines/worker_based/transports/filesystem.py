@@ -157,7 +157,7 @@ class _Watcher:
     def __init__(self) -> None:
         self._fd = -1
         self._watched: set[str] = set()
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[[int], _Watcher] | None = None
         if _LIBC is not None:
             fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
             if fd >= 0:
@@ -172,7 +172,7 @@ class _Watcher:
 
     def watch(self, folder: str) -> None:
         """Watch ``folder`` for new files (no-op without inotify)."""
-        if self._fd < 0 or folder in self._watched:
+        if self._fd < 0 or folder in self._watched or _LIBC is None:
             return
         wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(folder),
                                      _IN_MOVED_TO | _IN_CLOSE_WRITE)
@@ -263,7 +263,10 @@ class Channel(filesystem.Channel):
             return Path(common) / "control"
         return Path(self._option_folder("control_folder", "control", "control"))
 
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's filesystem Channel names the argument ``payload`` where its base
+    # class says ``message``; we keep kombu's filesystem signature.
+    def _put(self, queue: Any, payload: Any,  # type: ignore[override]
+             **kwargs: Any) -> None:
         """Write ``payload`` atomically under a name that sorts in write order."""
         data = str_to_bytes(dumps(payload))
         folder = self.data_folder_out
@@ -412,7 +415,7 @@ class Channel(filesystem.Channel):
                 return ready
         return deque()
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: Any, timeout: Any = None) -> Any:
         """Claim (atomically) and return the oldest message of ``queue``."""
         pending = self._pending.get(queue)
         folder = self.data_folder_in
@@ -450,7 +453,7 @@ class Channel(filesystem.Channel):
         """Remove all messages of ``queue``; return how many."""
         self._pending.pop(queue, None)
         self._seen.pop(queue, None)
-        return super()._purge(queue)
+        return int(super()._purge(queue))
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         """Add a binding to the exchange table (create-or-update under one lock)."""
@@ -500,7 +503,7 @@ class Channel(filesystem.Channel):
         if cached is not None and cached[0] == key and settled:
             return cached[1]
         try:
-            table = super().get_table(exchange)
+            table: list[Any] = super().get_table(exchange)
         except ValueError:  # created but not yet written: no bindings yet
             return []
         self._tables[exchange] = (key, table)
@@ -568,9 +571,11 @@ class Transport(filesystem.Transport):
 
     _watcher: _Watcher | None = None
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(self, connection: Any, timeout: float | None = None,
+                     **kwargs: Any) -> None:
         """Deliver one message, sleeping on inotify up to ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        assert self.cycle is not None  # kombu sets it up with the transport
         get = self.cycle.get
         watcher = self._watcher
         if watcher is None:  # only consumers need one (publishers never drain)

@@ -73,9 +73,11 @@ class Transport(memory.Transport):
     polling_interval = IDLE_RECHECK_S
     driver_name = "flowengine-memory"
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(self, connection: Any, timeout: float | None = None,
+                     **kwargs: Any) -> None:
         """Deliver one message, waiting (without polling) up to ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        assert self.cycle is not None  # kombu sets it up with the transport
         get = self.cycle.get
         while True:
             generation = ACTIVITY.generation

@@ -205,7 +205,8 @@ class Channel(kombu_redis.Channel):
         if timeout is None:
             timeout = getattr(self, "brpop_timeout", 1)
         self._in_poll = self.client.connection
-        self._brpop_sent_at = time.monotonic()  # kombu's half-open socket check
+        # kombu's half-open socket check (kombu declares the attribute None).
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
         self.client.connection.send_command(
             "BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT",
             timeout or 0)
@@ -213,7 +214,7 @@ class Channel(kombu_redis.Channel):
     def _brpop_read(self, **options: Any) -> bool:
         queue = self._polling
         if queue is None:
-            return super()._brpop_read(**options)
+            return bool(super()._brpop_read(**options))
         try:
             try:
                 item = self.client.parse_response(self.client.connection, "BLMOVE",
@@ -241,7 +242,8 @@ class Channel(kombu_redis.Channel):
             self.connection._deliver(payload, queue)
             return True
         finally:
-            self._in_poll = None
+            # As kombu resets it (it declares the attribute a bool).
+            self._in_poll = None  # type: ignore[assignment]
             self._polling = None
             flush = getattr(self, "_flush_brpop_reauth", None)
             if flush is not None:
@@ -252,7 +254,8 @@ class Channel(kombu_redis.Channel):
     @contextlib.contextmanager
     def capturing(self) -> Iterator[list[tuple[str, bytes]]]:
         """Collect what is published meanwhile as (queue, payload) instead of pushing it."""
-        self._captured = captured = []
+        captured: list[tuple[str, bytes]] = []
+        self._captured = captured
         try:
             yield captured
         finally:

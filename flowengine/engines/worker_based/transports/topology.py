@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import kombu
+from kombu.entity import Exchange, Queue, binding
 
 #: AMQP delivery mode of messages in the durable topology (written to disk).
 PERSISTENT_DELIVERY_MODE = 2
@@ -35,22 +35,22 @@ PERSISTENT_DELIVERY_MODE = 2
 IDLE_QUEUE_EXPIRES_S = 600.0
 
 
-def make_exchange(name: str, durable: bool = False) -> kombu.Exchange:
+def make_exchange(name: str, durable: bool = False) -> Exchange:
     """The direct exchange all messages of one deployment go through."""
-    return kombu.Exchange(name, type="direct", durable=durable, auto_delete=False)
+    return Exchange(name, type="direct", durable=durable, auto_delete=False)
 
 
-def make_queue(name: str, exchange: kombu.Exchange, routing_keys: Sequence[str],
-               auto_delete: bool = False, durable: bool = False) -> kombu.Queue:
+def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
+               auto_delete: bool = False, durable: bool = False) -> Queue:
     """A queue bound to ``exchange`` with each of ``routing_keys``."""
-    bindings = [kombu.binding(exchange, routing_key=key) for key in routing_keys]
+    bindings = [binding(exchange, routing_key=key) for key in routing_keys]
     arguments: dict[str, Any] | None = None
     if durable and auto_delete:
         # Durable and auto-deleted would be gone after the restart it was
         # meant to survive: durable, with an idle expiry instead.
         auto_delete = False
         arguments = {"x-expires": int(IDLE_QUEUE_EXPIRES_S * 1000)}
-    return kombu.Queue(name, exchange=exchange, bindings=bindings, durable=durable,
+    return Queue(name, exchange=exchange, bindings=bindings, durable=durable,
                        auto_delete=auto_delete, queue_arguments=arguments)
 
 

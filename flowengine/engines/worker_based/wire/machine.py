@@ -50,4 +50,6 @@ def build_a_machine(freeze: bool = True) -> machines.FiniteMachine:
 # Built once: requests move through a (state, event) -> state table read off
 # the frozen machine instead of building a machine per request.
 MACHINE = build_a_machine()
+#: Where every request starts.
+START_STATE: str = WAITING
 TRANSITIONS: dict[tuple[str, str], str] = {(s, e): t for s, e, t in MACHINE}

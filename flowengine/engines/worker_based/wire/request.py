@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.wire.failures import failure_to_dict, validate_failure
-from flowengine.engines.worker_based.wire.machine import MACHINE, TRANSITIONS, make_an_event
+from flowengine.engines.worker_based.wire.machine import START_STATE, TRANSITIONS, make_an_event
 from flowengine.engines.worker_based.wire.messages import Message
 from flowengine.engines.worker_based.wire.names import (
     ACTION_TO_EVENT,
@@ -89,7 +89,7 @@ class Request(Message):
         self._failures = failures
         self._timeout = timeout
         self._lock = threading.Lock()
-        self._state = MACHINE.default_start_state
+        self._state: str = START_STATE
         self._stopped_at: float | None = None
         self.task = task
         self.uuid = uuid
@@ -98,7 +98,7 @@ class Request(Message):
         #: Wall-clock time (epoch seconds) the request was created.
         self.created_at = time.time()
         #: Resolves to ``(EXECUTED|REVERTED, result or Failure)``.
-        self.future: futures.Future = futures.Future()
+        self.future: futures.Future[Any] = futures.Future()
         self.future.atom = task  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
