@@ -6,6 +6,8 @@ import importlib.util
 import io
 import json
 import os
+import pathlib
+import re
 import subprocess
 import sys
 
@@ -83,3 +85,10 @@ def test_check_imports_imports_every_module_here():
                           text=True, timeout=120, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 need an extra, 0 failed" in proc.stdout
+
+
+def test_ci_tests_the_lowest_kombu_setup_cfg_accepts():
+    root = pathlib.Path(__file__).resolve().parent.parent
+    wanted = re.search(r"^\s*kombu>=([0-9.]+),", (root / "setup.cfg").read_text(), re.M)
+    tested = re.search(r"^KOMBU_LOWEST=([0-9.]+)$", (root / ".ci" / "run").read_text(), re.M)
+    assert wanted and tested and wanted.group(1) == tested.group(1)

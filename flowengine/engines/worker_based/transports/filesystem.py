@@ -36,12 +36,14 @@ import ctypes.util
 import itertools
 import logging
 import os
+import re
 import select
 import threading
 import time
 import uuid
 import weakref
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -92,6 +94,10 @@ _IN_MOVED_TO = 0x00000080
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _INOTIFY_READ_BYTES = 64 * 1024
+
+
+#: Exchange names the transport turns into file names.
+_SAFE_EXCHANGE_NAME = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class _Sequence:
@@ -455,15 +461,70 @@ class Channel(filesystem.Channel):
         self._seen.pop(queue, None)
         return int(super()._purge(queue))
 
+    def _exchange_path(self, exchange: str) -> Path:
+        """The file holding ``exchange``'s bindings; ChannelError for an unsafe name.
+
+        The name becomes a file name in the control folder: only characters
+        that cannot lead out of it are accepted (letters, digits, ``._-``, not
+        all dots), whatever kombu version checks or not.
+        """
+        if exchange and (not _SAFE_EXCHANGE_NAME.fullmatch(exchange)
+                         or not exchange.strip(".")):
+            raise ChannelError(f"Invalid exchange name for the filesystem transport:"
+                               f" {exchange!r} (letters, digits, '.', '_' and '-' only)")
+        file: Path = self.control_folder / f"{exchange}.exchange"
+        if file.parent != self.control_folder:
+            raise ChannelError(f"Invalid exchange name: {exchange!r}")
+        return file
+
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
         """Add a binding to the exchange table (create-or-update under one lock)."""
-        file = self._exchange_file(exchange)
-        self.control_folder.mkdir(parents=True, exist_ok=True)
         entry = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        self.control_folder.mkdir(parents=True, exist_ok=True)
+
+        def add(table: list[Any]) -> bool:
+            if entry in table:
+                return False
+            table.insert(0, entry)
+            return True
+
+        # Created if missing: two processes binding at once on a fresh folder
+        # must not wipe each other's entries.
+        self._update_table(exchange, add, create=True)
+
+    def _delete(self, queue: str, exchange: str | None = None, routing_key: str = "",
+                pattern: str = "", *args: Any, **kwargs: Any) -> None:
+        """Delete ``queue``: its messages, and its binding in ``exchange``'s table.
+
+        Done here rather than left to kombu: kombu's filesystem transport
+        only empties the queue before 5.7, leaving a dead binding behind.
+        """
+        self._purge(queue)
+        if exchange is None:
+            return
+        entry = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+
+        def remove(table: list[Any]) -> bool:
+            if entry not in table:
+                return False
+            table.remove(entry)
+            return True
+
+        self._update_table(exchange, remove, create=False)
+
+    def _update_table(self, exchange: str, change: Callable[[list[Any]], bool], *,
+                      create: bool) -> None:
+        """Apply ``change`` to ``exchange``'s binding table under the table file's lock.
+
+        ``change`` edits the list in place and says whether it changed; the
+        file is rewritten only then. A missing file is created when ``create``,
+        else there is nothing to change.
+        """
+        file = self._exchange_path(exchange)
         try:
-            # O_CREAT without truncation: two processes binding at once on a
-            # fresh folder must not wipe each other's entries.
-            fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(file, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            return
         except OSError as e:
             raise ChannelError(f"Cannot open {file}") from e
         with os.fdopen(fd, "rb+", buffering=0) as f:
@@ -472,8 +533,7 @@ class Channel(filesystem.Channel):
                 raw = f.read()
                 table = [filesystem.exchange_queue_t(*q)
                          for q in (loads(bytes_to_str(raw)) if raw.strip() else [])]
-                if entry not in table:
-                    table.insert(0, entry)
+                if change(table):
                     f.seek(0)
                     f.write(str_to_bytes(dumps(table)))
                     f.truncate()
@@ -487,7 +547,7 @@ class Channel(filesystem.Channel):
         open + lock + read + parse, and any binding change rewrites the file
         (new mtime/size).
         """
-        file = self._exchange_file(exchange)
+        file = self._exchange_path(exchange)
         try:
             st = os.stat(file)
         except FileNotFoundError:
