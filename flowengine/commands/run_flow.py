@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if args.graph:
         engine.draw(args.graph)
     if failed is not None:
-        _report_failure(engine, failed)
+        _report_failure(engine, failed, verbose=getattr(args, "verbose", False))
         return 1
     if interrupts.signalled:
         done = sum(1 for name in engine.compilation.atoms
@@ -155,8 +155,15 @@ class _Interrupts:
                          daemon=True).start()
 
 
-def _report_failure(engine: Any, error: BaseException) -> None:
-    """Name each task that failed, with its traceback (remote ones as the worker sent it)."""
+def _report_failure(engine: Any, error: BaseException, verbose: bool = False) -> None:
+    """Name each task that failed, with its traceback (remote ones as the worker sent it).
+
+    A failure flowengine itself gave a request (no worker took it in time, its
+    worker was lost, the broker went away: an ExecutionFailure) says all in
+    its message; its traceback is flowengine's own code, shown only with -v.
+    """
+    from flowengine import exceptions as exc
+
     failures = engine.storage.get_execute_failures()
     if not failures:
         print(f"flowengine run: the flow failed: {error}", file=sys.stderr)
@@ -165,7 +172,8 @@ def _report_failure(engine: Any, error: BaseException) -> None:
         kind = next(iter(failure), "Exception")
         print(f"flowengine run: task {name!r} failed: {kind}: {failure.exception_str}",
               file=sys.stderr)
-        if failure.traceback_str:
+        ours = failure.check(exc.ExecutionFailure) is not None
+        if failure.traceback_str and (verbose or not ours):
             print(failure.traceback_str.rstrip(), file=sys.stderr)
 
 

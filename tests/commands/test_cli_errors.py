@@ -186,3 +186,27 @@ def test_events_stops_waiting_for_a_receiver_that_failed_before_connecting():
     assert ready is False
     thread.join(WAIT_S)
 
+
+def _no_worker_run(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    """`flowengine run` of a one-task flow on the worker-based engine with no worker."""
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", "run", "tests.commands.sample_flows:steps",
+         "--store", "v0=1", "--no-progress", "--engine", "worker-based", "--exchange",
+         unique(), "--topic", "t", "--transport", "filesystem", "--transport-option",
+         f"data_folder={tmp_path}", "--transition-timeout", "0.5", *extra],
+        env=_env(), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_took(tmp_path):
+    proc = _no_worker_run(tmp_path)
+    assert proc.returncode == 1
+    assert "flowengine run: task 'step-0' failed: flowengine.exceptions.RequestTimeout" in (
+        proc.stderr)
+    assert "no worker serving task" in proc.stderr
+    assert 'File "' not in proc.stderr, proc.stderr
+
+
+def test_run_shows_that_traceback_with_verbose(tmp_path):
+    proc = _no_worker_run(tmp_path, "-v")
+    assert proc.returncode == 1
+    assert "RequestTimeout" in proc.stderr and 'File "' in proc.stderr
