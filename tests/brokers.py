@@ -139,6 +139,17 @@ class BrokerProcess:
         self.kill()
         self.start()
 
+    def restart_gracefully(self) -> None:
+        """Stop the server with SIGTERM, as an operator would, then start() it again.
+
+        Same port, data and helpers as kill()/start(); a server stopped this
+        way has written down everything it was told (RabbitMQ: every queue
+        and binding declared so far; Redis: its append-only file).
+        """
+        if len(self.procs) == len(self.launches) and self.procs:
+            _terminate_group(self.procs.pop())
+        self.start()
+
     def stop(self) -> None:
         """Stop every process (SIGTERM, SIGKILL after STOP_TIMEOUT_S) and clean up."""
         # Reverse start order: the server first, its helpers (epmd) last.

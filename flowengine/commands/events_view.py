@@ -28,6 +28,14 @@ MAX_REQUESTS_KEPT = 1000
 #: means no such worker is on the exchange.
 QUIET_NOTICE_S = 10.0
 
+#: Seconds to wait for the event queue to be consumed before drawing the view
+#: anyway (a slow broker); a broker that refuses ends the wait at once.
+READY_TIMEOUT_S = 30.0
+
+#: Seconds between checks, while waiting for the view to start, of whether
+#: the receiver has already failed.
+READY_POLL_S = 0.05
+
 #: Heartbeats a worker may miss before it is shown as lost.
 MISSED_HEARTBEATS_LOST = 3
 
@@ -248,6 +256,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         print(f"flowengine events: cannot read the signing keys: {e}", file=sys.stderr)
         return 2
+    # memory:// would show an empty view for ever: no worker can publish there.
+    broker_errors.check_shared(args.url, args.transport,
+                               "the workers whose events it shows are other processes")
     stop = threading.Event()
     state = EventsState()
     if args.json:
@@ -286,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     # Shown on screen (and in screenshots): never with the URL's password.
     where = maybe_sanitize_url(args.url) if args.url else None
     source = f"{where or args.transport or 'default broker'} / {args.exchange}"
-    if receiver.wait_ready(30.0):
+    if _wait_ready(receiver, stop, READY_TIMEOUT_S):
         # On stderr: stdout stays pure JSON with --json.
         checked = ("" if keyring is None else
                    f"; verifying signatures (key ids {', '.join(keyring.key_ids)})")
@@ -295,7 +306,9 @@ def run(args: argparse.Namespace) -> int:
         threading.Thread(target=_notice_silence, args=(heard, stop, args.exchange),
                          name="flowengine-events-quiet", daemon=True).start()
     try:
-        if args.json:
+        if errors:
+            pass  # the receiver failed before consuming: no empty view, just why
+        elif args.json:
             stop.wait()
         else:
             _live(state, source, stop, lambda: receiver.unverified_count)
@@ -310,6 +323,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"flowengine events: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _wait_ready(receiver: Any, stop: threading.Event, timeout_s: float) -> bool:
+    """Wait until ``receiver`` consumes; False once ``stop`` is set or ``timeout_s`` passed.
+
+    ``stop`` is set when the receiving thread ends: a receiver that failed
+    before it could even connect (a malformed URL, an unknown transport)
+    must end the wait at once, not after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not stop.is_set():
+        if receiver.wait_ready(min(READY_POLL_S, max(0.0, deadline - time.monotonic()))):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+    return False
 
 
 def _notice_silence(heard: threading.Event, stop: threading.Event, exchange: str,

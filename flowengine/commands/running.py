@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import logging
 import sys
 import threading
 from typing import Any
@@ -111,7 +112,16 @@ class Interrupts:
 
 
 def report_failure(engine: Any, error: BaseException, command: str) -> None:
-    """Name each task that failed, with its traceback (remote ones as the worker sent it)."""
+    """Name each task that failed, with its traceback (remote ones as the worker sent it).
+
+    A failure flowengine itself gave a request (no worker took it in time,
+    its worker was lost, the broker went away: an ExecutionFailure) says all
+    in its message; its traceback is flowengine's own code, shown only with
+    -v (logging at DEBUG).
+    """
+    from flowengine import exceptions as exc
+
+    verbose = logging.getLogger().isEnabledFor(logging.DEBUG)
     failures = engine.storage.get_execute_failures()
     if not failures:
         print(f"{command}: the flow failed: {error}", file=sys.stderr)
@@ -120,7 +130,8 @@ def report_failure(engine: Any, error: BaseException, command: str) -> None:
         kind = next(iter(failure), "Exception")
         print(f"{command}: task {name!r} failed: {kind}: {failure.exception_str}",
               file=sys.stderr)
-        if failure.traceback_str:
+        ours = failure.check(exc.ExecutionFailure) is not None
+        if failure.traceback_str and (verbose or not ours):
             print(failure.traceback_str.rstrip(), file=sys.stderr)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import pytest
 import flowengine
 from flowengine import cli
 from flowengine.commands import events_view
+from flowengine.engines.worker_based import events
 from tests.worker_based.executor_helpers import WAIT_S, running_executor, unique
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -124,3 +126,87 @@ def test_events_says_nothing_once_an_event_came():
     with redirect_stderr(err):
         events_view._notice_silence(heard, stop, "orders", after_s=0.01)
     assert err.getvalue() == ""
+
+
+#: Bounds a command that must fail at once (a broken setup would hang instead).
+COMMAND_TIMEOUT_S = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_events_refuses_memory_as_run_and_worker_do(capsys):
+    assert cli.main(["events", "--url", "memory://", "--exchange", "e"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("flowengine events: memory:// reaches only the process that uses it")
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("url, words", [
+    ("redis//localhost", "malformed broker URL 'redis//localhost'"),
+    ("foo://localhost", "unknown broker transport 'foo'"),
+    ("unreachable", "cannot reach the broker at redis://"),
+])
+def test_events_says_why_it_cannot_listen_and_draws_no_empty_view(url, words):
+    if url == "unreachable":
+        url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
+    # When `flowengine events` is given a broker it cannot use
+    proc = subprocess.run([sys.executable, "-m", "flowengine", "events", "--url", url,
+                           "--exchange", unique()], env=_env(), capture_output=True,
+                          text=True, timeout=COMMAND_TIMEOUT_S)
+    # Then it exits with one line saying why, and no view of nothing on stdout
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(f"flowengine events: {words}"), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_events_stops_waiting_for_a_receiver_that_failed_before_connecting():
+    # Given a receiver whose run() fails before it can consume (malformed URL)
+    receiver = events.EventReceiver(unique(), lambda event: None, url="redis//localhost")
+    stop = threading.Event()
+
+    def consume() -> None:
+        try:
+            receiver.run()
+        except Exception:  # what the command reports; not this test's subject
+            pass
+        finally:
+            stop.set()
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    # When the command waits for it to be ready (with a bound far past the
+    # test's own timeout: waiting it out would fail the test)
+    ready = events_view._wait_ready(receiver, stop, timeout_s=3600.0)
+    # Then the wait ends with the receiver, not ready
+    assert ready is False
+    thread.join(WAIT_S)
+
+
+def _no_worker_run(tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    """`flowengine run` of a one-task flow on the worker-based engine with no worker."""
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", "run", "tests.commands.sample_flows:steps",
+         "--store", "v0=1", "--no-progress", "--engine", "worker-based", "--exchange",
+         unique(), "--topic", "t", "--transport", "filesystem", "--transport-option",
+         f"data_folder={tmp_path}", "--transition-timeout", "0.5", *extra],
+        env=_env(), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+
+
+def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_took(tmp_path):
+    proc = _no_worker_run(tmp_path)
+    assert proc.returncode == 1
+    assert "flowengine run: task 'step-0' failed: flowengine.exceptions.RequestTimeout" in (
+        proc.stderr)
+    assert "no worker serving task" in proc.stderr
+    assert 'File "' not in proc.stderr, proc.stderr
+
+
+def test_run_shows_that_traceback_with_verbose(tmp_path):
+    proc = _no_worker_run(tmp_path, "-v")
+    assert proc.returncode == 1
+    assert "RequestTimeout" in proc.stderr and 'File "' in proc.stderr
