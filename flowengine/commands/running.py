@@ -7,8 +7,8 @@ each loads its engine its own way, then hands it here.
 from __future__ import annotations
 
 import json
-import signal
 import logging
+import signal
 import sys
 import threading
 from typing import Any
