@@ -206,7 +206,10 @@ def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_too
     assert 'File "' not in proc.stderr, proc.stderr
 
 
-def test_run_shows_that_traceback_with_verbose(tmp_path):
+def test_run_with_verbose_shows_how_the_request_expired(tmp_path):
     proc = _no_worker_run(tmp_path, "-v")
     assert proc.returncode == 1
-    assert "RequestTimeout" in proc.stderr and 'File "' in proc.stderr
+    # The housekeeper's own log line: when and why it gave up on the request
+    assert "INFO flowengine.engines.worker_based.executor_side.housekeeper: Request" in (
+        proc.stderr)
+    assert "has expired after waiting" in proc.stderr
