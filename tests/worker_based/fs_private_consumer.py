@@ -6,7 +6,7 @@ declares it bound with each routing key, consumes it without ever
 acknowledging, and writes to stdout one line ``ready`` once consuming, then
 the JSON body of each message it takes. A line ``close`` on stdin (or stdin
 closing) makes it close its connection cleanly and exit 0; the test may
-SIGKILL it instead. Its WARNINGs go to stderr.
+SIGKILL it instead. Its INFO (and higher) logs go to stderr.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ DRAIN_S = 0.05
 
 def main(config: dict) -> int:
     """Consume ``config['queue']`` until told to close; 1 if never told."""
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     transports.register()
     closing = threading.Event()
 

@@ -23,6 +23,7 @@ import redis
 from flowengine import cli, engines, states
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.engines.worker_based.messaging import consumer
 from flowengine.patterns import linear_flow as lf
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import MEMORY, WAIT_S, running_worker, unique
@@ -235,7 +236,9 @@ def test_a_worker_without_its_broker_retries_quietly_and_stops_on_sigterm():
                 if len(lines) == 2:
                     break
         # Then each attempt is one line, and the pause doubles between them
-        assert "tries again in 2 s" in lines[0] and "tries again in 4 s" in lines[1]
+        first = consumer.RECONNECT_BACKOFF_S
+        assert f"tries again in {first:.0f} s" in lines[0]
+        assert f"tries again in {2 * first:.0f} s" in lines[1]
     finally:
         # and SIGTERM stops it while it waits
         proc.send_signal(signal.SIGTERM)

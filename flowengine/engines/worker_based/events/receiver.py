@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import kombu
+from kombu.connection import Connection
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.events import channel
@@ -103,7 +104,7 @@ class EventReceiver:
                                                "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
         handled = itertools.count()
         count = 0
-        conn = channel.connection(self._broker)
+        conn: Connection | None = None
         keyring = self.keyring  # read once: checking it costs nothing per event when None
 
         def on_message(message: Any) -> None:
@@ -132,6 +133,10 @@ class EventReceiver:
                     self._stop.set()
 
         try:
+            conn = channel.connection(self._broker)
+            # One attempt, raised as it is: kombu would retry a refused login
+            # or an unreachable broker for its connect timeout first.
+            conn.ensure_connection(max_retries=0)
             with conn.Consumer([bounded], on_message=on_message, accept=["json"]):
                 self._ready.set()
                 self._started_or_failed.set()
@@ -143,7 +148,8 @@ class EventReceiver:
             forget_queue(conn, bounded)
         finally:
             self._started_or_failed.set()
-            channel.release(conn)
+            if conn is not None:
+                channel.release(conn)
         return count
 
     def _refuse(self, reason: str) -> None:

@@ -52,21 +52,24 @@ __all__ = ["ON_WAIT_PERIOD_S", "ConsumeOptions", "Consumer", "LeaseSpec", "LoopH
 #: expiry) stays timely and stop() is prompt even when no wake-up gets through.
 ON_WAIT_PERIOD_S = 0.5
 
-#: Pause (s) before reconnecting after the retry options gave up; the loop
-#: then tries again (it only ends on stop()). Each further failure in a row
-#: doubles the pause up to RECONNECT_BACKOFF_MAX_S, so a broker that stays
-#: away costs one log line per step, not one per second; the cap keeps the
-#: recovery after a long outage within seconds of the broker's return.
-RECONNECT_BACKOFF_S = 2.0
+#: Pause (s) before reconnecting after a failed connection attempt; the loop
+#: then tries again (it only ends on stop(), which ends a pause at once).
+#: Each further failure in a row doubles the pause up to
+#: RECONNECT_BACKOFF_MAX_S, so a broker that stays away costs one log line
+#: per step, not one per second; the cap keeps the recovery after a long
+#: outage within seconds of the broker's return.
+RECONNECT_BACKOFF_S = 1.0
 RECONNECT_BACKOFF_MAX_S = 16.0
 
 #: Pause (s) after an unexpected (non-connection) error in the loop, so a
 #: persistent fault cannot spin a CPU at 100 %.
 UNEXPECTED_ERROR_BACKOFF_S = 0.1
 
-#: Reconnection settings (kombu ``ensure_connection`` options) used unless
-#: the broker settings give others: three quick tries, then the loop's own
-#: back-off takes over.
+#: TaskFlow's reconnection settings (kombu ``ensure`` options), kept by name
+#: for TaskFlow programs that read or pass them. flowengine's consume loop
+#: does not wait inside kombu (kombu's pauses cannot be interrupted, so a
+#: stop() would wait them out): it makes one attempt per round and pauses
+#: itself (RECONNECT_BACKOFF_S), and publishing retries for its own timeout.
 DEFAULT_RETRY_OPTIONS = {
     # The maximum number of times to retry (None: forever).
     "max_retries": 3,
@@ -159,7 +162,6 @@ class Consumer:
         self._dispatcher = dispatcher
         self._options = options
         self._hooks = hooks
-        self._retry_options = {**DEFAULT_RETRY_OPTIONS, **(broker.retry_options or {})}
         self._conn = broker.connection()  # no I/O: a template to clone
         self._uri = broker.public_uri
         self._caps = contract.capabilities(self._conn)
@@ -317,19 +319,14 @@ class Consumer:
             self._started_or_failed.notify_all()
         return problem
 
-    def _log_connect_error(self, error: BaseException, interval: float) -> None:
-        """kombu errback: record what failed (the loop logs it once per back-off step)."""
-        self._report_problem(error)
-        LOG.debug("Broker connection to %s failed (%s); retrying in %.1f s",
-                  self._uri, error, interval)
-
     # --- one connection's worth of consuming ---
 
     def _consume_until_stopped(self) -> None:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
         conn = self._conn.clone()
         try:
-            conn.ensure_connection(errback=self._log_connect_error, **self._retry_options)
+            # One attempt: the loop's own pause (stop() ends it) comes next.
+            conn.ensure_connection(max_retries=0)
             if self._lease is None:
                 # kombu's own Redis transport (chosen by a dotted path): put
                 # back what a Redis restart left parked between delivery and

@@ -38,6 +38,7 @@ import logging
 import os
 import re
 import select
+import tempfile
 import threading
 import time
 import uuid
@@ -95,6 +96,11 @@ _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _INOTIFY_READ_BYTES = 64 * 1024
 
+
+#: Where messages and bindings live when no folder option is given: one
+#: folder per user of this machine, so ``filesystem://`` alone works between
+#: processes of one machine.
+DEFAULT_DATA_FOLDER = os.path.join(tempfile.gettempdir(), f"flowengine-filesystem-{os.getuid()}")
 
 #: Exchange names the transport turns into file names.
 _SAFE_EXCHANGE_NAME = re.compile(r"[A-Za-z0-9._-]+")
@@ -229,29 +235,33 @@ class Channel(filesystem.Channel):
         for folder in folders:
             os.makedirs(folder, exist_ok=True)
 
-    def _option_folder(self, key: str, sub: str, default: str) -> str:
-        """An explicit folder option, else ``data_folder``/sub, else kombu's default."""
+    def _option_folder(self, key: str, sub: str) -> str:
+        """An explicit folder option, else ``data_folder``/sub, else one shared default.
+
+        kombu's defaults (``data_in`` and ``data_out`` in the current
+        directory) are two different folders, so processes using them never
+        hear each other; without any folder option every process of this
+        user on this machine shares DEFAULT_DATA_FOLDER instead.
+        """
         options = self.transport_options
         if options.get(key):
             return str(options[key])
-        if options.get("data_folder"):
-            return os.path.join(str(options["data_folder"]), sub)
-        return default
+        return os.path.join(str(options.get("data_folder") or DEFAULT_DATA_FOLDER), sub)
 
     @property
     def data_folder_in(self) -> str:
         """Folder messages are read from."""
-        return self._option_folder("data_folder_in", "messages", "data_in")
+        return self._option_folder("data_folder_in", "messages")
 
     @property
     def data_folder_out(self) -> str:
         """Folder messages are written to."""
-        return self._option_folder("data_folder_out", "messages", "data_out")
+        return self._option_folder("data_folder_out", "messages")
 
     @property
     def processed_folder(self) -> str:
         """Folder processed messages are kept in (store_processed only)."""
-        return self._option_folder("processed_folder", "processed", "processed")
+        return self._option_folder("processed_folder", "processed")
 
     @property
     def control_folder(self) -> Path:
@@ -267,7 +277,7 @@ class Channel(filesystem.Channel):
             common = os.path.commonpath([os.path.abspath(self.data_folder_in),
                                          os.path.abspath(self.data_folder_out)])
             return Path(common) / "control"
-        return Path(self._option_folder("control_folder", "control", "control"))
+        return Path(self._option_folder("control_folder", "control"))
 
     # kombu's filesystem Channel names the argument ``payload`` where its base
     # class says ``message``; we keep kombu's filesystem signature.
@@ -586,8 +596,10 @@ def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: boo
                     " dropped %d message(s) left in it", marker.queue, bindings,
                     marker.pid, dropped)
     elif dropped:
-        LOG.warning("Deleted private queue %r as this process closed it; dropped %d"
-                    " message(s) left in it", marker.queue, dropped)
+        # Its owner closed it and will read nothing more: what is left is for
+        # nobody (typically workers' announcements), not a loss to warn about.
+        LOG.info("Deleted private queue %r as this process closed it; dropped %d"
+                 " message(s) left in it", marker.queue, dropped)
     else:
         LOG.debug("Deleted private queue %r as this process closed it", marker.queue)
 
