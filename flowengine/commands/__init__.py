@@ -1,14 +1,15 @@
-"""Subcommands of ``flowengine`` beyond worker/demo: events, graph, run."""
+"""Subcommands of ``flowengine`` beyond worker/demo: events, graph, run, conductor, jobs."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from flowengine.commands import events_view, graph_cmd, run_flow
+from flowengine.commands import conductor_cmd, events_view, graph_cmd, jobs_cmd, run_flow
 
 #: Subcommand name -> module with add_parser(sub, parse_option) and run(args).
-COMMANDS = {"events": events_view, "graph": graph_cmd, "run": run_flow}
+COMMANDS = {"events": events_view, "graph": graph_cmd, "run": run_flow,
+            "conductor": conductor_cmd, "jobs": jobs_cmd}
 
 
 def add_parsers(sub: Any, parse_option: Any) -> None:

@@ -19,7 +19,7 @@ try:
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
-__all__ = ["ATOMS", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
+__all__ = ["ATOMS", "FENCES", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
 
 #: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
 UUID_LENGTH = 64
@@ -67,4 +67,12 @@ ATOMS = sa.Table(
     sa.Column("revert_failure", sa.Text),
     sa.Column("meta", sa.Text),
     sa.Column("format_version", sa.Integer, nullable=False),
+)
+
+#: One row per fenced flow detail: the newest claim token allowed to write
+#: it (see flowengine.persistence.fencing).
+FENCES = sa.Table(
+    "flowengine_fences", METADATA,
+    sa.Column("name", sa.String(UUID_LENGTH), primary_key=True),
+    sa.Column("token", sa.BigInteger, nullable=False),
 )
