@@ -12,6 +12,11 @@ Fixtures
 - ``unique_name``: a fresh name for exchanges/topics so tests never share queues.
 - ``private_redis`` / ``private_rabbitmq`` (function): a broker of the test's
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
+- ``pg_url`` (session): URL of a throwaway PostgreSQL cluster started for this
+  session (see ``persistence/pg_server.py``), or ``FLOWENGINE_TEST_PG_URL``.
+  Skipped with the reason when PostgreSQL cannot start here; a failure under
+  ``CI=true``. ``private_pg`` (function): a cluster of the test's own, with
+  ``restart()``, for outage tests.
 
 Markers: ``broker`` (needs a real broker server), ``slow``.
 """
@@ -28,6 +33,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # make `brokers` importable
 import brokers  # noqa: E402
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:
+    sys.path.insert(0, _ROOT)
+from tests.persistence import pg_server  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
@@ -132,6 +142,44 @@ def private_rabbitmq():
     proc = _private_broker(brokers.start_rabbitmq)
     yield proc
     proc.stop()
+
+
+_PG_STATE: dict = {}
+
+
+@pytest.fixture(scope="session")
+def pg_url(request: pytest.FixtureRequest) -> str:
+    """URL of a PostgreSQL server for this session (started once, stopped at the end)."""
+    url = os.environ.get("FLOWENGINE_TEST_PG_URL")
+    if url:
+        return url
+    if "error" not in _PG_STATE and "server" not in _PG_STATE:
+        try:
+            server = pg_server.start()
+        except pg_server.PgUnavailable as e:
+            _PG_STATE["error"] = f"PostgreSQL test server unavailable: {e}"
+        else:
+            _PG_STATE["server"] = server
+            request.addfinalizer(server.stop)
+            sys.stderr.write(f"\n[postgresql] up at {server.url} in"
+                             f" {server.start_time_s:.2f} s\n")
+    if "error" in _PG_STATE:
+        _unavailable(_PG_STATE["error"])
+    return _PG_STATE["server"].url
+
+
+@pytest.fixture
+def private_pg():
+    """A PostgreSQL cluster of this test's own (``.url``, ``.restart()``), for outage tests."""
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as e:
+        reason = f"PostgreSQL test server unavailable: {e}"
+    else:
+        yield server
+        server.stop()
+        return
+    _unavailable(reason)
 
 
 @dataclass

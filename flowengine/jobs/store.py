@@ -27,9 +27,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from flowengine import exceptions as exc
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 
-__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind"]
+__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "held"]
+
+
+def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:
+    """The error for a claim refused because someone holds (or is taking) the job.
+
+    Its ``held_by`` tells a conductor to list again: the holder's lease is due later.
+    """
+    what = f"already claimed by {owner}" if owner else "being claimed by another claimer"
+    error = exc.UnclaimableJob(f"Job {uuid} {what}")
+    error.held_by = owner or "?"  # type: ignore[attr-defined]
+    return error
 
 
 class Action(enum.StrEnum):

@@ -25,6 +25,8 @@ from flowengine.utils import persistence_utils as pu
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tests.conductors import flows  # noqa: E402
+from tests.jobs.boards import BOARD_KINDS, Boards  # noqa: E402
+from tests.jobs.conftest import board_base_url  # noqa: E402
 
 WAIT_S = 20.0
 
@@ -40,9 +42,39 @@ KINDS = {
 }
 
 
-@pytest.fixture(params=sorted(KINDS))
-def setup(request, boards):
-    kind, kwargs = KINDS[request.param]
+#: Every conductor kind on the memory board; the two main ones on every other board.
+COMBINATIONS = [pytest.param(c, b, id=f"{c}-{b}", marks=[pytest.mark.broker] if b == "redis"
+                             else []) for b in BOARD_KINDS for c in sorted(KINDS)
+                if b == "memory" or c != "nonblocking_one_thread"]
+
+
+BOARDS = [pytest.param(b, marks=[pytest.mark.broker] if b == "redis" else [])
+          for b in BOARD_KINDS]
+
+
+@pytest.fixture
+def board_kind() -> str:
+    """Overridden by each test's parametrisation."""
+    return "memory"
+
+
+@pytest.fixture
+def conductor_kind() -> str:
+    """Overridden by each test's parametrisation."""
+    return "blocking"
+
+
+@pytest.fixture
+def boards(request, board_kind):
+    """Board objects of this test's board kind (see COMBINATIONS)."""
+    made = Boards(board_kind, board_base_url(board_kind, request))
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def setup(request, boards, conductor_kind):
+    kind, kwargs = KINDS[conductor_kind]
     persistence = impl_memory.MemoryBackend()
     board = boards.make(persistence=persistence, connect=False, lease_s=1.0, backoff_s=0.05)
     conductor = conductors.fetch(kind, "testing", board, persistence=persistence,
@@ -84,6 +116,7 @@ def stored_flow(persistence, lb, fd):
         return conn.get_logbook(lb.uuid).find(fd.uuid)
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_run_empty(setup):
     conductor, *_ = setup
     with running(conductor):
@@ -91,6 +124,7 @@ def test_run_empty(setup):
     assert not conductor.dispatching
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_run_consumes_a_successful_job(setup):
     conductor, board, persistence, event = setup
     removed = threading.Event()
@@ -105,6 +139,7 @@ def test_run_consumes_a_successful_job(setup):
     assert job.outcome.outcome == "succeeded"
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_max_dispatches(setup):
     conductor, board, persistence, _ = setup
     t = threading.Thread(target=conductor.run, kwargs={"max_dispatches": 2}, daemon=True)
@@ -115,6 +150,7 @@ def test_max_dispatches(setup):
     assert sum(1 for j in jobs if j.outcome is not None) == 2
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_a_reverted_flow_is_consumed_as_reverted(setup):
     conductor, board, persistence, event = setup
     with running(conductor):
@@ -126,6 +162,7 @@ def test_a_reverted_flow_is_consumed_as_reverted(setup):
     assert not event("job_abandoned").is_set()
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_missing_inputs_fail_and_are_consumed(setup):
     conductor, board, persistence, _ = setup
     with running(conductor):
@@ -136,6 +173,7 @@ def test_missing_inputs_fail_and_are_consumed(setup):
 
 
 @pytest.mark.parametrize("where", ["job", "flow", "both"])
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_store_from_job_and_flow_detail(setup, where):
     conductor, board, persistence, _ = setup
     values = {"x": True, "y": False, "z": None}
@@ -149,6 +187,7 @@ def test_store_from_job_and_flow_detail(setup, where):
     assert stored_flow(persistence, lb, fd).state == st.SUCCESS
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_stop_abandons_the_running_job_at_once(setup):
     conductor, board, persistence, event = setup
     flows.GATE.clear()
@@ -171,6 +210,7 @@ def test_stop_abandons_the_running_job_at_once(setup):
     assert board.get_job(job.uuid).record.attempts == 0
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_transient_failures_back_off_then_dead_letter(setup):
     conductor, board, persistence, event = setup
     with running(conductor):
@@ -182,6 +222,7 @@ def test_transient_failures_back_off_then_dead_letter(setup):
     assert [j.uuid for j in board.dead_letters()] == [job.uuid]
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_an_unloadable_job_is_trashed(setup):
     conductor, board, persistence, event = setup
     with running(conductor):
@@ -192,6 +233,7 @@ def test_an_unloadable_job_is_trashed(setup):
     assert event("job_trashed").wait(WAIT_S)
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_engine_named_by_the_job(setup):
     conductor, board, persistence, _ = setup
     seen = []
@@ -204,6 +246,7 @@ def test_engine_named_by_the_job(setup):
     assert seen == ["ParallelActionEngine"]
 
 
+@pytest.mark.parametrize("board_kind", BOARDS)
 def test_bad_wait_timeout_and_factory(boards):
     board = boards.make(connect=False)
     with pytest.raises(ValueError):
@@ -212,6 +255,7 @@ def test_bad_wait_timeout_and_factory(boards):
         conductors.fetch("nonblocking", "t", board, executor_factory="testing")
 
 
+@pytest.mark.parametrize("board_kind", BOARDS)
 def test_unknown_kind(boards):
     from flowengine import exceptions as exc
 
@@ -219,6 +263,7 @@ def test_unknown_kind(boards):
         conductors.fetch("turbo", "t", boards.make(connect=False))
 
 
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_a_lost_lease_suspends_the_engine_and_its_writes_are_refused(setup, boards):
     from flowengine import exceptions as exc
     from flowengine.persistence import fencing

@@ -24,7 +24,7 @@ if _ROOT not in sys.path:
 from flowengine.jobs import backends  # noqa: E402
 from flowengine.persistence import backends as persistence_backends  # noqa: E402
 from tests.conductors import checker, fleet, ledger_flows  # noqa: E402
-from tests.jobs.boards import Boards  # noqa: E402
+from tests.jobs.boards import SHARED_KINDS, Boards  # noqa: E402
 from tests.jobs.conftest import board_base_url  # noqa: E402
 
 #: Lease of the fleets here: short so the tests are quick, long enough for a
@@ -38,9 +38,6 @@ JOB_DONE_S = 60.0
 #: Jobs and kills of the many-jobs test; FLOWENGINE_JOBS_STRESS / _KILLS for more.
 STRESS_JOBS = int(os.environ.get("FLOWENGINE_JOBS_STRESS", "200"))
 STRESS_KILLS = int(os.environ.get("FLOWENGINE_JOBS_STRESS_KILLS", "5"))
-#: Kinds of board several processes can share.
-SHARED_KINDS = ("redis",)
-
 pytestmark = [pytest.mark.slow, pytest.mark.broker]
 
 
@@ -88,12 +85,13 @@ class Env:
         self.persistence.close()
 
 
-@pytest.fixture(params=SHARED_KINDS)
+@pytest.fixture
 def env_factory(request, tmp_path):
+    """``make(kind or URL, **board_options)``: an Env on a fresh namespace of that board."""
     made = []
 
-    def make(board_url: str | None = None, **board_options) -> Env:
-        url = board_url or Boards(request.param, board_base_url(request.param, request)).url
+    def make(kind: str, board_url: str | None = None, **board_options) -> Env:
+        url = board_url or Boards(kind, board_base_url(kind, request)).url
         made.append(Env(tmp_path, url, **board_options))
         return made[-1]
 
@@ -102,9 +100,13 @@ def env_factory(request, tmp_path):
         env.close()
 
 
-def test_kill9_owner_mid_task_another_resumes(env_factory):
+shared = pytest.mark.parametrize("kind", SHARED_KINDS)
+
+
+@shared
+def test_kill9_owner_mid_task_another_resumes(env_factory, kind):
     # Given two conductors and a job whose middle task is slow
-    env = env_factory()
+    env = env_factory(kind)
     env.fleet.start()
     env.fleet.start()
     job = env.post(ledger_flows.chain_factory, "j1", delay=3.0)
@@ -128,9 +130,10 @@ def test_kill9_owner_mid_task_another_resumes(env_factory):
     assert outcome.who == survivor.name
 
 
-def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory):
+@shared
+def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory, kind):
     # Given two conductors and a job whose middle task takes a while
-    env = env_factory()
+    env = env_factory(kind)
     env.fleet.start()
     env.fleet.start()
     job = env.post(ledger_flows.chain_factory, "j1", delay=2.5)
@@ -155,14 +158,17 @@ def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory):
     assert [pid for pid, *_ in verdict.runs[("j1", "t2")]] == [other.pid]
 
 
-def test_board_server_restart_mid_job_the_job_completes(request, tmp_path, env_factory):
-    # Given a Redis that keeps its data across a restart, and one conductor
-    server = request.getfixturevalue("persistent_redis")
-    env = env_factory(Boards("redis", server.url).url)
+@pytest.mark.parametrize("kind,server_fixture", [("redis", "persistent_redis"),
+                                                  ("postgresql", "private_pg")])
+def test_board_server_restart_mid_job_the_job_completes(request, env_factory, kind,
+                                                        server_fixture):
+    # Given a board server that keeps its data across a restart, and one conductor
+    server = request.getfixturevalue(server_fixture)
+    env = env_factory(kind, Boards(kind, server.url).url)
     env.fleet.start()
     job = env.post(ledger_flows.chain_factory, "j1", delay=2.0)
     env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start", JOB_DONE_S)
-    # When Redis is killed and restarted in the middle of t1
+    # When the server is killed and restarted in the middle of t1
     server.restart()
     # Then the job completes, every task once, consumed once
     outcome = env.board.wait_for_outcome(job, JOB_DONE_S)
@@ -173,10 +179,11 @@ def test_board_server_restart_mid_job_the_job_completes(request, tmp_path, env_f
     assert env.fleet.consumed_lines() == {job.uuid: ["c1"]}
 
 
-def test_a_poison_job_ends_in_the_dead_letter(env_factory):
+@shared
+def test_a_poison_job_ends_in_the_dead_letter(env_factory, kind):
     # Given conductors restarted when they die, and a job that kills its conductor
     attempts = 3
-    env = env_factory(max_attempts=attempts)
+    env = env_factory(kind, max_attempts=attempts)
     env.fleet.start()
     env.fleet.start()
     job = env.post(ledger_flows.poison_factory, "poison")
@@ -196,9 +203,10 @@ def test_a_poison_job_ends_in_the_dead_letter(env_factory):
     assert verdict.done_once == [("poison", "t0")], verdict.summary()  # resumed, not rerun
 
 
-def test_many_short_jobs_over_four_conductors_with_kills(env_factory):
+@shared
+def test_many_short_jobs_over_four_conductors_with_kills(env_factory, kind):
     # Given four conductors and many short jobs
-    env = env_factory()
+    env = env_factory(kind)
     for _ in range(4):
         env.fleet.start(wait=False)
     jobs = [env.post(ledger_flows.short_factory, f"s{i}") for i in range(STRESS_JOBS)]

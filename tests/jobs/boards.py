@@ -14,8 +14,10 @@ from urllib import parse
 
 from flowengine.jobs import backends
 
-#: Every board kind the behaviour suite runs on (SQL kinds join when available).
-BOARD_KINDS = ("memory", "redis")
+#: Every board kind the behaviour suite runs on.
+BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql")
+#: Kinds several processes can share (the fault tests run on these).
+SHARED_KINDS = ("redis", "sqlite", "postgresql")
 
 
 class Boards:

@@ -1,8 +1,9 @@
 """Fixtures of the jobboard tests: ``boards`` parametrised over every board kind.
 
 ``boards`` is a :class:`tests.jobs.boards.Boards` whose ``make()`` returns
-connected board objects sharing one fresh namespace (memory, or the
-session's throwaway redis-server via ``redis_url``).
+connected board objects sharing one fresh namespace: memory, the session's
+throwaway redis-server (``redis_url``), a SQLite file of the test, or the
+session's throwaway PostgreSQL (``pg_url``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ def board_base_url(kind: str, request: pytest.FixtureRequest) -> str:
         return "memory://"
     if kind == "redis":
         return request.getfixturevalue("redis_url")
+    if kind == "sqlite":
+        return f"sqlite:///{request.getfixturevalue('tmp_path')}/jobs.db"
+    if kind == "postgresql":
+        return request.getfixturevalue("pg_url")
     raise ValueError(kind)
 
 

@@ -70,7 +70,7 @@ def test_concurrent_upgrades_of_a_fresh_database(fresh_url):
         t.join(BARRIER_TIMEOUT_S * 2)
     # Then every upgrade succeeds and the schema is at the newest revision
     assert errors == [] and not any(t.is_alive() for t in threads)
-    assert _revision(fresh_url) == migration.head_revision() == "0002"
+    assert _revision(fresh_url) == migration.head_revision() == "0003"
 
 
 def test_validate_reports_an_outdated_schema(tmp_path):
@@ -79,7 +79,7 @@ def test_validate_reports_an_outdated_schema(tmp_path):
         with be.engine.begin() as conn:
             conn.execute(sa.text(f"UPDATE {migration.VERSION_TABLE} SET version_num='0000'"))
         with contextlib.closing(be.get_connection()) as conn:
-            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0002'"):
+            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0003'"):
                 conn.validate()
 
 

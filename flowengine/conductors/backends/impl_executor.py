@@ -39,6 +39,10 @@ LOG = logging.getLogger(__name__)
 
 #: Wake a little after a lease or back-off is due, so the claim finds it over.
 DEADLINE_SLACK_S = 0.05
+#: After losing a claim race, look again this soon (or at the next event):
+#: the listing then shows the winner's lease. Not at once: a row locked by a
+#: claimer that is paused mid-transaction would make that a busy loop.
+RACE_RETRY_S = 0.2
 #: Pause after a board failure while listing/claiming (its server is down):
 #: short, since the event thread reports when it is back.
 BOARD_FAILURE_PAUSE_S = 0.5
@@ -215,8 +219,9 @@ class ExecutorConductor(base.Conductor):
             self._jobboard.claim(job, self._name)
         except excp.UnclaimableJob as e:
             self._log.debug("Job not claimable (%s): %s", e, job)
-            # Backing off or dead-lettered: the next listing shows it already.
-            return False if "already claimed" in str(e) else None
+            # Held by another claimer: list again to learn when its lease is
+            # due. Backing off or dead-lettered: the next listing shows it.
+            return False if getattr(e, "held_by", None) else None
         except excp.NotFound:
             self._log.debug("Job already consumed: %s", job)
             return None
@@ -255,7 +260,7 @@ class ExecutorConductor(base.Conductor):
                         dispatched += 1
                     elif claimed is False:
                         # Another conductor won it: claims publish nothing, so
-                        # list again to learn when its lease is due.
+                        # list again soon to learn when its lease is due.
                         lost_race = True
             except excp.JobFailure:
                 self._log.warning("Job board failure while looking for jobs; retrying",
@@ -265,7 +270,9 @@ class ExecutorConductor(base.Conductor):
                 else:
                     self._wait_timeout.wait()
                 continue
-            if not any_dispatched and not lost_race and not is_stopped():
+            if lost_race:
+                due = min(due or float("inf"), time.time() + RACE_RETRY_S)
+            if not any_dispatched and not is_stopped():
                 self._idle(seen, due)
         if 0 <= limit <= dispatched:
             self._log.info("Maximum dispatch limit of %s reached", limit)

@@ -19,7 +19,7 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine.jobs import board, records
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind
+from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
 __all__ = ["MemoryJobBoard", "MemoryStore"]
 
@@ -153,7 +153,7 @@ class MemoryStore(BoardStore):
             entry = self._listed(uuid, "claimed")
             view = self._view(entry)
             if view.leased:
-                raise exc.UnclaimableJob(f"Job {uuid} already claimed by {view.owner}")
+                raise held(uuid, view.owner)
             if entry.not_before is not None and now < entry.not_before:
                 raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
                                          f" {entry.not_before - now:.1f} s")

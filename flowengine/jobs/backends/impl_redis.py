@@ -29,7 +29,7 @@ from flowengine import exceptions as exc
 from flowengine.jobs import board, records
 from flowengine.jobs.backends import event_thread, redis_client, redis_scripts, safe_url
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind
+from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
 __all__ = ["RedisJobBoard", "RedisStore"]
 
@@ -230,7 +230,7 @@ class RedisStore(BoardStore):
         if status == "unknown":
             raise exc.NotFound(f"Job {uuid} not found to be claimed")
         if status == "claimed":
-            raise exc.UnclaimableJob(f"Job {uuid} already claimed by {reply[1]}")
+            raise held(uuid, reply[1])
         if status == "backoff":
             raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
                                      f" {int(reply[1]) / 1000:.1f} s")
