@@ -42,10 +42,11 @@ KINDS = {
 }
 
 
-#: Every conductor kind on the memory board; the two main ones on every other board.
+#: Every conductor kind on the memory board; the nonblocking one (threads,
+#: the board shared between them) on every other board.
 COMBINATIONS = [pytest.param(c, b, id=f"{c}-{b}", marks=[pytest.mark.broker] if b == "redis"
                              else []) for b in BOARD_KINDS for c in sorted(KINDS)
-                if b == "memory" or c != "nonblocking_one_thread"]
+                if b == "memory" or c == "nonblocking"]
 
 
 BOARDS = [pytest.param(b, marks=[pytest.mark.broker] if b == "redis" else [])

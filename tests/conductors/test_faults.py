@@ -240,3 +240,29 @@ def test_many_short_jobs_over_four_conductors_with_kills(env_factory, kind):
     killed = env.fleet.killed_pids()
     for key in verdict.duplicated:  # a re-run only where a killed conductor had run it
         assert any(pid in killed for pid, *_ in verdict.runs[key]), (key, verdict.runs[key])
+
+
+@shared
+def test_sigterm_gives_the_job_back_at_once(env_factory, kind):
+    # Given two conductors, one of them running a job's slow task
+    env = env_factory(kind)
+    env.fleet.start()
+    env.fleet.start()
+    job = env.post(ledger_flows.chain_factory, "j1", delay=3.0)
+    started = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start", JOB_DONE_S)
+    first = env.fleet.by_pid(started["pid"])
+    second = next(m for m in env.fleet.members if m is not first)
+    # When that one gets SIGTERM
+    env.fleet.kill(first, signal.SIGTERM)
+    # Then the other takes the job over before the first one's task even ended
+    taken = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start"
+                            and r["pid"] == second.pid, RECLAIM_WITHIN_S)
+    first_end = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "end"
+                                and r["pid"] == first.pid, JOB_DONE_S)
+    assert taken["t"] < first_end["t"]
+    outcome = env.board.wait_for_outcome(job, JOB_DONE_S)
+    assert outcome is not None and outcome.who == second.name
+    assert outcome.attempts == 1  # a graceful give-back is not a failed attempt
+    assert first.proc.wait(fleet.STOP_TIMEOUT_S) == 0
+    env.fleet.wait_consumed({job.uuid})
+    assert env.fleet.consumed_lines() == {job.uuid: [second.name]}

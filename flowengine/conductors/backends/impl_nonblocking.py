@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent import futures
 from typing import Any
-
-import futurist
 
 from flowengine.conductors.backends import impl_executor
 from flowengine.utils import threading_utils as tu
@@ -28,7 +27,10 @@ class NonBlockingConductor(impl_executor.ExecutorConductor):
         workers = self._max_simultaneous_jobs
         if workers <= 0:
             workers = tu.get_optimal_thread_count()
-        return futurist.ThreadPoolExecutor(max_workers=workers)
+        # The standard library's pool: its shutdown returns as soon as the
+        # jobs did, where futurist's waits out its workers' 1 s poll.
+        return futures.ThreadPoolExecutor(max_workers=workers,
+                                          thread_name_prefix="flowengine-conductor")
 
     def __init__(self, name: str, jobboard: Any, persistence: Any = None, engine: Any = None,
                  engine_options: dict[str, Any] | None = None, wait_timeout: Any = None,

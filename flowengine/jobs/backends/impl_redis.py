@@ -134,16 +134,19 @@ class RedisStore(BoardStore):
     # Reading.
 
     def _record(self, uuid: str, posting: str, state: dict[str, str],
-                owner: dict[str, str], pttl: int, where: str) -> JobRecord:
+                owner: dict[str, str], pttl: int, where: str,
+                server_now: tuple[int, int]) -> JobRecord:
         data = records.decode_posting_fields(posting, uuid, state.get("sequence"))
         leased = bool(owner) and pttl != -2
         now = time.time()
-        nb = int(state.get("not_before") or 0)
+        # not_before is on the server's clock: hand it out on this host's.
+        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0]
+                                                              + server_now[1] / 1e6)
         return JobRecord(data, attempts=int(state.get("attempts") or 0),
                          token=int(state.get("token") or 0), owner=state.get("owner"),
                          leased=leased,
                          lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
-                         not_before=nb / 1000.0 if nb else None, where=where)
+                         not_before=now + left_s if left_s > 0 else None, where=where)
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         with redis_client.translated(self._where):
@@ -151,14 +154,15 @@ class RedisStore(BoardStore):
             if not postings:
                 return []
             pipe = self._client.pipeline(transaction=True)
+            pipe.time()
             for uuid in postings:
                 keys = self._job_keys(uuid)
                 pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"])
-            replies = pipe.execute()
+            server_now, *replies = pipe.execute()
         out = []
         for i, (uuid, posting) in enumerate(postings.items()):
             state, owner, pttl = replies[3 * i:3 * i + 3]
-            out.append(self._record(uuid, posting, state, owner, pttl, where))
+            out.append(self._record(uuid, posting, state, owner, pttl, where, server_now))
         return out
 
     def listing(self) -> list[JobRecord]:
@@ -182,12 +186,12 @@ class RedisStore(BoardStore):
             for where in (records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER):
                 pipe.hget(self._key("listings" if where == records.LISTED else where), uuid)
             pipe.get(keys["done"])
-            pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"])
-            *postings, state, owner, pttl = pipe.execute()
+            pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"]).time()
+            *postings, state, owner, pttl, server_now = pipe.execute()
         for where, posting in zip((records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER,
                                    records.CONSUMED), postings):
             if posting is not None:
-                return self._record(uuid, posting, state, owner, pttl, where)
+                return self._record(uuid, posting, state, owner, pttl, where, server_now)
         return None
 
     def outcome(self, uuid: str) -> Outcome | None:
