@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flowengine import exceptions as exc
-from flowengine.jobs import board, records
+from flowengine import states
+from flowengine.jobs import board, lifecycle, records
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
@@ -132,6 +133,23 @@ class MemoryStore(BoardStore):
                     return None
             return None if entry is None else self._view(entry)
 
+    @staticmethod
+    def _state(entry: _Entry, now: float) -> str:
+        """Where ``entry`` is in the job machine (see flowengine.jobs.lifecycle)."""
+        rec = entry.record
+        if rec.where != records.LISTED:
+            return {records.IN_TRASH: lifecycle.TRASHED, records.CONSUMED: lifecycle.CONSUMED
+                    }.get(rec.where, lifecycle.DEAD)
+        if rec.owner is not None:
+            if entry.lease_until is not None and entry.lease_until > now:
+                return states.CLAIMED
+            return lifecycle.advance(states.CLAIMED, "lease_ran_out")
+        if entry.not_before is not None:
+            if entry.not_before > now:
+                return lifecycle.BACKING_OFF
+            return lifecycle.advance(lifecycle.BACKING_OFF, "backoff_over")
+        return states.UNCLAIMED
+
     def _listed(self, uuid: str, verb: str) -> _Entry:
         entry = self._shared.jobs.get(uuid)
         if entry is None or entry.record.where != records.LISTED:
@@ -157,7 +175,9 @@ class MemoryStore(BoardStore):
             if entry.not_before is not None and now < entry.not_before:
                 raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
                                          f" {entry.not_before - now:.1f} s")
+            lifecycle.advance(self._state(entry, now), "claim")  # InvalidState if not
             if entry.record.attempts >= max_attempts:
+                lifecycle.advance(states.UNCLAIMED, "too_many_attempts")
                 entry.record = replace(entry.record, where=records.IN_DEAD_LETTER, owner=None)
                 done = self._record_outcome(entry, records.DEAD, None, "too many attempts",
                                             outcome_ttl_s)
@@ -218,6 +238,10 @@ class MemoryStore(BoardStore):
             if rec.owner != who:
                 raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
                                      f" by {who} (it is owned by {rec.owner})")
+            last = action is Action.FAIL and rec.attempts >= max_attempts
+            lifecycle.advance(states.CLAIMED, {Action.ABANDON: "abandon", Action.CONSUME: "consume",
+                                               Action.TRASH: "trash"}.get(
+                action, "fail_last_attempt" if last else "fail"))
             entry.lease_until = None
             if action is Action.ABANDON:
                 entry.record = replace(rec, owner=None, attempts=max(0, rec.attempts - 1))
@@ -254,9 +278,13 @@ class MemoryStore(BoardStore):
         """Back on the board from the trash or dead letter, attempts reset."""
         with self._shared.lock:
             entry = self._shared.jobs.get(uuid)
-            if entry is None or entry.record.where not in (records.IN_TRASH,
-                                                           records.IN_DEAD_LETTER):
-                raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
+            missing = exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
+            if entry is None:
+                raise missing
+            try:
+                lifecycle.advance(self._state(entry, time.monotonic()), "requeue")
+            except exc.InvalidState:
+                raise missing from None
             entry.record = replace(entry.record, where=records.LISTED, attempts=0, owner=None)
             entry.not_before = entry.lease_until = None
             self._shared.outcomes.pop(uuid, None)
