@@ -118,10 +118,10 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowengine`` console script; returns the exit code."""
     args = _build_parser().parse_args(argv)
-    # A worker is a daemon: its INFO lines (requests served, reconnections)
+    # A worker or conductor is a daemon: its INFO lines (requests served, reconnections)
     # are its log. The other commands talk to a person, who wants results
     # and warnings, not the engine's chatter.
-    quiet = logging.INFO if args.command == "worker" else logging.WARNING
+    quiet = logging.INFO if args.command in ("worker", "conductor") else logging.WARNING
     logging.basicConfig(level=logging.DEBUG if args.verbose else quiet,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:

@@ -13,7 +13,9 @@ __all__ = [
     "AlreadyExists",
     "AmbiguousDependency",
     "BrokerConfigError",
+    "BoardUnavailable",
     "BrokerUnavailable",
+    "ClaimLost",
     "CompilationFailure",
     "ConductorFailure",
     "DependencyFailure",
@@ -21,6 +23,7 @@ __all__ = [
     "Duplicate",
     "Empty",
     "ExecutionFailure",
+    "FencedOut",
     "FlowEngineError",
     "IncompatibleVersion",
     "InvalidFormat",
@@ -118,6 +121,14 @@ class JobFailure(FlowEngineError):
 
 class UnclaimableJob(JobFailure):
     """A job could not be claimed."""
+
+
+class ClaimLost(JobFailure):
+    """A claim was superseded (its lease ran out and the job was claimed again): refused."""
+
+
+class FencedOut(StorageFailure):
+    """A persistence write was refused: a newer claim on its job fenced this writer out."""
 
 
 # Errors while running.
@@ -323,6 +334,10 @@ class RecoverableError(FlowEngineError):
 
 class BrokerUnavailable(RecoverableError, ExecutionFailure):
     """The message broker could not be reached (recoverable: retry once it is back)."""
+
+
+class BoardUnavailable(RecoverableError, JobFailure):
+    """A jobboard's server (Redis, PostgreSQL...) could not be reached (recoverable)."""
 
 
 class BrokerConfigError(ExecutionFailure):

@@ -14,6 +14,8 @@ Fixtures
   or ``FLOWENGINE_TEST_PG_URL``; for the persistence and the ``flows`` command tests.
 - ``private_redis`` / ``private_rabbitmq`` (function): a broker of the test's
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
+- ``private_pg`` (function): a PostgreSQL cluster of the test's own, with
+  ``restart()``, for outage tests.
 
 Markers: ``broker`` (needs a real broker server), ``slow``.
 """
@@ -168,6 +170,20 @@ def private_rabbitmq():
     proc = _private_broker(brokers.start_rabbitmq)
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def private_pg():
+    """A PostgreSQL cluster of this test's own (``.url``, ``.restart()``), for outage tests."""
+    try:
+        server = pg_server.start()
+    except pg_server.PgUnavailable as e:
+        reason = f"PostgreSQL test server unavailable: {e}"
+    else:
+        yield server
+        server.stop()
+        return
+    _unavailable(reason)
 
 
 @dataclass

@@ -1,14 +1,22 @@
-"""Subcommands of ``flowengine`` beyond worker/demo: events, flows, graph, run."""
+"""Subcommands of ``flowengine`` beyond worker/demo: events, flows, graph, run, conductor, jobs."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from flowengine.commands import events_view, flows, graph_cmd, run_flow
+from flowengine.commands import (
+    conductor_cmd,
+    events_view,
+    flows,
+    graph_cmd,
+    jobs_cmd,
+    run_flow,
+)
 
 #: Subcommand name -> module with add_parser(sub, parse_option) and run(args).
-COMMANDS = {"events": events_view, "flows": flows, "graph": graph_cmd, "run": run_flow}
+COMMANDS = {"events": events_view, "flows": flows, "graph": graph_cmd, "run": run_flow,
+            "conductor": conductor_cmd, "jobs": jobs_cmd}
 
 
 def add_parsers(sub: Any, parse_option: Any) -> None:

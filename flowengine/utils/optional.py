@@ -12,7 +12,7 @@ from flowengine import exceptions as exc
 
 #: extra name -> what it is for, as the error message names it.
 EXTRAS = {
-    "sql": "SQL persistence (sqlite://, postgresql://, mysql://)",
+    "sql": "SQL persistence and jobboards (sqlite://, postgresql://, mysql://)",
 }
 
 

@@ -58,6 +58,16 @@ class PgServer:
     base_dir: str
     proc: subprocess.Popen = field(repr=False)
     start_time_s: float
+    cmd: list[str] = field(default_factory=list, repr=False)
+    as_user: dict = field(default_factory=dict, repr=False)
+
+    def restart(self) -> None:
+        """Crash the server (SIGQUIT: immediate shutdown, no checkpoint) and start it
+        again on the same port and data; returns once it accepts connections."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            self.proc.wait(STOP_TIMEOUT_S)
+        self.proc = _launch(self.cmd, self.base_dir, self.as_user)
 
     def stop(self) -> None:
         """Stop the server (fast shutdown, then kill) and delete its directory."""
@@ -139,7 +149,7 @@ def _initdb(bindir: str, data: str, as_user: dict) -> None:
 def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -> None:
     # Copy the server's stderr to its log file (so the pipe never fills) and
     # signal readiness when the ready line goes by.
-    with open(log_path, "w") as log:
+    with open(log_path, "a") as log:
         for line in proc.stderr:
             log.write(line)
             log.flush()
@@ -163,18 +173,7 @@ def start() -> PgServer:
         port = _free_port()
         cmd = [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port),
                "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C", *_FAST_OPTIONS]
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, cwd=base_dir,
-                                preexec_fn=_die_with_parent, **as_user)
-        ready = threading.Event()
-        log_path = os.path.join(base_dir, "server.log")
-        threading.Thread(target=_follow_log, args=(proc, log_path, ready),
-                         daemon=True).start()
-        if not ready.wait(START_TIMEOUT_S):
-            with open(log_path) as fp:
-                tail = fp.read()[-800:]
-            raise PgUnavailable(f"postgres did not accept connections within"
-                                f" {START_TIMEOUT_S} s (exit code {proc.poll()}): {tail}")
+        proc = _launch(cmd, base_dir, as_user)
     except BaseException:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -182,7 +181,27 @@ def start() -> PgServer:
         shutil.rmtree(base_dir, ignore_errors=True)
         raise
     return PgServer(url=f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres",
-                    base_dir=base_dir, proc=proc, start_time_s=time.monotonic() - began)
+                    base_dir=base_dir, proc=proc, start_time_s=time.monotonic() - began,
+                    cmd=cmd, as_user=as_user)
+
+
+def _launch(cmd: list[str], base_dir: str, as_user: dict) -> subprocess.Popen:
+    """Start postgres; return once it logged that it accepts connections."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=base_dir,
+                            preexec_fn=_die_with_parent, **as_user)
+    ready = threading.Event()
+    log_path = os.path.join(base_dir, "server.log")
+    threading.Thread(target=_follow_log, args=(proc, log_path, ready), daemon=True).start()
+    if not ready.wait(START_TIMEOUT_S):
+        with open(log_path) as fp:
+            tail = fp.read()[-800:]
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
+        raise PgUnavailable(f"postgres did not accept connections within"
+                            f" {START_TIMEOUT_S} s (exit code {proc.poll()}): {tail}")
+    return proc
 
 
 if __name__ == "__main__":  # manual check: start, print, stop

@@ -248,8 +248,12 @@ class ActionEngine(base.Engine):
 
     def _change_state(self, state: str) -> None:
         with self._state_lock:
-            moved, old_state = self.storage.change_flow_state(state)
-            self._flow_state = self.storage.get_flow_state()
+            try:
+                moved, old_state = self.storage.change_flow_state(state)
+            finally:
+                # Act on the new state even when saving it failed (a write
+                # refused by a fence): a suspend must still stop scheduling.
+                self._flow_state = self.storage.get_flow_state()
             if not moved:
                 return
         self.notifier.notify(state, {

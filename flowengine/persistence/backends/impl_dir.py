@@ -106,6 +106,16 @@ class DirBackend(path_based.PathBasedBackend):
         """Whether files are flushed to disk before being renamed in."""
         return self._fsync
 
+    def fenced_connection(self, fence: Any) -> Any:
+        """A connection whose writes are refused once ``fence`` is superseded.
+
+        See :mod:`flowengine.persistence.fencing`: the fence is checked under
+        the same lock as the write.
+        """
+        from flowengine.persistence import fencing
+
+        return fencing.PathFencedConnection(self.get_connection(), fence)
+
     def get_connection(self) -> DirConnection:
         """Return a connection (creates the directory tree if missing)."""
         return DirConnection(self)

@@ -247,6 +247,16 @@ class MemoryBackend(path_based.PathBasedBackend):
         self.memory = FakeFilesystem(deep_copy=_as_bool(self._conf.get("deep_copy", True)))
         self.lock = threading.RLock()
 
+    def fenced_connection(self, fence: Any) -> Any:
+        """A connection whose writes are refused once ``fence`` is superseded.
+
+        See :mod:`flowengine.persistence.fencing`: the fence is checked under
+        the same lock as the write.
+        """
+        from flowengine.persistence import fencing
+
+        return fencing.PathFencedConnection(self.get_connection(), fence)
+
     def get_connection(self) -> MemoryConnection:
         """Return a connection (cheap: no resources are held)."""
         return MemoryConnection(self)

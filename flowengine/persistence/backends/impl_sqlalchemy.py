@@ -148,6 +148,16 @@ class SQLAlchemyBackend(base.Backend):
         except Exception:
             return "<unparsable URL>"
 
+    def fenced_connection(self, fence: Any) -> SQLAlchemyConnection:
+        """A connection whose writes are refused once ``fence`` is superseded.
+
+        The fence row is checked in each write's own transaction (see
+        :mod:`flowengine.persistence.fencing`).
+        """
+        from flowengine.persistence.backends.sql import fenced
+
+        return fenced.FencedSQLAlchemyConnection(self, fence)
+
     def get_connection(self) -> SQLAlchemyConnection:
         """Return a connection (cheap: connections come from the engine's pool)."""
         return SQLAlchemyConnection(self)
@@ -181,9 +191,11 @@ class SQLAlchemyConnection(base.Connection):
         """Nothing held between calls (pooled connections go back after each)."""
 
     @contextlib.contextmanager
-    def _txn(self) -> Iterator[sa.engine.Connection]:
+    def _txn(self, write: bool = False) -> Iterator[sa.engine.Connection]:
         try:
             with self._engine.begin() as conn:
+                if write:
+                    self._before_write(conn)
                 yield conn
         except exc.FlowEngineError:
             raise
@@ -192,6 +204,9 @@ class SQLAlchemyConnection(base.Connection):
             raise exc.StorageFailure(f"Storage backend internal error"
                                      f" ({self._backend._safe_url()}){hint}: {e}",
                                      cause=e) from e
+
+    def _before_write(self, conn: sa.engine.Connection) -> None:
+        """Runs first in every write transaction (a fenced connection checks its fence)."""
 
     # Schema.
 
@@ -216,8 +231,8 @@ class SQLAlchemyConnection(base.Connection):
 
     def clear_all(self) -> None:
         """Delete every logbook, flow detail and atom detail."""
-        with self._txn() as conn:
-            for table in (tables.ATOMS, tables.FLOWS, tables.LOGBOOKS):
+        with self._txn(write=True) as conn:
+            for table in (tables.ATOMS, tables.FLOWS, tables.LOGBOOKS, tables.FENCES):
                 conn.execute(table.delete())
 
     # Writing.
@@ -270,7 +285,7 @@ class SQLAlchemyConnection(base.Connection):
                             ignore_missing: bool = False) -> models.AtomDetail:
         """Save an atom detail (NotFound if unknown, unless ignore_missing)."""
         row = rows.atom_to_row(atom_detail)  # SerializationFailure before any write
-        with self._txn() as conn:
+        with self._txn(write=True) as conn:
             if ignore_missing:
                 row["parent_uuid"] = None
                 self._upsert(conn, tables.ATOMS, [row])
@@ -283,7 +298,7 @@ class SQLAlchemyConnection(base.Connection):
         """Save a flow detail and the atom details it contains."""
         flow_row = rows.flow_to_row(flow_detail)
         atom_rows = self._atom_rows(flow_detail)
-        with self._txn() as conn:
+        with self._txn(write=True) as conn:
             if ignore_missing:
                 flow_row["parent_uuid"] = None
                 self._upsert(conn, tables.FLOWS, [flow_row])
@@ -301,7 +316,7 @@ class SQLAlchemyConnection(base.Connection):
             row["parent_uuid"] = book.uuid
             flow_rows.append(row)
             atom_rows.extend(self._atom_rows(fd))
-        with self._txn() as conn:
+        with self._txn(write=True) as conn:
             self._upsert(conn, tables.LOGBOOKS, [book_row])
             self._upsert(conn, tables.FLOWS, flow_rows)
             self._upsert(conn, tables.ATOMS, atom_rows)
@@ -310,7 +325,7 @@ class SQLAlchemyConnection(base.Connection):
     def destroy_logbook(self, book_uuid: str) -> None:
         """Delete a logbook and everything it contains (NotFound if unknown)."""
         flows = sa.select(tables.FLOWS.c.uuid).where(tables.FLOWS.c.parent_uuid == book_uuid)
-        with self._txn() as conn:
+        with self._txn(write=True) as conn:
             conn.execute(tables.ATOMS.delete().where(tables.ATOMS.c.parent_uuid.in_(flows)))
             conn.execute(tables.FLOWS.delete().where(tables.FLOWS.c.parent_uuid == book_uuid))
             done = conn.execute(tables.LOGBOOKS.delete()

@@ -20,7 +20,8 @@ try:
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
-__all__ = ["ATOMS", "DOCUMENT", "FLOWS", "LOGBOOKS", "METADATA", "UUID_LENGTH"]
+__all__ = ["ATOMS", "DOCUMENT", "FENCES", "FLOWS", "JOBS", "JOB_COUNTERS", "JOB_ENTITIES",
+           "LOGBOOKS", "METADATA", "UUID_LENGTH"]
 
 #: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
 UUID_LENGTH = 64
@@ -73,4 +74,50 @@ ATOMS = sa.Table(
     sa.Column("revert_failure", DOCUMENT),
     sa.Column("meta", DOCUMENT),
     sa.Column("format_version", sa.Integer, nullable=False),
+)
+
+#: One row per fenced flow detail: the newest claim token allowed to write
+#: it (see flowengine.persistence.fencing).
+FENCES = sa.Table(
+    "flowengine_fences", METADATA,
+    sa.Column("name", sa.String(UUID_LENGTH), primary_key=True),
+    sa.Column("token", sa.BigInteger, nullable=False),
+)
+
+#: Jobboard (flowengine.jobs.backends.impl_sqlalchemy): one row per job, its
+#: posting (JSON), where it is (listed, trash, dead, consumed), its newest
+#: claim (token, owner, lease end in epoch seconds of the database's clock)
+#: and, once it ended, its outcome (JSON) and how long that is kept.
+JOBS = sa.Table(
+    "flowengine_jobs", METADATA,
+    sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
+    sa.Column("namespace", sa.String(_NAME_LENGTH), nullable=False),
+    sa.Column("posting", DOCUMENT, nullable=False),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("location", sa.String(16), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("token", sa.BigInteger, nullable=False),
+    sa.Column("owner", sa.String(_NAME_LENGTH)),
+    sa.Column("lease_until", sa.Float),
+    sa.Column("not_before", sa.Float),
+    sa.Column("outcome", DOCUMENT),
+    sa.Column("outcome_until", sa.Float),
+    sa.Index("flowengine_jobs_by_location", "namespace", "location"),
+)
+
+#: Per jobboard namespace: the last posting sequence and the last fencing token.
+JOB_COUNTERS = sa.Table(
+    "flowengine_job_counters", METADATA,
+    sa.Column("namespace", sa.String(_NAME_LENGTH), primary_key=True),
+    sa.Column("sequence", sa.BigInteger, nullable=False),
+    sa.Column("token", sa.BigInteger, nullable=False),
+)
+
+#: Entities (conductors) registered with a jobboard, until ``expires_at``.
+JOB_ENTITIES = sa.Table(
+    "flowengine_job_entities", METADATA,
+    sa.Column("namespace", sa.String(_NAME_LENGTH), primary_key=True),
+    sa.Column("name", sa.String(_NAME_LENGTH), primary_key=True),
+    sa.Column("entity", DOCUMENT, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
 )

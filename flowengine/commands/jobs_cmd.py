@@ -1,0 +1,171 @@
+"""``flowengine jobs post|list|show|wait|trash|requeue``: a jobboard from the shell.
+
+``post`` saves a flow factory and its inputs to persistence and posts a job
+naming them (conductors rebuild the flow from the factory); ``wait`` blocks
+on the board's notifications until the job has an outcome; exit codes: 0
+succeeded, 1 any other outcome, 124 timeout. ``--json`` prints one JSON
+document and nothing else on stdout. Job details are shown masked
+(secrets as ``***``) unless ``--board-option mask_details=none``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+#: Exit code of ``jobs wait`` when the timeout passes first (as timeout(1)).
+EXIT_TIMEOUT = 124
+#: Who ``jobs trash`` claims a job as before trashing it.
+CLI_OWNER = "flowengine-cli"
+
+
+def add_parser(sub: Any, parse_option: Any) -> None:
+    """Add ``jobs`` and its subcommands to the ``flowengine`` parser."""
+    p = sub.add_parser("jobs", help="post, list, show, wait for, trash or requeue jobs")
+    jobs = p.add_subparsers(dest="jobs_command", required=True)
+
+    def common(name: str, help_text: str) -> argparse.ArgumentParser:
+        q = jobs.add_parser(name, help=help_text)
+        q.add_argument("--board", required=True, metavar="URL", help="jobboard URL")
+        q.add_argument("--board-name", default="flowengine", help="jobboard name")
+        q.add_argument("--board-option", dest="board_options", default=[], action="append",
+                       type=parse_option, metavar="KEY=VALUE", help="jobboard option")
+        q.add_argument("--json", action="store_true", help="print JSON only")
+        return q
+
+    post = common("post", "save a flow factory's inputs and post a job running it")
+    post.add_argument("factory", metavar="module:factory",
+                      help="a function returning the flow (importable by conductors)")
+    post.add_argument("--persistence", required=True, metavar="URL",
+                      help="persistence URL (the conductors' --persistence)")
+    post.add_argument("--name", default=None, help="job name (default: the factory's)")
+    post.add_argument("--store", default=[], action="append", type=parse_option,
+                      metavar="KEY=VALUE", help="flow input (repeatable; JSON values)")
+    post.add_argument("--store-json", default=None, metavar="JSON",
+                      help="flow inputs as one JSON object")
+    post.add_argument("--priority", default="NORMAL",
+                      help="VERY_HIGH, HIGH, NORMAL, LOW or VERY_LOW")
+    post.add_argument("--engine", default=None, help="engine for this job")
+    post.add_argument("--engine-option", dest="engine_options", default=[], action="append",
+                      type=parse_option, metavar="KEY=VALUE", help="engine option for this job")
+    post.add_argument("--wait", action="store_true", help="then wait for its outcome")
+    post.add_argument("--timeout", type=float, default=None, help="bound on --wait, seconds")
+    listing = common("list", "list the jobs on the board (or in the dead letter / trash)")
+    where = listing.add_mutually_exclusive_group()
+    where.add_argument("--dead", action="store_true", help="the dead letter")
+    where.add_argument("--trash", action="store_true", help="the trash")
+    common("show", "one job: posting, claim, attempts, outcome").add_argument("uuid")
+    wait = common("wait", "wait (without polling) for a job's outcome")
+    wait.add_argument("uuid")
+    wait.add_argument("--timeout", type=float, default=None, help="seconds")
+    trash = common("trash", "move an unclaimed job to the trash")
+    trash.add_argument("uuid")
+    trash.add_argument("--reason", default="trashed by hand", help="recorded with the outcome")
+    common("requeue", "post a dead-lettered or trashed job again").add_argument("uuid")
+
+
+@contextlib.contextmanager
+def _board(args: argparse.Namespace, persistence: Any = None) -> Iterator[Any]:
+    from flowengine.jobs import backends
+
+    conf = {"board": args.board, **dict(args.board_options)}
+    with backends.backend(args.board_name, conf, persistence=persistence) as board:
+        yield board
+
+
+def _describe(board: Any, job: Any) -> dict[str, Any]:
+    rec = job.record
+    outcome = board.outcome(job)
+    return {"uuid": job.uuid, "name": job.name, "priority": job.priority.value,
+            "sequence": job.sequence, "where": rec.where, "state": board.job_state(job),
+            "owner": rec.owner if rec.leased else None, "token": rec.token,
+            "attempts": rec.attempts, "lease_expires_at": rec.lease_expires_at,
+            "not_before": rec.not_before, "created_on": rec.posting.get("created_on"),
+            "book": rec.posting.get("book"), "details": board.masked(job.details),
+            "outcome": outcome.to_dict() if outcome is not None else None}
+
+
+def _print(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+
+
+def _wait(args: argparse.Namespace, board: Any, uuid: str) -> int:
+    found = board.wait_for_outcome(uuid, args.timeout)
+    if found is None:
+        board.get_job(uuid)  # NotFound: unknown, or finished so long ago it is forgotten
+        print(f"flowengine jobs: job {uuid} has no outcome after {args.timeout} s",
+              file=sys.stderr)
+        return EXIT_TIMEOUT
+    _print(args, found.to_dict(), f"{uuid} {found.outcome}"
+           + (f" ({found.reason})" if found.reason else ""))
+    return 0 if found.outcome == "succeeded" else 1
+
+
+def _post(args: argparse.Namespace) -> int:
+    from flowengine import engines
+    from flowengine.commands import loading
+    from flowengine.persistence import backends as persistence
+    from flowengine.persistence import models
+    from flowengine.utils import persistence_utils as p_utils
+
+    module, sep, attr = args.factory.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(f"expected module:factory, got {args.factory!r}")
+    loading.make_cwd_importable()
+    factory = f"{module}.{attr}"
+    store = dict(args.store)
+    if args.store_json:
+        store.update(json.loads(args.store_json))
+    flow = loading.load_flow(args.factory)
+    with persistence.backend(args.persistence) as backend:
+        book = models.LogBook(args.name or flow.name)
+        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
+        engines.save_factory_details(flow_detail, factory, [], {}, backend=backend)
+        details: dict[str, Any] = {"flow_uuid": flow_detail.uuid, "store": store}
+        if args.engine:
+            details["engine"] = args.engine
+        if args.engine_options:
+            details["engine_options"] = dict(args.engine_options)
+        with _board(args, persistence=backend) as board:
+            job = board.post(args.name or flow.name, book, details=details,
+                             priority=args.priority)
+            if not args.wait:
+                _print(args, {"uuid": job.uuid}, job.uuid)
+                return 0
+            print(job.uuid, file=sys.stderr)
+            return _wait(args, board, job.uuid)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``flowengine jobs <subcommand>``; returns the exit code."""
+    command = args.jobs_command
+    if command == "post":
+        return _post(args)
+    with _board(args) as board:
+        if command == "list":
+            jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
+                    else board.listing())
+            rows = [_describe(board, j) for j in jobs]
+            _print(args, rows, "\n".join(
+                f"{r['uuid']}  {r['state']:<9} attempts {r['attempts']}  {r['name']}"
+                + (f"  owner {r['owner']}" if r["owner"] else "") for r in rows))
+            return 0
+        if command == "show":
+            data = _describe(board, board.get_job(args.uuid))
+            _print(args, data, "\n".join(f"{k}: {v}" for k, v in sorted(data.items())))
+            return 0
+        if command == "wait":
+            return _wait(args, board, args.uuid)
+        if command == "trash":
+            job = board.get_job(args.uuid)
+            board.claim(job, CLI_OWNER)
+            board.trash(job, CLI_OWNER, reason=args.reason)
+            _print(args, {"uuid": job.uuid, "outcome": "trashed"}, f"{job.uuid} trashed")
+            return 0
+        job = board.requeue(args.uuid)
+        _print(args, {"uuid": job.uuid}, f"{job.uuid} requeued")
+        return 0

@@ -1,0 +1,1 @@
+"""Conductors (TaskFlow's ``taskflow.conductors``): run the jobs of a jobboard."""

@@ -1,0 +1,239 @@
+"""Running one claimed job and finishing it: the decisions of :mod:`.impl_executor`.
+
+``run_job`` loads the job's engine, runs its stages (emitting TaskFlow's
+``*_start``/``*_end`` events) and turns what happened into a
+:class:`Decision`; :class:`Finisher` carries the decision out on the board
+(retrying while the board's server is unreachable), and handles the two
+ways a job ends early: the conductor is stopped, or its lease is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowengine import exceptions as excp
+from flowengine import states
+from flowengine.jobs import records
+
+__all__ = ["ABANDON", "CONSUME", "FAIL", "NOTHING", "TRASH", "Decision", "Finisher",
+           "Running", "run_job"]
+
+LOG = logging.getLogger(__name__)
+
+CONSUME, TRASH, FAIL, ABANDON, NOTHING = "consume", "trash", "fail", "abandon", "nothing"
+
+#: How long a conductor keeps trying to consume/abandon a finished job while
+#: the board's server is unreachable (a restart, a failover). Its lease is
+#: renewed again as soon as the server is back, so two minutes of retrying
+#: beat re-running a finished flow elsewhere.
+FINISH_RETRY_S = 120.0
+#: Pause between two such tries.
+FINISH_RETRY_PAUSE_S = 0.5
+
+_FLOW_OUTCOME = {states.SUCCESS: records.SUCCEEDED, states.REVERTED: records.REVERTED}
+
+
+@dataclass
+class Decision:
+    """What to do with a job once its engine stopped."""
+
+    action: str
+    outcome: str | None = None
+    reason: str | None = None
+    #: The job is someone else's now (a write was fenced out, or the lease was lost).
+    lost: bool = False
+
+
+@dataclass
+class Running:
+    """A job this conductor claimed, while it is in progress."""
+
+    job: Any
+    engine: Any = None
+    decision: Decision | None = None
+    released: bool = False
+    lost: bool = False
+    finishing: bool = False
+    lost_reported: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _suspend(engine: Any, job: Any, why: str) -> None:
+    if engine is None:
+        return
+    try:
+        engine.suspend()
+    except excp.FencedOut:
+        LOG.debug("Suspending the engine of job %s: its state write was fenced out", job.uuid)
+    except Exception:
+        LOG.warning("Failed suspending the engine of job %s (%s)", job.uuid, why,
+                    exc_info=True)
+
+
+def _consume(engine: Any, reason: str | None = None) -> Decision:
+    state = engine.storage.get_flow_state()
+    return Decision(CONSUME, _FLOW_OUTCOME.get(state, records.FAILED), reason)
+
+
+def run_job(conductor: Any, run: Running) -> Decision:
+    """Run the job's flow to its end; the Decision on how to finish it.
+
+    Exceptions from loading the engine (no flow detail, factory missing)
+    propagate: TaskFlow trashes such jobs.
+    """
+    job, log = run.job, conductor._log
+    if job.lost.is_set() if hasattr(job, "lost") else False:
+        return Decision(NOTHING, reason="lease lost before the job started")
+    try:
+        engine = conductor._engine_from_job(job)
+    except excp.FencedOut as e:
+        return Decision(NOTHING, reason=str(e), lost=True)
+    with run.lock:
+        run.engine = engine
+        if run.released or run.lost:
+            return Decision(NOTHING, reason="released before the engine started")
+    details = {"job": job, "engine": engine, "conductor": conductor}
+    no_consume = conductor.NO_CONSUME_EXCEPTIONS
+    with contextlib.ExitStack() as stack:
+        for listener in conductor._listeners_from_job(job, engine):
+            stack.enter_context(listener)
+        log.debug("Dispatching engine for job '%s'", job)
+        try:
+            for stage, name in ((engine.compile, "compilation"), (engine.prepare, "preparation"),
+                                (engine.validate, "validation"), (engine.run, "running")):
+                conductor.notifier.notify(f"{name}_start", details)
+                stage()
+                conductor.notifier.notify(f"{name}_end", details)
+        except excp.WrappedFailure as e:
+            if run.lost or run.released:
+                return Decision(NOTHING, reason=str(e))
+            if all(f.check(*no_consume) for f in e):
+                log.warning("Job execution failed (consumption being skipped): %s [%s"
+                            " failures]", job, len(e))
+                return Decision(FAIL, reason=str(e))
+            log.warning("Job execution failed (consumption proceeding): %s [%s failures]",
+                        job, len(e))
+            return _consume(engine, str(e))
+        except no_consume as e:
+            if run.lost or run.released or isinstance(e, excp.FencedOut):
+                return Decision(NOTHING, reason=str(e),
+                                lost=run.lost or isinstance(e, excp.FencedOut))
+            log.warning("Job execution failed (consumption being skipped): %s", job,
+                        exc_info=True)
+            return Decision(FAIL, reason=f"{type(e).__name__}: {e}")
+        except Exception as e:
+            if run.lost or run.released:
+                return Decision(NOTHING, reason=str(e))
+            log.warning("Job execution failed (consumption proceeding): %s", job,
+                        exc_info=True)
+            return _consume(engine, f"{type(e).__name__}: {e}")
+    if engine.storage.get_flow_state() == states.SUSPENDED:
+        log.info("Job execution was suspended: %s", job)
+        return Decision(NOTHING if (run.released or run.lost) else ABANDON)
+    log.info("Job completed successfully: %s", job)
+    return _consume(engine)
+
+
+class Finisher:
+    """Carries out decisions on the conductor's board and emits the job_* events."""
+
+    def __init__(self, conductor: Any) -> None:
+        self._conductor = conductor
+
+    def _notify(self, event: str, job: Any) -> None:
+        c = self._conductor
+        c.notifier.notify(event, {"job": job, "conductor": c, "persistence": c._persistence})
+
+    def _apply(self, job: Any, decision: Decision) -> None:
+        c = self._conductor
+        board, who = c._jobboard, c._name
+        extended = hasattr(board, "wait_for_change")  # flowengine's board: outcomes, attempts
+        if decision.action == CONSUME:
+            if extended:
+                board.consume(job, who, outcome=decision.outcome or records.SUCCEEDED,
+                              reason=decision.reason)
+            else:
+                board.consume(job, who)
+            self._notify("job_consumed", job)
+        elif decision.action == TRASH:
+            board.trash(job, who, reason=decision.reason) if extended else board.trash(job, who)
+            self._notify("job_trashed", job)
+        else:
+            failed = decision.action == FAIL
+            done = (board.abandon(job, who, failed=failed, reason=decision.reason)
+                    if extended else board.abandon(job, who))
+            self._notify("job_abandoned", job)
+            if isinstance(done, records.Outcome) and done.outcome == records.DEAD:
+                c._log.warning("Job %s failed its last attempt: moved to the dead letter", job)
+                self._notify("job_dead", job)
+
+    def finish(self, run: Running) -> None:
+        """Carry out ``run.decision`` (nothing if the job was released or lost)."""
+        with run.lock:
+            if run.released or run.finishing:
+                return
+            run.finishing = True
+        decision = run.decision or Decision(ABANDON)
+        job, log = run.job, self._conductor._log
+        if decision.action == NOTHING or run.lost:
+            log.info("Job %s left alone (%s)", job, decision.reason or "not ours any more")
+            if decision.lost or run.lost:
+                self._report_lost(run)
+            return
+        deadline = time.monotonic() + FINISH_RETRY_S
+        while True:
+            try:
+                self._apply(job, decision)
+                return
+            except excp.BoardUnavailable as e:
+                if time.monotonic() > deadline or run.lost:
+                    log.warning("Gave up finishing job %s (%s) after %.0f s: its lease runs"
+                                " out and another conductor resumes it", job, e, FINISH_RETRY_S)
+                    return
+                time.sleep(FINISH_RETRY_PAUSE_S)
+            except excp.ClaimLost as e:
+                log.warning("Job %s was not %s: %s", job, decision.action, e)
+                self._report_lost(run)
+                return
+            except (excp.JobFailure, excp.NotFound):
+                log.warning("Failed job %s: %s", decision.action, job, exc_info=True)
+                return
+
+    def release_on_stop(self, run: Running) -> None:
+        """Stop: suspend the job's engine and give the job back now (not a failed attempt)."""
+        with run.lock:
+            if run.released or run.finishing or run.decision is not None or run.lost:
+                return
+            run.released = True
+            engine = run.engine
+        _suspend(engine, run.job, "conductor stopping")
+        c = self._conductor
+        try:
+            c._jobboard.abandon(run.job, c._name)
+            self._notify("job_abandoned", run.job)
+        except (excp.JobFailure, excp.NotFound) as e:
+            c._log.warning("Could not abandon job %s while stopping (%s); its lease runs out"
+                           " instead", run.job, e)
+
+    def _report_lost(self, run: Running) -> None:
+        with run.lock:
+            if run.lost_reported:
+                return
+            run.lost_reported = True
+        self._notify("job_lost", run.job)
+
+    def on_lost(self, run: Running, job: Any = None) -> None:
+        """The keeper found the lease gone: suspend the engine at once."""
+        with run.lock:
+            run.lost = True
+            engine, finished = run.engine, run.finishing
+        self._conductor._log.warning("Lost the claim on job %s: suspending its engine",
+                                     run.job)
+        _suspend(engine, run.job, "claim lost")
+        if finished:  # its engine already stopped: nothing else will say so
+            self._report_lost(run)

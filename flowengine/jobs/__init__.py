@@ -1,0 +1,1 @@
+"""Jobs and jobboards (TaskFlow's ``taskflow.jobs``): see :mod:`flowengine.jobs.base`."""

@@ -1,0 +1,117 @@
+"""Find and build jobboards by name (TaskFlow's ``taskflow.jobs.backends``).
+
+``fetch('my-board', {'board': 'redis', 'host': ..., 'namespace': ...})`` or
+``fetch('my-board', 'redis://127.0.0.1:6379?namespace=x')``: the ``board``
+key (or the URL's scheme) names the backend, the rest of the configuration
+is the backend's. Backends are looked up in the entry point group
+``namespace`` first, then in a built-in table (so a source checkout works).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine.utils import misc
+
+__all__ = ["BACKEND_NAMESPACE", "backend", "fetch", "safe_url"]
+
+LOG = logging.getLogger(__name__)
+
+#: Entry point group searched for jobboard classes.
+BACKEND_NAMESPACE = "flowengine.jobboards"
+
+_BUILTIN = {
+    "memory": "flowengine.jobs.backends.impl_memory:MemoryJobBoard",
+    "redis": "flowengine.jobs.backends.impl_redis:RedisJobBoard",
+    "rediss": "flowengine.jobs.backends.impl_redis:RedisJobBoard",
+    "sqlite": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
+    "postgresql": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
+}
+# Backends whose URL is the whole connection string (not merged into keys).
+_URL_IS_CONNECTION = ("sqlite", "postgresql")
+
+
+def safe_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs and errors)."""
+    try:
+        parsed = misc.parse_uri(url)
+    except (TypeError, ValueError):
+        return url
+    if not parsed.password:
+        return url
+    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
+    return parsed._replace(netloc=netloc).geturl()
+
+
+def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    if isinstance(conf, str):
+        conf = {"board": conf}
+    elif isinstance(conf, dict):
+        conf = dict(conf)
+    else:
+        raise TypeError(f"Jobboard configuration must be a URL string or a dict, not"
+                        f" {type(conf).__name__}")
+    board = conf.get("board")
+    if not isinstance(board, str) or not board:
+        raise ValueError(f"Jobboard configuration needs a 'board' key naming the backend"
+                         f" (memory, redis, sqlite, postgresql): {sorted(conf)}")
+    try:
+        uri = misc.parse_uri(board)
+    except ValueError:
+        return board.lower(), conf
+    name = uri.scheme.lower().split("+", 1)[0]
+    if name in _URL_IS_CONNECTION:
+        conf.setdefault("connection", board)
+        for key, value in misc.merge_uri(uri._replace(netloc="", path=""), {}).items():
+            conf.setdefault(key, value)
+    else:
+        conf.setdefault("url", board)
+        misc.merge_uri(uri, conf)
+    return name, conf
+
+
+def _find_class(name: str, namespace: str) -> Any:
+    try:
+        for ep in metadata.entry_points(group=namespace):
+            if ep.name == name:
+                return ep.load()
+    except Exception as e:  # broken metadata must not hide the built-in boards
+        LOG.debug("Entry point lookup in %r failed: %s", namespace, e)
+    target = _BUILTIN.get(name) if namespace == BACKEND_NAMESPACE else None
+    if target is None:
+        raise exc.NotFound(f"Could not find jobboard {name!r} (known: {sorted(_BUILTIN)})")
+    module_name, _, cls_name = target.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), cls_name)
+    except exc.MissingExtra:
+        raise  # already names the `pip install` that fixes it
+    except (ImportError, AttributeError) as e:
+        raise exc.NotFound(f"Could not find jobboard {name!r}: {e}", cause=e) from e
+
+
+def fetch(name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
+          **kwargs: Any) -> Any:
+    """Build the jobboard ``conf`` names (not connected yet).
+
+    ``kwargs`` go to the board (``persistence=``, ``client=``...). Raises
+    NotFound for an unknown backend, ValueError for a bad configuration.
+    """
+    board, conf = _name_and_conf(conf)
+    LOG.debug("Looking for %r jobboard driver in %r", board, namespace)
+    return _find_class(board, namespace)(name, conf, **kwargs)
+
+
+@contextlib.contextmanager
+def backend(name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
+            **kwargs: Any) -> Iterator[Any]:
+    """Fetch a jobboard, connect it, yield it, close it afterwards."""
+    board = fetch(name, conf, namespace=namespace, **kwargs)
+    board.connect()
+    with contextlib.closing(board):
+        yield board

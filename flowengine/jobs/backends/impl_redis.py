@@ -1,0 +1,329 @@
+"""The Redis jobboard (TaskFlow's ``RedisJobBoard`` name and configuration keys).
+
+Each operation is one Lua script (see :mod:`.redis_scripts`); leases are
+keys that expire on the server (``PEXPIRE``), tokens come from ``INCR``,
+board events are published on a channel that conductors and waiting posters
+subscribe to, so nobody polls. Needs Redis 6.2 or newer; not Redis Cluster
+(the scripts touch keys of several jobs).
+
+Configuration: a URL (``redis://[:password@]host:port/db?namespace=x``,
+``rediss://`` for TLS) or TaskFlow's keys ``host``, ``port``, ``db``,
+``username``, ``password``, ``namespace``, ``socket_timeout``,
+``socket_connect_timeout``, ``unix_socket_path``, ``encoding``,
+``encoding_errors``, ``ssl``, ``ssl_keyfile``, ``ssl_certfile``,
+``ssl_cert_reqs``, ``ssl_ca_certs``; plus the policy keys every board takes
+(:mod:`flowengine.jobs.board`). Passwords never appear in logs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from redis import exceptions as redis_exc
+
+from flowengine import exceptions as exc
+from flowengine.jobs import board, records
+from flowengine.jobs.backends import event_thread, redis_client, redis_scripts, safe_url
+from flowengine.jobs.records import Claim, JobRecord, Outcome
+from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
+
+__all__ = ["RedisJobBoard", "RedisStore"]
+
+#: TaskFlow's namespace is b'taskflow'; ours differs so both boards can
+#: share one Redis without reading each other's (differently encoded) jobs.
+DEFAULT_NAMESPACE = "flowengine"
+#: How long the event connection blocks per read before looking again
+#: whether it was asked to stop (it is woken sooner by stop()).
+EVENT_BLOCK_S = 5.0
+
+
+class RedisStore(BoardStore):
+    """A :class:`BoardStore` on one Redis server (see the module docstring)."""
+
+    def __init__(self, client: redis.Redis, namespace: str, where: str,
+                 owns_client: bool = True) -> None:
+        self._client = client
+        self._ns = namespace
+        self._where = where
+        self._owns_client = owns_client
+        self._scripts: dict[str, Any] = {}
+        self._events: event_thread.EventThread | None = None
+        self.channel = self._key("events")
+
+    def _key(self, *parts: str) -> str:
+        return ":".join((self._ns, *parts))
+
+    def _job_keys(self, uuid: str) -> dict[str, str]:
+        return {"state": self._key("state", uuid), "owner": self._key("owner", uuid),
+                "outcome": self._key("outcome", uuid), "done": self._key("done", uuid)}
+
+    @property
+    def connected(self) -> bool:
+        """Whether connect() succeeded and close() was not called since."""
+        return bool(self._scripts)
+
+    def connect(self) -> None:
+        """Ping, check the server version, load the scripts."""
+        with redis_client.translated(self._where):
+            self._client.ping()
+            version = str(self._client.info("server").get("redis_version", "0"))
+            if tuple(int(p) for p in version.split(".")[:2]) < (6, 2):
+                raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
+                                     f" {self._where} runs {version}")
+            self._scripts = {name: self._client.register_script(getattr(redis_scripts, name))
+                             for name in redis_scripts.__all__}
+
+    def close(self) -> None:
+        """Stop the event thread; close the client if this store made it."""
+        if self._events is not None:
+            self._events.stop()
+            self._events = None
+        self._scripts = {}
+        if self._owns_client:
+            self._client.close()
+
+    def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
+        if not self._scripts:
+            raise exc.JobFailure("The Redis jobboard is not connected (call connect())")
+        with redis_client.translated(self._where):
+            return self._scripts[name](keys=keys, args=args)
+
+    # Events.
+
+    def subscribe(self, callback: Callable[[BoardEvent], None]) -> None:
+        """Deliver the channel's events to ``callback`` (subscribed when this returns)."""
+        if self._events is None:
+            self._events = event_thread.EventThread(
+                self._ns, self._open_pubsub, self._receive, lambda ps: ps.close(),
+                self._decode, (redis_exc.ConnectionError, redis_exc.TimeoutError))
+            self._events.add(callback)
+            if not self._events.start():
+                raise exc.BoardUnavailable(f"Could not subscribe to {self.channel} on"
+                                           f" {self._where}")
+        else:
+            self._events.add(callback)
+
+    def _open_pubsub(self) -> Any:
+        pubsub = self._client.pubsub()
+        pubsub.subscribe(self.channel)
+        deadline = time.monotonic() + event_thread.SUBSCRIBE_TIMEOUT_S
+        while time.monotonic() < deadline:  # wait for the confirmation
+            msg = pubsub.get_message(timeout=deadline - time.monotonic())
+            if msg and msg.get("type") == "subscribe":
+                return pubsub
+        pubsub.close()
+        raise redis_exc.TimeoutError("subscription not confirmed")
+
+    @staticmethod
+    def _receive(pubsub: Any) -> list[Any]:
+        msg = pubsub.get_message(timeout=EVENT_BLOCK_S)
+        return [msg] if msg else []
+
+    @staticmethod
+    def _decode(msg: dict[str, Any]) -> BoardEvent | None:
+        if msg.get("type") == "subscribe":  # redis-py re-subscribed after a reconnection
+            return BoardEvent(EventKind.RESYNC)
+        if msg.get("type") != "message":
+            return None
+        return BoardEvent.decode(msg.get("data") or "")
+
+    # Reading.
+
+    def _record(self, uuid: str, posting: str, state: dict[str, str],
+                owner: dict[str, str], pttl: int, where: str,
+                server_now: tuple[int, int]) -> JobRecord:
+        data = records.decode_posting_fields(posting, uuid, state.get("sequence"))
+        leased = bool(owner) and pttl != -2
+        now = time.time()
+        # not_before is on the server's clock: hand it out on this host's.
+        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0]
+                                                              + server_now[1] / 1e6)
+        return JobRecord(data, attempts=int(state.get("attempts") or 0),
+                         token=int(state.get("token") or 0), owner=state.get("owner"),
+                         leased=leased,
+                         lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
+                         not_before=now + left_s if left_s > 0 else None, where=where)
+
+    def _records(self, hash_key: str, where: str) -> list[JobRecord]:
+        with redis_client.translated(self._where):
+            postings = self._client.hgetall(hash_key)
+            if not postings:
+                return []
+            pipe = self._client.pipeline(transaction=True)
+            pipe.time()
+            for uuid in postings:
+                keys = self._job_keys(uuid)
+                pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"])
+            server_now, *replies = pipe.execute()
+        out = []
+        for i, (uuid, posting) in enumerate(postings.items()):
+            state, owner, pttl = replies[3 * i:3 * i + 3]
+            out.append(self._record(uuid, posting, state, owner, pttl, where, server_now))
+        return out
+
+    def listing(self) -> list[JobRecord]:
+        """Every listed job."""
+        return self._records(self._key("listings"), records.LISTED)
+
+    def count(self) -> int:
+        """HLEN of the listings."""
+        with redis_client.translated(self._where):
+            return int(self._client.hlen(self._key("listings")))
+
+    def parked(self, where: str) -> list[JobRecord]:
+        """Jobs in the trash or the dead letter."""
+        return self._records(self._key(where), where)
+
+    def get(self, uuid: str) -> JobRecord | None:
+        """The job wherever it is, or None."""
+        keys = self._job_keys(uuid)
+        with redis_client.translated(self._where):
+            pipe = self._client.pipeline(transaction=True)
+            for where in (records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER):
+                pipe.hget(self._key("listings" if where == records.LISTED else where), uuid)
+            pipe.get(keys["done"])
+            pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"]).time()
+            *postings, state, owner, pttl, server_now = pipe.execute()
+        for where, posting in zip((records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER,
+                                   records.CONSUMED), postings):
+            if posting is not None:
+                return self._record(uuid, posting, state, owner, pttl, where, server_now)
+        return None
+
+    def outcome(self, uuid: str) -> Outcome | None:
+        """The recorded outcome, or None."""
+        with redis_client.translated(self._where):
+            raw = self._client.get(self._job_keys(uuid)["outcome"])
+        return None if raw is None else Outcome.from_dict(json.loads(raw))
+
+    def lease_remaining(self, uuid: str) -> float | None:
+        """Seconds left on the current lease (PTTL of the owner key), or None."""
+        with redis_client.translated(self._where):
+            pttl = self._client.pttl(self._job_keys(uuid)["owner"])
+        return None if pttl < 0 else pttl / 1000.0
+
+    # Changing.
+
+    def post(self, posting: dict[str, Any], max_attempts: int) -> JobRecord:
+        """Store the posting (its sequence lives in the job's state hash)."""
+        uuid = posting["uuid"]
+        body = dict(posting)
+        body.pop("sequence", None)
+        reply = self._run("POST", [self._key("listings"), self._key("sequence"),
+                                   self._job_keys(uuid)["state"]],
+                          [uuid, records.encode_posting(body), self.channel])
+        if reply[0] != "ok":
+            raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
+        return JobRecord({**posting, "sequence": int(reply[1])})
+
+    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
+              outcome_ttl_s: float) -> Claim:
+        """Lease the job to ``who`` (see BoardStore.claim)."""
+        keys = self._job_keys(uuid)
+        reply = self._run("CLAIM", [self._key("listings"), keys["state"], keys["owner"],
+                                    self._key("token"), self._key("dead"), keys["outcome"]],
+                          [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
+                           int(outcome_ttl_s * 1000), self.channel])
+        status = reply[0]
+        if status == "ok":
+            return Claim(uuid, who, int(reply[1]), int(reply[2]))
+        if status == "unknown":
+            raise exc.NotFound(f"Job {uuid} not found to be claimed")
+        if status == "claimed":
+            raise held(uuid, reply[1])
+        if status == "backoff":
+            raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
+                                     f" {int(reply[1]) / 1000:.1f} s")
+        raise exc.UnclaimableJob(f"Job {uuid} was claimed {reply[1]} times without"
+                                 f" finishing: moved to the dead letter")
+
+    def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
+        """One script extends every held lease; returns the lost uuids."""
+        if not held:
+            return set()
+        keys: list[str] = []
+        args: list[Any] = [max(1, int(lease_s * 1000))]
+        for uuid, token in held:
+            jk = self._job_keys(uuid)
+            keys += [jk["owner"], jk["state"]]
+            args += [uuid, str(token)]
+        keys.append(self._key("listings"))
+        return set(self._run("RENEW", keys, args))
+
+    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
+        """Set the claim ``token``'s lease to ``lease_s`` from now."""
+        return not self.renew([(uuid, token)], lease_s)
+
+    def finish(self, uuid: str, who: str, token: int, action: Action, *,
+               outcome: str | None = None, reason: str | None = None,
+               backoff_s: float = 0.0, max_attempts: int = 1,
+               outcome_ttl_s: float = 0.0) -> Outcome | None:
+        """Consume / trash / abandon / fail, fenced by ``token`` (one script)."""
+        keys = self._job_keys(uuid)
+        reply = self._run("FINISH", [self._key("listings"), keys["state"], keys["owner"],
+                                     keys["outcome"], self._key("trash"), self._key("dead"),
+                                     keys["done"]],
+                          [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
+                           reason or "", int(backoff_s * 1000), max_attempts,
+                           max(1, int(outcome_ttl_s * 1000)), self.channel])
+        status = reply[0]
+        if status == "done":
+            return Outcome.from_dict(json.loads(reply[1]))
+        if status == "released":
+            return None
+        if status == "unknown":
+            raise exc.NotFound(f"Job {uuid} not found to {action.value}")
+        if status == "unclaimed":
+            raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
+        if status == "lost":
+            raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
+                                f" superseded by claim {reply[1]} of {reply[2]}")
+        raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned by"
+                             f" {who} (it is owned by {reply[1]})")
+
+    def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
+        """Back on the board from the trash or dead letter, attempts reset."""
+        keys = self._job_keys(uuid)
+        reply = self._run("REQUEUE", [self._key("listings"), self._key("trash"),
+                                      self._key("dead"), keys["state"], keys["outcome"]],
+                          [uuid, self.channel])
+        if reply[0] != "ok":
+            raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
+        found = self.get(uuid)
+        if found is None:
+            raise exc.NotFound(f"Job {uuid} vanished right after being requeued")
+        return found
+
+    def register_entity(self, entity: dict[str, Any], ttl_s: float) -> None:
+        """SET <ns>:entity:<name> to the entity's JSON for ``ttl_s``."""
+        with redis_client.translated(self._where):
+            self._client.set(self._key("entity", entity["name"]), json.dumps(entity),
+                             px=max(1, int(ttl_s * 1000)))
+
+
+class RedisJobBoard(board.LeasedJobBoard):
+    """A jobboard on Redis with leased, fenced claims (see the module docstring).
+
+    ``client`` may be an existing ``redis.Redis`` (decode_responses=True; not
+    closed by the board); ``persistence`` is where logbooks are loaded from.
+    """
+
+    def __init__(self, name: str, conf: dict[str, Any], client: redis.Redis | None = None,
+                 persistence: Any = None) -> None:
+        namespace = conf.get("namespace", DEFAULT_NAMESPACE)
+        if isinstance(namespace, bytes):
+            namespace = namespace.decode("utf-8")
+        where = safe_url(conf["url"]) if conf.get("url") else (
+            f"{conf.get('host', 'localhost')}:{conf.get('port', 6379)}")
+        store = RedisStore(client if client is not None else redis_client.make_client(conf),
+                           str(namespace), where, owns_client=client is None)
+        super().__init__(name, conf, store, persistence=persistence)
+
+    @property
+    def namespace(self) -> str:
+        """The prefix of every key this board uses."""
+        return self._store._ns  # type: ignore[attr-defined]

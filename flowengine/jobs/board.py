@@ -1,0 +1,330 @@
+"""The jobboard every flowengine backend shares: TaskFlow's API over a :class:`BoardStore`.
+
+Leases, fencing, attempts, dead letter, outcomes and blocking waits are
+implemented here once; a backend only provides the store (see
+:mod:`flowengine.jobs.store`). Configuration keys (beyond the backend's own):
+``lease_s``, ``max_attempts``, ``backoff_s``, ``backoff_max_s``,
+``outcome_ttl_s`` (:mod:`flowengine.jobs.policy`) and ``mask_details``
+(:mod:`flowengine.jobs.masking`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flowengine import exceptions as exc
+from flowengine import states
+from flowengine.jobs import base, lease, masking, policy, records
+from flowengine.jobs import job as job_mod
+from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind
+from flowengine.jobs.waker import Waker
+
+__all__ = ["LeasedJobBoard"]
+
+LOG = logging.getLogger(__name__)
+
+#: How long a registered entity (a conductor) stays listed without re-registering.
+ENTITY_TTL_S = 3600.0
+_Job = job_mod.BoardJob
+
+
+class LeasedJobBoard(base.NotifyingJobBoard):
+    """A jobboard whose claims are fenced leases (see :mod:`flowengine.jobs.base`).
+
+    ``persistence`` is the backend jobs' logbooks are loaded from. Operations
+    on a board that is not connected raise JobFailure; an unreachable server
+    raises BoardUnavailable.
+    """
+
+    def __init__(self, name: str, conf: dict[str, Any], store: BoardStore,
+                 persistence: Any = None) -> None:
+        super().__init__(name, conf)
+        self._store = store
+        self._persistence = persistence
+        self.policy = policy.BoardPolicy.from_conf(conf)
+        self.masked = masking.masker(conf.get("mask_details"))
+        self._waker = Waker()
+        self._lost_handlers: dict[str, list[Callable[[Any], None]]] = {}
+        self._claimed: dict[str, _Job] = {}
+        self._lock = threading.Lock()
+        self._keeper = lease.LeaseKeeper(lambda held, s: self._store.renew(held, s),
+                                         self.policy.lease_s,
+                                         self.policy.renew_every_s, self._on_lost, name)
+
+    # Connection.
+
+    @property
+    def connected(self) -> bool:
+        """Whether the board is connected."""
+        return self._store.connected
+
+    def connect(self) -> None:
+        """Connect (reconnect) to the server and start receiving its events."""
+        self._store.close()
+        self._store.connect()
+        self._store.subscribe(self._on_event)
+
+    def close(self) -> None:
+        """Stop renewing leases (they run out on the server) and disconnect."""
+        self._keeper.stop()
+        self._store.close()
+        self._waker.notify()  # waiters re-check and see the board closed
+
+    def _store_op(self) -> BoardStore:
+        if not self._store.connected:
+            raise exc.JobFailure(f"Jobboard {self.name!r} is not connected (call connect())")
+        return self._store
+
+    # Events.
+
+    def _on_event(self, event: BoardEvent) -> None:
+        self._waker.notify()
+        if event.kind is EventKind.POSTED and event.uuid:
+            self.notifier.notify(base.POSTED, {"job_uuid": event.uuid})
+        elif event.kind is EventKind.DONE and event.uuid:
+            with self._lock:
+                job = self._claimed.get(event.uuid)
+            self.notifier.notify(base.REMOVAL, {"job": job, "job_uuid": event.uuid,
+                                                "outcome": event.outcome})
+
+    @property
+    def change_seq(self) -> int:
+        """A counter of board events seen; pass it to :meth:`wait_for_change`."""
+        return self._waker.seq
+
+    def wait_for_change(self, seen: int, timeout: float | None) -> bool:
+        """Block until an event arrives after ``seen`` (True) or ``timeout`` s (False)."""
+        return self._waker.wait(seen, timeout)
+
+    def wake(self) -> None:
+        """Wake every waiter of this board object now (e.g. a conductor's stop)."""
+        self._waker.notify()
+
+    # Reading.
+
+    def _job(self, record: records.JobRecord) -> _Job:
+        return _Job(self, record, backend=self._persistence)
+
+    def _fetch_jobs(self, ensure_fresh: bool = False) -> list[_Job]:
+        return sorted(self._job(r) for r in self._store_op().listing())
+
+    def iterjobs(self, only_unclaimed: bool = False,
+                 ensure_fresh: bool = False) -> base.JobBoardIterator:
+        """Listed jobs, most urgent then oldest first (each state re-read as you go)."""
+        return base.JobBoardIterator(self, LOG, board_fetch_func=self._fetch_jobs,
+                                     only_unclaimed=only_unclaimed, ensure_fresh=ensure_fresh)
+
+    def listing(self) -> list[_Job]:
+        """Listed jobs with the state they had when read (one round trip, no re-reads)."""
+        return self._fetch_jobs()
+
+    def wait(self, timeout: float | None = None) -> base.JobBoardIterator:
+        """Block until jobs are listed: an iterator over them (NotFound after ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seen = self._waker.seq
+            jobs = self._fetch_jobs()
+            if jobs:
+                return base.JobBoardIterator(self, LOG,
+                                             board_fetch_func=lambda _jobs=jobs, **_: _jobs)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise exc.NotFound(f"Expired waiting for jobs to arrive; waited {timeout} s")
+            self._waker.wait(seen, left)
+
+    @property
+    def job_count(self) -> int:
+        """How many jobs are listed now."""
+        return self._store_op().count()
+
+    def get_job(self, uuid: str) -> _Job:
+        """The job ``uuid`` wherever it is (listed, trash, dead letter); NotFound if unknown."""
+        record = self._store_op().get(uuid)
+        if record is None:
+            raise exc.NotFound(f"No job {uuid} on board {self.name!r}")
+        return self._job(record)
+
+    def job_state(self, job: base.Job) -> str:
+        """UNCLAIMED / CLAIMED while listed, COMPLETE once it left the board."""
+        record = self._store_op().get(job.uuid)
+        if record is None or record.where != records.LISTED:
+            return states.COMPLETE
+        return states.CLAIMED if record.leased else states.UNCLAIMED
+
+    def find_owner(self, job: base.Job) -> str | None:
+        """Who holds a live claim on the job; None if nobody (or the job is gone)."""
+        record = self._store_op().get(job.uuid)
+        if record is None or record.where != records.LISTED or not record.leased:
+            return None
+        return record.owner
+
+    def outcome(self, job: base.Job | str) -> records.Outcome | None:
+        """How the job ended, or None while it is listed (or its outcome expired)."""
+        return self._store_op().outcome(job if isinstance(job, str) else job.uuid)
+
+    def wait_for_outcome(self, job: base.Job | str,
+                         timeout: float | None = None) -> records.Outcome | None:
+        """Block until the job has an outcome (returned) or ``timeout`` s (None)."""
+        uuid = job if isinstance(job, str) else job.uuid
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            seen = self._waker.seq
+            found = self.outcome(uuid)
+            if found is not None:
+                return found
+            if self._store.get(uuid) is None:
+                return None  # unknown, or finished so long ago its outcome expired
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            self._waker.wait(seen, left)
+
+    def lease_remaining(self, job: base.Job) -> float | None:
+        """Seconds until the job's current lease ends (None if not leased)."""
+        return self._store_op().lease_remaining(job.uuid)
+
+    # Posting and claiming.
+
+    def post(self, name: str, book: Any = None, details: dict[str, Any] | None = None,
+             priority: Any = base.JobPriority.NORMAL) -> _Job:
+        """Post a job (details must be JSON-serialisable); returns it."""
+        from flowengine.persistence import models
+
+        prio = base.JobPriority.convert(priority).value
+        posting = records.new_posting(models.generate_uuid(), name, details, book, prio)
+        records.encode_posting(posting)  # JobFailure now, before anything is stored
+        record = self._store_op().post(posting, self.policy.max_attempts)
+        LOG.debug("Posted job %s (%s) on board %s: %s", record.uuid, name, self.name,
+                  self.masked(details or {}))
+        return _Job(self, record, backend=self._persistence, book=book)
+
+    @base.check_who
+    def claim(self, job: base.Job, who: str, expiry: float | None = None) -> None:
+        """Claim ``job`` for ``who`` under a lease and a fresh fencing token.
+
+        Without ``expiry`` the lease is ``lease_s`` and this board's keeper
+        renews it until consume/abandon/trash; with ``expiry`` (seconds, as
+        TaskFlow's Redis board) it simply runs out unless ``extend_expiry``
+        is called. UnclaimableJob if held, backing off or dead-lettered;
+        NotFound if the job is not on the board.
+        """
+        if expiry is not None and not float(expiry) > 0:
+            raise ValueError(f"Provided expiry must be greater than zero, not {expiry!r}")
+        lease_s = self.policy.lease_s if expiry is None else float(expiry)
+        claim = self._store_op().claim(job.uuid, who, lease_s, self.policy.max_attempts,
+                                       self.policy.outcome_ttl_s)
+        if isinstance(job, _Job):
+            job._claimed(claim)
+        with self._lock:
+            if isinstance(job, _Job):
+                self._claimed[job.uuid] = job
+        if expiry is None:
+            self._keeper.hold(job.uuid, claim.token)
+        LOG.debug("Job %s claimed by %s (token %d, attempt %d)", job.uuid, who, claim.token,
+                  claim.attempts)
+
+    def extend_lease(self, job: base.Job, expiry: float) -> bool:
+        """Set the job's claim to end ``expiry`` s from now; False if it is lost."""
+        return self._store_op().extend_lease(job.uuid, self._token_of(job), float(expiry))
+
+    def on_claim_lost(self, job: base.Job, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(job)`` (keeper thread) if the job's lease turns out lost."""
+        with self._lock:
+            self._lost_handlers.setdefault(job.uuid, []).append(callback)
+
+    def _on_lost(self, uuid: str, token: int) -> None:
+        with self._lock:
+            job = self._claimed.pop(uuid, None)
+            handlers = self._lost_handlers.pop(uuid, [])
+        LOG.warning("Lost the claim on job %s (token %d): its lease ran out and it was"
+                    " claimed again; its engine stops and its writes are refused", uuid, token)
+        if job is not None:
+            job.lost.set()
+        for handler in handlers:
+            handler(job)
+
+    def held_jobs(self) -> list[_Job]:
+        """The jobs this board object holds claims on (renewed by its keeper)."""
+        held = self._keeper.held()
+        with self._lock:
+            return [j for u, j in self._claimed.items() if u in held]
+
+    # Finishing (fenced).
+
+    def _token_of(self, job: base.Job) -> int:
+        token = getattr(job, "token", 0)
+        if not token:
+            record = self._store_op().get(job.uuid)
+            token = record.token if record is not None else 0
+        return token
+
+    def _finish(self, job: base.Job, who: str, action: Action,
+                **kwargs: Any) -> records.Outcome | None:
+        token = self._token_of(job)
+        try:
+            done = self._store_op().finish(job.uuid, who, token, action,
+                                           max_attempts=self.policy.max_attempts,
+                                           outcome_ttl_s=self.policy.outcome_ttl_s, **kwargs)
+        except (exc.ClaimLost, exc.NotFound):
+            self._forget(job.uuid, token)  # not ours any more: stop renewing it
+            raise
+        self._forget(job.uuid, token)
+        return done
+
+    def _forget(self, uuid: str, token: int) -> None:
+        self._keeper.release(uuid, token)
+        with self._lock:
+            self._lost_handlers.pop(uuid, None)
+            self._claimed.pop(uuid, None)
+
+    @base.check_who
+    def consume(self, job: base.Job, who: str, outcome: str = records.SUCCEEDED,
+                reason: str | None = None) -> None:
+        """Remove the claimed job, recording ``outcome``; ClaimLost if superseded."""
+        if outcome not in (records.SUCCEEDED, records.REVERTED, records.FAILED):
+            raise ValueError(f"A consumed job's outcome is succeeded, reverted or failed,"
+                             f" not {outcome!r}")
+        self._finish(job, who, Action.CONSUME, outcome=outcome, reason=reason)
+
+    @base.check_who
+    def abandon(self, job: base.Job, who: str, failed: bool = False,
+                reason: str | None = None) -> records.Outcome | None:
+        """Give the claimed job back; ``failed=True`` counts the attempt and backs off.
+
+        After a failed last attempt the job goes to the dead letter: its
+        Outcome (DEAD) is returned then, None otherwise. ClaimLost if
+        superseded, NotFound if it is not claimed.
+        """
+        if not failed:
+            return self._finish(job, who, Action.ABANDON, reason=reason)
+        attempt = getattr(job, "attempt", 0) or 1
+        return self._finish(job, who, Action.FAIL, reason=reason,
+                            backoff_s=self.policy.backoff_for(attempt))
+
+    @base.check_who
+    def trash(self, job: base.Job, who: str, reason: str | None = None) -> None:
+        """Move the claimed job to the trash (outcome trashed); ClaimLost if superseded."""
+        self._finish(job, who, Action.TRASH, outcome=records.TRASHED, reason=reason)
+
+    # Trash and dead letter.
+
+    def dead_letters(self) -> list[_Job]:
+        """Jobs given up after ``max_attempts`` claims."""
+        return sorted(self._job(r) for r in self._store_op().parked(records.IN_DEAD_LETTER))
+
+    def trashed(self) -> list[_Job]:
+        """Jobs in the trash."""
+        return sorted(self._job(r) for r in self._store_op().parked(records.IN_TRASH))
+
+    def requeue(self, job: base.Job | str) -> _Job:
+        """Post a dead-lettered or trashed job again (same uuid, attempts reset)."""
+        uuid = job if isinstance(job, str) else job.uuid
+        return self._job(self._store_op().requeue(uuid, self.policy.max_attempts))
+
+    def register_entity(self, entity: Any) -> None:
+        """Record an entity (conductor) as using this board, for ENTITY_TTL_S."""
+        self._store_op().register_entity(entity.to_dict(), ENTITY_TTL_S)

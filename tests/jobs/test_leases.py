@@ -1,0 +1,141 @@
+"""Leases and fencing on every board kind: claims expire, tokens grow, stale ones are refused."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from flowengine import exceptions as exc
+from flowengine import states
+
+#: Short leases so the tests wait little; still 10x a loopback round trip.
+LEASE_S = 0.5
+WAIT_S = 10.0
+
+
+def _wait_for(check, timeout_s: float = WAIT_S) -> bool:
+    """Bounded wait for a condition that only the passing of time can bring."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _die(board) -> None:
+    """Simulate the claimer's death: its keeper stops renewing, nothing is given back."""
+    board._keeper.stop()
+
+
+def test_the_keeper_keeps_a_claim_alive(boards):
+    # Given a job claimed on a board with a short lease
+    board = boards.make(lease_s=LEASE_S)
+    job = board.post("test")
+    board.claim(job, "me")
+    # When several leases' worth of time passes
+    time.sleep(4 * LEASE_S)
+    # Then the keeper renewed it: still ours
+    assert job.state == states.CLAIMED and board.find_owner(job) == "me"
+
+
+def test_a_dead_claimers_lease_runs_out(boards):
+    # Given a job claimed by a board that then dies
+    dead = boards.make(lease_s=LEASE_S)
+    job = dead.post("test")
+    dead.claim(job, "dead")
+    _die(dead)
+    # Then within the lease (plus slack) the job is claimable again
+    rival = boards.make(lease_s=LEASE_S)
+    assert _wait_for(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert rival.find_owner(job) is None
+
+
+def test_explicit_expiry_is_not_renewed(boards):
+    # TaskFlow's Redis board: claim(..., expiry=s) simply runs out
+    board = boards.make()
+    job = board.post("test")
+    board.claim(job, "me", expiry=LEASE_S)
+    remaining = job.expires_in()
+    assert remaining is not None and 0 < remaining <= LEASE_S
+    assert _wait_for(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert job.expires_in() is None
+
+
+def test_extend_expiry(boards):
+    board = boards.make()
+    job = board.post("test")
+    board.claim(job, "me", expiry=LEASE_S)
+    assert job.extend_expiry(30.0)
+    assert job.expires_in() > LEASE_S
+
+
+def test_tokens_grow_with_every_claim_on_the_board(boards):
+    board = boards.make()
+    first, second = board.post("a"), board.post("b")
+    board.claim(first, "me")
+    board.claim(second, "me")
+    board.abandon(first, "me")
+    token_before = first.token
+    board.claim(first, "me")
+    assert second.token > token_before and first.token > second.token
+
+
+def test_reclaim_fences_out_the_old_claimer(boards):
+    # Given a claimer paused past its lease and another that claimed the job since
+    old = boards.make(lease_s=LEASE_S)
+    job = old.post("test")
+    old.claim(job, "old")
+    _die(old)
+    new = boards.make(lease_s=LEASE_S)
+    assert _wait_for(lambda: new.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    theirs = new.get_job(job.uuid)
+    new.claim(theirs, "new")
+    assert theirs.token > job.token
+    # When the old claimer wakes up, every finishing move is refused
+    for finish in (old.consume, old.abandon, old.trash):
+        with pytest.raises(exc.ClaimLost):
+            finish(job, "old")
+    # Even under the new owner's name: the token decides, not the name
+    with pytest.raises(exc.ClaimLost):
+        old.consume(job, "new")
+    # And the new owner consumes it exactly once
+    new.consume(theirs, "new")
+    assert job.outcome.who == "new" and job.outcome.token == theirs.token
+
+
+def test_a_lapsed_lease_nobody_took_is_taken_back(boards):
+    # Given a claim whose renewals stopped long enough for its lease to lapse
+    board = boards.make(lease_s=LEASE_S)
+    job = board.post("test")
+    board.claim(job, "me", expiry=LEASE_S)
+    assert _wait_for(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
+    # When its holder renews it before anyone claimed it
+    assert job.extend_expiry(30.0)
+    # Then it holds again, and it may still consume
+    assert job.state == states.CLAIMED
+    board.consume(job, "me")
+    assert job.outcome.outcome == "succeeded"
+
+
+def test_the_keeper_reports_a_lost_lease(boards):
+    # Given a board holding a claim whose renewals are cut off (partition)
+    board = boards.make(lease_s=LEASE_S)
+    job = board.post("test")
+    lost = []
+    board.claim(job, "me")
+    board.on_claim_lost(job, lost.append)
+    store = board._store
+    renew = store.renew
+    store.renew = lambda held, lease_s: (_ for _ in ()).throw(
+        exc.BoardUnavailable("cut off"))
+    # When another board claims it after the lease ran out
+    rival = boards.make(lease_s=LEASE_S)
+    assert _wait_for(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    rival.claim(rival.get_job(job.uuid), "rival")
+    # And the partition heals
+    store.renew = renew
+    # Then the keeper learns the lease is gone and says so
+    assert _wait_for(lambda: job.lost.is_set(), 3 * LEASE_S + 2)
+    assert lost == [job]
