@@ -29,7 +29,7 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     jobs = p.add_subparsers(dest="jobs_command", required=True)
 
     def common(name: str, help_text: str) -> argparse.ArgumentParser:
-        q = jobs.add_parser(name, help=help_text)
+        q: argparse.ArgumentParser = jobs.add_parser(name, help=help_text)
         q.add_argument("--board", required=True, metavar="URL", help="jobboard URL")
         q.add_argument("--board-name", default="flowengine", help="jobboard name")
         q.add_argument("--board-option", dest="board_options", default=[], action="append",

@@ -247,7 +247,7 @@ class JobBoardIterator:
         self._fetch = board_fetch_func
         self._remove = board_removal_func
         self._fetched = False
-        self._jobs: collections.deque = collections.deque()
+        self._jobs: collections.deque[Job] = collections.deque()
         self.only_unclaimed = only_unclaimed
         self.ensure_fresh = ensure_fresh
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import datetime
 import functools
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowengine.jobs import base, records
+
+if TYPE_CHECKING:  # the board module imports this one
+    from flowengine.jobs.board import LeasedJobBoard
 
 __all__ = ["BoardJob"]
 
@@ -31,12 +34,13 @@ class BoardJob(base.Job):
     ``lost`` (an Event set when the keeper learns the lease is gone).
     """
 
-    def __init__(self, board: Any, record: records.JobRecord, backend: Any = None,
+    def __init__(self, board: LeasedJobBoard, record: records.JobRecord, backend: Any = None,
                  book: Any = None) -> None:
         posting = record.posting
         super().__init__(board, posting["name"], uuid=posting["uuid"],
                          details=posting.get("details") or {}, backend=backend,
                          book=book, book_data=posting.get("book"))
+        self._leased = board
         self._record = record
         self._priority = base.JobPriority.convert(posting.get("priority", "NORMAL"))
         self._token = record.token
@@ -58,7 +62,7 @@ class BoardJob(base.Job):
     @property
     def state(self) -> str:
         """UNCLAIMED, CLAIMED or COMPLETE (read now; JobFailure if unreachable)."""
-        return self._board.job_state(self)
+        return self._leased.job_state(self)
 
     @property
     def priority(self) -> base.JobPriority:
@@ -90,7 +94,7 @@ class BoardJob(base.Job):
     @property
     def outcome(self) -> records.Outcome | None:
         """How the job ended (read now), or None while it is on the board."""
-        return self._board.outcome(self)
+        return self._leased.outcome(self)
 
     def _claimed(self, claim: records.Claim) -> None:
         self._token = claim.token
@@ -104,15 +108,15 @@ class BoardJob(base.Job):
         NOTIFY...), not by polling; TaskFlow's delay arguments are accepted
         and ignored.
         """
-        return self._board.wait_for_outcome(self, timeout) is not None
+        return self._leased.wait_for_outcome(self, timeout) is not None
 
     def expires_in(self) -> float | None:
         """Seconds until the current claim's lease ends; None if not leased."""
-        return self._board.lease_remaining(self)
+        return self._leased.lease_remaining(self)
 
     def extend_expiry(self, expiry: float) -> bool:
         """Set this object's claim to expire ``expiry`` s from now; False if it is lost."""
-        return self._board.extend_lease(self, expiry)
+        return self._leased.extend_lease(self, expiry)
 
     # Ordering (TaskFlow sorts jobs) and identity.
 
@@ -124,13 +128,13 @@ class BoardJob(base.Job):
     def __eq__(self, other: Any) -> bool:
         if not isinstance(other, BoardJob):
             return NotImplemented
-        return (self._board.name, self.uuid) == (other._board.name, other.uuid)
+        return (self._leased.name, self.uuid) == (other._board.name, other.uuid)
 
     def __hash__(self) -> int:
-        return hash((self._board.name, self.uuid))
+        return hash((self._leased.name, self.uuid))
 
     def __str__(self) -> str:
         return (f"{type(self).__name__}: {self.name} (priority={self.priority}, uuid="
-                f"{self.uuid}, details={self._board.masked(self.details)})")
+                f"{self.uuid}, details={self._leased.masked(self.details)})")
 
     __repr__ = __str__

@@ -84,4 +84,5 @@ class BoardPolicy:
         """Seconds to wait before claiming a job that failed its ``attempts``-th attempt."""
         if attempts < 1 or self.backoff_s <= 0:
             return 0.0
-        return min(self.backoff_s * 2 ** min(attempts - 1, 32), self.backoff_max_s)
+        doubling = 2.0 ** min(attempts - 1, 32)
+        return min(self.backoff_s * doubling, self.backoff_max_s)

@@ -115,7 +115,7 @@ class JobRecord:
     @property
     def uuid(self) -> str:
         """The job's uuid."""
-        return self.posting["uuid"]
+        return str(self.posting["uuid"])
 
     @property
     def sequence(self) -> int:

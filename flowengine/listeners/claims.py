@@ -61,7 +61,7 @@ class CheckingClaimListener(base.Listener):
             job_owner = self._board.find_owner(self._job)
         except (exceptions.NotFound, exceptions.JobFailure):
             return True
-        return job_state == states.UNCLAIMED or self._owner != job_owner
+        return bool(job_state == states.UNCLAIMED or self._owner != job_owner)
 
     def _claim_checker(self, state: str, details: Any) -> None:
         if not self._has_been_lost():

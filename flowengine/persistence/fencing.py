@@ -31,10 +31,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from flowengine import exceptions as exc
 from flowengine.persistence import base, models
+
+if TYPE_CHECKING:  # path_based builds PathFencedConnection
+    from flowengine.persistence.path_based import PathBasedConnection
+
+_T = TypeVar("_T")
 
 __all__ = ["FENCES_DIR", "Fence", "FencedBackend", "PathFencedConnection", "supports_fencing"]
 
@@ -57,6 +62,20 @@ class Fence:
                                 f" the job while paused or cut off)")
 
 
+class FencingBackend(Protocol):
+    """A backend that can check a fence atomically with its writes."""
+
+    def fenced_connection(self, fence: Fence) -> base.Connection:
+        """A connection whose writes are refused once ``fence`` is superseded."""
+
+
+def _root_of(conn: PathBasedConnection) -> str:
+    path = conn.backend.path
+    if path is None:  # path-based backends refuse to be built without one
+        raise exc.StorageFailure("a path-based backend without a base path cannot fence")
+    return path
+
+
 def supports_fencing(backend: Any) -> bool:
     """Whether ``backend`` can check a fence atomically with its writes."""
     return callable(getattr(backend, "fenced_connection", None))
@@ -74,6 +93,7 @@ class FencedBackend(base.Backend):
             raise TypeError(f"{type(backend).__name__} cannot fence writes")
         super().__init__(backend.conf)
         self._backend = backend
+        self._fencing: FencingBackend = backend  # type: ignore[assignment]  # checked above
         self.fence = fence
 
     @property
@@ -83,7 +103,7 @@ class FencedBackend(base.Backend):
 
     def get_connection(self) -> base.Connection:
         """A connection whose writes check the fence atomically."""
-        return self._backend.fenced_connection(self.fence)  # type: ignore[attr-defined]
+        return self._fencing.fenced_connection(self.fence)
 
     def advance(self) -> None:
         """Raise the stored fence to our token (FencedOut if a newer claim is there)."""
@@ -100,10 +120,11 @@ class PathFencedConnection(base.Connection):
     ``conn`` must hold an exclusive, re-entrant lock in ``_transaction()``.
     """
 
-    def __init__(self, conn: Any, fence: Fence) -> None:
+    def __init__(self, conn: PathBasedConnection, fence: Fence) -> None:
         self._conn = conn
         self._fence = fence
-        self._path = conn._join_path(conn.backend.path, FENCES_DIR, fence.name)
+        self._root = _root_of(conn)
+        self._path = conn._join_path(self._root, FENCES_DIR, fence.name)
 
     @property
     def backend(self) -> base.Backend:
@@ -127,10 +148,10 @@ class PathFencedConnection(base.Connection):
     def advance_fence(self) -> None:
         """Raise the fence to our token, atomically (FencedOut if it is above)."""
         with self._fenced() as txn:
-            self._conn._ensure_path(self._conn._join_path(self._conn.backend.path, FENCES_DIR))
+            self._conn._ensure_path(self._conn._join_path(self._root, FENCES_DIR))
             self._conn._set_item(self._path, {"token": self._fence.token}, txn)
 
-    def _write(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _write(self, method: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         with self._fenced():
             return method(*args, **kwargs)
 

@@ -62,6 +62,10 @@ class Running:
     lost_reported: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def given_up(self) -> bool:
+        """True once the job was released (stop) or its claim lost (set by other threads)."""
+        return self.released or self.lost
+
 
 def _suspend(engine: Any, job: Any, why: str) -> None:
     if engine is None:
@@ -95,7 +99,7 @@ def run_job(conductor: Any, run: Running) -> Decision:
         return Decision(NOTHING, reason=str(e), lost=True)
     with run.lock:
         run.engine = engine
-        if run.released or run.lost:
+        if run.given_up():
             return Decision(NOTHING, reason="released before the engine started")
     details = {"job": job, "engine": engine, "conductor": conductor}
     no_consume = conductor.NO_CONSUME_EXCEPTIONS
@@ -110,7 +114,7 @@ def run_job(conductor: Any, run: Running) -> Decision:
                 stage()
                 conductor.notifier.notify(f"{name}_end", details)
         except excp.WrappedFailure as e:
-            if run.lost or run.released:
+            if run.given_up():
                 return Decision(NOTHING, reason=str(e))
             if all(f.check(*no_consume) for f in e):
                 log.warning("Job execution failed (consumption being skipped): %s [%s"
@@ -120,21 +124,21 @@ def run_job(conductor: Any, run: Running) -> Decision:
                         job, len(e))
             return _consume(engine, str(e))
         except no_consume as e:
-            if run.lost or run.released or isinstance(e, excp.FencedOut):
+            if run.given_up() or isinstance(e, excp.FencedOut):
                 return Decision(NOTHING, reason=str(e),
                                 lost=run.lost or isinstance(e, excp.FencedOut))
             log.warning("Job execution failed (consumption being skipped): %s", job,
                         exc_info=True)
             return Decision(FAIL, reason=f"{type(e).__name__}: {e}")
         except Exception as e:
-            if run.lost or run.released:
+            if run.given_up():
                 return Decision(NOTHING, reason=str(e))
             log.warning("Job execution failed (consumption proceeding): %s", job,
                         exc_info=True)
             return _consume(engine, f"{type(e).__name__}: {e}")
     if engine.storage.get_flow_state() == states.SUSPENDED:
         log.info("Job execution was suspended: %s", job)
-        return Decision(NOTHING if (run.released or run.lost) else ABANDON)
+        return Decision(NOTHING if run.given_up() else ABANDON)
     log.info("Job completed successfully: %s", job)
     return _consume(engine)
 

@@ -44,7 +44,12 @@ EVENT_BLOCK_S = 5.0
 class RedisStore(BoardStore):
     """A :class:`BoardStore` on one Redis server (see the module docstring)."""
 
-    def __init__(self, client: redis.Redis, namespace: str, where: str,
+    @property
+    def namespace(self) -> str:
+        """The prefix of every key of this board."""
+        return self._ns
+
+    def __init__(self, client: redis.Redis[str], namespace: str, where: str,
                  owns_client: bool = True) -> None:
         self._client = client
         self._ns = namespace
@@ -90,7 +95,8 @@ class RedisStore(BoardStore):
         if not self._scripts:
             raise exc.JobFailure("The Redis jobboard is not connected (call connect())")
         with redis_client.translated(self._where):
-            return self._scripts[name](keys=keys, args=args)
+            reply: list[Any] = self._scripts[name](keys=keys, args=args)
+            return reply
 
     # Events.
 
@@ -308,11 +314,11 @@ class RedisStore(BoardStore):
 class RedisJobBoard(board.LeasedJobBoard):
     """A jobboard on Redis with leased, fenced claims (see the module docstring).
 
-    ``client`` may be an existing ``redis.Redis`` (decode_responses=True; not
+    ``client`` may be an existing ``redis.Redis[str]`` (decode_responses=True; not
     closed by the board); ``persistence`` is where logbooks are loaded from.
     """
 
-    def __init__(self, name: str, conf: dict[str, Any], client: redis.Redis | None = None,
+    def __init__(self, name: str, conf: dict[str, Any], client: redis.Redis[str] | None = None,
                  persistence: Any = None) -> None:
         namespace = conf.get("namespace", DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):
@@ -322,8 +328,9 @@ class RedisJobBoard(board.LeasedJobBoard):
         store = RedisStore(client if client is not None else redis_client.make_client(conf),
                            str(namespace), where, owns_client=client is None)
         super().__init__(name, conf, store, persistence=persistence)
+        self._namespace = store.namespace
 
     @property
     def namespace(self) -> str:
         """The prefix of every key this board uses."""
-        return self._store._ns  # type: ignore[attr-defined]
+        return self._namespace

@@ -223,7 +223,7 @@ class SQLStore(BoardStore):
             now, row = self._now(conn), self._row(conn, uuid)
         if row is None or row.owner is None or (row.lease_until or 0) <= now:
             return None
-        return row.lease_until - now
+        return float(row.lease_until) - now
 
     # Changing.
 

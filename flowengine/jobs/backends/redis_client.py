@@ -31,7 +31,7 @@ _TRANSFERS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
 )
 
 
-def make_client(conf: dict[str, Any]) -> redis.Redis:
+def make_client(conf: dict[str, Any]) -> redis.Redis[str]:
     """A Redis client from a board conf (URL in ``url``, or TaskFlow's keys)."""
     kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S,
                               "socket_connect_timeout": SOCKET_TIMEOUT_S,
@@ -42,8 +42,8 @@ def make_client(conf: dict[str, Any]) -> redis.Redis:
             kwargs[key] = convert(conf[key])
     if url:
         bare = parse.urlsplit(url)._replace(query="", fragment="").geturl()
-        return redis.Redis.from_url(bare, **kwargs)
-    return redis.Redis(**kwargs)
+        return redis.Redis[str].from_url(bare, **kwargs)
+    return redis.Redis[str](**kwargs)
 
 
 @contextlib.contextmanager

@@ -7,8 +7,8 @@ Revises: 0003
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import mysql
 from alembic import op
+from sqlalchemy.dialects import mysql
 
 #: JSON documents: LONGTEXT on MySQL/MariaDB (TEXT stops at 64 KiB), as in 0002.
 _DOCUMENT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
