@@ -314,7 +314,7 @@ class RedisStore(BoardStore):
 class RedisJobBoard(board.LeasedJobBoard):
     """A jobboard on Redis with leased, fenced claims (see the module docstring).
 
-    ``client`` may be an existing ``redis.Redis[str]`` (decode_responses=True; not
+    ``client`` may be an existing ``redis.Redis`` (decode_responses=True; not
     closed by the board); ``persistence`` is where logbooks are loaded from.
     """
 

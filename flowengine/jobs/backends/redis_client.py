@@ -42,8 +42,8 @@ def make_client(conf: dict[str, Any]) -> redis.Redis[str]:
             kwargs[key] = convert(conf[key])
     if url:
         bare = parse.urlsplit(url)._replace(query="", fragment="").geturl()
-        return redis.Redis[str].from_url(bare, **kwargs)
-    return redis.Redis[str](**kwargs)
+        return redis.Redis.from_url(bare, **kwargs)
+    return redis.Redis(**kwargs)
 
 
 @contextlib.contextmanager
