@@ -22,9 +22,7 @@ allow raises InvalidState.
 from __future__ import annotations
 
 import logging
-import select
 import signal
-import socket
 import threading
 import time
 import types
@@ -36,6 +34,7 @@ from automaton import machines
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.wire.machine import make_an_event
 from flowengine.engines.worker_based.worker_side.server import Server
+from flowengine.engines.worker_based.worker_side.waker import Waker
 from flowengine.engines.worker_based.worker_side.worker import Worker
 
 LOG = logging.getLogger(__name__)
@@ -110,41 +109,6 @@ def _name(signum: int | None) -> str:
         return f"signal {signum}"
 
 
-class _Waker:
-    """Wakes the main thread from a wait, also for a signal another thread received.
-
-    CPython runs signal handlers in the main thread, but the kernel may
-    deliver a signal to any thread: a main thread blocked on a lock would
-    then sleep through it. Waiting in select() on a socket that is also the
-    signal wakeup fd always returns, so the handler runs.
-    """
-
-    def __init__(self) -> None:
-        self._read, self._write = socket.socketpair()
-        self._read.setblocking(False)
-        self._write.setblocking(False)
-
-    def install(self) -> None:
-        """Make every signal wake the waiter (call from the main thread)."""
-        signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
-
-    def wake(self) -> None:
-        """Wake the waiter (from any thread)."""
-        try:
-            self._write.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # a full buffer already wakes it
-
-    def wait(self, timeout: float | None) -> None:
-        """Block until woken (or ``timeout`` seconds), then forget the wake-ups."""
-        select.select([self._read], [], [], timeout)
-        try:
-            while self._read.recv(4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-
 class Shutdown:
     """Runs a worker until a signal, then shuts it down warm (then cold on a second one).
 
@@ -158,7 +122,7 @@ class Shutdown:
         self._run_kwargs = run_kwargs or {"display_banner": False}
         # Re-entrant: the signal handler takes it on the main thread.
         self._lock = threading.RLock()
-        self._waker = _Waker()
+        self._waker = Waker()
         self._requests = 0
         self._first: tuple[int | None, float] | None = None
         self._drained = False
