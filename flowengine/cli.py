@@ -186,7 +186,7 @@ def run_worker(args: argparse.Namespace) -> int:
                         soft_time_limit=args.soft_time_limit, time_limit=args.time_limit,
                         durable=args.durable, secret=_read_secret_file(args.secret_file),
                         heartbeat_interval=args.heartbeat_interval,
-                        compat=args.compat,  # mixed fleets with TaskFlow (H12)
+                        compat=args.compat,  # mixed fleets with TaskFlow
                         events=args.events)
     # SIGINT/SIGTERM: warm shutdown; a second one: cold (see shutdown.py).
     stopper = shutdown.Shutdown(worker, display_banner=True, banner_writer=_print_banner)

@@ -1,4 +1,4 @@
-"""`flowengine worker` processes serving outage_tasks.Mark for the H10c fault tests."""
+"""`flowengine worker` processes serving outage_tasks.Mark for the broker outage fault tests."""
 
 from __future__ import annotations
 

@@ -200,3 +200,29 @@ def test_the_same_signal_twice_at_once_counts_once_another_one_means_cold():
     stopper.request(signal.SIGINT)
     # Then a cold shutdown is asked for
     assert stopper.requests == 2
+
+
+def test_the_shutdown_machine_is_frozen_and_says_every_move():
+    from automaton import exceptions as automaton_exc
+
+    from flowengine.engines.worker_based.worker_side import shutdown
+
+    assert set(shutdown.TRANSITIONS.items()) == {
+        ((shutdown.SERVING, "on_warm"), shutdown.WARM),
+        ((shutdown.WARM, "on_stopped"), shutdown.STOPPED),
+        ((shutdown.WARM, "on_cold"), shutdown.COLD),
+        ((shutdown.COLD, "on_stopped"), shutdown.STOPPED),
+    }
+    with pytest.raises(automaton_exc.FrozenMachine):
+        shutdown.MACHINE.add_state("paused")
+
+
+def test_a_cold_shutdown_before_the_warm_one_is_refused_naming_both_states():
+    from flowengine.engines.worker_based.worker_side import shutdown
+
+    # Given a worker still serving (no worker needed: the move is refused first)
+    stopper = shutdown.Shutdown(worker=None)
+    # When asked to stop cold at once, then it refuses and stays where it is
+    with pytest.raises(exc.InvalidState, match="from serving to cold"):
+        stopper.cold()
+    assert stopper.state == shutdown.SERVING

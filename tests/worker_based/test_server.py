@@ -13,7 +13,6 @@ import worker_tasks as wt
 from wire_helpers import Client, RawSender, conn_kwargs, running_worker
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.worker_side import replier
 from flowengine.types import failure as ft
 
 TOPIC = "calc"
@@ -290,16 +289,6 @@ def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served
     assert client.wait_for(lambda: client.states("dup-2").count(pr.SUCCESS) == 2)
     assert answered_duplicate.is_set()
     assert client.states("dup-2") == ["RUNNING", "SUCCESS", "SUCCESS"]
-
-
-def test_periodic_reannounce(served):
-    client, worker = served
-    server = worker.server
-    count = len([1 for _d, h in client.notifies if h.get(pr.HEADER_WORKER_ID)])
-    server._last_announce -= replier.ANNOUNCE_PERIOD_S + 1
-    server._beat_wake.set()  # the heartbeat thread re-announces when due
-    assert client.wait_for(lambda: len(
-        [1 for _d, h in client.notifies if h.get(pr.HEADER_WORKER_ID)]) > count)
 
 
 # --- a batch of bad messages, then good requests ---

@@ -226,7 +226,7 @@ def test_worker_events_are_signed_with_the_worker_keyring():
     exchange = unique()
     with running_worker(exchange, "t", [event_tasks.Step], events=True, secret=KEY,
                         **MEMORY) as worker:
-        assert worker.server._events.publisher.keyring is not None
+        assert worker.server.events.publisher.keyring is not None
         # When a receiver holding the key listens while the worker works
         with _Listening(exchange, secret=KEY) as seen:
             engine = engines.load(linear_flow.Flow("one").add(event_tasks.Step("s")),

@@ -32,8 +32,6 @@ from flowengine.engines.worker_based.events.channel import events_exchange_name
 from flowengine.engines.worker_based.events.model import (
     EVENT_TYPES,
     FLOW_EVENTS,
-    HEADER_CREATED,
-    HEADER_ENQUEUED,
     STANDARD_FIELDS,
     TASK_EVENTS,
     TERMINAL_TASK_EVENTS,
@@ -46,6 +44,10 @@ from flowengine.engines.worker_based.events.model import (
 )
 from flowengine.engines.worker_based.events.publisher import EventPublisher
 from flowengine.engines.worker_based.events.receiver import EventReceiver
+
+# The request headers carrying RQ-style timings (epoch seconds) to the
+# worker: named with the other headers, in the wire package.
+from flowengine.engines.worker_based.wire.names import HEADER_CREATED, HEADER_ENQUEUED
 
 __all__ = [
     "EVENT_TYPES", "FLOW_EVENTS", "HEADER_CREATED", "HEADER_ENQUEUED", "STANDARD_FIELDS",

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 
-import kombu
+from kombu.connection import Connection
+from kombu.entity import Exchange
 
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
@@ -26,23 +27,24 @@ def events_exchange_name(exchange: str) -> str:
     return exchange + EVENTS_EXCHANGE_SUFFIX
 
 
-def connection(broker: BrokerSettings) -> kombu.Connection:
+def connection(broker: BrokerSettings) -> Connection:
     """A kombu connection to ``broker`` (not yet connected) for the event stream.
 
     Without AMQP heartbeats: event connections are driven by no loop that
     would send them, so a negotiated heartbeat would only get an idle
     publisher disconnected.
     """
-    return broker.connection(heartbeat=0)
+    conn: Connection = broker.connection(heartbeat=0)
+    return conn
 
 
-def exchange(exchange_name: str) -> kombu.Exchange:
+def exchange(exchange_name: str) -> Exchange:
     """The fanout, non-durable events exchange for task exchange ``exchange_name``."""
-    return kombu.Exchange(events_exchange_name(exchange_name), type="fanout", durable=False,
+    return Exchange(events_exchange_name(exchange_name), type="fanout", durable=False,
                           auto_delete=False, delivery_mode="transient")
 
 
-def release(conn: kombu.Connection) -> None:
+def release(conn: Connection) -> None:
     """Release ``conn``, ignoring errors: a broken connection has nothing left to close."""
     try:
         conn.release()

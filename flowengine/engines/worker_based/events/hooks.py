@@ -18,10 +18,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flowengine import states
+from flowengine.engines.base import Engine
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import model
 from flowengine.engines.worker_based.events.publisher import EventPublisher
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.wire.headers import Headers
 
 #: Whether workers and engines publish events when not told: off, because
 #: publishing costs a broker write per event (see doc/source/events.rst for
@@ -94,26 +96,28 @@ class WorkerEvents:
             self._worker("worker-offline")
             self.publisher.close()
 
-    def received(self, task_uuid: str, work: pr.WorkUnit, headers: Mapping[str, Any]) -> None:
+    def received(self, task_uuid: str, work: pr.WorkUnit, headers: Headers) -> None:
         """A valid request was accepted and is about to be submitted."""
         if not self.enabled:
             return
         fields = {"uuid": task_uuid, "name": work.task_name, "task_cls": work.task_cls,
-                  "action": work.action, "root_id": headers.get(pr.HEADER_ROOT_ID),
-                  "attempt": headers.get(pr.HEADER_ATTEMPT, 0), **self._base}
-        fields.update(model.request_timings(headers))
+                  "action": work.action, **self._request_fields(headers), **self._base}
         with self._lock:
             self._requests[task_uuid] = _Request(fields)
         self.publisher.send("task-received", **fields)
 
-    def expired(self, task_uuid: str, data: Mapping[str, Any],
-                headers: Mapping[str, Any]) -> None:
+    def expired(self, task_uuid: str, task_name: str | None, headers: Headers) -> None:
         """A request arrived after its deadline and was dropped unrun."""
         if self.enabled:
-            self.publisher.send("task-expired", uuid=task_uuid, name=data.get("task_name"),
-                                root_id=headers.get(pr.HEADER_ROOT_ID),
-                                attempt=headers.get(pr.HEADER_ATTEMPT, 0),
-                                **model.request_timings(headers), **self._base)
+            self.publisher.send("task-expired", uuid=task_uuid, name=task_name,
+                                **self._request_fields(headers), **self._base)
+
+    @staticmethod
+    def _request_fields(headers: Headers) -> dict[str, Any]:
+        """What a request's headers say in its events: trace id, attempt, timings."""
+        return {"root_id": headers.root_id,
+                "attempt": 0 if headers.attempt is None else headers.attempt,
+                **model.request_timings(headers)}
 
     def forget(self, task_uuid: str) -> None:
         """A received request will not run here (refused after task-received)."""
@@ -175,7 +179,7 @@ class FlowEvents:
         self.publisher = publisher
         self.root_id: str | None = None
         # Retries of each controller in the current run (its events' attempt).
-        self._retries: dict[str, int] = {}
+        self._retries: dict[str | None, int] = {}
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], exchange: str) -> FlowEvents:
@@ -196,7 +200,7 @@ class FlowEvents:
             enabled=enabled, secret=broker.keyring, broker=broker)
         return cls(publisher)
 
-    def attach(self, engine: Any) -> None:
+    def attach(self, engine: Engine) -> None:
         """Listen to ``engine``'s flow and atom notifications."""
         if not self.publisher.enabled:
             return
@@ -220,7 +224,7 @@ class FlowEvents:
         if state == states.RETRYING:
             # The atom's uuid is the uuid of its requests (a retried atom is
             # requested again under it), so a view can follow it as a request.
-            atom_uuid = details.get("retry_uuid") or details.get("atom_uuid")
+            atom_uuid: str | None = details.get("retry_uuid") or details.get("atom_uuid")
             attempt = self._retries[atom_uuid] = self._retries.get(atom_uuid, 0) + 1
             self.publisher.send("task-retried", uuid=atom_uuid, retry_uuid=atom_uuid,
                                 name=details.get("retry_name") or details.get("atom_name"),

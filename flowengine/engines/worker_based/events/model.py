@@ -14,6 +14,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from flowengine.engines.worker_based.wire.headers import Headers
+from flowengine.engines.worker_based.wire.names import HEADER_CREATED, HEADER_ENQUEUED
+
 #: Seconds between worker-heartbeat events: often enough for a live view to
 #: tell a silent worker from a dead one within a few seconds.
 HEARTBEAT_PERIOD_S = 2.0
@@ -27,10 +30,6 @@ EVENT_TYPES = WORKER_EVENTS + TASK_EVENTS + FLOW_EVENTS
 
 #: Task event types after which a request sends nothing more.
 TERMINAL_TASK_EVENTS = ("task-succeeded", "task-failed", "task-expired")
-
-#: Request headers carrying RQ-style timings (epoch seconds) to the worker.
-HEADER_CREATED = "created"
-HEADER_ENQUEUED = "enqueued"
 
 #: Standard fields every event has.
 STANDARD_FIELDS = ("type", "hostname", "pid", "clock", "timestamp", "utcoffset")
@@ -81,12 +80,9 @@ class LamportClock:
             return self._value
 
 
-def request_timings(headers: Mapping[str, Any], started: float | None = None,
-                    ended: float | None = None) -> dict[str, Any]:
-    """RQ-style timings of a request (epoch seconds; absent ones omitted)."""
-    timings = {"created": headers.get(HEADER_CREATED),
-               "enqueued": headers.get(HEADER_ENQUEUED),
-               "started": started, "ended": ended}
+def request_timings(headers: Headers) -> dict[str, float]:
+    """RQ-style timings of a request from its headers (epoch seconds; absent ones omitted)."""
+    timings = {"created": headers.created, "enqueued": headers.enqueued}
     return {k: v for k, v in timings.items() if v is not None}
 
 

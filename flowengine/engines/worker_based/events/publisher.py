@@ -18,7 +18,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import kombu
+from kombu.connection import Connection
+from kombu.messaging import Producer
 
 from flowengine.engines.worker_based.events import channel
 from flowengine.engines.worker_based.events import signing as event_signing
@@ -72,7 +73,9 @@ class EventPublisher:
             raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
                              "transport/transport_options, not both")
         self._broker = broker
-        self._buffer: queue.Queue[Any] = queue.Queue(buffer_size)
+        # Events, flush() markers, and None: the thread's signal to end.
+        self._buffer: queue.Queue[dict[str, Any] | threading.Event | None] = queue.Queue(
+            buffer_size)
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -148,7 +151,8 @@ class EventPublisher:
 
     def _publish_loop(self) -> None:
         """Take events from the buffer and publish them until close()."""
-        conn = producer = None
+        conn: Connection | None = None
+        producer: Producer | None = None
         exchange = channel.exchange(self._exchange_name)
         keyring = self.keyring
         while True:
@@ -161,8 +165,7 @@ class EventPublisher:
             try:
                 if producer is None:
                     conn = channel.connection(self._broker)
-                    producer = kombu.Producer(conn.channel(), exchange=exchange,
-                                              auto_declare=True)
+                    producer = Producer(conn.channel(), exchange=exchange, auto_declare=True)
                 body = json.dumps(event).encode("utf-8")
                 # Signed here, on the publishing thread: send() stays as cheap
                 # with a key as without one.

@@ -17,8 +17,9 @@ import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import kombu
 from kombu.connection import Connection
+from kombu.entity import Queue
+from kombu.message import Message
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.events import channel
@@ -98,16 +99,16 @@ class EventReceiver:
     def run(self, limit: int | None = None) -> int:
         """Consume until stop() (or ``limit`` events); return how many were handled."""
         exchange = channel.exchange(self._exchange_name)
-        bounded = kombu.Queue(self._queue_name, exchange=exchange, routing_key="#",
-                              durable=False, auto_delete=True,
-                              queue_arguments={"x-max-length": RECEIVER_QUEUE_MAX_LENGTH,
-                                               "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
+        bounded = Queue(self._queue_name, exchange=exchange, routing_key="#",
+                        durable=False, auto_delete=True,
+                        queue_arguments={"x-max-length": RECEIVER_QUEUE_MAX_LENGTH,
+                                         "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
         handled = itertools.count()
         count = 0
         conn: Connection | None = None
         keyring = self.keyring  # read once: checking it costs nothing per event when None
 
-        def on_message(message: Any) -> None:
+        def on_message(message: Message) -> None:
             nonlocal count
             message.ack()
             if keyring is not None:
@@ -184,7 +185,7 @@ def decode(body: Any) -> Iterator[dict[str, Any]]:
             LOG.warning("Ignored a malformed event: %.100r", item)
 
 
-def forget_queue(conn: kombu.Connection, bound: kombu.Queue) -> None:
+def forget_queue(conn: Connection, bound: Queue) -> None:
     """Delete a receiver's queue, so publishers stop filling it.
 
     Deleting also removes the queue's binding (on the filesystem transport

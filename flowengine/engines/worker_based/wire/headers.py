@@ -10,6 +10,7 @@ can refuse the request with the reason. Nothing here raises.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,12 @@ __all__ = ["Headers"]
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def _epoch(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def _count(value: Any) -> int | None:
@@ -53,6 +60,10 @@ class Headers:
     parent_id: str | None = None
     #: A worker's goodbye announcement.
     leaving: bool = False
+    #: When the engine created the request, and published this dispatch of
+    #: it (epoch s; the worker's events report them).
+    created: float | None = None
+    enqueued: float | None = None
     #: Why a header that matters could not be read (empty: all fine).
     problems: tuple[str, ...] = ()
 
@@ -76,6 +87,8 @@ class Headers:
                    root_id=_text(raw.get(names.HEADER_ROOT_ID)),
                    parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
                    leaving=bool(raw.get(names.HEADER_LEAVING)),
+                   created=_epoch(raw.get(names.HEADER_CREATED)),
+                   enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
                    problems=tuple(problems))
 
     @property

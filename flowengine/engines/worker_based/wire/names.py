@@ -80,6 +80,8 @@ HEADER_ORIGIN = "origin"  # "hostname:pid" of the sender
 HEADER_TIMELIMIT = "timelimit"  # [soft, hard] seconds, or null
 HEADER_WORKER_ID = "worker_id"  # unique id of the worker process that sent it
 HEADER_LEAVING = "leaving"  # True on a worker's goodbye announcement
+HEADER_CREATED = "created"  # epoch seconds the engine created the request (timings)
+HEADER_ENQUEUED = "enqueued"  # epoch seconds this dispatch was published (timings)
 HEADER_NAMES = (HEADER_EXPIRES, HEADER_ATTEMPT, HEADER_ROOT_ID, HEADER_PARENT_ID,
                 HEADER_ORIGIN, HEADER_TIMELIMIT, HEADER_WORKER_ID, HEADER_LEAVING)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -78,7 +79,8 @@ class Endpoint:
                 _quietly(task.post_revert)
 
 
-def _listening(task: task_mod.BaseTask, callback: ProgressCallback | None) -> Any:
+def _listening(task: task_mod.BaseTask, callback: ProgressCallback | None
+               ) -> contextlib.AbstractContextManager[None]:
     """Context manager: ``callback`` hears every event the task notifies while it runs.
 
     Progress and any other ``self.notifier.notify(event, details)`` of the

@@ -25,12 +25,15 @@ import select
 import signal
 import threading
 import time
+import types
 from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire import timelimits as tl
 from flowengine.engines.worker_based.worker_side import timelimits as thread_limits
+from flowengine.engines.worker_based.worker_side.endpoint import Endpoint, ProgressCallback
+from flowengine.task import BaseTask
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -68,11 +71,11 @@ def _outcome_message(result: Any) -> dict[str, Any]:
     return message
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
+def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
     raise exc.SoftTimeLimitExceeded()
 
 
-def _child_main(fd: int, endpoint: Any, task: Any, work: pr.WorkUnit,
+def _child_main(fd: int, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
                 limits: tl.TimeLimits) -> None:
     """Body of the forked child: run the task, report over ``fd``, never return."""
     status = 0
@@ -127,12 +130,13 @@ class ProcessRunner:
         with self._lock:
             return list(self._children)
 
-    def run(self, endpoint: Any, task: Any, work: pr.WorkUnit, progress: Any,
-            limits: tl.TimeLimits, what: str) -> Any:
+    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
+            progress: ProgressCallback | None, limits: tl.TimeLimits, what: str) -> Any:
         """Fork, run the body in the child, relay its events; result or Failure."""
         read_fd, write_fd = os.pipe()
         with self._lock:
-            if self._cold:
+            refused = self._cold  # a local: self._cold changes under other threads
+            if refused:
                 os.close(read_fd)
                 os.close(write_fd)
                 return ft.Failure.from_exception(exc.WorkerShutdown(
@@ -170,7 +174,8 @@ class ProcessRunner:
             return ft.Failure.from_dict(outcome["failure"])
         return outcome.get("result")
 
-    def _relay(self, fd: int, pid: int, progress: Any, limits: tl.TimeLimits, what: str
+    def _relay(self, fd: int, pid: int, progress: ProgressCallback | None,
+               limits: tl.TimeLimits, what: str
                ) -> tuple[dict[str, Any] | None, bool]:
         """Read the child's lines until EOF or the hard limit: (outcome or None, timed out)."""
         deadline = None if limits.hard is None else time.monotonic() + limits.hard

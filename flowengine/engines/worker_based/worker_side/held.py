@@ -5,15 +5,30 @@ task's uuid for its execute and its revert, and a Retry executes the same
 task uuid again under a new submission. A duplicate delivery of a key the
 worker holds (queued or running) or finished within ``keep_s`` is answered
 from here, never run again.
+
+Each held request moves through a small machine (declared with automaton,
+frozen, read once into :data:`TRANSITIONS`), and only :class:`RequestMemory`
+moves it, under its lock: QUEUED (taken, waiting for a thread) to RUNNING to
+ANSWERED (its outcome is being sent: no heartbeat may follow), or QUEUED to
+ANSWERED when a cold shutdown gives it back before a thread started it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
 from typing import Any, NamedTuple
+
+from automaton import machines
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.wire import names
+from flowengine.engines.worker_based.wire.machine import make_an_event
+
+LOG = logging.getLogger(__name__)
 
 #: Finished requests remembered at most (oldest forgotten first): enough for
 #: minutes of a busy worker's output, small enough to stay a few MB.
@@ -27,17 +42,52 @@ FINISHED_KEEP_S = 600.0
 #: remembered as "finished" without its result (see Verdict.FINISHED).
 MAX_KEPT_OUTCOME_BYTES = 64 * 1024
 
+#: Longest single wait (s) of a thread waiting for room (see
+#: :meth:`RequestMemory.wait_until_at_most`): it re-checks its give-up event
+#: at least this often even if nobody wakes it.
+ROOM_WAIT_SLICE_S = 0.5
+
 Key = tuple[str, str, "str | None"]
 
-# Where a held request is.
-QUEUED = "PENDING"
-RUNNING = "RUNNING"
+# Where a held request is. QUEUED carries the wire name PENDING: it is the
+# state a heartbeat of a queued request repeats to its executor.
+QUEUED = names.PENDING
+RUNNING = names.RUNNING
 #: Its outcome is being (or was) sent: no heartbeat may follow it.
 ANSWERED = "ANSWERED"
 
 
+def build_held_machine(freeze: bool = True) -> machines.FiniteMachine:
+    """Build the state machine of a request a worker holds."""
+    m = machines.FiniteMachine()
+    m.add_state(QUEUED)
+    m.add_state(RUNNING)
+    m.add_state(ANSWERED, terminal=True)
+    # Taken (acknowledged), waiting for one of the pool's threads.
+    m.default_start_state = QUEUED
+    # A thread started it.
+    m.add_transition(QUEUED, RUNNING, make_an_event(RUNNING))
+    # Its outcome is being sent (or it expired while it waited for the thread).
+    m.add_transition(RUNNING, ANSWERED, make_an_event(ANSWERED))
+    # A cold shutdown gave it back before any thread started it.
+    m.add_transition(QUEUED, ANSWERED, make_an_event(ANSWERED))
+    if freeze:
+        m.freeze()
+    return m
+
+
+# Built once: held requests move through a (state, event) -> state table
+# read off the frozen machine, as requests on the executor side do.
+MACHINE = build_held_machine()
+TRANSITIONS: dict[tuple[str, str], str] = {(s, e): t for s, e, t in MACHINE}
+
+
 class Held:
-    """One request this worker holds: where to reply, which attempt, whether started."""
+    """One request this worker holds: where to reply, which attempt, where it is.
+
+    Its ``state`` is moved by :class:`RequestMemory` only (see
+    :meth:`RequestMemory.start` and :meth:`RequestMemory.answer`).
+    """
 
     __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires", "outcome")
 
@@ -47,12 +97,30 @@ class Held:
         self.reply_to = reply_to
         self.attempt = attempt
         self.expires = expires
-        self.state = QUEUED
+        self.state = QUEUED  # the machine's start state
         #: Whether PENDING heartbeats may be sent (a flowengine executor asked).
         self.announced = announced
         #: The reply body being sent once ANSWERED: a duplicate arriving
         #: before the request moves to the finished ones is answered with it.
         self.outcome: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Held {self.key[0]} ({self.key[1]}) {self.state}>"
+
+    def transition(self, new_state: str) -> bool:
+        """Move to ``new_state``: True if moved, False if already there.
+
+        Raises InvalidState for a move the machine does not allow (a bug
+        in the caller: nothing a peer sends can cause one).
+        """
+        if self.state == new_state:
+            return False
+        target = TRANSITIONS.get((self.state, make_an_event(new_state)))
+        if target is None:
+            raise exc.InvalidState(f"Held request {self.key[0]} ({self.key[1]}) cannot move"
+                                   f" from {self.state} to {new_state}")
+        self.state = target
+        return True
 
 
 class Finished(NamedTuple):
@@ -75,12 +143,16 @@ NEW, HELD, FINISHED, STALE = "new", "held", "finished", "stale"
 
 
 class RequestMemory:
-    """Requests held (queued/running) and finished recently; thread-safe."""
+    """Requests held (queued/running) and finished recently; thread-safe.
+
+    Also where a thread waits for room (fewer requests held): every request
+    that stops being held wakes it.
+    """
 
     def __init__(self, max_finished: int = FINISHED_MAX_ENTRIES,
                  keep_s: float = FINISHED_KEEP_S,
                  max_outcome_bytes: int = MAX_KEPT_OUTCOME_BYTES) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._held: dict[Key, Held] = {}
         self._finished: OrderedDict[Key, Finished] = OrderedDict()
         self._max_finished = max_finished
@@ -115,17 +187,41 @@ class RequestMemory:
             return Verdict(NEW, held=held)
 
     def start(self, key: Key) -> Held | None:
-        """Mark a held request as running; its current Held (None if forgotten)."""
+        """Mark a held request RUNNING; its Held, or None when it must not start.
+
+        None when it is no longer held, or was already answered (a cold
+        shutdown gave it back while it waited for this thread).
+        """
         with self._lock:
             held = self._held.get(key)
-            if held is not None:
-                held.state = RUNNING
+            if held is None:
+                return None
+            if held.state == ANSWERED:
+                LOG.info("Request %s (%s) was given back before a thread could start it;"
+                         " not starting it", key[0], key[1])
+                return None
+            held.transition(RUNNING)
             return held
+
+    def answer(self, held: Held, outcome: dict[str, Any] | None = None) -> bool:
+        """Mark ``held`` ANSWERED: its outcome (or a give-back) is being sent.
+
+        ``outcome``, the reply body, is kept for duplicates arriving before
+        the request is finished; given again, it replaces the first (an
+        outcome that could not be sent became a FAILURE). False when it was
+        already ANSWERED.
+        """
+        with self._lock:
+            moved = held.transition(ANSWERED)
+            if outcome is not None:
+                held.outcome = outcome
+            return moved
 
     def finish(self, key: Key, outcome: dict[str, Any] | None) -> None:
         """Stop holding ``key``; remember its outcome body when it has a submission id."""
         with self._lock:
             self._held.pop(key, None)
+            self._lock.notify_all()
             if key[2] is None or self._max_finished <= 0:
                 return  # no submission id: a later request may be a Retry's re-run
             size = 0
@@ -145,6 +241,21 @@ class RequestMemory:
         """Stop holding ``key`` without remembering it (it never ran)."""
         with self._lock:
             self._held.pop(key, None)
+            self._lock.notify_all()
+
+    def wait_until_at_most(self, count: int, give_up: threading.Event) -> None:
+        """Block while more than ``count`` requests are held, or until ``give_up`` is set.
+
+        Whoever sets ``give_up`` calls :meth:`wake_waiters` so the wait ends at once.
+        """
+        with self._lock:
+            while len(self._held) > count and not give_up.is_set():
+                self._lock.wait(ROOM_WAIT_SLICE_S)
+
+    def wake_waiters(self) -> None:
+        """Wake every thread in :meth:`wait_until_at_most` to check again."""
+        with self._lock:
+            self._lock.notify_all()
 
     def held(self) -> list[Held]:
         """A snapshot of the requests held now."""

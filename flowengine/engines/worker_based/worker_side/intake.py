@@ -1,14 +1,18 @@
 """How a worker takes in messages: checks, duplicates, acknowledgement, hand-over.
 
-A mixin of Server (server.py), which provides the attributes listed on the
-class and ``_run``; runs on the consume loop's thread. Nothing a message
+:class:`Intake` holds the consume loop's handlers. Nothing a message
 contains can make a worker run anything but its endpoints; bad input is
-answered with a FAILURE naming the cause when a reply address is known.
+answered with a FAILURE naming the cause when a reply address is known. A
+request message is acknowledged (see :mod:`..messaging.delivery`) only once
+this worker answers for it, then handed to the :class:`~.performer.Performer`;
+while more than ``capacity`` requests are held the loop waits for room.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -16,55 +20,62 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging import compat as compat_mod
-from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.messaging import dispatcher
+from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held as rm
-from flowengine.engines.worker_based.worker_side.replier import StoredResponse
+from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
+from flowengine.engines.worker_based.worker_side.performer import Job, Performer
+from flowengine.engines.worker_based.worker_side.replier import Replier
 
 LOG = logging.getLogger(__name__)
 
-#: Longest single wait (s) of a consume loop waiting for room: it re-checks
-#: stop() at least this often.
-ROOM_WAIT_SLICE_S = 0.5
 
+class Intake:
+    """Takes NOTIFYs and requests off a worker's consume loop (its thread only).
 
-def attempt_of(headers: Mapping[str, Any]) -> int | None:
-    """The ``attempt`` header as an int (None when absent or unusable)."""
-    value = headers.get(pr.HEADER_ATTEMPT)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return None
-    return value
-
-
-def request_id_of(headers: Mapping[str, Any]) -> str | None:
-    """The ``request_id`` header (None when absent or unusable)."""
-    value = headers.get(lv.HEADER_REQUEST_ID)
-    return value if isinstance(value, str) and value else None
-
-
-class IntakeMixin:
-    """Taking requests and NOTIFYs off the consume loop for a Server.
-
-    Expects: _worker_id, _topic, _tasks, _endpoints, _proxy, _memory,
-    _events, _executor, _room, _capacity, _stopping, _answer_lock, _run and
-    the RepliesMixin methods.
+    Serves ``endpoints`` (task class name -> Endpoint); remembers what it
+    holds in ``memory``; answers through ``replier``; hands each request it
+    takes to ``performer``; and takes no new message while more than
+    ``capacity`` requests are held (None: unbounded) until :meth:`close`.
     """
 
-    _worker_id: str
-    _topic: str
-    _tasks: list[str]
-    _endpoints: dict[str, Any]
-    _proxy: Any
-    _memory: rm.RequestMemory
-    _events: Any
-    _executor: Any
-    _room: Any
-    _capacity: int | None
-    _stopping: Any
-    _answer_lock: Any
+    def __init__(self, endpoints: Mapping[str, Endpoint], memory: rm.RequestMemory,
+                 replier: Replier, performer: Performer, capacity: int | None) -> None:
+        self._endpoints = dict(endpoints)
+        self._memory = memory
+        self._replier = replier
+        self._performer = performer
+        self._capacity = capacity
+        self._identity = replier.identity
+        self._closed = threading.Event()
 
-    def _on_reject(self, message: Any, reason: str) -> None:
+    def handlers(self) -> dict[str, dispatcher.Handler]:
+        """The worker queues' handlers by message type, with their validators."""
+        return {
+            pr.NOTIFY: dispatcher.Handler(
+                self.process_notify,
+                validator=functools.partial(pr.Notify.validate, response=False),
+                required_properties=("reply_to",)),
+            # A request is acknowledged once this worker answers for it (see
+            # _take), not when it arrives.
+            pr.REQUEST: dispatcher.Handler(
+                self.process_request, validator=pr.Request.validate,
+                required_properties=("reply_to", "correlation_id"), settles=True),
+        }
+
+    def open(self) -> None:
+        """Wait for room again when at capacity (after :meth:`close`)."""
+        self._closed.clear()
+
+    def close(self) -> None:
+        """Stop waiting for room: the consume loop must be free to end."""
+        self._closed.set()
+        self._memory.wake_waiters()
+
+    def reject(self, message: Delivery, reason: str) -> None:
         """Answer a refused request with FAILURE when we know where and for what."""
-        props = message.properties or {}
+        props = message.properties
         reply_to, task_uuid = props.get("reply_to"), props.get("correlation_id")
         if not reply_to or not task_uuid:
             return
@@ -72,68 +83,52 @@ class IntakeMixin:
         # bounce failures at each other forever.
         if props.get("type") in (pr.NOTIFY, pr.RESPONSE):
             return
-        error = exc.InvalidFormat(f"Worker {self._worker_id} (topic {self._topic!r})"
-                                  f" rejected request {task_uuid}: {reason}")
-        self._reply_failure(reply_to, task_uuid, error, attempt_of(message.headers or {}))
+        error = exc.InvalidFormat(f"Worker {self._identity.worker_id} (topic"
+                                  f" {self._identity.topic!r}) rejected request {task_uuid}:"
+                                  f" {reason}")
+        self._replier.reply_failure(reply_to, task_uuid, error,
+                                    Headers.parse(message.headers).attempt)
 
-    def _process_notify(self, data: Any, message: Any) -> None:
-        """Answer a NOTIFY request with our topic and tasks (on the consumer thread)."""
-        reply_to = message.properties["reply_to"]
-        try:
-            self._proxy.publish(pr.Notify(topic=self._topic, tasks=self._tasks), reply_to,
-                                correlation_id=message.properties.get("correlation_id"),
-                                headers=self._headers())
-        except Exception:
-            LOG.warning("Failed to answer NOTIFY from %s", reply_to, exc_info=True)
+    def process_notify(self, data: dict[str, Any], message: Delivery) -> None:
+        """Answer a NOTIFY request with our topic and tasks."""
+        self._replier.answer_notify(message.properties["reply_to"],
+                                    message.properties.get("correlation_id"))
 
-    def _drop_expired(self, reply_to: str, task_uuid: str, task_name: Any,
-                      expires: float, attempt: int | None, data: Any,
-                      headers: Mapping[str, Any]) -> None:
-        """Say (log + FAILURE reply) that a request past its ``expires`` is dropped unrun."""
-        late = time.time() - expires
-        LOG.info("Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
-                 " waits for it any more", task_uuid, task_name, late)
-        self._events.expired(task_uuid, data, headers)
-        # Its executor has normally given up already and ignores this reply;
-        # one whose clock runs behind ours learns the outcome sooner.
-        self._reply_failure(reply_to, task_uuid, exc.RequestExpired(
-            f"Worker {self._worker_id} dropped request {task_uuid} for task {task_name!r}"
-            f" unrun: it expired {late:.3f} s before it could start"), attempt)
-
-    def _process_request(self, data: dict[str, Any], message: Any) -> None:
-        """Check a validated request and hand it to the executor; never raises."""
+    def process_request(self, data: dict[str, Any], message: Delivery) -> None:
+        """Check a validated request, take it and hand it to the performer; never raises."""
         props = message.properties
         reply_to, task_uuid = props["reply_to"], props["correlation_id"]
-        headers = message.headers or {}
-        compat_mod.note_request(headers, reply_to, self._worker_id, task_uuid)
-        attempt = attempt_of(headers)
-        try:
-            expires = pr.parse_expires(headers.get(pr.HEADER_EXPIRES))
-        except exc.InvalidFormat as e:
-            self._reply_failure(reply_to, task_uuid, e, attempt)
+        compat_mod.note_request(message.headers, reply_to, self._identity.worker_id,
+                                task_uuid)
+        headers = Headers.parse(message.headers)
+        attempt = headers.attempt
+        if headers.problems:
+            self._replier.reply_failure(reply_to, task_uuid, exc.InvalidFormat(
+                "; ".join(headers.problems)), attempt)
             return
-        if expires is not None and time.time() > expires:
-            self._drop_expired(reply_to, task_uuid, data.get("task_name"), expires, attempt,
-                               data, headers)
+        if headers.expires is not None and time.time() > headers.expires:
+            self._replier.drop_expired(reply_to, task_uuid, data.get("task_name"),
+                                       headers.expires, headers)
             return
         try:
             work = pr.Request.from_dict(data, task_uuid=task_uuid)
         except Exception as e:
-            self._reply_failure(reply_to, task_uuid, exc.InvalidFormat(
+            self._replier.reply_failure(reply_to, task_uuid, exc.InvalidFormat(
                 f"Request {task_uuid} could not be decoded: {e}", cause=e), attempt)
             return
         endpoint = self._endpoints.get(work.task_cls)
         if endpoint is None:
             LOG.warning("Request %s names task class %r, which worker %s does not serve",
-                        task_uuid, work.task_cls, self._worker_id)
-            self._reply_failure(reply_to, task_uuid, exc.UnknownTask(
-                f"Worker {self._worker_id} (topic {self._topic!r}) has no task class"
-                f" {work.task_cls!r}; it serves {self._tasks}"), attempt)
+                        task_uuid, work.task_cls, self._identity.worker_id)
+            self._replier.reply_failure(reply_to, task_uuid, exc.UnknownTask(
+                f"Worker {self._identity.worker_id} (topic {self._identity.topic!r}) has no"
+                f" task class {work.task_cls!r}; it serves {list(self._identity.tasks)}"),
+                attempt)
             return
-        key = (task_uuid, work.action, request_id_of(headers))
+        key = (task_uuid, work.action, headers.request_id)
         # PENDING replies/heartbeats only to flowengine executors (they send
         # 'attempt'); TaskFlow's would log each one as unexpected.
-        verdict = self._memory.admit(key, reply_to, attempt, expires,
+        verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
                                      announced=attempt is not None)
         if verdict.kind != rm.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
@@ -141,29 +136,27 @@ class IntakeMixin:
         try:
             task = endpoint.generate(name=work.task_name)
         except Exception as e:
-            self._finished(key, None)
+            self._memory.forget(key)
             LOG.warning("Could not create task %r of class %s", work.task_name,
                         work.task_cls, exc_info=True)
-            self._reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-                f"Worker {self._worker_id} could not create task {work.task_name!r} of"
-                f" class {work.task_cls}: {e}", cause=e), attempt)
+            self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
+                f"Worker {self._identity.worker_id} could not create task"
+                f" {work.task_name!r} of class {work.task_cls}: {e}", cause=e), attempt)
             return
         if not self._take(message, reply_to, task_uuid, work, attempt):
-            self._finished(key, None)
+            self._memory.forget(key)
             return
-        self._events.received(task_uuid, work, headers)
         try:
-            self._executor.submit(self._run, endpoint, task, work, key, headers)
+            self._performer.submit(Job(endpoint, task, work, key, headers))
         except Exception as e:
-            self._finished(key, None)
-            self._events.forget(task_uuid)
-            self._reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-                f"Worker {self._worker_id} could not schedule request {task_uuid}: {e}",
-                cause=e), attempt)
+            self._memory.forget(key)
+            self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
+                f"Worker {self._identity.worker_id} could not schedule request"
+                f" {task_uuid}: {e}", cause=e), attempt)
             return
         self._wait_for_room()
 
-    def _take(self, message: Any, reply_to: str, task_uuid: str, work: pr.WorkUnit,
+    def _take(self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit,
               attempt: int | None) -> bool:
         """Become the request's holder: acknowledge its message; False if we must not run it.
 
@@ -178,20 +171,18 @@ class IntakeMixin:
         """
         try:
             if attempt is not None:
-                self._proxy.publish(pr.Response(pr.PENDING), reply_to,
-                                    correlation_id=task_uuid,
-                                    headers=self._headers(attempt), settles=message)
+                self._replier.accept(message, reply_to, task_uuid, attempt)
             else:
                 message.ack()
             return True
         except exc.DeliveryNotSettled as e:
             LOG.warning("Request %s (%s of %r) not run by worker %s: %s", task_uuid,
-                        work.action, work.task_name, self._worker_id, e)
+                        work.action, work.task_name, self._identity.worker_id, e)
             return False
         except Exception:
             LOG.error("Request %s (%s of %r) not taken by worker %s: its PENDING reply"
                       " could not be sent; the message goes back to the broker", task_uuid,
-                      work.action, work.task_name, self._worker_id, exc_info=True)
+                      work.action, work.task_name, self._identity.worker_id, exc_info=True)
         message.requeue()
         return False
 
@@ -199,65 +190,41 @@ class IntakeMixin:
                           work: pr.WorkUnit, attempt: int | None) -> None:
         """Answer a request already held or finished here from memory (never run it again)."""
         what = f"{work.action} of {work.task_name!r}"
-        if verdict.kind == rm.STALE:
+        held, done = verdict.held, verdict.finished
+        if verdict.kind == rm.STALE and held is not None:
             LOG.warning("Ignored request %s (%s), attempt %s: attempt %s of it is already"
-                        " held here", task_uuid, what, attempt, verdict.held.attempt)
+                        " held here", task_uuid, what, attempt, held.attempt)
             return
-        if verdict.kind == rm.HELD:
-            held = verdict.held
-            with self._answer_lock:  # its state must not turn ANSWERED meanwhile
-                state, outcome = held.state, held.outcome
-                LOG.warning("Duplicate of request %s (%s, attempt %s): it is already %s here;"
-                            " not running it again", task_uuid, what, attempt,
-                            {rm.RUNNING: "running", rm.ANSWERED: "answered"}.get(state,
-                                                                                "queued"))
-                if state != rm.ANSWERED and (state == rm.RUNNING or attempt is not None):
-                    self._reply(reply_to, task_uuid, state, held.attempt)
+        if verdict.kind == rm.HELD and held is not None:
+            state, outcome = self._replier.repeat_state(held, reply_to, task_uuid,
+                                                        pending_too=attempt is not None)
+            LOG.warning("Duplicate of request %s (%s, attempt %s): it is already %s here;"
+                        " not running it again", task_uuid, what, attempt,
+                        {rm.RUNNING: "running", rm.ANSWERED: "answered"}.get(state, "queued"))
             if state == rm.ANSWERED and outcome is not None:
                 # Its outcome is on its way to the earlier sender; this one
                 # (maybe a newer attempt) gets it too, as from the finished ones.
-                self._send_remembered(outcome, reply_to, task_uuid, attempt)
+                self._replier.send_remembered(outcome, reply_to, task_uuid, attempt)
             return
-        done = verdict.finished
+        if done is None:  # pragma: no cover - admit() returns one of the four verdicts
+            return
         LOG.warning("Duplicate of request %s (%s, attempt %s): it finished here %.1f s ago;"
                     " sending its outcome again, not running it again", task_uuid, what,
                     attempt, time.monotonic() - done.finished_at)
         if done.outcome is not None:
-            self._send_remembered(done.outcome, reply_to, task_uuid, attempt)
+            self._replier.send_remembered(done.outcome, reply_to, task_uuid, attempt)
             return
-        self._reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-            f"Request {task_uuid} ({what}) already ran on worker {self._worker_id}; its"
-            f" outcome ({done.outcome_bytes} bytes) was too large to keep for duplicates"),
-            attempt)
-
-    def _send_remembered(self, outcome: dict[str, Any], reply_to: str, task_uuid: str,
-                         attempt: int | None) -> None:
-        """Send a request's outcome body again, for a duplicate of it."""
-        try:
-            self._proxy.publish(StoredResponse(outcome), reply_to, correlation_id=task_uuid,
-                                headers=self._headers(attempt))
-        except Exception:
-            LOG.error("Failed to send the remembered outcome of request %s to %s",
-                      task_uuid, reply_to, exc_info=True)
+        self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
+            f"Request {task_uuid} ({what}) already ran on worker {self._identity.worker_id};"
+            f" its outcome ({done.outcome_bytes} bytes) was too large to keep for"
+            f" duplicates"), attempt)
 
     def _wait_for_room(self) -> None:
         """Block the consume loop while more than ``capacity`` requests are held.
 
         So at most capacity + 1 are held (the last one taken before the loop
         noticed); NOTIFY requests wait meanwhile, but the heartbeat thread
-        keeps announcing this worker. Returns at once on stop().
+        keeps announcing this worker. Returns at once on close().
         """
-        if self._capacity is None:
-            return
-        with self._room:
-            while len(self._memory) > self._capacity and not self._stopping.is_set():
-                self._room.wait(ROOM_WAIT_SLICE_S)
-
-    def _finished(self, key: rm.Key, outcome: dict[str, Any] | None) -> None:
-        """A held request is answered (or given up): remember it, make room."""
-        if outcome is None:
-            self._memory.forget(key)
-        else:
-            self._memory.finish(key, outcome)
-        with self._room:
-            self._room.notify_all()
+        if self._capacity is not None:
+            self._memory.wait_until_at_most(self._capacity, self._closed)

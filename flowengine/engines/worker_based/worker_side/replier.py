@@ -1,33 +1,44 @@
 """What a worker says to executors: replies, outcomes, heartbeats, announcements.
 
-A mixin of Server (server.py), which provides the attributes listed on the
-class. Heartbeats come from a thread of its own, so neither busy task
-threads nor a consume loop waiting for room can delay them.
+:class:`Replier` publishes every message a worker sends (through its
+proxy) and runs the heartbeat thread. Heartbeats come from a thread of
+their own, so neither busy task threads nor a consume loop waiting for room
+can delay them; its lock keeps the one ordering rule executors rely on: no
+heartbeat of a request is ever sent after that request's outcome.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
 import time
 from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.events.hooks import WorkerEvents
+from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
 
-#: Seconds between repeated announcements (executors forget a worker after
-#: worker_expiry seconds of silence; they are sent by the heartbeat thread,
-#: so a consume loop waiting for room never makes a worker look dead).
-ANNOUNCE_PERIOD_S = pr.NOTIFY_PERIOD_S
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who a worker is to executors: what its announcements and replies say."""
 
-
-def failure_from(error: BaseException) -> ft.Failure:
-    """A Failure for an exception created (not raised) here: no traceback to show."""
-    return ft.Failure.from_exception(error)
+    #: Unique id of the worker (header ``worker_id`` of its messages).
+    worker_id: str
+    #: ``hostname:pid`` (header ``origin``).
+    origin: str
+    #: The topic served.
+    topic: str
+    #: Task class names served, sorted.
+    tasks: tuple[str, ...]
 
 
 class StoredResponse(pr.Message):
@@ -42,76 +53,142 @@ class StoredResponse(pr.Message):
         return self._body
 
 
-class RepliesMixin:
-    """Publishing to executors for a Server.
+class Replier:
+    """Publishes a worker's replies and announcements; heartbeats what it holds.
 
-    Expects: _worker_id, _origin, _interval, _topic, _tasks, _proxy,
-    _memory, _events, _stopping, _beat_wake, _last_announce, _answer_lock.
+    Every publication goes through ``proxy`` with headers naming the worker
+    (``identity``) and its ``heartbeat_interval`` (s), which is also how
+    often each request held in ``memory`` is heartbeated. Announcements are
+    repeated every ``announce_period_s`` (default: as often as executors
+    poll with NOTIFY; they forget a worker after some silence, and the
+    heartbeat thread sends them, so a consume loop waiting for room never
+    makes a worker look dead). Task progress is also told to ``events``. Publishing
+    errors are logged (and reported as False where the caller decides what
+    follows), never raised, except by :meth:`accept`.
     """
 
-    _worker_id: str
-    _origin: str
-    _interval: float
-    _topic: str
-    _tasks: list[str]
-    _proxy: Any
-    _memory: rm.RequestMemory
-    _events: Any
-    _stopping: Any
-    _beat_wake: Any
-    _last_announce: float
-    _answer_lock: Any
+    def __init__(self, proxy: Proxy, memory: rm.RequestMemory, identity: Identity,
+                 heartbeat_interval: float, events: WorkerEvents, *,
+                 announce_period_s: float = pr.NOTIFY_PERIOD_S) -> None:
+        self._proxy = proxy
+        self._memory = memory
+        self._identity = identity
+        self._interval = heartbeat_interval
+        self._events = events
+        self._announce_period_s = announce_period_s
+        # Held while a heartbeat decides and sends, and while a request turns
+        # ANSWERED: a heartbeat goes out before its request's outcome or not at all.
+        self._answer_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._beat_thread: threading.Thread | None = None
+        self._last_announce = time.monotonic()
 
-    def _headers(self, attempt: int | None = None, **extra: Any) -> dict[str, Any]:
-        headers = {pr.HEADER_WORKER_ID: self._worker_id, pr.HEADER_ORIGIN: self._origin,
-                   lv.HEADER_HEARTBEAT: self._interval}
+    @property
+    def identity(self) -> Identity:
+        """Who this worker is to executors."""
+        return self._identity
+
+    def headers(self, attempt: int | None = None, leaving: bool = False) -> dict[str, Any]:
+        """Headers of a message this worker sends (``attempt``: the request's, echoed)."""
+        headers: dict[str, Any] = {pr.HEADER_WORKER_ID: self._identity.worker_id,
+                                   pr.HEADER_ORIGIN: self._identity.origin,
+                                   lv.HEADER_HEARTBEAT: self._interval}
         if attempt is not None:
             headers[pr.HEADER_ATTEMPT] = attempt
-        headers.update(extra)
+        if leaving:
+            headers[pr.HEADER_LEAVING] = True
         return headers
 
-    def _announce(self, leaving: bool = False) -> None:
+    # --- about the worker ---
+
+    def announce(self, leaving: bool = False) -> None:
         """Tell every executor who we are and what we run (or that we leave)."""
-        tasks = [] if leaving else self._tasks
-        headers = self._headers(**({pr.HEADER_LEAVING: True} if leaving else {}))
+        tasks = [] if leaving else list(self._identity.tasks)
         try:
-            self._proxy.publish(pr.Notify(topic=self._topic, tasks=tasks),
-                                pr.ANNOUNCE_ROUTING_KEY, headers=headers)
+            self._proxy.publish(pr.Notify(topic=self._identity.topic, tasks=tasks),
+                                pr.ANNOUNCE_ROUTING_KEY, headers=self.headers(leaving=leaving))
         except Exception:
-            LOG.warning("Worker %s could not announce itself%s", self._worker_id,
+            LOG.warning("Worker %s could not announce itself%s", self._identity.worker_id,
                         " leaving" if leaving else "", exc_info=True)
         self._last_announce = time.monotonic()
 
-    def _reply(self, reply_to: str, task_uuid: str, state: str,
-               attempt: int | None = None, **data: Any) -> bool:
+    def answer_notify(self, reply_to: str, correlation_id: str | None) -> None:
+        """Answer a NOTIFY request with our topic and tasks."""
+        try:
+            self._proxy.publish(pr.Notify(topic=self._identity.topic,
+                                          tasks=list(self._identity.tasks)), reply_to,
+                                correlation_id=correlation_id, headers=self.headers())
+        except Exception:
+            LOG.warning("Failed to answer NOTIFY from %s", reply_to, exc_info=True)
+
+    # --- about a request ---
+
+    def accept(self, delivery: Delivery, reply_to: str, task_uuid: str, attempt: int) -> None:
+        """Tell the executor PENDING, acknowledging ``delivery`` with it.
+
+        Raises DeliveryNotSettled when the acknowledgement failed (do not
+        run the request), and the publishing error when PENDING could not be
+        sent (the delivery is then still unsettled).
+        """
+        self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
+                            headers=self.headers(attempt), settles=delivery)
+
+    def reply(self, reply_to: str, task_uuid: str, state: str,
+              attempt: int | None = None, **data: Any) -> bool:
         """Publish a Response; False (logged) when it could not be sent."""
         try:
             self._proxy.publish(pr.Response(state, **data), reply_to,
-                                correlation_id=task_uuid, headers=self._headers(attempt))
+                                correlation_id=task_uuid, headers=self.headers(attempt))
         except Exception:
             LOG.error("Failed to send %s reply for request %s to %s", state, task_uuid,
                       reply_to, exc_info=True)
             return False
         return True
 
-    def _reply_failure(self, reply_to: str, task_uuid: str, error: BaseException,
-                       attempt: int | None = None) -> bool:
-        """Publish a FAILURE reply describing ``error``."""
-        return self._reply(reply_to, task_uuid, pr.FAILURE, attempt,
-                           result=failure_from(error))
+    def reply_failure(self, reply_to: str, task_uuid: str, error: BaseException,
+                      attempt: int | None = None) -> bool:
+        """Publish a FAILURE reply describing ``error`` (an exception created, not raised)."""
+        return self.reply(reply_to, task_uuid, pr.FAILURE, attempt,
+                          result=ft.Failure.from_exception(error))
 
-    def _send_outcome(self, held: rm.Held, task_uuid: str, work: pr.WorkUnit, state: str,
-                      result: Any) -> dict[str, Any] | None:
+    def drop_expired(self, reply_to: str, task_uuid: str, task_name: str | None,
+                     expires: float, headers: Headers) -> None:
+        """Say (log, event, FAILURE reply) that a request past ``expires`` is dropped unrun."""
+        late = time.time() - expires
+        LOG.info("Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
+                 " waits for it any more", task_uuid, task_name, late)
+        self._events.expired(task_uuid, task_name, headers)
+        # Its executor has normally given up already and ignores this reply;
+        # one whose clock runs behind ours learns the outcome sooner.
+        self.reply_failure(reply_to, task_uuid, exc.RequestExpired(
+            f"Worker {self._identity.worker_id} dropped request {task_uuid} for task"
+            f" {task_name!r} unrun: it expired {late:.3f} s before it could start"),
+            headers.attempt)
+
+    def forward_event(self, held: rm.Held, event_type: str, details: dict[str, Any]) -> None:
+        """Forward a task notification (progress) to the executor as an EVENT."""
+        task_uuid = held.key[0]
+        self._events.progress(task_uuid, event_type, details)
+        try:
+            self._proxy.publish(pr.Response(pr.EVENT, event_type=event_type,
+                                            details=dict(details or {})),
+                                held.reply_to, correlation_id=task_uuid,
+                                headers=self.headers(held.attempt))
+        except Exception:
+            LOG.warning("Failed to send %s event for request %s", event_type, task_uuid,
+                        exc_info=True)
+
+    def send_outcome(self, held: rm.Held, work: pr.WorkUnit, state: str,
+                     result: Any) -> dict[str, Any] | None:
         """Publish SUCCESS/FAILURE; return the body sent (None if nothing was sent).
 
         An unencodable outcome becomes a FAILURE naming why.
         """
-        response = pr.Response(state, result=result)
+        task_uuid = held.key[0]
         try:
-            body = response.to_dict()
-            self._answering(held, body)
-            self._proxy.publish(StoredResponse(body), held.reply_to,
-                                correlation_id=task_uuid, headers=self._headers(held.attempt))
+            body = pr.Response(state, result=result).to_dict()
+            self.answering(held, body)
+            self._send_body(held, body)
             return body
         except exc.SerializationFailure as e:
             what = "result" if state == pr.SUCCESS else "failure"
@@ -123,29 +200,103 @@ class RepliesMixin:
             LOG.error("Failed to send %s reply for request %s to %s", state, task_uuid,
                       held.reply_to, exc_info=True)
             return None
-        body = pr.Response(pr.FAILURE, result=failure_from(error)).to_dict()
-        self._answering(held, body)
+        body = pr.Response(pr.FAILURE, result=ft.Failure.from_exception(error)).to_dict()
+        self.answering(held, body)
         try:
-            self._proxy.publish(StoredResponse(body), held.reply_to,
-                                correlation_id=task_uuid, headers=self._headers(held.attempt))
+            self._send_body(held, body)
         except Exception:
             LOG.error("Failed to send FAILURE reply for request %s to %s", task_uuid,
                       held.reply_to, exc_info=True)
             return None
         return body
 
-    def _on_event(self, held: rm.Held, task_uuid: str, event_type: str,
-                  details: dict[str, Any]) -> None:
-        """Forward a task notification (progress) to the executor as an EVENT."""
-        self._events.progress(task_uuid, event_type, details)
+    def _send_body(self, held: rm.Held, body: dict[str, Any]) -> None:
+        self._proxy.publish(StoredResponse(body), held.reply_to, correlation_id=held.key[0],
+                            headers=self.headers(held.attempt))
+
+    def send_remembered(self, outcome: dict[str, Any], reply_to: str, task_uuid: str,
+                        attempt: int | None) -> None:
+        """Send a request's outcome body again, for a duplicate of it."""
         try:
-            self._proxy.publish(pr.Response(pr.EVENT, event_type=event_type,
-                                            details=dict(details or {})),
-                                held.reply_to, correlation_id=task_uuid,
-                                headers=self._headers(held.attempt))
+            self._proxy.publish(StoredResponse(outcome), reply_to, correlation_id=task_uuid,
+                                headers=self.headers(attempt))
         except Exception:
-            LOG.warning("Failed to send %s event for request %s", event_type, task_uuid,
-                        exc_info=True)
+            LOG.error("Failed to send the remembered outcome of request %s to %s",
+                      task_uuid, reply_to, exc_info=True)
+
+    def repeat_state(self, held: rm.Held, reply_to: str, task_uuid: str,
+                     pending_too: bool) -> tuple[str, dict[str, Any] | None]:
+        """Tell a duplicate's sender where ``held`` is; (its state, its outcome if ANSWERED).
+
+        RUNNING is repeated; QUEUED only when ``pending_too`` (a flowengine
+        executor, which understands PENDING); nothing once ANSWERED (the
+        caller sends the outcome). Under the answer lock, so the state cannot
+        turn ANSWERED between reading it and repeating it.
+        """
+        with self._answer_lock:
+            state, outcome = held.state, held.outcome
+            if state == rm.RUNNING or (state == rm.QUEUED and pending_too):
+                self.reply(reply_to, task_uuid, state, held.attempt)
+        return state, outcome
+
+    def answering(self, held: rm.Held, outcome: dict[str, Any] | None = None) -> None:
+        """``held``'s outcome is about to be sent: no heartbeat for it from now on.
+
+        ``outcome`` (the reply body) is kept for duplicates that arrive before
+        the request is remembered as finished.
+        """
+        with self._answer_lock:
+            self._memory.answer(held, outcome)
+
+    def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
+        """Answer held request ``key`` with FAILURE ``error`` (cold shutdown; attempt kept).
+
+        True when answered (or its own outcome is already on its way), False
+        when it is not held or the FAILURE could not be sent.
+        """
+        for held in self._memory.held():
+            if held.key[:2] == key:
+                with self._answer_lock:
+                    if not self._memory.answer(held):
+                        return True  # its own outcome is on its way
+                return self.reply_failure(held.reply_to, key[0], error, held.attempt)
+        return False
+
+    # --- heartbeats ---
+
+    def send_heartbeats(self) -> int:
+        """Repeat PENDING/RUNNING for every held request now; how many were sent."""
+        sent = 0
+        for held in self._memory.held():
+            # Under the lock answering() takes: a heartbeat is either sent
+            # before the outcome or not at all, never after it.
+            with self._answer_lock:
+                if held.state == rm.ANSWERED:
+                    continue
+                if held.state == rm.RUNNING or held.announced:
+                    self.reply(held.reply_to, held.key[0], held.state, held.attempt)
+                    sent += 1
+        return sent
+
+    def beat(self) -> None:
+        """One round of the heartbeat thread: heartbeats, then an announcement when due."""
+        self.send_heartbeats()
+        if (not self._stopping.is_set()
+                and time.monotonic() - self._last_announce >= self._announce_period_s):
+            self.announce()
+
+    def start(self) -> None:
+        """Start the heartbeat thread (again, after stop()); it runs until stopped and idle."""
+        self._stopping.clear()
+        if self._beat_thread is None or not self._beat_thread.is_alive():
+            self._beat_thread = threading.Thread(
+                target=self._beat_loop, name=f"flowengine-heartbeat-{self._identity.topic}",
+                daemon=True)
+            self._beat_thread.start()
+
+    def stop(self) -> None:
+        """Let the heartbeat thread end once nothing is held (held requests keep beating)."""
+        self._stopping.set()
 
     def _beat_loop(self) -> None:
         """Heartbeat every held request and re-announce, until stopped and idle.
@@ -155,52 +306,9 @@ class RepliesMixin:
         of a task holding the GIL in one C call longer than the bound).
         """
         while not (self._stopping.is_set() and len(self._memory) == 0):
-            self._beat_wake.wait(self._interval)
-            self._beat_wake.clear()
+            time.sleep(self._interval)
             try:
-                self.send_heartbeats()
-                if (not self._stopping.is_set()
-                        and time.monotonic() - self._last_announce >= ANNOUNCE_PERIOD_S):
-                    self._announce()
+                self.beat()
             except Exception:
-                LOG.exception("Heartbeat of worker %s failed; retrying", self._worker_id)
-
-    def send_heartbeats(self) -> int:
-        """Repeat PENDING/RUNNING for every held request now; how many were sent."""
-        sent = 0
-        for held in self._memory.held():
-            # Under the lock _answering takes: a heartbeat is either sent
-            # before the outcome or not at all, never after it.
-            with self._answer_lock:
-                if held.state == rm.ANSWERED:
-                    continue
-                if held.state == rm.RUNNING or held.announced:
-                    self._reply(held.reply_to, held.key[0], held.state, held.attempt)
-                    sent += 1
-        return sent
-
-    def _answering(self, held: rm.Held, outcome: dict[str, Any] | None = None) -> None:
-        """``held``'s outcome is about to be sent: no heartbeat for it from now on.
-
-        ``outcome`` (the reply body) is kept for duplicates that arrive before
-        the request is remembered as finished.
-        """
-        with self._answer_lock:
-            held.state = rm.ANSWERED
-            held.outcome = outcome
-
-    def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
-        """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
-        return [(held.key[:2], held.reply_to, held.state != rm.QUEUED)
-                for held in self._memory.held()]
-
-    def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
-        """Answer held request ``key`` with FAILURE ``error`` (cold shutdown; attempt kept)."""
-        for held in self._memory.held():
-            if held.key[:2] == key:
-                with self._answer_lock:
-                    if held.state == rm.ANSWERED:
-                        return True  # its own outcome is on its way
-                    held.state = rm.ANSWERED
-                return self._reply_failure(held.reply_to, key[0], error, held.attempt)
-        return False
+                LOG.exception("Heartbeat of worker %s failed; retrying",
+                              self._identity.worker_id)

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire import timelimits as tl
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import timelimits as thread_limits
+from flowengine.engines.worker_based.worker_side.endpoint import Endpoint, ProgressCallback
+from flowengine.task import BaseTask
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -40,7 +43,21 @@ def executor_kind(name: str) -> str:
                          f" {list(EXECUTOR_KINDS)}") from None
 
 
-def make_body_runner(kind: str) -> Any:
+class BodyRunner(Protocol):
+    """Runs one request's body under its time limits (in this thread, or in a child)."""
+
+    #: THREADS or PROCESSES.
+    kind: str
+
+    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
+            progress: ProgressCallback | None, limits: tl.TimeLimits, what: str) -> Any:
+        """Run the body; its result or a Failure (never raises for the task's errors)."""
+
+    def stop_cold(self) -> list[str]:
+        """Cold shutdown: refuse new bodies, kill what can be killed; what was killed."""
+
+
+def make_body_runner(kind: str) -> BodyRunner:
     """A body runner of the given kind."""
     if executor_kind(kind) == PROCESSES:
         from flowengine.engines.worker_based.worker_side import forked as process_runner
@@ -102,16 +119,15 @@ class TaskRunner:
                  default_limits: tl.TimeLimits = tl.NO_LIMITS) -> None:
         self.kind = executor_kind(executor)
         self.default_limits = default_limits
-        self.body_runner = make_body_runner(self.kind)
+        self.body_runner: BodyRunner = make_body_runner(self.kind)
         self.gate = Gate()
 
-    def run(self, endpoint: Any, task: Any, work: pr.WorkUnit, progress: Any,
-            headers: Any, key: tuple[str, str]) -> Any:
+    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
+            progress: ProgressCallback | None, headers: Headers, key: tuple[str, str]) -> Any:
         """Run one request's body; its result or a Failure (parks after a cold shutdown)."""
         what = f"Request {key[0]} ({work.action} of task {work.task_name!r})"
         try:
-            limits = tl.resolve((headers or {}).get(pr.HEADER_TIMELIMIT),
-                                endpoint.task_cls, self.default_limits)
+            limits = tl.resolve(headers.timelimit, endpoint.task_cls, self.default_limits)
         except exc.InvalidFormat as e:
             return ft.Failure.from_exception(e)
         if not self.gate.admit():

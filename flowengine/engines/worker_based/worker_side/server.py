@@ -1,10 +1,10 @@
 """Server: the worker side of the protocol (answers NOTIFY, runs REQUESTs).
 
-The consume loop only validates, routes and submits: NOTIFY is answered right
-there, and each REQUEST runs on the executor, which publishes RUNNING, EVENT
-(progress) and the outcome. Nothing a message contains can make the server
-run anything but the endpoints it was given; bad input is rejected with a
-logged reason and, when a reply address is known, a FAILURE reply.
+The consume loop only validates, routes and takes: NOTIFY is answered right
+there, and each REQUEST runs on the worker's pool, which publishes RUNNING,
+EVENT (progress) and the outcome. Nothing a message contains can make the
+server run anything but the endpoints it was given; bad input is rejected
+with a logged reason and, when a reply address is known, a FAILURE reply.
 
 Reliability (see doc/source/reliability.rst):
 
@@ -19,36 +19,39 @@ Reliability (see doc/source/reliability.rst):
 * a request past its ``expires`` is dropped unrun, on receipt or when a
   thread would start it, with a FAILURE (RequestExpired) reply;
 * a duplicate of a request held or recently finished is answered from the
-  worker's memory (request_memory.py), never run again.
+  worker's memory (:mod:`.held`), never run again.
 
-Taking messages in lives in request_intake.py, talking to executors
-(replies, outcomes, heartbeats, announcements) in worker_replies.py; both
-are mixins of Server.
+:class:`Server` composes the parts, as dramatiq's Worker composes its
+consumer and worker threads:
+
+* an :class:`~.intake.Intake` (the consume loop's handlers: checks,
+  duplicates, acknowledgement, hand-over, waiting for room),
+* a :class:`~.performer.Performer` (each request on a pool thread),
+* a :class:`~.replier.Replier` (everything said to executors, and the
+  heartbeat thread),
+* the :class:`~.held.RequestMemory` they share, and the proxy they talk through.
 """
 
 from __future__ import annotations
 
-import functools
+import concurrent.futures as cf
 import logging
-import threading
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.messaging import compat as compat_mod
-from flowengine.engines.worker_based.messaging import dispatcher as dispatcher_mod
 from flowengine.engines.worker_based.messaging import proxy as proxy_mod
+from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.engines.worker_based.worker_side import context as context_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
-from flowengine.engines.worker_based.worker_side import intake as request_intake
-from flowengine.engines.worker_based.worker_side import replier as worker_replies
 from flowengine.engines.worker_based.worker_side import runner as running_mod
-from flowengine.types import failure as ft
+from flowengine.engines.worker_based.worker_side.intake import Intake
+from flowengine.engines.worker_based.worker_side.performer import Performer
+from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 
 LOG = logging.getLogger(__name__)
 
@@ -73,27 +76,29 @@ PREFETCH_COUNT = 1
 REDIS_VISIBILITY_TIMEOUT_S = 20.0
 
 
-def _is_redis(url: str | None, transport: str | None) -> bool:
-    scheme = transport or (url.split("://", 1)[0] if url and "://" in url else "")
-    return scheme in ("redis", "rediss")
-
-
-def _pool_size(executor: Any) -> int | None:
+def _pool_size(executor: cf.Executor) -> int | None:
     """How many threads/processes ``executor`` runs at once (None: unknown)."""
     size = getattr(executor, "_max_workers", None)
     return size if isinstance(size, int) and size > 0 else None
 
 
-class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
+class Server:
     """Serves task requests for one topic from one exchange, using ``executor``.
 
-    ``heartbeat_interval`` (s) is how often each held request is repeated to
-    its executor (advertised in the ``heartbeat`` header); ``capacity`` is
-    how many requests may be held at once (default HELD_PER_THREAD per
-    thread of ``executor``, unbounded when its size is unknown).
+    TaskFlow's arguments (``topic``, ``exchange``, ``executor``: the pool
+    requests run on, ``endpoints``, ``url``, ``transport``,
+    ``transport_options``, ``retry_options``) plus: ``broker`` (a
+    BrokerSettings, instead of the four broker arguments; ValueError when
+    both are given), ``worker_id``, ``events`` (publish events, see
+    :mod:`..events`), ``task_runner`` (how bodies run),
+    ``heartbeat_interval`` (s; how often each held request is repeated to
+    its executor, advertised in the ``heartbeat`` header; ValueError when
+    too short) and ``capacity`` (how many requests may be held at once;
+    default HELD_PER_THREAD per thread of ``executor``, unbounded when its
+    size is unknown).
     """
 
-    def __init__(self, topic: str, exchange: str, executor: Any,
+    def __init__(self, topic: str, exchange: str, executor: cf.Executor,
                  endpoints: Iterable[endpoint_mod.Endpoint], url: str | None = None,
                  transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
@@ -110,80 +115,65 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
                              "transport/transport_options/retry_options, not both")
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
-        self._topic = topic
-        self._exchange = exchange
-        self._executor = executor
-        self._endpoints = {ep.name: ep for ep in endpoints}
-        self._tasks = sorted(self._endpoints)
-        self._worker_id = worker_id or pr.make_worker_id()
-        self._origin = pr.make_origin()
+        by_name = {ep.name: ep for ep in endpoints}
+        identity = Identity(worker_id or pr.make_worker_id(), pr.make_origin(), topic,
+                            tuple(sorted(by_name)))
+        self._identity = identity
         self._interval = lv.check_interval(heartbeat_interval)
         if capacity is None:
             size = _pool_size(executor)
             capacity = None if size is None else size * HELD_PER_THREAD
         self._capacity = capacity
-        self._memory = rm.RequestMemory()
-        self._room = threading.Condition()
-        self._stopping = threading.Event()
-        self._beat_thread: threading.Thread | None = None
-        self._beat_wake = threading.Event()
-        self._answer_lock = threading.Lock()
-        self._last_announce = time.monotonic()
         self._started_once = False
-        # How bodies run: thread or forked child, time limits, shutdown gate.
-        self._task_runner = task_runner or running_mod.TaskRunner()
-        private_key = pr.worker_routing_key(topic, self._worker_id)
+        private_key = pr.worker_routing_key(topic, identity.worker_id)
         queues = [
             # compat='taskflow': auto-deleted, as TaskFlow declares it.
             proxy_mod.QueueSpec(pr.topic_queue_name(exchange, topic), (topic,),
                                 auto_delete=compat_mod.topic_queue_auto_delete(broker.compat)),
             # The broadcast key reaches every flowengine worker of the topic
             # (a NOTIFY on the topic key reaches only one of them).
-            proxy_mod.QueueSpec(pr.worker_queue_name(exchange, topic, self._worker_id),
+            proxy_mod.QueueSpec(pr.worker_queue_name(exchange, topic, identity.worker_id),
                                 (private_key, lv.broadcast_routing_key(topic)),
                                 auto_delete=True, private=True),
         ]
-        handlers = {
-            pr.NOTIFY: dispatcher_mod.Handler(
-                self._process_notify,
-                validator=functools.partial(pr.Notify.validate, response=False),
-                required_properties=("reply_to",)),
-            # A request is acknowledged once this worker answers for it (see
-            # _process_request), not when it arrives.
-            pr.REQUEST: dispatcher_mod.Handler(
-                self._process_request, validator=pr.Request.validate,
-                required_properties=("reply_to", "correlation_id"), settles=True),
-        }
         self._proxy = proxy_mod.Proxy(
-            topic, exchange, handlers, self._on_wait, broker=broker, queues=queues,
+            topic, exchange, None, self._on_wait, broker=broker, queues=queues,
             wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
                 # worker stops renewing (as silent as a lost request), and it
                 # puts back what dead consumers held.
-                lease=proxy_mod.LeaseSpec(self._worker_id,
+                lease=proxy_mod.LeaseSpec(identity.worker_id,
                                           lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
                                           reclaim=True)))
-        self._events = event_hooks.WorkerEvents.create(exchange, self._worker_id, topic,
-                                                       self._tasks, broker, enabled=events)
+        self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
+                                                       identity.tasks, broker, enabled=events)
+        self._memory = rm.RequestMemory()
+        self._replier = Replier(self._proxy, self._memory, identity, self._interval,
+                                self._events)
+        self._performer = Performer(executor, self._memory, self._replier, self._events,
+                                    task_runner or running_mod.TaskRunner(),
+                                    identity.worker_id)
+        self._intake = Intake(by_name, self._memory, self._replier, self._performer, capacity)
+        self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---
 
     @property
     def worker_id(self) -> str:
         """Unique id of this worker (header ``worker_id`` of its messages)."""
-        return self._worker_id
+        return self._identity.worker_id
 
     @property
     def topic(self) -> str:
         """The topic served."""
-        return self._topic
+        return self._identity.topic
 
     @property
     def tasks(self) -> list[str]:
         """Task class names served (sorted)."""
-        return list(self._tasks)
+        return list(self._identity.tasks)
 
     @property
     def proxy(self) -> proxy_mod.Proxy:
@@ -211,6 +201,11 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
         return self._memory
 
     @property
+    def events(self) -> event_hooks.WorkerEvents:
+        """This worker's event stream (a no-op unless events are on)."""
+        return self._events
+
+    @property
     def running_count(self) -> int:
         """How many requests are held (queued here or running) right now."""
         return len(self._memory)
@@ -219,12 +214,8 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
 
     def start(self) -> None:
         """Serve until stop() (blocks the calling thread)."""
-        self._stopping.clear()
-        if self._beat_thread is None or not self._beat_thread.is_alive():
-            self._beat_thread = threading.Thread(
-                target=self._beat_loop, name=f"flowengine-heartbeat-{self._topic}",
-                daemon=True)
-            self._beat_thread.start()
+        self._intake.open()
+        self._replier.start()
         self._proxy.start()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -233,74 +224,43 @@ class Server(request_intake.IntakeMixin, worker_replies.RepliesMixin):
 
     def stop(self) -> None:
         """Say goodbye to executors and stop consuming (held requests go on, heartbeating)."""
-        self._stopping.set()
-        with self._room:
-            self._room.notify_all()
+        self._replier.stop()
+        self._intake.close()
         if self._proxy.is_running:
-            self._announce(leaving=True)
+            self._replier.announce(leaving=True)
         self._proxy.stop()
         self._events.offline()
 
-    # --- consume-loop callbacks (taking messages in: request_intake.py) ---
+    # --- held requests (shutdown) ---
+
+    def send_heartbeats(self) -> int:
+        """Repeat PENDING/RUNNING for every held request now; how many were sent."""
+        return self._replier.send_heartbeats()
+
+    def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
+        """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
+        return [(held.key[:2], held.reply_to, held.state != rm.QUEUED)
+                for held in self._memory.held()]
+
+    def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
+        """Answer held request ``key`` with FAILURE ``error`` (cold shutdown; attempt kept)."""
+        return self._replier.give_back(key, error)
+
+    # --- consume-loop callbacks ---
 
     def _on_start(self) -> None:
         """Consuming (again): announce ourselves at once (no waiting to be polled)."""
         if not self._started_once:
             self._started_once = True
             LOG.info("Worker %s serves topic %r with %d task(s); heartbeat every %.2f s,"
-                     " holds at most %s request(s)", self._worker_id, self._topic,
-                     len(self._tasks), self._interval, self._capacity or "unbounded")
-        self._announce()
+                     " holds at most %s request(s)", self.worker_id, self.topic,
+                     len(self._identity.tasks), self._interval, self._capacity or "unbounded")
+        self._replier.announce()
         self._events.online()
 
     def _on_wait(self) -> None:
         """Periodic work of the consume loop (heartbeats have their own thread)."""
         self._events.heartbeat()
 
-    # --- executor side ---
-
-    def _run(self, endpoint: endpoint_mod.Endpoint, task: Any, work: pr.WorkUnit,
-             key: rm.Key, headers: Any = None) -> None:
-        """Run one request on an executor thread and send its replies."""
-        task_uuid = key[0]
-        held = self._memory.start(key)
-        if held is None:  # pragma: no cover - admitted before submit
-            return
-        outcome: dict[str, Any] | None = None
-        try:
-            if held.expires is not None and time.time() > held.expires:
-                # Waited here for a thread past the time its executor gave up.
-                self._answering(held)
-                self._drop_expired(held.reply_to, task_uuid, work.task_name, held.expires,
-                                   held.attempt, {"task_name": work.task_name}, headers or {})
-                return
-            if not self._reply(held.reply_to, task_uuid, pr.RUNNING, held.attempt):
-                LOG.error("Request %s for task %r not run: its RUNNING reply could not"
-                          " be sent", task_uuid, work.task_name)
-                return
-            self._events.started(task_uuid)
-            started = time.monotonic()
-            progress = functools.partial(self._on_event, held, task_uuid)
-            ctx = context_mod.RequestContext(task_uuid, work.action, held.attempt or 0,
-                                             key[2], self._worker_id)
-            with context_mod.running(ctx):
-                result = self._task_runner.run(endpoint, task, work, progress, headers,
-                                               key[:2])
-            elapsed = time.monotonic() - started
-            state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
-            outcome = self._send_outcome(held, task_uuid, work, state, result)
-            self._events.finished(task_uuid, state == pr.SUCCESS, result)
-            if isinstance(result, ft.Failure):
-                # The task's own error: the operator reads it here, the engine
-                # gets it (traceback included) in the FAILURE reply.
-                LOG.warning("Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
-                            work.task_name, work.task_cls, work.action, task_uuid, elapsed,
-                            result.exception_str, result.traceback_str or "")
-            else:
-                LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
-                         work.task_name, work.task_cls, work.action, task_uuid, elapsed,
-                         state)
-        except Exception:
-            LOG.exception("Unexpected error running request %s", task_uuid)
-        finally:
-            self._finished(key, outcome)
+    def _on_reject(self, message: Delivery, reason: str) -> None:
+        self._intake.reject(message, reason)

@@ -13,26 +13,36 @@ request it took and has not answered is answered with a FAILURE carrying
 a thread cannot be stopped: it ends with the process, a few milliseconds
 after the give-back replies are published (the next attempt needs at least
 two broker hops before it can start elsewhere).
+
+Where a shutdown is (SERVING, WARM, COLD, STOPPED) is an automaton machine,
+built once and frozen (:func:`build_shutdown_machine`); a move it does not
+allow raises InvalidState.
 """
 
 from __future__ import annotations
 
 import logging
-import select
 import signal
-import socket
 import threading
 import time
+import types
+from collections.abc import Callable
 from typing import Any
 
+from automaton import machines
+
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.machine import make_an_event
+from flowengine.engines.worker_based.worker_side.server import Server
+from flowengine.engines.worker_based.worker_side.waker import Waker
+from flowengine.engines.worker_based.worker_side.worker import Worker
 
 LOG = logging.getLogger(__name__)
 
-#: Seconds between two "still waiting" log lines of a warm shutdown (the
-#: server's heartbeat thread goes on beating for each held request meanwhile).
-WARM_PROGRESS_PERIOD_S = lv.HEARTBEAT_INTERVAL_S
+#: Seconds between two "still waiting" log lines of a warm shutdown: often
+#: enough to show it is alive, rarely enough to stay readable (the server's
+#: heartbeat thread goes on beating for each held request meanwhile).
+WARM_PROGRESS_PERIOD_S = 2.0
 
 #: Seconds a cold shutdown waits for outcomes that were already being sent
 #: when it began (publishing one takes milliseconds; this bounds a dead broker).
@@ -57,6 +67,38 @@ EXIT_WARM = 0
 EXIT_COLD = 1
 EXIT_ERROR = 1
 
+# Where a shutdown is.
+SERVING = "serving"
+WARM = "warm"
+COLD = "cold"
+STOPPED = "stopped"
+
+
+def build_shutdown_machine(freeze: bool = True) -> machines.FiniteMachine:
+    """Build the state machine of a worker's shutdown."""
+    m = machines.FiniteMachine()
+    for state in (SERVING, WARM, COLD):
+        m.add_state(state)
+    m.add_state(STOPPED, terminal=True)
+    m.default_start_state = SERVING
+    # The first signal (or the worker failed): stop taking requests.
+    m.add_transition(SERVING, WARM, make_an_event(WARM))
+    # Every request taken was answered.
+    m.add_transition(WARM, STOPPED, make_an_event(STOPPED))
+    # A second signal: give back what is not answered.
+    m.add_transition(WARM, COLD, make_an_event(COLD))
+    # Given back; the process exits.
+    m.add_transition(COLD, STOPPED, make_an_event(STOPPED))
+    if freeze:
+        m.freeze()
+    return m
+
+
+# Built once: a shutdown moves through the (state, event) -> state table read
+# off the frozen machine.
+MACHINE = build_shutdown_machine()
+TRANSITIONS: dict[tuple[str, str], str] = {(s, e): t for s, e, t in MACHINE}
+
 
 def _name(signum: int | None) -> str:
     if signum is None:
@@ -67,56 +109,39 @@ def _name(signum: int | None) -> str:
         return f"signal {signum}"
 
 
-class _Waker:
-    """Wakes the main thread from a wait, also for a signal another thread received.
+class Shutdown:
+    """Runs a worker until a signal, then shuts it down warm (then cold on a second one).
 
-    CPython runs signal handlers in the main thread, but the kernel may
-    deliver a signal to any thread: a main thread blocked on a lock would
-    then sleep through it. Waiting in select() on a socket that is also the
-    signal wakeup fd always returns, so the handler runs.
+    ``run_kwargs`` go to ``worker.run()`` (default: no banner). Raises
+    InvalidState when asked to move in a way its machine does not allow
+    (warm twice, cold before warm).
     """
 
-    def __init__(self) -> None:
-        self._read, self._write = socket.socketpair()
-        self._read.setblocking(False)
-        self._write.setblocking(False)
-
-    def install(self) -> None:
-        """Make every signal wake the waiter (call from the main thread)."""
-        signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
-
-    def wake(self) -> None:
-        """Wake the waiter (from any thread)."""
-        try:
-            self._write.send(b"\0")
-        except (BlockingIOError, OSError):
-            pass  # a full buffer already wakes it
-
-    def wait(self, timeout: float | None) -> None:
-        """Block until woken (or ``timeout`` seconds), then forget the wake-ups."""
-        select.select([self._read], [], [], timeout)
-        try:
-            while self._read.recv(4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
-
-
-class Shutdown:
-    """Runs a worker until a signal, then shuts it down warm (then cold on a second one)."""
-
-    def __init__(self, worker: Any, **run_kwargs: Any) -> None:
+    def __init__(self, worker: Worker, **run_kwargs: Any) -> None:
         self._worker = worker
         self._run_kwargs = run_kwargs or {"display_banner": False}
         # Re-entrant: the signal handler takes it on the main thread.
         self._lock = threading.RLock()
-        self._waker = _Waker()
+        self._waker = Waker()
         self._requests = 0
         self._first: tuple[int | None, float] | None = None
         self._drained = False
         self._failed = False
-        self.state = "serving"
+        self._state = SERVING  # the machine's start state
         self._runner: threading.Thread | None = None
+
+    @property
+    def state(self) -> str:
+        """Where the shutdown is: SERVING, WARM, COLD or STOPPED."""
+        return self._state
+
+    def _move(self, new_state: str) -> None:
+        target = TRANSITIONS.get((self._state, make_an_event(new_state)))
+        if target is None:
+            raise exc.InvalidState(f"Worker shutdown cannot move from {self._state} to"
+                                   f" {new_state}")
+        LOG.debug("Worker shutdown: %s -> %s", self._state, target)
+        self._state = target
 
     @property
     def requests(self) -> int:
@@ -131,7 +156,7 @@ class Shutdown:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: types.FrameType | None) -> None:
         self.request(signum)
 
     def request(self, signum: int | None = None) -> None:
@@ -177,10 +202,10 @@ class Shutdown:
 
     def warm(self) -> int:
         """Stop taking requests, finish and answer running ones (heartbeating), exit status."""
+        self._move(WARM)
         server = self._worker.server
         taken = server.running_requests()
         started = sum(1 for _, _, s in taken if s)
-        self.state = "warm"
         LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
                     " (%d more taken, not started); send the signal again to stop now"
                     " (cold shutdown: they are given back to be run elsewhere)", started,
@@ -201,7 +226,7 @@ class Shutdown:
                 break
             if self._drained:
                 LOG.info("Warm shutdown complete: every request taken was answered")
-                self.state = "stopped"
+                self._move(STOPPED)
                 return EXIT_WARM
             # The server's heartbeat thread keeps beating for what it holds.
             LOG.info("Warm shutdown: still waiting for %d request(s)",
@@ -214,7 +239,7 @@ class Shutdown:
             self._drained = True
         self._waker.wake()
 
-    def _wait_main(self, predicate: Any, timeout: float | None = None) -> bool:
+    def _wait_main(self, predicate: Callable[[], bool], timeout: float | None = None) -> bool:
         """Wait on the main thread until ``predicate()`` holds (or ``timeout`` passes)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -228,7 +253,7 @@ class Shutdown:
 
     def cold(self) -> int:
         """Kill children, give unanswered requests back, return the exit status (1)."""
-        self.state = "cold"
+        self._move(COLD)
         server = self._worker.server
         sending, killed = self._worker.task_runner.stop_cold()
         self._worker.shutdown_pool(wait=False, cancel_futures=True)
@@ -250,10 +275,10 @@ class Shutdown:
         self._flush(server, sending)
         LOG.warning("Cold shutdown: gave back %d request(s) (%d task process(es) killed);"
                     " exiting now", given_back, len(killed))
-        self.state = "stopped"
+        self._move(STOPPED)
         return EXIT_COLD
 
-    def _flush(self, server: Any, sending: set[tuple[str, str]]) -> None:
+    def _flush(self, server: Server, sending: set[tuple[str, str]]) -> None:
         """Wait (bounded) until outcomes already on their way have been published."""
         if not sending:
             return

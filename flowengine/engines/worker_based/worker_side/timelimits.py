@@ -13,6 +13,7 @@ while its body runs. Where limits come from: :mod:`..wire.timelimits`.
 from __future__ import annotations
 
 import ctypes
+import functools
 import heapq
 import itertools
 import logging
@@ -24,6 +25,8 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire.timelimits import TimeLimits
+from flowengine.engines.worker_based.worker_side.endpoint import Endpoint, ProgressCallback
+from flowengine.task import BaseTask
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -77,9 +80,10 @@ _ALARMS = _Alarms()
 
 def _raise_in_thread(thread_id: int, error_cls: type[BaseException]) -> bool:
     """Ask CPython to raise ``error_cls`` in thread ``thread_id`` at its next instruction."""
-    done = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                                      ctypes.py_object(error_cls))
-    return done == 1
+    # The number of thread states modified: 1 when the thread exists.
+    modified: int = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
+                                                               ctypes.py_object(error_cls))
+    return modified == 1
 
 
 def _clear_in_thread(thread_id: int) -> None:
@@ -121,11 +125,8 @@ class _Interruption:
                 _clear_in_thread(self.thread_id)
 
 
-#: (endpoint, task, work, progress_callback, limits, what) -> result or Failure.
-BodyRunner = Callable[[Any, Any, pr.WorkUnit, Any, TimeLimits, str], Any]
-
-
-def call_endpoint(endpoint: Any, task: Any, work: pr.WorkUnit, progress: Any) -> Any:
+def call_endpoint(endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
+                  progress: ProgressCallback | None) -> Any:
     """Run the request's action through its endpoint in this thread (result or Failure)."""
     method = endpoint.execute if work.action == pr.EXECUTE else endpoint.revert
     return method(task, progress_callback=progress, **work.arguments)
@@ -136,13 +137,13 @@ class ThreadRunner:
 
     kind = "threads"
 
-    def run(self, endpoint: Any, task: Any, work: pr.WorkUnit, progress: Any,
-            limits: TimeLimits, what: str) -> Any:
+    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
+            progress: ProgressCallback | None, limits: TimeLimits, what: str) -> Any:
         """Run the body; result or Failure (TimeLimitExceeded when interrupted at hard)."""
         if not limits.any:
             return call_endpoint(endpoint, task, work, progress)
         guard = _Interruption(threading.get_ident(), what, limits)
-        alarms = [_ALARMS.schedule(delay, lambda k=kind: guard.fire(k))
+        alarms = [_ALARMS.schedule(delay, functools.partial(guard.fire, kind))
                   for kind, delay in (("soft", limits.soft), ("hard", limits.hard))
                   if delay is not None]
         try:

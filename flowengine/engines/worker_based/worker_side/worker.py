@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import importlib
 import inspect
 import logging
@@ -11,8 +12,7 @@ import socket
 import sys
 import types
 from collections.abc import Callable, Iterable, Mapping
-from concurrent import futures
-from typing import Any
+from typing import Any, TypeGuard
 
 import flowengine
 from flowengine import task as task_mod
@@ -27,8 +27,12 @@ from flowengine.utils import threading_utils as tu
 
 LOG = logging.getLogger(__name__)
 
+#: One item of a worker's task list: a module name, a ``'module:Class'`` or
+#: ``'module.Class'`` string, a module, or a Task class.
+TaskItem = str | types.ModuleType | type[task_mod.BaseTask]
 
-def _is_task_class(obj: Any) -> bool:
+
+def _is_task_class(obj: object) -> TypeGuard[type[task_mod.BaseTask]]:
     return inspect.isclass(obj) and issubclass(obj, task_mod.BaseTask)
 
 
@@ -41,7 +45,7 @@ def _module_tasks(module: types.ModuleType) -> list[type[task_mod.BaseTask]]:
     return found
 
 
-def _checked_class(obj: Any, item: Any) -> type[task_mod.BaseTask]:
+def _checked_class(obj: object, item: object) -> type[task_mod.BaseTask]:
     """``obj`` if it is a concrete task class, else TypeError naming ``item``."""
     if not _is_task_class(obj):
         raise TypeError(f"Item {item!r} is not a Task subclass (got {obj!r})")
@@ -70,12 +74,17 @@ def _import_item(item: str) -> list[type[task_mod.BaseTask]]:
     return _module_tasks(module)
 
 
-def derive_endpoints(tasks: Iterable[Any]) -> list[endpoint_mod.Endpoint]:
-    """Endpoints for a task list of module names, class paths, modules or classes."""
-    if isinstance(tasks, (str, bytes)) or inspect.isclass(tasks) or inspect.ismodule(tasks):
-        tasks = [tasks]
+def derive_endpoints(tasks: TaskItem | Iterable[TaskItem]) -> list[endpoint_mod.Endpoint]:
+    """Endpoints for a task list of module names, class paths, modules or classes.
+
+    Raises TypeError for an item of another kind, or naming a class that is
+    no concrete Task; ImportError for a name that cannot be imported.
+    """
+    # One item alone (a name, a module, a class) stands for a list of it.
+    items: list[object] = ([tasks] if isinstance(tasks, (str, bytes, type, types.ModuleType))
+                           else list(tasks))
     derived: dict[type[task_mod.BaseTask], None] = {}
-    for item in tasks:
+    for item in items:
         if isinstance(item, str):
             classes = _import_item(item)
         elif isinstance(item, types.ModuleType):
@@ -113,8 +122,8 @@ class Worker:
     doc/source/migration.rst).
     """
 
-    def __init__(self, exchange: str, topic: str, tasks: Iterable[Any],
-                 executor: Any = None, threads_count: int | None = None,
+    def __init__(self, exchange: str, topic: str, tasks: TaskItem | Iterable[TaskItem],
+                 executor: str | cf.Executor | None = None, threads_count: int | None = None,
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
                  retry_options: Mapping[str, Any] | None = None,
@@ -131,10 +140,9 @@ class Worker:
             kind, executor = running_mod.executor_kind(executor), None
         self._task_runner = running_mod.TaskRunner(
             kind, default_limits=tl.make(soft_time_limit, time_limit))
-        self._executor = executor
-        self._owns_executor = False
+        self._owns_executor = executor is None
         self._threads_count = -1
-        if self._executor is None:
+        if executor is None:
             if threads_count is None:
                 threads_count = tu.get_optimal_thread_count()
             threads_count = int(threads_count)
@@ -143,9 +151,9 @@ class Worker:
             self._threads_count = threads_count
             # The stdlib pool: futurist's idle threads poll every second, which
             # makes every shutdown cost up to a second.
-            self._executor = futures.ThreadPoolExecutor(
+            executor = cf.ThreadPoolExecutor(
                 max_workers=threads_count, thread_name_prefix=f"flowengine-worker-{topic}")
-            self._owns_executor = True
+        self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
                                 durable=durable, secret=secret, compat=compat)
@@ -219,7 +227,7 @@ class Worker:
         return "\n".join(lines)
 
     def run(self, display_banner: bool = True,
-            banner_writer: Callable[[str], Any] | None = None) -> None:
+            banner_writer: Callable[[str], object] | None = None) -> None:
         """Run the worker until stop() is called (blocks the calling thread)."""
         if display_banner:
             if banner_writer is None:

@@ -1,0 +1,128 @@
+"""How a worker runs the requests it took: on its pool, one thread each, answering each.
+
+The consume loop (:mod:`.intake`) hands every request it takes to the
+:class:`Performer`, which submits it to the worker's pool. On a pool thread
+the request is started (RUNNING), its body run under its time limits
+(:mod:`.runner`) with progress forwarded as EVENT replies, and its outcome
+sent; a request that waited for a thread past its ``expires`` is dropped
+unrun instead. Whatever happens, the request is no longer held afterwards.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import functools
+import logging
+import time
+from typing import Any
+
+from flowengine import task as task_mod
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.events.hooks import WorkerEvents
+from flowengine.engines.worker_based.wire.headers import Headers
+from flowengine.engines.worker_based.worker_side import context as context_mod
+from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
+from flowengine.engines.worker_based.worker_side.replier import Replier
+from flowengine.engines.worker_based.worker_side.runner import TaskRunner
+from flowengine.types import failure as ft
+
+LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A request taken by the worker, ready for a pool thread."""
+
+    endpoint: Endpoint
+    task: task_mod.BaseTask
+    work: pr.WorkUnit
+    key: rm.Key
+    headers: Headers
+
+    @property
+    def task_uuid(self) -> str:
+        """The request's (task's) uuid."""
+        return self.key[0]
+
+
+class Performer:
+    """Runs taken requests on ``pool`` and sends their replies (RUNNING, EVENT, outcome).
+
+    ``memory`` holds each request until its outcome is sent; ``replier``
+    sends the replies; ``events`` hears of each request's life;
+    ``task_runner`` runs the bodies; ``worker_id`` names this worker in the
+    request context task code can read (:mod:`.context`).
+    """
+
+    def __init__(self, pool: cf.Executor, memory: rm.RequestMemory, replier: Replier,
+                 events: WorkerEvents, task_runner: TaskRunner, worker_id: str) -> None:
+        self._pool = pool
+        self._memory = memory
+        self._replier = replier
+        self._events = events
+        self._task_runner = task_runner
+        self._worker_id = worker_id
+
+    def submit(self, job: Job) -> None:
+        """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down)."""
+        self._events.received(job.task_uuid, job.work, job.headers)
+        try:
+            self._pool.submit(self.perform, job)
+        except Exception:
+            self._events.forget(job.task_uuid)
+            raise
+
+    def perform(self, job: Job) -> None:
+        """Run one request on this (pool) thread and send its replies; never raises."""
+        task_uuid, work = job.task_uuid, job.work
+        outcome: dict[str, Any] | None = None
+        try:
+            held = self._memory.start(job.key)
+            if held is None:
+                return
+            if held.expires is not None and time.time() > held.expires:
+                # Waited here for a thread past the time its executor gave up.
+                self._replier.answering(held)
+                self._replier.drop_expired(held.reply_to, task_uuid, work.task_name,
+                                           held.expires, job.headers)
+                return
+            if not self._replier.reply(held.reply_to, task_uuid, pr.RUNNING, held.attempt):
+                LOG.error("Request %s for task %r not run: its RUNNING reply could not"
+                          " be sent", task_uuid, work.task_name)
+                return
+            self._events.started(task_uuid)
+            started = time.monotonic()
+            progress = functools.partial(self._replier.forward_event, held)
+            ctx = context_mod.RequestContext(task_uuid, work.action, held.attempt or 0,
+                                             job.key[2], self._worker_id)
+            with context_mod.running(ctx):
+                result = self._task_runner.run(job.endpoint, job.task, work, progress,
+                                               job.headers, (task_uuid, work.action))
+            elapsed = time.monotonic() - started
+            state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
+            outcome = self._replier.send_outcome(held, work, state, result)
+            self._events.finished(task_uuid, state == pr.SUCCESS, result)
+            self._log_outcome(job, result, elapsed)
+        except Exception:
+            LOG.exception("Unexpected error running request %s", task_uuid)
+        finally:
+            if outcome is None:
+                self._memory.forget(job.key)
+            else:
+                self._memory.finish(job.key, outcome)
+
+    @staticmethod
+    def _log_outcome(job: Job, result: Any, elapsed: float) -> None:
+        work = job.work
+        if isinstance(result, ft.Failure):
+            # The task's own error: the operator reads it here, the engine
+            # gets it (traceback included) in the FAILURE reply.
+            LOG.warning("Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
+                        work.task_name, work.task_cls, work.action, job.task_uuid, elapsed,
+                        result.exception_str, result.traceback_str or "")
+        else:
+            LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
+                     work.task_name, work.task_cls, work.action, job.task_uuid, elapsed,
+                     pr.SUCCESS)

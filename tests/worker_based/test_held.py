@@ -1,0 +1,96 @@
+"""A worker's held requests: their frozen machine, and waiting for room."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+from automaton import exceptions as automaton_exc
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.worker_side import held as rm
+
+#: Bounded wait (s) used only to fail instead of hanging.
+WAIT_S = 10.0
+
+KEY = ("u-1", pr.EXECUTE, "sub-1")
+
+
+def _held(memory: rm.RequestMemory, key: rm.Key = KEY) -> rm.Held:
+    verdict = memory.admit(key, "reply", 0, announced=True)
+    assert verdict.kind == rm.NEW and verdict.held is not None
+    return verdict.held
+
+
+def test_the_machine_is_frozen_and_says_every_move():
+    assert set(rm.TRANSITIONS.items()) == {
+        ((rm.QUEUED, "on_running"), rm.RUNNING),
+        ((rm.RUNNING, "on_answered"), rm.ANSWERED),
+        ((rm.QUEUED, "on_answered"), rm.ANSWERED),
+    }
+    # QUEUED is what a heartbeat of a queued request says on the wire
+    assert rm.QUEUED == pr.PENDING
+    with pytest.raises(automaton_exc.FrozenMachine):
+        rm.MACHINE.add_state("LOST")
+
+
+def test_a_request_runs_then_is_answered_once():
+    memory = rm.RequestMemory()
+    held = _held(memory)
+    assert held.state == rm.QUEUED
+    assert memory.start(KEY) is held and held.state == rm.RUNNING
+    assert memory.answer(held, {"state": pr.SUCCESS}) is True
+    # Answered again (its outcome became a FAILURE on the way): no move, new body kept
+    assert memory.answer(held, {"state": pr.FAILURE}) is False
+    assert (held.state, held.outcome) == (rm.ANSWERED, {"state": pr.FAILURE})
+
+
+def test_a_move_the_machine_does_not_allow_is_refused_naming_it():
+    memory = rm.RequestMemory()
+    held = _held(memory)
+    memory.start(KEY)
+    with pytest.raises(exc.InvalidState, match="from RUNNING to PENDING"):
+        held.transition(rm.QUEUED)
+    memory.answer(held)
+    with pytest.raises(exc.InvalidState, match="from ANSWERED to RUNNING"):
+        held.transition(rm.RUNNING)
+
+
+def test_a_request_given_back_before_it_started_is_never_started(caplog):
+    # Given a queued request a cold shutdown answered (gave back)
+    memory = rm.RequestMemory()
+    held = _held(memory)
+    assert memory.answer(held) is True
+    # When a thread would start it, then it is not started (and it says so)
+    with caplog.at_level(logging.INFO):
+        assert memory.start(KEY) is None
+    assert held.state == rm.ANSWERED
+    assert "given back before a thread could start it" in caplog.text
+
+
+def test_waiting_for_room_ends_when_a_request_stops_being_held():
+    # Given two requests held and a thread waiting until at most one is
+    memory = rm.RequestMemory()
+    _held(memory)
+    _held(memory, ("u-2", pr.EXECUTE, "sub-1"))
+    never = threading.Event()
+    waiting = threading.Thread(target=memory.wait_until_at_most, args=(1, never))
+    waiting.start()
+    # When one finishes, then the wait ends
+    memory.finish(KEY, {"state": pr.SUCCESS})
+    waiting.join(WAIT_S)
+    assert not waiting.is_alive()
+
+
+def test_waiting_for_room_ends_when_given_up():
+    memory = rm.RequestMemory()
+    _held(memory)
+    give_up = threading.Event()
+    waiting = threading.Thread(target=memory.wait_until_at_most, args=(0, give_up))
+    waiting.start()
+    give_up.set()
+    memory.wake_waiters()
+    waiting.join(WAIT_S)
+    assert not waiting.is_alive() and len(memory) == 1
