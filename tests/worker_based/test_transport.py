@@ -19,6 +19,7 @@ from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
+from flowengine.engines.worker_based.transports import inotify
 from flowengine.engines.worker_based.transports import memory as mem
 
 WAIT_S = 10.0
@@ -208,7 +209,7 @@ def test_corrupt_file_is_dropped_not_fatal(tmp_path, caplog):
 
 
 def test_polling_fallback_without_inotify(tmp_path, monkeypatch):
-    monkeypatch.setattr(fs, "_LIBC", None)
+    monkeypatch.setattr(inotify, "_LIBC", None)
     with fs_conn(tmp_path) as prod, fs_conn(tmp_path) as cons:
         cq = cons.SimpleQueue("p")
         pq = prod.SimpleQueue("p")

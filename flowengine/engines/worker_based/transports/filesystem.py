@@ -31,18 +31,14 @@ when missing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import itertools
 import logging
 import os
 import re
-import select
 import tempfile
 import threading
 import time
 import uuid
-import weakref
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -54,18 +50,10 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
-from flowengine.engines.worker_based.transports import contract
+from flowengine.engines.worker_based.transports import contract, inotify
 from flowengine.engines.worker_based.transports import filesystem_private as fp
 
 LOG = logging.getLogger(__name__)
-
-#: Polling interval (s) when inotify is not available: short, because every
-#: hop of a request/reply pays half of it on average.
-FALLBACK_POLL_S = 0.005
-
-#: Longest inotify wait (s) before looking at the folder anyway: a safety net
-#: for file systems where inotify misses writes made elsewhere (NFS, ...).
-IDLE_RECHECK_S = 0.25
 
 #: Listings one _get may make before giving up for this round: a new file
 #: needs two (see Channel._ready), a third covers one missed by the first.
@@ -88,14 +76,6 @@ CLAIM_PROPERTY = "x-flowengine-claim"
 _MSG_SUFFIX = ".msg"
 _TMP_PREFIX = ".tmp-"
 _CLAIM_PREFIX = ".claim-"
-
-# inotify constants (linux/inotify.h).
-_IN_CLOSE_WRITE = 0x00000008
-_IN_MOVED_TO = 0x00000080
-_IN_NONBLOCK = 0o4000
-_IN_CLOEXEC = 0o2000000
-_INOTIFY_READ_BYTES = 64 * 1024
-
 
 #: Where messages and bindings live when no folder option is given: one
 #: folder per user of this machine, so ``filesystem://`` alone works between
@@ -147,75 +127,6 @@ def _dead_claim_target(claim: str) -> str | None:
 
 
 _COUNTER = itertools.count()
-
-
-def _load_libc() -> Any | None:
-    """libc with inotify, or None where there is none."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.inotify_init1  # noqa: B018 - probe that the symbol exists
-        libc.inotify_add_watch  # noqa: B018
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_LIBC = _load_libc()
-
-
-class _Watcher:
-    """Wakes a consumer when files land in watched folders (inotify or polling)."""
-
-    def __init__(self) -> None:
-        self._fd = -1
-        self._watched: set[str] = set()
-        self._finalizer: weakref.finalize[[int], _Watcher] | None = None
-        if _LIBC is not None:
-            fd = _LIBC.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            if fd >= 0:
-                self._fd = fd
-                # Closed even if kombu never closes the connection.
-                self._finalizer = weakref.finalize(self, os.close, fd)
-
-    @property
-    def active(self) -> bool:
-        """True when inotify is in use."""
-        return self._fd >= 0
-
-    def watch(self, folder: str) -> None:
-        """Watch ``folder`` for new files (no-op without inotify)."""
-        if self._fd < 0 or folder in self._watched or _LIBC is None:
-            return
-        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(folder),
-                                     _IN_MOVED_TO | _IN_CLOSE_WRITE)
-        if wd < 0:
-            LOG.debug("inotify_add_watch(%s) failed (errno %s); polling it",
-                      folder, ctypes.get_errno())
-            return
-        self._watched.add(folder)
-
-    def clear(self) -> None:
-        """Forget pending events (call before looking at the folders)."""
-        if self._fd < 0:
-            return
-        try:
-            while os.read(self._fd, _INOTIFY_READ_BYTES):
-                pass
-        except BlockingIOError:
-            pass
-
-    def wait(self, timeout: float) -> None:
-        """Sleep until a watched folder changes or ``timeout`` seconds pass."""
-        if self._fd < 0:
-            time.sleep(min(timeout, FALLBACK_POLL_S))
-            return
-        select.select([self._fd], [], [], min(timeout, IDLE_RECHECK_S))
-
-    def close(self) -> None:
-        """Release the inotify descriptor."""
-        if self._finalizer is not None:
-            self._finalizer()
-        self._fd = -1
 
 
 class Channel(filesystem.Channel):
@@ -636,12 +547,12 @@ class Transport(filesystem.Transport):
 
     Channel = Channel
     global_state = filesystem.Transport.global_state
-    polling_interval = FALLBACK_POLL_S
+    polling_interval = inotify.FALLBACK_POLL_S
     driver_name = "flowengine-filesystem"
     #: See contract.py: a queue marked private goes with its process.
     flowengine_implements = contract.Capabilities(private_queues=True)
 
-    _watcher: _Watcher | None = None
+    _watcher: inotify.FolderWatcher | None = None
 
     def drain_events(self, connection: Any, timeout: float | None = None,
                      **kwargs: Any) -> None:
@@ -651,7 +562,7 @@ class Transport(filesystem.Transport):
         get = self.cycle.get
         watcher = self._watcher
         if watcher is None:  # only consumers need one (publishers never drain)
-            watcher = self._watcher = _Watcher()
+            watcher = self._watcher = inotify.FolderWatcher()
         while True:
             for channel in self.channels:
                 watcher.watch(channel.data_folder_in)
@@ -661,8 +572,8 @@ class Transport(filesystem.Transport):
                 return
             except Empty:
                 pass
-            wait = IDLE_RECHECK_S if watcher.active else (self.polling_interval
-                                                           or FALLBACK_POLL_S)
+            wait = inotify.IDLE_RECHECK_S if watcher.active else (
+                self.polling_interval or inotify.FALLBACK_POLL_S)
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
