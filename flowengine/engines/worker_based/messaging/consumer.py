@@ -29,6 +29,7 @@ from kombu.messaging import Consumer as KombuConsumer
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher
+from flowengine.engines.worker_based.messaging.keepalive import Keepalive
 from flowengine.engines.worker_based.messaging.publisher import is_connection_error
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import (
@@ -136,13 +137,17 @@ class LoopHooks(NamedTuple):
     ``on_start`` each time consuming (re)starts, after the queues are
     declared; ``on_wait`` at least every ``wait_period_s``; ``on_tick`` on
     every round (the owner's idle publisher heartbeat); ``on_exit`` once the
-    loop has ended.
+    loop has ended. ``wait_for_room(seconds)``: waits up to that long for
+    room to take another message, True when there is; while it says False
+    the loop takes no message but keeps its connection alive (see
+    :mod:`.keepalive`) and keeps calling the other hooks.
     """
 
     on_start: Callable[[], None] | None = None
     on_wait: Callable[[], None] | None = None
     on_tick: Callable[[], None] | None = None
     on_exit: Callable[[], None] | None = None
+    wait_for_room: Callable[[float], bool] | None = None
 
 
 class Consumer:
@@ -374,31 +379,46 @@ class Consumer:
         """Deliver messages as they come, do the periodic work, until stop()."""
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
+        room = self._hooks.wait_for_room
+        keepalive = Keepalive(conn)
+        # While full, wait for room in slices short enough for the heartbeats.
+        room_slice = min(period, keepalive.period_s or period)
         last_wait = time.monotonic()
         while not self._stopping.is_set():
-            try:
-                conn.drain_events(timeout=period)
-            except TimeoutError:
-                pass
-            if self._lease is not None and self._lease.lapsed():
-                # Others put back what we held and deleted our private queue:
-                # declare and consume everything again.
-                raise ConnectionResetError("this consumer's lease lapsed")
-            if not conn.connected:
-                # E.g. an ack failed on a dead broker inside a handler. Checked
-                # before anything touches conn.connection: kombu would silently
-                # open a *new* connection there, one without our consumer, and
-                # we would wait on it for ever.
-                raise ConnectionResetError("the consumer's broker connection broke")
-            if heartbeats:
-                # py-amqp sends and checks heartbeats only when asked; a dead
-                # broker raises here (the loop reconnects).
-                conn.heartbeat_check()
+            if room is not None and not room(0.0):
+                # Full: take nothing (drain_events would deliver), keep the
+                # connection alive meanwhile.
+                if not room(room_slice):
+                    self._check_connection(conn)
+                    keepalive.beat()
+            else:
+                try:
+                    conn.drain_events(timeout=period)
+                except TimeoutError:
+                    pass
+                self._check_connection(conn)
+                if heartbeats:
+                    # py-amqp sends and checks heartbeats only when asked; a dead
+                    # broker raises here (the loop reconnects).
+                    conn.heartbeat_check()
             self._call_safely(self._hooks.on_tick, "on_tick")
             now = time.monotonic()
             if now - last_wait >= period:
                 last_wait = now
                 self._call_safely(self._hooks.on_wait, "on_wait")
+
+    def _check_connection(self, conn: Connection) -> None:
+        """Raise (the loop reconnects) when the lease lapsed or the connection broke."""
+        if self._lease is not None and self._lease.lapsed():
+            # Others put back what we held and deleted our private queue:
+            # declare and consume everything again.
+            raise ConnectionResetError("this consumer's lease lapsed")
+        if not conn.connected:
+            # E.g. an ack failed on a dead broker inside a handler. Checked
+            # before anything touches conn.connection: kombu would silently
+            # open a *new* connection there, one without our consumer, and
+            # we would wait on it for ever.
+            raise ConnectionResetError("the consumer's broker connection broke")
 
     def _start_consumers(self, conn: Connection) -> list[KombuConsumer]:
         """Declare and consume the queues: on one channel, or one channel each."""

@@ -11,7 +11,7 @@ message received is verified before it is decoded (see ``wire/signing.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
@@ -74,7 +74,8 @@ class Proxy:
     ``on_start()`` each time consuming (re)starts, ``on_reject(message,
     reason)`` for each message refused (see TypeDispatcher); their errors are
     logged, never fatal. ``publish_timeout_s`` bounds how long publish()
-    retries an unreachable broker.
+    retries an unreachable broker. ``wait_for_room(seconds)`` (a worker's):
+    the loop takes no message while it returns False (see LoopHooks).
     """
 
     #: Reconnection settings (kombu ``ensure_connection`` options) used unless
@@ -90,7 +91,8 @@ class Proxy:
                  queues: Sequence[QueueSpec] | None = None, bindings: Iterable[str] = (),
                  wake_routing_key: str | None = None, on_start: Any = None,
                  on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
-                 publish_timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+                 publish_timeout_s: float = PUBLISH_TIMEOUT_S,
+                 wait_for_room: Callable[[float], bool] | None = None) -> None:
         if broker is None:
             broker = BrokerSettings(url, transport, transport_options or {}, retry_options)
         elif (url, transport, transport_options, retry_options) != (None,) * 4:
@@ -117,7 +119,8 @@ class Proxy:
                                   options=consume,
                                   hooks=LoopHooks(on_start=on_start, on_wait=on_wait,
                                                   on_tick=self._publisher.heartbeat_if_idle,
-                                                  on_exit=self._publisher.close_if_idle))
+                                                  on_exit=self._publisher.close_if_idle,
+                                                  wait_for_room=wait_for_room))
 
     # --- read-only facts ---
 

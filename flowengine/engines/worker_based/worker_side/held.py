@@ -243,14 +243,24 @@ class RequestMemory:
             self._held.pop(key, None)
             self._lock.notify_all()
 
-    def wait_until_at_most(self, count: int, give_up: threading.Event) -> None:
-        """Block while more than ``count`` requests are held, or until ``give_up`` is set.
+    def wait_until_at_most(self, count: int, give_up: threading.Event,
+                           timeout_s: float | None = None) -> bool:
+        """Block while more than ``count`` requests are held, until ``give_up`` is set.
 
-        Whoever sets ``give_up`` calls :meth:`wake_waiters` so the wait ends at once.
+        Or for ``timeout_s`` at most (None: no limit). True when at most
+        ``count`` are held (or ``give_up`` is set). Whoever sets ``give_up``
+        calls :meth:`wake_waiters` so the wait ends at once.
         """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         with self._lock:
             while len(self._held) > count and not give_up.is_set():
-                self._lock.wait(ROOM_WAIT_SLICE_S)
+                wait = ROOM_WAIT_SLICE_S
+                if deadline is not None:
+                    wait = min(wait, deadline - time.monotonic())
+                    if wait <= 0:
+                        return False
+                self._lock.wait(wait)
+            return True
 
     def wake_waiters(self) -> None:
         """Wake every thread in :meth:`wait_until_at_most` to check again."""

@@ -5,7 +5,8 @@ contains can make a worker run anything but its endpoints; bad input is
 answered with a FAILURE naming the cause when a reply address is known. A
 request message is acknowledged (see :mod:`..messaging.delivery`) only once
 this worker answers for it, then handed to the :class:`~.performer.Performer`;
-while more than ``capacity`` requests are held the loop waits for room.
+while more than ``capacity`` requests are held the loop takes no message
+(it asks :meth:`Intake.wait_for_room` first).
 """
 
 from __future__ import annotations
@@ -154,7 +155,6 @@ class Intake:
                 f"Worker {self._identity.worker_id} could not schedule request"
                 f" {task_uuid}: {e}", cause=e), attempt)
             return
-        self._wait_for_room()
 
     def _take(self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit,
               attempt: int | None) -> bool:
@@ -219,12 +219,15 @@ class Intake:
             f" its outcome ({done.outcome_bytes} bytes) was too large to keep for"
             f" duplicates"), attempt)
 
-    def _wait_for_room(self) -> None:
-        """Block the consume loop while more than ``capacity`` requests are held.
+    def wait_for_room(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` until at most ``capacity`` requests are held.
 
-        So at most capacity + 1 are held (the last one taken before the loop
-        noticed); NOTIFY requests wait meanwhile, but the heartbeat thread
-        keeps announcing this worker. Returns at once on close().
+        The consume loop asks before it takes each message (bounded prefetch):
+        so at most capacity + 1 are held (the last one taken before the loop
+        noticed). While it waits it keeps its broker connection alive, NOTIFY
+        requests wait, and the heartbeat thread keeps announcing this worker.
+        True at once after close() (the loop must be free to end).
         """
-        if self._capacity is not None:
-            self._memory.wait_until_at_most(self._capacity, self._closed)
+        if self._capacity is None:
+            return True
+        return self._memory.wait_until_at_most(self._capacity, self._closed, timeout_s)

@@ -139,6 +139,7 @@ class Server:
         self._proxy = proxy_mod.Proxy(
             topic, exchange, None, self._on_wait, broker=broker, queues=queues,
             wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
+            wait_for_room=self._wait_for_room,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
@@ -261,6 +262,9 @@ class Server:
     def _on_wait(self) -> None:
         """Periodic work of the consume loop (heartbeats have their own thread)."""
         self._events.heartbeat()
+
+    def _wait_for_room(self, timeout_s: float) -> bool:
+        return self._intake.wait_for_room(timeout_s)
 
     def _on_reject(self, message: Delivery, reason: str) -> None:
         self._intake.reject(message, reason)

@@ -1,0 +1,73 @@
+"""A full worker keeps its broker connections alive while it waits for room.
+
+Given a worker whose threads are all busy with tasks longer than three AMQP
+heartbeat intervals (1 s here, in its URL) and whose queue holds more
+requests than it may take, when the flow runs, then no connection of the
+worker is reset (its fault proxy sees no new connection after start-up, and
+the worker logs no lost connection), and the checker counts every request
+done once: 0 duplicated, 0 lost, 0 concurrent.
+
+On Redis (no AMQP heartbeats) the same flow must not cost a reconnection either.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from flowengine import engines
+from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.patterns import unordered_flow as uf
+from tests.reliability import checker, fault_tasks
+from tests.reliability.proxied import FlowRun, ProxiedWorkers
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+#: The worker's AMQP heartbeat (s): short, so the test need not wait long.
+AMQP_HEARTBEAT_S = 1
+
+#: How long each task body works (s): longer than three heartbeat intervals.
+TASK_S = 3.5
+
+#: One worker with 2 threads holds at most 4 requests (+1): 7 tasks keep it
+#: full (the consume loop waiting for room) while the first two run.
+TASKS, THREADS = 7, 2
+
+#: Bounded wait (s) for the worker to be known, only to fail instead of hanging.
+WORKERS_UP_S = 60.0
+
+
+@pytest.mark.parametrize("kind", ["amqp", "redis"])
+def test_full_worker_keeps_its_connections(kind, request, tmp_path):
+    url = request.getfixturevalue("amqp_url" if kind == "amqp" else "redis_url")
+    exchange, topic = f"full-{uuid.uuid4().hex[:8]}", "full"
+    records = str(tmp_path / "records.jsonl")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    query = f"?heartbeat={AMQP_HEARTBEAT_S}" if kind == "amqp" else ""
+    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=url,
+                                      transition_timeout=60.0)
+    names = [f"s{i}" for i in range(TASKS)]
+    with ProxiedWorkers(url, exchange, topic, records, str(logs), threads=THREADS) as workers:
+        worker = workers.start(url_query=query)
+        executor.start()
+        try:
+            assert executor.wait_for_workers(1, WORKERS_UP_S) == 0, workers.logs()
+            # Given the worker's connections, once it is up
+            connections = worker.proxy.accepted
+            flow = uf.Flow("full")
+            for name in names:
+                flow.add(fault_tasks.Step(name, inject={"n": 1, "pause": TASK_S}))
+            engine = engines.load(flow, engine="worker-based", executor=executor)
+            # When it is kept full for several heartbeat intervals
+            FlowRun(engine).start().wait(logs=workers.logs)
+            log = worker.log()
+            # Then none of its connections was reset or opened again
+            assert worker.proxy.accepted == connections, log
+            assert "connection" not in log.lower() or "lost" not in log.lower(), log
+        finally:
+            executor.stop()
+    report = checker.check(checker.read_records(records), names)
+    assert len(report.done_once) == TASKS, report.summary()
+    assert not report.concurrent, report.summary()
