@@ -23,6 +23,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import model
 from flowengine.engines.worker_based.events.publisher import EventPublisher
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.wire import clock
 from flowengine.engines.worker_based.wire.headers import Headers
 
 #: Whether workers and engines publish events when not told: off, because
@@ -137,7 +138,7 @@ class WorkerEvents:
         request = self._received(task_uuid)
         if request is None:
             return
-        request.started_mono, request.started = time.monotonic(), time.time()
+        request.started_mono, request.started = time.monotonic(), clock.wall()
         self.publisher.send("task-started", **request.fields, started=request.started)
 
     def progress(self, task_uuid: str, event_type: str, details: Mapping[str, Any]) -> None:
@@ -158,7 +159,7 @@ class WorkerEvents:
             self._processed += 1
         if request is None:
             return
-        ended = time.time()
+        ended = clock.wall()
         runtime = (time.monotonic() - request.started_mono
                    if request.started_mono is not None else None)
         fields = dict(request.fields, started=request.started, ended=ended, runtime=runtime)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from flowengine.engines.worker_based.wire import clock
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.wire.names import HEADER_CREATED, HEADER_ENQUEUED
 
@@ -50,7 +51,7 @@ def make_event(event_type: str, hostname: str, pid: int,
                fields: Mapping[str, Any]) -> dict[str, Any]:
     """A new event: the standard fields (clock still 0, for the sender to set), then ``fields``."""
     event = {"type": event_type, "hostname": hostname, "pid": pid,
-             "clock": 0, "timestamp": time.time(), "utcoffset": utcoffset_hours()}
+             "clock": 0, "timestamp": clock.wall(), "utcoffset": utcoffset_hours()}
     event.update(fields)
     return event
 
@@ -88,4 +89,4 @@ def request_timings(headers: Headers) -> dict[str, float]:
 
 def timing_headers(created_at: float) -> dict[str, float]:
     """Headers an executor adds to each dispatch: creation and enqueue times."""
-    return {HEADER_CREATED: created_at, HEADER_ENQUEUED: time.time()}
+    return {HEADER_CREATED: created_at, HEADER_ENQUEUED: clock.wall()}

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.utils import reflection
@@ -205,7 +206,9 @@ class ProxyWorkerFinder:
             keys = [key for topic in self._topics
                     for key in (lv.broadcast_routing_key(topic), topic)]
         if keys:
-            self._proxy.publish(pr.Notify(), keys, reply_to=self._uuid)
+            # The send time lets workers follow our clock (wire/peer_clock.py).
+            self._proxy.publish(pr.Notify(), keys, reply_to=self._uuid,
+                                headers={names.HEADER_ENQUEUED: clock.wall()})
         self._messages_published += 1
         self._last_published = self._clock()
 

@@ -40,6 +40,7 @@ from flowengine.engines.worker_based.executor_side.publisher import RequestPubli
 from flowengine.engines.worker_based.executor_side.replies import ReplyHandler
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.wire import clock, names
 
 __all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
            "WorkerTaskExecutor"]
@@ -260,7 +261,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
         """Ask a worker we never heard from (privately) who it is."""
         try:
             self._proxy.publish(pr.Notify(), pr.worker_routing_key(topic, worker_id),
-                                reply_to=self._uuid)
+                                reply_to=self._uuid,
+                                headers={names.HEADER_ENQUEUED: clock.wall()})
         except Exception:
             LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
 

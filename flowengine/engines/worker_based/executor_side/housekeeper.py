@@ -189,6 +189,7 @@ class Housekeeper:
         another capable worker (it is learned again if it speaks up).
         """
         worker_id = tracked.worker_id
+        declined_by = tracked.declined_by
         silent = now - (tracked.last_heard or now)
         route = None
         with self._book.lock:
@@ -209,8 +210,9 @@ class Housekeeper:
                 LOG.warning("Forgot worker %s: no heartbeat for %.1f s while holding"
                             " request %s", worker_id, silent, request)
             allowed = tracked.lost_after
-            self.lost_history.append(LostRecord(tracked.uuid, worker_id, tracked.attempt,
-                                                silent, now))
+            if declined_by is None:  # a handed-back redelivery lost no worker
+                self.lost_history.append(LostRecord(tracked.uuid, worker_id,
+                                                    tracked.attempt, silent, now))
             give_up = self._policy.is_last_attempt(tracked.attempt)
             if give_up:
                 if tr.transition(tracked, pr.FAILURE):
@@ -220,16 +222,26 @@ class Housekeeper:
             else:
                 route, _ = self._book.new_attempt(tracked)
         if give_up:
+            why = (f"worker {worker_id} stopped answering ({silent:.1f} s without a"
+                   f" heartbeat, allowed {allowed:.1f} s)" if declined_by is None else
+                   f"it came back from the broker to worker {declined_by}, which handed it"
+                   f" back unrun, and nobody held it")
             self._requests.fail(tracked, exc.RequestLost(
-                f"Request '{request}' was lost: worker {worker_id} stopped answering"
-                f" ({silent:.1f} s without a heartbeat, allowed {allowed:.1f} s)"
+                f"Request '{request}' was lost: {why}"
                 f" and the request was already dispatched {tracked.attempt + 1} time(s)"
                 f" (max_attempts={self._policy.max_attempts}); its task may or may not have"
                 f" run"))
             return
-        LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat, allowed"
-                    " %.1f s); dispatching it again as attempt %d (dispatch %d of at most %d)",
-                    request, worker_id, silent, allowed, tracked.attempt,
-                    tracked.attempt + 1, self._policy.max_attempts)
+        if declined_by is not None:
+            LOG.warning("Request %s came back from the broker to worker %s, which handed it"
+                        " back unrun, and no worker said it holds it for %.1f s; dispatching"
+                        " it again as attempt %d (dispatch %d of at most %d)", request,
+                        declined_by, silent, tracked.attempt, tracked.attempt + 1,
+                        self._policy.max_attempts)
+        else:
+            LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat,"
+                        " allowed %.1f s); dispatching it again as attempt %d (dispatch %d of"
+                        " at most %d)", request, worker_id, silent, allowed, tracked.attempt,
+                        tracked.attempt + 1, self._policy.max_attempts)
         if route is not None:
             self._requests.publish(tracked)

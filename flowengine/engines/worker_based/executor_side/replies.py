@@ -79,13 +79,18 @@ class ReplyHandler:
         """A reply for one of our requests: PENDING, RUNNING, EVENT, SUCCESS or FAILURE."""
         request_uuid = message.properties.get("correlation_id")
         tracked = self._book.get(request_uuid)
+        headers = Headers.parse(message.headers)
         if tracked is None:
-            LOG.debug("Ignoring response for request %s: not waiting for it"
-                      " (finished, timed out or someone else's)", request_uuid)
+            if headers.declined:
+                LOG.info("Worker %s got request %s again from the broker (a redelivery) and"
+                         " did not run it: its outcome is already in (or nobody waits for"
+                         " it), so it is not sent again", headers.worker_id, request_uuid)
+            else:
+                LOG.debug("Ignoring response for request %s: not waiting for it"
+                          " (finished, timed out or someone else's)", request_uuid)
             return
         response = pr.Response.from_dict(data)
         state = response.state
-        headers = Headers.parse(message.headers)
         if headers.attempt is not None and headers.attempt != tracked.attempt:
             # Fencing: a worker still answering for a dispatch we replaced
             # (it was declared lost) must not complete or refresh the new one.
@@ -94,6 +99,9 @@ class ReplyHandler:
                      headers.worker_id, headers.attempt, tracked.attempt)
             return
         worker_id = headers.worker_id
+        if headers.declined and state == pr.PENDING:
+            self._declined(tracked, headers)
+            return
         if worker_id is not None:
             self._maybe_probe(tracked, worker_id)
         else:
@@ -119,6 +127,33 @@ class ReplyHandler:
         else:
             LOG.warning("Ignoring response for request %s in unexpected state %r",
                         request_uuid, state)
+
+    def _declined(self, tracked: tr.Tracked, headers: Headers) -> None:
+        """A worker handed back a redelivery of a request we still wait for, unrun.
+
+        If a worker we heard from lately holds it, it is left to that worker.
+        Otherwise its first taker may still run it (its acknowledgement was
+        lost, its PENDING may be late): it is dispatched again only if nobody
+        says it holds it within a loss bound (see RequestBook.await_holder).
+        """
+        now = time.monotonic()
+        grace = self._policy.lost_after_for(headers.heartbeat_s)
+        with self._book.lock:
+            if not self._book.is_current(tracked):
+                return
+            holder = tracked.worker_id
+            if holder is not None and holder != headers.worker_id:
+                LOG.info("Worker %s handed back a redelivery of request %s unrun; worker %s"
+                         " holds it (last heard %.1f s ago), so it is left to that worker",
+                         headers.worker_id, tracked.request, holder,
+                         now - (tracked.last_heard or now))
+                return
+            wake = self._book.await_holder(tracked, headers.worker_id, grace)
+        LOG.info("Worker %s handed back a redelivery of request %s unrun; unless a worker"
+                 " says it holds it within %.1f s, it is dispatched again",
+                 headers.worker_id, tracked.request, grace)
+        if wake:
+            self._wake_housekeeper()
 
     def _complete(self, tracked: tr.Tracked, state: str, result: Any,
                   worker_id: str | None) -> None:

@@ -29,7 +29,7 @@ class Tracked:
 
     __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
                  "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
-                 "run_deadline", "waiting_since", "awaiting_worker")
+                 "run_deadline", "waiting_since", "awaiting_worker", "declined_by")
 
     def __init__(self, request: pr.Request, progress_callback: Callable[..., Any] | None,
                  deadline: float | None) -> None:
@@ -58,6 +58,9 @@ class Tracked:
         #: request is routed again only once that worker is known, so it is
         #: not sent to the same worker on the same stale routes.
         self.awaiting_worker: str | None = None
+        #: A worker that got the current dispatch as a redelivery and handed
+        #: it back unrun, while no holder was known (see RequestBook.await_holder).
+        self.declined_by: str | None = None
 
     @property
     def uuid(self) -> str:
@@ -181,6 +184,7 @@ class RequestBook:
         tracked.worker_id = tracked.last_heard = tracked.lost_after = None
         tracked.run_deadline = None
         tracked.awaiting_worker = after_worker
+        tracked.declined_by = None
         tracked.deadline = None if self._timeout is None else again.created_on + self._timeout
         route = self._finder.get_route_for_task(request.task) if route_now else None
         self._route(tracked, route)
@@ -194,9 +198,25 @@ class RequestBook:
         if worker_id is None:
             return False
         tracked.worker_id = str(worker_id)
+        tracked.declined_by = None
         tracked.lost_after = lost_after_s
         tracked.last_heard = now = time.monotonic()
         return self._schedule(now + lost_after_s)
+
+    def await_holder(self, tracked: Tracked, declined_by: str | None, grace_s: float) -> bool:
+        """A redelivery of ``tracked`` was handed back unrun and no holder is known (lock held).
+
+        Whoever took the first delivery (its acknowledgement lost with the
+        broker) may still hold and run it: its PENDING or RUNNING would name
+        it within ``grace_s``. Until then nothing is dispatched; after that,
+        the housekeeper dispatches it again as if a holder had gone silent.
+        Returns True if the deadline scanner must wake.
+        """
+        tracked.worker_id = None
+        tracked.declined_by = declined_by or "unknown worker"
+        tracked.lost_after = grace_s
+        tracked.last_heard = now = time.monotonic()
+        return self._schedule(now + grace_s)
 
     def forgive(self, now: float) -> int:
         """Restart the silence clock of every held request at ``now`` (monotonic s).

@@ -78,6 +78,17 @@ class Delivery:
         return self.message.channel
 
     @property
+    def redelivered(self) -> bool:
+        """True when the broker says it may have delivered this message before.
+
+        RabbitMQ sets the flag on every message it may have delivered before,
+        a node crash included (false means never seen before); kombu's own
+        Redis transport sets it on what it restores.
+        """
+        info = getattr(self.message, "delivery_info", None) or {}
+        return bool(info.get("redelivered"))
+
+    @property
     def settled(self) -> bool:
         """True once acknowledged, rejected or given back."""
         return self.outcome is not None

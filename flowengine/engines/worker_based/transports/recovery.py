@@ -20,8 +20,9 @@ users who chose kombu's transport by its dotted path.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
+
+from flowengine.engines.worker_based.wire import clock
 
 LOG = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def restore_stranded(conn: Any, previous_run_id: str | None) -> int:
         uptime_s = float(info["uptime_in_seconds"])
         # Consumers reconnect no sooner than RECONNECT_BACKOFF_S after the
         # break, so what was parked before ``now - uptime`` predates the restart.
-        ceil = time.time() - uptime_s
+        ceil = clock.wall() - uptime_s
         tags = client.zrangebyscore(channel.unacked_index_key, 0, ceil, start=0,
                                     num=MAX_RESTORED)
         for tag in tags:

@@ -60,6 +60,9 @@ class Headers:
     parent_id: str | None = None
     #: A worker's goodbye announcement.
     leaving: bool = False
+    #: A worker's PENDING for a redelivered request it did not run (see
+    #: :mod:`..worker_side.intake`).
+    declined: bool = False
     #: When the engine created the request, and published this dispatch of
     #: it (epoch s; the worker's events report them).
     created: float | None = None
@@ -87,6 +90,7 @@ class Headers:
                    root_id=_text(raw.get(names.HEADER_ROOT_ID)),
                    parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
                    leaving=bool(raw.get(names.HEADER_LEAVING)),
+                   declined=raw.get(names.HEADER_DECLINED) is True,
                    created=_epoch(raw.get(names.HEADER_CREATED)),
                    enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
                    problems=tuple(problems))

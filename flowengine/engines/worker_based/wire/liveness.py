@@ -14,6 +14,8 @@ import math
 import time
 from typing import Any
 
+from flowengine.engines.worker_based.wire import clock
+
 #: Header: the sender's heartbeat interval in seconds (worker announcements,
 #: NOTIFY answers, PENDING/RUNNING replies).
 HEADER_HEARTBEAT = "heartbeat"
@@ -84,4 +86,4 @@ def parse_heartbeat(value: Any) -> float | None:
 def expires_at(deadline: float, timeout: float) -> float:
     """Epoch seconds to send as ``expires`` for a monotonic ``deadline``."""
     margin = min(EXPIRES_MARGIN_S, max(0.0, timeout) * EXPIRES_MARGIN_FRACTION)
-    return time.time() + (deadline - time.monotonic()) - margin
+    return clock.wall() + (deadline - time.monotonic()) - margin

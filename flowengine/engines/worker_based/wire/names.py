@@ -82,6 +82,9 @@ HEADER_WORKER_ID = "worker_id"  # unique id of the worker process that sent it
 HEADER_LEAVING = "leaving"  # True on a worker's goodbye announcement
 HEADER_CREATED = "created"  # epoch seconds the engine created the request (timings)
 HEADER_ENQUEUED = "enqueued"  # epoch seconds this dispatch was published (timings)
+# On a PENDING reply: the worker got the request as a redelivery and did not
+# run it; its engine sends it again if, and only if, it still waits for it.
+HEADER_DECLINED = "declined"
 HEADER_NAMES = (HEADER_EXPIRES, HEADER_ATTEMPT, HEADER_ROOT_ID, HEADER_PARENT_ID,
                 HEADER_ORIGIN, HEADER_TIMELIMIT, HEADER_WORKER_ID, HEADER_LEAVING)
 

@@ -15,6 +15,7 @@ from concurrent import futures
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.wire import clock
 from flowengine.engines.worker_based.wire.failures import failure_to_dict, validate_failure
 from flowengine.engines.worker_based.wire.machine import START_STATE, TRANSITIONS, make_an_event
 from flowengine.engines.worker_based.wire.messages import Message
@@ -96,7 +97,7 @@ class Request(Message):
         #: Monotonic time (seconds) the request was created.
         self.created_on = time.monotonic()
         #: Wall-clock time (epoch seconds) the request was created.
-        self.created_at = time.time()
+        self.created_at = clock.wall()
         #: Resolves to ``(EXECUTED|REVERTED, result or Failure)``.
         self.future: futures.Future[Any] = futures.Future()
         self.future.atom = task  # type: ignore[attr-defined]

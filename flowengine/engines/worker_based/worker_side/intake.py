@@ -24,6 +24,7 @@ from flowengine.engines.worker_based.messaging import compat as compat_mod
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.wire.headers import Headers
+from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
 from flowengine.engines.worker_based.worker_side.performer import Job, Performer
@@ -39,10 +40,14 @@ class Intake:
     holds in ``memory``; answers through ``replier``; hands each request it
     takes to ``performer``; and takes no new message while more than
     ``capacity`` requests are held (None: unbounded) until :meth:`close`.
+    ``clocks`` learns each engine's clock from the send times of its
+    requests and NOTIFYs, and says when a request expired by that clock.
     """
 
     def __init__(self, endpoints: Mapping[str, Endpoint], memory: rm.RequestMemory,
-                 replier: Replier, performer: Performer, capacity: int | None) -> None:
+                 replier: Replier, performer: Performer, capacity: int | None,
+                 clocks: PeerClocks | None = None) -> None:
+        self._clocks = clocks or PeerClocks()
         self._endpoints = dict(endpoints)
         self._memory = memory
         self._replier = replier
@@ -92,6 +97,8 @@ class Intake:
 
     def process_notify(self, data: dict[str, Any], message: Delivery) -> None:
         """Answer a NOTIFY request with our topic and tasks."""
+        self._clocks.observe(message.properties["reply_to"],
+                             Headers.parse(message.headers).enqueued)
         self._replier.answer_notify(message.properties["reply_to"],
                                     message.properties.get("correlation_id"))
 
@@ -107,9 +114,12 @@ class Intake:
             self._replier.reply_failure(reply_to, task_uuid, exc.InvalidFormat(
                 "; ".join(headers.problems)), attempt)
             return
-        if headers.expires is not None and time.time() > headers.expires:
-            self._replier.drop_expired(reply_to, task_uuid, data.get("task_name"),
-                                       headers.expires, headers)
+        self._clocks.observe(reply_to, headers.enqueued)
+        late = (None if headers.expires is None
+                else self._clocks.overdue(reply_to, headers.expires))
+        if late is not None:
+            self._replier.drop_expired(reply_to, task_uuid, data.get("task_name"), late,
+                                       headers)
             return
         try:
             work = pr.Request.from_dict(data, task_uuid=task_uuid)
@@ -133,6 +143,12 @@ class Intake:
                                      announced=attempt is not None)
         if verdict.kind != rm.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
+            return
+        if message.redelivered and attempt is not None:
+            # It may have run elsewhere already (its acknowledgement lost with
+            # a broker that crashed): only its engine knows, so it decides.
+            self._memory.forget(key)
+            self._decline(message, reply_to, task_uuid, work, attempt)
             return
         try:
             task = endpoint.generate(name=work.task_name)
@@ -185,6 +201,27 @@ class Intake:
                       work.action, work.task_name, self._identity.worker_id, exc_info=True)
         message.requeue()
         return False
+
+    def _decline(self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit,
+                 attempt: int) -> None:
+        """Hand a redelivered request back to its engine unrun (see Replier.decline)."""
+        try:
+            self._replier.decline(message, reply_to, task_uuid, attempt)
+        except exc.DeliveryNotSettled as e:
+            LOG.warning("Redelivered request %s not declined by worker %s: %s", task_uuid,
+                        self._identity.worker_id, e)
+            return
+        except Exception:
+            LOG.error("Redelivered request %s could not be handed back by worker %s; the"
+                      " message goes back to the broker", task_uuid,
+                      self._identity.worker_id, exc_info=True)
+            message.requeue()
+            return
+        LOG.info("Request %s (%s of %r), attempt %d, came back from the broker (a"
+                 " redelivery: it may have run elsewhere already); worker %s did not run it"
+                 " and handed it back to its engine, which sends it again only if it still"
+                 " waits for it", task_uuid, work.action, work.task_name, attempt,
+                 self._identity.worker_id)
 
     def _answer_duplicate(self, verdict: rm.Verdict, reply_to: str, task_uuid: str,
                           work: pr.WorkUnit, attempt: int | None) -> None:

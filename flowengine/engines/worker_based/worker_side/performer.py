@@ -21,6 +21,7 @@ from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.wire.headers import Headers
+from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import context as context_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
@@ -53,11 +54,14 @@ class Performer:
     ``memory`` holds each request until its outcome is sent; ``replier``
     sends the replies; ``events`` hears of each request's life;
     ``task_runner`` runs the bodies; ``worker_id`` names this worker in the
-    request context task code can read (:mod:`.context`).
+    request context task code can read (:mod:`.context`); ``clocks`` says
+    when a request expired by its engine's clock (shared with the intake).
     """
 
     def __init__(self, pool: cf.Executor, memory: rm.RequestMemory, replier: Replier,
-                 events: WorkerEvents, task_runner: TaskRunner, worker_id: str) -> None:
+                 events: WorkerEvents, task_runner: TaskRunner, worker_id: str,
+                 clocks: PeerClocks | None = None) -> None:
+        self._clocks = clocks or PeerClocks()
         self._pool = pool
         self._memory = memory
         self._replier = replier
@@ -82,11 +86,13 @@ class Performer:
             held = self._memory.start(job.key)
             if held is None:
                 return
-            if held.expires is not None and time.time() > held.expires:
+            late = (None if held.expires is None
+                    else self._clocks.overdue(held.reply_to, held.expires))
+            if late is not None:
                 # Waited here for a thread past the time its executor gave up.
                 self._replier.answering(held)
-                self._replier.drop_expired(held.reply_to, task_uuid, work.task_name,
-                                           held.expires, job.headers)
+                self._replier.drop_expired(held.reply_to, task_uuid, work.task_name, late,
+                                           job.headers)
                 return
             if not self._replier.reply(held.reply_to, task_uuid, pr.RUNNING, held.attempt):
                 LOG.error("Request %s for task %r not run: its RUNNING reply could not"

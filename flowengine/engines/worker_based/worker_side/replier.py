@@ -21,6 +21,7 @@ from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire import names
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.types import failure as ft
@@ -133,6 +134,18 @@ class Replier:
         self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
                             headers=self.headers(attempt), settles=delivery)
 
+    def decline(self, delivery: Delivery, reply_to: str, task_uuid: str,
+                attempt: int) -> None:
+        """Hand a redelivered request back to its engine unrun, acknowledging it.
+
+        A PENDING with the ``declined`` header: the engine dispatches the
+        request again if it still waits for it and nobody else holds it, and
+        ignores it when it already has the outcome. Raises as :meth:`accept`.
+        """
+        headers = {**self.headers(attempt), names.HEADER_DECLINED: True}
+        self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
+                            headers=headers, settles=delivery)
+
     def reply(self, reply_to: str, task_uuid: str, state: str,
               attempt: int | None = None, **data: Any) -> bool:
         """Publish a Response; False (logged) when it could not be sent."""
@@ -152,14 +165,16 @@ class Replier:
                           result=ft.Failure.from_exception(error))
 
     def drop_expired(self, reply_to: str, task_uuid: str, task_name: str | None,
-                     expires: float, headers: Headers) -> None:
-        """Say (log, event, FAILURE reply) that a request past ``expires`` is dropped unrun."""
-        late = time.time() - expires
+                     late: float, headers: Headers) -> None:
+        """Say (log, event, FAILURE reply) that a request ``late`` s past expiry is dropped unrun.
+
+        ``late`` is measured on its engine's clock (see :mod:`..wire.peer_clock`).
+        """
         LOG.info("Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
                  " waits for it any more", task_uuid, task_name, late)
         self._events.expired(task_uuid, task_name, headers)
-        # Its executor has normally given up already and ignores this reply;
-        # one whose clock runs behind ours learns the outcome sooner.
+        # Its executor has normally given up already (within its expiry
+        # margin) and ignores this reply.
         self.reply_failure(reply_to, task_uuid, exc.RequestExpired(
             f"Worker {self._identity.worker_id} dropped request {task_uuid} for task"
             f" {task_name!r} unrun: it expired {late:.3f} s before it could start"),

@@ -46,6 +46,7 @@ from flowengine.engines.worker_based.messaging import proxy as proxy_mod
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import runner as running_mod
@@ -151,12 +152,16 @@ class Server:
         self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
                                                        identity.tasks, broker, enabled=events)
         self._memory = rm.RequestMemory()
+        # Each engine's clock, read off its messages: expiry never compares
+        # two hosts' clocks (see wire/peer_clock.py).
+        clocks = PeerClocks()
         self._replier = Replier(self._proxy, self._memory, identity, self._interval,
                                 self._events)
         self._performer = Performer(executor, self._memory, self._replier, self._events,
                                     task_runner or running_mod.TaskRunner(),
-                                    identity.worker_id)
-        self._intake = Intake(by_name, self._memory, self._replier, self._performer, capacity)
+                                    identity.worker_id, clocks)
+        self._intake = Intake(by_name, self._memory, self._replier, self._performer, capacity,
+                              clocks)
         self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---
