@@ -318,6 +318,10 @@ class WorkerShutdown(ExecutionFailure):
     """A worker gave a request back unfinished because it is shutting down (retry elsewhere)."""
 
 
+class RequestFenced(WorkerShutdown):
+    """A worker cut off from its broker stopped a request and gave it back (run elsewhere)."""
+
+
 class RequestLost(ExecutionFailure):
     """A remote request's workers kept falling silent; it was given up after its attempts."""
 

@@ -2,7 +2,8 @@
 
 Reads the records the fault tasks write (see fault_tasks.py). An execution
 is one (pid, attempt) start of a request; it *completed* when it has an
-end. Two executions of one request *overlap* when their intervals intersect;
+end (an ``abort`` record ends it without completing it: a fenced body).
+Two executions of one request *overlap* when their intervals intersect;
 an execution that never ended lasts until its process was killed (or for
 ever when nobody killed it).
 """
@@ -23,6 +24,8 @@ class Execution:
     attempt: int | None
     start: float
     end: float | None = None
+    #: It ended stopped half way (an ``abort`` record), not completed.
+    aborted: bool = False
 
 
 @dataclass
@@ -64,8 +67,9 @@ def executions_by_name(records: list[dict]) -> dict[str, list[Execution]]:
             run = Execution(rec["pid"], rec["attempt"], rec["t"])
             runs[rec["name"]].append(run)
             open_runs[key] = run
-        elif rec["ev"] == "end" and key in open_runs:
-            open_runs.pop(key).end = rec["t"]
+        elif rec["ev"] in ("end", "abort") and key in open_runs:
+            run = open_runs.pop(key)
+            run.end, run.aborted = rec["t"], rec["ev"] == "abort"
     return dict(runs)
 
 
@@ -80,7 +84,7 @@ def check(records: list[dict], expected: list[str],
     report = Report(executions=executions_by_name(records))
     for name in expected:
         runs = report.executions.get(name, [])
-        completed = [r for r in runs if r.end is not None]
+        completed = [r for r in runs if r.end is not None and not r.aborted]
         report.killed += sum(1 for r in runs if r.end is None and r.pid in killed_at)
         if not completed:
             report.lost.append(name)

@@ -43,6 +43,27 @@ class Step(task.Task):
         return n
 
 
+#: Seconds a Work body sleeps at a time: it is Python code between slices, so
+#: a fence or a time limit stops it within one slice.
+WORK_SLICE_S = 0.02
+
+
+class Work(task.Task):
+    """Works for ``pause`` seconds in short slices; records ``abort`` if stopped."""
+
+    def execute(self, n: int, pause: float) -> int:
+        record("start", self.name)
+        try:
+            deadline = time.monotonic() + pause
+            while time.monotonic() < deadline:
+                time.sleep(WORK_SLICE_S)  # the task's own work, not synchronisation
+        except BaseException:
+            record("abort", self.name)
+            raise
+        record("end", self.name)
+        return n
+
+
 class Blocker(task.Task):
     """Blocks until the test writes a line into the FIFO at ``fifo``."""
 

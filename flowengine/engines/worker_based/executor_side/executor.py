@@ -41,6 +41,7 @@ from flowengine.engines.worker_based.executor_side.replies import ReplyHandler
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
+from flowengine.engines.worker_based.wire import liveness as lv
 
 __all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
            "WorkerTaskExecutor"]
@@ -59,6 +60,14 @@ UNREACHABLE_GIVE_UP_S = 5.0
 #: Seconds stop() waits for each helper thread to finish before giving up on it
 #: (they are daemons, so a stuck broker call cannot keep the process alive).
 STOP_JOIN_TIMEOUT_S = 10.0
+
+
+def _loss_bound_headers(policy: RequestPolicy) -> dict[str, Any]:
+    """What every request tells its worker of our loss bound (see worker_side/fence.py)."""
+    headers: dict[str, Any] = {lv.HEADER_HEARTBEAT_MISSES: policy.heartbeat_misses}
+    if policy.lost_after is not None:
+        headers[lv.HEADER_LOST_AFTER] = policy.lost_after
+    return headers
 
 
 class WorkerTaskExecutor(base.TaskExecutor):
@@ -113,7 +122,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self.remote_statistics = remote_stats.RemoteStatistics()
         self._requests = RequestPublisher(self._proxy, self._book, uuid,
                                           policy.transition_timeout,
-                                          on_new_deadline=self._wake_housekeeper)
+                                          on_new_deadline=self._wake_housekeeper,
+                                          loss_bound=_loss_bound_headers(policy))
         self._requests.set_trace_ids(root_id, parent_id)
         self._housekeeper = Housekeeper(uuid, self._book, self._finder, policy,
                                         self._requests,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import queue
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent import futures
 from typing import Any
 
@@ -41,17 +41,20 @@ class RequestPublisher:
     reply routing key; ``transition_timeout`` (s, None: none) gives each
     request its deadline. ``on_new_deadline()`` is called when a submitted
     request brings a deadline earlier than any the housekeeper waits for
-    (or waits for a worker nobody has seen yet).
+    (or waits for a worker nobody has seen yet). ``loss_bound``: headers
+    telling workers when this engine takes a silent holder for lost.
     """
 
     def __init__(self, proxy: px.Proxy, book: tr.RequestBook, reply_to: str,
                  transition_timeout: float | None, *,
-                 on_new_deadline: Callable[[], None]) -> None:
+                 on_new_deadline: Callable[[], None],
+                 loss_bound: Mapping[str, Any] | None = None) -> None:
         self._proxy = proxy
         self._book = book
         self._reply_to = reply_to
         self._transition_timeout = transition_timeout
         self._on_new_deadline = on_new_deadline
+        self._loss_bound = dict(loss_bound or {})
         self._releases: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._root_id: str | None = None
         self._parent_id: str | None = None
@@ -88,6 +91,7 @@ class RequestPublisher:
             # (expires is a little earlier than our deadline; see liveness.py).
             headers[pr.HEADER_EXPIRES] = lv.expires_at(tracked.deadline,
                                                        self._transition_timeout or 0.0)
+        headers.update(self._loss_bound)
         headers.update(event_model.timing_headers(tracked.origin.created_at))
         limits = timelimits.header_for(tracked.request.task)
         if limits is not None:

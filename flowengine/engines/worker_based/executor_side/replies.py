@@ -218,8 +218,8 @@ class ReplyHandler:
         if (not isinstance(result, ft.Failure) or not result.check(exc.WorkerShutdown)
                 or self._policy.is_last_attempt(tracked.attempt)):
             return False
-        LOG.warning("Request %s was given back by its worker, which is shutting down;"
-                    " dispatching it again (attempt %d of %d)", tracked.request,
+        LOG.warning("Request %s was given back by its worker (%s); dispatching it again"
+                    " (attempt %d of %d)", tracked.request, result.exception_str,
                     tracked.attempt + 2, self._policy.max_attempts)
         self._book.new_attempt(tracked, route_now=False)
         self._release_waiting()  # the release thread routes it to another worker

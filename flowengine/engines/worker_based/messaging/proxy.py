@@ -224,6 +224,15 @@ class Proxy:
                                 correlation_id=correlation_id, headers=headers,
                                 timeout_s=timeout_s, settles=settles)
 
+    @property
+    def publishing_fails(self) -> bool:
+        """True while the broker answers publishing with errors (see Publisher.failing)."""
+        return self._publisher.failing
+
+    def confirm_published(self) -> bool:
+        """Block until what was published so far reached the broker; False if unknown."""
+        return self._publisher.confirm()
+
     def publish_body(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      **kwargs: Any) -> None:
         """Publish a message body as it is (tests and tools sending raw bodies)."""

@@ -75,10 +75,14 @@ class Publisher:
             # Durable means "survives a broker restart": publish() returns only
             # once RabbitMQ has taken the message (publisher confirms).
             self._conn = broker.connection({"confirm_publish": True})
+        self._confirms = bool((self._conn.transport_options or {}).get("confirm_publish"))
         self._uri = broker.public_uri
         self._lock = threading.Lock()
         self._pub_conn: Connection | None = None
         self._producer: Producer | None = None
+        # Monotonic time the broker started failing us (connection errors),
+        # until a publish succeeds again; None while it answers.
+        self._failing_since: float | None = None
 
     @property
     def connection(self) -> Connection:
@@ -142,6 +146,7 @@ class Publisher:
                         producer.publish(payload, exchange=self._exchange,
                                          routing_key=pending[0], **properties)
                         pending.pop(0)  # never published twice after a retry
+                    self._failing_since = None
                     if failures:
                         LOG.info("Published to %s again after %d failed attempt(s)",
                                  self._uri, failures)
@@ -151,6 +156,8 @@ class Publisher:
                     self._reset()
                     if not is_connection_error(e, self._conn):
                         raise
+                    if self._failing_since is None:
+                        self._failing_since = time.monotonic()
                     failures += 1
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -200,6 +207,41 @@ class Publisher:
         conn, self._pub_conn, self._producer = self._pub_conn, None, None
         if conn is not None:
             _release(conn, "the publisher connection")
+
+    @property
+    def failing(self) -> bool:
+        """True while the broker answers publishing with errors (down, refusing).
+
+        Silence is not failing: a publish blocked on a black-holed link
+        raises nothing until the link heals.
+        """
+        return self._failing_since is not None
+
+    def confirm(self) -> bool:
+        """Make sure what was published so far reached the broker; False if unknown.
+
+        On most transports publish() already waits for the broker (Redis
+        answers every push; files are written; RabbitMQ with publisher
+        confirms, as durable publishers use). AMQP without confirms only
+        writes to the socket, so a synchronous method on the same channel
+        (``basic.qos``, answered after everything sent before it) proves it.
+        Blocks while the broker cannot be heard (a partition): call it
+        from a thread whose silence someone else watches.
+        """
+        if self._conn.transport.driver_type != "amqp" or self._confirms:
+            return True
+        with self._lock:
+            producer = self._producer
+            if producer is None:
+                return False
+            try:
+                producer.channel.basic_qos(0, 0, False)
+            except Exception as e:
+                LOG.info("Publisher connection to %s lost (%s); reconnecting on next"
+                         " publish", self._uri, e)
+                self._reset()
+                return False
+        return True
 
     def heartbeat_if_idle(self) -> None:
         """Keep an idle publishing connection's AMQP heartbeats going."""

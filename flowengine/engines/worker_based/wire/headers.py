@@ -37,6 +37,11 @@ def _count(value: Any) -> int | None:
     return value
 
 
+def _misses(value: Any) -> int | None:
+    count = _count(value)
+    return count if count else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Headers:
     """What a message's headers say (None: absent or unusable)."""
@@ -58,6 +63,9 @@ class Headers:
     #: Trace ids: the flow and the flow detail the request belongs to.
     root_id: str | None = None
     parent_id: str | None = None
+    #: The engine's loss bound: heartbeats a held request may miss, or seconds.
+    heartbeat_misses: int | None = None
+    lost_after: float | None = None
     #: A worker's goodbye announcement.
     leaving: bool = False
     #: A worker's PENDING for a redelivered request it did not run (see
@@ -89,6 +97,8 @@ class Headers:
                    expires=expires, timelimit=raw.get(names.HEADER_TIMELIMIT),
                    root_id=_text(raw.get(names.HEADER_ROOT_ID)),
                    parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
+                   heartbeat_misses=_misses(raw.get(lv.HEADER_HEARTBEAT_MISSES)),
+                   lost_after=lv.parse_heartbeat(raw.get(lv.HEADER_LOST_AFTER)),
                    leaving=bool(raw.get(names.HEADER_LEAVING)),
                    declined=raw.get(names.HEADER_DECLINED) is True,
                    created=_epoch(raw.get(names.HEADER_CREATED)),

@@ -25,6 +25,13 @@ HEADER_HEARTBEAT = "heartbeat"
 #: task a Retry runs again (same task uuid, new submission) is run again.
 HEADER_REQUEST_ID = "request_id"
 
+#: Headers of a request: the engine's loss bound for it, so the worker that
+#: holds it can stop it before the engine dispatches it again (see
+#: worker_side/fence.py): ``heartbeat_misses`` (its policy's), and
+#: ``lost_after`` (seconds) when the engine sets one for every worker.
+HEADER_HEARTBEAT_MISSES = "heartbeat_misses"
+HEADER_LOST_AFTER = "lost_after"
+
 #: Seconds between two heartbeats of a held request. Two seconds keeps a
 #: thousand held requests at 500 small messages/s while still telling a
 #: dead worker from a slow one in seconds (TaskFlow never tells them apart).

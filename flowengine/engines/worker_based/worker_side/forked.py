@@ -225,6 +225,13 @@ class ProcessRunner:
             except InterruptedError:  # pragma: no cover - Python retries EINTR itself
                 continue
 
+    def kill(self, what: str) -> bool:
+        """Kill the child running the body described by ``what``; False if none does."""
+        victims = [pid for pid, running in list(self._children.items()) if running == what]
+        for pid in victims:
+            self._kill(pid)
+        return bool(victims)
+
     def stop_cold(self) -> list[str]:
         """Cold shutdown: refuse new bodies, SIGKILL running children; what they ran."""
         with self._lock:

@@ -89,10 +89,12 @@ class Held:
     :meth:`RequestMemory.start` and :meth:`RequestMemory.answer`).
     """
 
-    __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires", "outcome")
+    __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires", "outcome",
+                 "confirmed_at", "loss_bound", "fenced")
 
     def __init__(self, key: Key, reply_to: str, attempt: int | None,
-                 expires: float | None, announced: bool) -> None:
+                 expires: float | None, announced: bool,
+                 loss_bound: tuple[int | None, float | None] = (None, None)) -> None:
         self.key = key
         self.reply_to = reply_to
         self.attempt = attempt
@@ -103,6 +105,13 @@ class Held:
         #: The reply body being sent once ANSWERED: a duplicate arriving
         #: before the request moves to the finished ones is answered with it.
         self.outcome: dict[str, Any] | None = None
+        #: Monotonic time the latest reply about it known to have reached the
+        #: broker was sent (taking it counts): see worker_side/fence.py.
+        self.confirmed_at = time.monotonic()
+        #: Its engine's (heartbeat_misses, lost_after) headers.
+        self.loss_bound = loss_bound
+        #: Stopped (or never to start) because this worker lost its broker.
+        self.fenced = False
 
     def __repr__(self) -> str:
         return f"<Held {self.key[0]} ({self.key[1]}) {self.state}>"
@@ -163,7 +172,8 @@ class RequestMemory:
         return len(self._held)
 
     def admit(self, key: Key, reply_to: str, attempt: int | None,
-              expires: float | None = None, announced: bool = False) -> Verdict:
+              expires: float | None = None, announced: bool = False,
+              loss_bound: tuple[int | None, float | None] = (None, None)) -> Verdict:
         """Hold a new request, or say why not (a duplicate of a held/finished one).
 
         A duplicate with a higher attempt is adopted by the held request:
@@ -183,7 +193,8 @@ class RequestMemory:
             done = self._finished.get(key)
             if done is not None:
                 return Verdict(FINISHED, finished=done)
-            held = self._held[key] = Held(key, reply_to, attempt, expires, announced)
+            held = self._held[key] = Held(key, reply_to, attempt, expires, announced,
+                                          loss_bound)
             return Verdict(NEW, held=held)
 
     def start(self, key: Key) -> Held | None:
@@ -196,7 +207,7 @@ class RequestMemory:
             held = self._held.get(key)
             if held is None:
                 return None
-            if held.state == ANSWERED:
+            if held.state == ANSWERED or held.fenced:
                 LOG.info("Request %s (%s) was given back before a thread could start it;"
                          " not starting it", key[0], key[1])
                 return None
@@ -216,6 +227,20 @@ class RequestMemory:
             if outcome is not None:
                 held.outcome = outcome
             return moved
+
+    def fence(self, held: Held) -> str | None:
+        """Mark ``held`` fenced; its state then (None: already answered or fenced)."""
+        with self._lock:
+            if held.fenced or held.state == ANSWERED or self._held.get(held.key) is not held:
+                return None
+            held.fenced = True
+            return held.state
+
+    def is_fenced(self, key: Key) -> bool:
+        """Whether the request held under ``key`` was fenced (never remembered as done)."""
+        with self._lock:
+            held = self._held.get(key)
+            return held is not None and held.fenced
 
     def finish(self, key: Key, outcome: dict[str, Any] | None) -> None:
         """Stop holding ``key``; remember its outcome body when it has a submission id."""

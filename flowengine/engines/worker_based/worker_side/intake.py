@@ -140,7 +140,9 @@ class Intake:
         # PENDING replies/heartbeats only to flowengine executors (they send
         # 'attempt'); TaskFlow's would log each one as unexpected.
         verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
-                                     announced=attempt is not None)
+                                     announced=attempt is not None,
+                                     loss_bound=(headers.heartbeat_misses,
+                                                 headers.lost_after))
         if verdict.kind != rm.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
             return

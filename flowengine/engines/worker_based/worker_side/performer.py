@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Any
 
+from flowengine import exceptions as exc
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events.hooks import WorkerEvents
@@ -98,6 +99,10 @@ class Performer:
                 LOG.error("Request %s for task %r not run: its RUNNING reply could not"
                           " be sent", task_uuid, work.task_name)
                 return
+            if held.fenced:  # cut off from the broker meanwhile (fence.py): not here
+                LOG.warning("Request %s for task %r not started: this worker lost its"
+                            " broker before it could", task_uuid, work.task_name)
+                return
             self._events.started(task_uuid)
             started = time.monotonic()
             progress = functools.partial(self._replier.forward_event, held)
@@ -107,6 +112,13 @@ class Performer:
                 result = self._task_runner.run(job.endpoint, job.task, work, progress,
                                                job.headers, (task_uuid, work.action))
             elapsed = time.monotonic() - started
+            if self._memory.is_fenced(job.key):
+                # Stopped (or finished) while cut off from the broker: given
+                # back, whatever the body did (see fence.py).
+                result = ft.Failure.from_exception(exc.RequestFenced(
+                    f"Worker {self._worker_id} lost its broker while running request"
+                    f" {task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
+                    f" it; dispatch it again"))
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
             outcome = self._replier.send_outcome(held, work, state, result)
             self._events.finished(task_uuid, state == pr.SUCCESS, result)
@@ -114,7 +126,7 @@ class Performer:
         except Exception:
             LOG.exception("Unexpected error running request %s", task_uuid)
         finally:
-            if outcome is None:
+            if outcome is None or self._memory.is_fenced(job.key):
                 self._memory.forget(job.key)
             else:
                 self._memory.finish(job.key, outcome)

@@ -281,17 +281,22 @@ class Replier:
 
     def send_heartbeats(self) -> int:
         """Repeat PENDING/RUNNING for every held request now; how many were sent."""
-        sent = 0
+        sent: list[tuple[rm.Held, float]] = []
         for held in self._memory.held():
             # Under the lock answering() takes: a heartbeat is either sent
             # before the outcome or not at all, never after it.
             with self._answer_lock:
-                if held.state == rm.ANSWERED:
+                if held.state == rm.ANSWERED or held.fenced:
                     continue
                 if held.state == rm.RUNNING or held.announced:
-                    self.reply(held.reply_to, held.key[0], held.state, held.attempt)
-                    sent += 1
-        return sent
+                    started = time.monotonic()
+                    if self.reply(held.reply_to, held.key[0], held.state, held.attempt):
+                        sent.append((held, started))
+        # Known to have reached the broker: the fence (fence.py) counts from there.
+        if sent and self._proxy.confirm_published():
+            for held, started in sent:
+                held.confirmed_at = max(held.confirmed_at, started)
+        return len(sent)
 
     def beat(self) -> None:
         """One round of the heartbeat thread: heartbeats, then an announcement when due."""

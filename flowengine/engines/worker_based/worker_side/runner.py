@@ -121,6 +121,8 @@ class TaskRunner:
         self.default_limits = default_limits
         self.body_runner: BodyRunner = make_body_runner(self.kind)
         self.gate = Gate()
+        self._stoppers: dict[tuple[str, str], thread_limits.Stopper] = {}
+        self._stoppers_lock = threading.Lock()
 
     def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
             progress: ProgressCallback | None, headers: Headers, key: tuple[str, str]) -> Any:
@@ -132,10 +134,35 @@ class TaskRunner:
             return ft.Failure.from_exception(e)
         if not self.gate.admit():
             self.gate.park()
-        result = self.body_runner.run(endpoint, task, work, progress, limits, what)
+        stopper = thread_limits.Stopper(threading.get_ident(), what)
+        with self._stoppers_lock:
+            self._stoppers[key] = stopper
+        try:
+            result = self.body_runner.run(endpoint, task, work, progress, limits, what)
+        except exc.RequestFenced as e:  # stopped outside the task's own code
+            result = ft.Failure.from_exception(e)
+        finally:
+            with self._stoppers_lock:
+                self._stoppers.pop(key, None)
+            stopper.finish()
         if not self.gate.commit(key):
             self.gate.park()
         return result
+
+    def interrupt(self, key: tuple[str, str]) -> bool:
+        """Stop the body of ``key`` now: kill its child, or raise RequestFenced in its thread.
+
+        A thread notices at its next Python instruction (not inside one long
+        C call). False when no body of ``key`` runs.
+        """
+        with self._stoppers_lock:
+            stopper = self._stoppers.get(key)
+        if stopper is None:
+            return False
+        if self.kind == PROCESSES:
+            kill = getattr(self.body_runner, "kill", None)
+            return bool(kill is not None and kill(stopper.what))
+        return stopper.stop()
 
     def stop_cold(self) -> tuple[set[tuple[str, str]], list[str]]:
         """Close the gate and kill what can be killed: (outcomes on their way, killed)."""

@@ -50,6 +50,7 @@ from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import runner as running_mod
+from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
 from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
@@ -157,11 +158,14 @@ class Server:
         clocks = PeerClocks()
         self._replier = Replier(self._proxy, self._memory, identity, self._interval,
                                 self._events)
+        runner = task_runner or running_mod.TaskRunner()
         self._performer = Performer(executor, self._memory, self._replier, self._events,
-                                    task_runner or running_mod.TaskRunner(),
+                                    runner,
                                     identity.worker_id, clocks)
         self._intake = Intake(by_name, self._memory, self._replier, self._performer, capacity,
                               clocks)
+        self._fence = Fence(self._memory, runner, self._interval, identity.worker_id,
+                            lambda: self._proxy.publishing_fails)
         self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---
@@ -222,6 +226,7 @@ class Server:
         """Serve until stop() (blocks the calling thread)."""
         self._intake.open()
         self._replier.start()
+        self._fence.start()
         self._proxy.start()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -231,6 +236,7 @@ class Server:
     def stop(self) -> None:
         """Say goodbye to executors and stop consuming (held requests go on, heartbeating)."""
         self._replier.stop()
+        self._fence.stop()
         self._intake.close()
         if self._proxy.is_running:
             self._replier.announce(leaving=True)

@@ -125,6 +125,35 @@ class _Interruption:
                 _clear_in_thread(self.thread_id)
 
 
+class Stopper:
+    """Stops one body running in one thread (a fenced request), at most once.
+
+    :meth:`finish` (called when the body returned) withdraws an exception
+    not delivered yet, so it never lands in code after the body.
+    """
+
+    def __init__(self, thread_id: int, what: str) -> None:
+        self.thread_id = thread_id
+        self.what = what
+        self._lock = threading.Lock()
+        self._done = False
+        self._fired = False
+
+    def stop(self) -> bool:
+        """Raise RequestFenced in the body's thread; False if it already returned."""
+        with self._lock:
+            if self._done or self._fired:
+                return False
+            self._fired = _raise_in_thread(self.thread_id, exc.RequestFenced)
+            return self._fired
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            if self._fired:
+                _clear_in_thread(self.thread_id)
+
+
 def call_endpoint(endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
                   progress: ProgressCallback | None) -> Any:
     """Run the request's action through its endpoint in this thread (result or Failure)."""
