@@ -31,6 +31,7 @@ when missing.
 
 from __future__ import annotations
 
+import errno
 import itertools
 import logging
 import os
@@ -50,6 +51,7 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
+from flowengine import exceptions as exc
 from flowengine.engines.worker_based.transports import contract, inotify
 from flowengine.engines.worker_based.transports import filesystem_private as fp
 
@@ -69,6 +71,10 @@ TABLE_RACY_WINDOW_NS = 100_000_000
 #: of one os.kill(pid, 0) per stale claim and per other process's private
 #: queue.
 RECLAIM_PERIOD_S = 0.5
+
+#: Errors of a full disk (or quota): the folder is unusable until space is
+#: freed, then usable again, so they are reported as a broker outage.
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 
 #: Message property carrying the path of the claimed file until ack.
 CLAIM_PROPERTY = "x-flowengine-claim"
@@ -212,6 +218,12 @@ class Channel(filesystem.Channel):
                 os.unlink(tmp)
             except OSError:
                 pass
+            if e.errno in _DISK_FULL_ERRNOS:
+                # Recoverable, like a broker that is down: publishers retry
+                # (for their publish timeout) and go through once space returns.
+                raise exc.BrokerUnavailable(
+                    f"No space left for message files in {folder!r} ({e.strerror}); nothing"
+                    f" can be sent through this folder until space is freed", cause=e) from e
             raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
 
     def _scan(self, queue: str) -> list[str]:

@@ -1,0 +1,147 @@
+"""The filesystem transport on a full disk: a clear error, and nothing lost once space returns.
+
+Given a worker process and the engine sharing a broker folder on a small
+tmpfs (2 MB), when the disk is filled and a flow is started, then the
+engine says clearly what is wrong (no space left in the broker folder) and
+keeps trying; when space returns, the flow completes. Then the disk fills
+up again while a second flow's tasks run: the worker says so, its replies
+wait, and once space returns that flow completes too. The checker counts
+every task done once: 0 lost, 0 duplicated, 0 concurrent.
+
+Needs root to mount the tmpfs: skipped (with the reason) where mounting is
+not permitted, failed under CI=true.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from flowengine import engines
+from flowengine.engines.worker_based.executor_side import executor as wex
+from flowengine.patterns import unordered_flow as uf
+from tests.conftest import IN_CI
+from tests.reliability import checker, fault_tasks
+from tests.reliability.harness import Conn, Workers
+from tests.reliability.proxied import FlowRun
+
+pytestmark = pytest.mark.slow
+
+#: Size of the broker's disk: small, so filling it is quick.
+DISK = "2m"
+
+#: Tasks of each flow, and how long each works in the second one (s): long
+#: enough for the disk to fill up while they run.
+TASKS, TASK_S = 5, 1.0
+
+#: Bounded waits (s), only so that a bug fails the test instead of hanging it.
+WAIT_S = 60.0
+
+#: Bytes written at a time while filling the disk.
+FILL_CHUNK = 64 * 1024
+
+
+@contextlib.contextmanager
+def _small_disk(path: str) -> Iterator[str]:
+    os.makedirs(path)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", path],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        reason = f"cannot mount a tmpfs for the full-disk test: {done.stderr.strip()}"
+        if IN_CI:
+            pytest.fail(f"CI=true and {reason}")
+        pytest.skip(reason)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path], check=False)
+
+
+def _fill(folder: str) -> str:
+    """Fill the disk holding ``folder`` (down to its last byte); the filler file's path."""
+    filler = os.path.join(folder, "filler")
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        for size in (FILL_CHUNK, 1):  # big writes, then what a partly used block holds
+            while True:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC, e
+                    break
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
+    with _small_disk(str(tmp_path / "disk")) as disk:
+        folder = os.path.join(disk, "broker")
+        os.makedirs(folder)
+        conn = Conn("filesystem", transport="filesystem",
+                    transport_options={"data_folder": folder})
+        records = str(tmp_path / "records.jsonl")
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        workers = Workers(conn, unique_name, "disk", records, str(logs))
+        executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["disk"],
+                                          transition_timeout=WAIT_S, **conn.kwargs())
+        names = [f"d{i}" for i in range(TASKS)]
+        second = [f"e{i}" for i in range(TASKS)]
+        caplog.set_level(logging.WARNING)
+        try:
+            workers.start()
+            executor.start()
+            assert executor.wait_for_workers(1, WAIT_S) == 0, workers.logs()
+            # Given a full disk
+            filler = _fill(disk)
+            flow = uf.Flow("disk").add(*[fault_tasks.Step(name, inject={"n": i, "pause": 0})
+                                         for i, name in enumerate(names)])
+            # When a flow starts
+            run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
+            # Then the engine says what is wrong, clearly
+            deadline_ok = _wait_for(lambda: "no space left" in caplog.text.lower())
+            assert deadline_ok, caplog.text[-3000:]
+            assert not run.done.is_set()
+            # When space returns, the flow completes
+            os.unlink(filler)
+            run.wait(WAIT_S, logs=workers.logs)
+            # Given a second flow whose tasks are running on the worker
+            flow = uf.Flow("disk2").add(*[
+                fault_tasks.Step(name, inject={"n": i, "pause": TASK_S})
+                for i, name in enumerate(second)])
+            run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
+            assert _wait_for(lambda: checker.read_records(records)[len(names) * 2:]), (
+                workers.logs())
+            # When the disk fills up under it, then the worker says so (its
+            # replies wait), and once space returns the flow completes
+            filler = _fill(disk)
+            assert _wait_for(lambda: "no space left" in workers.logs().lower()), (
+                workers.logs())
+            os.unlink(filler)
+            run.wait(WAIT_S, logs=workers.logs)
+        finally:
+            executor.stop()
+            workers.stop_all()
+    report = checker.check(checker.read_records(records), names + second)
+    assert len(report.done_once) == TASKS * 2, report.summary()
+    assert not report.concurrent, report.summary()
+    messages = [r.getMessage() for r in caplog.records if "space" in r.getMessage().lower()]
+    print(f"[full disk] {report.summary()}; first error: {messages[:1]}")
+
+
+def _wait_for(predicate, timeout_s: float = WAIT_S) -> bool:
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
