@@ -101,3 +101,5 @@ def test_skewed_worker_clock(conn, skew, tmp_path, unique_name):
     log = worker_log()
     assert "Dropped request u-late" in log, log
     assert log.count("Dropped request") == 1, log
+    print(f"[clock skew/{conn.kind} {skew:+.0f} s] {report.summary()}; dropped unrun:"
+          f" {report.lost}")

@@ -109,5 +109,7 @@ def test_partitioned_worker_is_fenced_and_serves_again(kind, request, tmp_path, 
     # The old worker's late replies were fenced (a superseded attempt)
     assert "superseded by attempt" in caplog.text, caplog.text[-3000:]
     assert all(r.pid == cut.pid for n in later for r in report.executions[n])
-    print(f"[partition/{kind}] {len(lost)} requests declared lost and re-dispatched;"
-          f" {len(stopped)} bodies stopped by the fence; {report.summary()}")
+    fenced = cut_log.count("could not confirm a heartbeat")
+    print(f"[partition/{kind}] {len(lost)} requests declared lost and re-dispatched (after"
+          f" {max(r.silent_s for r in lost):.2f} s of silence at most); {fenced} fenced on the"
+          f" cut-off worker, {len(stopped)} of them stopped mid-body; {report.summary()}")
