@@ -174,9 +174,12 @@ def private_rabbitmq():
 
 @pytest.fixture
 def private_pg():
-    """A PostgreSQL cluster of this test's own (``.url``, ``.restart()``), for outage tests."""
+    """A PostgreSQL cluster of this test's own (``.url``, ``.restart()``), for outage tests.
+
+    Durable: a commit that returned survives the crash restart() makes.
+    """
     try:
-        server = pg_server.start()
+        server = pg_server.start(durable=True)
     except pg_server.PgUnavailable as e:
         reason = f"PostgreSQL test server unavailable: {e}"
     else:
