@@ -1,11 +1,8 @@
 from collections.abc import Callable
 from typing import Any
 
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat
-
-class IAsyncResult:
-    def get(self, block: bool = ..., timeout: float | None = ...) -> Any: ...
-    def rawlink(self, callback: Callable[[IAsyncResult], Any]) -> None: ...
 
 class Handler:
     timeout_exception: type[Exception]
