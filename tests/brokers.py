@@ -461,6 +461,40 @@ def running_zookeeper() -> Iterator[BrokerProcess]:
         broker.stop()
 
 
+#: The environment variables TaskFlow's own tests read for each server's port.
+TASKFLOW_PORT_VARS = {"redis": "TASKFLOW_TEST_REDIS_PORT",
+                      "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT"}
+_STARTERS: dict[str, Callable[[], BrokerProcess]] = {"redis": start_redis,
+                                                     "zookeeper": start_zookeeper}
+
+
+@contextlib.contextmanager
+def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper")
+                          ) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Throwaway servers for TaskFlow's own unit tests (tools/conformance).
+
+    Yields ``(env, unavailable)``: the ``TASKFLOW_TEST_*_PORT`` variables of
+    the servers that started, and for each that could not, why. Stopped
+    when the block ends.
+    """
+    env: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
+    started: list[BrokerProcess] = []
+    try:
+        for kind in kinds:
+            try:
+                server = _STARTERS[kind]()
+            except BrokerUnavailable as e:
+                unavailable[kind] = str(e).splitlines()[0]
+                continue
+            started.append(server)
+            env[TASKFLOW_PORT_VARS[kind]] = str(server.port)
+        yield env, unavailable
+    finally:
+        for server in started:
+            server.stop()
+
+
 def main() -> int:
     """Start and stop each server once, printing the times (used by .ci/run)."""
     for starter in (start_redis, start_rabbitmq, start_zookeeper):

@@ -27,7 +27,8 @@ from flowengine import exceptions as exc
 
 __all__ = [
     "CONF_TRANSFERS", "DEFAULT_HOSTS", "KazooTransactionException", "check_compatible",
-    "checked_commit", "conf_from_url", "finalize_client", "make_client", "prettify_failures",
+    "checked_commit", "conf_from_url", "finalize_client", "make_client", "parse_hosts",
+    "prettify_failures",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ CONF_TRANSFERS: tuple[tuple[str, Callable[[Any, Any], Any], Any], ...] = (
 )
 
 
-def _parse_hosts(hosts: Any) -> Any:
+def parse_hosts(hosts: Any) -> Any:
     """``'h1:p1,h2:p2'`` from a string, a list/set/tuple, or a ``{host: port}`` dict."""
     if isinstance(hosts, str):
         return hosts.strip()
@@ -90,7 +91,7 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
     for key in ("command_retry", "connection_retry", "handler"):
         if key in conf:
             kwargs[key] = conf[key]
-    hosts = _parse_hosts(conf.get("hosts", DEFAULT_HOSTS))
+    hosts = parse_hosts(conf.get("hosts", DEFAULT_HOSTS))
     if not hosts or not isinstance(hosts, str):
         raise TypeError(f"Invalid hosts format, expected a non-empty string/list, not"
                         f" {hosts!r} ({type(hosts).__name__})")

@@ -32,7 +32,7 @@ def test_conf_from_url_reads_hosts_path_and_options():
 @pytest.mark.parametrize("hosts, expected", [
     (["h1:1", "h2:2"], "h1:1,h2:2"), ({"h1": 1}, "h1:1"), (" h:3 ", "h:3")])
 def test_make_client_accepts_taskflows_host_forms(hosts, expected):
-    assert kazoo_utils._parse_hosts(hosts) == expected
+    assert kazoo_utils.parse_hosts(hosts) == expected
     client = kazoo_utils.make_client({"hosts": hosts, "use_ssl": "false"})
     kazoo_utils.finalize_client(client)
 

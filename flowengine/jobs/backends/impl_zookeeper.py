@@ -297,7 +297,9 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
         check = str(conf.get("check_compatible", True)).strip().lower()
         store = ZkStore(client if client is not None else kazoo_utils.make_client(conf),
                         path, owns_client=client is None,
-                        check_compatible=check in ("1", "t", "true", "on", "y", "yes"))
+                        check_compatible=check in ("1", "t", "true", "on", "y", "yes"),
+                        where="" if client is not None else str(kazoo_utils.parse_hosts(
+                            conf.get("hosts", kazoo_utils.DEFAULT_HOSTS))))
         super().__init__(name, conf, store, persistence=persistence)
         self._path = path
 

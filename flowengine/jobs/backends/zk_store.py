@@ -80,8 +80,9 @@ class ZkReader(BoardStore):
     """
 
     def __init__(self, client: KazooClient, path: str, owns_client: bool,
-                 check_compatible: bool = True) -> None:
+                 check_compatible: bool = True, where: str = "") -> None:
         self._client = client
+        self._where = where or str(client.hosts)
         self.path = path
         self._owns = owns_client
         self._check = check_compatible
@@ -101,10 +102,10 @@ class ZkReader(BoardStore):
             yield
         except (k_exc.ConnectionLoss, k_exc.SessionExpiredError, k_exc.OperationTimeoutError,
                 k_exc.ZookeeperStoppedError, self._client.handler.timeout_exception) as e:
-            raise exc.BoardUnavailable(f"ZooKeeper at {self._client.hosts} is unreachable:"
+            raise exc.BoardUnavailable(f"ZooKeeper at {self._where} is unreachable:"
                                        f" {type(e).__name__} {e}", cause=e) from e
         except (k_exc.KazooException, k_exc.ZookeeperError) as e:
-            raise exc.JobFailure(f"ZooKeeper at {self._client.hosts} failed:"
+            raise exc.JobFailure(f"ZooKeeper at {self._where} failed:"
                                  f" {type(e).__name__} {e}", cause=e) from e
 
     def _wait(self, result: IAsyncResult) -> Any:
