@@ -223,7 +223,6 @@ def dashboard_pictures(out: str) -> None:
                 page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=WAIT_S * 1000)
                 page.wait_for_selector("#flows tbody tr:has-text('RUNNING')",
                                        timeout=WAIT_S * 1000)
-                page.locator("#fleet").screenshot(path=os.path.join(out, "dashboard-live.png"))
                 page.screenshot(path=os.path.join(out, "dashboard.png"))
                 page.click("#flows tbody tr:has-text('REVERTED')")
                 page.wait_for_selector("#atoms tbody tr[data-atom='charge']",

@@ -49,9 +49,12 @@ def worker_process(url: str, exchange: str, *extra: str, log: Any = None,
            "--tasks", tasks, *args]
     proc = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                             text=True, env=environ or env(), cwd=ROOT)
+    # A worker that requires signed messages answers only a signed ping.
+    keys = (["--secret-file", args[args.index("--secret-file") + 1]]
+            if "--secret-file" in args else [])
     try:
         deadline = time.monotonic() + WAIT_S
-        while not ping_pids(url, exchange).count(proc.pid):
+        while not ping_pids(url, exchange, *keys).count(proc.pid):
             assert proc.poll() is None, f"worker exited with {proc.returncode}"
             assert time.monotonic() < deadline, "worker never answered inspect ping"
         yield proc
@@ -74,9 +77,9 @@ def inspect_json(url: str, exchange: str, what: str, *extra: str) -> list[dict[s
     return answers
 
 
-def ping_pids(url: str, exchange: str) -> list[int]:
+def ping_pids(url: str, exchange: str, *extra: str) -> list[int]:
     """Pids of the workers answering ``inspect ping`` (waits one --timeout)."""
-    return [a["result"]["worker"]["pid"] for a in inspect_json(url, exchange, "ping")]
+    return [a["result"]["worker"]["pid"] for a in inspect_json(url, exchange, "ping", *extra)]
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:

@@ -72,3 +72,18 @@ def test_no_worker_is_one_line_and_exit_status_1(real_broker, exchange):
     assert proc.returncode == 1
     assert "no worker answered within 0.5 s" in proc.stderr
     assert "guest:guest" not in proc.stderr  # never the password
+
+
+def test_with_signing_on_only_a_signed_question_is_answered(real_broker, exchange, tmp_path):
+    # Given a worker that requires signed messages
+    keys = tmp_path / "keys"
+    keys.write_text("s" * 40 + "\n")
+    with worker_process(real_broker, exchange, "--secret-file", str(keys)):
+        # When asked without the key, nobody answers (the worker refuses it unread)
+        unsigned = flowengine("inspect", "ping", *broker_args(real_broker, exchange),
+                              "--timeout", "1")
+        assert unsigned.returncode == 1
+        # When asked with it, the worker answers (its answer signed and verified too)
+        signed = inspect_json(real_broker, exchange, "ping", "--secret-file", str(keys),
+                              "--limit", "1", "--timeout", str(WAIT_S))
+    assert len(signed) == 1

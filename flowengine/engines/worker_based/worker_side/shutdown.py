@@ -128,8 +128,6 @@ class Shutdown:
         self._failed = False
         self._state = SERVING  # the machine's start state
         self._runner: threading.Thread | None = None
-        # `flowengine control shutdown <worker>` asks as a first signal would.
-        worker.on_shutdown_request = self.request
 
     @property
     def state(self) -> str:
@@ -182,6 +180,8 @@ class Shutdown:
 
     def serve(self) -> int:
         """Run the worker until asked to stop; return the exit status (warm 0, cold 1)."""
+        # `flowengine control shutdown <worker>` asks as a first signal would.
+        self._worker.on_shutdown_request = self.request
         runner = threading.Thread(target=self._serve, name="flowengine-worker", daemon=True)
         self._runner = runner
         runner.start()
