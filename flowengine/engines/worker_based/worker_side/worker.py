@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
-import inspect
 import logging
 import os
 import platform
@@ -12,12 +10,10 @@ import socket
 import sys
 import threading
 import time
-import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import flowengine
-from flowengine import task as task_mod
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire import names
@@ -29,87 +25,18 @@ from flowengine.engines.worker_based.worker_side import exception_handlers as eh
 from flowengine.engines.worker_based.worker_side import priority, supervision
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
 LOG = logging.getLogger(__name__)
 
+# derive_endpoints and TaskItem live in task_list; importable from here as before.
+__all__ = ["STOP_JOIN_TIMEOUT_S", "TaskItem", "Worker", "derive_endpoints"]
+
 #: Seconds run() waits for each other consume loop (other topics, control)
 #: to end once the first one has (they were all asked to stop together).
 STOP_JOIN_TIMEOUT_S = 10.0
-
-#: One item of a worker's task list: a module name, a ``'module:Class'`` or
-#: ``'module.Class'`` string, a module, or a Task class.
-TaskItem = str | types.ModuleType | type[task_mod.BaseTask]
-
-
-def _is_task_class(obj: object) -> TypeGuard[type[task_mod.BaseTask]]:
-    return inspect.isclass(obj) and issubclass(obj, task_mod.BaseTask)
-
-
-def _module_tasks(module: types.ModuleType) -> list[type[task_mod.BaseTask]]:
-    """Concrete task classes *defined* in ``module`` (not ones it merely imports)."""
-    found = []
-    for _name, obj in inspect.getmembers(module, _is_task_class):
-        if obj.__module__ == module.__name__ and not inspect.isabstract(obj):
-            found.append(obj)
-    return found
-
-
-def _checked_class(obj: object, item: object) -> type[task_mod.BaseTask]:
-    """``obj`` if it is a concrete task class, else TypeError naming ``item``."""
-    if not _is_task_class(obj):
-        raise TypeError(f"Item {item!r} is not a Task subclass (got {obj!r})")
-    if inspect.isabstract(obj):
-        raise TypeError(f"Item {item!r} is an abstract task class; it cannot be run")
-    return obj
-
-
-def _import_item(item: str) -> list[type[task_mod.BaseTask]]:
-    """Tasks named by a string: 'module', 'module:Class' or 'module.Class'."""
-    if ":" in item:
-        return [_checked_class(reflection.import_class(item), item)]
-    try:
-        module = importlib.import_module(item)
-    except ModuleNotFoundError as e:
-        # Only "this very name is not a module" means try it as module.Class;
-        # a module that exists but fails to import is a real error.
-        if e.name is None or not item.startswith(e.name):
-            raise
-        try:
-            obj = reflection.import_class(item)
-        except ImportError:
-            raise ImportError(f"Task item {item!r} names neither a module nor a"
-                              f" 'module.Class'") from e
-        return [_checked_class(obj, item)]
-    return _module_tasks(module)
-
-
-def derive_endpoints(tasks: TaskItem | Iterable[TaskItem]) -> list[endpoint_mod.Endpoint]:
-    """Endpoints for a task list of module names, class paths, modules or classes.
-
-    Raises TypeError for an item of another kind, or naming a class that is
-    no concrete Task; ImportError for a name that cannot be imported.
-    """
-    # One item alone (a name, a module, a class) stands for a list of it.
-    items: list[object] = ([tasks] if isinstance(tasks, (str, bytes, type, types.ModuleType))
-                           else list(tasks))
-    derived: dict[type[task_mod.BaseTask], None] = {}
-    for item in items:
-        if isinstance(item, str):
-            classes = _import_item(item)
-        elif isinstance(item, types.ModuleType):
-            classes = _module_tasks(item)
-        elif inspect.isclass(item):
-            classes = [_checked_class(item, item)]
-        else:
-            raise TypeError(f"Item {item!r} has unexpected type {type(item).__name__};"
-                            f" expected a module name, a 'module:Class' string, a module"
-                            f" or a Task class")
-        for cls in classes:
-            derived.setdefault(cls, None)
-    return [endpoint_mod.Endpoint(cls) for cls in derived]
-
 
 class Worker:
     """A worker that can be started on a remote host to serve task requests.
