@@ -322,6 +322,10 @@ class RequestFenced(WorkerShutdown):
     """A worker cut off from its broker stopped a request and gave it back (run elsewhere)."""
 
 
+class RequestCancelled(ExecutionFailure):
+    """A request was cancelled (``flowengine control cancel``) before or while it ran."""
+
+
 class RequestLost(ExecutionFailure):
     """A remote request's workers kept falling silent; it was given up after its attempts."""
 

@@ -44,6 +44,9 @@ PG_USER = "flowengine"
 # Durability is pointless for a throwaway cluster; these make it fast.
 _FAST_OPTIONS = ("-c", "fsync=off", "-c", "full_page_writes=off",
                  "-c", "synchronous_commit=off", "-c", "max_connections=50")
+# For outage tests (restart() crashes the server): a commit is on disk when
+# it returns, as on a production server, so a crash loses nothing committed.
+_DURABLE_OPTIONS = ("-c", "max_connections=50")
 
 
 class PgUnavailable(Exception):
@@ -157,8 +160,12 @@ def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -
                 ready.set()
 
 
-def start() -> PgServer:
-    """initdb + postgres on a free loopback port; PgUnavailable if impossible."""
+def start(durable: bool = False) -> PgServer:
+    """initdb + postgres on a free loopback port; PgUnavailable if impossible.
+
+    ``durable``: committed transactions survive restart() (a crash), at the
+    cost of speed; off, the cluster trades that for speed.
+    """
     bindir = find_bindir()
     as_user = _user_args()
     _remove_stale_dirs()
@@ -172,7 +179,8 @@ def start() -> PgServer:
         _initdb(bindir, data, as_user)
         port = _free_port()
         cmd = [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port),
-               "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C", *_FAST_OPTIONS]
+               "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C",
+               *(_DURABLE_OPTIONS if durable else _FAST_OPTIONS)]
         proc = _launch(cmd, base_dir, as_user)
     except BaseException:
         if proc is not None and proc.poll() is None:

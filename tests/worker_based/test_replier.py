@@ -9,12 +9,13 @@ sent before it has too, and nothing unexpected can still be on its way.
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from wire_helpers import Client, as_broker, conn_kwargs
+from wire_helpers import WAIT_S, Client, as_broker, conn_kwargs
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
@@ -43,11 +44,17 @@ def replier_and_client(announce_period_s: float = pr.NOTIFY_PERIOD_S,
     proxy = Proxy(TOPIC, exchange, broker=broker)
     replier = Replier(proxy, memory, identity, interval_s, events,
                       announce_period_s=announce_period_s)
+    # Consuming, as a server's proxy is: the replier announces only then.
+    loop = threading.Thread(target=proxy.start, daemon=True)
     with Client(exchange, **conn) as client:
+        loop.start()
+        assert proxy.wait(WAIT_S), "the replier's proxy did not start consuming"
         try:
             yield replier, memory, client
         finally:
             replier.stop()
+            proxy.stop()
+            loop.join(WAIT_S)
             for held in memory.held():
                 memory.forget(held.key)
 
@@ -177,3 +184,22 @@ def test_the_heartbeat_thread_repeats_what_is_held_and_reannounces(broker):
 
 def announcements(client: Client) -> int:
     return sum(h.get(pr.HEADER_WORKER_ID) == "w-1" for _d, h in client.notifies)
+
+
+def test_no_announcement_while_the_proxy_is_not_consuming():
+    # Given a replier whose proxy has no broker connection (not consuming)
+    exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
+    broker = as_broker({"transport": "memory"})["broker"]
+    identity = Identity("w-1", "host:1", TOPIC, ("tasks.A",))
+    events = WorkerEvents.create(exchange, identity.worker_id, TOPIC, identity.tasks, broker,
+                                 enabled=False)
+    replier = Replier(Proxy(TOPIC, exchange, broker=broker), rm.RequestMemory(), identity,
+                      INTERVAL_S, events, announce_period_s=0.0)
+    with Client(exchange, transport="memory") as client:
+        # When a heartbeat round finds an announcement due
+        replier.beat()
+        # Then nothing was sent (the consumer announces when it is back)
+        marker = f"marker-{uuid.uuid4().hex}"
+        assert replier.reply(client.uuid, marker, pr.SUCCESS, result=None)
+        assert client.wait_for(lambda: client.states(marker) != [])
+        assert announcements(client) == 0

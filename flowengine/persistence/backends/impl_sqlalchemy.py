@@ -123,6 +123,9 @@ class SQLAlchemyBackend(base.Backend):
                     args[arg] = int(conf[key])
             # Read committed: each statement sees committed data, no dirty reads.
             args["isolation_level"] = conf.get("isolation_level", "READ COMMITTED")
+            # A pooled connection is checked before use: after a database
+            # restart the first write would otherwise fail on a dead socket.
+            args["pool_pre_ping"] = True
         args.update(conf.get("engine_args") or {})
         engine = sa.create_engine(url, **args)
         if is_sqlite:

@@ -194,6 +194,9 @@ class Consumer:
         self._lost_at: float | None = None
         # Which Redis server process we last consumed from (None off Redis).
         self._broker_run_id: str | None = None
+        # The draining connection's keepalive and the loop's thread: only
+        # that thread may use the connection (see keep_alive()).
+        self._keepalive: tuple[int, Keepalive] | None = None
 
     # --- facts ---
 
@@ -316,6 +319,21 @@ class Consumer:
                 self._started_or_failed.wait(max(0.0, wake_at - now))
         return None
 
+    def keep_alive(self) -> None:
+        """Send an AMQP heartbeat frame if one is due; for a handler that waits long.
+
+        A no-op off the consume loop's thread (only it may use the
+        connection) and without heartbeats. A broken socket is only logged
+        here: the loop sees it once the handler returns, and reconnects.
+        """
+        current = self._keepalive
+        if current is None or current[0] != threading.get_ident():
+            return
+        try:
+            current[1].beat()
+        except Exception as e:
+            LOG.debug("Consumer %s: heartbeat frame not sent: %s", self._name, e)
+
     def _report_problem(self, error: BaseException) -> exc.FlowEngineError:
         """Classify ``error`` and wake wait_started(); the classified error."""
         problem = errors.classify(error, self._uri, self._exchange.name, self._broker.durable)
@@ -381,6 +399,7 @@ class Consumer:
         period = self._options.wait_period_s
         room = self._hooks.wait_for_room
         keepalive = Keepalive(conn)
+        self._keepalive = (threading.get_ident(), keepalive)
         # While full, wait for room in slices short enough for the heartbeats.
         room_slice = min(period, keepalive.period_s or period)
         last_wait = time.monotonic()

@@ -93,11 +93,7 @@ class Proxy:
                  on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
                  publish_timeout_s: float = PUBLISH_TIMEOUT_S,
                  wait_for_room: Callable[[float], bool] | None = None) -> None:
-        if broker is None:
-            broker = BrokerSettings(url, transport, transport_options or {}, retry_options)
-        elif (url, transport, transport_options, retry_options) != (None,) * 4:
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options/retry_options, not both")
+        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         self._topic = topic
         self._broker = broker
         if queues is None:
@@ -228,6 +224,10 @@ class Proxy:
     def publishing_fails(self) -> bool:
         """True while the broker answers publishing with errors (see Publisher.failing)."""
         return self._publisher.failing
+
+    def keep_alive(self) -> None:
+        """From a handler waiting long on the consume loop: keep the connection alive."""
+        self._consumer.keep_alive()
 
     def confirm_published(self) -> bool:
         """Block until what was published so far reached the broker; False if unknown."""

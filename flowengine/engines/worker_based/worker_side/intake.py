@@ -15,7 +15,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowengine import exceptions as exc
@@ -42,12 +42,21 @@ class Intake:
     ``capacity`` requests are held (None: unbounded) until :meth:`close`.
     ``clocks`` learns each engine's clock from the send times of its
     requests and NOTIFYs, and says when a request expired by that clock.
+    ``admit`` (a worker of several topics, see :mod:`.priority`) replaces
+    the admission into ``memory``: it waits for this topic's turn first, and
+    returns None when the worker stops meanwhile (the message goes back);
+    ``room(give_up, seconds)`` then says whether the worker has room to take
+    another message (``capacity`` is None).
     """
 
     def __init__(self, endpoints: Mapping[str, Endpoint], memory: rm.RequestMemory,
                  replier: Replier, performer: Performer, capacity: int | None,
-                 clocks: PeerClocks | None = None) -> None:
+                 clocks: PeerClocks | None = None,
+                 admit: Callable[..., rm.Verdict | None] | None = None,
+                 room: Callable[[threading.Event, float], bool] | None = None) -> None:
         self._clocks = clocks or PeerClocks()
+        self._admit = admit
+        self._room = room
         self._endpoints = dict(endpoints)
         self._memory = memory
         self._replier = replier
@@ -139,10 +148,18 @@ class Intake:
         key = (task_uuid, work.action, headers.request_id)
         # PENDING replies/heartbeats only to flowengine executors (they send
         # 'attempt'); TaskFlow's would log each one as unexpected.
-        verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
-                                     announced=attempt is not None,
-                                     loss_bound=(headers.heartbeat_misses,
-                                                 headers.lost_after))
+        loss_bound = (headers.heartbeat_misses, headers.lost_after)
+        if self._admit is None:
+            verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
+                                         announced=attempt is not None,
+                                         loss_bound=loss_bound)
+        else:
+            waited = self._admit(self._closed, key, reply_to, attempt, headers.expires,
+                                 attempt is not None, loss_bound=loss_bound)
+            if waited is None:  # stopping while it waited for its turn
+                message.requeue()
+                return
+            verdict = waited
         if verdict.kind != rm.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
             return
@@ -267,6 +284,8 @@ class Intake:
         requests wait, and the heartbeat thread keeps announcing this worker.
         True at once after close() (the loop must be free to end).
         """
+        if self._room is not None:
+            return self._room(self._closed, timeout_s)
         if self._capacity is None:
             return True
         return self._memory.wait_until_at_most(self._capacity, self._closed, timeout_s)

@@ -108,9 +108,12 @@ class Replier:
         try:
             self._proxy.publish(pr.Notify(topic=self._identity.topic, tasks=tasks),
                                 pr.ANNOUNCE_ROUTING_KEY, headers=self.headers(leaving=leaving))
-        except Exception:
-            LOG.warning("Worker %s could not announce itself%s", self._identity.worker_id,
-                        " leaving" if leaving else "", exc_info=True)
+        except Exception as e:
+            # One line: the consume loop says, once per back-off step, why the
+            # broker is away; the traceback is there for -v.
+            LOG.warning("Worker %s could not announce itself%s: %s", self._identity.worker_id,
+                        " leaving" if leaving else "", e)
+            LOG.debug("Announcement failure", exc_info=True)
         self._last_announce = time.monotonic()
 
     def answer_notify(self, reply_to: str, correlation_id: str | None) -> None:
@@ -301,7 +304,9 @@ class Replier:
     def beat(self) -> None:
         """One round of the heartbeat thread: heartbeats, then an announcement when due."""
         self.send_heartbeats()
-        if (not self._stopping.is_set()
+        # Only while consuming: without a broker connection the announcement
+        # would only fail (and the consumer announces anew when it is back).
+        if (not self._stopping.is_set() and self._proxy.is_running
                 and time.monotonic() - self._last_announce >= self._announce_period_s):
             self.announce()
 
