@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -138,7 +139,7 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
 
 
 def _wait_for(predicate, timeout_s: float = WAIT_S) -> bool:
-    import time
+    """Poll ``predicate`` until it holds (True) or ``timeout_s`` passes (False)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():

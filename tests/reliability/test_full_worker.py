@@ -8,6 +8,9 @@ the worker logs no lost connection), and the checker counts every request
 done once: 0 duplicated, 0 lost, 0 concurrent.
 
 On Redis (no AMQP heartbeats) the same flow must not cost a reconnection either.
+A worker serving two topics (``amqp-2-topics``: the flow's and an idle one
+of lower priority) shares one room between two consume loops, which must
+both keep their connections alive while it is full.
 """
 
 from __future__ import annotations
@@ -40,18 +43,21 @@ TASKS, THREADS = 5, 2
 WORKERS_UP_S = 60.0
 
 
-@pytest.mark.parametrize("kind", ["amqp", "redis"])
+@pytest.mark.parametrize("kind", ["amqp", "redis", "amqp-2-topics"])
 def test_full_worker_keeps_its_connections(kind, request, tmp_path):
-    url = request.getfixturevalue("amqp_url" if kind == "amqp" else "redis_url")
+    amqp = kind.startswith("amqp")
+    url = request.getfixturevalue("amqp_url" if amqp else "redis_url")
     exchange, topic = f"full-{uuid.uuid4().hex[:8]}", "full"
     records = str(tmp_path / "records.jsonl")
     logs = tmp_path / "logs"
     logs.mkdir()
-    query = f"?heartbeat={AMQP_HEARTBEAT_S}" if kind == "amqp" else ""
+    query = f"?heartbeat={AMQP_HEARTBEAT_S}" if amqp else ""
+    extra = ("--topic", "idle") if kind == "amqp-2-topics" else ()
     executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=url,
                                       transition_timeout=60.0)
     names = [f"s{i}" for i in range(TASKS)]
-    with ProxiedWorkers(url, exchange, topic, records, str(logs), threads=THREADS) as workers:
+    with ProxiedWorkers(url, exchange, topic, records, str(logs), threads=THREADS,
+                        extra_args=extra) as workers:
         worker = workers.start(url_query=query)
         executor.start()
         try:
@@ -64,9 +70,9 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
             engine = engines.load(flow, engine="worker-based", executor=executor)
             # When it is kept full for several heartbeat intervals
             FlowRun(engine).start().wait(logs=workers.logs)
-            log = worker.log()
+            log, after_flow = worker.log(), worker.proxy.accepted
             # Then none of its connections was reset or opened again
-            assert worker.proxy.accepted == connections, log
+            assert after_flow == connections, log
             assert "connection" not in log.lower() or "lost" not in log.lower(), log
         finally:
             executor.stop()
@@ -74,4 +80,4 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
     assert len(report.done_once) == TASKS, report.summary()
     assert not report.concurrent, report.summary()
     print(f"[full worker/{kind}] connections through its proxy: {connections} after"
-          f" start-up, {worker.proxy.accepted} at the end; {report.summary()}")
+          f" start-up, {after_flow} once the flow was done; {report.summary()}")

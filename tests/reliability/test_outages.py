@@ -114,7 +114,8 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
     runs = checker.check(checker.read_records(path + ".runs"), tokens)
     sys.stderr.write(f"\n[checker] {name}: {verdict}; {runs.summary()}\n")
     assert not verdict.lost and not verdict.unexpected, str(verdict)
-    assert runs.concurrent == [], runs.summary()
+    assert runs.concurrent == [], (runs.summary(), {
+        t: runs.executions[t] for t in runs.concurrent}, logs[-6000:])
     # ...and no body ran twice, not even one after the other: a broker killed
     # with SIGKILL forgets acknowledgements it had not written to disk yet, and
     # redelivers those requests (held *or already finished* then) flagged as

@@ -250,6 +250,10 @@ class Publisher:
         try:
             conn = self._pub_conn
             if conn is not None and conn.supports_heartbeats:
+                # Read what the broker sent first (its heartbeat frames): py-amqp
+                # counts a connection nobody reads as silent, and would call an
+                # idle publisher's connection dead after two intervals.
+                _read_pending(conn)
                 conn.heartbeat_check()
         except Exception as e:
             LOG.info("Publisher connection to %s lost (%s); reconnecting on next publish",
@@ -270,6 +274,14 @@ class Publisher:
                 self._reset()
             finally:
                 self._lock.release()
+
+
+def _read_pending(conn: Connection) -> None:
+    """Read the frames already waiting on ``conn`` without blocking (a publisher's)."""
+    try:
+        conn.drain_events(timeout=0)
+    except TimeoutError:
+        pass  # nothing waiting
 
 
 def _release(conn: Connection, what: str) -> None:
