@@ -38,7 +38,7 @@ class Ambiguity(NamedTuple):
 class Unit:
     """Compile-time record of one flow: its children, links and provider tables."""
 
-    __slots__ = ("flow", "parent", "index", "node", "end", "retry", "kids", "preds",
+    __slots__ = ("flow", "parent", "index", "node", "end", "retry", "kids", "preds", "links",
                  "chain", "prov", "latest", "reach", "start", "stop")
 
     def __init__(self, flow: Any, parent: Unit | None, index: int) -> None:
@@ -50,6 +50,8 @@ class Unit:
         self.retry: str | None = None
         self.kids: list[Any] = []   # atom names (str) or Unit, topological order
         self.preds: list[list[int]] = []   # child index -> linked-from child indexes
+        # Links between children: (from index, to index, the link's metadata).
+        self.links: list[tuple[int, int, dict[str, Any]]] = []
         self.chain = False          # every child linked to the next (linear)
         self.prov: dict[str, list[tuple[int, str]]] = {}
         self.latest: dict[str, tuple[str, ...]] = {}
@@ -241,9 +243,13 @@ class ProviderResolver:
         return winners if len(winners) > 1 else ()
 
     def resolve(self, order: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[str, ...]]],
-                                                        dict[tuple[str, str], Ambiguity]]:
+                                                        dict[tuple[str, str], Ambiguity],
+                                                        tuple[str, ...]]:
+        """Per atom: symbol -> providers nearest first; the ambiguities; and the atoms
+        with some symbol nobody in scope provides (in ``order``)."""
         providers: dict[str, dict[str, tuple[str, ...]]] = {}
         ambiguities: dict[tuple[str, str], Ambiguity] = {}
+        outside: list[str] = []
         for name in order:
             atom = self._atoms[name]
             table: dict[str, tuple[str, ...]] = {}
@@ -258,7 +264,9 @@ class ProviderResolver:
                     continue
                 found, clash = self._lookup(name, symbol)
                 table[symbol] = found
+                if not found and (not outside or outside[-1] != name):
+                    outside.append(name)
                 if clash and symbol not in injected:
                     ambiguities[(name, symbol)] = Ambiguity(name, symbol, clash)
             providers[name] = table
-        return providers, ambiguities
+        return providers, ambiguities, tuple(outside)
