@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from flowengine import exceptions as exc
 from flowengine import flow
 from flowengine.deciders import Depth
-from flowengine.patterns._dag import CycleError, OrderedDAG
+from flowengine.patterns._dag import REASONS, CycleError, OrderedDAG
 
 if TYPE_CHECKING:
     from flowengine.retry import Retry
+
+assert REASONS == flow.LINK_REASONS  # the graph expands compact edges with this key
 
 #: ``decider(history) -> bool``: ``history`` maps each deciding predecessor's
 #: name to its result.
@@ -189,6 +191,13 @@ class Flow(flow.Flow):
 
     def _link(self, u: flow.Item, v: flow.Item, reason: str | None = None, manual: bool = False,
               decider: Decider | None = None, decider_depth: Depth | None = None) -> None:
+        if reason is not None and not manual and decider is None and decider_depth is None:
+            # The common case (a link made for a symbol): the graph keeps it compactly.
+            try:
+                self._graph.add_reason_edge(u, v, reason)
+            except CycleError as err:
+                raise _cycle_failure(err, u, v) from None
+            return
         data = self._graph.edge_data(u, v)
         update: dict[str, Any] = {}
         if decider is not None:

@@ -59,6 +59,24 @@ class ArgSpec(NamedTuple):
     optional: bool
 
 
+#: Link metadata the execution graph uses (the rest, e.g. reasons, is not kept).
+_KEPT_LINK_KEYS = (flow_mod.LINK_DECIDER, flow_mod.LINK_DECIDER_DEPTH, flow_mod.LINK_INVARIANT)
+
+
+_INVARIANT: dict[str, Any] = {flow_mod.LINK_INVARIANT: True}
+
+
+def _kept(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the compilation keeps of a link's metadata (None: nothing, the usual case)."""
+    if not meta:
+        return None
+    kept = {k: meta[k] for k in _KEPT_LINK_KEYS if meta.get(k) is not None}
+    if len(kept) == 1 and flow_mod.LINK_INVARIANT in kept:
+        # Pattern-imposed links (every link of a linear flow): one shared value.
+        return _INVARIANT if kept[flow_mod.LINK_INVARIANT] else None
+    return kept or None
+
+
 def _label(item: Any) -> str:
     name = getattr(item, "name", None)
     return name if isinstance(name, str) else repr(item)
@@ -411,7 +429,7 @@ class _Builder:
             unit.preds[where[pv]].append(where[pu])
         preds = unit.preds
         unit.chain = len(items) > 1 and all(preds[i] == [i - 1] for i in range(1, len(items)))
-        unit.links = [(where[pu], where[pv], meta) for pu, pv, meta in links]
+        unit.links = [(where[pu], where[pv], _kept(meta)) for pu, pv, meta in links]
         for i, pos in enumerate(perm):
             item = items[pos]
             if isinstance(item, flow_mod.Flow):

@@ -51,7 +51,7 @@ class Unit:
         self.kids: list[Any] = []   # atom names (str) or Unit, topological order
         self.preds: list[list[int]] = []   # child index -> linked-from child indexes
         # Links between children: (from index, to index, the link's metadata).
-        self.links: list[tuple[int, int, dict[str, Any]]] = []
+        self.links: list[tuple[int, int, dict[str, Any] | None]] = []
         self.chain = False          # every child linked to the next (linear)
         self.prov: dict[str, list[tuple[int, str]]] = {}
         self.latest: dict[str, tuple[str, ...]] = {}
