@@ -64,7 +64,7 @@ class StorageBase:
         if backend is None:
             # Most results cannot be deep-copied (locks, clients...), and the
             # in-memory backend exists only for the duration of this storage.
-            backend = impl_memory.MemoryBackend({"deep_copy": False})
+            backend = impl_memory.MemoryBackend.private()
             with contextlib.closing(backend.get_connection()) as conn:
                 conn.update_flow_details(flow_detail, ignore_missing=True)
         self._backend = backend
