@@ -61,6 +61,10 @@ class StorageBase:
         self._rlock = threading.RLock()
         self._lock = _StorageLock(self._rlock)
         self._flowdetail = flow_detail
+        # Whether atom saves must reach the backend: not for the private one
+        # made below, which holds this storage's own detail objects live
+        # (registered when they are added to the flow) and nobody else's.
+        self._atom_saves = backend is not None
         if backend is None:
             # Most results cannot be deep-copied (locks, clients...), and the
             # in-memory backend exists only for the duration of this storage.
@@ -98,7 +102,8 @@ class StorageBase:
         return conn
 
     def _save_atom(self, ad: models.AtomDetail) -> None:
-        self._connection().update_atom_details(ad)
+        if self._atom_saves:
+            self._connection().update_atom_details(ad)
 
     def _save_flow(self, new_atoms: Iterable[models.AtomDetail] = ()) -> None:
         # Only the flow detail record and the given atoms are written: the

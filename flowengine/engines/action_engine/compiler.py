@@ -303,16 +303,23 @@ class Compilation:
         return bool(inject) and (spec.symbol in inject or spec.name in inject)
 
     def _plan(self, atom_name: str, revert: bool) -> tuple[ArgSpec, ...]:
-        # Not cached: O(arguments) to build, needed about once per run of an
-        # atom, and a cache would hold two tuples per atom for the whole run.
+        return tuple(ArgSpec._make(row) for row in self.plan_rows(atom_name, revert))
+
+    def plan_rows(self, atom_name: str, revert: bool = False
+                  ) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
+        """:meth:`argument_plan` (or the revert one) as plain tuples: what the engine fetches by.
+
+        Not cached: O(arguments) to build, needed about once per run of an
+        atom, and a cache would hold two plans per atom for the whole run.
+        """
         atom = self._atoms[atom_name]
         mapping = atom.revert_rebind if revert else atom.rebind
         if not mapping:
             return ()
         optional = atom.revert_optional if revert else atom.optional
         found = self._providers[atom_name]
-        return tuple(ArgSpec(arg, symbol, found.get(symbol, ()), symbol in optional)
-                     for arg, symbol in mapping.items())
+        return tuple([(arg, symbol, found.get(symbol, ()), symbol in optional)
+                      for arg, symbol in mapping.items()])
 
 
 class PatternCompiler:

@@ -80,12 +80,10 @@ class Runtime:
         """The compilation's networkx execution graph (built on first use)."""
         return self.compilation.execution_graph
 
-    def _plan(self, name: str, revert: bool) -> tuple[ArgSpec, ...]:
+    def _plan(self, name: str, revert: bool) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
         # Resolved by the compiler: which atoms provide each argument,
         # closest first (rows are (arg_name, symbol, providers, optional)).
-        if revert:
-            return self.compilation.revert_argument_plan(name)
-        return self.compilation.argument_plan(name)
+        return self.compilation.plan_rows(name, revert)
 
     def fetch_args(self, name: str, revert: bool = False) -> dict[str, Any]:
         """The arguments for an atom's execute (or revert), from storage."""
