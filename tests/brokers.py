@@ -1,6 +1,7 @@
-"""Throwaway message brokers for the test-suite (and the benchmarks).
+"""Throwaway message brokers and coordination servers for the test-suite (and the benchmarks).
 
-Starts ``redis-server`` and ``rabbitmq-server`` as child processes bound to
+Starts ``redis-server``, ``rabbitmq-server`` and ZooKeeper (Debian's
+``zookeeper`` package, run on the JVM) as child processes bound to
 free loopback ports, with every file they write under one temporary folder,
 waits (bounded) until each accepts a real protocol handshake, and stops them
 again.  Nothing here touches a system-wide broker or its data.
@@ -37,6 +38,12 @@ REDIS_START_TIMEOUT_S = 15.0
 RABBITMQ_START_TIMEOUT_S = 90.0
 # epmd answers within milliseconds; it only has to bind its port.
 EPMD_START_TIMEOUT_S = 10.0
+# ZooKeeper (JVM start + an empty data dir) serves in ~1 s here; 60 s covers
+# a cold JIT on a loaded 2-core machine.
+ZOOKEEPER_START_TIMEOUT_S = 60.0
+# The test server's heap: tests keep a few thousand small znodes at most,
+# and the default (a quarter of RAM) would take memory from the other tests.
+ZOOKEEPER_HEAP_MB = 256
 # A graceful SIGTERM stop of RabbitMQ takes ~1 s; after this we SIGKILL.
 STOP_TIMEOUT_S = 15.0
 # Between readiness probes: short, the probes themselves are cheap.
@@ -65,6 +72,14 @@ for pgid in pgids:
     except OSError:
         pass
 """
+
+
+# Where Debian's zookeeper package puts the server (libzookeeper-java); its
+# manifest names the jars it needs, so this one jar is the whole classpath.
+ZOOKEEPER_JAR_CANDIDATES = (
+    "/usr/share/java/zookeeper.jar",
+    "/usr/share/zookeeper/zookeeper.jar",
+)
 
 
 class BrokerUnavailable(RuntimeError):
@@ -225,6 +240,15 @@ def rabbitmq_binary() -> str | None:
     return shutil.which("rabbitmq-server")
 
 
+def zookeeper_command() -> list[str] | None:
+    """``java -cp zookeeper.jar`` (Debian's package) as an argument list, or None."""
+    java = shutil.which("java")
+    jar = next((p for p in ZOOKEEPER_JAR_CANDIDATES if os.path.isfile(p)), None)
+    if java is None or jar is None:
+        return None
+    return [java, f"-Xmx{ZOOKEEPER_HEAP_MB}m", "-cp", jar]
+
+
 def _tcp_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
@@ -238,6 +262,20 @@ def _redis_ping(port: int) -> bool:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
             s.sendall(b"PING\r\n")
             return s.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def _zookeeper_serving(port: int) -> bool:
+    # 'srvr' answers with the server's mode only once it serves requests
+    # (before that: "This ZooKeeper instance is not currently serving").
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"srvr")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+            return b"Mode:" in reply
     except OSError:
         return False
 
@@ -290,6 +328,40 @@ def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S, *,
                "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
         return BrokerProcess("redis", f"redis://127.0.0.1:{port}/0", port, wd, log, launches=[
             _Launch(cmd, log, None, lambda: _redis_ping(port), timeout_s)])
+
+    return _start_with_retries(make)
+
+
+def start_zookeeper(timeout_s: float = ZOOKEEPER_START_TIMEOUT_S) -> BrokerProcess:
+    """Start a standalone ZooKeeper on a free loopback port; raise BrokerUnavailable.
+
+    Its data (snapshots and transaction log, synced on every write) lives in
+    the broker's temp dir, so ``kill()`` / ``start()`` keeps every znode
+    (sessions survive too, if the client reconnects within their timeout).
+    Its URL is ``zookeeper://127.0.0.1:PORT``; ``hosts`` for kazoo is
+    ``127.0.0.1:PORT``.
+    """
+    base = zookeeper_command()
+    if base is None:
+        raise BrokerUnavailable("ZooKeeper not found (apt-get install zookeeper: it needs"
+                                " java and /usr/share/java/zookeeper.jar)")
+
+    def make() -> BrokerProcess:
+        wd = tempfile.mkdtemp(prefix="flowengine-zookeeper-")
+        port = free_port()
+        conf = os.path.join(wd, "zoo.cfg")
+        with open(conf, "w") as f:
+            f.write(f"tickTime=500\n"  # sessions may time out in 1-10 s (2..20 ticks)
+                    f"dataDir={wd}/data\n"
+                    f"clientPort={port}\nclientPortAddress=127.0.0.1\n"
+                    "admin.enableServer=false\n"  # no HTTP admin port to collide on
+                    "4lw.commands.whitelist=srvr,ruok,envi\n"  # readiness; kazoo server_version()
+                    "maxClientCnxns=0\n")  # the fault tests open many sessions
+        log = os.path.join(wd, "zookeeper.log")
+        cmd = [*base, "org.apache.zookeeper.server.ZooKeeperServerMain", conf]
+        return BrokerProcess("zookeeper", f"zookeeper://127.0.0.1:{port}", port, wd, log,
+                             launches=[_Launch(cmd, log, None, lambda: _zookeeper_serving(port),
+                                               timeout_s)])
 
     return _start_with_retries(make)
 
@@ -379,9 +451,53 @@ def running_rabbitmq() -> Iterator[BrokerProcess]:
         broker.stop()
 
 
+@contextlib.contextmanager
+def running_zookeeper() -> Iterator[BrokerProcess]:
+    """Context manager: a throwaway ZooKeeper for the duration of the block."""
+    broker = start_zookeeper()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+#: The environment variables TaskFlow's own tests read for each server's port.
+TASKFLOW_PORT_VARS = {"redis": "TASKFLOW_TEST_REDIS_PORT",
+                      "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT"}
+_STARTERS: dict[str, Callable[[], BrokerProcess]] = {"redis": start_redis,
+                                                     "zookeeper": start_zookeeper}
+
+
+@contextlib.contextmanager
+def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper")
+                          ) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """Throwaway servers for TaskFlow's own unit tests (tools/conformance).
+
+    Yields ``(env, unavailable)``: the ``TASKFLOW_TEST_*_PORT`` variables of
+    the servers that started, and for each that could not, why. Stopped
+    when the block ends.
+    """
+    env: dict[str, str] = {}
+    unavailable: dict[str, str] = {}
+    started: list[BrokerProcess] = []
+    try:
+        for kind in kinds:
+            try:
+                server = _STARTERS[kind]()
+            except BrokerUnavailable as e:
+                unavailable[kind] = str(e).splitlines()[0]
+                continue
+            started.append(server)
+            env[TASKFLOW_PORT_VARS[kind]] = str(server.port)
+        yield env, unavailable
+    finally:
+        for server in started:
+            server.stop()
+
+
 def main() -> int:
-    """Start and stop each broker once, printing the times (used by .ci/run)."""
-    for starter in (start_redis, start_rabbitmq):
+    """Start and stop each server once, printing the times (used by .ci/run)."""
+    for starter in (start_redis, start_rabbitmq, start_zookeeper):
         b = starter()
         # CI logs are public: print the URL without its password.
         print(f"{b.name}: {maybe_sanitize_url(b.url)} up in {b.start_time_s:.2f} s", flush=True)

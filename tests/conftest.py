@@ -16,6 +16,12 @@ Fixtures
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
 - ``private_pg`` (function): a PostgreSQL cluster of the test's own, with
   ``restart()``, for outage tests.
+- ``zookeeper_url`` (session): a ZooKeeper server (Debian's ``zookeeper``
+  package, ``tests/brokers.py``) on a free loopback port,
+  ``zookeeper://127.0.0.1:PORT``; ``FLOWENGINE_TEST_ZOOKEEPER_URL`` names an
+  existing one instead. ``zk_hosts``: its ``host:port`` for kazoo.
+- ``private_zookeeper`` (function): a ZooKeeper of the test's own, with
+  ``kill()`` / ``start()`` / ``restart()`` (data kept), for outage tests.
 
 Markers: ``broker`` (needs a real broker server), ``slow``.
 """
@@ -98,6 +104,18 @@ def redis_url(request: pytest.FixtureRequest) -> str:
     return _session_broker(request, "FLOWENGINE_TEST_REDIS_URL", brokers.start_redis)
 
 
+@pytest.fixture(scope="session")
+def zookeeper_url(request: pytest.FixtureRequest) -> str:
+    """URL of a ZooKeeper server running for this session (``zookeeper://127.0.0.1:PORT``)."""
+    return _session_broker(request, "FLOWENGINE_TEST_ZOOKEEPER_URL", brokers.start_zookeeper)
+
+
+@pytest.fixture(scope="session")
+def zk_hosts(zookeeper_url: str) -> str:
+    """``host:port`` of the session's ZooKeeper (kazoo's ``hosts``)."""
+    return zookeeper_url.split("://", 1)[1].rstrip("/")
+
+
 _PG_STATE: dict = {}
 
 
@@ -168,6 +186,17 @@ def persistent_redis():
 def private_rabbitmq():
     """A rabbitmq-server of this test's own (~5 s to start); see ``private_redis``."""
     proc = _private_broker(brokers.start_rabbitmq)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def private_zookeeper():
+    """A ZooKeeper of this test's own (``.url``, ``.kill()``, ``.start()``, ``.restart()``).
+
+    Its data directory survives ``kill()``, so a restart keeps every znode.
+    """
+    proc = _private_broker(brokers.start_zookeeper)
     yield proc
     proc.stop()
 

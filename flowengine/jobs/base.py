@@ -53,12 +53,13 @@ ZooKeeper multi-op):
 Server time, not the claimer's clock, decides when a lease ends, so clock
 skew between conductors cannot make two of them hold one job.
 
-A ZooKeeper backend fits the same contract: a claim is an ephemeral znode
-under the job's (its session timeout is the lease, ``renew`` checks the
-znode is still there with our token), the token is the claim znode's
-``czxid`` (ZooKeeper's transaction ids grow across the whole ensemble),
-``finish`` is one ``multi`` transaction that checks the claim znode's
-version before deleting it, and watches feed ``subscribe``.
+The ZooKeeper backend (:mod:`flowengine.jobs.backends.zk_store`) fits the
+same contract: a claim is one ``multi`` that rewrites the job's znode
+(version checked) and creates an ephemeral lease znode, the token is that
+transaction's zxid (ZooKeeper's transaction ids grow across the whole
+ensemble), renewals rewrite the lease znodes (the server's ``mtime`` is
+the lease clock), ``finish`` is one ``multi`` guarded by the job znode's
+version, and children watches feed ``subscribe``.
 """
 
 from __future__ import annotations

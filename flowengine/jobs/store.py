@@ -1,7 +1,7 @@
 """The backend contract of a jobboard: the atomic operations a server must provide.
 
 :class:`BoardStore` is what one backend module implements (memory, Redis,
-SQL; ZooKeeper later). :class:`flowengine.jobs.board.LeasedJobBoard` builds
+SQL, ZooKeeper). :class:`flowengine.jobs.board.LeasedJobBoard` builds
 TaskFlow's whole jobboard API, leases, fencing, attempts, dead letter and
 outcomes on top of it. Every method that changes the board must be atomic
 on the server: either all of its effects happen or none, and no other

@@ -1,7 +1,7 @@
 """Optional dependencies: which extra installs each, and the error that says so.
 
 A plain ``pip install flowengine`` runs every engine on every broker. Parts
-that need more (SQL persistence) import their dependencies through
+that need more (SQL persistence, ZooKeeper) import their dependencies through
 :func:`missing_extra`, so a user who lacks them reads the exact command that
 fixes it instead of a bare ``No module named 'sqlalchemy'``.
 """
@@ -13,6 +13,7 @@ from flowengine import exceptions as exc
 #: extra name -> what it is for, as the error message names it.
 EXTRAS = {
     "sql": "SQL persistence and jobboards (sqlite://, postgresql://, mysql://)",
+    "zookeeper": "ZooKeeper persistence and jobboards (zookeeper://)",
 }
 
 

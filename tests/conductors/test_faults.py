@@ -159,12 +159,14 @@ def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory, 
 
 
 @pytest.mark.parametrize("kind,server_fixture", [("redis", "persistent_redis"),
-                                                  ("postgresql", "private_pg")])
+                                                  ("postgresql", "private_pg"),
+                                                  ("zookeeper", "private_zookeeper")])
 def test_board_server_restart_mid_job_the_job_completes(request, env_factory, kind,
                                                         server_fixture):
     # Given a board server that keeps its data across a restart, and one conductor
     server = request.getfixturevalue(server_fixture)
-    env = env_factory(kind, Boards(kind, server.url).url)
+    base = server.url + ("/flowengine-test/jobs" if kind == "zookeeper" else "")
+    env = env_factory(kind, Boards(kind, base).url)
     env.fleet.start()
     job = env.post(ledger_flows.chain_factory, "j1", delay=2.0)
     env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start", JOB_DONE_S)

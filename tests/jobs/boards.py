@@ -15,9 +15,9 @@ from urllib import parse
 from flowengine.jobs import backends
 
 #: Every board kind the behaviour suite runs on.
-BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql")
+BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper")
 #: Kinds several processes can share (the fault tests run on these).
-SHARED_KINDS = ("redis", "sqlite", "postgresql")
+SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper")
 
 
 class Boards:

@@ -2,8 +2,9 @@
 
 ``boards`` is a :class:`tests.jobs.boards.Boards` whose ``make()`` returns
 connected board objects sharing one fresh namespace: memory, the session's
-throwaway redis-server (``redis_url``), a SQLite file of the test, or the
-session's throwaway PostgreSQL (``pg_url``).
+throwaway redis-server (``redis_url``), a SQLite file of the test, the
+session's throwaway PostgreSQL (``pg_url``), or the session's throwaway
+ZooKeeper (``zookeeper_url``; the namespace is a sub-path).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def board_base_url(kind: str, request: pytest.FixtureRequest) -> str:
         return f"sqlite:///{request.getfixturevalue('tmp_path')}/jobs.db"
     if kind == "postgresql":
         return request.getfixturevalue("pg_url")
+    if kind == "zookeeper":
+        return request.getfixturevalue("zookeeper_url") + "/flowengine-test/jobs"
     raise ValueError(kind)
 
 

@@ -4,7 +4,8 @@
   PostgreSQL cluster started for this session (see ``pg_server.py``), or
   ``FLOWENGINE_TEST_PG_URL``. Skipped with the reason when PostgreSQL cannot
   start here; a failure under ``CI=true``.
-- ``backend_kind``: parametrised over memory, dir, sqlite, postgresql.
+- ``backend_kind``: parametrised over memory, dir, sqlite, postgresql, zookeeper
+  (the session's throwaway ZooKeeper, a fresh path per test).
 - ``store``: a :class:`Store` of that kind: ``.url``, ``.open()`` (a new
   backend object over the same data, schema upgraded), ``.backend`` (one
   opened for the test).
@@ -46,7 +47,7 @@ def store(backend_kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> A
 
 @pytest.fixture(params=DURABLE_KINDS)
 def durable_store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    """An empty store whose data outlives processes (dir, sqlite, postgresql)."""
+    """An empty store whose data outlives processes (dir, sqlite, postgresql, zookeeper)."""
     s = Store(request.param, store_url(request.param, tmp_path, request))
     yield s
     s.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from typing import Any
 
 import pytest
@@ -11,9 +12,9 @@ import pytest
 from flowengine.persistence import backends
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-BACKEND_KINDS = ("memory", "dir", "sqlite", "postgresql")
+BACKEND_KINDS = ("memory", "dir", "sqlite", "postgresql", "zookeeper")
 #: Kinds whose data outlives the process (crash-resume makes sense for them).
-DURABLE_KINDS = ("dir", "sqlite", "postgresql")
+DURABLE_KINDS = ("dir", "sqlite", "postgresql", "zookeeper")
 
 
 class Store:
@@ -48,6 +49,10 @@ def store_url(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> str:
         return f"dir://{tmp_path}/store"
     if kind == "sqlite":
         return f"sqlite:///{tmp_path}/flows.db"
+    if kind == "zookeeper":
+        # The session's server; a path of the test's own starts it empty.
+        base = request.getfixturevalue("zookeeper_url")
+        return f"{base}/flowengine-test/{uuid.uuid4().hex}"
     url = request.getfixturevalue("pg_url")
     be = backends.fetch(url)
     try:

@@ -129,9 +129,9 @@ def _lockstep_flow(prefix: str, barrier: threading.Barrier, length: int) -> lf.F
     return flow
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "dir"])
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "dir", "zookeeper"])
 def test_two_engines_share_one_backend(kind, tmp_path, request):
-    # Given one (SQL, or directory) backend object and two flows whose tasks run in lockstep
+    # Given one backend object (SQL, directory, ZooKeeper) and two flows in lockstep
     store = Store(kind, store_url(kind, tmp_path, request))
     try:
         length = 8
@@ -165,9 +165,9 @@ def test_two_engines_share_one_backend(kind, tmp_path, request):
         store.close()
 
 
-@pytest.mark.parametrize("kind", ["dir", "sqlite"])
+@pytest.mark.parametrize("kind", ["dir", "sqlite", "zookeeper"])
 def test_two_processes_write_one_store_at_once(kind, tmp_path, request):
-    # Given two engine processes writing to the same file-based store
+    # Given two engine processes writing to the same store
     store = Store(kind, store_url(kind, tmp_path, request))
     effects = os.path.join(tmp_path, "effects")
     length = 25

@@ -43,3 +43,30 @@ def test_the_worker_based_engine_does_not_import_the_redis_client():
                           timeout=60, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
+
+
+_HIDE_KAZOO = textwrap.dedent("""
+    import sys
+    sys.modules["kazoo"] = None  # as if not installed
+    from flowengine.jobs import backends as boards
+    from flowengine.persistence import backends
+    for fetch in (lambda: backends.fetch("zookeeper://127.0.0.1:1/x"),
+                  lambda: boards.fetch("b", {"board": "zookeeper"})):
+        try:
+            fetch()
+        except ImportError as e:
+            print(type(e).__name__, e, sep="|")
+""")
+
+
+def test_zookeeper_parts_without_the_zookeeper_extra_name_the_install_command():
+    proc = subprocess.run([sys.executable, "-c", _HIDE_KAZOO], capture_output=True, text=True,
+                          timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 2, proc.stdout  # the persistence backend and the jobboard
+    for line in lines:
+        kind, message = line.split("|")
+        assert kind == "MissingExtra"
+        assert "needs the 'kazoo' package" in message
+        assert "pip install 'flowengine[zookeeper]'" in message

@@ -12,11 +12,13 @@ import functools
 import importlib.util
 import os
 
-# TaskFlow's tests read these variables (the URL one keeps TaskFlow's spelling).
+# TaskFlow's tests read these variables (the URL one keeps TaskFlow's spelling);
+# read when a probe runs, so a runner that starts servers can set them first.
 _URL_ENV = "TAKSFLOW_TEST_URL"
-REDIS_PORT = int(os.getenv("TASKFLOW_TEST_REDIS_PORT", "6379"))
-ZK_PORT = int(os.getenv("TASKFLOW_TEST_ZOOKEEPER_PORT", "2181"))
-ETCD_PORT = int(os.getenv("TASKFLOW_TEST_ETCD_PORT", "2379"))
+
+
+def _port(variable: str, default: int) -> int:
+    return int(os.getenv(variable, str(default)))
 # A server on localhost answers within this, or it is taken as absent.
 PROBE_TIMEOUT_S = 2.0
 
@@ -41,7 +43,8 @@ def zookeeper_available(min_version, timeout: float = PROBE_TIMEOUT_S) -> bool:
         return False
     from kazoo.client import KazooClient
 
-    client = KazooClient(hosts=f"localhost:{ZK_PORT}", timeout=PROBE_TIMEOUT_S)
+    client = KazooClient(hosts=f"localhost:{_port('TASKFLOW_TEST_ZOOKEEPER_PORT', 2181)}",
+                         timeout=PROBE_TIMEOUT_S)
     try:
         client.start(timeout=min(float(timeout), PROBE_TIMEOUT_S))
         return not min_version or tuple(client.server_version()) >= tuple(min_version)
@@ -62,7 +65,8 @@ def redis_available(min_version) -> bool:
         return False
     import redis
 
-    client = redis.Redis(port=REDIS_PORT, socket_timeout=PROBE_TIMEOUT_S,
+    client = redis.Redis(port=_port("TASKFLOW_TEST_REDIS_PORT", 6379),
+                         socket_timeout=PROBE_TIMEOUT_S,
                          socket_connect_timeout=PROBE_TIMEOUT_S)
     try:
         version = client.info("server")["redis_version"]
@@ -84,7 +88,8 @@ def etcd_available() -> bool:
     import etcd3gw
 
     try:
-        etcd3gw.Etcd3Client(port=ETCD_PORT, timeout=PROBE_TIMEOUT_S).get("/")
+        etcd3gw.Etcd3Client(port=_port("TASKFLOW_TEST_ETCD_PORT", 2379),
+                             timeout=PROBE_TIMEOUT_S).get("/")
     except Exception:
         return False
     return True

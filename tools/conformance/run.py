@@ -13,7 +13,9 @@ See README.md next to this file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -22,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import classification
@@ -31,6 +34,8 @@ import results as results_mod
 import rewriting
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 BASELINE = HERE / f"taskflow-{fetching.TASKFLOW_VERSION}-passing.txt"
 # Per-test bound (pytest-timeout); TaskFlow's slowest unit tests take seconds.
 TEST_TIMEOUT_S = 120
@@ -102,6 +107,8 @@ def _run_pytest(python: str, work: Path, files: list[str], args: argparse.Namesp
                 env: dict[str, str]) -> results_mod.RunResults:
     results_file = work / "results.jsonl"
     env = dict(env, **{"FLOWENGINE_CONFORMANCE_RESULTS": str(results_file)})
+    if not args.refresh_baseline:  # TaskFlow itself runs them all, for the baseline
+        env["FLOWENGINE_CONFORMANCE_NOT_RUN"] = json.dumps(sorted(classification.NOT_RUN))
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(work),
            f"--timeout={args.timeout}", "--continue-on-collection-errors", *files]
     if args.keyword:
@@ -135,6 +142,31 @@ def _environment() -> str:
     return ", ".join(f"{name} {'yes' if ok else 'no'}" for name, ok in answers.items())
 
 
+@contextlib.contextmanager
+def _servers(env: dict[str, str]) -> Iterator[set[str]]:
+    """Start Redis and ZooKeeper for TaskFlow's tests unless ``env`` names some already.
+
+    Sets their ``TASKFLOW_TEST_*_PORT`` in ``env`` (and here, for the probes);
+    yields the kinds that could not be had: fatal under CI=true, otherwise
+    the tests that need them leave the gate (with a line saying so).
+    """
+    sys.path.insert(0, str(REPO / "tests"))
+    try:
+        import brokers  # tests/brokers.py: the servers the test suite starts
+    finally:
+        sys.path.pop(0)
+    wanted = tuple(k for k, var in brokers.TASKFLOW_PORT_VARS.items()
+                   if var not in env and "TAKSFLOW_TEST_URL" not in env)
+    with brokers.taskflow_test_servers(wanted) as (ports, unavailable):
+        env.update(ports)
+        os.environ.update(ports)
+        for kind, why in unavailable.items():
+            if IN_CI:
+                raise SystemExit(f"CI=true and {kind} for TaskFlow's tests is unavailable: {why}")
+            print(f"{kind} unavailable ({why}): the tests that need it are not gated here")
+        yield set(unavailable)
+
+
 def _read_baseline() -> set[str]:
     if not BASELINE.exists():
         return set()
@@ -151,13 +183,15 @@ def _write_baseline(passing: set[str]) -> None:
     BASELINE.write_text(header + "".join(f"{test}\n" for test in sorted(passing)))
 
 
-def _is_gated(test: str) -> bool:
+def _is_gated(test: str, missing: set[str] = frozenset()) -> bool:
     module = results_mod.module_of(test)
+    if any(module in classification.NEEDS.get(kind, ()) for kind in missing):
+        return False
     return classification.kind_of_test(module, test) == classification.PUBLIC
 
 
 def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
-            args: argparse.Namespace) -> int:
+            args: argparse.Namespace, missing: set[str]) -> int:
     per_module: dict[str, Counter] = {m: Counter() for m in modules}
     for test, outcome in run.outcomes.items():
         per_module.setdefault(results_mod.module_of(test), Counter())[outcome] += 1
@@ -168,7 +202,7 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
         expected = {t for t in expected
                     if t in run.outcomes or results_mod.module_of(t) in run.broken_modules}
     passed = run.passed()
-    gated = {t for t in expected if _is_gated(t)}
+    gated = {t for t in expected if _is_gated(t, missing)}
     print(f"{'module':40} {'kind':9} {'pass':>5} {'fail':>5} {'skip':>5}   gated passing")
     for module in sorted(per_module):
         counts = per_module[module]
@@ -269,13 +303,16 @@ def main(argv: list[str] | None = None) -> int:
         if not files:
             raise SystemExit(f"no TaskFlow test module matches {args.module}")
         print(f"{target} from {_engine_origin(python, env, target)}")
-        print(f"environment: {_environment()}")
-        run = _run_pytest(python, work, files, args, env)
+        with _servers(env) as missing:
+            if args.refresh_baseline and missing:
+                raise SystemExit(f"--refresh-baseline needs every server: no {sorted(missing)}")
+            print(f"environment: {_environment()}")
+            run = _run_pytest(python, work, files, args, env)
         if args.refresh_baseline:
             _write_baseline(run.passed())
             print(f"wrote {BASELINE} ({len(run.passed())} passing tests)")
             return 0
-        status = _report(run, _read_baseline(), modules, args)
+        status = _report(run, _read_baseline(), modules, args, missing)
     finally:
         if args.keep_work:
             print(f"work tree kept: {work}", file=sys.stderr)

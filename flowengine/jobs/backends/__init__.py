@@ -32,9 +32,13 @@ _BUILTIN = {
     "rediss": "flowengine.jobs.backends.impl_redis:RedisJobBoard",
     "sqlite": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
     "postgresql": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
+    "zookeeper": "flowengine.jobs.backends.impl_zookeeper:ZookeeperJobBoard",
 }
 # Backends whose URL is the whole connection string (not merged into keys).
 _URL_IS_CONNECTION = ("sqlite", "postgresql")
+# Backends that read their URL themselves (zookeeper://h1:p1,h2:p2/path is no
+# single host and port).
+_URL_READ_BY_BOARD = ("zookeeper",)
 
 
 def safe_url(url: str) -> str:
@@ -60,13 +64,15 @@ def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     board = conf.get("board")
     if not isinstance(board, str) or not board:
         raise ValueError(f"Jobboard configuration needs a 'board' key naming the backend"
-                         f" (memory, redis, sqlite, postgresql): {sorted(conf)}")
+                         f" (memory, redis, sqlite, postgresql, zookeeper): {sorted(conf)}")
     try:
         uri = misc.parse_uri(board)
     except ValueError:
         return board.lower(), conf
     name = uri.scheme.lower().split("+", 1)[0]
-    if name in _URL_IS_CONNECTION:
+    if name in _URL_READ_BY_BOARD:
+        conf.setdefault("url", board)
+    elif name in _URL_IS_CONNECTION:
         conf.setdefault("connection", board)
         for key, value in misc.merge_uri(uri._replace(netloc="", path=""), {}).items():
             conf.setdefault(key, value)

@@ -36,6 +36,8 @@ __all__ = ["RedisJobBoard", "RedisStore"]
 #: TaskFlow's namespace is b'taskflow'; ours differs so both boards can
 #: share one Redis without reading each other's (differently encoded) jobs.
 DEFAULT_NAMESPACE = "flowengine"
+#: Oldest Redis server the board works with (see the module docstring).
+MIN_REDIS_VERSION = (6, 2)
 #: How long the event connection blocks per read before looking again
 #: whether it was asked to stop (it is woken sooner by stop()).
 EVENT_BLOCK_S = 5.0
@@ -76,7 +78,7 @@ class RedisStore(BoardStore):
         with redis_client.translated(self._where):
             self._client.ping()
             version = str(self._client.info("server").get("redis_version", "0"))
-            if tuple(int(p) for p in version.split(".")[:2]) < (6, 2):
+            if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
                 raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
                                      f" {self._where} runs {version}")
             self._scripts = {name: self._client.register_script(getattr(redis_scripts, name))
@@ -317,6 +319,9 @@ class RedisJobBoard(board.LeasedJobBoard):
     ``client`` may be an existing ``redis.Redis`` (decode_responses=True; not
     closed by the board); ``persistence`` is where logbooks are loaded from.
     """
+
+    #: TaskFlow's name for the oldest server version the board accepts.
+    MIN_REDIS_VERSION = MIN_REDIS_VERSION
 
     def __init__(self, name: str, conf: dict[str, Any], client: redis.Redis[str] | None = None,
                  persistence: Any = None) -> None:

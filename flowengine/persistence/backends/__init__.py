@@ -33,6 +33,7 @@ _BUILTIN_BACKENDS = {
     "sqlite": "flowengine.persistence.backends.impl_sqlalchemy:SQLAlchemyBackend",
     "mysql": "flowengine.persistence.backends.impl_sqlalchemy:SQLAlchemyBackend",
     "postgresql": "flowengine.persistence.backends.impl_sqlalchemy:SQLAlchemyBackend",
+    "zookeeper": "flowengine.persistence.backends.impl_zookeeper:ZkBackend",
 }
 
 

@@ -67,12 +67,9 @@ class EventPublisher:
         self.clock = LamportClock()
         self.dropped = 0
         self._exchange_name = exchange
-        if broker is None:
-            broker = BrokerSettings(url, transport, transport_options or {}, secret=False)
-        elif (url, transport, transport_options) != (None, None, None):
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options, not both")
-        self._broker = broker
+        # Signing is this object's own (``secret``), not the broker settings'.
+        self._broker = BrokerSettings.given(broker, url, transport, transport_options,
+                                            secret=False)
         # Events, flush() markers, and None: the thread's signal to end.
         self._buffer: queue.Queue[dict[str, Any] | threading.Event | None] = queue.Queue(
             buffer_size)

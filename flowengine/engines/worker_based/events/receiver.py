@@ -73,12 +73,9 @@ class EventReceiver:
         self._last_warning = float("-inf")
         self._exchange_name = exchange
         self._handler = handler
-        if broker is None:
-            broker = BrokerSettings(url, transport, transport_options or {}, secret=False)
-        elif (url, transport, transport_options) != (None, None, None):
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options, not both")
-        self._broker = broker
+        # Signing is this object's own (``secret``), not the broker settings'.
+        self._broker = BrokerSettings.given(broker, url, transport, transport_options,
+                                            secret=False)
         self.clock = LamportClock()
         self._ready = threading.Event()
         # Set once run() is consuming *or* has failed: wait_ready() must not

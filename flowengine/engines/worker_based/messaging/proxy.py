@@ -91,11 +91,7 @@ class Proxy:
                  wake_routing_key: str | None = None, on_start: Any = None,
                  on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
                  publish_timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
-        if broker is None:
-            broker = BrokerSettings(url, transport, transport_options or {}, retry_options)
-        elif (url, transport, transport_options, retry_options) != (None,) * 4:
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options/retry_options, not both")
+        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         self._topic = topic
         self._broker = broker
         if queues is None:

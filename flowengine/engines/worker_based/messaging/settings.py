@@ -87,6 +87,26 @@ class BrokerSettings:
             self.compat, durable=self.durable, signed=self.keyring is not None))
 
     @classmethod
+    def given(cls, broker: BrokerSettings | None, url: str | None = None,
+              transport: str | None = None,
+              transport_options: Mapping[str, Any] | None = None,
+              retry_options: Mapping[str, Any] | None = None,
+              **defaults: Any) -> BrokerSettings:
+        """``broker``, or the settings TaskFlow's loose arguments describe.
+
+        For constructors that take either (TaskFlow's ``url``, ``transport``,
+        ``transport_options``, ``retry_options``) or flowengine's ``broker``;
+        ``defaults`` are further fields for the loose form (``secret=False``).
+        ValueError when both are given.
+        """
+        if broker is None:
+            return cls(url, transport, transport_options or {}, retry_options, **defaults)
+        if (url, transport, transport_options, retry_options) != (None, None, None, None):
+            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
+                             "transport/transport_options/retry_options, not both")
+        return broker
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BrokerSettings:
         """The settings engine options (or command-line options) ask for.
 

@@ -108,11 +108,7 @@ class Server:
                  task_runner: running_mod.TaskRunner | None = None,
                  heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
                  capacity: int | None = None) -> None:
-        if broker is None:
-            broker = BrokerSettings(url, transport, transport_options or {}, retry_options)
-        elif (url, transport, transport_options, retry_options) != (None,) * 4:
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options/retry_options, not both")
+        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
         by_name = {ep.name: ep for ep in endpoints}

@@ -1,0 +1,319 @@
+"""The ZooKeeper jobboard (TaskFlow's ``ZookeeperJobBoard`` name and configuration keys).
+
+Every change is one ZooKeeper ``multi`` transaction guarded by the job
+znode's version; leases are ephemeral znodes renewed by the board's keeper
+(and gone with their claimer's session); fencing tokens are the zxids of
+the claiming transactions; wake-ups come from watches. The layout and the
+reasoning are in :mod:`flowengine.jobs.backends.zk_store`.
+
+Configuration: a URL (``zookeeper://h1:2181,h2:2181/path?namespace=x``) or
+TaskFlow's keys ``hosts``, ``path`` (default ``/flowengine/jobs``: not
+TaskFlow's ``/taskflow/jobs``, whose layout differs), ``timeout`` (the
+session timeout, seconds; default the lease), ``check_compatible`` and
+the client keys of :func:`flowengine.utils.kazoo_utils.make_client`; plus
+``namespace`` (a sub-path, as the other boards' namespaces) and the policy
+keys every board takes (:mod:`flowengine.jobs.board`). Needs the
+``zookeeper`` extra and ZooKeeper 3.4 or newer.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from flowengine.utils import kazoo_utils, optional
+
+try:
+    from kazoo import exceptions as k_exc
+    from kazoo.client import KazooClient
+except ImportError as e:  # the 'zookeeper' extra is not installed
+    raise optional.missing_extra("zookeeper", e) from e
+
+from flowengine import exceptions as exc
+from flowengine.jobs import board, policy, records
+from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
+from flowengine.jobs.records import Claim, JobRecord, Outcome
+from flowengine.jobs.store import Action, held
+
+__all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJobBoard"]
+
+#: Where jobs live when the configuration names no path.
+DEFAULT_PATH = "/flowengine/jobs"
+#: Shortest session timeout a board asks for when its lease is shorter: kazoo
+#: pings every third of it, and below 2 s a loaded host loses its session
+#: (and so its leases) to a scheduling hiccup.
+MIN_SESSION_S = 2.0
+_WHERE = {Action.CONSUME: records.CONSUMED, Action.TRASH: records.IN_TRASH,
+          Action.FAIL: records.IN_DEAD_LETTER}
+
+
+class ZkStore(ZkReader):
+    """A :class:`~flowengine.jobs.store.BoardStore` in ZooKeeper: the reads plus the writes."""
+
+    def post(self, posting: dict[str, Any], max_attempts: int) -> JobRecord:
+        """Create ``listed/<uuid>``; its creation zxid is the posting order."""
+        uuid = posting["uuid"]
+        body = dict(posting)
+        body.pop("sequence", None)
+        data = self._encode({"posting": records.encode_posting(body), "attempts": 0})
+        try:
+            with self._zk():
+                _path, stat = self._client.create(self._p("listed", uuid), data,
+                                                  include_data=True)
+        except exc.JobFailure as e:
+            if isinstance(e.cause, k_exc.NodeExistsError):
+                raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists") from e
+            raise
+        self._observe(stat)
+        return JobRecord({**posting, "sequence": stat.czxid})
+
+    @staticmethod
+    def _state(job: Read, **changes: Any) -> dict[str, Any]:
+        assert job is not None
+        data, stat = job
+        return {**data, "sequence": data.get("sequence") or stat.czxid, **changes}
+
+    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
+              outcome_ttl_s: float) -> Claim:
+        """Lease the job to ``who``; the claim's zxid is its token (see BoardStore.claim)."""
+        for _ in range(RACE_ATTEMPTS):
+            job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+            if job is None:
+                raise exc.NotFound(f"Job {uuid} not found to be claimed")
+            data, stat = job
+            live, _ends = self._lease_of(job, lease)
+            if live:
+                raise held(uuid, data.get("owner"))
+            now = self._now_ms()
+            nb = float(data.get("not_before") or 0)
+            if nb > now:
+                raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
+                                         f" {(nb - now) / 1000:.1f} s")
+            attempts = int(data.get("attempts") or 0)
+            if attempts >= max_attempts:
+                token = stat.mzxid if data.get("owner") else int(data.get("token") or 0)
+                done = Outcome(uuid, records.DEAD, None, token, attempts, now / 1000,
+                               "too many attempts")
+                if self._park(uuid, job, lease, records.IN_DEAD_LETTER, done, outcome_ttl_s):
+                    raise exc.UnclaimableJob(f"Job {uuid} was claimed {attempts} times without"
+                                             f" finishing: moved to the dead letter")
+                continue
+            state = self._state(job, owner=who, attempts=attempts + 1, not_before=0)
+            lease_data = {"who": who, "token": 0, "lease_ms": int(lease_s * 1000)}
+
+            def build(txn: Any, lease: Read = lease, state: dict[str, Any] = state,
+                      version: int = stat.version, lease_data: dict[str, Any] = lease_data
+                      ) -> None:
+                if lease is not None:  # a lapsed lease: ours replaces it
+                    txn.delete(self._p("leases", uuid), lease[1].version)
+                txn.set_data(self._p("listed", uuid), self._encode(state), version)
+                txn.create(self._p("leases", uuid), self._encode(lease_data), ephemeral=True)
+
+            results = self._commit(build)
+            if results is not None:
+                new_stat = results[1 if lease is not None else 0]
+                self._observe(new_stat)
+                return Claim(uuid, who, new_stat.mzxid, attempts + 1)
+        raise held(uuid, None)  # others kept changing it: someone is claiming it now
+
+    def _park(self, uuid: str, job: Read, lease: Read, where: str, done: Outcome,
+              outcome_ttl_s: float) -> bool:
+        """Move a listed job to ``where`` with its outcome; False if it changed meanwhile."""
+        assert job is not None
+        parked = self._state(job, owner=None, token=done.token, attempts=done.attempts,
+                             outcome=done.to_dict(),
+                             outcome_until=done.at * 1000 + outcome_ttl_s * 1000)
+
+        def build(txn: Any) -> None:
+            if lease is not None:
+                txn.delete(self._p("leases", uuid), lease[1].version)
+            txn.delete(self._p("listed", uuid), job[1].version)
+            txn.create(self._p(where, uuid), self._encode(parked))
+
+        return self._commit(build) is not None
+
+    def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
+        """Touch every held lease (all at once); take back lapsed ones; return the lost."""
+        if not held:
+            return set()
+        uuids = [u for u, _t in held]
+        reads = self._reads([p for u in uuids
+                             for p in (self._p("listed", u), self._p("leases", u))])
+        lost: set[str] = set()
+        touches = []
+        for i, (uuid, token) in enumerate(held):
+            job, lease = reads[2 * i], reads[2 * i + 1]
+            if job is None or not job[0].get("owner") or job[1].mzxid != token:
+                lost.add(uuid)  # finished, or claimed again since
+                continue
+            mine = lease is not None and int(lease[0].get("token") or lease[1].czxid) == token
+            body = self._encode({"who": job[0]["owner"], "token": token,
+                                 "lease_ms": int(lease_s * 1000)})
+            if mine and lease is not None:
+                touches.append((uuid, self._client.set_async(self._p("leases", uuid), body,
+                                                             lease[1].version)))
+            elif not self._take_back(uuid, job, lease, body):
+                lost.add(uuid)
+        for uuid, result in touches:
+            try:
+                self._observe(self._wait(result))
+            except exc.JobFailure as e:
+                if isinstance(e, exc.BoardUnavailable):
+                    raise
+                lost.add(uuid)  # deleted or replaced by a claimer meanwhile
+        return lost
+
+    def _take_back(self, uuid: str, job: Read, lease: Read, body: bytes) -> bool:
+        """Re-create the lease of a claim nobody superseded (its session ended, or it lapsed)."""
+        assert job is not None
+
+        def build(txn: Any) -> None:
+            if lease is not None:
+                txn.delete(self._p("leases", uuid), lease[1].version)
+            txn.check(self._p("listed", uuid), job[1].version)
+            txn.create(self._p("leases", uuid), body, ephemeral=True)
+
+        return self._commit(build) is not None
+
+    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
+        """Set the claim ``token``'s lease to ``lease_s`` from now."""
+        return not self.renew([(uuid, token)], lease_s)
+
+    def finish(self, uuid: str, who: str, token: int, action: Action, *,
+               outcome: str | None = None, reason: str | None = None,
+               backoff_s: float = 0.0, max_attempts: int = 1,
+               outcome_ttl_s: float = 0.0) -> Outcome | None:
+        """Consume / trash / abandon / fail in one multi, fenced by the job's version."""
+        for _ in range(RACE_ATTEMPTS):
+            job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+            if job is None:
+                raise exc.NotFound(f"Job {uuid} not found to {action.value}")
+            data, stat = job
+            owner = data.get("owner")
+            if not owner:
+                raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
+            if stat.mzxid != token:
+                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
+                                    f" superseded by claim {stat.mzxid} of {owner}")
+            if owner != who:
+                raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
+                                     f" by {who} (it is owned by {owner})")
+            attempts = int(data.get("attempts") or 0)
+            now = self._now_ms()
+            if action is Action.ABANDON or (action is Action.FAIL and attempts < max_attempts):
+                changes: dict[str, Any] = {"owner": None, "token": token}
+                if action is Action.ABANDON:
+                    changes["attempts"] = max(0, attempts - 1)
+                else:
+                    changes["not_before"] = now + backoff_s * 1000 if backoff_s > 0 else 0
+                state = self._state(job, **changes)
+
+                def build(txn: Any, lease: Read = lease, state: dict[str, Any] = state,
+                          version: int = stat.version) -> None:
+                    if lease is not None:
+                        txn.delete(self._p("leases", uuid), lease[1].version)
+                    txn.set_data(self._p("listed", uuid), self._encode(state), version)
+
+                if self._commit(build) is not None:
+                    return None
+                continue
+            kind = {Action.CONSUME: outcome or records.SUCCEEDED,
+                    Action.TRASH: records.TRASHED}.get(action, records.DEAD)
+            done = Outcome(uuid, kind, who, token, attempts, now / 1000, reason)
+            if self._park(uuid, job, lease, _WHERE[action], done, outcome_ttl_s):
+                return done
+        raise exc.JobFailure(f"Can not {action.value} job {uuid}: it kept changing under us")
+
+    def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
+        """Back on the board from the trash or dead letter, attempts reset."""
+        for _ in range(RACE_ATTEMPTS):
+            trashed, dead = self._reads([self._p(records.IN_TRASH, uuid),
+                                         self._p(records.IN_DEAD_LETTER, uuid)])
+            where, found = ((records.IN_TRASH, trashed) if trashed is not None
+                            else (records.IN_DEAD_LETTER, dead))
+            if found is None:
+                raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
+            state = {k: v for k, v in self._state(found).items()
+                     if k not in ("outcome", "outcome_until", "owner", "not_before")}
+            state["attempts"] = 0
+
+            def build(txn: Any, where: str = where, found: Read = found,
+                      state: dict[str, Any] = state) -> None:
+                assert found is not None
+                txn.delete(self._p(where, uuid), found[1].version)
+                txn.create(self._p("listed", uuid), self._encode(state))
+
+            if self._commit(build) is not None:
+                record = self.get(uuid)
+                if record is None:
+                    raise exc.NotFound(f"Job {uuid} vanished right after being requeued")
+                return record
+        raise exc.JobFailure(f"Can not requeue job {uuid}: it kept changing under us")
+
+    def register_entity(self, entity: dict[str, Any], ttl_s: float) -> None:
+        """An ephemeral ``entities/<kind>/<name>``: listed while this board's session lives."""
+        path = self._p("entities", str(entity.get("kind") or "entity"), str(entity["name"]))
+        body = json.dumps(entity, sort_keys=True).encode("utf-8")
+        with self._zk():
+            try:
+                self._client.create(path, body, ephemeral=True, makepath=True)
+            except k_exc.NodeExistsError:
+                self._client.set(path, body)
+
+
+class ZookeeperJobBoard(board.LeasedJobBoard):
+    """A jobboard in ZooKeeper with leased, fenced claims (see the module docstring).
+
+    ``client``: an existing kazoo client (started or not; not stopped by
+    close()); ``persistence``: where logbooks are loaded from. ValueError
+    for a relative path.
+    """
+
+    #: Oldest ZooKeeper server accepted (TaskFlow's value): multi transactions.
+    MIN_ZK_VERSION = (3, 4, 0)
+    #: TaskFlow's names of its folders. flowengine's layout differs (see
+    #: :mod:`.zk_store`): these name the matching places in it.
+    LOCK_POSTFIX = ".lock"
+    TRASH_FOLDER = records.IN_TRASH
+    ENTITY_FOLDER = "entities"
+
+    def __init__(self, name: str, conf: dict[str, Any], client: KazooClient | None = None,
+                 persistence: Any = None, emit_notifications: bool = True) -> None:
+        conf = dict(conf)
+        url = conf.get("url") or conf.get("board")
+        if isinstance(url, str) and url.lower().startswith("zookeeper:"):
+            conf = kazoo_utils.conf_from_url(url, conf)
+        path = str(conf.get("path") or DEFAULT_PATH)
+        if not posixpath.isabs(path):
+            raise ValueError(f"Zookeeper path must be absolute, not {path!r}")
+        if conf.get("namespace"):
+            path = posixpath.join(path, str(conf["namespace"]))
+        if client is None:
+            # A paused claimer's session (and its leases) ends about when its lease does.
+            conf.setdefault("timeout", max(MIN_SESSION_S,
+                                           policy.BoardPolicy.from_conf(conf).lease_s))
+        check = str(conf.get("check_compatible", True)).strip().lower()
+        store = ZkStore(client if client is not None else kazoo_utils.make_client(conf),
+                        path, owns_client=client is None,
+                        check_compatible=check in ("1", "t", "true", "on", "y", "yes"),
+                        where="" if client is not None else str(kazoo_utils.parse_hosts(
+                            conf.get("hosts", kazoo_utils.DEFAULT_HOSTS))))
+        super().__init__(name, conf, store, persistence=persistence)
+        self._path = path
+
+    @property
+    def path(self) -> str:
+        """The znode every job of this board lives under."""
+        return self._path
+
+    @property
+    def trash_path(self) -> str:
+        """Where trashed jobs are kept."""
+        return posixpath.join(self._path, self.TRASH_FOLDER)
+
+    @property
+    def entity_path(self) -> str:
+        """Where registered entities are listed."""
+        return posixpath.join(self._path, self.ENTITY_FOLDER)

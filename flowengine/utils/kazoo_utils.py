@@ -1,0 +1,214 @@
+"""ZooKeeper client helpers (TaskFlow's ``taskflow.utils.kazoo_utils``, same names).
+
+The ZooKeeper jobboard and persistence backend build their clients here:
+:func:`make_client` from a configuration dict (TaskFlow's keys),
+:func:`check_compatible` against a server version range,
+:func:`checked_commit` for a transaction whose every operation must
+succeed, :func:`finalize_client` to stop and close a client. Needs the
+``zookeeper`` extra (kazoo).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from urllib import parse
+
+from flowengine.utils import optional
+
+try:
+    from kazoo import client as k_client
+    from kazoo import exceptions as k_exc
+except ImportError as e:  # the 'zookeeper' extra is not installed
+    raise optional.missing_extra("zookeeper", e) from e
+
+from flowengine import exceptions as exc
+
+__all__ = [
+    "CONF_TRANSFERS", "DEFAULT_HOSTS", "KazooTransactionException", "check_compatible",
+    "checked_commit", "conf_from_url", "finalize_client", "make_client", "parse_hosts",
+    "prettify_failures",
+]
+
+LOG = logging.getLogger(__name__)
+
+#: Where a client connects when the configuration names no ``hosts`` (TaskFlow's default).
+DEFAULT_HOSTS = "localhost:2181"
+
+_TRUE = frozenset({"1", "t", "true", "on", "y", "yes"})
+
+
+def _flag(value: Any, default: bool) -> bool:
+    # Configuration arrives as Python values or as strings from a URL/file.
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in _TRUE
+    return bool(value)
+
+
+def _same(value: Any, default: Any) -> Any:
+    return value
+
+
+#: Client options read from a configuration: (key, converter, default).
+CONF_TRANSFERS: tuple[tuple[str, Callable[[Any, Any], Any], Any], ...] = (
+    ("read_only", _flag, False),
+    ("randomize_hosts", _flag, False),
+    ("keyfile", _same, None),
+    ("keyfile_password", _same, None),
+    ("certfile", _same, None),
+    ("use_ssl", _flag, False),
+    ("verify_certs", _flag, True),
+)
+
+
+def parse_hosts(hosts: Any) -> Any:
+    """``'h1:p1,h2:p2'`` from a string, a list/set/tuple, or a ``{host: port}`` dict."""
+    if isinstance(hosts, str):
+        return hosts.strip()
+    if isinstance(hosts, dict):
+        hosts = [f"{host}:{port}" for host, port in hosts.items()]
+    if isinstance(hosts, (list, set, tuple)):
+        return ",".join(str(h) for h in hosts)
+    return hosts
+
+
+def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
+    """A (not yet started) kazoo client configured by ``conf``.
+
+    Keys: ``hosts`` (string, list or ``{host: port}``; default
+    ``localhost:2181``), ``timeout`` (session timeout, seconds),
+    ``read_only``, ``randomize_hosts``, ``use_ssl``, ``verify_certs``
+    (booleans, strings accepted), ``keyfile``, ``keyfile_password``,
+    ``certfile``, ``command_retry``, ``connection_retry``, ``handler``.
+    TypeError for hosts that are empty or of another type.
+    """
+    kwargs: dict[str, Any] = {"logger": LOG}
+    for key, convert, default in CONF_TRANSFERS:
+        kwargs[key] = convert(conf[key], default) if key in conf else default
+    for key in ("command_retry", "connection_retry", "handler"):
+        if key in conf:
+            kwargs[key] = conf[key]
+    hosts = parse_hosts(conf.get("hosts", DEFAULT_HOSTS))
+    if not hosts or not isinstance(hosts, str):
+        raise TypeError(f"Invalid hosts format, expected a non-empty string/list, not"
+                        f" {hosts!r} ({type(hosts).__name__})")
+    kwargs["hosts"] = hosts
+    if "timeout" in conf:
+        kwargs["timeout"] = float(conf["timeout"])
+    return k_client.KazooClient(**kwargs)
+
+
+def finalize_client(client: k_client.KazooClient) -> None:
+    """Stop and close ``client``, whether or not it was started."""
+    client.stop()
+    client.close()
+
+
+def _version(parts: Iterable[Any]) -> tuple[int, ...]:
+    return tuple(int(p) for p in parts)
+
+
+def _dotted(version: Sequence[int]) -> str:
+    return ".".join(str(p) for p in version)
+
+
+def check_compatible(client: k_client.KazooClient, min_version: Any = None,
+                     max_version: Any = None) -> None:
+    """IncompatibleVersion unless the server's version is within [min, max] (inclusive).
+
+    Versions are sequences of numbers, e.g. ``(3, 4, 0)``; either bound may be None.
+    """
+    if not min_version and not max_version:
+        return
+    server = _version(client.server_version())
+    if min_version and server < _version(min_version):
+        raise exc.IncompatibleVersion(f"Incompatible zookeeper version {_dotted(server)}"
+                                      f" detected, zookeeper >= {_dotted(_version(min_version))}"
+                                      f" required")
+    if max_version and server > _version(max_version):
+        raise exc.IncompatibleVersion(f"Incompatible zookeeper version {_dotted(server)}"
+                                      f" detected, zookeeper <= {_dotted(_version(max_version))}"
+                                      f" required")
+
+
+def prettify_failures(failures: Sequence[tuple[Any, Any]], limit: int = -1) -> str:
+    """``Error@Op(path=..., version=...)`` for each failed operation (no data shown).
+
+    ``limit`` > 0 shows that many and counts the rest.
+    """
+    shown = []
+    for op, result in failures:
+        attrs = [f"path={op.path!r}"]
+        version = getattr(op, "version", -1)
+        if version != -1:
+            attrs.append(f"version={version}")
+        shown.append(f"{type(result).__name__}@{type(op).__name__}({', '.join(attrs)})")
+    if limit <= 0 or len(shown) <= limit:
+        return ", ".join(shown)
+    return ", ".join(shown[:limit]) + f" and {len(shown) - limit} more..."
+
+
+class KazooTransactionException(k_exc.KazooException):
+    """A checked transaction failed; ``failures`` holds each ``(operation, error)``."""
+
+    def __init__(self, message: str, failures: Iterable[tuple[Any, Any]]) -> None:
+        super().__init__(message)
+        self._failures = tuple(failures)
+
+    @property
+    def failures(self) -> tuple[tuple[Any, Any], ...]:
+        """The operations that failed, each with its error."""
+        return self._failures
+
+
+def checked_commit(txn: Any) -> list[Any]:
+    """Commit a kazoo transaction; its results, or KazooTransactionException naming what failed.
+
+    kazoo reports a failed multi-operation as exception objects among the
+    results instead of raising: this raises them. An empty transaction
+    commits nothing and returns ``[]``.
+    """
+    if not txn.operations:
+        return []
+    results = txn.commit()
+    failures = [(op, r) for op, r in zip(txn.operations, results)
+                if isinstance(r, k_exc.KazooException)]
+    expected = len(txn.operations)
+    if len(results) != expected:
+        raise KazooTransactionException(
+            f"Transaction returned {len(results)} results, expected one for each of its"
+            f" {expected} operations", failures)
+    if failures:
+        # The operation that failed first, not one of those rolled back with it.
+        causes = sorted(failures, key=lambda f: isinstance(f[1], k_exc.RolledBackError))
+        raise KazooTransactionException(
+            f"Transaction with {expected} operations failed:"
+            f" {prettify_failures(causes, limit=1)}", failures)
+    return list(results)
+
+
+def conf_from_url(url: str, conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fill ``hosts``/``path`` (and query options) of ``conf`` from a ``zookeeper://`` URL.
+
+    ``zookeeper://h1:2181,h2:2181/some/path?timeout=5``; keys already in
+    ``conf`` win. ``zookeeper:`` or ``zookeeper://`` alone leaves the
+    defaults. ValueError for another scheme.
+    """
+    conf = dict(conf or {})
+    scheme, sep, rest = url.partition(":")
+    if scheme.lower() != "zookeeper":
+        raise ValueError(f"Not a zookeeper:// URL: {url!r}")
+    rest = rest[2:] if rest.startswith("//") else rest
+    rest, _, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    netloc = netloc.rpartition("@")[2]  # no credentials in hosts (nor in logs)
+    if netloc:
+        conf.setdefault("hosts", netloc)
+    if slash and path.strip("/"):
+        conf.setdefault("path", "/" + path.strip("/"))
+    for key, values in parse.parse_qs(query).items():
+        conf.setdefault(key, values[-1])
+    return conf

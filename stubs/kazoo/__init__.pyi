@@ -1,0 +1,1 @@
+# Type stubs for the parts of kazoo flowengine uses (kazoo ships no types).

@@ -1,0 +1,6 @@
+from collections.abc import Callable
+from typing import Any
+
+class IAsyncResult:
+    def get(self, block: bool = ..., timeout: float | None = ...) -> Any: ...
+    def rawlink(self, callback: Callable[[IAsyncResult], Any]) -> None: ...
