@@ -192,7 +192,9 @@ class Notifier:
                     topics[event_type] = remaining
                 else:
                     del topics[event_type]
-                self._topics = topics
+                # Back to the shared empty table when nothing is left (the
+                # engine registers and removes a callback around each task).
+                self._topics = topics or _NO_TOPICS
                 return True
         return False
 

@@ -20,6 +20,7 @@ of a symbol somebody consumes, and answered by a bounded backward search.
 
 from __future__ import annotations
 
+import array
 import gc
 import threading
 from collections import deque
@@ -388,6 +389,8 @@ class _Builder:
         topology, retries = self._topology(order)
         resolver = scopes.ProviderResolver(self.atoms, self.units, self.parents, self.index)
         providers, ambiguities, outside = resolver.resolve(order)
+        for unit in self.units:
+            unit.forget_resolution()
         units = {u.node: u for u in self.units}
         atoms = {name: self.atoms[name] for name in order}
         return Compilation(self.root, topology, retries, atoms, order, self.parents, self.index,
@@ -431,12 +434,19 @@ class _Builder:
             links.append((pu, pv, meta))
         perm = self._toposort(flow, items, links)
         where = {pos: i for i, pos in enumerate(perm)}
-        unit.preds = [[] for _ in items]
+        linked_from: list[list[int]] = [[] for _ in items]
         for pu, pv, _meta in links:
-            unit.preds[where[pv]].append(where[pu])
-        preds = unit.preds
-        unit.chain = len(items) > 1 and all(preds[i] == [i - 1] for i in range(1, len(items)))
-        unit.links = [(where[pu], where[pv], _kept(meta)) for pu, pv, meta in links]
+            linked_from[where[pv]].append(where[pu])
+        # Tuples (most empty or of one index): less memory, and the
+        # collector stops tracking tuples of ints.
+        unit.preds = preds = [tuple(p) if p else () for p in linked_from]
+        unit.chain = len(items) > 1 and all(preds[i] == (i - 1,) for i in range(1, len(items)))
+        unit.link_ends = array.array("q")
+        for pu, pv, meta in links:
+            kept = _kept(meta)
+            if kept is not None:
+                unit.link_meta[len(unit.link_ends) // 2] = kept
+            unit.link_ends.extend((where[pu], where[pv]))
         for i, pos in enumerate(perm):
             item = items[pos]
             if isinstance(item, flow_mod.Flow):
@@ -556,7 +566,10 @@ def iter_edges(units: Iterable[scopes.Unit]) -> Iterator[tuple[str, str, bool, A
         heads = [k if isinstance(k, str) else k.node for k in kids]
         tails = [k if isinstance(k, str) else k.end for k in kids]
         has_out = [False] * len(kids)
-        for a, b, meta in unit.links:
+        ends = unit.link_ends
+        metas = unit.link_meta
+        for k in range(len(ends) // 2):
+            a, b, meta = ends[2 * k], ends[2 * k + 1], metas.get(k)
             has_out[a] = True
             if meta:
                 decider = meta.get(flow_mod.LINK_DECIDER)
