@@ -22,8 +22,10 @@ def test_nested_blocks_release_the_heap_when_the_outer_one_ends():
         assert frozen > 0
         with gc_freeze.frozen_heap():
             pass
-        # The inner block ending does not release what the outer one froze.
-        assert gc.get_freeze_count() >= frozen
+        # The inner block ending does not release what the outer one froze
+        # (releasing empties the permanent generation; the count may still
+        # drop a little as frozen objects are freed by other threads).
+        assert gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0
 
 
