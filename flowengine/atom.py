@@ -155,10 +155,20 @@ class Atom(metaclass=abc.ABCMeta):
         owner = self.name or reflection.get_class_name(self)
         required, optional = build_arg_mapping(owner, requires, rebind, executor,
                                                auto_extract, ignore_list or ())
-        mapping: dict[str, Any] = dict(required)
+        if not required:
+            needed: OrderedSet[str] = OrderedSet.EMPTY
+        elif not optional and all(arg == symbol for arg, symbol in required.items()):
+            # The usual atom fetches each argument under its own name: its
+            # required symbols are the mapping's keys, so share its dict
+            # (neither changes after construction) instead of a copy per atom.
+            needed = OrderedSet.over_keys(required)
+        else:
+            needed = OrderedSet(required.values())
+        # ``required`` is ours (build_arg_mapping made it): it becomes the
+        # whole mapping, optional arguments added where not required.
+        mapping: dict[str, Any] = required
         for arg, symbol in optional.items():
             mapping.setdefault(arg, symbol)
-        needed = OrderedSet(required.values()) if required else OrderedSet.EMPTY
         maybe = OrderedSet(optional.values()) if optional else OrderedSet.EMPTY
         if self.inject:
             # Injected values satisfy an argument whether keyed by the

@@ -131,21 +131,27 @@ class Flow(flow.Flow):
         added_providers: dict[str, list[flow.Item]] = {}
         pending_requirers: dict[str, list[flow.Item]] = {}
 
+        # Flows of atoms only (the large ones) skip the subflow scans below.
+        subflows = self._subflows
+
         def providers_for(symbol: str) -> list[flow.Item]:
             found = list(self._atom_providers.get(symbol, ()))
-            found.extend(f for f in self._subflows if symbol in provides_of(f))
+            if subflows:
+                found.extend(f for f in subflows if symbol in provides_of(f))
             found.extend(added_providers.get(symbol, ()))
             return found
 
         def requirers_for(symbol: str) -> list[flow.Item]:
             # Existing items still lacking ``symbol`` (computed on first use).
-            if symbol not in pending_requirers:
+            pending = pending_requirers.get(symbol)
+            if pending is None:
                 candidates = list(self._atom_requirers.get(symbol, ()))
-                candidates.extend(f for f in self._subflows if symbol in requires_of(f))
-                pending_requirers[symbol] = [
+                if subflows:
+                    candidates.extend(f for f in subflows if symbol in requires_of(f))
+                pending = pending_requirers[symbol] = [
                     c for c in candidates
                     if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)]
-            return pending_requirers[symbol]
+            return pending
 
         added: list[flow.Item] = []
         try:

@@ -25,9 +25,7 @@ import gc
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
-from typing import Any, NamedTuple
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flowengine import exceptions as exc
 from flowengine import flow as flow_mod
@@ -37,7 +35,9 @@ from flowengine.deciders import Depth
 from flowengine.engines.action_engine import scopes
 from flowengine.engines.action_engine import topology as topo
 from flowengine.engines.action_engine.scopes import Ambiguity
-from flowengine.types import graph as graph_types
+
+if TYPE_CHECKING:
+    from flowengine.types import graph as graph_types
 
 __all__ = ["ATOMS", "FLOW", "FLOWS", "FLOW_END", "RETRY", "TASK", "Ambiguity", "ArgSpec",
            "Compilation", "PatternCompiler"]
@@ -594,6 +594,12 @@ def iter_edges(units: Iterable[scopes.Unit]) -> Iterator[tuple[str, str, bool, A
 
 def build_graph(compilation: Compilation, freeze: bool) -> graph_types.DiGraph:
     """The networkx execution graph of a compilation (see ``execution_graph``)."""
+    # Imported here: the engine runs without networkx (importing it costs
+    # ~0.1 s and ~20 MB), which only code asking for this graph needs.
+    import networkx as nx
+
+    from flowengine.types import graph as graph_types
+
     graph = graph_types.DiGraph()
     units = compilation.units_in_order()
     nodes: list[tuple[str, dict[str, Any]]] = []
