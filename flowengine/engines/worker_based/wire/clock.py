@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "OffsetClock", "SystemClock", "current", "install", "monotonic", "wall"]
+__all__ = ["Clock", "OffsetClock", "SystemClock", "current", "host_wall", "install",
+           "monotonic", "wall"]
 
 
 class Clock(Protocol):
@@ -74,3 +75,13 @@ def wall() -> float:
 def monotonic() -> float:
     """Monotonic seconds by the current clock."""
     return _CURRENT.monotonic()
+
+
+def host_wall() -> float:
+    """Epoch seconds by the host's own clock, whatever :func:`install` put in place.
+
+    For comparing with times a library wrote with ``time.time()`` (kombu's
+    Redis transport scores the messages it parks so): those follow the
+    host, not this process's swappable clock.
+    """
+    return time.time()
