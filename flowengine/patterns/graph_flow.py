@@ -10,6 +10,7 @@ from flowengine import exceptions as exc
 from flowengine import flow
 from flowengine.deciders import Depth
 from flowengine.patterns._dag import REASONS, CycleError, OrderedDAG
+from flowengine.utils import gc_freeze
 
 if TYPE_CHECKING:
     from flowengine.retry import Retry
@@ -99,6 +100,14 @@ class Flow(flow.Flow):
         require, and do not yet get, a symbol it provides.  On any error the
         flow is left as it was.
         """
+        # Adding makes only the graph's long-lived edges and indexes; with
+        # thousands of items the collector's passes over them cost a third
+        # of the add (see utils.gc_freeze).
+        with gc_freeze.collector_paused():
+            return self._add(nodes, resolve_requires, resolve_existing)
+
+    def _add(self, nodes: tuple[flow.Item, ...], resolve_requires: bool,
+             resolve_existing: bool) -> Flow:
         graph = self._graph
         new: list[flow.Item] = []
         seen: set[int] = set()
