@@ -36,6 +36,40 @@ def _cycle_failure(err: CycleError, u: flow.Item, v: flow.Item) -> exc.Dependenc
         f" '{getattr(v, 'name', v)}' would create a cycle: {names}")
 
 
+#: symbol -> the one atom providing (requiring) it, or a list when several
+#: do. Most symbols have one: a list each would cost ~90 bytes per atom.
+_AtomIndex: TypeAlias = dict[str, "flow.Item | list[flow.Item]"]
+
+
+def _index_add(index: _AtomIndex, symbol: str, node: flow.Item) -> None:
+    found = index.get(symbol)
+    if found is None:
+        index[symbol] = node
+    elif isinstance(found, list):
+        found.append(node)
+    else:
+        index[symbol] = [found, node]
+
+
+def _index_get(index: _AtomIndex, symbol: str) -> list[flow.Item]:
+    """A new list of the atoms indexed under ``symbol`` (in the order added)."""
+    found = index.get(symbol)
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list) else [found]
+
+
+def _index_remove(index: _AtomIndex, symbol: str, node: flow.Item) -> None:
+    found = index.get(symbol)
+    if isinstance(found, list):
+        if node in found:
+            found.remove(node)
+            if len(found) == 1:
+                index[symbol] = found[0]
+    elif found is not None and found == node:
+        del index[symbol]
+
+
 class Flow(flow.Flow):
     """Runs children as soon as what they depend on has run.
 
@@ -51,8 +85,8 @@ class Flow(flow.Flow):
         self._graph: OrderedDAG[flow.Item] = OrderedDAG()
         # symbol -> atoms providing / requiring it (atoms never change those;
         # subflows can, so they are asked again each time).
-        self._atom_providers: dict[str, list[flow.Item]] = {}
-        self._atom_requirers: dict[str, list[flow.Item]] = {}
+        self._atom_providers: _AtomIndex = {}
+        self._atom_requirers: _AtomIndex = {}
         self._subflows: dict[flow.Flow, None] = {}
 
     # -- building ---------------------------------------------------------
@@ -62,9 +96,9 @@ class Flow(flow.Flow):
             self._subflows[node] = None
             return
         for symbol in node.provides:
-            self._atom_providers.setdefault(symbol, []).append(node)
+            _index_add(self._atom_providers, symbol, node)
         for symbol in node.requires:
-            self._atom_requirers.setdefault(symbol, []).append(node)
+            _index_add(self._atom_requirers, symbol, node)
 
     def _unindex(self, node: flow.Item) -> None:
         if isinstance(node, flow.Flow):
@@ -73,11 +107,7 @@ class Flow(flow.Flow):
         for index, symbols in ((self._atom_providers, node.provides),
                                (self._atom_requirers, node.requires)):
             for symbol in symbols:
-                nodes = index.get(symbol)
-                if nodes is not None and node in nodes:
-                    nodes.remove(node)
-                    if not nodes:
-                        del index[symbol]
+                _index_remove(index, symbol, node)
 
     def _retry_provides(self) -> frozenset[str]:
         if self._retry is None:
@@ -144,7 +174,7 @@ class Flow(flow.Flow):
         subflows = self._subflows
 
         def providers_for(symbol: str) -> list[flow.Item]:
-            found = list(self._atom_providers.get(symbol, ()))
+            found = _index_get(self._atom_providers, symbol)
             if subflows:
                 found.extend(f for f in subflows if symbol in provides_of(f))
             found.extend(added_providers.get(symbol, ()))
@@ -154,7 +184,7 @@ class Flow(flow.Flow):
             # Existing items still lacking ``symbol`` (computed on first use).
             pending = pending_requirers.get(symbol)
             if pending is None:
-                candidates = list(self._atom_requirers.get(symbol, ()))
+                candidates = _index_get(self._atom_requirers, symbol)
                 if subflows:
                     candidates.extend(f for f in subflows if symbol in requires_of(f))
                 pending = pending_requirers[symbol] = [
