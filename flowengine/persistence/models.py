@@ -342,6 +342,11 @@ class AtomDetail:
     ``revert_results`` to ``revert``. Abstract: use TaskDetail or RetryDetail.
     """
 
+    # An engine keeps one per atom for the whole run: slots save ~50 bytes
+    # each (5 MB at 100,000 atoms) over an instance dict.
+    __slots__ = ("_uuid", "_name", "state", "intention", "results", "failure",
+                 "revert_results", "revert_failure", "meta", "version")
+
     def __init__(self, name: str, uuid: str) -> None:
         self._uuid = uuid
         self._name = name
@@ -474,6 +479,8 @@ class AtomDetail:
 class TaskDetail(AtomDetail):
     """The persisted state of a task (``results`` is its last ``execute`` result)."""
 
+    __slots__ = ()
+
     def reset(self, state: str) -> None:
         """Forget results and failures, set ``state`` and intention EXECUTE."""
         self.results = None
@@ -523,6 +530,8 @@ class RetryDetail(AtomDetail):
     History is a list of ``(result, {atom_name: Failure})`` pairs, one per
     attempt; it survives ``put`` and is only cleared by ``reset``.
     """
+
+    __slots__ = ()
 
     def __init__(self, name: str, uuid: str) -> None:
         super().__init__(name, uuid)
