@@ -206,6 +206,12 @@ class OrderedDAG(Generic[_N]):
             for v, d in adj.items():
                 yield u, v, _expand(d)
 
+    def edges_beyond_reasons(self) -> Iterator[tuple[_N, _N, dict[str, Any] | None]]:
+        """All edges as (u, v, data), data None for edges made for one symbol (no dict made)."""
+        for u, adj in self._succ.items():
+            for v, d in adj.items():
+                yield u, v, None if isinstance(d, str) else d
+
     def successors(self, node: _N) -> Iterator[_N]:
         """Direct successors of ``node``."""
         return iter(self._succ[node])

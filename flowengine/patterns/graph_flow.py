@@ -323,6 +323,11 @@ class Flow(flow.Flow):
         """Links as (u, v, metadata) with LINK_REASONS / LINK_MANUAL / LINK_DECIDER keys."""
         return self._view().edges()
 
+    def iter_links_beyond_reasons(
+            self) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any] | None]]:
+        """:meth:`iter_links`, None for links made for one symbol (see flow.Flow)."""
+        return self._view().edges_beyond_reasons()
+
     @property
     def graph(self) -> OrderedDAG[flow.Item]:
         """The underlying dependency graph (read only, please)."""
