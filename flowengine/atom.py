@@ -107,6 +107,25 @@ def _same_or(first: _Mapping, second: _Mapping) -> _Mapping:
     return second
 
 
+def _revert_takes_what_execute_takes(execute: Callable[..., Any],
+                                     revert: Callable[..., Any]) -> bool:
+    """Whether revert's mapping is bound to equal execute's, given the same requires/rebind.
+
+    True when revert's parameters, less the engine's own revert arguments,
+    are execute's and execute takes none of those: build_arg_mapping then
+    sees the same arguments for both. Deciding so from the (cached)
+    signatures saves building and comparing a second mapping per atom.
+    """
+    named, required, kwargs = reflection.arg_info(execute)
+    revert_named, revert_required, revert_kwargs = reflection.arg_info(revert)
+    if kwargs != revert_kwargs or any(a in _ENGINE_REVERT_ARGS for a in named):
+        return False
+    if revert_named != named:
+        revert_named = tuple(a for a in revert_named if a not in _ENGINE_REVERT_ARGS)
+        revert_required = tuple(a for a in revert_required if a not in _ENGINE_REVERT_ARGS)
+    return revert_named == named and revert_required == required
+
+
 class Atom(metaclass=abc.ABCMeta):
     """A named unit of work with declared inputs and outputs."""
 
@@ -138,10 +157,14 @@ class Atom(metaclass=abc.ABCMeta):
             auto_extract=auto_extract, ignore_list=ignore)
         self.rebind, exec_requires, self.optional = executing
         # The engine passes 'result' and 'flow_failures' to revert itself.
-        reverting = _same_or(executing, self._build_arg_mapping(
-            self.revert, requires=revert_requires or requires,
-            rebind=revert_rebind or rebind, auto_extract=auto_extract,
-            ignore_list=ignore + list(_ENGINE_REVERT_ARGS)))
+        if not revert_requires and not revert_rebind \
+                and _revert_takes_what_execute_takes(self.execute, self.revert):
+            reverting = executing
+        else:
+            reverting = _same_or(executing, self._build_arg_mapping(
+                self.revert, requires=revert_requires or requires,
+                rebind=revert_rebind or rebind, auto_extract=auto_extract,
+                ignore_list=ignore + list(_ENGINE_REVERT_ARGS)))
         self.revert_rebind, self.revert_requires, self.revert_optional = reverting
         #: Symbols needed to execute or revert (TaskFlow's union of both).
         self.requires = exec_requires if reverting is executing \

@@ -88,6 +88,14 @@ class Flow(abc.ABC):
     def iter_links(self) -> Iterator[tuple[Item, Item, dict[str, Any]]]:
         """Iterate over ``(u, v, metadata)`` links: ``v`` runs after ``u``."""
 
+    def iter_links_beyond_reasons(self) -> Iterator[tuple[Item, Item, dict[str, Any] | None]]:
+        """:meth:`iter_links`, with None as the metadata of links that hold only reasons.
+
+        For the engine's compiler, which keeps no reasons: a pattern storing
+        such links compactly (graph flows) need not make a dict per link.
+        """
+        return iter(self.iter_links())
+
     @property
     def provides(self) -> frozenset[str]:
         """Every symbol some child (or the retry) of this flow produces."""

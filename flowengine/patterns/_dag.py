@@ -26,6 +26,21 @@ REASONS = "reasons"
 _Edge = dict[str, Any] | str
 
 
+#: The adjacency of a node without edges (on that side), shared by all of
+#: them and never changed: an edge's first end gets a dict of its own (see
+#: _own). A graph flow's sources and sinks are often half its atoms, and an
+#: empty dict costs 64 bytes.
+_NO_EDGES: dict[Any, _Edge] = {}
+
+
+def _own(table: dict[Any, dict[Any, _Edge]], node: Any) -> dict[Any, _Edge]:
+    """``table[node]``, replacing the shared empty adjacency by a dict of its own."""
+    adj = table[node]
+    if adj is _NO_EDGES:
+        adj = table[node] = {}
+    return adj
+
+
 def _expand(value: _Edge) -> dict[str, Any]:
     return {REASONS: {value}} if isinstance(value, str) else value
 
@@ -71,8 +86,8 @@ class OrderedDAG(Generic[_N]):
     def add_node(self, node: _N) -> None:
         """Add ``node`` (last in the order) unless it is already present."""
         if node not in self._succ:
-            self._succ[node] = {}
-            self._pred[node] = {}
+            self._succ[node] = _NO_EDGES
+            self._pred[node] = _NO_EDGES
             self._ord[node] = self._next
             self._next += 1
 
@@ -108,8 +123,8 @@ class OrderedDAG(Generic[_N]):
             data[REASONS] = set(data.get(REASONS, ())) | {symbol}
             return
         self._check_order(u, v)
-        self._succ[u][v] = symbol
-        self._pred[v][u] = symbol
+        _own(self._succ, u)[v] = symbol
+        _own(self._pred, v)[u] = symbol
 
     def add_edge(self, u: _N, v: _N, data: dict[str, Any] | None = None) -> None:
         """Add u -> v (or merge ``data`` into an existing edge).
@@ -124,8 +139,8 @@ class OrderedDAG(Generic[_N]):
             return
         self._check_order(u, v)
         d = dict(data) if data else {}
-        self._succ[u][v] = d
-        self._pred[v][u] = d
+        _own(self._succ, u)[v] = d
+        _own(self._pred, v)[u] = d
 
     def _check_order(self, u: _N, v: _N) -> None:
         """Make the order put ``u`` before ``v`` (CycleError if it cannot)."""
@@ -190,6 +205,12 @@ class OrderedDAG(Generic[_N]):
         for u, adj in self._succ.items():
             for v, d in adj.items():
                 yield u, v, _expand(d)
+
+    def edges_beyond_reasons(self) -> Iterator[tuple[_N, _N, dict[str, Any] | None]]:
+        """All edges as (u, v, data), data None for edges made for one symbol (no dict made)."""
+        for u, adj in self._succ.items():
+            for v, d in adj.items():
+                yield u, v, None if isinstance(d, str) else d
 
     def successors(self, node: _N) -> Iterator[_N]:
         """Direct successors of ``node``."""

@@ -10,6 +10,7 @@ from flowengine import exceptions as exc
 from flowengine import flow
 from flowengine.deciders import Depth
 from flowengine.patterns._dag import REASONS, CycleError, OrderedDAG
+from flowengine.utils import gc_freeze
 
 if TYPE_CHECKING:
     from flowengine.retry import Retry
@@ -35,6 +36,40 @@ def _cycle_failure(err: CycleError, u: flow.Item, v: flow.Item) -> exc.Dependenc
         f" '{getattr(v, 'name', v)}' would create a cycle: {names}")
 
 
+#: symbol -> the one atom providing (requiring) it, or a list when several
+#: do. Most symbols have one: a list each would cost ~90 bytes per atom.
+_AtomIndex: TypeAlias = dict[str, "flow.Item | list[flow.Item]"]
+
+
+def _index_add(index: _AtomIndex, symbol: str, node: flow.Item) -> None:
+    found = index.get(symbol)
+    if found is None:
+        index[symbol] = node
+    elif isinstance(found, list):
+        found.append(node)
+    else:
+        index[symbol] = [found, node]
+
+
+def _index_get(index: _AtomIndex, symbol: str) -> list[flow.Item]:
+    """A new list of the atoms indexed under ``symbol`` (in the order added)."""
+    found = index.get(symbol)
+    if found is None:
+        return []
+    return list(found) if isinstance(found, list) else [found]
+
+
+def _index_remove(index: _AtomIndex, symbol: str, node: flow.Item) -> None:
+    found = index.get(symbol)
+    if isinstance(found, list):
+        if node in found:
+            found.remove(node)
+            if len(found) == 1:
+                index[symbol] = found[0]
+    elif found is not None and found == node:
+        del index[symbol]
+
+
 class Flow(flow.Flow):
     """Runs children as soon as what they depend on has run.
 
@@ -50,8 +85,8 @@ class Flow(flow.Flow):
         self._graph: OrderedDAG[flow.Item] = OrderedDAG()
         # symbol -> atoms providing / requiring it (atoms never change those;
         # subflows can, so they are asked again each time).
-        self._atom_providers: dict[str, list[flow.Item]] = {}
-        self._atom_requirers: dict[str, list[flow.Item]] = {}
+        self._atom_providers: _AtomIndex = {}
+        self._atom_requirers: _AtomIndex = {}
         self._subflows: dict[flow.Flow, None] = {}
 
     # -- building ---------------------------------------------------------
@@ -61,9 +96,9 @@ class Flow(flow.Flow):
             self._subflows[node] = None
             return
         for symbol in node.provides:
-            self._atom_providers.setdefault(symbol, []).append(node)
+            _index_add(self._atom_providers, symbol, node)
         for symbol in node.requires:
-            self._atom_requirers.setdefault(symbol, []).append(node)
+            _index_add(self._atom_requirers, symbol, node)
 
     def _unindex(self, node: flow.Item) -> None:
         if isinstance(node, flow.Flow):
@@ -72,11 +107,7 @@ class Flow(flow.Flow):
         for index, symbols in ((self._atom_providers, node.provides),
                                (self._atom_requirers, node.requires)):
             for symbol in symbols:
-                nodes = index.get(symbol)
-                if nodes is not None and node in nodes:
-                    nodes.remove(node)
-                    if not nodes:
-                        del index[symbol]
+                _index_remove(index, symbol, node)
 
     def _retry_provides(self) -> frozenset[str]:
         if self._retry is None:
@@ -99,6 +130,14 @@ class Flow(flow.Flow):
         require, and do not yet get, a symbol it provides.  On any error the
         flow is left as it was.
         """
+        # Adding makes only the graph's long-lived edges and indexes; with
+        # thousands of items the collector's passes over them cost a third
+        # of the add (see utils.gc_freeze).
+        with gc_freeze.collector_paused():
+            return self._add(nodes, resolve_requires, resolve_existing)
+
+    def _add(self, nodes: tuple[flow.Item, ...], resolve_requires: bool,
+             resolve_existing: bool) -> Flow:
         graph = self._graph
         new: list[flow.Item] = []
         seen: set[int] = set()
@@ -135,7 +174,7 @@ class Flow(flow.Flow):
         subflows = self._subflows
 
         def providers_for(symbol: str) -> list[flow.Item]:
-            found = list(self._atom_providers.get(symbol, ()))
+            found = _index_get(self._atom_providers, symbol)
             if subflows:
                 found.extend(f for f in subflows if symbol in provides_of(f))
             found.extend(added_providers.get(symbol, ()))
@@ -145,7 +184,7 @@ class Flow(flow.Flow):
             # Existing items still lacking ``symbol`` (computed on first use).
             pending = pending_requirers.get(symbol)
             if pending is None:
-                candidates = list(self._atom_requirers.get(symbol, ()))
+                candidates = _index_get(self._atom_requirers, symbol)
                 if subflows:
                     candidates.extend(f for f in subflows if symbol in requires_of(f))
                 pending = pending_requirers[symbol] = [
@@ -283,6 +322,11 @@ class Flow(flow.Flow):
     def iter_links(self) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any]]]:
         """Links as (u, v, metadata) with LINK_REASONS / LINK_MANUAL / LINK_DECIDER keys."""
         return self._view().edges()
+
+    def iter_links_beyond_reasons(
+            self) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any] | None]]:
+        """:meth:`iter_links`, None for links made for one symbol (see flow.Flow)."""
+        return self._view().edges_beyond_reasons()
 
     @property
     def graph(self) -> OrderedDAG[flow.Item]:

@@ -117,6 +117,11 @@ class Notifier:
     def __len__(self) -> int:
         return sum(len(listeners) for listeners in self._topics.values())
 
+    def __bool__(self) -> bool:
+        # Whether anything is registered, without counting (empty topics are
+        # removed): engines ask before building an event's details.
+        return bool(self._topics)
+
     def is_registered(self, event_type: str, callback: Callable[..., Any],
                       details_filter: DetailsFilter | None = None) -> bool:
         """Return whether callback (with that details filter) is registered for event_type."""

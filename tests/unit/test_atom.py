@@ -183,3 +183,34 @@ def test_hooks_exist_and_do_nothing():
 def test_atom_is_abstract():
     with pytest.raises(TypeError):
         atom.Atom()
+
+
+class RevertTakesResult(atom.Atom):
+    def execute(self, x, y=2):
+        return x
+
+    def revert(self, x, result, y=2, flow_failures=None):
+        pass
+
+
+class ExecuteTakesResult(atom.Atom):
+    def execute(self, x, result):
+        return x
+
+    def revert(self, x, result):
+        pass
+
+
+def test_revert_taking_execute_arguments_plus_engine_ones_shares_the_mapping():
+    a = RevertTakesResult(rebind={"x": "ex"})
+    assert a.revert_rebind == a.rebind == {"x": "ex", "y": "y"}
+    assert list(a.revert_requires) == list(a.requires) == ["ex"]
+    assert list(a.revert_optional) == ["y"]
+
+
+def test_engine_argument_taken_by_execute_is_fetched_for_execute_only():
+    # 'result' is an ordinary symbol for execute, but the engine's for revert.
+    a = ExecuteTakesResult()
+    assert a.rebind == {"x": "x", "result": "result"}
+    assert a.revert_rebind == {"x": "x"}
+    assert list(a.requires) == ["x", "result"]

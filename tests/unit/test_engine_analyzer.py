@@ -19,7 +19,7 @@ def _analyzer(edges, atoms, flows=()):
     preds = {n: tuple(u for u, v in edges if v == n) for n in nodes}
     succs = {n: tuple(v for u, v in edges if u == n) for n in nodes}
     a = an.Analyzer(nodes, preds, succs, atoms, _allowed)
-    a.load({n: (st.PENDING, st.EXECUTE) for n in atoms})
+    a.load((n, st.PENDING, st.EXECUTE) for n in atoms)
     return a
 
 

@@ -101,3 +101,30 @@ def test_unpicklable_task_fails_cleanly_in_processes():
         executor.stop()
     assert outcome == ex.EXECUTED
     assert isinstance(result, ft.Failure)
+
+
+def test_completed_future_behaves_as_a_resolved_future():
+    import threading
+
+    fut = ex.completed_future(("executed", 42))
+    assert isinstance(fut, cf.Future)
+    assert fut.done() and not fut.running() and not fut.cancelled()
+    assert fut.result(timeout=0) == ("executed", 42)
+    assert fut.exception(timeout=0) is None
+    assert fut.cancel() is False
+    seen = []
+    fut.add_done_callback(seen.append)
+    assert seen == [fut]  # called at once
+    with pytest.raises(cf.InvalidStateError):
+        fut.set_result(("executed", 0))
+    # Waiting on resolved futures next to a pending one (several resolved
+    # futures share one condition): wait and as_completed see them all.
+    other = ex.completed_future(("executed", 1))
+    pending: cf.Future = cf.Future()
+    done, not_done = cf.wait([fut, other, pending], timeout=0)
+    assert done == {fut, other} and not_done == {pending}
+    threading.Thread(target=pending.set_result, args=[("executed", 2)]).start()
+    done, not_done = cf.wait([fut, other, pending], return_when=cf.ALL_COMPLETED,
+                             timeout=WAIT_S)
+    assert not not_done
+    assert {f.result()[1] for f in cf.as_completed([fut, other, pending])} == {42, 1, 2}

@@ -379,3 +379,17 @@ def test_ordered_dag_matches_networkx_on_random_edges():
         order = {n: i for i, n in enumerate(dag.topological())}
         assert all(order[a] < order[b] for a, b, _ in dag.edges())
     assert dag.number_of_edges() == ref.number_of_edges()
+
+
+def test_links_beyond_reasons_leave_out_reason_only_metadata():
+    t1, t2, t3 = _task("t1", provides="a"), _task("t2", requires=["a"]), _task("t3")
+    f = gf.Flow("f").add(t1, t2, t3)
+    f.link(t2, t3)
+    assert list(f.iter_links_beyond_reasons()) == [(t1, t2, None),
+                                                   (t2, t3, {LINK_MANUAL: True})]
+    # iter_links still gives every link its metadata.
+    assert list(f.iter_links()) == [(t1, t2, {LINK_REASONS: {"a"}}),
+                                    (t2, t3, {LINK_MANUAL: True})]
+    # Patterns that do not store links compactly give what iter_links gives.
+    lin = lf.Flow("l").add(_task("x"), _task("y"))
+    assert list(lin.iter_links_beyond_reasons()) == list(lin.iter_links())

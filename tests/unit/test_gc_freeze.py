@@ -53,3 +53,46 @@ def test_objects_made_inside_the_block_are_collected_as_usual():
         del a, b
         gc.collect()
         assert watch() is None
+
+
+def test_paused_collector_is_back_on_after_nested_blocks():
+    assert gc.isenabled()
+    with gc_freeze.collector_paused():
+        assert not gc.isenabled()
+        with gc_freeze.collector_paused():
+            assert not gc.isenabled()
+        # The inner block ending leaves the collector off for the outer one.
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_paused_collector_stays_off_when_the_caller_turned_it_off():
+    gc.disable()
+    try:
+        with gc_freeze.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_collector_back_on_after_an_error_in_the_block():
+    try:
+        with gc_freeze.collector_paused():
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert gc.isenabled()
+
+
+def test_graph_flow_add_leaves_the_collector_on():
+    from flowengine.patterns import graph_flow
+    from flowengine.task import Task
+
+    class Provider(Task):
+        def execute(self) -> int:
+            return 1
+
+    flow = graph_flow.Flow("f").add(Provider("a", provides="x"))
+    assert gc.isenabled()
+    assert len(flow) == 1

@@ -195,3 +195,15 @@ def test_bad_atom_data_is_reported_precisely(data, error, words):
 def test_malformed_retry_history():
     with pytest.raises(exc.InvalidFormat, match="malformed history"):
         models.RetryDetail.from_dict({"name": "r", "uuid": "u", "results": [1, 2]})
+
+
+def test_generated_uuids_are_random_version_4_uuids():
+    import uuid
+
+    made = [models.generate_uuid() for _ in range(200)]
+    assert len(set(made)) == len(made)
+    for text in made:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text  # canonical form: lower-case, dashed
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

@@ -239,3 +239,16 @@ def test_notify_without_listeners_is_cheap():
     per_call_s = (time.perf_counter() - start) / rounds
     # Generous bound (shared CI machines); locally it is ~0.1 us.
     assert per_call_s < 5e-6
+
+
+def test_notifier_is_true_exactly_while_something_is_registered():
+    n = nt.Notifier()
+    assert not n and len(n) == 0
+
+    def callback(event_type, details):
+        pass
+
+    n.register("e", callback)
+    assert n and len(n) == 1
+    n.deregister("e", callback)
+    assert not n

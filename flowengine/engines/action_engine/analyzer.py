@@ -10,6 +10,11 @@ keeps two counters, updated only when a neighbour's status flips:
   with their own successors clear). An atom meant to revert may revert when
   this reaches zero.
 
+Each counter is stored doubled, its lowest bit holding whether the node is
+done (clear) itself: one dict per counter instead of two per node state. At
+100,000 atoms a name-keyed dict costs 5 MB, and the run's peak memory is
+what issue 16 bounds.
+
 Flow nodes are done/clear exactly when their counter is zero, so they pass
 status through without the O(n*m) edges flattening them away would cost. A
 state change costs O(degree) plus whatever actually flips, never a rescan of
@@ -19,6 +24,7 @@ the graph (TaskFlow rescans every atom after each completion: O(n^2) a run).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from flowengine import states as st
 
@@ -40,16 +46,16 @@ class Analyzer:
         self._order = order
         self._preds = preds
         self._succs = succs
-        self._is_atom = dict.fromkeys(order, False)
-        for name in atom_names:
-            self._is_atom[name] = True
+        # Flow start/end nodes are few: keep those, not a flag per node.
+        atoms = set(atom_names)
+        self._flow_nodes = frozenset(n for n in order if n not in atoms)
         self._can = can_transition
         self.state: dict[str, str] = {}
         self.intention: dict[str, str] = {}
+        #: 2 * (predecessors not done) + (1 if the node is done).
         self._pending: dict[str, int] = {}
+        #: 2 * (successors not clear) + (1 if the node is clear).
         self._unclear: dict[str, int] = {}
-        self._done: dict[str, bool] = {}
-        self._clear: dict[str, bool] = {}
         #: Atoms whose readiness may have changed since last collected.
         self.candidates: set[str] = set()
         #: Atoms handed to an executor and not completed yet.
@@ -58,33 +64,37 @@ class Analyzer:
     # -- status -------------------------------------------------------------
 
     def _is_done(self, n: str) -> bool:
-        if self._pending[n]:
+        if self._pending[n] >= 2:
             return False
-        if not self._is_atom[n]:
+        if n in self._flow_nodes:
             return True
         return self.state[n] in _DONE_STATES and self.intention[n] in _DONE_INTENTIONS
 
     def _is_clear(self, n: str) -> bool:
-        if self._unclear[n]:
+        if self._unclear[n] >= 2:
             return False
-        if not self._is_atom[n]:
+        if n in self._flow_nodes:
             return True
         return self.state[n] in _CLEAR_STATES
 
-    def load(self, atom_states: dict[str, tuple[str, str]]) -> None:
-        """Start over from ``{atom: (state, intention)}`` (e.g. read from storage)."""
-        for name, (state, intention) in atom_states.items():
+    def load(self, atom_states: Iterable[tuple[str, Any, str]]) -> None:
+        """Start over from ``(atom, state, intention)`` triples (e.g. read from storage).
+
+        An iterable, not a mapping: at 100,000 atoms a dict of them would
+        add 12 MB to the run's peak for a moment.
+        """
+        for name, state, intention in atom_states:
             self.state[name] = state
             self.intention[name] = intention
-        done, clear = self._done, self._clear
+        pending, unclear = self._pending, self._unclear
         for n in self._order:
-            self._pending[n] = sum(1 for p in self._preds[n] if not done[p])
-            done[n] = self._is_done(n)
+            pending[n] = 2 * sum(1 for p in self._preds[n] if not pending[p] & 1)
+            pending[n] |= self._is_done(n)
         for n in reversed(self._order):
-            self._unclear[n] = sum(1 for s in self._succs[n] if not clear[s])
-            clear[n] = self._is_clear(n)
+            unclear[n] = 2 * sum(1 for s in self._succs[n] if not unclear[s] & 1)
+            unclear[n] |= self._is_clear(n)
         self.in_flight.clear()
-        self.candidates = {n for n, is_atom in self._is_atom.items() if is_atom}
+        self.candidates = {n for n in self._order if n not in self._flow_nodes}
 
     def update(self, name: str, state: str | None = None,
                intention: str | None = None) -> None:
@@ -97,40 +107,41 @@ class Analyzer:
 
     def _propagate(self, start: str) -> None:
         # _is_done/_is_clear inlined: this runs twice per task (RUNNING, then
-        # its outcome) and its cost is all interpreter overhead.
+        # its outcome) and its cost is all interpreter overhead. A counter
+        # below 2 is zero; one crossing zero may flip that node in turn.
         stack = [start]
         candidates = self.candidates
-        is_atom = self._is_atom
+        flow_nodes = self._flow_nodes
         pending, unclear = self._pending, self._unclear
-        done_of, clear_of = self._done, self._clear
         state, intention = self.state, self.intention
         succs, preds = self._succs, self._preds
         while stack:
             n = stack.pop()
-            if is_atom[n]:
+            waiting, blocking = pending[n], unclear[n]
+            if n in flow_nodes:
+                done = waiting < 2
+                clear = blocking < 2
+            else:
                 candidates.add(n)
                 node_state = state[n]
-                done = not pending[n] and node_state in _DONE_STATES \
+                done = waiting < 2 and node_state in _DONE_STATES \
                     and intention[n] in _DONE_INTENTIONS
-                clear = not unclear[n] and node_state in _CLEAR_STATES
-            else:
-                done = not pending[n]
-                clear = not unclear[n]
-            if done is not done_of[n]:
-                done_of[n] = done
-                delta = -1 if done else 1
+                clear = blocking < 2 and node_state in _CLEAR_STATES
+            if done != waiting & 1:
+                pending[n] = waiting ^ 1
+                delta = -2 if done else 2
                 for s in succs[n]:
                     before = pending[s]
                     pending[s] = before + delta
-                    if before == 0 or before + delta == 0:
+                    if before < 2 or before + delta < 2:
                         stack.append(s)
-            if clear is not clear_of[n]:
-                clear_of[n] = clear
-                delta = -1 if clear else 1
+            if clear != blocking & 1:
+                unclear[n] = blocking ^ 1
+                delta = -2 if clear else 2
                 for p in preds[n]:
                     before = unclear[p]
                     unclear[p] = before + delta
-                    if before == 0 or before + delta == 0:
+                    if before < 2 or before + delta < 2:
                         stack.append(p)
 
     # -- readiness ----------------------------------------------------------
@@ -141,14 +152,14 @@ class Analyzer:
             return None
         intention = self.intention[name]
         if intention == st.EXECUTE:
-            if self._pending[name]:
+            if self._pending[name] >= 2:
                 return None
             state = self.state[name]
             # PENDING -> RUNNING is always allowed (the usual case: no lookup).
             if state == st.PENDING or self._can(name, state, st.RUNNING):
                 return EXECUTE
         elif intention in _REVERT_INTENTIONS:
-            if self._unclear[name] == 0 and self._can(name, self.state[name], st.REVERTING):
+            if self._unclear[name] < 2 and self._can(name, self.state[name], st.REVERTING):
                 return REVERT
         return None
 

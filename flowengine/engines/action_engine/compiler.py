@@ -424,8 +424,8 @@ class _Builder:
         position = {id(item): pos for pos, item in enumerate(items)}
         if len(position) != len(items):
             raise ValueError(f"Flow '{flow.name}' lists the same item twice")
-        links: list[tuple[int, int, dict[str, Any]]] = []
-        for u, v, meta in flow.iter_links():
+        links: list[tuple[int, int, dict[str, Any] | None]] = []
+        for u, v, meta in flow.iter_links_beyond_reasons():
             pu, pv = position.get(id(u)), position.get(id(v))
             if pu is None or pv is None:
                 missing = u if pu is None else v

@@ -315,9 +315,9 @@ class ActionEngine(base.Engine):
                 # RESUMING -> (atoms ensured in storage) -> SUSPENDED, so
                 # listeners see a resumption (both are no-ops for a new flow).
                 self._change_state(states.RESUMING)
-                # What exists (flow, compilation) outlives the atom details
-                # made here: collections need not walk it (utils.gc_freeze).
-                with gc_freeze.frozen_heap():
+                # The atom details made here outlive the block and run no
+                # user code: collections would only walk them (utils.gc_freeze).
+                with gc_freeze.collector_paused():
                     self._ensure_storage()
                 self._change_state(states.SUSPENDED)
                 self._storage_ensured = True

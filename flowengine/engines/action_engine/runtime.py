@@ -190,7 +190,9 @@ class Runtime:
 
     def load_states(self) -> None:
         """Read every atom's state and intention from storage."""
-        self.analyzer.load(self.storage.get_atoms_states(self.atom_order))
+        storage = self.storage
+        self.analyzer.load((name, storage.get_atom_state(name), storage.get_atom_intention(name))
+                           for name in self.atom_order)
 
     def set_intentions(self, names: Iterable[str], intention: str) -> None:
         """Give each atom ``intention`` (persisted)."""

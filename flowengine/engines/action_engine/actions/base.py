@@ -36,6 +36,8 @@ class Action:
         self._fetch_args = fetch_args
 
     def _notify(self, name: str, state: str, old_state: str, result: Any) -> None:
+        if not self._notifier:
+            return  # nobody listens: skip building the details (twice per task)
         details = {self.name_key: name, self.uuid_key: self._uuid_of(name),
                    "old_state": old_state}
         if result is not NO_RESULT:

@@ -23,7 +23,8 @@ class TaskAction(base.Action):
                  state_of: Any, fetch_args: Any, task_executor: ex.TaskExecutor) -> None:
         super().__init__(storage, notifier, tracker, uuid_of, state_of, fetch_args)
         self._executor = task_executor
-        # Last progress saved per task, to skip rewriting an unchanged value.
+        # Last progress saved per unfinished task, to skip rewriting an
+        # unchanged value.
         self._progress: dict[str, float] = {}
 
     def _set_progress(self, task: Any, progress: float) -> None:
@@ -36,7 +37,12 @@ class TaskAction(base.Action):
             known = self._storage.get_task_progress(name)
         if known != progress:
             self._storage.set_task_progress(name, progress)
-        self._progress[name] = progress
+        if progress == 1.0:
+            # Finished: keep entries for running tasks only (one per task
+            # would last the whole run); a revert reads storage once.
+            self._progress.pop(name, None)
+        else:
+            self._progress[name] = progress
         task.update_progress(progress)
 
     def change_state(self, atom: Any, state: str, result: Any = base.NO_RESULT,
