@@ -9,8 +9,9 @@ one, refreshing discovery and forgetting silent workers.
 
 :class:`WorkerTaskExecutor` composes the parts and owns their threads:
 
-* a :class:`.publisher.RequestPublisher` (the request path, and the release
-  thread that publishes waiting requests once a worker appears),
+* a :class:`.publisher.RequestPublisher` (the request path, and the sender
+  thread that publishes queued requests in batches, and waiting ones once a
+  worker appears),
 * a :class:`.replies.ReplyHandler` (the reply consumer's handlers),
 * a :class:`.housekeeper.Housekeeper` (deadlines, lost requests, discovery),
 * the :class:`.discovery.ProxyWorkerFinder` and the :class:`.tracking.RequestBook`
@@ -208,7 +209,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         if problem is not None:
             self.stop()
             raise problem
-        self._spawn(self._requests.run_releases, "release")
+        self._spawn(self._requests.run_sender, "sender")
         self._spawn(self._housekeeper.run, "housekeeping")
         try:
             self._finder.publish()

@@ -27,14 +27,19 @@ from flowengine.engines.worker_based.messaging.consumer import (
     QueueSpec,
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
-from flowengine.engines.worker_based.messaging.publisher import PUBLISH_TIMEOUT_S, Publisher
+from flowengine.engines.worker_based.messaging.publisher import (
+    PUBLISH_TIMEOUT_S,
+    BatchNotSent,
+    Outgoing,
+    Publisher,
+)
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings, mask_options
 from flowengine.engines.worker_based.wire import messages, names, signing
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Proxy", "QueueSpec",
-           "TransportDetails", "mask_options"]
+__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Outgoing",
+           "Proxy", "QueueSpec", "TransportDetails", "mask_options"]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -216,6 +221,22 @@ class Proxy:
         self._publisher.publish(msg.TYPE, msg.to_dict(), routing_key, reply_to=reply_to,
                                 correlation_id=correlation_id, headers=headers,
                                 timeout_s=timeout_s, settles=settles)
+
+    def prepare(self, msg: messages.Message, routing_key: str | Sequence[str],
+                reply_to: str | None = None, correlation_id: str | None = None,
+                headers: Mapping[str, Any] | None = None) -> Outgoing:
+        """Encode (and sign) ``msg`` for send(); SerializationFailure as publish()."""
+        return self._publisher.prepare(msg.TYPE, msg.to_dict(), routing_key,
+                                       reply_to=reply_to, correlation_id=correlation_id,
+                                       headers=headers)
+
+    def send(self, batch: Sequence[Outgoing], timeout_s: float | None = None) -> None:
+        """Publish prepared messages in order, in one round trip where the transport can.
+
+        Thread-safe. Raises BatchNotSent (how many went out first, and its
+        ``cause``: what publish() would raise).
+        """
+        self._publisher.send(batch, timeout_s)
 
     def publish_body(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      **kwargs: Any) -> None:
