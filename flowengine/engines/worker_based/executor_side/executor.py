@@ -205,6 +205,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
             return
         self._housekeeper.arm()
         self._spawn(self._consume, "replies")
+        # The publishing connection is opened while the consumer connects and
+        # declares (both are round trips to the broker), not after: NOTIFY
+        # and the first requests then go out at once. Not joined: a broker
+        # that is away is reported by wait_started(), not by this thread.
+        threading.Thread(target=self._proxy.connect_publisher, daemon=True,
+                         name=f"wbe-connect-{self._uuid}").start()
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
             self.stop()
@@ -230,7 +236,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
             if thread is not threading.current_thread():
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
-        if started and self._proxy.has_consumed:  # else no reply queue was declared
+        if (started and self._proxy.has_consumed  # else no reply queue was declared
+                and reply_queue.needs_dropping(self._proxy.broker,
+                                               self._proxy.private_queues_deleted)):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
         leftovers = self._book.drain()

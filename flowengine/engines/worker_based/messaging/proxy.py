@@ -180,6 +180,11 @@ class Proxy:
         return self._consumer.has_consumed
 
     @property
+    def private_queues_deleted(self) -> bool:
+        """True once the stopped loop's transport deleted its private queues (Redis)."""
+        return self._consumer.private_queues_deleted
+
+    @property
     def is_running(self) -> bool:
         """True while the consume loop is consuming."""
         return self._consumer.is_running
@@ -237,6 +242,10 @@ class Proxy:
         ``cause``: what publish() would raise).
         """
         self._publisher.send(batch, timeout_s)
+
+    def connect_publisher(self) -> None:
+        """Open the publishing connection now (never raises; see Publisher.connect)."""
+        self._publisher.connect()
 
     def publish_body(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      **kwargs: Any) -> None:

@@ -270,6 +270,19 @@ class Publisher:
         if conn is not None:
             _release(conn, "the publisher connection")
 
+    def connect(self) -> None:
+        """Connect now (one bounded attempt) so that the first publish need not.
+
+        Errors are logged at DEBUG and left to the first publish, which
+        retries them within its timeout.
+        """
+        with self._lock:
+            try:
+                self._ensure_producer(time.monotonic() + PUBLISH_CONNECT_TIMEOUT_S)
+            except Exception as e:
+                self._reset()
+                LOG.debug("Could not connect the publisher to %s yet: %s", self._uri, e)
+
     def heartbeat_if_idle(self) -> None:
         """Keep an idle publishing connection's AMQP heartbeats going."""
         if not self._lock.acquire(blocking=False):
