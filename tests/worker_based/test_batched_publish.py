@@ -18,6 +18,7 @@ import redis
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.executor_side import publisher as request_publisher
 from flowengine.engines.worker_based.messaging.publisher import BatchNotSent, Publisher
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import topology
@@ -228,3 +229,33 @@ def test_an_unencodable_request_fails_alone_and_its_batch_goes_out():
     assert isinstance(results[1][1], ft.Failure)
     assert results[1][1].check(exc.SerializationFailure)
     assert [data["arguments"]["value"] for data, _ in fake.requests] == [0, 2]
+
+
+def test_a_request_submitted_alone_is_published_by_submit_and_a_burst_by_the_sender(
+        monkeypatch):
+    exchange = unique()
+    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success), \
+            running_executor(exchange, ["t"]) as executor:
+        assert wait_workers(executor, lambda f: f.total_workers >= 1)
+        senders: list[tuple[str, int]] = []
+        send = executor.proxy.send
+
+        def recording_send(batch: Any, *args: Any) -> None:
+            senders.append((threading.current_thread().name, len(batch)))
+            send(batch, *args)
+
+        monkeypatch.setattr(executor.proxy, "send", recording_send)
+        # When one request is submitted on its own (no submit just before it)
+        monkeypatch.setattr(request_publisher, "BURST_GAP_S", 0.0)
+        executor.execute_task(et.Echo("e"), "u-0", {"value": 0}).result(WAIT_S)
+        # Then the submitting thread itself published it
+        assert senders == [(threading.current_thread().name, 1)]
+        # When requests come in a burst (each right after the one before)
+        monkeypatch.setattr(request_publisher, "BURST_GAP_S", 3600.0)
+        futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
+                   for n in range(1, BATCH + 1)]
+        assert [f.result(WAIT_S)[1] for f in futures] == list(range(1, BATCH + 1))
+    # Then the sender thread published them all (in as many batches as it woke)
+    burst = senders[1:]
+    assert all(name.startswith("wbe-sender") for name, _ in burst)
+    assert sum(n for _, n in burst) == BATCH
