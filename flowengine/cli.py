@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -65,12 +66,13 @@ def _build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--url", default=None, help="broker URL (kombu format)")
     worker.add_argument("--exchange", required=True, help="exchange name")
     worker.add_argument("--topic", required=True, action="append",
-                        help="topic this worker consumes (one per worker)")
+                        help="topic this worker consumes (repeatable: several topics, the"
+                             " first one's requests taken first when several have work)")
     worker.add_argument("--tasks", required=True, nargs="+", action="extend",
                         metavar="module[:Class]",
                         help="modules or task classes this worker may run")
-    worker.add_argument("--threads", type=int, default=None,
-                        help="how many requests run at once")
+    worker.add_argument("--threads", "--concurrency", dest="threads", type=int,
+                        default=None, help="how many requests run at once")
     worker.add_argument("--executor", default="threads",
                         choices=["threads", "thread", "processes", "process"],
                         help="where task bodies run: pool threads (default), or a child"
@@ -95,6 +97,22 @@ def _build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--compat", default=None, choices=["taskflow"],
                         help="share the exchange with TaskFlow engines/workers: declare"
                              " what TaskFlow declares (see the migration guide)")
+    worker.add_argument("--loglevel", default=None, metavar="LEVEL",
+                        help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
+    worker.add_argument("--logfile", default=None, metavar="PATH",
+                        help="append the log to this file instead of stderr")
+    worker.add_argument("--pidfile", default=None, metavar="PATH",
+                        help="write the pid here while running (refused while the pid"
+                             " it holds runs)")
+    worker.add_argument("--exception-handler", dest="exception_handlers", default=[],
+                        action="append", metavar="module:function",
+                        help="called with each failed request before the default WARNING"
+                             " log line (repeatable; returning False stops the chain)")
+    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on this port (needs"
+                             " pip install 'flowengine[metrics]')")
+    worker.add_argument("--metrics-address", default=None, metavar="ADDRESS",
+                        help="address the metrics server listens on (default 0.0.0.0)")
 
     demo = sub.add_parser("demo", help="run a sample flow on worker processes")
     demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
@@ -152,6 +170,7 @@ def _describe(error: BaseException) -> str:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Run one worker in this process until SIGINT/SIGTERM."""
+    from flowengine.commands import worker_setup
     from flowengine.engines.worker_based.transports import errors as broker_errors
     from flowengine.engines.worker_based.worker_side import shutdown
     from flowengine.engines.worker_based.worker_side import worker as wkr
@@ -159,14 +178,16 @@ def run_worker(args: argparse.Namespace) -> int:
 
     broker_errors.check_shared(args.url, args.transport,
                                "no engine in another process could reach this worker")
-    if len(args.topic) > 1:
-        print(f"flowengine worker: a worker serves one topic (got {', '.join(args.topic)});"
-              f" start one worker per topic", file=sys.stderr)
+    if len(set(args.topic)) != len(args.topic):
+        print(f"flowengine worker: --topic given twice ({', '.join(args.topic)})",
+              file=sys.stderr)
         return 2
-    topic = args.topic[0]
     try:
+        worker_setup.configure_logging(worker_setup.log_level(args.loglevel, args.verbose),
+                                       args.logfile)
         task_classes = _task_classes(args.tasks)
-    except _NoTasks as e:
+        handlers = worker_setup.exception_handlers(args.exception_handlers)
+    except (_NoTasks, worker_setup.SetupError) as e:
         print(f"flowengine worker: {e}", file=sys.stderr)
         return 2
     threads = args.threads if args.threads is not None else tu.get_optimal_thread_count()
@@ -179,7 +200,12 @@ def run_worker(args: argparse.Namespace) -> int:
             print(f"flowengine worker: --{option.replace('_', '-')} must be > 0",
                   file=sys.stderr)
             return 2
-    worker = wkr.Worker(exchange=args.exchange, topic=topic, tasks=task_classes,
+    metrics = None
+    if args.metrics_port is not None:
+        from flowengine import metrics as metrics_mod
+
+        metrics = metrics_mod.WorkerMetrics()
+    worker = wkr.Worker(exchange=args.exchange, topic=args.topic, tasks=task_classes,
                         executor=args.executor, threads_count=threads, url=args.url,
                         transport=args.transport,
                         transport_options=dict(args.transport_options) or None,
@@ -187,11 +213,28 @@ def run_worker(args: argparse.Namespace) -> int:
                         durable=args.durable, secret=_read_secret_file(args.secret_file),
                         heartbeat_interval=args.heartbeat_interval,
                         compat=args.compat,  # mixed fleets with TaskFlow
-                        events=args.events)
+                        events=args.events, exception_handlers=handlers, metrics=metrics)
+    if metrics is not None:
+        from flowengine import metrics as metrics_mod
+
+        metrics.watch(worker)
+        address = args.metrics_address or metrics_mod.DEFAULT_ADDRESS
+        try:
+            metrics_mod.serve(args.metrics_port, metrics.registry, address)
+        except OSError as e:
+            print(f"flowengine worker: --metrics-port {args.metrics_port}: {e.strerror or e}",
+                  file=sys.stderr)
+            return 2
+        LOG.info("Prometheus metrics on http://%s:%d/metrics", address, args.metrics_port)
     # SIGINT/SIGTERM: warm shutdown; a second one: cold (see shutdown.py).
     stopper = shutdown.Shutdown(worker, display_banner=True, banner_writer=_print_banner)
     stopper.install_signal_handlers()
-    status = stopper.serve()
+    try:
+        with worker_setup.PidFile(args.pidfile) if args.pidfile else contextlib.nullcontext():
+            status = stopper.serve()
+    except worker_setup.SetupError as e:
+        print(f"flowengine worker: {e}", file=sys.stderr)
+        return 2
     if status == shutdown.EXIT_COLD:
         # Request threads may be parked (or still in a body that cannot be
         # stopped): leave without waiting for them.

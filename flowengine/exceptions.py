@@ -318,6 +318,10 @@ class WorkerShutdown(ExecutionFailure):
     """A worker gave a request back unfinished because it is shutting down (retry elsewhere)."""
 
 
+class RequestCancelled(ExecutionFailure):
+    """A request was cancelled (``flowengine control cancel``) before or while it ran."""
+
+
 class RequestLost(ExecutionFailure):
     """A remote request's workers kept falling silent; it was given up after its attempts."""
 

@@ -29,6 +29,7 @@ Markers: ``broker`` (needs a real broker server), ``slow``.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 import uuid
@@ -61,6 +62,25 @@ try:
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "flowengine"))
 except ImportError:  # pragma: no cover - hypothesis is in the test extra
     pass
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """Remove the root handlers a test added and give the root level back.
+
+    ``cli.main(["worker", ...])`` run in-process configures logging as a
+    daemon does (a stderr handler, INFO): left as is, later tests would log
+    to a captured stream pytest has closed. pytest's own capture handlers
+    come and go with each test phase: they are left to pytest.
+    """
+    root = logging.getLogger()
+    before, level = set(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Make the pictures in the docs: the events view, a flow graph, the request path (SVG).
+"""Make the pictures in the docs: the events view, a flow graph, the request path, the dashboard.
 
 Runs real workers with events on (memory transport, in this process), runs
 the demo flow on them,
 feeds the events into the same view ``flowengine events`` draws and saves it
 with rich's SVG export; then draws the demo flow with Graphviz (DOT text is
-always written; SVG needs the ``dot`` program). Output goes to
-``doc/source/_static/`` by default::
+always written; SVG needs the ``dot`` program); then serves the web dashboard
+over two in-process workers and a few persisted shop orders (one running,
+one failed) and takes its pictures with Debian's headless Chromium driven by
+Playwright (``dashboard-*.png``; skipped, saying so, without them). Output
+goes to ``doc/source/_static/`` by default::
 
     python tools/screenshots.py [--out DIR]
 """
@@ -14,6 +17,7 @@ always written; SVG needs the ``dot`` program). Output goes to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -121,6 +125,123 @@ def request_path(out: str) -> None:
                     os.path.join(out, "request-path.svg")], check=True)
 
 
+#: Debian's Chromium and the flags of a headless one that talks only to the page.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+#: Orders run before the pictures (even ones succeed, odd ones fail): the
+#: throughput chart needs a few rounds of them.
+SHOP_ORDERS = 12
+
+
+def _serve_dashboard(live, flows):  # -> (server, thread, url)
+    import socket
+
+    import uvicorn
+
+    from flowengine.dashboard import app as app_mod
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app_mod.build_app(live, flows), host="127.0.0.1",
+                                           port=port, log_level="warning",
+                                           timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    done = threading.Event()
+    while not server.started:
+        assert thread.is_alive(), "the dashboard server did not start"
+        done.wait(0.05)
+    return server, thread, f"http://127.0.0.1:{port}/"
+
+
+def dashboard_pictures(out: str) -> None:
+    """Serve the dashboard over in-process workers and persisted orders; photograph it."""
+    import tempfile
+
+    try:
+        from playwright.sync_api import sync_playwright
+
+        from flowengine.dashboard.flows import FlowsSource
+        from flowengine.dashboard.live import LiveState
+    except ImportError as e:
+        print(f"dashboard pictures not taken: {e}", file=sys.stderr)
+        return
+    if not os.path.exists(CHROMIUM):
+        print(f"dashboard pictures not taken: {CHROMIUM} is missing", file=sys.stderr)
+        return
+    import dashboard_shop  # tools/, beside this script
+
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+    from flowengine.persistence import backends, models
+
+    exchange, conn = "shop", {"transport": "memory"}
+    with tempfile.TemporaryDirectory(prefix="flowengine-shots-") as tmp:
+        backend_conf = f"dir:{tmp}/store"
+        backend = backends.fetch({"connection": "dir", "path": f"{tmp}/store"})
+        with contextlib.closing(backend.get_connection()) as c:
+            c.upgrade()
+        book = models.LogBook("shop")
+        workers = [wk.Worker(exchange, topics, [dashboard_shop], threads_count=2,
+                             worker_id=f"shop-{i}", events=True,
+                             default_exception_handler=False,  # declined cards: expected
+                             **conn)
+                   for i, topics in enumerate((["billing", "shipping"], ["billing"]))]
+        threads = [threading.Thread(target=w.run, kwargs={"display_banner": False},
+                                    daemon=True) for w in workers]
+        for t in threads:
+            t.start()
+        for w in workers:
+            assert w.wait(WAIT_S)
+        live = LiveState(exchange, BrokerSettings(None, "memory", {}), poll_period_s=0.5)
+        live.start()
+
+        def order(number: int, hold: bool = False) -> None:
+            engine = engines.load_from_factory(
+                dashboard_shop.make_shop, store={"order_id": number, "hold": hold},
+                book=book, backend=backend, engine="worker-based", exchange=exchange,
+                topics=["billing"], remote_exceptions="original", **conn)
+            try:
+                engine.run()
+            except RuntimeError:
+                pass  # the odd orders' declined cards: the flow reverts
+
+        for number in range(2, 2 + SHOP_ORDERS):
+            order(number)
+        held = threading.Thread(target=order, args=(1000,), kwargs={"hold": True},
+                                daemon=True)
+        held.start()
+        server, server_thread, url = _serve_dashboard(live, FlowsSource(backend_conf))
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
+                page.goto(url)
+                page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=WAIT_S * 1000)
+                page.wait_for_selector("#flows tbody tr:has-text('RUNNING')",
+                                       timeout=WAIT_S * 1000)
+                page.screenshot(path=os.path.join(out, "dashboard.png"))
+                page.click("#flows tbody tr:has-text('REVERTED')")
+                page.wait_for_selector("#atoms tbody tr[data-atom='charge']",
+                                       timeout=WAIT_S * 1000)
+                page.wait_for_function("document.querySelector('#graph').naturalWidth > 0",
+                                       timeout=WAIT_S * 1000)
+                page.click("#atoms tr[data-atom='charge'] button.traceback-toggle")
+                page.locator("#persisted").screenshot(
+                    path=os.path.join(out, "dashboard-flow.png"))
+                browser.close()
+        finally:
+            dashboard_shop.HOLD.set()
+            held.join(WAIT_S)
+            server.should_exit = True
+            server_thread.join(WAIT_S)
+            for w in workers:
+                w.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "doc", "source", "_static"))
@@ -129,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     events_view_svg(os.path.join(args.out, "events-view.svg"))
     flow_graph(args.out)
     request_path(args.out)
+    dashboard_pictures(args.out)
     print(f"Wrote pictures to {args.out}")
     return 0
 

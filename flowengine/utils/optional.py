@@ -14,6 +14,8 @@ from flowengine import exceptions as exc
 EXTRAS = {
     "sql": "SQL persistence and jobboards (sqlite://, postgresql://, mysql://)",
     "zookeeper": "ZooKeeper persistence and jobboards (zookeeper://)",
+    "metrics": "Prometheus metrics (flowengine worker --metrics-port)",
+    "dashboard": "The web dashboard (flowengine dashboard)",
 }
 
 

@@ -11,7 +11,7 @@ from flowengine.engines.action_engine import graph_draw
 from tests.worker_based.test_cli import ROOT, _env
 
 
-def test_screenshots_script_writes_the_events_view_and_the_flow_graph(tmp_path):
+def test_screenshots_script_writes_the_events_view_the_flow_graph_and_the_dashboard(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "screenshots.py"),
                            "--out", str(tmp_path)], capture_output=True, text=True,
                           env=_env(), timeout=120)
@@ -23,3 +23,18 @@ def test_screenshots_script_writes_the_events_view_and_the_flow_graph(tmp_path):
     assert (tmp_path / "demo-flow.dot").read_text().startswith("digraph flow {")
     if graph_draw.dot_program() is not None:
         assert ET.parse(tmp_path / "demo-flow.svg").getroot().tag.endswith("svg")
+    if _can_photograph():
+        # The dashboard, photographed by a headless Chromium: real PNG pictures.
+        for name in ("dashboard.png", "dashboard-flow.png"):
+            assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    else:
+        assert "dashboard pictures not taken" in proc.stderr
+
+
+def _can_photograph() -> bool:
+    """Whether playwright, the dashboard extra and Debian's Chromium are all here."""
+    import importlib.util
+
+    return (all(importlib.util.find_spec(m) is not None
+                for m in ("playwright", "starlette", "uvicorn"))
+            and os.path.exists("/usr/bin/chromium"))

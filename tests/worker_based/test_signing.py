@@ -144,12 +144,15 @@ def test_worker_with_key_refuses_unsigned_requests_unanswered(caplog):
         with caplog.at_level(logging.WARNING):
             cid = client.request(worker_tasks.Add("a"), arguments={"x": 1, "y": 2},
                                  routing_key=topic)
-            # Then the worker refuses it, counts it and says why
-            assert client.wait_for(lambda: dispatcher.unverified_count >= 1, WAIT_S)
+            # Then the worker refuses it, says why and counts it (the
+            # warning is logged on the consumer's thread after the count
+            # changes: wait for the line itself)
+            assert client.wait_for(lambda: any(
+                "not signed" in r.getMessage() and cid in r.getMessage()
+                for r in list(caplog.records)), WAIT_S)
         assert client.states(cid) == []  # no answer to an untrusted reply address
+        assert dispatcher.unverified_count == 1
         assert worker.server.proxy.unverified_count == 1
-        assert any("not signed" in r.getMessage() and cid in r.getMessage()
-                   for r in caplog.records)
 
 
 def test_executor_with_key_refuses_unsigned_replies():

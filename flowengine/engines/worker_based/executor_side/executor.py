@@ -29,8 +29,13 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.executor_side import (
+    cancelling,
+    remote_stats,
+    reply_queue,
+    unserved,
+)
 from flowengine.engines.worker_based.executor_side import discovery as wt
-from flowengine.engines.worker_based.executor_side import remote_stats, reply_queue, unserved
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.housekeeper import (
     CONSUMER_TICK_S,
@@ -224,7 +229,13 @@ class WorkerTaskExecutor(base.TaskExecutor):
                         self._finder.topics, exc_info=True)
 
     def stop(self) -> None:
-        """Stop the helper threads and the consumer; fail requests still in flight."""
+        """Stop the helper threads and the consumer; fail requests still in flight.
+
+        Workers holding requests still in flight are asked to cancel them
+        first (best effort, see :mod:`.cancelling`).
+        """
+        if self._threads:
+            cancelling.cancel_held(self._proxy, self._book.holders())
         self._housekeeper.stop()
         self._requests.stop()
         try:

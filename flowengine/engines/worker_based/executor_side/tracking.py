@@ -296,6 +296,12 @@ class RequestBook:
             self._next_deadline = next_deadline
         return expired, lost, overrun
 
+    def holders(self) -> dict[str, str]:
+        """Request uuid -> id of the worker that holds it, for requests a worker took."""
+        with self.lock:
+            return {uuid: t.worker_id for uuid, t in self._ongoing.items()
+                    if t.worker_id is not None}
+
     def drain(self) -> list[Tracked]:
         """Stop tracking everything; return what was still unfinished."""
         with self.lock:

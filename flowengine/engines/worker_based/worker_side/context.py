@@ -5,14 +5,24 @@ Inside ``execute``/``revert`` of a task run by a flowengine worker,
 submission id, so a task can make its side effects idempotent (for example
 "insert ... on conflict (request_uuid) do nothing"). Outside a worker it
 returns None.
+
+A long task can also notice that it was cancelled (``flowengine control
+cancel``): :attr:`RequestContext.cancel_requested` turns True, and
+:meth:`RequestContext.raise_if_cancelled` raises RequestCancelled, which
+fails the request with that clear cause. A thread cannot be stopped from
+outside, so a task that never looks runs to its end (the process executor
+kills its child instead).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from flowengine import exceptions as exc
 
 
 @dataclass(frozen=True)
@@ -30,6 +40,20 @@ class RequestContext:
     request_id: str | None
     #: Id of the worker running it.
     worker_id: str
+    #: Set when the request is cancelled while it runs.
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False,
+                                       repr=False)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel this request."""
+        return self.cancelled.is_set()
+
+    def raise_if_cancelled(self) -> None:
+        """Raise RequestCancelled when this request was cancelled (a task's check point)."""
+        if self.cancelled.is_set():
+            raise exc.RequestCancelled(f"Request {self.uuid} ({self.action}) was cancelled"
+                                       f" while it ran on worker {self.worker_id}")
 
 
 _CURRENT: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(

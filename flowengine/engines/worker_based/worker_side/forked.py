@@ -122,6 +122,9 @@ class ProcessRunner:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._children: dict[int, str] = {}
+        # Pool thread -> the child it runs now; children killed by a cancellation.
+        self._by_thread: dict[int, int] = {}
+        self._cancelled: set[int] = set()
         self._cold = False
 
     @property
@@ -146,6 +149,7 @@ class ProcessRunner:
                 os.close(read_fd)
                 _child_main(write_fd, endpoint, task, work, limits)
             self._children[pid] = what
+            self._by_thread[threading.get_ident()] = pid
         os.close(write_fd)
         try:
             outcome, timed_out = self._relay(read_fd, pid, progress, limits, what)
@@ -154,7 +158,14 @@ class ProcessRunner:
             status = self._reap(pid)
             with self._lock:
                 self._children.pop(pid, None)
+                self._by_thread.pop(threading.get_ident(), None)
+                cancelled = pid in self._cancelled
+                self._cancelled.discard(pid)
                 cold = self._cold
+        if cancelled and outcome is None:
+            LOG.warning("%s was cancelled: its process %d was killed", what, pid)
+            return ft.Failure.from_exception(exc.RequestCancelled(
+                f"{what} was cancelled while it ran; its process was killed"))
         if timed_out:
             LOG.warning("%s exceeded its hard time limit of %g s: its process %d was"
                         " killed", what, limits.hard, pid)
@@ -224,6 +235,16 @@ class ProcessRunner:
                 return 0
             except InterruptedError:  # pragma: no cover - Python retries EINTR itself
                 continue
+
+    def cancel_thread(self, thread_id: int) -> bool:
+        """Kill the child run by pool thread ``thread_id`` (a cancellation); True if one was."""
+        with self._lock:
+            pid = self._by_thread.get(thread_id)
+            if pid is None:
+                return False
+            self._cancelled.add(pid)
+        self._kill(pid)
+        return True
 
     def stop_cold(self) -> list[str]:
         """Cold shutdown: refuse new bodies, SIGKILL running children; what they ran."""

@@ -151,8 +151,11 @@ class RequestMemory:
 
     def __init__(self, max_finished: int = FINISHED_MAX_ENTRIES,
                  keep_s: float = FINISHED_KEEP_S,
-                 max_outcome_bytes: int = MAX_KEPT_OUTCOME_BYTES) -> None:
-        self._lock = threading.Condition()
+                 max_outcome_bytes: int = MAX_KEPT_OUTCOME_BYTES,
+                 condition: threading.Condition | None = None) -> None:
+        # ``condition``: shared with other memories of the same worker (its
+        # topics), so a request leaving any of them wakes all their waiters.
+        self._lock = condition or threading.Condition()
         self._held: dict[Key, Held] = {}
         self._finished: OrderedDict[Key, Finished] = OrderedDict()
         self._max_finished = max_finished

@@ -14,7 +14,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowengine import exceptions as exc
@@ -38,10 +38,15 @@ class Intake:
     holds in ``memory``; answers through ``replier``; hands each request it
     takes to ``performer``; and takes no new message while more than
     ``capacity`` requests are held (None: unbounded) until :meth:`close`.
+    ``admit`` (a worker of several topics, see :mod:`.priority`) replaces
+    the admission into ``memory``: it waits for this topic's turn first, and
+    returns None when the worker stops meanwhile (the message goes back).
     """
 
     def __init__(self, endpoints: Mapping[str, Endpoint], memory: rm.RequestMemory,
-                 replier: Replier, performer: Performer, capacity: int | None) -> None:
+                 replier: Replier, performer: Performer, capacity: int | None,
+                 admit: Callable[..., rm.Verdict | None] | None = None) -> None:
+        self._admit = admit
         self._endpoints = dict(endpoints)
         self._memory = memory
         self._replier = replier
@@ -128,8 +133,16 @@ class Intake:
         key = (task_uuid, work.action, headers.request_id)
         # PENDING replies/heartbeats only to flowengine executors (they send
         # 'attempt'); TaskFlow's would log each one as unexpected.
-        verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
-                                     announced=attempt is not None)
+        if self._admit is None:
+            verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
+                                         announced=attempt is not None)
+        else:
+            waited = self._admit(self._closed, key, reply_to, attempt, headers.expires,
+                                 attempt is not None)
+            if waited is None:  # stopping while it waited for its turn
+                message.requeue()
+                return
+            verdict = waited
         if verdict.kind != rm.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
             return

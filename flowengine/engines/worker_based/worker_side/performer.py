@@ -6,6 +6,11 @@ the request is started (RUNNING), its body run under its time limits
 (:mod:`.runner`) with progress forwarded as EVENT replies, and its outcome
 sent; a request that waited for a thread past its ``expires`` is dropped
 unrun instead. Whatever happens, the request is no longer held afterwards.
+
+What else hears of each request (the worker's activity for ``inspect``,
+cancellation, metrics, the exception-handler chain) is one
+:class:`RequestHooks` object; without one a failure is logged at WARNING
+(:func:`.exception_handlers.log_failure`).
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ import concurrent.futures as cf
 import dataclasses
 import functools
 import logging
+import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import context as context_mod
+from flowengine.engines.worker_based.worker_side import exception_handlers
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
 from flowengine.engines.worker_based.worker_side.replier import Replier
@@ -47,6 +54,28 @@ class Job:
         return self.key[0]
 
 
+class RequestHooks(Protocol):
+    """What hears of each request the performer handles (all called on pool threads)."""
+
+    def received(self, job: Job) -> None:
+        """``job`` was taken and handed to the pool."""
+
+    def refusal(self, job: Job) -> BaseException | None:
+        """Why ``job`` must not start (it was cancelled), or None to run it."""
+
+    def started(self, job: Job) -> threading.Event:
+        """``job``'s body starts now; the event is set if it gets cancelled."""
+
+    def failed(self, job: Job, failure: ft.Failure, elapsed_s: float) -> None:
+        """``job``'s body failed (after its FAILURE was sent)."""
+
+    def finished(self, job: Job, result: Any, elapsed_s: float) -> None:
+        """``job``'s body ended (``result`` may be a Failure); after ``failed``."""
+
+    def done(self, job: Job) -> None:
+        """``job`` is no longer held, whatever happened (always the last call)."""
+
+
 class Performer:
     """Runs taken requests on ``pool`` and sends their replies (RUNNING, EVENT, outcome).
 
@@ -57,7 +86,9 @@ class Performer:
     """
 
     def __init__(self, pool: cf.Executor, memory: rm.RequestMemory, replier: Replier,
-                 events: WorkerEvents, task_runner: TaskRunner, worker_id: str) -> None:
+                 events: WorkerEvents, task_runner: TaskRunner, worker_id: str,
+                 hooks: RequestHooks | None = None) -> None:
+        self._hooks = hooks
         self._pool = pool
         self._memory = memory
         self._replier = replier
@@ -68,10 +99,14 @@ class Performer:
     def submit(self, job: Job) -> None:
         """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down)."""
         self._events.received(job.task_uuid, job.work, job.headers)
+        if self._hooks is not None:
+            self._hooks.received(job)
         try:
             self._pool.submit(self.perform, job)
         except Exception:
             self._events.forget(job.task_uuid)
+            if self._hooks is not None:
+                self._hooks.done(job)
             raise
 
     def perform(self, job: Job) -> None:
@@ -81,6 +116,13 @@ class Performer:
         try:
             held = self._memory.start(job.key)
             if held is None:
+                return
+            refusal = None if self._hooks is None else self._hooks.refusal(job)
+            if refusal is not None:
+                self._replier.answering(held)
+                self._replier.reply_failure(held.reply_to, task_uuid, refusal, held.attempt)
+                LOG.info("Request %s for task %r dropped unrun: %s", task_uuid,
+                         work.task_name, refusal)
                 return
             if held.expires is not None and time.time() > held.expires:
                 # Waited here for a thread past the time its executor gave up.
@@ -97,6 +139,8 @@ class Performer:
             progress = functools.partial(self._replier.forward_event, held)
             ctx = context_mod.RequestContext(task_uuid, work.action, held.attempt or 0,
                                              job.key[2], self._worker_id)
+            if self._hooks is not None:
+                ctx = dataclasses.replace(ctx, cancelled=self._hooks.started(job))
             with context_mod.running(ctx):
                 result = self._task_runner.run(job.endpoint, job.task, work, progress,
                                                job.headers, (task_uuid, work.action))
@@ -108,21 +152,29 @@ class Performer:
         except Exception:
             LOG.exception("Unexpected error running request %s", task_uuid)
         finally:
+            if self._hooks is not None:
+                try:
+                    self._hooks.done(job)
+                except Exception:
+                    LOG.exception("Request hooks failed for request %s", task_uuid)
             if outcome is None:
                 self._memory.forget(job.key)
             else:
                 self._memory.finish(job.key, outcome)
 
-    @staticmethod
-    def _log_outcome(job: Job, result: Any, elapsed: float) -> None:
+    def _log_outcome(self, job: Job, result: Any, elapsed: float) -> None:
         work = job.work
         if isinstance(result, ft.Failure):
-            # The task's own error: the operator reads it here, the engine
-            # gets it (traceback included) in the FAILURE reply.
-            LOG.warning("Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
-                        work.task_name, work.task_cls, work.action, job.task_uuid, elapsed,
-                        result.exception_str, result.traceback_str or "")
+            if self._hooks is None:
+                # The task's own error: the operator reads it here, the engine
+                # gets it (traceback included) in the FAILURE reply.
+                exception_handlers.log_failure(exception_handlers.FailedRequest.of(
+                    job, result, elapsed, self._worker_id))
+            else:
+                self._hooks.failed(job, result, elapsed)
         else:
             LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
                      work.task_name, work.task_cls, work.action, job.task_uuid, elapsed,
                      pr.SUCCESS)
+        if self._hooks is not None:
+            self._hooks.finished(job, result, elapsed)

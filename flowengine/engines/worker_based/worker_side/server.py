@@ -35,6 +35,7 @@ consumer and worker threads:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -50,7 +51,8 @@ from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side.intake import Intake
-from flowengine.engines.worker_based.worker_side.performer import Performer
+from flowengine.engines.worker_based.worker_side.performer import Performer, RequestHooks
+from flowengine.engines.worker_based.worker_side.priority import PriorityRoom
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 
 LOG = logging.getLogger(__name__)
@@ -76,7 +78,7 @@ PREFETCH_COUNT = 1
 REDIS_VISIBILITY_TIMEOUT_S = 20.0
 
 
-def _pool_size(executor: cf.Executor) -> int | None:
+def pool_size(executor: cf.Executor) -> int | None:
     """How many threads/processes ``executor`` runs at once (None: unknown)."""
     size = getattr(executor, "_max_workers", None)
     return size if isinstance(size, int) and size > 0 else None
@@ -95,7 +97,12 @@ class Server:
     its executor, advertised in the ``heartbeat`` header; ValueError when
     too short) and ``capacity`` (how many requests may be held at once;
     default HELD_PER_THREAD per thread of ``executor``, unbounded when its
-    size is unknown).
+    size is unknown). A worker serving several topics runs one Server per
+    topic, all sharing its ``room`` (a :class:`~.priority.PriorityRoom`,
+    which then bounds what they hold together, ``rank`` 0 first) and
+    ``hooks`` (what hears of each request, see :class:`~.performer.RequestHooks`);
+    ``lease_id`` names its Redis lease (default: the worker id; unique per
+    consume loop).
     """
 
     def __init__(self, topic: str, exchange: str, executor: cf.Executor,
@@ -107,7 +114,9 @@ class Server:
                  events: bool | None = None,
                  task_runner: running_mod.TaskRunner | None = None,
                  heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
-                 capacity: int | None = None) -> None:
+                 capacity: int | None = None, hooks: RequestHooks | None = None,
+                 room: PriorityRoom | None = None, rank: int = 0,
+                 lease_id: str | None = None) -> None:
         broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
@@ -116,8 +125,10 @@ class Server:
                             tuple(sorted(by_name)))
         self._identity = identity
         self._interval = lv.check_interval(heartbeat_interval)
-        if capacity is None:
-            size = _pool_size(executor)
+        if room is not None:
+            capacity = room.capacity
+        elif capacity is None:
+            size = pool_size(executor)
             capacity = None if size is None else size * HELD_PER_THREAD
         self._capacity = capacity
         self._started_once = False
@@ -140,18 +151,22 @@ class Server:
                 # Redis: what this worker took goes back to its queue once the
                 # worker stops renewing (as silent as a lost request), and it
                 # puts back what dead consumers held.
-                lease=proxy_mod.LeaseSpec(identity.worker_id,
+                lease=proxy_mod.LeaseSpec(lease_id or identity.worker_id,
                                           lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
                                           reclaim=True)))
         self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
                                                        identity.tasks, broker, enabled=events)
-        self._memory = rm.RequestMemory()
+        self._memory = rm.RequestMemory() if room is None else room.memory()
         self._replier = Replier(self._proxy, self._memory, identity, self._interval,
                                 self._events)
         self._performer = Performer(executor, self._memory, self._replier, self._events,
                                     task_runner or running_mod.TaskRunner(),
-                                    identity.worker_id)
-        self._intake = Intake(by_name, self._memory, self._replier, self._performer, capacity)
+                                    identity.worker_id, hooks)
+        admit = None
+        if room is not None:
+            admit = functools.partial(room.admit, rank, self._memory)
+        self._intake = Intake(by_name, self._memory, self._replier, self._performer,
+                              None if room is not None else capacity, admit)
         self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---

@@ -33,7 +33,6 @@ from automaton import machines
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.wire.machine import make_an_event
-from flowengine.engines.worker_based.worker_side.server import Server
 from flowengine.engines.worker_based.worker_side.waker import Waker
 from flowengine.engines.worker_based.worker_side.worker import Worker
 
@@ -181,6 +180,8 @@ class Shutdown:
 
     def serve(self) -> int:
         """Run the worker until asked to stop; return the exit status (warm 0, cold 1)."""
+        # `flowengine control shutdown <worker>` asks as a first signal would.
+        self._worker.on_shutdown_request = self.request
         runner = threading.Thread(target=self._serve, name="flowengine-worker", daemon=True)
         self._runner = runner
         runner.start()
@@ -203,14 +204,14 @@ class Shutdown:
     def warm(self) -> int:
         """Stop taking requests, finish and answer running ones (heartbeating), exit status."""
         self._move(WARM)
-        server = self._worker.server
-        taken = server.running_requests()
+        worker = self._worker
+        taken = worker.running_requests()
         started = sum(1 for _, _, s in taken if s)
         LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
                     " (%d more taken, not started); send the signal again to stop now"
                     " (cold shutdown: they are given back to be run elsewhere)", started,
                     len(taken) - started)
-        server.stop()  # announces 'leaving' and stops consuming
+        worker.stop_serving()  # announces 'leaving' and stops consuming
         if self._runner is not None:
             # A request being dispatched right now still reaches the pool.
             self._runner.join(CONSUMER_STOP_TIMEOUT_S)
@@ -230,7 +231,7 @@ class Shutdown:
                 return EXIT_WARM
             # The server's heartbeat thread keeps beating for what it holds.
             LOG.info("Warm shutdown: still waiting for %d request(s)",
-                     len(server.running_requests()))
+                     len(worker.running_requests()))
         return self.cold()
 
     def _drain(self) -> None:
@@ -254,38 +255,38 @@ class Shutdown:
     def cold(self) -> int:
         """Kill children, give unanswered requests back, return the exit status (1)."""
         self._move(COLD)
-        server = self._worker.server
+        worker = self._worker
         sending, killed = self._worker.task_runner.stop_cold()
         self._worker.shutdown_pool(wait=False, cancel_futures=True)
         given_back = 0
-        for key, _reply_to, started in server.running_requests():
+        for key, _reply_to, started in worker.running_requests():
             if key in sending:
                 continue  # its outcome is being published right now
             what = "running" if started else "taken but not started"
             error = exc.WorkerShutdown(
-                f"Worker {server.worker_id} stopped (cold shutdown) with request {key[0]}"
+                f"Worker {worker.worker_id} stopped (cold shutdown) with request {key[0]}"
                 f" ({key[1]}) {what}; it was given back to be run elsewhere")
             # The reply carries the request's attempt: an executor that has
             # moved on to a later attempt ignores it (fencing).
-            if server.give_back(key, error):
+            if worker.give_back(key, error):
                 given_back += 1
             else:
                 LOG.error("Cold shutdown: could not give request %s back; its executor will"
                           " notice the missing heartbeats", key[0])
-        self._flush(server, sending)
+        self._flush(worker, sending)
         LOG.warning("Cold shutdown: gave back %d request(s) (%d task process(es) killed);"
                     " exiting now", given_back, len(killed))
         self._move(STOPPED)
         return EXIT_COLD
 
-    def _flush(self, server: Server, sending: set[tuple[str, str]]) -> None:
+    def _flush(self, worker: Worker, sending: set[tuple[str, str]]) -> None:
         """Wait (bounded) until outcomes already on their way have been published."""
         if not sending:
             return
         pause = threading.Event()
         waited = 0.0
         while waited < COLD_FLUSH_TIMEOUT_S:
-            left = {key for key, _, _ in server.running_requests()} & sending
+            left = {key for key, _, _ in worker.running_requests()} & sending
             if not left:
                 return
             pause.wait(_FLUSH_POLL_S)

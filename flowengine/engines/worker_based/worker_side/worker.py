@@ -3,102 +3,40 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import importlib
-import inspect
 import logging
 import os
 import platform
 import socket
 import sys
-import types
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeGuard
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import flowengine
-from flowengine import task as task_mod
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire import names
 from flowengine.engines.worker_based.wire import timelimits as tl
+from flowengine.engines.worker_based.worker_side import activity as activity_mod
+from flowengine.engines.worker_based.worker_side import control as control_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
+from flowengine.engines.worker_based.worker_side import exception_handlers as eh
+from flowengine.engines.worker_based.worker_side import priority, supervision
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
 LOG = logging.getLogger(__name__)
 
-#: One item of a worker's task list: a module name, a ``'module:Class'`` or
-#: ``'module.Class'`` string, a module, or a Task class.
-TaskItem = str | types.ModuleType | type[task_mod.BaseTask]
+# derive_endpoints and TaskItem live in task_list; importable from here as before.
+__all__ = ["STOP_JOIN_TIMEOUT_S", "TaskItem", "Worker", "derive_endpoints"]
 
-
-def _is_task_class(obj: object) -> TypeGuard[type[task_mod.BaseTask]]:
-    return inspect.isclass(obj) and issubclass(obj, task_mod.BaseTask)
-
-
-def _module_tasks(module: types.ModuleType) -> list[type[task_mod.BaseTask]]:
-    """Concrete task classes *defined* in ``module`` (not ones it merely imports)."""
-    found = []
-    for _name, obj in inspect.getmembers(module, _is_task_class):
-        if obj.__module__ == module.__name__ and not inspect.isabstract(obj):
-            found.append(obj)
-    return found
-
-
-def _checked_class(obj: object, item: object) -> type[task_mod.BaseTask]:
-    """``obj`` if it is a concrete task class, else TypeError naming ``item``."""
-    if not _is_task_class(obj):
-        raise TypeError(f"Item {item!r} is not a Task subclass (got {obj!r})")
-    if inspect.isabstract(obj):
-        raise TypeError(f"Item {item!r} is an abstract task class; it cannot be run")
-    return obj
-
-
-def _import_item(item: str) -> list[type[task_mod.BaseTask]]:
-    """Tasks named by a string: 'module', 'module:Class' or 'module.Class'."""
-    if ":" in item:
-        return [_checked_class(reflection.import_class(item), item)]
-    try:
-        module = importlib.import_module(item)
-    except ModuleNotFoundError as e:
-        # Only "this very name is not a module" means try it as module.Class;
-        # a module that exists but fails to import is a real error.
-        if e.name is None or not item.startswith(e.name):
-            raise
-        try:
-            obj = reflection.import_class(item)
-        except ImportError:
-            raise ImportError(f"Task item {item!r} names neither a module nor a"
-                              f" 'module.Class'") from e
-        return [_checked_class(obj, item)]
-    return _module_tasks(module)
-
-
-def derive_endpoints(tasks: TaskItem | Iterable[TaskItem]) -> list[endpoint_mod.Endpoint]:
-    """Endpoints for a task list of module names, class paths, modules or classes.
-
-    Raises TypeError for an item of another kind, or naming a class that is
-    no concrete Task; ImportError for a name that cannot be imported.
-    """
-    # One item alone (a name, a module, a class) stands for a list of it.
-    items: list[object] = ([tasks] if isinstance(tasks, (str, bytes, type, types.ModuleType))
-                           else list(tasks))
-    derived: dict[type[task_mod.BaseTask], None] = {}
-    for item in items:
-        if isinstance(item, str):
-            classes = _import_item(item)
-        elif isinstance(item, types.ModuleType):
-            classes = _module_tasks(item)
-        elif inspect.isclass(item):
-            classes = [_checked_class(item, item)]
-        else:
-            raise TypeError(f"Item {item!r} has unexpected type {type(item).__name__};"
-                            f" expected a module name, a 'module:Class' string, a module"
-                            f" or a Task class")
-        for cls in classes:
-            derived.setdefault(cls, None)
-    return [endpoint_mod.Endpoint(cls) for cls in derived]
-
+#: Seconds run() waits for each other consume loop (other topics, control)
+#: to end once the first one has (they were all asked to stop together).
+STOP_JOIN_TIMEOUT_S = 10.0
 
 class Worker:
     """A worker that can be started on a remote host to serve task requests.
@@ -108,6 +46,10 @@ class Worker:
     Task classes. Only these tasks can ever run here: a request naming any
     other class gets an UnknownTask failure. ``events=True`` publishes worker
     and task events on ``<exchange>.events`` (see :mod:`.events`).
+
+    ``topic`` is one topic, or several in priority order (``["high",
+    "low"]``): one consume loop each, one pool; when several have work the
+    request of the first is taken first (see :mod:`.priority`).
 
     ``executor`` is ``"threads"`` (default: bodies run in a pool of
     ``threads_count`` threads), ``"processes"`` (each body runs in a child
@@ -120,9 +62,18 @@ class Worker:
     doc/source/reliability.rst). ``compat='taskflow'`` declares the exchange
     and topic queue as TaskFlow does, for a fleet shared with TaskFlow (see
     doc/source/migration.rst).
+
+    ``exception_handlers`` are called with each failed request before the
+    default handler (a WARNING log line; ``default_exception_handler=False``
+    drops it), see :mod:`.exception_handlers`. ``control`` (default True)
+    answers ``flowengine inspect``/``control`` (see :mod:`.control`).
+    ``metrics`` counts requests (see :mod:`flowengine.metrics`). Raises
+    ValueError for no topic, a repeated one, or a pool of unknown size
+    shared by several topics.
     """
 
-    def __init__(self, exchange: str, topic: str, tasks: TaskItem | Iterable[TaskItem],
+    def __init__(self, exchange: str, topic: str | Sequence[str],
+                 tasks: TaskItem | Iterable[TaskItem],
                  executor: str | cf.Executor | None = None, threads_count: int | None = None,
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
@@ -132,8 +83,16 @@ class Worker:
                  soft_time_limit: float | None = None,
                  time_limit: float | None = None,
                  heartbeat_interval: float | None = None,
-                 compat: str | None = None) -> None:
-        self._topic = topic
+                 compat: str | None = None,
+                 exception_handlers: Sequence[eh.ExceptionHandler] = (),
+                 default_exception_handler: bool = True,
+                 control: bool = True,
+                 metrics: supervision.RequestMetrics | None = None) -> None:
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        if not topics or len(set(topics)) != len(topics):
+            raise ValueError(f"a worker needs one or more distinct topics, got {topics!r}")
+        self._topics = topics
+        self._topic = topics[0]
         self._exchange = exchange
         kind = running_mod.THREADS
         if isinstance(executor, str):
@@ -152,16 +111,44 @@ class Worker:
             # The stdlib pool: futurist's idle threads poll every second, which
             # makes every shutdown cost up to a second.
             executor = cf.ThreadPoolExecutor(
-                max_workers=threads_count, thread_name_prefix=f"flowengine-worker-{topic}")
+                max_workers=threads_count,
+                thread_name_prefix=f"flowengine-worker-{topics[0]}")
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
                                 durable=durable, secret=secret, compat=compat)
-        self._server = server_mod.Server(
-            topic, exchange, self._executor, self._endpoints, broker=broker,
-            worker_id=worker_id, events=events, task_runner=self._task_runner,
-            heartbeat_interval=(lv.HEARTBEAT_INTERVAL_S if heartbeat_interval is None
-                                else heartbeat_interval))
+        self._broker = broker
+        worker_id = worker_id or names.make_worker_id()
+        self._activity = activity_mod.Activity(
+            kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None))
+        chain = eh.HandlerChain(exception_handlers, default=default_exception_handler)
+        room: priority.PriorityRoom | None = None
+        if len(topics) > 1:
+            size = server_mod.pool_size(self._executor)
+            if size is None:
+                raise ValueError("a worker of several topics needs a pool of known size"
+                                 " (threads_count, or a ThreadPoolExecutor)")
+            room = priority.PriorityRoom(size * server_mod.HELD_PER_THREAD, len(topics))
+        interval = (lv.HEARTBEAT_INTERVAL_S if heartbeat_interval is None
+                    else heartbeat_interval)
+        self._servers = [
+            server_mod.Server(
+                name, exchange, self._executor, self._endpoints, broker=broker,
+                worker_id=worker_id, events=events, task_runner=self._task_runner,
+                heartbeat_interval=interval, room=room, rank=rank,
+                # One Redis lease per consume loop: each puts back only its own.
+                lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
+                hooks=supervision.Supervision(self._activity, name, worker_id, chain,
+                                              metrics))
+            for rank, name in enumerate(topics)]
+        self._server = self._servers[0]
+        self._room = room
+        self._control = (control_mod.ControlServer(exchange, worker_id, broker, self)
+                         if control else None)
+        self._threads: list[threading.Thread] = []
+        #: Called by a ``control shutdown`` request (default: :meth:`stop` in
+        #: a thread); ``flowengine worker`` makes it a warm shutdown.
+        self.on_shutdown_request: Callable[[], None] | None = None
         #: A helpful banner that can be shown before running.
         self.banner = self._generate_banner()
 
@@ -172,8 +159,13 @@ class Worker:
 
     @property
     def topic(self) -> str:
-        """The topic served."""
+        """The topic served (the first, with several)."""
         return self._topic
+
+    @property
+    def topics(self) -> list[str]:
+        """Every topic served, in priority order."""
+        return list(self._topics)
 
     @property
     def endpoints(self) -> list[endpoint_mod.Endpoint]:
@@ -182,8 +174,28 @@ class Worker:
 
     @property
     def server(self) -> server_mod.Server:
-        """The underlying server."""
+        """The underlying server (of the first topic)."""
         return self._server
+
+    @property
+    def servers(self) -> list[server_mod.Server]:
+        """One server per topic, in priority order."""
+        return list(self._servers)
+
+    @property
+    def priority_room(self) -> priority.PriorityRoom | None:
+        """Where the topics' loops wait for their turn (None with one topic)."""
+        return self._room
+
+    @property
+    def control(self) -> control_mod.ControlServer | None:
+        """The control server (None when control is off)."""
+        return self._control
+
+    @property
+    def activity(self) -> activity_mod.Activity:
+        """The requests held here and the counters ``inspect`` reports."""
+        return self._activity
 
     @property
     def task_runner(self) -> running_mod.TaskRunner:
@@ -202,7 +214,7 @@ class Worker:
                  "Connection details:",
                  f"  Driver = {transport.driver_name} v{transport.driver_version}",
                  f"  Exchange = {self._exchange}",
-                 f"  Topic = {self._topic}",
+                 f"  Topic = {', '.join(self._topics)}",
                  f"  Transport = {transport.driver_type}",
                  f"  Uri = {details.uri}"]
         if transport.options:
@@ -235,14 +247,98 @@ class Worker:
                     LOG.info(line)
             else:
                 banner_writer(self.banner)
-        self._server.start()
+        threads = []
+        if self._control is not None:
+            threads.append(self._control.start_thread())
+        for server in self._servers[1:]:
+            thread = threading.Thread(target=server.start, daemon=True,
+                                      name=f"flowengine-consume-{server.topic}")
+            thread.start()
+            threads.append(thread)
+        self._threads = threads
+        try:
+            self._server.start()
+        finally:
+            for thread in threads:
+                thread.join(STOP_JOIN_TIMEOUT_S)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the worker is serving; False if ``timeout`` passed first."""
-        return self._server.wait(timeout)
+        """Wait until every consume loop is serving; False if ``timeout`` passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        parts: list[Any] = [*self._servers]
+        if self._control is not None:
+            parts.append(self._control)
+        for part in parts:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not part.wait(left):
+                return False
+        return True
+
+    def stop_serving(self) -> None:
+        """Stop taking requests and answering control (held requests go on)."""
+        for server in self._servers:
+            server.stop()
+        if self._control is not None:
+            self._control.stop()
 
     def stop(self) -> None:
         """Stop taking requests; finish (and answer) running ones if we own the executor."""
-        self._server.stop()
+        self.stop_serving()
         if self._owns_executor:
             self._executor.shutdown()
+
+    # --- held requests, over every topic (shutdown) ---
+
+    def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
+        """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
+        return [entry for server in self._servers for entry in server.running_requests()]
+
+    def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
+        """Answer held request ``key`` with FAILURE ``error`` (cold shutdown)."""
+        for server in self._servers:
+            if any(k == key for k, _, _ in server.running_requests()):
+                return server.give_back(key, error)
+        return False
+
+    # --- what the control server asks (see control.ControlTarget) ---
+
+    def describe(self) -> dict[str, Any]:
+        """Who this worker is, JSON-ready."""
+        host, _, pid = names.make_origin().rpartition(":")
+        queues = [spec.name for server in self._servers for spec in server.proxy.queues]
+        if self._control is not None:
+            queues.append(self._control.queue_name)
+        held = self._activity.snapshot()
+        return {"worker_id": self.worker_id, "hostname": host, "pid": int(pid),
+                "held": len(held),
+                "running": sum(1 for r in held if r["state"] == activity_mod.RUNNING),
+                "topics": list(self._topics), "tasks": self._server.tasks,
+                "threads": server_mod.pool_size(self._executor),
+                "executor": self._task_runner.kind, "capacity": self._server.capacity,
+                "version": flowengine.__version__, "queues": queues,
+                "started_at": self._activity.started_at}
+
+    def statistics(self) -> dict[str, Any]:
+        """Counters, held requests, uptime and broker connections, JSON-ready."""
+        return {"uptime_s": round(time.time() - self._activity.started_at, 3),
+                "totals": self._activity.totals.as_dict(),
+                "by_task": {name: c.as_dict() for name, c in self._activity.by_task.items()},
+                "broker": self._broker.public_uri,
+                "reconnects": sum(s.proxy.reconnect_count for s in self._servers),
+                "requests": self._activity.snapshot()}
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The requests held here, JSON-ready (oldest first)."""
+        return self._activity.snapshot()
+
+    def cancel(self, request_uuid: str) -> dict[str, Any]:
+        """Cancel ``request_uuid`` here (see Activity.cancel)."""
+        return self._activity.cancel(request_uuid)
+
+    def request_shutdown(self) -> None:
+        """A ``control shutdown`` arrived: warm shutdown."""
+        if self.on_shutdown_request is not None:
+            self.on_shutdown_request()
+            return
+        threading.Thread(target=self.stop, name="flowengine-control-stop",
+                         daemon=True).start()

@@ -1,0 +1,183 @@
+"""Asking live workers over the broker: broadcast a control request, collect the answers.
+
+Used by ``flowengine inspect``, ``flowengine control``, ``flowengine
+queues``, the dashboard, and by an engine stopped with requests in flight
+(it asks their workers to cancel them). A :class:`ControlClient` consumes a
+reply queue of its own (private, removed when it stops) for the workers'
+CONTROL_REPLY answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_mod
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from kombu.transport import virtual
+
+from flowengine.engines.worker_based.messaging import compat, dispatcher
+from flowengine.engines.worker_based.messaging import proxy as proxy_mod
+from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import topology
+from flowengine.engines.worker_based.wire import control as wc
+from flowengine.engines.worker_based.wire import names
+
+LOG = logging.getLogger(__name__)
+
+#: Seconds a broadcast waits for answers unless told otherwise: a live
+#: worker answers within milliseconds; a second covers a loaded machine.
+DEFAULT_TIMEOUT_S = 1.0
+
+#: Seconds to wait for the reply queue to be consumed before giving up.
+START_TIMEOUT_S = 15.0
+
+#: Seconds of an unreachable broker before start() reports it (as engines do).
+UNREACHABLE_GIVE_UP_S = 5.0
+
+#: Seconds stop() waits for the consume thread.
+STOP_JOIN_TIMEOUT_S = 5.0
+
+
+class ControlClient:
+    """Sends control requests to the workers of ``exchange`` and collects their answers.
+
+    Use as a context manager (or :meth:`start`/:meth:`stop`). start() raises
+    BrokerConfigError (wrong URL, login, exchange declared otherwise) or
+    BrokerUnavailable (unreachable broker) at once, as engines do.
+    """
+
+    def __init__(self, exchange: str, broker: BrokerSettings) -> None:
+        self._exchange = exchange
+        self._broker = broker
+        self._id = f"control-{uuidlib.uuid4().hex}"
+        self._queue = proxy_mod.QueueSpec(names.reply_queue_name(exchange, self._id),
+                                          (self._id,), auto_delete=True, private=True)
+        self._proxy = proxy_mod.Proxy(
+            self._id, exchange, None, broker=broker, queues=[self._queue],
+            wake_routing_key=self._id,
+            consume=proxy_mod.ConsumeOptions(quiet_until_started=True))
+        self._proxy.dispatcher.type_handlers[wc.CONTROL_REPLY] = dispatcher.Handler(
+            self._on_reply, validator=wc.ControlReply.validate,
+            required_properties=("correlation_id",))
+        self._lock = threading.Lock()
+        self._waiting: dict[str, queue_mod.Queue[wc.ControlReply]] = {}
+        self._thread: threading.Thread | None = None
+
+    @property
+    def broker(self) -> BrokerSettings:
+        """Where the workers are."""
+        return self._broker
+
+    @property
+    def exchange(self) -> str:
+        """The exchange whose workers are asked."""
+        return self._exchange
+
+    def __enter__(self) -> ControlClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Consume the reply queue (in a thread); raises the broker problem that prevents it."""
+        self._thread = threading.Thread(target=self._proxy.start, daemon=True,
+                                        name=f"flowengine-{self._id}")
+        self._thread.start()
+        problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
+        if problem is not None:
+            self.stop()
+            raise problem
+
+    def stop(self) -> None:
+        """Stop consuming and remove the reply queue."""
+        self._proxy.stop()
+        if self._thread is not None:
+            self._thread.join(STOP_JOIN_TIMEOUT_S)
+            self._thread = None
+            if self._proxy.has_consumed:
+                drop_queue(self._broker, self._exchange, self._queue)
+
+    def ask(self, command: str, arguments: Mapping[str, Any] | None = None,
+            destination: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+            limit: int | None = None) -> list[wc.ControlReply]:
+        """Send ``command`` and return the answers received within ``timeout_s``.
+
+        Returns early once ``limit`` answers (or one from each of
+        ``destination``) arrived. Raises InvalidFormat for a command or
+        arguments the workers would refuse, and what publishing raises.
+        """
+        request = wc.ControlRequest(command, dict(arguments or {}),
+                                    None if destination is None else tuple(destination))
+        wc.ControlRequest.validate(request.to_dict())
+        if limit is None and destination is not None:
+            limit = len(set(destination))
+        correlation_id = uuidlib.uuid4().hex
+        answers: queue_mod.Queue[wc.ControlReply] = queue_mod.Queue()
+        with self._lock:
+            self._waiting[correlation_id] = answers
+        try:
+            self._proxy.publish(request, routing_keys(destination), reply_to=self._id,
+                                correlation_id=correlation_id,
+                                headers={names.HEADER_ORIGIN: names.make_origin()})
+            replies: list[wc.ControlReply] = []
+            deadline = time.monotonic() + timeout_s
+            while limit is None or len(replies) < limit:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    replies.append(answers.get(timeout=left))
+                except queue_mod.Empty:
+                    break
+            return replies
+        finally:
+            with self._lock:
+                self._waiting.pop(correlation_id, None)
+
+    def _on_reply(self, data: dict[str, Any], message: Delivery) -> None:
+        reply = wc.ControlReply.from_dict(data)
+        with self._lock:
+            answers = self._waiting.get(message.properties["correlation_id"])
+        if answers is None:
+            LOG.debug("Late answer of worker %s to %r ignored", reply.worker_id, reply.command)
+            return
+        answers.put(reply)
+
+
+def routing_keys(destination: Sequence[str] | None) -> str | list[str]:
+    """Where a control request for ``destination`` goes (None: every worker)."""
+    if destination is None:
+        return wc.CONTROL_ROUTING_KEY
+    return [wc.worker_control_key(worker_id) for worker_id in dict.fromkeys(destination)]
+
+
+def drop_queue(broker: BrokerSettings, exchange_name: str, spec: proxy_mod.QueueSpec) -> None:
+    """Unbind and delete a queue nobody consumes any more; never raises (logged at DEBUG).
+
+    kombu's virtual transports ignore auto_delete: left bound, the queue
+    would stay behind.
+    """
+    exchange = compat.make_exchange(exchange_name, durable=broker.durable,
+                                    compat=broker.compat)
+    queue = topology.make_queue(spec.name, exchange, spec.routing_keys,
+                                auto_delete=spec.auto_delete, durable=broker.durable)
+    try:
+        with broker.connection() as conn:
+            conn.ensure_connection(max_retries=1)
+            bound = queue(conn.default_channel)
+            bound.declare()
+            bound.delete()
+            if isinstance(conn.default_channel, virtual.Channel):
+                bound.purge()
+    except Exception:
+        LOG.debug("Could not remove queue %s", spec.name, exc_info=True)
+
+
+__all__ = ["ControlClient", "DEFAULT_TIMEOUT_S", "drop_queue", "routing_keys"]

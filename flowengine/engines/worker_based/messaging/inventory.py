@@ -1,0 +1,132 @@
+"""The queues of an exchange, their depths and consumers; purging one.
+
+How the queues are found depends on the broker:
+
+* kombu's virtual transports (flowengine's Redis and filesystem ones) keep
+  an exchange's bindings themselves (a Redis set, a file in the control
+  folder): every queue bound to the exchange is listed;
+* AMQP has no way to list queues without RabbitMQ's management plugin, so
+  the queues come from the live workers (each names the queues it consumes
+  in its ``inspect`` answer) plus any named by the caller; each is then
+  checked with a passive declare.
+
+Depths are the messages ready in the queue (not those delivered and not yet
+acknowledged). Consumers are the broker's count on AMQP; the virtual
+transports keep none, so there they are the live workers consuming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from kombu.transport import virtual
+
+from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+
+LOG = logging.getLogger(__name__)
+
+#: Where a consumer count comes from.
+FROM_BROKER = "broker"
+FROM_WORKERS = "workers"
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueInfo:
+    """One queue: its name, messages ready, consumers (and where that count comes from)."""
+
+    name: str
+    messages: int
+    consumers: int
+    consumers_from: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return dataclasses.asdict(self)
+
+
+class QueueNotFound(exc.FlowEngineError):
+    """The named queue does not exist on the broker."""
+
+
+def _bound_queues(channel: Any, exchange: str) -> set[str]:
+    """Queues bound to ``exchange``, on a virtual transport (empty set elsewhere)."""
+    if not isinstance(channel, virtual.Channel):
+        return set()
+    try:
+        return {queue for _key, _pattern, queue in channel.get_table(exchange)}
+    except Exception:  # the exchange was never declared there
+        LOG.debug("No bindings for exchange %r", exchange, exc_info=True)
+        return set()
+
+
+def _declare_passive(conn: Any, channel: Any, name: str, bound: set[str] | None = None
+                     ) -> tuple[Any, tuple[int, int] | None]:
+    """(channel to use next, (messages, consumers) or None when the queue does not exist).
+
+    A failed passive declare closes an AMQP channel: a new one is opened. On
+    a virtual transport an empty queue may have no storage at all (Redis
+    drops an empty list): one bound to the exchange (``bound``) exists.
+    """
+    if isinstance(channel, virtual.Channel) and bound is not None and name in bound:
+        return channel, (int(channel._size(name)), 0)
+    try:
+        _queue, messages, consumers = channel.queue_declare(queue=name, passive=True)
+        return channel, (int(messages), int(consumers))
+    except tuple(conn.channel_errors):
+        return conn.channel(), None
+
+
+def describe_queues(broker: BrokerSettings, exchange: str, known: Iterable[str],
+                    consumers_seen: dict[str, int]) -> list[QueueInfo]:
+    """The queues of ``exchange`` (plus ``known`` ones that exist), sorted by name.
+
+    ``consumers_seen``: queue -> live workers consuming it (the count shown
+    where the broker keeps none). Raises the broker's connection errors.
+    """
+    with broker.connection() as conn:
+        conn.ensure_connection(max_retries=1)
+        channel = conn.channel()
+        from_broker = not isinstance(channel, virtual.Channel)
+        bound = _bound_queues(channel, exchange)
+        names = set(known) | bound
+        found = []
+        for name in sorted(names):
+            channel, counts = _declare_passive(conn, channel, name, bound)
+            if counts is None:
+                continue
+            messages, consumers = counts
+            if from_broker:
+                found.append(QueueInfo(name, messages, consumers, FROM_BROKER))
+            else:
+                found.append(QueueInfo(name, messages, consumers_seen.get(name, 0),
+                                       FROM_WORKERS))
+        return found
+
+
+def queue_depth(broker: BrokerSettings, exchange: str, name: str) -> int:
+    """Messages ready in queue ``name`` (of ``exchange``); QueueNotFound when there is none."""
+    with broker.connection() as conn:
+        conn.ensure_connection(max_retries=1)
+        channel = conn.channel()
+        _channel, counts = _declare_passive(conn, channel, name,
+                                            _bound_queues(channel, exchange))
+    if counts is None:
+        raise QueueNotFound(f"no queue {name!r} on {broker.public_uri}")
+    return counts[0]
+
+
+def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
+    """Remove the messages ready in queue ``name``; how many (QueueNotFound: none such)."""
+    with broker.connection() as conn:
+        conn.ensure_connection(max_retries=1)
+        channel = conn.channel()
+        channel, counts = _declare_passive(conn, channel, name,
+                                           _bound_queues(channel, exchange))
+        if counts is None:
+            raise QueueNotFound(f"no queue {name!r} on {broker.public_uri}")
+        purged = channel.queue_purge(queue=name)
+    return int(purged or 0)

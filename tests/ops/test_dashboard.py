@@ -1,0 +1,92 @@
+"""The dashboard in a real headless Chromium, against real workers (Redis and RabbitMQ)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.ops.helpers import ROOT, WAIT_S, broker_args, env, flowengine, worker_process
+
+#: Playwright timeouts are in milliseconds.
+WAIT_MS = int(WAIT_S * 1000)
+
+
+def _start_dashboard(url: str, exchange: str, backend: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "flowengine", "dashboard",
+                             *broker_args(url, exchange), "--backend", backend, "--port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env=env(), cwd=ROOT)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        found = re.search(r"on (http://\S+/)", line)
+        if found:
+            return proc, found.group(1)
+    raise AssertionError(f"the dashboard never said where it listens ({proc.wait()})")
+
+
+def test_the_page_shows_workers_a_running_flow_and_its_failure(
+        real_broker, exchange, tmp_path, browser):
+    backend = f"dir:{tmp_path}/store"
+    with worker_process(real_broker, exchange) as worker:
+        # Given a flow persisted in the backend, running on the worker
+        run = subprocess.Popen(
+            [sys.executable, "-m", "flowengine", "run", "tests.ops.ops_flows:waits_for_cancel",
+             "--engine", "worker-based", *broker_args(real_broker, exchange), "--topic", "ops",
+             "--backend", backend, "--book", "ops", "--no-progress"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=ROOT)
+        dashboard, address = _start_dashboard(real_broker, exchange, backend)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            # When the dashboard is opened
+            page.goto(address)
+            # Then the worker is listed, with the request it runs
+            row = page.wait_for_selector("#workers tbody tr[data-worker-id]", timeout=WAIT_MS)
+            assert f":{worker.pid}" in row.inner_text()
+            request = page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=WAIT_MS)
+            assert "wait" in request.inner_text() and "running" in request.inner_text()
+            uuid = request.get_attribute("data-uuid")
+            # And the persisted flow, RUNNING; a click shows its graph coloured by state
+            page.wait_for_selector("#flows tbody tr:has-text('RUNNING')", timeout=WAIT_MS)
+            page.click("#flows tbody tr")
+            page.wait_for_selector("#atoms tbody tr[data-atom='wait']:has-text('RUNNING')",
+                                   timeout=WAIT_MS)
+            page.wait_for_function("document.querySelector('#graph').naturalWidth > 0",
+                                   timeout=WAIT_MS)
+            # When the request is cancelled (the flow fails and reverts)
+            assert flowengine("control", "cancel", uuid,
+                              *broker_args(real_broker, exchange)).returncode == 0
+            # Then the page updates by itself: no request held, the flow REVERTED,
+            # the worker's cancelled count, and the failure's traceback one click away
+            page.wait_for_selector("#no-requests:not([hidden])", timeout=WAIT_MS)
+            page.wait_for_selector("#flows tbody tr:has-text('REVERTED')", timeout=WAIT_MS)
+            page.wait_for_selector("#atoms tbody tr[data-atom='wait']:has-text('REVERTED')",
+                                   timeout=WAIT_MS)
+            assert "RequestCancelled" in page.inner_text("#atoms tbody tr[data-atom='wait']")
+            assert not page.is_visible("pre.traceback")
+            page.click("button.traceback-toggle")
+            assert page.is_visible("pre.traceback")
+            assert "raise_if_cancelled" in page.inner_text("pre.traceback")
+            page.wait_for_selector("#workers tbody tr td:nth-child(9):has-text('1')",
+                                   timeout=WAIT_MS)
+            assert run.wait(WAIT_S) == 1  # the flow failed
+        finally:
+            page.close()
+            dashboard.terminate()
+            dashboard.wait(WAIT_S)
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+
+
+@pytest.mark.parametrize("hidden", ["starlette", "uvicorn"])
+def test_the_dashboard_without_its_extra_names_the_install_command(hidden):
+    code = (f"import sys; sys.modules[{hidden!r}] = None\n"
+            "from flowengine import cli\n"
+            "sys.exit(cli.main(['dashboard', '--url', 'redis://127.0.0.1:1/0']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=WAIT_S, cwd=ROOT)
+    assert proc.returncode == 2
+    assert "pip install 'flowengine[dashboard]'" in proc.stderr
