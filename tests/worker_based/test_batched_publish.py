@@ -231,20 +231,35 @@ def test_an_unencodable_request_fails_alone_and_its_batch_goes_out():
     assert [data["arguments"]["value"] for data, _ in fake.requests] == [0, 2]
 
 
-def test_a_request_submitted_alone_is_published_by_submit_and_a_burst_by_the_sender(
-        monkeypatch):
+def _recording_sends(executor: Any, monkeypatch: Any) -> list[tuple[str, int]]:
+    """(thread name, batch size) of every send() of the executor's proxy from now on."""
+    senders: list[tuple[str, int]] = []
+    send = executor.proxy.send
+
+    def recording_send(batch: Any, *args: Any) -> None:
+        senders.append((threading.current_thread().name, len(batch)))
+        send(batch, *args)
+
+    monkeypatch.setattr(executor.proxy, "send", recording_send)
+    return senders
+
+
+def _burst(executor: Any, first: int) -> None:
+    futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
+               for n in range(first, first + BATCH)]
+    assert [f.result(WAIT_S)[1] for f in futures] == list(range(first, first + BATCH))
+
+
+@pytest.mark.broker
+def test_on_redis_a_request_alone_is_published_by_submit_and_a_burst_by_the_sender(
+        redis_url, monkeypatch):
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success), \
-            running_executor(exchange, ["t"]) as executor:
+    conn = {"url": redis_url}
+    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success, **conn), \
+            running_executor(exchange, ["t"], **conn) as executor:
+        assert executor.proxy.batches_publications
         assert wait_workers(executor, lambda f: f.total_workers >= 1)
-        senders: list[tuple[str, int]] = []
-        send = executor.proxy.send
-
-        def recording_send(batch: Any, *args: Any) -> None:
-            senders.append((threading.current_thread().name, len(batch)))
-            send(batch, *args)
-
-        monkeypatch.setattr(executor.proxy, "send", recording_send)
+        senders = _recording_sends(executor, monkeypatch)
         # When one request is submitted on its own (no submit just before it)
         monkeypatch.setattr(request_publisher, "BURST_GAP_S", 0.0)
         executor.execute_task(et.Echo("e"), "u-0", {"value": 0}).result(WAIT_S)
@@ -252,10 +267,20 @@ def test_a_request_submitted_alone_is_published_by_submit_and_a_burst_by_the_sen
         assert senders == [(threading.current_thread().name, 1)]
         # When requests come in a burst (each right after the one before)
         monkeypatch.setattr(request_publisher, "BURST_GAP_S", 3600.0)
-        futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
-                   for n in range(1, BATCH + 1)]
-        assert [f.result(WAIT_S)[1] for f in futures] == list(range(1, BATCH + 1))
+        _burst(executor, 1)
     # Then the sender thread published them all (in as many batches as it woke)
     burst = senders[1:]
     assert all(name.startswith("wbe-sender") for name, _ in burst)
     assert sum(n for _, n in burst) == BATCH
+
+
+def test_where_a_batch_saves_nothing_submit_publishes_every_request_itself(monkeypatch):
+    exchange = unique()
+    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success), \
+            running_executor(exchange, ["t"]) as executor:
+        assert not executor.proxy.batches_publications  # the memory transport
+        assert wait_workers(executor, lambda f: f.total_workers >= 1)
+        senders = _recording_sends(executor, monkeypatch)
+        monkeypatch.setattr(request_publisher, "BURST_GAP_S", 3600.0)
+        _burst(executor, 0)
+    assert senders == [(threading.current_thread().name, 1)] * BATCH

@@ -4,14 +4,18 @@ Never waits on a timer: a request is published as soon as a capable worker
 is known, else it waits in the book and the sender thread publishes it the
 moment one is discovered (:meth:`RequestPublisher.signal_workers_changed`).
 
-The engine hands over requests faster than a broker takes them one by one
-(it schedules every ready task in one go: 500 at the start of a 500-task
-unordered flow), so submit() queues a routed request that comes in such a
-burst; the sender thread publishes whatever is queued when it wakes as one
-batch, in order (one round trip per batch on Redis), while the engine goes
-on scheduling and the reply consumer goes on completing. A request that
-comes alone (the next task of a chain) is published by submit() itself:
-handing it to the sender would add a thread wake-up to every task.
+On Redis the engine hands over requests faster than the broker takes them
+one by one (it schedules every ready task in one go: 500 at the start of a
+500-task unordered flow, a round trip each), so there submit() queues a
+routed request that comes in such a burst; the sender thread publishes
+whatever is queued when it wakes as one batch, in order (one round trip per
+batch), while the engine goes on scheduling and the reply consumer goes on
+completing. A request that comes alone (the next task of a chain) is
+published by submit() itself: handing it to the sender would add a thread
+wake-up to every task. On transports where a batch saves nothing (AMQP
+publishes without waiting for the broker; memory, filesystem) submit()
+always publishes itself: measured, handing bursts to a second thread there
+only made the engine's threads compete for the interpreter.
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class RequestPublisher:
         self._unsent = 0
         self._last_submit = float("-inf")
         self._unsent_lock = threading.Lock()
+        self._batching = proxy.batches_publications
         self._root_id: str | None = None
         self._parent_id: str | None = None
 
@@ -105,8 +110,8 @@ class RequestPublisher:
             self._on_new_deadline()
         if route is not None:
             with self._unsent_lock:
-                alone = (self._unsent == 0
-                         and time.monotonic() - self._last_submit > BURST_GAP_S)
+                alone = not self._batching or (
+                    self._unsent == 0 and time.monotonic() - self._last_submit > BURST_GAP_S)
                 if not alone:
                     self._unsent += 1
             if alone:

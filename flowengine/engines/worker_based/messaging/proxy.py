@@ -235,6 +235,11 @@ class Proxy:
                                        reply_to=reply_to, correlation_id=correlation_id,
                                        headers=headers)
 
+    @property
+    def batches_publications(self) -> bool:
+        """True when a batch given to send() costs one round trip (flowengine's Redis)."""
+        return self._publisher.batches
+
     def send(self, batch: Sequence[Outgoing], timeout_s: float | None = None) -> None:
         """Publish prepared messages in order, in one round trip where the transport can.
 

@@ -106,6 +106,11 @@ class Publisher:
         self._producer: Producer | None = None
 
     @property
+    def batches(self) -> bool:
+        """True when the transport sends a batch in one round trip (see send())."""
+        return contract.capabilities(self._conn).batch_publish
+
+    @property
     def connection(self) -> Connection:
         """The template connection (not connected) publishing connections are cloned from."""
         return self._conn
