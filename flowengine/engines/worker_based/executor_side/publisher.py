@@ -51,11 +51,11 @@ _STOP = object()
 # Put on the sender's queue when workers changed: release waiting requests.
 _RELEASE = object()
 
-#: A request submitted less than this (s) after the previous submit() returned
-#: is taken as part of a burst (the engine scheduling every ready task in one
-#: go: ~50-100 us apart) and queued for the sender's batch; a later one is
-#: published by submit() at once, sparing it the sender's wake-up (~0.3 ms on
-#: a busy 2-core machine, a tenth of a whole task's round trip on RabbitMQ).
+#: On a transport that batches (Redis): a request submitted less than this
+#: (s) after the previous submit() returned is taken as part of a burst (the
+#: engine scheduling every ready task in one go: ~50-100 us apart) and queued
+#: for the sender's batch; a later one is published by submit() at once,
+#: sparing it the sender's wake-up (~0.3 ms on a busy 2-core machine).
 BURST_GAP_S = 0.0005
 
 #: Most requests published as one batch: bounds the memory a batch holds and
@@ -99,7 +99,11 @@ class RequestPublisher:
     def submit(self, task: Any, task_uuid: str, action: str, arguments: dict[str, Any],
                progress_callback: Callable[..., Any] | None,
                **kwargs: Any) -> futures.Future[Any]:
-        """Create the request; queue it for the sender if a capable worker is known."""
+        """Create the request and, if a capable worker is known, publish it.
+
+        Published here, or (a burst on a batching transport) queued for the
+        sender thread's next batch; see the module docstring.
+        """
         timeout = self._transition_timeout
         request = pr.Request(task, task_uuid, action, arguments, timeout=timeout, **kwargs)
         deadline = None if timeout is None else request.created_on + timeout
