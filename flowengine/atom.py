@@ -66,9 +66,9 @@ def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
     function cannot take, or leave required arguments unmapped.
     """
     ignored = set(ignore_list)
-    all_args = reflection.get_callable_args(function)
-    required_args = [a for a in reflection.get_callable_args(function, required_only=True)
-                     if a not in ignored]
+    all_args, required_names, takes_kwargs = reflection.arg_info(function)
+    required_args = [a for a in required_names if a not in ignored] if ignored \
+        else list(required_names)
     required: dict[str, Any] = {}
     if auto_extract:
         required.update((a, a) for a in required_args)
@@ -81,7 +81,7 @@ def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
     optional: dict[str, Any] = {}
     if auto_extract:
         optional = {a: a for a in all_args if a not in required and a not in ignored}
-    if not reflection.accepts_kwargs(function):
+    if not takes_kwargs:
         known = set(all_args)
         extra = [a for a in required if a not in known]
         if extra:
@@ -90,6 +90,21 @@ def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
     if missing:
         raise ValueError(f"Missing arguments for atom {atom_name}: {missing}")
     return required, optional
+
+
+_Mapping = tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]
+
+
+def _same_or(first: _Mapping, second: _Mapping) -> _Mapping:
+    """``first`` when ``second`` holds the same mapping and symbols (in order), else ``second``.
+
+    An atom's revert usually takes what its execute takes; sharing the
+    (never changed) mapping and sets halves what every atom holds.
+    """
+    if first[0] == second[0] and tuple(first[1]) == tuple(second[1]) \
+            and tuple(first[2]) == tuple(second[2]):
+        return first
+    return second
 
 
 class Atom(metaclass=abc.ABCMeta):
@@ -114,19 +129,23 @@ class Atom(metaclass=abc.ABCMeta):
         self.version: tuple[int, ...] = (1, 0)
         self.inject = inject
         self.save_as = _save_as_to_mapping(provides)
-        self.provides = OrderedSet(self.save_as)
+        # The set of symbols is the mapping's keys: share its dict (neither
+        # is changed after construction).
+        self.provides = OrderedSet.over_keys(self.save_as)
         ignore = list(ignore_list or ())
-        self.rebind, exec_requires, self.optional = self._build_arg_mapping(
+        executing = self._build_arg_mapping(
             self.execute, requires=requires, rebind=rebind,
             auto_extract=auto_extract, ignore_list=ignore)
+        self.rebind, exec_requires, self.optional = executing
         # The engine passes 'result' and 'flow_failures' to revert itself.
-        (self.revert_rebind, self.revert_requires,
-         self.revert_optional) = self._build_arg_mapping(
+        reverting = _same_or(executing, self._build_arg_mapping(
             self.revert, requires=revert_requires or requires,
             rebind=revert_rebind or rebind, auto_extract=auto_extract,
-            ignore_list=ignore + list(_ENGINE_REVERT_ARGS))
+            ignore_list=ignore + list(_ENGINE_REVERT_ARGS)))
+        self.revert_rebind, self.revert_requires, self.revert_optional = reverting
         #: Symbols needed to execute or revert (TaskFlow's union of both).
-        self.requires = exec_requires.union(self.revert_requires)
+        self.requires = exec_requires if reverting is executing \
+            else exec_requires.union(self.revert_requires)
 
     def _build_arg_mapping(self, executor: Callable[..., Any], requires: Any = None,
                            rebind: Any = None, auto_extract: bool = True,
@@ -136,11 +155,21 @@ class Atom(metaclass=abc.ABCMeta):
         owner = self.name or reflection.get_class_name(self)
         required, optional = build_arg_mapping(owner, requires, rebind, executor,
                                                auto_extract, ignore_list or ())
-        mapping: dict[str, Any] = dict(required)
+        if not required:
+            needed: OrderedSet[str] = OrderedSet.EMPTY
+        elif not optional and all(arg == symbol for arg, symbol in required.items()):
+            # The usual atom fetches each argument under its own name: its
+            # required symbols are the mapping's keys, so share its dict
+            # (neither changes after construction) instead of a copy per atom.
+            needed = OrderedSet.over_keys(required)
+        else:
+            needed = OrderedSet(required.values())
+        # ``required`` is ours (build_arg_mapping made it): it becomes the
+        # whole mapping, optional arguments added where not required.
+        mapping: dict[str, Any] = required
         for arg, symbol in optional.items():
             mapping.setdefault(arg, symbol)
-        needed = OrderedSet(required.values())
-        maybe = OrderedSet(optional.values())
+        maybe = OrderedSet(optional.values()) if optional else OrderedSet.EMPTY
         if self.inject:
             # Injected values satisfy an argument whether keyed by the
             # argument's name or by the symbol it is bound to.

@@ -57,6 +57,11 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
 
     def update_progress(self, progress: float) -> None:
         """Report progress in [0.0, 1.0] (values outside are clamped, with a warning)."""
+        if 0.0 <= progress <= 1.0:
+            # The usual case (the engine reports 0.0 and 1.0 for every task).
+            self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
+            return
+
         def on_clamped() -> None:
             LOG.warning("Progress value must be greater or equal to 0.0 or less"
                         " than or equal to 1.0 instead of being '%s'", progress)

@@ -16,6 +16,19 @@ from typing import Any, Generic, TypeVar
 #: A node: anything hashable (graph flows use their atoms and subflows).
 _N = TypeVar("_N", bound=Hashable)
 
+#: Edge-data key of the symbols that made a link (``flow.LINK_REASONS``).
+REASONS = "reasons"
+
+#: What an edge holds: its data dict, or just the one symbol that made it
+#: (``{REASONS: {symbol}}`` expanded on demand). Graph flows link almost
+#: every pair of atoms for one symbol; a dict and a set per edge cost 400
+#: bytes, the symbol itself nothing.
+_Edge = dict[str, Any] | str
+
+
+def _expand(value: _Edge) -> dict[str, Any]:
+    return {REASONS: {value}} if isinstance(value, str) else value
+
 
 class CycleError(ValueError):
     """Adding an edge would close a cycle; ``cycle`` lists its nodes in order."""
@@ -31,8 +44,8 @@ class OrderedDAG(Generic[_N]):
     __slots__ = ("_succ", "_pred", "_ord", "_next")
 
     def __init__(self) -> None:
-        self._succ: dict[_N, dict[_N, dict[str, Any]]] = {}
-        self._pred: dict[_N, dict[_N, dict[str, Any]]] = {}
+        self._succ: dict[_N, dict[_N, _Edge]] = {}
+        self._pred: dict[_N, dict[_N, _Edge]] = {}
         self._ord: dict[_N, int] = {}
         self._next = 0
 
@@ -45,7 +58,8 @@ class OrderedDAG(Generic[_N]):
     def copy(self) -> OrderedDAG[_N]:
         """Return a copy (edge data dicts are copied one level deep)."""
         other: OrderedDAG[_N] = OrderedDAG()
-        other._succ = {u: {v: dict(d) for v, d in adj.items()} for u, adj in self._succ.items()}
+        other._succ = {u: {v: d if isinstance(d, str) else dict(d) for v, d in adj.items()}
+                       for u, adj in self._succ.items()}
         other._pred = {v: {} for v in self._succ}
         for u, adj in other._succ.items():
             for v, d in adj.items():
@@ -75,8 +89,27 @@ class OrderedDAG(Generic[_N]):
         return v in self._succ.get(u, ())
 
     def edge_data(self, u: _N, v: _N) -> dict[str, Any] | None:
-        """The data dict of edge u -> v, or None if there is no such edge."""
-        return self._succ.get(u, {}).get(v)
+        """The data dict of edge u -> v (changes to it stay), or None if there is no such edge."""
+        value = self._succ.get(u, {}).get(v)
+        if isinstance(value, str):
+            # The caller may change it: from now on the edge keeps a dict.
+            value = self._succ[u][v] = self._pred[v][u] = _expand(value)
+        return value
+
+    def add_reason_edge(self, u: _N, v: _N, symbol: str) -> None:
+        """Add u -> v made for ``symbol`` (or add ``symbol`` to the edge's reasons).
+
+        Raises CycleError, leaving the graph unchanged, if the edge would close
+        a cycle.
+        """
+        if v in self._succ[u]:
+            data = self.edge_data(u, v)
+            assert data is not None  # the edge exists
+            data[REASONS] = set(data.get(REASONS, ())) | {symbol}
+            return
+        self._check_order(u, v)
+        self._succ[u][v] = symbol
+        self._pred[v][u] = symbol
 
     def add_edge(self, u: _N, v: _N, data: dict[str, Any] | None = None) -> None:
         """Add u -> v (or merge ``data`` into an existing edge).
@@ -84,19 +117,23 @@ class OrderedDAG(Generic[_N]):
         Raises CycleError, leaving the graph unchanged, if the edge would close
         a cycle.
         """
-        existing = self._succ[u].get(v)
-        if existing is not None:
-            if data:
+        if v in self._succ[u]:
+            existing = self.edge_data(u, v)
+            if data and existing is not None:
                 existing.update(data)
             return
+        self._check_order(u, v)
+        d = dict(data) if data else {}
+        self._succ[u][v] = d
+        self._pred[v][u] = d
+
+    def _check_order(self, u: _N, v: _N) -> None:
+        """Make the order put ``u`` before ``v`` (CycleError if it cannot)."""
         if u == v:
             raise CycleError([u, u])
         lower, upper = self._ord[v], self._ord[u]
         if lower < upper:
             self._reorder(u, v, lower, upper)
-        d = dict(data) if data else {}
-        self._succ[u][v] = d
-        self._pred[v][u] = d
 
     def remove_edge(self, u: _N, v: _N) -> None:
         """Remove the edge u -> v (KeyError if absent)."""
@@ -149,10 +186,10 @@ class OrderedDAG(Generic[_N]):
         return sorted(self._succ, key=self._ord.__getitem__)
 
     def edges(self) -> Iterator[tuple[_N, _N, dict[str, Any]]]:
-        """All edges as (u, v, data)."""
+        """All edges as (u, v, data); for edges made for one symbol, a fresh data dict."""
         for u, adj in self._succ.items():
             for v, d in adj.items():
-                yield u, v, d
+                yield u, v, _expand(d)
 
     def successors(self, node: _N) -> Iterator[_N]:
         """Direct successors of ``node``."""

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from flowengine import exceptions as exc
 from flowengine import flow
 from flowengine.deciders import Depth
-from flowengine.patterns._dag import CycleError, OrderedDAG
+from flowengine.patterns._dag import REASONS, CycleError, OrderedDAG
 
 if TYPE_CHECKING:
     from flowengine.retry import Retry
+
+assert REASONS == flow.LINK_REASONS  # the graph expands compact edges with this key
 
 #: ``decider(history) -> bool``: ``history`` maps each deciding predecessor's
 #: name to its result.
@@ -129,21 +131,27 @@ class Flow(flow.Flow):
         added_providers: dict[str, list[flow.Item]] = {}
         pending_requirers: dict[str, list[flow.Item]] = {}
 
+        # Flows of atoms only (the large ones) skip the subflow scans below.
+        subflows = self._subflows
+
         def providers_for(symbol: str) -> list[flow.Item]:
             found = list(self._atom_providers.get(symbol, ()))
-            found.extend(f for f in self._subflows if symbol in provides_of(f))
+            if subflows:
+                found.extend(f for f in subflows if symbol in provides_of(f))
             found.extend(added_providers.get(symbol, ()))
             return found
 
         def requirers_for(symbol: str) -> list[flow.Item]:
             # Existing items still lacking ``symbol`` (computed on first use).
-            if symbol not in pending_requirers:
+            pending = pending_requirers.get(symbol)
+            if pending is None:
                 candidates = list(self._atom_requirers.get(symbol, ()))
-                candidates.extend(f for f in self._subflows if symbol in requires_of(f))
-                pending_requirers[symbol] = [
+                if subflows:
+                    candidates.extend(f for f in subflows if symbol in requires_of(f))
+                pending = pending_requirers[symbol] = [
                     c for c in candidates
                     if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)]
-            return pending_requirers[symbol]
+            return pending
 
         added: list[flow.Item] = []
         try:
@@ -189,6 +197,13 @@ class Flow(flow.Flow):
 
     def _link(self, u: flow.Item, v: flow.Item, reason: str | None = None, manual: bool = False,
               decider: Decider | None = None, decider_depth: Depth | None = None) -> None:
+        if reason is not None and not manual and decider is None and decider_depth is None:
+            # The common case (a link made for a symbol): the graph keeps it compactly.
+            try:
+                self._graph.add_reason_edge(u, v, reason)
+            except CycleError as err:
+                raise _cycle_failure(err, u, v) from None
+            return
         data = self._graph.edge_data(u, v)
         update: dict[str, Any] = {}
         if decider is not None:

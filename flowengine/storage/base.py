@@ -20,6 +20,9 @@ from flowengine.persistence import models
 from flowengine.persistence.backends import impl_memory
 from flowengine.types import failure as ft
 
+#: The result mapping of a provider that produces nothing (shared, never changed).
+_NO_MAPPING: dict[str, Any] = {}
+
 
 class _TransientProvider:
     """Marker for values injected with ``transient=True`` (never persisted)."""
@@ -61,10 +64,14 @@ class StorageBase:
         self._rlock = threading.RLock()
         self._lock = _StorageLock(self._rlock)
         self._flowdetail = flow_detail
+        # Whether atom saves must reach the backend: not for the private one
+        # made below, which holds this storage's own detail objects live
+        # (registered when they are added to the flow) and nobody else's.
+        self._atom_saves = backend is not None
         if backend is None:
             # Most results cannot be deep-copied (locks, clients...), and the
             # in-memory backend exists only for the duration of this storage.
-            backend = impl_memory.MemoryBackend({"deep_copy": False})
+            backend = impl_memory.MemoryBackend.private()
             with contextlib.closing(backend.get_connection()) as conn:
                 conn.update_flow_details(flow_detail, ignore_missing=True)
         self._backend = backend
@@ -73,7 +80,7 @@ class StorageBase:
         self._details: dict[str, models.AtomDetail] = {ad.name: ad for ad in flow_detail}
         # provider name -> {symbol: index}; symbol -> [(provider, index), ...]
         self._result_mappings: dict[Any, dict[str, Any]] = {}
-        self._reverse_mapping: dict[str, list[tuple[Any, Any]]] = {}
+        self._reverse_mapping: dict[str, tuple[tuple[Any, Any], ...]] = {}
         # Flow-level injected sources in registration order (injector / transient).
         self._default_sources: list[Any] = []
         self._transients: dict[str, Any] = {}
@@ -98,7 +105,8 @@ class StorageBase:
         return conn
 
     def _save_atom(self, ad: models.AtomDetail) -> None:
-        self._connection().update_atom_details(ad)
+        if self._atom_saves:
+            self._connection().update_atom_details(ad)
 
     def _save_flow(self, new_atoms: Iterable[models.AtomDetail] = ()) -> None:
         # Only the flow detail record and the given atoms are written: the
@@ -140,18 +148,31 @@ class StorageBase:
 
     def _set_result_mapping(self, provider: Any, mapping: Mapping[str, Any] | None) -> None:
         """Register that ``provider`` produces ``{symbol: index}`` (index None: whole result)."""
-        provider_mapping = self._result_mappings.setdefault(provider, {})
+        # Both tables are copied on change, never changed in place: an atom's
+        # own save_as dict can then be the table of its provider (most atoms
+        # are registered once), and a symbol's entries a tuple.
+        known = self._result_mappings.get(provider)
         if not mapping:
+            if known is None:
+                self._result_mappings[provider] = _NO_MAPPING
             return
-        provider_mapping.update(mapping)
+        if known:
+            merged = dict(known)
+            merged.update(mapping)
+            self._result_mappings[provider] = merged
+        else:
+            self._result_mappings[provider] = mapping if type(mapping) is dict else dict(mapping)
         if provider is TRANSIENT or provider == self.injector_name:
             if provider not in self._default_sources:
                 self._default_sources.append(provider)
+        reverse = self._reverse_mapping
         for symbol, index in mapping.items():
-            entries = self._reverse_mapping.setdefault(symbol, [])
             entry = (provider, index)
-            if entry not in entries:
-                entries.append(entry)
+            entries = reverse.get(symbol)
+            if entries is None:
+                reverse[symbol] = (entry,)
+            elif entry not in entries:
+                reverse[symbol] = (*entries, entry)
 
     # Identity.
 

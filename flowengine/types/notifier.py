@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Self
@@ -12,6 +13,15 @@ from flowengine.utils import reflection
 LOG = logging.getLogger(__name__)
 
 DetailsFilter = Callable[[Any], Any]
+
+
+#: The topics of a notifier nobody registered with (never changed in place).
+_NO_TOPICS: dict[str, Any] = {}
+
+
+@functools.lru_cache(maxsize=64)
+def _event_set(events: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(events)
 
 
 class Listener:
@@ -99,8 +109,10 @@ class Notifier:
 
     def __init__(self) -> None:
         # event type -> tuple of listeners; empty tuples are removed so that
-        # "nothing registered" is a single falsy check on the hot path.
-        self._topics: dict[str, tuple[Listener, ...]] = {}
+        # "nothing registered" is a single falsy check on the hot path. The
+        # dict is replaced, never changed in place (see register), so every
+        # fresh notifier can start with the same empty one.
+        self._topics: dict[str, tuple[Listener, ...]] = _NO_TOPICS
 
     def __len__(self) -> int:
         return sum(len(listeners) for listeners in self._topics.values())
@@ -113,7 +125,7 @@ class Notifier:
 
     def reset(self) -> None:
         """Forget every registered callback."""
-        self._topics = {}
+        self._topics = _NO_TOPICS
 
     def notify(self, event_type: str, details: dict[str, Any] | None) -> None:
         """Call every listener for event_type and ANY; their exceptions are logged, not raised.
@@ -180,7 +192,9 @@ class Notifier:
                     topics[event_type] = remaining
                 else:
                     del topics[event_type]
-                self._topics = topics
+                # Back to the shared empty table when nothing is left (the
+                # engine registers and removes a callback around each task).
+                self._topics = topics or _NO_TOPICS
                 return True
         return False
 
@@ -218,7 +232,8 @@ class RestrictedNotifier(Notifier):
 
     def __init__(self, watchable_events: Iterable[str], allow_any: bool = True) -> None:
         super().__init__()
-        self._watchable_events = frozenset(watchable_events)
+        # Every task declares the same events: share one frozenset per tuple.
+        self._watchable_events = _event_set(tuple(watchable_events))
         self._allow_any = allow_any
 
     def events_iter(self) -> Iterator[str]:

@@ -15,8 +15,18 @@ class OrderedSet(Set[_T]):
 
     __slots__ = ("_data",)
 
+    #: The empty set (shared: an OrderedSet is never changed).
+    EMPTY: OrderedSet[Any]
+
     def __init__(self, iterable: Iterable[_T] | None = None) -> None:
-        self._data: dict[_T, None] = dict.fromkeys(iterable) if iterable else {}
+        self._data: dict[_T, Any] = dict.fromkeys(iterable) if iterable else {}
+
+    @classmethod
+    def over_keys(cls, mapping: dict[_T, Any]) -> OrderedSet[_T]:
+        """The set of ``mapping``'s keys, sharing its dict (neither may change afterwards)."""
+        ordered: OrderedSet[_T] = cls.__new__(cls)
+        ordered._data = mapping
+        return ordered
 
     @classmethod
     def _from_iterable(cls, it: Iterable[_S]) -> OrderedSet[_S]:
@@ -73,3 +83,6 @@ class OrderedSet(Set[_T]):
     def issuperset(self, other: Iterable[_T]) -> bool:
         """Return whether every item of other is in self."""
         return all(v in self._data for v in other)
+
+
+OrderedSet.EMPTY = OrderedSet()

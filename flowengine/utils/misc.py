@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import socket
@@ -18,9 +19,20 @@ _SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+-.")
 def get_version_string(obj: Any) -> str | None:
     """Return an object's version (tuple or str attribute ``version``) as '1.0'."""
     version = getattr(obj, "version", None)
-    if isinstance(version, (list, tuple)):
+    if isinstance(version, tuple):
+        try:
+            return _tuple_version(version)
+        except TypeError:  # an unhashable part: nothing to share
+            return ".".join(str(p) for p in version)
+    if isinstance(version, list):
         return ".".join(str(p) for p in version)
     return None if version is None else str(version)
+
+
+@functools.lru_cache(maxsize=256)
+def _tuple_version(version: tuple[Any, ...]) -> str:
+    # Every atom of a class has the same version tuple: one string for all.
+    return ".".join(str(p) for p in version)
 
 
 def sequence_minus(seq1: Iterable[Any], seq2: Iterable[Any]) -> list[Any]:

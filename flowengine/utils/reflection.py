@@ -103,6 +103,45 @@ def get_callable_args(function: Callable[..., Any], required_only: bool = False)
             if kind not in _VAR_KINDS and not (required_only and has_default)]
 
 
+#: (named parameters, those without a default, whether it takes **kwargs).
+ArgInfo = tuple[tuple[str, ...], tuple[str, ...], bool]
+
+# arg_info() results: plain functions, and functions seen through a bound
+# method (their first parameter consumed), weakly keyed by the function.
+_INFO_PLAIN: weakref.WeakKeyDictionary[Any, ArgInfo] = weakref.WeakKeyDictionary()
+_INFO_BOUND: weakref.WeakKeyDictionary[Any, ArgInfo] = weakref.WeakKeyDictionary()
+
+
+def _compute_info(function: Callable[..., Any]) -> ArgInfo:
+    params = _params(function)
+    named = tuple(name for name, kind, _d in params if kind not in _VAR_KINDS)
+    required = tuple(name for name, kind, has_default in params
+                     if kind not in _VAR_KINDS and not has_default)
+    return named, required, any(kind is inspect.Parameter.VAR_KEYWORD
+                                for _n, kind, _d in params)
+
+
+def arg_info(function: Callable[..., Any]) -> ArgInfo:
+    """``(get_callable_args(f), get_callable_args(f, required_only=True), accepts_kwargs(f))``.
+
+    Cached per function: every instance of a task class asks about the same
+    ``execute`` and ``revert``, and atom construction is dominated by it.
+    """
+    func = getattr(function, "__func__", None)
+    if func is not None and getattr(function, "__self__", None) is not None:
+        cache, key = _INFO_BOUND, func
+    else:
+        cache, key = _INFO_PLAIN, function
+    try:
+        return cache[key]
+    except KeyError:
+        info = cache[key] = _compute_info(function)
+        return info
+    except TypeError:
+        # Not weak-referenceable (or unhashable): no caching.
+        return _compute_info(function)
+
+
 def accepts_kwargs(function: Callable[..., Any]) -> bool:
     """Return whether a callable accepts arbitrary keyword arguments (**kwargs)."""
     return any(kind is inspect.Parameter.VAR_KEYWORD for _n, kind, _d in _params(function))

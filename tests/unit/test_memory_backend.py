@@ -204,3 +204,33 @@ def test_persistence_utils():
     alone = pu.create_flow_detail(Named())
     assert alone.name == "my-flow"
     assert pu.temporary_log_book().name == "tmp"
+
+
+def test_the_private_backend_of_a_storage_reads_back_what_the_engine_saved():
+    # Given a flow run by an engine given no backend (its storage keeps the
+    # atom details live in a private MemoryBackend and builds no node for them)
+    from flowengine import engines, task
+    from flowengine.patterns import linear_flow
+
+    class Add(task.Task):
+        def execute(self, x):
+            return x + 1
+
+    flow = linear_flow.Flow("f").add(Add("a", provides="y", rebind={"x": "x"}),
+                                     Add("b", provides="z", rebind={"x": "y"}))
+    engine = engines.load(flow, store={"x": 1})
+    engine.run()
+    backend = engine.storage.backend
+    # When someone reads the backend
+    with contextlib.closing(backend.get_connection()) as conn:
+        fd = conn.get_flow_details(engine.storage.flow_uuid)
+        by_name = {ad.name: ad for ad in fd}
+        # Then it holds what the engine did, as formatted copies.
+        assert (by_name["a"].state, by_name["a"].results) == ("SUCCESS", 2)
+        assert (by_name["b"].state, by_name["b"].results) == ("SUCCESS", 3)
+        assert by_name["b"].meta["progress"] == 1.0
+        ad_b = conn.get_atom_details(by_name["b"].uuid)
+        assert ad_b is not engine.storage._details["b"]  # a copy, not the live one
+    uuids = {ad.uuid for ad in fd}
+    assert uuids <= set(backend.memory.ls("/atom_details"))
+    assert set(backend.memory.ls(f"/flow_details/{fd.uuid}")) == uuids

@@ -90,12 +90,22 @@ def test_restore_stranded_puts_back_only_what_predates_a_restart(persistent_redi
     # When Redis dies with the message parked (its consumer never closes
     # cleanly: that would put it back itself) and comes back with its data
     broker.restart()
+    # ...and a consumer of the new run (it stamps the run on connecting)
+    # has taken a message of its own before anyone put back the old one
+    live = kombu.Connection(broker.url)
+    assert recovery.broker_run_id(live) not in (None, run_id)
+    kombu.Producer(live.default_channel, exchange=ex).publish({"n": 2}, routing_key="k")
+    taken = queue(live.default_channel).get(no_ack=False)
+    assert taken is not None and taken.payload == {"n": 2}
     with kombu.Connection(broker.url) as conn:
         assert recovery.broker_run_id(conn) != run_id
+        # Then only the message parked before the restart is put back
         assert recovery.restore_stranded(conn, run_id) == 1
-        # Then the message is in its queue again
         message = queue(conn.default_channel).get(no_ack=True)
         assert message is not None and message.payload == {"n": 1}
+        assert queue(conn.default_channel).get(no_ack=True) is None
+    taken.ack()
+    live.release()
     # The crashed consumer's own clean-up finds nothing left to put back
     crashed.release()
     with kombu.Connection(broker.url) as conn:

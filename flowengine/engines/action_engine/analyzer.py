@@ -96,32 +96,41 @@ class Analyzer:
         self._propagate(name)
 
     def _propagate(self, start: str) -> None:
+        # _is_done/_is_clear inlined: this runs twice per task (RUNNING, then
+        # its outcome) and its cost is all interpreter overhead.
         stack = [start]
         candidates = self.candidates
         is_atom = self._is_atom
+        pending, unclear = self._pending, self._unclear
+        done_of, clear_of = self._done, self._clear
+        state, intention = self.state, self.intention
+        succs, preds = self._succs, self._preds
         while stack:
             n = stack.pop()
             if is_atom[n]:
                 candidates.add(n)
-            done = self._is_done(n)
-            if done != self._done[n]:
-                self._done[n] = done
+                node_state = state[n]
+                done = not pending[n] and node_state in _DONE_STATES \
+                    and intention[n] in _DONE_INTENTIONS
+                clear = not unclear[n] and node_state in _CLEAR_STATES
+            else:
+                done = not pending[n]
+                clear = not unclear[n]
+            if done is not done_of[n]:
+                done_of[n] = done
                 delta = -1 if done else 1
-                pending = self._pending
-                for s in self._succs[n]:
+                for s in succs[n]:
                     before = pending[s]
                     pending[s] = before + delta
-                    if before == 0 or pending[s] == 0:
+                    if before == 0 or before + delta == 0:
                         stack.append(s)
-            clear = self._is_clear(n)
-            if clear != self._clear[n]:
-                self._clear[n] = clear
+            if clear is not clear_of[n]:
+                clear_of[n] = clear
                 delta = -1 if clear else 1
-                unclear = self._unclear
-                for p in self._preds[n]:
+                for p in preds[n]:
                     before = unclear[p]
                     unclear[p] = before + delta
-                    if before == 0 or unclear[p] == 0:
+                    if before == 0 or before + delta == 0:
                         stack.append(p)
 
     # -- readiness ----------------------------------------------------------
@@ -131,12 +140,15 @@ class Analyzer:
         if name in self.in_flight:
             return None
         intention = self.intention[name]
-        state = self.state[name]
         if intention == st.EXECUTE:
-            if self._pending[name] == 0 and self._can(name, state, st.RUNNING):
+            if self._pending[name]:
+                return None
+            state = self.state[name]
+            # PENDING -> RUNNING is always allowed (the usual case: no lookup).
+            if state == st.PENDING or self._can(name, state, st.RUNNING):
                 return EXECUTE
         elif intention in _REVERT_INTENTIONS:
-            if self._unclear[name] == 0 and self._can(name, state, st.REVERTING):
+            if self._unclear[name] == 0 and self._can(name, self.state[name], st.REVERTING):
                 return REVERT
         return None
 

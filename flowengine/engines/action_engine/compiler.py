@@ -2,7 +2,8 @@
 
 The compiler walks the pattern tree once and produces a :class:`Compilation`:
 
-* ``execution_graph``: a networkx DiGraph whose nodes are names.  Each flow
+* ``execution_graph``: a networkx DiGraph whose nodes are names (built on
+  first use; the engine runs on the same graph in compact form, ``topology``).  Each flow
   becomes a ``flow`` node and a ``flow_end`` node bracketing its contents, so
   linking two subflows costs one edge whatever their sizes.  A flow's retry
   controller comes right after the flow node and before all of its contents.
@@ -19,13 +20,12 @@ of a symbol somebody consumes, and answered by a bounded backward search.
 
 from __future__ import annotations
 
+import array
 import gc
 import threading
 from collections import deque
-from collections.abc import Iterator
-from typing import Any, NamedTuple
-
-import networkx as nx
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flowengine import exceptions as exc
 from flowengine import flow as flow_mod
@@ -33,8 +33,11 @@ from flowengine import retry as retry_mod
 from flowengine import task as task_mod
 from flowengine.deciders import Depth
 from flowengine.engines.action_engine import scopes
+from flowengine.engines.action_engine import topology as topo
 from flowengine.engines.action_engine.scopes import Ambiguity
-from flowengine.types import graph as graph_types
+
+if TYPE_CHECKING:
+    from flowengine.types import graph as graph_types
 
 __all__ = ["ATOMS", "FLOW", "FLOWS", "FLOW_END", "RETRY", "TASK", "Ambiguity", "ArgSpec",
            "Compilation", "PatternCompiler"]
@@ -57,6 +60,24 @@ class ArgSpec(NamedTuple):
     optional: bool
 
 
+#: Link metadata the execution graph uses (the rest, e.g. reasons, is not kept).
+_KEPT_LINK_KEYS = (flow_mod.LINK_DECIDER, flow_mod.LINK_DECIDER_DEPTH, flow_mod.LINK_INVARIANT)
+
+
+_INVARIANT: dict[str, Any] = {flow_mod.LINK_INVARIANT: True}
+
+
+def _kept(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What the compilation keeps of a link's metadata (None: nothing, the usual case)."""
+    if not meta:
+        return None
+    kept = {k: meta[k] for k in _KEPT_LINK_KEYS if meta.get(k) is not None}
+    if len(kept) == 1 and flow_mod.LINK_INVARIANT in kept:
+        # Pattern-imposed links (every link of a linear flow): one shared value.
+        return _INVARIANT if kept[flow_mod.LINK_INVARIANT] else None
+    return kept or None
+
+
 def _label(item: Any) -> str:
     name = getattr(item, "name", None)
     return name if isinstance(name, str) else repr(item)
@@ -70,13 +91,19 @@ class Compilation:
     FLOW = FLOW
     FLOW_END = FLOW_END
 
-    def __init__(self, root: Any, graph: graph_types.DiGraph, atoms: dict[str, Any],
-                 order: tuple[str, ...], parents: dict[str, scopes.Unit],
+    def __init__(self, root: Any, topology: topo.Topology, retries: dict[str, str],
+                 atoms: dict[str, Any], order: tuple[str, ...], parents: dict[str, scopes.Unit],
                  index: dict[str, int], units: dict[str, scopes.Unit], root_unit: scopes.Unit,
                  providers: dict[str, dict[str, tuple[str, ...]]],
-                 ambiguities: dict[tuple[str, str], Ambiguity]) -> None:
+                 ambiguities: dict[tuple[str, str], Ambiguity],
+                 outside: tuple[str, ...], freeze: bool = True) -> None:
         self._root = root
-        self._graph = graph
+        self._topology = topology
+        self._retries = retries
+        self._freeze = freeze
+        self._graph: graph_types.DiGraph | None = None
+        self._graph_lock = threading.Lock()
+        self._outside = outside
         self._atoms = atoms
         self._order = order
         self._parents = parents
@@ -86,7 +113,6 @@ class Compilation:
         self._root_unit = root_unit
         self._providers = providers
         self._ambiguities = ambiguities
-        self._plans: dict[tuple[str, bool], tuple[ArgSpec, ...]] = {}
 
     # -- structure ----------------------------------------------------------
 
@@ -105,9 +131,33 @@ class Compilation:
         and ``end`` / ``start`` (the matching node name).  Edge attrs:
         ``invariant`` (bool: ordering imposed by the pattern), ``decider``
         (callable or None) and ``decider_depth`` (a Depth when a decider is
-        set, else None).
+        set, else None).  Built on first use: the engine itself runs on
+        :attr:`topology`, which costs a fraction of the memory.
         """
-        return self._graph
+        graph = self._graph
+        if graph is None:
+            with self._graph_lock:
+                if self._graph is None:
+                    self._graph = build_graph(self, self._freeze)
+                graph = self._graph
+        return graph
+
+    @property
+    def topology(self) -> topo.Topology:
+        """The execution graph as the engine walks it (same nodes, edges and orders)."""
+        return self._topology
+
+    def units_in_order(self) -> list[scopes.Unit]:
+        """The compiled flows' records, outermost first (internal)."""
+        return list(self._units.values())
+
+    def needing_outside_values(self) -> tuple[str, ...]:
+        """Atoms (topological order) with a required symbol no atom in scope provides.
+
+        Only these can lack arguments at validate time: for the others every
+        required argument has a provider.
+        """
+        return self._outside
 
     @property
     def root_node(self) -> str:
@@ -126,18 +176,17 @@ class Compilation:
 
     def tasks(self) -> Iterator[Any]:
         """Task objects in topological order."""
-        graph = self._graph
-        return (self._atoms[n] for n in self._order if graph.nodes[n]["kind"] == TASK)
+        index = self._index
+        return (self._atoms[n] for n in self._order if index[n] != -1)
 
     def retries(self) -> Iterator[Any]:
         """Retry objects in topological order."""
-        graph = self._graph
-        return (self._atoms[n] for n in self._order if graph.nodes[n]["kind"] == RETRY)
+        index = self._index
+        return (self._atoms[n] for n in self._order if index[n] == -1)
 
     def kind(self, name: str) -> str:
         """The ``kind`` of a node (KeyError if unknown)."""
-        kind: str = self._graph.nodes[name]["kind"]
-        return kind
+        return self._topology.kinds[name]
 
     def parent_flow(self, name: str) -> str | None:
         """Start node name of the flow directly containing atom or flow node ``name``.
@@ -154,10 +203,18 @@ class Compilation:
         """The ``flow_end`` node matching a ``flow`` start node."""
         return self._units[flow_node].end
 
+    def flow_start_of(self, end_node: str) -> str:
+        """The ``flow`` start node matching a ``flow_end`` node (KeyError if none)."""
+        for unit in self._units.values():
+            if unit.end == end_node:
+                return unit.node
+        raise KeyError(end_node)
+
     def retry_of(self, name: str) -> str | None:
         """Nearest retry controlling atom ``name`` (for a retry: the one enclosing its flow)."""
-        retry: str | None = self._graph.nodes[name]["retry"]
-        return retry
+        if name not in self._atoms:
+            raise KeyError(name)
+        return self._retries.get(name)
 
     def controlled_by(self, retry_name: str) -> tuple[str, ...]:
         """Atoms (topological order, nested flows included) in the flow a retry controls."""
@@ -247,17 +304,23 @@ class Compilation:
         return bool(inject) and (spec.symbol in inject or spec.name in inject)
 
     def _plan(self, atom_name: str, revert: bool) -> tuple[ArgSpec, ...]:
-        key = (atom_name, revert)
-        plan = self._plans.get(key)
-        if plan is None:
-            atom = self._atoms[atom_name]
-            mapping = atom.revert_rebind if revert else atom.rebind
-            optional = atom.revert_optional if revert else atom.optional
-            found = self._providers[atom_name]
-            plan = tuple(ArgSpec(arg, symbol, found.get(symbol, ()), symbol in optional)
-                         for arg, symbol in mapping.items())
-            self._plans[key] = plan
-        return plan
+        return tuple(ArgSpec._make(row) for row in self.plan_rows(atom_name, revert))
+
+    def plan_rows(self, atom_name: str, revert: bool = False
+                  ) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
+        """:meth:`argument_plan` (or the revert one) as plain tuples: what the engine fetches by.
+
+        Not cached: O(arguments) to build, needed about once per run of an
+        atom, and a cache would hold two plans per atom for the whole run.
+        """
+        atom = self._atoms[atom_name]
+        mapping = atom.revert_rebind if revert else atom.rebind
+        if not mapping:
+            return ()
+        optional = atom.revert_optional if revert else atom.optional
+        found = self._providers[atom_name]
+        return tuple([(arg, symbol, found.get(symbol, ()), symbol in optional)
+                      for arg, symbol in mapping.items()])
 
 
 class PatternCompiler:
@@ -304,7 +367,7 @@ class _Builder:
         self.units: list[scopes.Unit] = []
         self.seen_flows: set[int] = set()
         # id(unit) -> links between its children as (from, to, metadata) indexes.
-        self.links_of: dict[int, list[tuple[int, int, dict[str, Any]]]] = {}
+        self.any_retry = False
 
     # -- pass 1: the pattern tree -----------------------------------------
 
@@ -323,15 +386,15 @@ class _Builder:
                                 f" {sorted(set(self.duplicates))}")
         self._name_flows()
         order = self._order(root_unit)
-        graph = self._graph(order)
+        topology, retries = self._topology(order)
         resolver = scopes.ProviderResolver(self.atoms, self.units, self.parents, self.index)
-        providers, ambiguities = resolver.resolve(order)
-        if self.freeze:
-            nx.freeze(graph)
+        providers, ambiguities, outside = resolver.resolve(order)
+        for unit in self.units:
+            unit.forget_resolution()
         units = {u.node: u for u in self.units}
         atoms = {name: self.atoms[name] for name in order}
-        return Compilation(self.root, graph, atoms, order, self.parents, self.index, units,
-                           root_unit, providers, ambiguities)
+        return Compilation(self.root, topology, retries, atoms, order, self.parents, self.index,
+                           units, root_unit, providers, ambiguities, outside, self.freeze)
 
     def _add_atom(self, atom: Any, unit: scopes.Unit, index: int) -> str:
         name = atom.name
@@ -352,6 +415,7 @@ class _Builder:
         unit = scopes.Unit(flow, parent, index)
         self.units.append(unit)
         if flow.retry is not None:
+            self.any_retry = True
             if not isinstance(flow.retry, retry_mod.Retry):
                 raise TypeError(f"Retry controller {flow.retry!r} of flow '{flow.name}'"
                                 f" is not a Retry")
@@ -370,12 +434,19 @@ class _Builder:
             links.append((pu, pv, meta))
         perm = self._toposort(flow, items, links)
         where = {pos: i for i, pos in enumerate(perm)}
-        unit.preds = [[] for _ in items]
+        linked_from: list[list[int]] = [[] for _ in items]
         for pu, pv, _meta in links:
-            unit.preds[where[pv]].append(where[pu])
-        preds = unit.preds
-        unit.chain = len(items) > 1 and all(preds[i] == [i - 1] for i in range(1, len(items)))
-        self.links_of[id(unit)] = [(where[pu], where[pv], meta) for pu, pv, meta in links]
+            linked_from[where[pv]].append(where[pu])
+        # Tuples (most empty or of one index): less memory, and the
+        # collector stops tracking tuples of ints.
+        unit.preds = preds = [tuple(p) if p else () for p in linked_from]
+        unit.chain = len(items) > 1 and all(preds[i] == (i - 1,) for i in range(1, len(items)))
+        unit.link_ends = array.array("q")
+        for pu, pv, meta in links:
+            kept = _kept(meta)
+            if kept is not None:
+                unit.link_meta[len(unit.link_ends) // 2] = kept
+            unit.link_ends.extend((where[pu], where[pv]))
         for i, pos in enumerate(perm):
             item = items[pos]
             if isinstance(item, flow_mod.Flow):
@@ -454,52 +525,94 @@ class _Builder:
         expand(root)
         return tuple(order)
 
-    def _graph(self, order: tuple[str, ...]) -> graph_types.DiGraph:
-        graph = graph_types.DiGraph()
-        nodes: list[tuple[str, dict[str, Any]]] = []
-        edges: list[tuple[str, str, dict[str, Any]]] = []
-
-        def invariant() -> dict[str, Any]:
-            return {"invariant": True, "decider": None, "decider_depth": None}
-
+    def _topology(self, order: tuple[str, ...]) -> tuple[topo.Topology, dict[str, str]]:
+        """The compact execution graph, and each atom's controlling retry (if any)."""
+        nodes: list[str] = []
+        kinds: dict[str, str] = {}
         for unit in self.units:
-            nodes.append((unit.node, {"kind": FLOW, "flow": unit.flow, "end": unit.end}))
-            nodes.append((unit.end, {"kind": FLOW_END, "flow": unit.flow, "start": unit.node}))
-            entry = unit.node
-            if unit.retry is not None:
-                edges.append((unit.node, unit.retry, invariant()))
-                entry = unit.retry
-            kids = unit.kids
-            heads = [k if isinstance(k, str) else k.node for k in kids]
-            tails = [k if isinstance(k, str) else k.end for k in kids]
-            has_out = [False] * len(kids)
-            for a, b, meta in self.links_of[id(unit)]:
-                has_out[a] = True
-                decider = meta.get(flow_mod.LINK_DECIDER)
-                depth = meta.get(flow_mod.LINK_DECIDER_DEPTH)
-                if decider is not None:
-                    depth = Depth.translate(depth) if depth is not None else Depth.ALL
-                else:
-                    depth = None
-                edges.append((tails[a], heads[b], {
-                    "invariant": bool(meta.get(flow_mod.LINK_INVARIANT, False)),
-                    "decider": decider, "decider_depth": depth}))
-            for i, head in enumerate(heads):
-                if not unit.preds[i]:
-                    edges.append((entry, head, invariant()))
-                if not has_out[i]:
-                    edges.append((tails[i], unit.end, invariant()))
-            if not kids:
-                edges.append((entry, unit.end, invariant()))
+            nodes += (unit.node, unit.end)
+            kinds[unit.node] = FLOW
+            kinds[unit.end] = FLOW_END
+        retries: dict[str, str] = {}
         for name in order:
             unit = self.parents[name]
             kind = RETRY if self.index[name] == -1 else TASK
-            # A retry is controlled by the retry of the flow enclosing its own.
-            holder: scopes.Unit | None = unit.parent if kind == RETRY else unit
-            while holder is not None and holder.retry is None:
-                holder = holder.parent
-            nodes.append((name, {"kind": kind, "atom": self.atoms[name],
-                                 "retry": holder.retry if holder is not None else None}))
-        graph.add_nodes_from(nodes)
-        graph.add_edges_from(edges)
-        return graph
+            nodes.append(name)
+            kinds[name] = kind
+            if self.any_retry:
+                # A retry is controlled by the retry of the flow enclosing its own.
+                holder: scopes.Unit | None = unit.parent if kind == RETRY else unit
+                while holder is not None and holder.retry is None:
+                    holder = holder.parent
+                if holder is not None and holder.retry is not None:
+                    retries[name] = holder.retry
+        edges = ((u, v, topo.Decision(decider, depth) if decider is not None else None)
+                 for u, v, _invariant, decider, depth in iter_edges(self.units))
+        return topo.Topology(nodes, kinds, edges), retries
+
+
+def iter_edges(units: Iterable[scopes.Unit]) -> Iterator[tuple[str, str, bool, Any, Any]]:
+    """The execution graph's edges, in the order they were always added.
+
+    Yields ``(from, to, invariant, decider, decider_depth)``; the units are
+    the compiled flows, outermost first.
+    """
+    for unit in units:
+        entry = unit.node
+        if unit.retry is not None:
+            yield unit.node, unit.retry, True, None, None
+            entry = unit.retry
+        kids = unit.kids
+        heads = [k if isinstance(k, str) else k.node for k in kids]
+        tails = [k if isinstance(k, str) else k.end for k in kids]
+        has_out = [False] * len(kids)
+        ends = unit.link_ends
+        metas = unit.link_meta
+        for k in range(len(ends) // 2):
+            a, b, meta = ends[2 * k], ends[2 * k + 1], metas.get(k)
+            has_out[a] = True
+            if meta:
+                decider = meta.get(flow_mod.LINK_DECIDER)
+                depth = meta.get(flow_mod.LINK_DECIDER_DEPTH)
+                invariant = bool(meta.get(flow_mod.LINK_INVARIANT, False))
+            else:
+                decider = depth = None
+                invariant = False
+            if decider is not None:
+                depth = Depth.translate(depth) if depth is not None else Depth.ALL
+            else:
+                depth = None
+            yield tails[a], heads[b], invariant, decider, depth
+        for i, head in enumerate(heads):
+            if not unit.preds[i]:
+                yield entry, head, True, None, None
+            if not has_out[i]:
+                yield tails[i], unit.end, True, None, None
+        if not kids:
+            yield entry, unit.end, True, None, None
+
+
+def build_graph(compilation: Compilation, freeze: bool) -> graph_types.DiGraph:
+    """The networkx execution graph of a compilation (see ``execution_graph``)."""
+    # Imported here: the engine runs without networkx (importing it costs
+    # ~0.1 s and ~20 MB), which only code asking for this graph needs.
+    import networkx as nx
+
+    from flowengine.types import graph as graph_types
+
+    graph = graph_types.DiGraph()
+    units = compilation.units_in_order()
+    nodes: list[tuple[str, dict[str, Any]]] = []
+    for unit in units:
+        nodes.append((unit.node, {"kind": FLOW, "flow": unit.flow, "end": unit.end}))
+        nodes.append((unit.end, {"kind": FLOW_END, "flow": unit.flow, "start": unit.node}))
+    for name, atom in compilation.atoms.items():
+        nodes.append((name, {"kind": compilation.kind(name), "atom": atom,
+                             "retry": compilation.retry_of(name)}))
+    graph.add_nodes_from(nodes)
+    graph.add_edges_from((u, v, {"invariant": invariant, "decider": decider,
+                                 "decider_depth": depth})
+                         for u, v, invariant, decider, depth in iter_edges(units))
+    if freeze:
+        nx.freeze(graph)
+    return graph

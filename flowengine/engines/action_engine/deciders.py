@@ -7,11 +7,11 @@ so the decider sees the results of the atoms it follows.
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from flowengine import deciders as de
+from flowengine.engines.action_engine.topology import Topology
 
 # Node kinds in the compiled execution graph.
 TASK = "task"
@@ -31,31 +31,28 @@ class EdgeDecider(NamedTuple):
     depth: Any
 
 
-def _edge_decider(graph: Any, u: str, v: str) -> EdgeDecider | None:
-    data = graph.adj[u][v]
-    decider = data.get("decider")
-    if decider is None:
+def _edge_decider(topology: Topology, u: str, v: str) -> EdgeDecider | None:
+    decision = topology.deciders.get((u, v))
+    if decision is None:
         return None
-    depth = data.get("decider_depth")
-    if depth is None:
-        depth = de.Depth.ALL
-    return EdgeDecider(u, graph.nodes[u]["kind"], decider, de.Depth.translate(depth))
+    depth = decision.depth if decision.depth is not None else de.Depth.ALL
+    return EdgeDecider(u, topology.kinds[u], decision.decider, de.Depth.translate(depth))
 
 
-def edge_deciders_for(graph: Any, atom: str,
+def edge_deciders_for(topology: Topology, atom: str,
                       memo: dict[str, tuple[EdgeDecider, ...]]) -> tuple[EdgeDecider, ...]:
     """Deciders on links into ``atom``, and into the flows that start before it."""
     found: list[EdgeDecider] = []
-    for u in graph.predecessors(atom):
-        ed = _edge_decider(graph, u, atom)
+    for u in topology.preds[atom]:
+        ed = _edge_decider(topology, u, atom)
         if ed is not None:
             found.append(ed)
-        if graph.nodes[u]["kind"] == FLOW:
-            found.extend(_behind_flow_start(graph, u, memo))
+        if topology.kinds[u] == FLOW:
+            found.extend(_behind_flow_start(topology, u, memo))
     return tuple(found)
 
 
-def _behind_flow_start(graph: Any, start: str,
+def _behind_flow_start(topology: Topology, start: str,
                        memo: dict[str, tuple[EdgeDecider, ...]]) -> tuple[EdgeDecider, ...]:
     # A decider on a link into a flow applies to every atom of that flow;
     # memoised per flow start node so each edge is looked at once.
@@ -63,45 +60,30 @@ def _behind_flow_start(graph: Any, start: str,
     if cached is not None:
         return cached
     found: list[EdgeDecider] = []
-    for u in graph.predecessors(start):
-        ed = _edge_decider(graph, u, start)
+    for u in topology.preds[start]:
+        ed = _edge_decider(topology, u, start)
         if ed is not None:
             found.append(ed)
-        if graph.nodes[u]["kind"] == FLOW:
-            found.extend(_behind_flow_start(graph, u, memo))
+        if topology.kinds[u] == FLOW:
+            found.extend(_behind_flow_start(topology, u, memo))
     memo[start] = result = tuple(found)
     return result
 
 
-def _forward(graph: Any, atom: str, through: Callable[[str], bool]) -> Iterator[str]:
-    """Atoms reachable forward from ``atom`` walking only nodes ``through`` allows."""
-    seen = {atom}
-    queue = collections.deque([atom])
-    while queue:
-        n = queue.popleft()
-        for s in graph.successors(n):
-            if s in seen:
-                continue
-            seen.add(s)
-            kind = graph.nodes[s]["kind"]
-            if kind in ATOM_KINDS:
-                yield s
-            if through(kind):
-                queue.append(s)
-
-
-def affected_atoms(graph: Any, atom: str, depth: Any) -> list[str]:
+def affected_atoms(topology: Topology, atom: str, depth: Any) -> list[str]:
     """The atoms a veto at ``depth`` moves to IGNORE (``atom`` first)."""
+    kinds = topology.kinds
     names = [atom]
     if depth == de.Depth.ALL:
-        names.extend(_forward(graph, atom, lambda kind: True))
+        names.extend(s for s in topology.forward(atom, lambda kind: True)
+                     if kinds[s] in ATOM_KINDS)
     elif depth == de.Depth.FLOW:
         # Successors within the same flow: never enter nested flows (nor leave
         # through the flow's end) and stop at retry controllers.
-        names.extend(s for s in _forward(graph, atom, lambda kind: kind == TASK)
-                     if graph.nodes[s]["kind"] == TASK)
+        names.extend(s for s in topology.forward(atom, lambda kind: kind == TASK)
+                     if kinds[s] == TASK)
     elif depth == de.Depth.NEIGHBORS:
-        names.extend(s for s in graph.successors(atom) if graph.nodes[s]["kind"] == TASK)
+        names.extend(s for s in topology.succs[atom] if kinds[s] == TASK)
     return names
 
 

@@ -23,6 +23,7 @@ from flowengine.engines.action_engine import builder, compiler
 from flowengine.engines.action_engine import executor as ex
 from flowengine.engines.action_engine import runtime as rt
 from flowengine.types import failure as ft
+from flowengine.utils import gc_freeze
 
 LOG = logging.getLogger(__name__)
 
@@ -185,6 +186,12 @@ class ActionEngine(base.Engine):
         self.compile()
         self.prepare()
         self.validate()
+        # The flow, compilation and storage outlive the run: collections
+        # during it need not walk them (see utils.gc_freeze).
+        with gc_freeze.frozen_heap():
+            yield from self._run(timeout)
+
+    def _run(self, timeout: float | None) -> Generator[str, object, None]:
         last_transitions: collections.deque[tuple[str | None, str | None]] = collections.deque(
             maxlen=max(1, self.MAX_MACHINE_STATES_RETAINED))
         with _started(self._task_executor, self._retry_executor):
@@ -308,7 +315,10 @@ class ActionEngine(base.Engine):
                 # RESUMING -> (atoms ensured in storage) -> SUSPENDED, so
                 # listeners see a resumption (both are no-ops for a new flow).
                 self._change_state(states.RESUMING)
-                self._ensure_storage()
+                # What exists (flow, compilation) outlives the atom details
+                # made here: collections need not walk it (utils.gc_freeze).
+                with gc_freeze.frozen_heap():
+                    self._ensure_storage()
                 self._change_state(states.SUSPENDED)
                 self._storage_ensured = True
             if self.storage.get_flow_state() == states.REVERTED:

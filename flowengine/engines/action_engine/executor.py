@@ -49,9 +49,15 @@ def execute_task(task: Any, arguments: Arguments,
     """Run ``task.execute`` here and now; return ``(EXECUTED, result|Failure)``."""
     if progress_callback is None:
         return EXECUTED, _call_execute(task, arguments)
-    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS,
-                                callback=progress_callback):
+    # register/deregister spelled out (not nt.register_deregister): this
+    # runs for every task, and a generator-based context manager costs more
+    # than the registration itself.
+    notifier = task.notifier
+    notifier.register(EVENT_UPDATE_PROGRESS, progress_callback)
+    try:
         return EXECUTED, _call_execute(task, arguments)
+    finally:
+        notifier.deregister(EVENT_UPDATE_PROGRESS, progress_callback)
 
 
 def revert_task(task: Any, arguments: Arguments, result: Any, failures: Any,

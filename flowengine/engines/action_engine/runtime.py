@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import networkx as nx
-
 from flowengine import states as st
 from flowengine.engines.action_engine import analyzer as an
 from flowengine.engines.action_engine import completer as co
@@ -41,27 +39,28 @@ class Runtime:
 
     def compile(self) -> None:
         """Precompute per-atom lookups (graph neighbours, deciders, actions)."""
-        graph = self.compilation.execution_graph
-        self.graph = graph
-        kinds = {n: d["kind"] for n, d in graph.nodes(data=True)}
-        order = self._topological_order(graph)
+        topology = self.compilation.topology
+        self.topology = topology
+        kinds = topology.kinds
+        order = topology.topological()
         self.order_index = {n: i for i, n in enumerate(order)}
-        self.atoms: dict[str, Any] = {}
-        for n in order:
-            if kinds[n] in de.ATOM_KINDS:
-                self.atoms[n] = graph.nodes[n]["atom"]
+        compiled_atoms = self.compilation.atoms
+        self.atoms: dict[str, Any] = {n: compiled_atoms[n] for n in order
+                                      if kinds[n] in de.ATOM_KINDS}
         self.atom_order = list(self.atoms)
         self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
-        self._is_retry = {n: kinds[n] == de.RETRY for n in self.atom_order}
-        preds = {n: tuple(graph.predecessors(n)) for n in order}
-        succs = {n: tuple(graph.successors(n)) for n in order}
-        self.analyzer = an.Analyzer(order, preds, succs, self.atom_order,
+        retries = set(self.retries)
+        self._is_retry = retries.__contains__
+        self.analyzer = an.Analyzer(order, topology.preds, topology.succs, self.atom_order,
                                     self._can_transition)
-        memo: dict[str, tuple[de.EdgeDecider, ...]] = {}
-        self.edge_deciders = {n: de.edge_deciders_for(graph, n, memo)
-                              for n in self.atom_order}
-        self._exec_plans = {n: self._plan(a, False) for n, a in self.atoms.items()}
-        self._revert_plans = {n: self._plan(a, True) for n, a in self.atoms.items()}
+        # Only atoms behind a link with a decider have any (most flows have none).
+        self.edge_deciders: dict[str, tuple[de.EdgeDecider, ...]] = {}
+        if topology.deciders:
+            memo: dict[str, tuple[de.EdgeDecider, ...]] = {}
+            for n in self.atom_order:
+                found = de.edge_deciders_for(topology, n, memo)
+                if found:
+                    self.edge_deciders[n] = found
         self._subgraphs: dict[str, list[str]] = {}
         self._scopes: dict[str, list[list[str]]] = {}
         self._retry_of: dict[str, str | None] = {}
@@ -76,23 +75,27 @@ class Runtime:
         self.completer = co.Completer(self)
         self.scheduler = sc.Scheduler(self)
 
-    def _plan(self, atom: Any, revert: bool) -> tuple[ArgSpec, ...]:
-        # Resolved once by the compiler: which atoms provide each argument,
+    @property
+    def graph(self) -> Any:
+        """The compilation's networkx execution graph (built on first use)."""
+        return self.compilation.execution_graph
+
+    def _plan(self, name: str, revert: bool) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
+        # Resolved by the compiler: which atoms provide each argument,
         # closest first (rows are (arg_name, symbol, providers, optional)).
-        if revert:
-            return self.compilation.revert_argument_plan(atom.name)
-        return self.compilation.argument_plan(atom.name)
+        return self.compilation.plan_rows(name, revert)
 
     def fetch_args(self, name: str, revert: bool = False) -> dict[str, Any]:
         """The arguments for an atom's execute (or revert), from storage."""
-        plan = (self._revert_plans if revert else self._exec_plans)[name]
-        return self.storage.fetch_args(name, plan)
+        return self.storage.fetch_args(name, self._plan(name, revert))
 
     def unsatisfied(self) -> Iterator[tuple[Any, str, set[str]]]:
         """Yield ``(atom, 'execute'|'revert', missing symbols)`` for unmet requirements."""
-        for name, atom in self.atoms.items():
-            for method, plan in (("execute", self._exec_plans[name]),
-                                 ("revert", self._revert_plans[name])):
+        # Only atoms with a symbol no atom in scope provides can miss one.
+        for name in self.compilation.needing_outside_values():
+            atom = self.atoms[name]
+            for method, plan in (("execute", self._plan(name, False)),
+                                 ("revert", self._plan(name, True))):
                 missing_args = self.storage.unsatisfied_args(name, plan)
                 if missing_args:
                     symbols = {spec[1] for spec in plan if spec[0] in missing_args}
@@ -105,16 +108,10 @@ class Runtime:
             if self.storage.unsatisfied_args(ambiguity.atom, probe):
                 yield ambiguity
 
-    @staticmethod
-    def _topological_order(graph: Any) -> list[str]:
-        # Kahn's algorithm by generations: deterministic, and nodes ready at
-        # the same time keep the order they were added in (flow order).
-        return list(nx.topological_sort(graph))
-
     _TRANSITIONS: dict[tuple[bool, str, str], bool] = {}
 
     def _can_transition(self, name: str, old: str, new: str) -> bool:
-        key = (self._is_retry[name], old, new)
+        key = (self._is_retry(name), old, new)
         allowed = self._TRANSITIONS.get(key)
         if allowed is None:
             check = st.check_retry_transition if key[0] else st.check_task_transition
@@ -136,7 +133,7 @@ class Runtime:
 
     def action_for(self, name: str) -> Any:
         """The action (task or retry) that moves this atom."""
-        return self.retry_action if self._is_retry[name] else self.task_action
+        return self.retry_action if self._is_retry(name) else self.task_action
 
     def retry_of(self, name: str) -> str | None:
         """The retry controller whose subflow holds ``name`` (not itself)."""
@@ -164,7 +161,7 @@ class Runtime:
         """Atoms after ``name`` in the graph (a retry's subflow and beyond)."""
         found = self._subgraphs.get(name)
         if found is None:
-            found = sorted(nx.descendants(self.graph, name) & self.atoms.keys(),
+            found = sorted(self.topology.descendants(name) & self.atoms.keys(),
                            key=self.order_index.__getitem__)
             self._subgraphs[name] = found
         return found
@@ -184,7 +181,7 @@ class Runtime:
             return None
         levels = self._scopes.get(atom_name)
         if levels is None:
-            visible = nx.ancestors(self.graph, atom_name) & self.atoms.keys()
+            visible = self.topology.ancestors(atom_name) & self.atoms.keys()
             ordered = sorted(visible, key=self.order_index.__getitem__, reverse=True)
             levels = self._scopes[atom_name] = [[name] for name in ordered]
         return levels
@@ -209,7 +206,7 @@ class Runtime:
         for name in names:
             if state is not None:
                 atom = self.atoms[name]
-                if self._is_retry[name]:
+                if self._is_retry(name):
                     self.retry_action.change_state(atom, state)
                 else:
                     self.task_action.change_state(
@@ -267,7 +264,7 @@ class Runtime:
                 what = analyzer.readiness(name)
                 if what is None:
                     continue
-                if what == an.EXECUTE and self.edge_deciders[name] \
+                if what == an.EXECUTE and name in self.edge_deciders \
                         and not self._decide(name):
                     continue
                 ready.append((name, what))
@@ -301,7 +298,7 @@ class Runtime:
         if not nays:
             return True
         depth = de.pick_depth(nays)
-        self.reset_atoms(de.affected_atoms(self.graph, name, depth),
+        self.reset_atoms(de.affected_atoms(self.topology, name, depth),
                          state=st.IGNORE, intention=st.IGNORE)
         return False
 
@@ -310,10 +307,12 @@ class Runtime:
         if getter is not None:
             # A decider on a link out of a flow sits on the flow's end node;
             # the compiler indexes flows by their start node.
-            start = self.graph.nodes[flow_node].get("start", flow_node)
+            start = flow_node
+            if self.topology.kinds.get(flow_node) == de.FLOW_END:
+                start = self.compilation.flow_start_of(flow_node)
             try:
                 return [n for n in getter(start) if n in self.atoms]
             except (KeyError, ValueError):
                 pass
-        return [n for n in nx.ancestors(self.graph, flow_node) if n in self.atoms]
+        return [n for n in self.topology.ancestors(flow_node) if n in self.atoms]
 

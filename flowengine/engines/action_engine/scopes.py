@@ -14,6 +14,7 @@ closure is ever built.
 
 from __future__ import annotations
 
+import array
 import bisect
 from typing import Any, NamedTuple
 
@@ -39,7 +40,7 @@ class Unit:
     """Compile-time record of one flow: its children, links and provider tables."""
 
     __slots__ = ("flow", "parent", "index", "node", "end", "retry", "kids", "preds",
-                 "chain", "prov", "latest", "reach", "start", "stop")
+                 "link_ends", "link_meta", "chain", "prov", "latest", "reach", "start", "stop")
 
     def __init__(self, flow: Any, parent: Unit | None, index: int) -> None:
         self.flow = flow
@@ -49,13 +50,24 @@ class Unit:
         self.end = ""               # execution graph end node name
         self.retry: str | None = None
         self.kids: list[Any] = []   # atom names (str) or Unit, topological order
-        self.preds: list[list[int]] = []   # child index -> linked-from child indexes
+        self.preds: list[tuple[int, ...]] = []   # child index -> linked-from child indexes
+        # Links between children, in the flow's order: link k goes from child
+        # link_ends[2k] to child link_ends[2k + 1] (8 bytes an end, not a
+        # tuple each); link_meta[k]: what the execution graph uses of its
+        # metadata (deciders, invariant), for the few links that have any.
+        self.link_ends = array.array("q")
+        self.link_meta: dict[int, dict[str, Any]] = {}
         self.chain = False          # every child linked to the next (linear)
         self.prov: dict[str, list[tuple[int, str]]] = {}
         self.latest: dict[str, tuple[str, ...]] = {}
         self.reach: dict[tuple[int, int], bool] = {}
         self.start = 0              # slice of Compilation.topological_order
         self.stop = 0
+
+    def forget_resolution(self) -> None:
+        """Drop the provider tables only provider resolution needs (it is done)."""
+        self.prov = {}
+        self.latest = {}
 
 
 def precedes(unit: Unit, a: int, b: int) -> bool:
@@ -241,9 +253,13 @@ class ProviderResolver:
         return winners if len(winners) > 1 else ()
 
     def resolve(self, order: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[str, ...]]],
-                                                        dict[tuple[str, str], Ambiguity]]:
+                                                        dict[tuple[str, str], Ambiguity],
+                                                        tuple[str, ...]]:
+        """Per atom: symbol -> providers nearest first; the ambiguities; and the atoms
+        with some symbol nobody in scope provides (in ``order``)."""
         providers: dict[str, dict[str, tuple[str, ...]]] = {}
         ambiguities: dict[tuple[str, str], Ambiguity] = {}
+        outside: list[str] = []
         for name in order:
             atom = self._atoms[name]
             table: dict[str, tuple[str, ...]] = {}
@@ -258,7 +274,9 @@ class ProviderResolver:
                     continue
                 found, clash = self._lookup(name, symbol)
                 table[symbol] = found
+                if not found and (not outside or outside[-1] != name):
+                    outside.append(name)
                 if clash and symbol not in injected:
                     ambiguities[(name, symbol)] = Ambiguity(name, symbol, clash)
             providers[name] = table
-        return providers, ambiguities
+        return providers, ambiguities, tuple(outside)

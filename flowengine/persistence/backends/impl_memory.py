@@ -26,6 +26,30 @@ def _as_bool(value: Any) -> bool:
     return bool(value)
 
 
+class LiveAtom:
+    """A stored atom detail kept as the object itself, formatted when read.
+
+    Only the throwaway backend a storage makes for itself when given none
+    holds these (see :meth:`MemoryBackend.private`): its storage saves
+    every change to a detail right after making it, so the object and what
+    a formatted copy taken at save time would say are the same, and a save
+    costs nothing.
+    """
+
+    __slots__ = ("detail",)
+
+    def __init__(self, detail: models.AtomDetail) -> None:
+        self.detail = detail
+
+    def materialize(self) -> dict[str, Any]:
+        """The stored form (``persistence.base.format_atom``) as of now."""
+        return base.format_atom(self.detail)
+
+
+#: Children of a node that has none (shared; _add_child replaces it).
+_NO_CHILDREN: dict[str, Any] = {}
+
+
 class _Inode:
     """One node of the fake filesystem: a value or a link, plus children."""
 
@@ -37,7 +61,7 @@ class _Inode:
         self.path = path
         self.value = value
         self.target: str | None = None
-        self.children: dict[str, _Inode] = {}
+        self.children: dict[str, _Inode] = _NO_CHILDREN
         self.parent = parent
 
     def bfs(self) -> Iterator[_Inode]:
@@ -64,11 +88,64 @@ class FakeFilesystem:
 
     def __init__(self, deep_copy: bool = True) -> None:
         self._root = _Inode(self.root_path, self.root_path)
-        self._nodes: dict[str, _Inode] = {self.root_path: self._root}
+        self._index: dict[str, _Inode] = {self.root_path: self._root}
+        # Live atom details not given nodes yet: (atoms dir, flow dir, details).
+        self._deferred: list[tuple[str, str, list[models.AtomDetail]]] = []
         # deep_copy isolates stored values from later mutation by the caller;
         # without it only the top-level container is copied (much cheaper).
         self._deep_copy = deep_copy
         self._copier = copy.deepcopy if deep_copy else copy.copy
+
+    @property
+    def _nodes(self) -> dict[str, _Inode]:
+        """Path -> node, every deferred atom given its nodes first."""
+        if self._deferred:
+            self._settle()
+        return self._index
+
+    def defer_live_atoms(self, atoms_path: str, flow_path: str,
+                         details: list[models.AtomDetail]) -> None:
+        """Store ``details`` live under ``atoms_path``, linked from ``flow_path`` (both exist).
+
+        Nothing is built until the filesystem is next read (any lookup by
+        path, a listing, pformat): a storage saving into its private
+        backend never reads it back, so a flow's atoms cost one list here.
+        """
+        self._deferred.append((atoms_path, flow_path, details))
+
+    def _indexed(self, path: str, children: bool = True) -> dict[str, _Inode]:
+        """Path -> node, with deferred atoms given nodes first if ``path`` may concern them.
+
+        That is when ``path`` may be one of their nodes, or (``children``: the
+        caller will look below ``path``) a directory they go in or one of its
+        ancestors. Writing a directory's own value (a flow detail) does not.
+        """
+        if self._deferred:
+            below = path.rstrip("/") + "/"
+            for atoms_path, flow_path, _details in self._deferred:
+                for folder in (atoms_path, flow_path):
+                    if path.startswith(folder + "/") or children and (
+                            path == folder or folder.startswith(below)):
+                        self._settle()
+                        return self._index
+        return self._index
+
+    def _settle(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        index = self._index
+        for atoms_path, flow_path, details in deferred:
+            atoms_node, flow_node = index[atoms_path], index[flow_path]
+            for ad in details:
+                uuid = ad.uuid
+                node = atoms_node.children.get(uuid)
+                if node is None:
+                    self._add_child(atoms_node, uuid, LiveAtom(ad))
+                else:
+                    node.value = LiveAtom(ad)
+                link = flow_node.children.get(uuid)
+                if link is None:
+                    link = self._add_child(flow_node, uuid)
+                link.target = atoms_node.path + "/" + uuid
 
     @classmethod
     def normpath(cls, path: str) -> str:
@@ -92,21 +169,23 @@ class FakeFilesystem:
 
     def _node(self, path: str) -> _Inode:
         try:
-            return self._nodes[path]
+            return self._indexed(path)[path]
         except KeyError:
             raise exc.NotFound(f"Path '{path}' not found")
 
     def _add_child(self, parent: _Inode, name: str, value: Any = None) -> _Inode:
         path = parent.path + name if parent is self._root else parent.path + "/" + name
         node = _Inode(name, path, parent=parent, value=value)
+        if parent.children is _NO_CHILDREN:
+            parent.children = {}
         parent.children[name] = node
-        self._nodes[path] = node
+        self._index[path] = node
         return node
 
     def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents if missing."""
         path = self.normpath(path)
-        if path in self._nodes:
+        if path in self._indexed(path, children=False):
             return
         node = self._root
         for piece in path.split(posixpath.sep)[1:]:
@@ -119,7 +198,8 @@ class FakeFilesystem:
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists."""
-        return self.normpath(path) in self._nodes
+        path = self.normpath(path)
+        return path in self._indexed(path, children=False)
 
     def _resolve(self, path: str) -> _Inode:
         node = self._node(path)
@@ -133,7 +213,10 @@ class FakeFilesystem:
         return node
 
     def __getitem__(self, path: str) -> Any:
-        return self._copier(self._resolve(self.normpath(path)).value)
+        value = self._resolve(self.normpath(path)).value
+        if type(value) is LiveAtom:
+            return value.materialize()
+        return self._copier(value)
 
     def get(self, path: str, default: Any = None) -> Any:
         """Return the value at ``path`` (links followed) or ``default``."""
@@ -147,7 +230,7 @@ class FakeFilesystem:
 
     def put_normalized(self, path: str, value: Any) -> None:
         """Store ``value`` as is at an already normalised ``path`` (parent must exist)."""
-        node = self._nodes.get(path)
+        node = self._indexed(path, children=False).get(path)
         if node is not None:
             node.value = value
             return
@@ -181,7 +264,8 @@ class FakeFilesystem:
     def clear(self) -> None:
         """Remove everything but the root."""
         self._root.children = {}
-        self._nodes = {self.root_path: self._root}
+        self._index = {self.root_path: self._root}
+        self._deferred = []
 
     def symlink(self, src_path: str, dest_path: str) -> None:
         """Make ``dest_path`` a link to ``src_path``."""
@@ -189,7 +273,7 @@ class FakeFilesystem:
 
     def symlink_normalized(self, src_path: str, dest_path: str) -> None:
         """``symlink`` for already normalised paths."""
-        node = self._nodes.get(dest_path)
+        node = self._indexed(dest_path, children=False).get(dest_path)
         if node is None:
             parent_path, name = self.split(dest_path)
             node = self._add_child(self._node(parent_path), name)
@@ -216,6 +300,8 @@ class FakeFilesystem:
 
     def pformat(self) -> str:
         """Draw the tree, links shown as ``name (link to target)``."""
+        if self._deferred:
+            self._settle()
         lines = [self._root.name]
 
         def draw(node: _Inode, prefix: str) -> None:
@@ -246,6 +332,22 @@ class MemoryBackend(path_based.PathBasedBackend):
         super().__init__(conf)
         self.memory = FakeFilesystem(deep_copy=_as_bool(self._conf.get("deep_copy", True)))
         self.lock = threading.RLock()
+        # Atom details kept as LiveAtom (see private()); never for a backend
+        # someone else may save arbitrary objects to.
+        self._live_atoms = False
+
+    @classmethod
+    def private(cls) -> MemoryBackend:
+        """The backend a storage given no backend keeps its flow in (``deep_copy`` off).
+
+        Atom details are kept as the storage's own objects and formatted
+        when read: a storage saves each change right after making it, so
+        reads give what they would with a copy per save, and the engine's
+        four saves per task cost nothing.
+        """
+        backend = cls({"deep_copy": False})
+        backend._live_atoms = True
+        return backend
 
     def fenced_connection(self, fence: Any) -> Any:
         """A connection whose writes are refused once ``fence`` is superseded.
@@ -273,7 +375,19 @@ class MemoryConnection(path_based.PathBasedConnection):
         self._memory = backend.memory
         self._lock = backend.lock
         self._atom_prefix = self.atom_path.rstrip("/") + "/"
+        self._live = backend._live_atoms
         self.upgrade()
+
+    def _write_flow(self, fd: models.FlowDetail, transaction: Any,
+                    ignore_missing: bool) -> None:
+        if not self._live:
+            super()._write_flow(fd, transaction, ignore_missing)
+            return
+        # The private backend's bulk path (a flow's atoms registered at once):
+        # the atoms kept live, their nodes made when someone reads.
+        self._write(fd, transaction, ignore_missing)
+        self._memory.defer_live_atoms(self._atom_path, self._join_path(self._flow_path, fd.uuid),
+                                      list(fd))
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -296,7 +410,7 @@ class MemoryConnection(path_based.PathBasedConnection):
 
     def _exists(self, path: str) -> bool:
         with self._lock:
-            return path in self._memory._nodes
+            return self._memory.exists(path)
 
     # Paths reaching _set_item/_create_link come from _join_path: already
     # normalised, and the values were just built by to_dict.
@@ -332,6 +446,17 @@ class MemoryConnection(path_based.PathBasedConnection):
         # Hot path (one call per atom state change): skip the generic
         # path-building and context-manager layers of the base class.
         path = self._atom_prefix + atom_detail.uuid
+        if self._live:
+            with self._lock:
+                node = self._memory._nodes.get(path)
+                if node is None:
+                    if not ignore_missing:
+                        raise exc.NotFound(f"No AtomDetail found with uuid"
+                                           f" '{atom_detail.uuid}'")
+                    self._memory.put_normalized(path, LiveAtom(atom_detail))
+                elif type(node.value) is not LiveAtom or node.value.detail is not atom_detail:
+                    node.value = LiveAtom(atom_detail)
+            return atom_detail
         data = base.format_atom(atom_detail)
         with self._lock:
             node = self._memory._nodes.get(path)

@@ -10,7 +10,16 @@ nobody will ever acknowledge it: for a flow, a lost request or reply.
 After reconnecting, a proxy calls :func:`restore_stranded`: if Redis itself
 restarted during the proxy's outage, every message parked before the restart
 is put back at the head of its queue now. A message parked after the restart
-belongs to a live consumer and is left alone. Other transports need nothing
+belongs to a live consumer and is left alone.
+
+Where "before the restart" ends is taken from a marker, not from Redis's
+uptime: Redis reports ``uptime_in_seconds`` from a start time cut to the
+second, so ``now - uptime`` may fall up to a second after the restart (a
+message parked just before it would be left stranded) or before it. Every
+consumer, on each connection, stamps the Redis run it sees with its clock
+if nobody did (``SET NX``); as each consumes only after that, a message
+parked in this run carries a later score than the stamp, and one parked in
+an earlier run an earlier one. Other transports need nothing
 (AMQP brokers requeue unacknowledged messages when a connection closes), and
 flowengine's own Redis transport (the default for ``redis://``) puts back
 what a consumer held by itself (transports/redis.py): this module serves
@@ -30,6 +39,19 @@ LOG = logging.getLogger(__name__)
 #: or by kombu itself after visibility_timeout).
 MAX_RESTORED = 10_000
 
+#: Seconds a run's first-seen stamp is kept: it only matters to consumers
+#: reconnecting after that run began; later ones fall back on the uptime.
+RUN_STAMP_TTL_S = 7 * 24 * 3600
+
+#: Redis cuts its start time to the second: the uptime fallback stops this
+#: much earlier, so it never takes a message of the new run for a stranded one.
+UPTIME_RESOLUTION_S = 1.0
+
+
+def run_stamp_key(run_id: str) -> str:
+    """The Redis key holding when consumers first saw Redis run ``run_id``."""
+    return f"_flowengine.redis-run-first-seen.{run_id}"
+
 
 def _redis_channel(conn: Any) -> Any | None:
     """The connection's channel if it is kombu's Redis channel, else None."""
@@ -45,12 +67,19 @@ def _redis_channel(conn: Any) -> Any | None:
 
 
 def broker_run_id(conn: Any) -> str | None:
-    """Redis's ``run_id`` (new on every start) for a connected ``conn``; None off Redis."""
+    """Redis's ``run_id`` (new on every start) for a connected ``conn``; None off Redis.
+
+    Also stamps the run with this process's clock if no consumer did yet:
+    call it before consuming on each connection (see the module docstring).
+    """
     try:
         channel = _redis_channel(conn)
         if channel is None:
             return None
-        return str(channel.client.info("server")["run_id"])
+        client = channel.client
+        run_id = str(client.info("server")["run_id"])
+        client.set(run_stamp_key(run_id), repr(time.time()), nx=True, ex=RUN_STAMP_TTL_S)
+        return run_id
     except Exception:
         LOG.debug("Could not read the Redis run_id", exc_info=True)
         return None
@@ -73,9 +102,11 @@ def restore_stranded(conn: Any, previous_run_id: str | None) -> int:
         if str(info["run_id"]) == previous_run_id:
             return 0  # our connection broke but Redis kept running: nothing stranded
         uptime_s = float(info["uptime_in_seconds"])
-        # Consumers reconnect no sooner than RECONNECT_BACKOFF_S after the
-        # break, so what was parked before ``now - uptime`` predates the restart.
-        ceil = time.time() - uptime_s
+        stamp = client.get(run_stamp_key(str(info["run_id"])))
+        if stamp is not None:
+            ceil = float(stamp)
+        else:  # stamp expired, or no consumer connected since: Redis's own word
+            ceil = time.time() - uptime_s - UPTIME_RESOLUTION_S
         tags = client.zrangebyscore(channel.unacked_index_key, 0, ceil, start=0,
                                     num=MAX_RESTORED)
         for tag in tags:
