@@ -157,14 +157,18 @@ def test_a_loop_waiting_for_its_turn_gives_up_when_the_worker_stops():
 
 
 def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
-    # A full worker of several topics must wait for room in its consume loop
-    # (which keeps the AMQP connection alive), and a loop waiting for its
-    # turn inside a handler must keep calling its keepalive.
+    # A worker of several topics holding more than its capacity waits for
+    # room in its consume loop (which keeps the AMQP connection alive); at
+    # capacity a loop takes one more message and waits for its turn with it
+    # inside a handler, where it must keep calling its keepalive.
     room = priority.PriorityRoom(capacity=1, ranks=1)
     memory = room.memory()
     never = threading.Event()
     memory.admit(("busy", "execute", None), "r", 0)
+    assert room.wait_for_space(never, 0.0) is True  # at capacity: one more in hand
+    memory.admit(("over", "execute", None), "r", 0)
     assert room.wait_for_space(never, 0.0) is False
+    memory.forget(("over", "execute", None))
     pauses = threading.Semaphore(0)
     result: list[Any] = []
     waiter = threading.Thread(target=lambda: result.append(room.admit(

@@ -57,7 +57,25 @@ sys.path.insert(0, HERE)
 import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
 
 TRANSPORTS = ("memory", "filesystem", "redis", "amqp")
-LIBS = ("floor", "flowengine", "taskflow-tuned", "taskflow-default")
+LIBS = ("floor", "flowengine", "flowengine-base", "celery", "taskflow-tuned",
+        "taskflow-default")
+
+#: Libraries run by default (``flowengine-base`` needs ``--baseline``).
+DEFAULT_LIBS = tuple(lib for lib in LIBS if lib != "flowengine-base")
+
+#: Celery runs on real brokers only (its memory transport lives in one process).
+CELERY_TRANSPORTS = ("redis", "amqp")
+
+#: Repetitions of every case (interleaved), for medians with min and max.
+REPEAT = 5
+
+#: TaskFlow with its defaults is 10-100x slower than the rest and its figures
+#: are shown for scale only: measured this many times, not REPEAT.
+TASKFLOW_DEFAULT_REPEAT = 1
+
+#: Fresh engines run one after another, per one-task case process (each a
+#: 1-task flow, from run() to its result, workers already up).
+ONE_TASK_RUNS = 5
 
 #: Tasks in the latency flow (linear) and the throughput flow (unordered).
 LATENCY_TASKS = 50
@@ -127,12 +145,27 @@ def connection(lib: str, transport: str, url: str | None, folder: str | None) ->
     return conn
 
 
+#: The flowengine tree ``flowengine-base`` runs (``--baseline``): "before" in the same run.
+BASELINE_TREE: str | None = os.environ.get("FLOWENGINE_BENCH_BASELINE")
+
+
 def _lib_env(lib: str) -> dict[str, str]:
     env = dict(os.environ)
     env["FLOWENGINE_BENCH_LIB"] = "taskflow" if lib.startswith("taskflow") else "flowengine"
-    paths = [HERE] + ([REPO_ROOT] if not lib.startswith("taskflow") else [])
+    paths = [HERE]
+    if lib == "flowengine-base":
+        if BASELINE_TREE is None:
+            raise SystemExit("--lib flowengine-base needs --baseline PATH")
+        paths.append(BASELINE_TREE)
+        env["FLOWENGINE_BENCH_BASELINE"] = BASELINE_TREE
+    elif lib in ("floor", "flowengine"):
+        paths.append(REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
+
+
+def _is_flowengine(lib: str) -> bool:
+    return lib in ("flowengine", "flowengine-base")
 
 
 # --------------------------------------------------------------------------
@@ -186,6 +219,9 @@ def worker_processes(lib: str, exchange: str, conn: dict, count: int):
     procs = []
     cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--lib", lib,
            "--exchange", exchange, "--conn", json.dumps(conn)]
+    if lib == "celery":
+        cmd = [sys.executable, "-c", "import sys, bench_celery; sys.exit("
+               f"bench_celery.worker_main({conn['url']!r}, {WORKER_THREADS}, {READY!r}))"]
     try:
         for _ in range(count):
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
@@ -254,25 +290,46 @@ def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict) -> dict:
     span = done[-1] - done[0]
     # CPU of this process (the engine; and the workers too for memory) per task:
     # unlike wall time it hardly moves when the machine is busy.
-    return {"tasks": n, "run_s": run_s, "first_s": done[0] - started,
-            "per_task_ms": span / (n - 1) * 1000.0, "tasks_per_s": (n - 1) / span,
-            "cpu_per_task_ms": cpu / n * 1000.0}
+    result = {"tasks": n, "run_s": run_s, "first_s": done[0] - started,
+              "run_tasks_per_s": n / run_s, "cpu_per_task_ms": cpu / n * 1000.0}
+    if n > 1:
+        result.update({"per_task_ms": span / (n - 1) * 1000.0, "tasks_per_s": (n - 1) / span})
+    return result
+
+
+def one_task_runs(lib: str, exchange: str, conn: dict) -> dict:
+    """ONE_TASK_RUNS fresh engines of a 1-task flow, one after another: run() in ms."""
+    runs = [run_flow(lib, "linear", 1, exchange, conn)["run_s"] * 1000.0
+            for _ in range(ONE_TASK_RUNS)]
+    ordered = sorted(runs)
+    return {"tasks": 1, "runs_ms": runs, "run_ms": ordered[len(ordered) // 2]}
 
 
 def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
     """One latency/throughput case with its workers (threads for memory)."""
     exchange = f"bench-{uuid.uuid4().hex[:8]}"
     shape = "linear" if case == "latency" else "unordered"
+    if lib == "celery":
+        import bench_celery
+
+        with worker_processes(lib, exchange, conn, WORKERS):
+            return bench_celery.client_case(conn["url"], case, n)
+
+    def measure() -> dict:
+        if case == "one-task":
+            return one_task_runs(lib, exchange, conn)
+        return run_flow(lib, shape, n, exchange, conn)
+
     if transport == "memory":
         running = [start_worker_thread(lib, exchange, conn) for _ in range(WORKERS)]
         try:
-            return run_flow(lib, shape, n, exchange, conn)
+            return measure()
         finally:
             for w, pool in running:
                 w.stop()
                 pool.shutdown(wait=False)
     with worker_processes(lib, exchange, conn, WORKERS):
-        return run_flow(lib, shape, n, exchange, conn)
+        return measure()
 
 
 # --------------------------------------------------------------------------
@@ -280,13 +337,22 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
 # --------------------------------------------------------------------------
 
 def _kombu_connection(conn: dict):
+    """kombu's own transport for a broker URL (Redis, AMQP); flowengine's otherwise.
+
+    The floor on a real broker is kombu as it comes, so that nothing
+    flowengine changes in its own transports moves the floor; kombu's memory
+    and filesystem transports poll once a second, so there the floor runs on
+    flowengine's drop-in transports.
+    """
     import kombu
 
     from flowengine.engines.worker_based import transports
 
     url = conn.get("url")
+    if url:
+        return kombu.Connection(url, transport_options=conn.get("transport_options", {}))
     transport = transports.resolve(url, conn.get("transport"))
-    return kombu.Connection(url or f"{transport}://", transport=transport,
+    return kombu.Connection(f"{transport}://", transport=transport,
                             transport_options=conn.get("transport_options", {}))
 
 
@@ -455,45 +521,104 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}x"
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def summarize(results: list[dict]) -> dict[tuple[str, str, str], dict[str, tuple]]:
+    """(transport, lib, case) -> key -> (median, min, max, count) over the repetitions."""
+    values: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    for r in results:
+        if "error" in r:
+            continue
+        keys = values.setdefault((r["transport"], r["lib"], r["case"]), {})
+        for key, value in r.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                keys.setdefault(key, []).append(float(value))
+    return {case: {key: (_median(v), min(v), max(v), len(v)) for key, v in keys.items()}
+            for case, keys in values.items()}
+
+
 def print_table(results: list[dict], out=sys.stdout) -> None:
-    """One row per transport: latency, throughput, ratios."""
-    by = {(r["transport"], r["lib"], r["case"]): r for r in results}
+    """Latency, one-task run and throughput per transport: medians [min-max], ratios."""
+    summary = summarize(results)
 
-    def val(t: str, lib: str, case: str, key: str) -> float | None:
-        r = by.get((t, lib, case))
-        return None if r is None or "error" in r else r.get(key)
+    def stat(t: str, lib: str, case: str, key: str) -> tuple | None:
+        return summary.get((t, lib, case), {}).get(key)
 
-    transports = [t for t in TRANSPORTS if any(k[0] == t for k in by)]
+    def med(t: str, lib: str, case: str, key: str) -> float | None:
+        got = stat(t, lib, case, key)
+        return None if got is None else got[0]
+
+    def cell(t: str, lib: str, case: str, key: str, unit: str = "") -> str:
+        got = stat(t, lib, case, key)
+        if got is None:
+            return "-"
+        m, lo, hi, count = got
+        if count == 1:
+            return _fmt(m, unit)
+        return f"{_fmt(m, unit)} [{_fmt(lo, unit)}-{_fmt(hi, unit)}]"
+
+    transports = [t for t in TRANSPORTS if any(k[0] == t for k in summary)]
+    libs = {k[1] for k in summary}
+    reps = max((v[3] for keys in summary.values() for v in keys.values()), default=0)
+    print(f"\nmedian [min-max] of up to {reps} repetitions, interleaved", file=out)
+
     print("\nPer-task latency, 50-task linear flow (ms per task; floor = raw kombu"
-          " request/reply round trip)", file=out)
-    head = (f"{'transport':<11} {'floor':>9} {'flowengine':>11} {'TF tuned':>10}"
-            f" {'TF default':>11} {'fe/floor':>9} {'fe/TF tuned':>12}"
-            f" {'CPU fe':>8} {'CPU floor':>10} {'CPU TF tuned':>13}")
-    print(head + "\n" + "-" * len(head), file=out)
+          " request/reply round trip; Celery: chain time / n)", file=out)
+    cols = [("floor", "floor", "floor"), ("flowengine", "flowengine", "latency")]
+    if "flowengine-base" in libs:
+        cols.append(("fe base", "flowengine-base", "latency"))
+    cols += [("Celery", "celery", "latency"), ("TF tuned", "taskflow-tuned", "latency"),
+             ("TF default", "taskflow-default", "latency")]
+    print("| transport | " + " | ".join(c[0] for c in cols)
+          + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor |", file=out)
+    print("|---" * (len(cols) + 6) + "|", file=out)
     for t in transports:
-        fl, fe = val(t, "floor", "floor", "per_task_ms"), val(t, "flowengine", "latency",
-                                                              "per_task_ms")
-        tt = val(t, "taskflow-tuned", "latency", "per_task_ms")
-        td = val(t, "taskflow-default", "latency", "per_task_ms")
-        cfe = val(t, "flowengine", "latency", "cpu_per_task_ms")
-        cfl = val(t, "floor", "floor", "cpu_per_task_ms")
-        ctt = val(t, "taskflow-tuned", "latency", "cpu_per_task_ms")
-        print(f"{t:<11} {_fmt(fl):>9} {_fmt(fe):>11} {_fmt(tt):>10} {_fmt(td):>11}"
-              f" {_ratio(fe, fl):>9} {_ratio(fe, tt):>12}"
-              f" {_fmt(cfe):>8} {_fmt(cfl):>10} {_fmt(ctt):>13}", file=out)
+        fl = med(t, "floor", "floor", "per_task_ms")
+        fe = med(t, "flowengine", "latency", "per_task_ms")
+        base = med(t, "flowengine-base", "latency", "per_task_ms")
+        tt = med(t, "taskflow-tuned", "latency", "per_task_ms")
+        cells = [cell(t, lib, case, "per_task_ms") for _, lib, case in cols]
+        print(f"| {t} | " + " | ".join(cells)
+              + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
+              f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
+              f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))} |", file=out)
     print("(CPU: CPU time of the engine process per task, the client's per round trip for"
           " the floor; for memory the workers are in that process too)", file=out)
-    print(f"\nThroughput, {THROUGHPUT_TASKS}-task unordered flow on {WORKERS} workers"
-          " (tasks/s; higher is better)", file=out)
-    head = (f"{'transport':<11} {'flowengine':>11} {'TF tuned':>10} {'TF default':>11}"
-            f" {'fe/TF tuned':>12}")
-    print(head + "\n" + "-" * len(head), file=out)
+
+    print(f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
+          f" (median of {ONE_TASK_RUNS} engines per repetition)", file=out)
+    one_libs = [lib for lib in ("flowengine", "flowengine-base") if lib in libs]
+    print("| transport | " + " | ".join(one_libs) + " |", file=out)
+    print("|---" * (len(one_libs) + 1) + "|", file=out)
     for t in transports:
-        fe = val(t, "flowengine", "throughput", "tasks_per_s")
-        tt = val(t, "taskflow-tuned", "throughput", "tasks_per_s")
-        td = val(t, "taskflow-default", "throughput", "tasks_per_s")
-        print(f"{t:<11} {_fmt(fe, ''):>11} {_fmt(tt, ''):>10} {_fmt(td, ''):>11}"
-              f" {_ratio(fe, tt):>12}", file=out)
+        print(f"| {t} | " + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs)
+              + " |", file=out)
+
+    print(f"\nThroughput, {THROUGHPUT_TASKS} independent tasks on {WORKERS} workers x"
+          f" {WORKER_THREADS} threads (tasks/s, engine start or first send to last"
+          " result; higher is better)", file=out)
+    tcols = [("flowengine", "flowengine")]
+    if "flowengine-base" in libs:
+        tcols.append(("fe base", "flowengine-base"))
+    tcols += [("Celery 5.7", "celery"), ("TF tuned", "taskflow-tuned"),
+              ("TF default", "taskflow-default")]
+    print("| transport | " + " | ".join(c[0] for c in tcols)
+          + " | fe/Celery | base/Celery | fe/TF tuned | fe steady |", file=out)
+    print("|---" * (len(tcols) + 5) + "|", file=out)
+    for t in transports:
+        fe = med(t, "flowengine", "throughput", "run_tasks_per_s")
+        base = med(t, "flowengine-base", "throughput", "run_tasks_per_s")
+        cel = med(t, "celery", "throughput", "run_tasks_per_s")
+        tt = med(t, "taskflow-tuned", "throughput", "run_tasks_per_s")
+        cells = [cell(t, lib, "throughput", "run_tasks_per_s") for _, lib in tcols]
+        print(f"| {t} | " + " | ".join(cells)
+              + f" | {_ratio(fe, cel)} | {_ratio(base, cel)} | {_ratio(fe, tt)}"
+              f" | {cell(t, 'flowengine', 'throughput', 'tasks_per_s')} |", file=out)
+    print("(fe steady: first to last completion, the engine's start left out)", file=out)
     errors = [r for r in results if "error" in r]
     for r in errors:
         print(f"# {r['transport']} {r['lib']} {r['case']}: {r['error']}", file=out)
@@ -503,20 +628,44 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
     if lib == "floor":
         return [("floor", 20 if tiny else FLOOR_ROUND_TRIPS)]
     if tiny:
-        return [("latency", 5), ("throughput", 20)]
-    if lib == "taskflow-default":
-        return [("latency", DEFAULT_TASKFLOW_LATENCY_TASKS),
-                ("throughput", DEFAULT_TASKFLOW_THROUGHPUT_TASKS)]
-    return [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
+        cases = [("latency", 5), ("throughput", 20)]
+    elif lib == "taskflow-default":
+        cases = [("latency", DEFAULT_TASKFLOW_LATENCY_TASKS),
+                 ("throughput", DEFAULT_TASKFLOW_THROUGHPUT_TASKS)]
+    else:
+        cases = [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
+    if _is_flowengine(lib):
+        cases.append(("one-task", 1))
+    return cases
+
+
+def _shown(r: dict) -> str:
+    if "error" in r:
+        return r["error"]
+    if "run_ms" in r:
+        return f"run() {r['run_ms']:.1f} ms (median of {len(r['runs_ms'])})"
+    parts = [f"{r['per_task_ms']:.2f} ms/task"] if "per_task_ms" in r else []
+    if "run_tasks_per_s" in r:
+        parts.append(f"{r['run_tasks_per_s']:.0f} tasks/s from start")
+    return ", ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
+    global BASELINE_TREE
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--transport", choices=TRANSPORTS, action="append",
                    help="transport to run (repeatable; default: all)")
     p.add_argument("--lib", choices=LIBS, action="append",
-                   help="library to run (repeatable; default: all)")
+                   help="library to run (repeatable; default: all but flowengine-base,"
+                        " which --baseline adds)")
+    p.add_argument("--baseline", metavar="TREE",
+                   help="another flowengine source tree (e.g. a worktree of main), run as"
+                        " 'flowengine-base' next to this one")
+    p.add_argument("--repeat", type=int, default=REPEAT,
+                   help="repetitions of each case, interleaved (default %(default)s)")
+    p.add_argument("--redis-url", help="use this Redis instead of starting one")
+    p.add_argument("--amqp-url", help="use this RabbitMQ instead of starting one")
     p.add_argument("--tiny", action="store_true", help="tiny flows (a smoke test)")
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
     p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S,
@@ -549,36 +698,53 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()
         os._exit(0)
 
+    if args.baseline:
+        BASELINE_TREE = os.path.abspath(args.baseline)
     transports = args.transport or list(TRANSPORTS)
-    libs = args.lib or list(LIBS)
+    libs = args.lib or [*DEFAULT_LIBS, *(["flowengine-base"] if args.baseline else [])]
     pythons = {lib: sys.executable for lib in libs}
     if any(lib.startswith("taskflow") for lib in libs):
         tf = taskflow_python(args.taskflow_venv, args.taskflow_spec)
         pythons.update({lib: tf for lib in libs if lib.startswith("taskflow")})
+    if "celery" in libs:
+        import bench_celery
+
+        pythons["celery"] = bench_celery.ensure_celery_python()
     print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs; each case in a"
           " fresh subprocess", file=sys.stderr)
     results = []
-    with broker_urls(transports) as urls:
-        for transport in transports:
-            if transport not in urls:
-                continue
-            for lib in libs:
-                for case, n in _cases(lib, args.tiny):
-                    timeout = args.timeout
-                    if lib.startswith("taskflow") and transport == "filesystem":
-                        timeout = min(timeout, TASKFLOW_FILESYSTEM_TIMEOUT_S)
-                    r = run_case(pythons[lib], lib, case, transport, urls[transport], n,
-                                 timeout)
-                    results.append(r)
-                    shown = r.get("error") or (f"{r['per_task_ms']:.2f} ms/task"
-                                               + (f", {r['tasks_per_s']:.0f} tasks/s"
-                                                  if "tasks_per_s" in r else ""))
-                    print(f"# {transport:<10} {lib:<16} {case:<10} n={n:<4} {shown}",
-                          file=sys.stderr, flush=True)
+    hung: set[tuple[str, str, str]] = set()
+    given = {"redis": args.redis_url, "amqp": args.amqp_url}
+    with broker_urls([t for t in transports if not given.get(t)]) as urls:
+        urls.update({k: v for k, v in given.items() if v})
+        for rep in range(args.repeat):
+            for transport in transports:
+                if transport not in urls:
+                    continue
+                for lib in libs:
+                    if lib == "celery" and transport not in CELERY_TRANSPORTS:
+                        continue
+                    if lib == "taskflow-default" and rep >= TASKFLOW_DEFAULT_REPEAT:
+                        continue
+                    for case, n in _cases(lib, args.tiny):
+                        if (transport, lib, case) in hung:
+                            continue  # timed out once: it would again
+                        timeout = args.timeout
+                        if lib.startswith("taskflow") and transport == "filesystem":
+                            timeout = min(timeout, TASKFLOW_FILESYSTEM_TIMEOUT_S)
+                        r = run_case(pythons[lib], lib, case, transport, urls[transport], n,
+                                     timeout)
+                        r["rep"] = rep
+                        results.append(r)
+                        if r.get("error", "").startswith("timeout"):
+                            hung.add((transport, lib, case))
+                        print(f"# {rep} {transport:<10} {lib:<16} {case:<10} n={n:<4}"
+                              f" {_shown(r)}", file=sys.stderr, flush=True)
     print_table(results)
     if args.json:
         print(json.dumps(results, indent=1))
-    return 1 if any("error" in r for r in results if r["lib"] in ("flowengine", "floor")) else 0
+    return 1 if any("error" in r for r in results
+                    if r["lib"] in ("flowengine", "floor")) else 0
 
 
 if __name__ == "__main__":

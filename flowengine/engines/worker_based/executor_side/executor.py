@@ -9,8 +9,9 @@ one, refreshing discovery and forgetting silent workers.
 
 :class:`WorkerTaskExecutor` composes the parts and owns their threads:
 
-* a :class:`.publisher.RequestPublisher` (the request path, and the release
-  thread that publishes waiting requests once a worker appears),
+* a :class:`.publisher.RequestPublisher` (the request path, and the sender
+  thread that publishes queued requests in batches, and waiting ones once a
+  worker appears),
 * a :class:`.replies.ReplyHandler` (the reply consumer's handlers),
 * a :class:`.housekeeper.Housekeeper` (deadlines, lost requests, discovery),
 * the :class:`.discovery.ProxyWorkerFinder` and the :class:`.tracking.RequestBook`
@@ -220,11 +221,17 @@ class WorkerTaskExecutor(base.TaskExecutor):
             return
         self._housekeeper.arm()
         self._spawn(self._consume, "replies")
+        # The publishing connection is opened while the consumer connects and
+        # declares (both are round trips to the broker), not after: NOTIFY
+        # and the first requests then go out at once. Not joined: a broker
+        # that is away is reported by wait_started(), not by this thread.
+        threading.Thread(target=self._proxy.connect_publisher, daemon=True,
+                         name=f"wbe-connect-{self._uuid}").start()
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
             self.stop()
             raise problem
-        self._spawn(self._requests.run_releases, "release")
+        self._spawn(self._requests.run_sender, "sender")
         self._spawn(self._housekeeper.run, "housekeeping")
         try:
             self._finder.publish()
@@ -251,7 +258,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
             if thread is not threading.current_thread():
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
-        if started and self._proxy.has_consumed:  # else no reply queue was declared
+        if (started and self._proxy.has_consumed  # else no reply queue was declared
+                and reply_queue.needs_dropping(self._proxy.broker,
+                                               self._proxy.private_queues_deleted)):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
         leftovers = self._book.drain()

@@ -222,7 +222,7 @@ class ReplyHandler:
                     " (attempt %d of %d)", tracked.request, result.exception_str,
                     tracked.attempt + 2, self._policy.max_attempts)
         self._book.new_attempt(tracked, route_now=False)
-        self._release_waiting()  # the release thread routes it to another worker
+        self._release_waiting()  # the sender thread routes it to another worker
         return True
 
     def _refused_as_unknown(self, tracked: tr.Tracked, result: Any, worker_id: str) -> bool:

@@ -14,6 +14,25 @@ from flowengine.engines.worker_based.transports import topology
 LOG = logging.getLogger(__name__)
 
 
+def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool) -> bool:
+    """Whether a stopped executor's reply queue is still there to remove.
+
+    Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
+    its consumer goes. Not when the consumer's lease was retired (Redis): that
+    deleted its private queues with their bindings. Saves the stop of a short
+    engine run a connection and a few round trips.
+    """
+    if deleted_with_lease:
+        return False
+    if broker.durable:
+        return True  # durable queues are not auto-delete (topology.make_queue)
+    conn = broker.connection()  # not connected: no I/O
+    try:
+        return isinstance(conn.transport, virtual.Transport)
+    finally:
+        conn.release()
+
+
 def drop_reply_queue(broker: BrokerSettings, exchange_name: str, executor_uuid: str) -> None:
     """Unbind and empty the reply queue of executor ``executor_uuid``; never raises.
 

@@ -221,6 +221,11 @@ class Consumer:
         return self._has_consumed
 
     @property
+    def private_queues_deleted(self) -> bool:
+        """True once the loop ended and its lease was retired: private queues are gone."""
+        return self._lease is not None and self._lease.retired
+
+    @property
     def wake_headers(self) -> dict[str, str]:
         """Headers of the wake-up message that makes this loop notice stop() at once."""
         return {WAKE_HEADER: self._wake_token}

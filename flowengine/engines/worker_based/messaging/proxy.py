@@ -27,14 +27,19 @@ from flowengine.engines.worker_based.messaging.consumer import (
     QueueSpec,
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
-from flowengine.engines.worker_based.messaging.publisher import PUBLISH_TIMEOUT_S, Publisher
+from flowengine.engines.worker_based.messaging.publisher import (
+    PUBLISH_TIMEOUT_S,
+    BatchNotSent,
+    Outgoing,
+    Publisher,
+)
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings, mask_options
 from flowengine.engines.worker_based.wire import messages, names, signing
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Proxy", "QueueSpec",
-           "TransportDetails", "mask_options"]
+__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Outgoing",
+           "Proxy", "QueueSpec", "TransportDetails", "mask_options"]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -178,6 +183,11 @@ class Proxy:
         return self._consumer.has_consumed
 
     @property
+    def private_queues_deleted(self) -> bool:
+        """True once the stopped loop's transport deleted its private queues (Redis)."""
+        return self._consumer.private_queues_deleted
+
+    @property
     def is_running(self) -> bool:
         """True while the consume loop is consuming."""
         return self._consumer.is_running
@@ -232,6 +242,31 @@ class Proxy:
     def confirm_published(self) -> bool:
         """Block until what was published so far reached the broker; False if unknown."""
         return self._publisher.confirm()
+
+    def prepare(self, msg: messages.Message, routing_key: str | Sequence[str],
+                reply_to: str | None = None, correlation_id: str | None = None,
+                headers: Mapping[str, Any] | None = None) -> Outgoing:
+        """Encode (and sign) ``msg`` for send(); SerializationFailure as publish()."""
+        return self._publisher.prepare(msg.TYPE, msg.to_dict(), routing_key,
+                                       reply_to=reply_to, correlation_id=correlation_id,
+                                       headers=headers)
+
+    @property
+    def batches_publications(self) -> bool:
+        """True when a batch given to send() costs one round trip (flowengine's Redis)."""
+        return self._publisher.batches
+
+    def send(self, batch: Sequence[Outgoing], timeout_s: float | None = None) -> None:
+        """Publish prepared messages in order, in one round trip where the transport can.
+
+        Thread-safe. Raises BatchNotSent (how many went out first, and its
+        ``cause``: what publish() would raise).
+        """
+        self._publisher.send(batch, timeout_s)
+
+    def connect_publisher(self) -> None:
+        """Open the publishing connection now (never raises; see Publisher.connect)."""
+        self._publisher.connect()
 
     def publish_body(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
                      **kwargs: Any) -> None:

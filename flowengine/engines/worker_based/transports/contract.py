@@ -38,6 +38,9 @@ class Capabilities:
     #: ``channel.capturing()`` and ``channel.settle_with(...)``: a reply is
     #: published and the message it answers acknowledged in one atomic step.
     atomic_settle: bool = False
+    #: ``channel.batching()``: publications made inside the block reach the
+    #: broker together in one round trip when it ends (in order, all or none).
+    batch_publish: bool = False
 
 
 #: The capabilities of a transport that declares none (kombu's own).
@@ -51,12 +54,14 @@ class LeasingChannel(Protocol):
     def mark_private(self, queue: str) -> None:
         """Record ``queue`` as private to this process (``private_queues``)."""
 
-    def capturing(self) -> contextlib.AbstractContextManager[list[tuple[str, bytes]]]:
+    def capturing(self) -> contextlib.AbstractContextManager[list[Any]]:
         """Collect the pushes publications make instead of sending them (``atomic_settle``)."""
 
-    def settle_with(self, delivery_tag: Any, pushes: list[tuple[str, bytes]],
-                    client: Any) -> None:
+    def settle_with(self, delivery_tag: Any, pushes: Any, client: Any) -> None:
         """Send ``pushes`` and acknowledge ``delivery_tag`` atomically (``atomic_settle``)."""
+
+    def batching(self) -> contextlib.AbstractContextManager[None]:
+        """Send the block's publications together when it ends (``batch_publish``)."""
 
 
 def capabilities(transport: Any) -> Capabilities:

@@ -53,6 +53,7 @@ class LeaseKeeper:
         self._conn: Any = None
         self._failing = False
         self._renewed = False
+        self._retired = False
         self._lapsed = threading.Event()
         #: Messages of dead consumers this keeper put back so far.
         self.reclaimed_count = 0
@@ -61,6 +62,11 @@ class LeaseKeeper:
     def consumer_id(self) -> str:
         """The consumer whose lease is kept."""
         return self._consumer_id
+
+    @property
+    def retired(self) -> bool:
+        """True once stop() retired the consumer: its private queues are deleted."""
+        return self._retired
 
     def start(self) -> None:
         """Renew now and then every period, until stop()."""
@@ -82,6 +88,7 @@ class LeaseKeeper:
         if retire and self._renewed:  # never renewed: nothing held, nothing to give back
             try:
                 back = rc.retire(self._client(), self._consumer_id)
+                self._retired = True
                 if back:
                     LOG.info("Consumer %s put back %d unsettled message(s) on leaving",
                              self._consumer_id, back)

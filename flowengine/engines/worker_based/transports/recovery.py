@@ -57,6 +57,10 @@ def run_stamp_key(run_id: str) -> str:
 
 def _redis_channel(conn: Any) -> Any | None:
     """The connection's channel if it is kombu's Redis channel, else None."""
+    if getattr(conn.transport, "driver_type", None) != "redis":
+        # Asked on every consumer start: other brokers (AMQP) would pay a
+        # channel opened for nothing, one round trip.
+        return None
     channel = conn.default_channel
     if all(hasattr(channel, attr) for attr in ("unacked_index_key", "unacked_key", "qos",
                                                 "client")):

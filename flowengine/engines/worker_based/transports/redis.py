@@ -27,7 +27,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from queue import Empty
 from typing import Any, NamedTuple
 
@@ -139,7 +139,7 @@ class Channel(kombu_redis.Channel):
         self._private: set[str] = set()
         self._polling: str | None = None
         self._server_checked = False
-        self._captured: list[tuple[str, bytes]] | None = None
+        self._captured: list[rc.Push] | None = None
 
     # --- queues ---
 
@@ -249,28 +249,68 @@ class Channel(kombu_redis.Channel):
             if flush is not None:
                 flush()
 
-    # --- settling with a reply ---
+    # --- publishing ---
+
+    def basic_publish(self, message: Any, exchange: str, routing_key: str,
+                      **kwargs: Any) -> Any:
+        """Publish; to a direct exchange in one round trip, Redis doing the routing.
+
+        kombu looks the exchange's bindings up (SMEMBERS) and then pushes to
+        each bound queue: two round trips, and a binding removed in between
+        still receives the message. Here one script does both, atomically.
+        Other exchange types (and a dead-letter queue) go kombu's way.
+        """
+        if (not exchange or self.deadletter_queue is not None or self.sep != rc.BINDING_SEP
+                or self.typeof(exchange).type != "direct"):
+            return super().basic_publish(message, exchange, routing_key, **kwargs)
+        self._inplace_augment_message(message, exchange, routing_key)
+        push = rc.Push(self.keyprefix_queue % (exchange,), routing_key or "", dumps(message))
+        if self._captured is not None:
+            self._captured.append(push)
+            return None
+        with self.conn_or_acquire() as client:
+            rc.publish(client, [push])
+        return None
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        if self._captured is not None:
+            self._captured.append(rc.Push("", self._q_for_pri(queue, 0), dumps(message)))
+            return
+        super()._put(queue, message, **kwargs)
 
     @contextlib.contextmanager
-    def capturing(self) -> Iterator[list[tuple[str, bytes]]]:
-        """Collect what is published meanwhile as (queue, payload) instead of pushing it."""
-        captured: list[tuple[str, bytes]] = []
+    def capturing(self) -> Iterator[list[rc.Push]]:
+        """Collect what is published meanwhile (as Push) instead of pushing it."""
+        if self._captured is not None:
+            raise RuntimeError("capturing() or batching() inside capturing() or batching()")
+        captured: list[rc.Push] = []
         self._captured = captured
         try:
             yield captured
         finally:
             self._captured = None
 
-    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
-        if self._captured is not None:
-            self._captured.append((self._q_for_pri(queue, 0), dumps(message)))
-            return
-        super()._put(queue, message, **kwargs)
+    @contextlib.contextmanager
+    def batching(self) -> Iterator[None]:
+        """Publish the block's messages in one round trip when it ends (see contract.py).
 
-    def settle_with(self, delivery_tag: str, pushes: list[tuple[str, bytes]],
+        One script pushes them all, in order and atomically; nothing is pushed
+        when the block raises. When the script's answer is lost the caller
+        cannot know whether the batch went out (as with a single push).
+        """
+        with self.capturing() as pushes:
+            yield
+        if pushes:
+            with self.conn_or_acquire() as client:
+                rc.publish(client, pushes)
+
+    # --- settling with a reply ---
+
+    def settle_with(self, delivery_tag: str, pushes: Sequence[rc.Push | tuple[str, bytes]],
                     client: Any) -> None:
-        """Settle a held delivery and push ``pushes`` in one atomic step (via ``client``).
+        """Settle a held delivery and make ``pushes`` in one atomic step (via ``client``).
 
+        ``pushes``: what capturing() collected, or (queue, payload) pairs.
         Raises DeliveryNotSettled when another consumer was given it; the
         transport's connection errors as they are (the delivery stays held:
         retry, it is idempotent). Settled deliveries are forgotten locally.
@@ -294,4 +334,5 @@ class Transport(kombu_redis.Transport):
     #: See contract.py: proxies open one channel per consumed queue, keep a
     #: lease alive, mark private queues and settle a request with its reply.
     flowengine_implements = contract.Capabilities(
-        leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True)
+        leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True,
+        batch_publish=True)

@@ -31,7 +31,8 @@ same bytes) is refused.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 # The transport options below live here, not in redis.py, so that code which
 # only sets them (the proxy) does not import kombu's Redis transport and the
@@ -65,6 +66,25 @@ SUSPECT_EXTRA_MS = 10_000
 #: How long (ms) a reclaimed consumer's bookkeeping sets outlive it: enough
 #: for any frozen process to wake and find them; a dead one's then expire.
 RECLAIMED_KEEP_MS = 86_400_000
+
+
+#: kombu's separator of the fields of a binding (routing key, pattern, queue)
+#: in an exchange's binding set ``_kombu.binding.<exchange>``.
+BINDING_SEP = "\x06\x16"
+
+
+class Push(NamedTuple):
+    """One message for Redis to push: to the queues of ``bindings`` bound with ``key``.
+
+    ``bindings`` is a direct exchange's binding set (kombu's layout); empty:
+    ``key`` is the queue itself. Routing on the server saves the round trip
+    kombu spends looking the bindings up first, and makes lookup and push one
+    atomic step.
+    """
+
+    bindings: str
+    key: str
+    payload: str | bytes
 
 
 def lease_key(consumer: str) -> str:
@@ -171,19 +191,57 @@ while redis.call('LMOVE', base .. '.inflight.' .. q, q, 'LEFT', 'RIGHT') do n = 
 return n
 """
 
-# KEYS: in-flight list, settle token, destination queues...; ARGV: the
-# message as taken, token TTL (ms), the taker's nonce, one payload per
-# destination. 1: settled now (payloads pushed), 2: settled earlier by this
-# same taker (a retry after a lost answer), 0: not ours any more (reclaimed,
-# possibly settled by the consumer that got it next).
-_SETTLE = """
+# Shared by the scripts that push: ARGV from ``first`` on holds Push
+# triples (binding set or '', routing key or queue, payload); a binding set
+# member is kombu's "<routing key><sep><pattern><sep><queue>". A direct
+# exchange pushes to every queue bound with exactly the routing key, once
+# each (kombu's DirectExchange.lookup, done here). Returns pushes made.
+_ROUTE_FN = """
+local function route(sep, bindings, key, payload)
+  if bindings == '' then
+    redis.call('LPUSH', key, payload)
+    return 1
+  end
+  local seen, n = {}, 0
+  for _, m in ipairs(redis.call('SMEMBERS', bindings)) do
+    local a = string.find(m, sep, 1, true)
+    if a and string.sub(m, 1, a - 1) == key then
+      local b = string.find(m, sep, a + #sep, true)
+      local q = b and string.sub(m, b + #sep)
+      if q and not seen[q] then
+        seen[q] = true
+        redis.call('LPUSH', q, payload)
+        n = n + 1
+      end
+    end
+  end
+  return n
+end
+local function route_all(sep, first)
+  local n = 0
+  for i = first, #ARGV, 3 do n = n + route(sep, ARGV[i], ARGV[i + 1], ARGV[i + 2]) end
+  return n
+end
+"""
+
+# KEYS: in-flight list, settle token; ARGV: the message as taken, token TTL
+# (ms), the taker's nonce, binding separator, Push triples. 1: settled now
+# (pushed), 2: settled earlier by this same taker (a retry after a lost
+# answer), 0: not ours any more (reclaimed, possibly settled by the consumer
+# that got it next).
+_SETTLE = _ROUTE_FN + """
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
-  for i = 3, #KEYS do redis.call('LPUSH', KEYS[i], ARGV[i + 1]) end
+  route_all(ARGV[4], 5)
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
   return 1
 end
 if redis.call('GET', KEYS[2]) == ARGV[3] then return 2 end
 return 0
+"""
+
+# ARGV: binding separator, Push triples. Pushes them in order, atomically.
+_PUBLISH = _ROUTE_FN + """
+return route_all(ARGV[1], 2)
 """
 
 # KEYS: in-flight list, queue; ARGV: the message as taken. Back at the head.
@@ -196,7 +254,7 @@ return 0
 """
 
 _SCRIPTS = {"renew": _RENEW, "reclaim": _RECLAIM, "register_queue": _REGISTER_QUEUE,
-            "settle": _SETTLE, "restore_one": _RESTORE_ONE}
+            "settle": _SETTLE, "restore_one": _RESTORE_ONE, "publish": _PUBLISH}
 
 
 def _script(client: Any, name: str) -> Any:
@@ -245,16 +303,33 @@ def mark_private(client: Any, consumer: str, queue: str,
         pipe.execute()
 
 
+def _push_args(pushes: Sequence[Push | tuple[str, bytes]]) -> list[Any]:
+    """Push triples as script arguments; a (queue, payload) pair pushes to the queue."""
+    args: list[Any] = []
+    for push in pushes:
+        if isinstance(push, Push):
+            args.extend(push)
+        else:
+            queue, payload = push
+            args.extend(("", queue, payload))
+    return args
+
+
 def settle(client: Any, inflight: str, raw: bytes, delivery_tag: str, nonce: str,
-           pushes: list[tuple[str, bytes]]) -> bool:
-    """Remove a held message and push ``pushes`` ((queue, payload) pairs) atomically.
+           pushes: Sequence[Push | tuple[str, bytes]]) -> bool:
+    """Remove a held message and make ``pushes`` (Push, or (queue, payload)) atomically.
 
     ``nonce`` is drawn when the message was taken. False when the message is
     no longer held by us (another consumer got it).
     """
-    keys = [inflight, settle_token_key(delivery_tag), *[queue for queue, _ in pushes]]
-    args = [raw, SETTLE_TOKEN_TTL_MS, nonce, *[payload for _, payload in pushes]]
+    keys = [inflight, settle_token_key(delivery_tag)]
+    args = [raw, SETTLE_TOKEN_TTL_MS, nonce, BINDING_SEP, *_push_args(pushes)]
     return int(_script(client, "settle")(keys=keys, args=args)) != 0
+
+
+def publish(client: Any, pushes: Sequence[Push | tuple[str, bytes]]) -> int:
+    """Make ``pushes`` in order, atomically, in one round trip; how many pushes were made."""
+    return int(_script(client, "publish")(args=[BINDING_SEP, *_push_args(pushes)]))
 
 
 def restore_one(client: Any, inflight: str, queue: str, raw: bytes) -> bool:

@@ -62,16 +62,18 @@ class PriorityRoom:
             return tuple(self._waiting)
 
     def wait_for_space(self, give_up: threading.Event, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` until fewer than ``capacity`` requests are held.
+        """Wait up to ``timeout_s`` until at most ``capacity`` requests are held.
 
-        A consume loop asks before it takes a message, so that a full worker
-        waits in its loop (keeping its connection alive) rather than inside
-        a handler. True when there is room or ``give_up`` is set.
+        A consume loop asks before it takes a message, as a one-topic worker
+        does (bounded prefetch). At capacity a loop still takes one message
+        and waits for its turn with it in hand (admit(), keeping its
+        connection alive): that is how the room knows which topics have work,
+        and so which goes first. True when there is room or ``give_up`` is set.
         """
         deadline = time.monotonic() + timeout_s
         with self.condition:
             while not give_up.is_set():
-                if sum(len(m) for m in self._memories) < self.capacity:
+                if sum(len(m) for m in self._memories) <= self.capacity:
                     return True
                 left = deadline - time.monotonic()
                 if left <= 0:
