@@ -3,17 +3,18 @@
 Given two worker processes and the engine each reaching the broker through a
 fault proxy that delays every chunk by 200 ms each way (a request crosses
 two hops: 400 ms from engine to worker, and as much back), with a loss bound
-sized for that network (heartbeat 2 s, the default, and 6 misses: 12 s;
+sized for that network (heartbeat 2 s, the default, and 10 misses: 20 s;
 see the note below), when a flow runs, then it completes with every task done once and
 nothing taken for lost: no request dispatched again, no request stopped by
 a worker's fence.
 
-Why that bound: on Redis each message costs its sender two round trips
-(read the exchange's bindings, push) and the engine's reply consumer two
-(take, acknowledge), 0.8 s each at this latency, so a worker's heartbeat
-round over the 3 requests it holds (one thread) takes about 2.4 s and the
-engine reads about one reply a second: the bound must cover a round plus
-the engine's backlog (see doc/source/reliability.rst).
+Why that bound: on Redis the engine's reply consumer pays two round trips
+per reply (take, acknowledge), 0.8 s at this latency, while two workers
+send a heartbeat per held request (up to 3 each) every 2 s: heartbeats
+queue up behind each other at the engine, and the silence it sees is that
+backlog. 12 s (6 misses) was exceeded once (14 s) on a loaded machine; the
+bound must cover a round plus the engine's backlog (see
+doc/source/reliability.rst, "Latency").
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.timeout(300)]
 #: Delay added to every chunk of bytes, each way, on every link (s).
 LATENCY_S = 0.2
 
-#: Heartbeat interval (s) and misses allowed: a 12 s loss bound.
-HEARTBEAT_S, MISSES = 2.0, 6
+#: Heartbeat interval (s) and misses allowed: a 20 s loss bound.
+HEARTBEAT_S, MISSES = 2.0, 10
 
 #: Tasks and how long each works (s).
 TASKS, TASK_S = 4, 1.0
