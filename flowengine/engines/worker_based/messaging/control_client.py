@@ -17,13 +17,10 @@ import uuid as uuidlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kombu.transport import virtual
-
-from flowengine.engines.worker_based.messaging import compat, dispatcher
+from flowengine.engines.worker_based.messaging import dispatcher, inventory
 from flowengine.engines.worker_based.messaging import proxy as proxy_mod
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.transports import topology
 from flowengine.engines.worker_based.wire import control as wc
 from flowengine.engines.worker_based.wire import names
 
@@ -102,7 +99,9 @@ class ControlClient:
             self._thread.join(STOP_JOIN_TIMEOUT_S)
             self._thread = None
             if self._proxy.has_consumed:
-                drop_queue(self._broker, self._exchange, self._queue)
+                spec = self._queue
+                inventory.drop_queue(self._broker, self._exchange, spec.name,
+                                     spec.routing_keys, auto_delete=spec.auto_delete)
 
     def ask(self, command: str, arguments: Mapping[str, Any] | None = None,
             destination: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -158,26 +157,4 @@ def routing_keys(destination: Sequence[str] | None) -> str | list[str]:
     return [wc.worker_control_key(worker_id) for worker_id in dict.fromkeys(destination)]
 
 
-def drop_queue(broker: BrokerSettings, exchange_name: str, spec: proxy_mod.QueueSpec) -> None:
-    """Unbind and delete a queue nobody consumes any more; never raises (logged at DEBUG).
-
-    kombu's virtual transports ignore auto_delete: left bound, the queue
-    would stay behind.
-    """
-    exchange = compat.make_exchange(exchange_name, durable=broker.durable,
-                                    compat=broker.compat)
-    queue = topology.make_queue(spec.name, exchange, spec.routing_keys,
-                                auto_delete=spec.auto_delete, durable=broker.durable)
-    try:
-        with broker.connection() as conn:
-            conn.ensure_connection(max_retries=1)
-            bound = queue(conn.default_channel)
-            bound.declare()
-            bound.delete()
-            if isinstance(conn.default_channel, virtual.Channel):
-                bound.purge()
-    except Exception:
-        LOG.debug("Could not remove queue %s", spec.name, exc_info=True)
-
-
-__all__ = ["ControlClient", "DEFAULT_TIMEOUT_S", "drop_queue", "routing_keys"]
+__all__ = ["ControlClient", "DEFAULT_TIMEOUT_S", "routing_keys"]

@@ -19,13 +19,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from kombu.transport import virtual
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import topology
 
 LOG = logging.getLogger(__name__)
 
@@ -130,3 +132,29 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
             raise QueueNotFound(f"no queue {name!r} on {broker.public_uri}")
         purged = channel.queue_purge(queue=name)
     return int(purged or 0)
+
+
+def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
+               routing_keys: Sequence[str], *, auto_delete: bool) -> None:
+    """Unbind, delete and empty a queue nobody consumes any more; never raises.
+
+    kombu's virtual transports (filesystem, redis, memory) ignore
+    auto_delete: left bound, such a queue would collect messages for ever.
+    The queue is declared again first (as its consumer declared it: a
+    durable mismatch would fail) so that this connection knows the bindings
+    to remove. A broker that cannot be reached is logged at DEBUG.
+    """
+    exchange = compat.make_exchange(exchange_name, durable=broker.durable,
+                                    compat=broker.compat)
+    queue = topology.make_queue(queue_name, exchange, tuple(routing_keys),
+                                auto_delete=auto_delete, durable=broker.durable)
+    try:
+        with broker.connection() as conn:
+            conn.ensure_connection(max_retries=1)
+            bound = queue(conn.default_channel)
+            bound.declare()
+            bound.delete()
+            if isinstance(conn.default_channel, virtual.Channel):
+                bound.purge()
+    except Exception:
+        LOG.debug("Could not remove queue %s", queue_name, exc_info=True)
