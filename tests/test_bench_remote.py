@@ -28,15 +28,43 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "Per-task latency" in out and "Throughput" in out
-    rows = {line.split()[0]: line.split() for line in out.splitlines()
-            if line.split() and line.split()[0] in ("memory", "filesystem")}
-    # Two tables, one row per transport in each; latency rows carry the floor,
-    # flowengine's figure and their ratio (no TaskFlow: '-').
-    assert set(rows) == {"memory", "filesystem"}
-    latency = [line.split() for line in out.split("Throughput")[0].splitlines()
-               if line.startswith(("memory", "filesystem"))]
-    for row in latency:
-        floor, fe, ratio = row[1], row[2], row[5]
-        assert floor.endswith("ms") and fe.endswith("ms") and ratio.endswith("x"), row
-        assert row[3] == row[4] == "-", row  # no TaskFlow in this run
+    latency_table, rest = out.split("One-task run")
+    one_task_table, throughput_table = rest.split("Throughput")
+    # Each table has one row per transport: | memory | ... |
+    for table in (latency_table, one_task_table, throughput_table):
+        assert set(_rows(table)) == {"memory", "filesystem"}, table
+    for cells in _rows(latency_table).values():
+        # floor, flowengine: "median [min-max]"; no Celery or TaskFlow in this
+        # run ('-'); then flowengine's ratio to the floor
+        floor, fe, celery, tf_tuned, tf_default, ratio = cells[:6]
+        assert _is_median_with_range(floor) and _is_median_with_range(fe), cells
+        assert celery == tf_tuned == tf_default == "-", cells
+        assert ratio.endswith("x") and float(ratio[:-1]) > 0, cells
+    for cells in _rows(throughput_table).values():
+        assert _is_median_with_range(cells[0]), cells
     assert "ERROR" not in out and "timeout" not in out
+
+
+def _rows(table: str) -> dict[str, list[str]]:
+    """A markdown table's rows by their first cell (transport), header rows left out."""
+    rows = {}
+    for line in table.splitlines():
+        if line.startswith("|") and not line.startswith(("| transport", "|---")):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def _is_median_with_range(cell: str) -> bool:
+    """'1.48 [1.31-1.56]': a median and its min-max over the repetitions."""
+    median, _, spread = cell.partition(" ")
+    low, _, high = spread.strip("[]").partition("-")
+    return all(_is_number(x) for x in (median, low, high)) and float(low) <= float(high)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
