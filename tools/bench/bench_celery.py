@@ -27,8 +27,6 @@ multiplier 4), without gossip, mingle and heartbeats (start-up only).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 #: Where the Celery virtualenv is cached, and what is installed into it.
@@ -42,17 +40,9 @@ RESULT_TIMEOUT_S = 120.0
 
 def ensure_celery_python(venv: str = CELERY_VENV, spec: str = CELERY_SPEC) -> str:
     """Path of a python that can import celery, creating the cached venv if needed."""
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python) and subprocess.run(
-            [python, "-c", "import celery, redis"], capture_output=True).returncode == 0:
-        return python
-    print(f"# creating {venv} with `pip install {spec}` (cached for later runs)",
-          file=sys.stderr)
-    os.makedirs(os.path.dirname(venv), exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec],
-                   check=True)
-    return python
+    import bench_core  # the parent's only (workers import this module in Celery's venv)
+
+    return bench_core.ensure_venv_python(venv, spec, "celery, redis")
 
 
 def make_app(url: str):

@@ -215,8 +215,16 @@ def run_child(lib: str, case: str, engine_name: str, root: str | None = None,
 
 def ensure_taskflow_python(venv: str, spec: str) -> str:
     """Path of a python that can import taskflow, creating the cached venv if needed."""
+    return ensure_venv_python(venv, spec, "taskflow")
+
+
+def ensure_venv_python(venv: str, spec: str, modules: str) -> str:
+    """``venv``'s python once it imports ``modules`` ("a, b"); pip-installs ``spec`` first if not.
+
+    The venv is cached for later runs; SystemExit if the install did not help.
+    """
     python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python) and _can_import(python, "taskflow"):
+    if os.path.exists(python) and _can_import(python, modules):
         return python
     print(f"# creating {venv} with `pip install {spec}` (cached for later runs)",
           file=sys.stderr)
@@ -224,8 +232,8 @@ def ensure_taskflow_python(venv: str, spec: str) -> str:
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
     subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec],
                    check=True)
-    if not _can_import(python, "taskflow"):
-        raise SystemExit(f"taskflow still not importable with {python}")
+    if not _can_import(python, modules):
+        raise SystemExit(f"{modules} still not importable with {python}")
     return python
 
 
