@@ -59,8 +59,12 @@ class _Link:
         self.proxy = proxy
         self.writers: list[asyncio.StreamWriter] = []
         self.tasks: list[asyncio.Task[None]] = []
+        self.aborted = False
 
     def abort(self) -> None:
+        if not self.aborted:
+            self.aborted = True
+            self.proxy.closed += 1
         for writer in self.writers:
             with contextlib.suppress(Exception):
                 writer.transport.abort()
@@ -76,6 +80,8 @@ class FaultProxy:
         self.port = 0
         #: Connections accepted so far.
         self.accepted = 0
+        #: Connections ended so far, by either peer or by :meth:`cut`.
+        self.closed = 0
         self._latency_s = 0.0
         # Set while traffic flows; cleared while black-holed (asyncio, loop thread only).
         self._open: asyncio.Event | None = None

@@ -29,6 +29,10 @@ LOG = logging.getLogger(__name__)
 
 #: How long a registered entity (a conductor) stays listed without re-registering.
 ENTITY_TTL_S = 3600.0
+
+#: While the board's server is unreachable, a blocking wait reads again at
+#: least this often (s) -- sooner when the store reports it reconnected.
+UNREACHABLE_RETRY_S = 0.5
 _Job = job_mod.BoardJob
 
 
@@ -168,19 +172,33 @@ class LeasedJobBoard(base.NotifyingJobBoard):
 
     def wait_for_outcome(self, job: base.Job | str,
                          timeout: float | None = None) -> records.Outcome | None:
-        """Block until the job has an outcome (returned) or ``timeout`` s (None)."""
+        """Block until the job has an outcome (returned) or ``timeout`` s (None).
+
+        A board server that is unreachable for a while (restarting, a
+        ZooKeeper session being replaced) does not end the wait: it raises
+        BoardUnavailable only if the server is still unreachable when
+        ``timeout`` runs out.
+        """
         uuid = job if isinstance(job, str) else job.uuid
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             seen = self._waker.seq
-            found = self.outcome(uuid)
-            if found is not None:
-                return found
-            if self._store.get(uuid) is None:
-                return None  # unknown, or finished so long ago its outcome expired
+            retry_in: float | None = None
+            try:
+                found = self.outcome(uuid)
+                if found is not None:
+                    return found
+                if self._store.get(uuid) is None:
+                    return None  # unknown, or finished so long ago its outcome expired
+            except exc.BoardUnavailable:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                retry_in = UNREACHABLE_RETRY_S
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return None
+            if retry_in is not None:
+                left = retry_in if left is None else min(left, retry_in)
             self._waker.wait(seen, left)
 
     def lease_remaining(self, job: base.Job) -> float | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from tests import faultproxy, proc_utils
 from tests.reliability.harness import ROOT, STOP_TIMEOUT_S, env
+from tests.reliability.worker_procs import wait_until
 
 #: Bounded wait (s) for a flow, only so that a bug fails the test instead of hanging it.
 FLOW_TIMEOUT_S = 90.0
@@ -40,6 +41,17 @@ class ProxiedWorker:
     def log(self) -> str:
         with open(self.log_path, encoding="utf-8", errors="replace") as fh:
             return fh.read()
+
+    def wait_log(self, text: str) -> None:
+        """Wait until the worker logged ``text`` (fails early if it died)."""
+        def seen() -> bool:
+            if text in self.log():
+                return True
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited ({self.proc.returncode}) before"
+                                     f" logging {text!r}:\n{self.log()}")
+            return False
+        wait_until(seen, what=f"{text!r} in the worker log")
 
 
 @dataclass

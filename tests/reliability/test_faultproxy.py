@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests import faultproxy
+from tests.reliability.worker_procs import wait_until
 
 #: Bounded waits (s): long enough for a loaded machine, only to fail instead of hang.
 RECV_TIMEOUT_S = 10.0
@@ -65,7 +66,10 @@ def test_forwards_and_counts_connections(echo_port):
         with _client(proxy) as a, _client(proxy) as b:
             assert _echo(a, b"hello") == b"hello"
             assert _echo(b, b"world") == b"world"
+            assert proxy.closed == 0
         assert proxy.accepted == 2
+        # Both clients closed: the proxy sees each connection end, once.
+        wait_until(lambda: proxy.closed == 2, what="both connections counted closed")
 
 
 def test_latency_delays_each_direction(echo_port):

@@ -3,9 +3,9 @@
 Given a worker whose threads are all busy with tasks longer than three AMQP
 heartbeat intervals (2 s here, in its URL) and whose queue holds more
 requests than it may take, when the flow runs, then no connection of the
-worker is reset (its fault proxy sees no new connection after start-up, and
-the worker logs no lost connection), and the checker counts every request
-done once: 0 duplicated, 0 lost, 0 concurrent.
+worker is reset (its fault proxy sees none of them close, and the worker
+logs no lost connection), and the checker counts every request done once:
+0 duplicated, 0 lost, 0 concurrent.
 
 On Redis (no AMQP heartbeats) the same flow must not cost a reconnection either.
 A worker serving two topics (``amqp-2-topics``: the flow's and an idle one
@@ -62,8 +62,12 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
         executor.start()
         try:
             assert executor.wait_for_workers(1, WORKERS_UP_S) == 0, workers.logs()
+            for served in (topic, *extra[1:]):
+                # The executor knows the worker from its first topic; the
+                # other consume loop may still be connecting.
+                worker.wait_log(f"serves topic {served!r}")
             # Given the worker's connections, once it is up
-            connections = worker.proxy.accepted
+            connections, closed = worker.proxy.accepted, worker.proxy.closed
             flow = uf.Flow("full")
             for name in names:
                 flow.add(fault_tasks.Step(name, inject={"n": 1, "pause": TASK_S}))
@@ -71,8 +75,10 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
             # When it is kept full for several heartbeat intervals
             FlowRun(engine).start().wait(logs=workers.logs)
             log, after_flow = worker.log(), worker.proxy.accepted
-            # Then none of its connections was reset or opened again
-            assert after_flow == connections, log
+            # Then none of its connections was reset or closed (a reconnection
+            # closes the old one first; counting connections opened would
+            # race with a consume or control loop still connecting).
+            assert worker.proxy.closed == closed, log
             assert "connection" not in log.lower() or "lost" not in log.lower(), log
         finally:
             executor.stop()
