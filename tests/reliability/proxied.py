@@ -20,7 +20,7 @@ from typing import Any
 
 from tests import faultproxy, proc_utils
 from tests.reliability.harness import ROOT, STOP_TIMEOUT_S, env
-from tests.reliability.worker_procs import wait_until
+from tests.reliability.worker_procs import wait_for_log
 
 #: Bounded wait (s) for a flow, only so that a bug fails the test instead of hanging it.
 FLOW_TIMEOUT_S = 90.0
@@ -44,14 +44,7 @@ class ProxiedWorker:
 
     def wait_log(self, text: str) -> None:
         """Wait until the worker logged ``text`` (fails early if it died)."""
-        def seen() -> bool:
-            if text in self.log():
-                return True
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited ({self.proc.returncode}) before"
-                                     f" logging {text!r}:\n{self.log()}")
-            return False
-        wait_until(seen, what=f"{text!r} in the worker log")
+        wait_for_log(self.proc, self.log, text)
 
 
 @dataclass

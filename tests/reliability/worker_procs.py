@@ -47,6 +47,22 @@ def wait_until(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str 
         time.sleep(POLL_S)
 
 
+def wait_for_log(proc: subprocess.Popen[bytes], read_log: Callable[[], str], text: str,
+                 timeout: float = WAIT_S) -> None:
+    """Wait until a process's log (``read_log()``) holds ``text``; fail early if it died."""
+    def seen() -> bool:
+        if text in read_log():
+            return True
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before"
+                                 f" logging {text!r}:\n{read_log()}")
+        return False
+    try:
+        wait_until(seen, timeout, f"{text!r} in the log")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; the log:\n{read_log()}") from None
+
+
 class WorkerProc:
     """One ``python -m flowengine worker`` process and its log file."""
 
@@ -69,17 +85,7 @@ class WorkerProc:
 
     def wait_log(self, text: str, timeout: float = WAIT_S) -> None:
         """Wait until the worker logged ``text`` (fails early if it died)."""
-        def seen() -> bool:
-            if text in self.log():
-                return True
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited ({self.proc.returncode}) before"
-                                     f" logging {text!r}:\n{self.log()}")
-            return False
-        try:
-            wait_until(seen, timeout, f"{text!r} in the worker log")
-        except AssertionError as e:
-            raise AssertionError(f"{e}; the worker log:\n{self.log()}") from None
+        wait_for_log(self.proc, self.log, text, timeout)
 
     def signal(self, signum: int) -> None:
         self.proc.send_signal(signum)

@@ -148,12 +148,13 @@ class Taker:
     """Consumes one queue on its own channel and collects what it is given."""
 
     def __init__(self, conn: kombu.Connection, queue: kombu.Queue,
-                 channel: Any = None) -> None:
+                 channel: Any = None, prefetch_count: int | None = 1) -> None:
         self.conn = conn
         self.channel = channel or conn.channel()
         self.messages: list[kombu.Message] = []
         self.consumer = kombu.Consumer(self.channel, queues=[queue], accept=["json"],
-                                       on_message=self.messages.append, prefetch_count=1)
+                                       on_message=self.messages.append,
+                                       prefetch_count=prefetch_count)
         self.consumer.consume()
 
     def next(self, timeout: float = WAIT_S) -> kombu.Message:
@@ -459,6 +460,78 @@ def test_a_take_whose_answer_was_lost_comes_back_when_its_consumer_consumes_agai
                for rec in caplog.records)
     message.ack()
     assert r.llen(inflight(names.consumer, names.work)) == 0
+
+
+# --- 3b. replies: taken in batches, settled with the next take ---
+
+
+def _batch_taker(stack: contextlib.ExitStack, url: str, names: Names,
+                 monkeypatch: pytest.MonkeyPatch) -> tuple[Taker, list[int]]:
+    """A Taker of the private queue marked for batches, and the sizes its takes asked for."""
+    conn = connect(stack, url, names.consumer)
+    channel = conn.channel()
+    channel.mark_private(names.private)
+    channel.take_in_batches(names.private)
+    names.queue("private")(channel).declare()
+    takes: list[int] = []
+    real_take = rc.take
+
+    def take(client: Any, queue: str, held_in: str, limit: int,
+             settled: Any = ()) -> list[bytes]:
+        takes.append(limit)
+        return real_take(client, queue, held_in, limit, settled)
+
+    monkeypatch.setattr(rc, "take", take)
+    return Taker(conn, names.queue("private"), channel, prefetch_count=None), takes
+
+
+def test_a_burst_of_replies_comes_in_one_take_and_is_settled_with_the_next(
+        redis_url, names, stack, monkeypatch):
+    r = inspector(stack, redis_url)
+    taker, takes = _batch_taker(stack, redis_url, names, monkeypatch)
+    held_in = inflight(names.consumer, names.private)
+    publisher = connect(stack, redis_url)
+    # Given five replies waiting in a private queue taken in batches
+    for n in range(5):
+        publish(publisher, names, {"n": n}, routing_key=PRIVATE_KEY)
+    # When its consumer polls once
+    taker.conn.drain_events(timeout=WAIT_S)
+    # Then all five are delivered, in order, by one BLMOVE and one take
+    assert [m.payload["n"] for m in taker.messages] == list(range(5))
+    assert takes == [redis_transport.TAKE_BATCH - 1]
+    assert r.llen(held_in) == 5 and r.llen(names.private) == 0
+    # When they are acknowledged: no round trip each, they stay in flight
+    for message in taker.messages:
+        message.ack()
+    assert r.llen(held_in) == 5
+    # Then the next take settles them (and brings the next reply)
+    taker.messages.clear()
+    publish(publisher, names, {"n": 5}, routing_key=PRIVATE_KEY)
+    sixth = taker.next()
+    assert sixth.payload["n"] == 5
+    assert r.llen(held_in) == 1
+    # And closing the channel settles what was acknowledged, puts back nothing
+    sixth.ack()
+    taker.channel.close()
+    assert r.llen(held_in) == 0 and r.llen(names.private) == 0
+
+
+def test_replies_of_a_batch_not_acknowledged_go_back_in_order(redis_url, names, stack,
+                                                               monkeypatch):
+    r = inspector(stack, redis_url)
+    taker, _ = _batch_taker(stack, redis_url, names, monkeypatch)
+    publisher = connect(stack, redis_url)
+    for n in range(3):
+        publish(publisher, names, {"n": n}, routing_key=PRIVATE_KEY)
+    # Given a batch of three replies of which only the first was handled
+    taker.conn.drain_events(timeout=WAIT_S)
+    first, *unhandled = taker.messages
+    first.ack()
+    # When the consumer's channel closes
+    taker.channel.close()
+    # Then the two others are back at the head of the queue, in order; the first is gone
+    assert tags(r, names.private) == [m.delivery_tag for m in unhandled]
+    assert r.llen(inflight(names.consumer, names.private)) == 0
 
 
 @pytest.mark.slow

@@ -106,7 +106,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         # filesystem; AMQP deletes an auto-delete queue with its consumer).
         reply_queue_spec = px.QueueSpec(pr.reply_queue_name(exchange, uuid),
                                         (uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True,
-                                        private=True)
+                                        private=True, batched=True)
         self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, url, transport,
                                transport_options, retry_options, broker=broker,
                                queues=[reply_queue_spec], wake_routing_key=uuid,
@@ -232,12 +232,14 @@ class WorkerTaskExecutor(base.TaskExecutor):
             self.stop()
             raise problem
         self._spawn(self._requests.run_sender, "sender")
-        self._spawn(self._housekeeper.run, "housekeeping")
         try:
             self._finder.publish()
         except Exception:
             LOG.warning("Failed to send NOTIFY to topics %s; will retry in the next beat",
                         self._finder.topics, exc_info=True)
+        # After the first NOTIFY: its first beat would otherwise send one too,
+        # and every worker would answer twice.
+        self._spawn(self._housekeeper.run, "housekeeping")
 
     def stop(self) -> None:
         """Stop the helper threads and the consumer; fail requests still in flight.

@@ -53,7 +53,8 @@ class ControlClient:
         self._broker = broker
         self._id = f"control-{uuidlib.uuid4().hex}"
         self._queue = proxy_mod.QueueSpec(names.reply_queue_name(exchange, self._id),
-                                          (self._id,), auto_delete=True, private=True)
+                                          (self._id,), auto_delete=True, private=True,
+                                          batched=True)
         self._proxy = proxy_mod.Proxy(
             self._id, exchange, None, broker=broker, queues=[self._queue],
             wake_routing_key=self._id,

@@ -270,6 +270,11 @@ class Publisher:
                 # connection (it is gone after a restart of a transient broker).
                 self._producer = Producer(conn.channel(), exchange=self._exchange,
                                                 auto_declare=True)
+                # A transport that connects lazily (Redis) connects now, so
+                # that the first message need not wait for it.
+                warm_up = getattr(self._producer.channel, "warm_up", None)
+                if warm_up is not None:
+                    warm_up()
             except Exception:
                 _release(conn, "a failed publisher connection")
                 raise

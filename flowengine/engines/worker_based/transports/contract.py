@@ -41,6 +41,10 @@ class Capabilities:
     #: ``channel.batching()``: publications made inside the block reach the
     #: broker together in one round trip when it ends (in order, all or none).
     batch_publish: bool = False
+    #: ``channel.take_in_batches(queue)``: a private queue whose messages may
+    #: be handled twice (replies) is taken several messages per round trip,
+    #: each settled with the next take.
+    batch_take: bool = False
 
 
 #: The capabilities of a transport that declares none (kombu's own).
@@ -62,6 +66,9 @@ class LeasingChannel(Protocol):
 
     def batching(self) -> contextlib.AbstractContextManager[None]:
         """Send the block's publications together when it ends (``batch_publish``)."""
+
+    def take_in_batches(self, queue: str) -> None:
+        """Take private ``queue`` several messages at a time, settling lazily (``batch_take``)."""
 
 
 def capabilities(transport: Any) -> Capabilities:

@@ -19,6 +19,16 @@ TaskFlow) share queues with it; message priorities are not supported.
 A channel consumes reliably only when it consumes exactly one queue with
 acknowledgements (BLMOVE takes one source); flowengine's proxy opens a
 channel per queue. Other channels behave exactly as kombu's.
+
+A private queue marked ``take_in_batches`` (only this process takes from
+it, and handling one of its messages twice is harmless: an engine's reply
+queue) and read without a prefetch limit is taken in batches: once BLMOVE
+returns a message, one script moves up to TAKE_BATCH - 1 more and settles
+what was acknowledged since the last take, so a burst of replies costs
+about one round trip per batch instead of two per reply. Until then an
+acknowledged reply stays in the in-flight list (at most one poll interval
+when the queue is idle): if the connection breaks meanwhile, the consumer
+gets it again, which replies tolerate (at least once, as before).
 """
 
 from __future__ import annotations
@@ -44,6 +54,13 @@ LOG = logging.getLogger(__name__)
 
 #: Oldest Redis server with BLMOVE/LMOVE.
 MIN_SERVER_VERSION = (6, 2)
+
+#: Most messages one poll takes from a private queue (see the module docstring).
+TAKE_BATCH = 64
+
+#: Servers (host, port) this process found recent enough: asked once, not
+#: again by every channel (an engine opens new ones for each run).
+_RECENT_ENOUGH: set[tuple[str, int]] = set()
 
 
 class Held(NamedTuple):
@@ -79,6 +96,10 @@ class QoS(kombu_redis.QoS):
         if held is None:
             super().ack(delivery_tag)
             return
+        if self.channel.takes_batches(held.queue):
+            self.channel.settle_later(held)
+            virtual.QoS.ack(self, delivery_tag)
+            return
         try:
             with self.channel.conn_or_acquire() as client:
                 settled = rc.settle(client, held.inflight, held.raw, delivery_tag,
@@ -105,10 +126,14 @@ class QoS(kombu_redis.QoS):
             virtual.QoS.ack(self, delivery_tag)
 
     def restore_unacked(self, client: Any = None) -> None:
-        """Put every unsettled delivery back at the head of its queue (channel closing)."""
+        """Put every unsettled delivery back at the head of its queue (channel closing).
+
+        The newest first, so that the oldest ends up first in line again.
+        """
         self._flush()
         with self.channel.conn_or_acquire(client) as client:
-            for tag in list(self._delivered):
+            self.channel.settle_deferred(client)
+            for tag in reversed(list(self._delivered)):
                 held = self.channel.held.pop(tag, None)
                 if held is None:
                     self.restore_by_tag(tag, client=client)
@@ -137,9 +162,22 @@ class Channel(kombu_redis.Channel):
         self.held: dict[str, Held] = {}
         self._reliable: set[str] = set()
         self._private: set[str] = set()
+        self._batched: set[str] = set()
         self._polling: str | None = None
+        #: Acknowledged deliveries of private queues, settled with the next take.
+        self._deferred: list[Held] = []
         self._server_checked = False
         self._captured: list[rc.Push] | None = None
+
+    def close(self) -> None:
+        """Settle what was acknowledged and not settled yet, then close as kombu does."""
+        if self._deferred and not self.closed:
+            # On a dead connection they stay held and come back when this
+            # consumer consumes again: replies tolerate that.
+            with contextlib.suppress(*self.connection_errors):
+                with self.conn_or_acquire() as client:
+                    self.settle_deferred(client)
+        super().close()
 
     # --- queues ---
 
@@ -173,8 +211,12 @@ class Channel(kombu_redis.Channel):
         return super().basic_consume(queue, *args, **kwargs)
 
     def _check_server(self) -> None:
-        """Fail clearly (once per channel) on a Redis without BLMOVE."""
+        """Fail clearly (once per channel and server) on a Redis without BLMOVE."""
         if self._server_checked:
+            return
+        server = (str(self.connection.client.hostname), int(self.connection.client.port or 0))
+        if server in _RECENT_ENOUGH:
+            self._server_checked = True
             return
         with self.conn_or_acquire() as client:
             version = str(client.info("server").get("redis_version", "0"))
@@ -185,8 +227,44 @@ class Channel(kombu_redis.Channel):
                 f" {'.'.join(map(str, MIN_SERVER_VERSION))}+ for BLMOVE); upgrade Redis or"
                 f" pass transport='kombu.transport.redis:Transport'")
         self._server_checked = True
+        _RECENT_ENOUGH.add(server)
+
+    def warm_up(self) -> None:
+        """Open the pooled connection publishing uses, now rather than at the first publish.
+
+        kombu's own check when a channel opens uses another pool (the
+        asynchronous client's), so it leaves this one cold.
+        """
+        with self.conn_or_acquire() as client:
+            client.ping()
 
     # --- taking messages ---
+
+    def take_in_batches(self, queue: str) -> None:
+        """Take private ``queue`` several messages per round trip, settling lazily."""
+        self._batched.add(queue)
+
+    def takes_batches(self, queue: str) -> bool:
+        """Whether ``queue`` is taken in batches and settled lazily (module docstring)."""
+        return queue in self._batched and not self.qos.prefetch_count
+
+    def settle_later(self, held: Held) -> None:
+        """Settle an acknowledged delivery of a batch-taken queue with the next take."""
+        self._deferred.append(held)
+
+    def settle_deferred(self, client: Any) -> None:
+        """Settle every acknowledged delivery waiting for a take, now (via ``client``)."""
+        for queue in {held.queue for held in self._deferred}:
+            self._take(client, queue, 0)
+
+    def _take(self, client: Any, queue: str, limit: int) -> list[bytes]:
+        """Settle ``queue``'s deferred deliveries and take up to ``limit`` more."""
+        settled = [held for held in self._deferred if held.queue == queue]
+        taken = rc.take(client, queue, rc.inflight_key(self.consumer_id, queue), limit,
+                        [held.raw for held in settled])
+        if settled:
+            self._deferred = [held for held in self._deferred if held.queue != queue]
+        return taken
 
     def _reliable_queue(self) -> str | None:
         """The one queue this channel takes from reliably, or None (kombu's way)."""
@@ -224,22 +302,19 @@ class Channel(kombu_redis.Channel):
                 # put back when this consumer consumes again.
                 self.client.connection.disconnect()
                 raise
+            batches = self.takes_batches(queue)
             if item is None:
+                if batches and self._deferred:
+                    with self.conn_or_acquire() as client:
+                        self._take(client, queue, 0)  # idle: settle what was handled
                 raise Empty()
-            inflight = rc.inflight_key(self.consumer_id, queue)
-            try:
-                payload = loads(bytes_to_str(item))
-                tag = payload["properties"]["delivery_tag"]
-            except Exception:
-                # Unreadable: settle it away rather than put back a poison message.
+            items = [item]
+            if batches:
                 with self.conn_or_acquire() as client:
-                    rc.settle(client, inflight, item, uuid.uuid4().hex, uuid.uuid4().hex,
-                              [])
-                LOG.error("Dropped an undecodable message from Redis queue %r: %.200r",
-                          queue, item)
-                raise Empty() from None
-            self.held[tag] = Held(inflight, queue, item, uuid.uuid4().hex)
-            self.connection._deliver(payload, queue)
+                    items += self._take(client, queue, TAKE_BATCH - 1)
+            delivered = [self._deliver_taken(queue, taken) for taken in items]
+            if not any(delivered):
+                raise Empty()
             return True
         finally:
             # As kombu resets it (it declares the attribute a bool).
@@ -248,6 +323,23 @@ class Channel(kombu_redis.Channel):
             flush = getattr(self, "_flush_brpop_reauth", None)
             if flush is not None:
                 flush()
+
+    def _deliver_taken(self, queue: str, item: bytes) -> bool:
+        """Hold and deliver one message taken from ``queue`` (False: undecodable, dropped)."""
+        inflight = rc.inflight_key(self.consumer_id, queue)
+        try:
+            payload = loads(bytes_to_str(item))
+            tag = payload["properties"]["delivery_tag"]
+        except Exception:
+            # Unreadable: settle it away rather than put back a poison message.
+            with self.conn_or_acquire() as client:
+                rc.settle(client, inflight, item, uuid.uuid4().hex, uuid.uuid4().hex, [])
+            LOG.error("Dropped an undecodable message from Redis queue %r: %.200r",
+                      queue, item)
+            return False
+        self.held[tag] = Held(inflight, queue, item, uuid.uuid4().hex)
+        self.connection._deliver(payload, queue)
+        return True
 
     # --- publishing ---
 
@@ -335,4 +427,4 @@ class Transport(kombu_redis.Transport):
     #: lease alive, mark private queues and settle a request with its reply.
     flowengine_implements = contract.Capabilities(
         leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True,
-        batch_publish=True)
+        batch_publish=True, batch_take=True)

@@ -253,8 +253,24 @@ end
 return 0
 """
 
+# KEYS: queue, in-flight list; ARGV: how many to take, then messages (as
+# taken) to settle first. A private queue's consumer settles what it handled
+# with its next take: nobody else takes from that queue, so no fencing.
+# Returns the messages taken, oldest first.
+_TAKE = """
+for i = 2, #ARGV do redis.call('LREM', KEYS[2], 1, ARGV[i]) end
+local taken = {}
+for i = 1, tonumber(ARGV[1]) do
+  local m = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+  if not m then break end
+  taken[i] = m
+end
+return taken
+"""
+
 _SCRIPTS = {"renew": _RENEW, "reclaim": _RECLAIM, "register_queue": _REGISTER_QUEUE,
-            "settle": _SETTLE, "restore_one": _RESTORE_ONE, "publish": _PUBLISH}
+            "settle": _SETTLE, "restore_one": _RESTORE_ONE, "publish": _PUBLISH,
+            "take": _TAKE}
 
 
 def _script(client: Any, name: str) -> Any:
@@ -335,3 +351,13 @@ def publish(client: Any, pushes: Sequence[Push | tuple[str, bytes]]) -> int:
 def restore_one(client: Any, inflight: str, queue: str, raw: bytes) -> bool:
     """Put a held message back at the head of ``queue``; False if it was not held."""
     return int(_script(client, "restore_one")(keys=[inflight, queue], args=[raw])) == 1
+
+
+def take(client: Any, queue: str, inflight: str, limit: int,
+         settled: Sequence[bytes] = ()) -> list[bytes]:
+    """Remove ``settled`` from ``inflight``, then move up to ``limit`` messages there.
+
+    One round trip for a private queue's consumer: what it handled since its
+    last take leaves its in-flight list, and what waits comes in (oldest first).
+    """
+    return list(_script(client, "take")(keys=[queue, inflight], args=[limit, *settled]))
