@@ -258,6 +258,27 @@ def test_memory_consumer_wakes_at_once_on_put():
     assert statistics.median(delays) < 0.02, delays
 
 
+def test_memory_put_wakes_only_the_consumers_of_its_queue():
+    first, second = (f"wake-{i}-{time.monotonic_ns()}" for i in range(2))
+    with kombu.Connection("memory://localhost", transport="flowengine-memory") as a, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as b, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as p:
+        # Given two consumers, each of its own queue, both having looked once
+        qa, qb = a.SimpleQueue(first), b.SimpleQueue(second)
+        for q in (qa, qb):
+            with pytest.raises(q.Empty):
+                q.get(timeout=0.001)
+        before = a.transport._waiter.generation, b.transport._waiter.generation
+        # When a message is put to the first queue
+        p.SimpleQueue(first).put({"for": "a"})
+        # Then only the first consumer was woken, and it gets the message
+        after = a.transport._waiter.generation, b.transport._waiter.generation
+        assert (after[0] - before[0], after[1] - before[1]) == (1, 0)
+        message = qa.get(timeout=WAIT_S)
+        assert message.payload == {"for": "a"}
+        message.ack()
+
+
 def test_memory_interoperates_with_kombus_memory_transport():
     name = f"interop-{time.monotonic_ns()}"
     with kombu.Connection("memory://localhost",

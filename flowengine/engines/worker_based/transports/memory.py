@@ -1,11 +1,13 @@
-"""In-memory kombu transport that wakes consumers when a message is put.
+"""In-memory kombu transport that wakes a queue's consumers when a message is put.
 
 kombu's ``memory`` transport sleeps ``polling_interval`` (1 s) whenever its
 queues are empty, so an in-process request/reply costs up to a second per
 hop. This subclass shares kombu's queues and bindings (it interoperates with
 plain ``memory://`` connections in the same process) and blocks on a
-condition variable that every put notifies, so delivery is immediate and an
-idle consumer costs nothing.
+condition variable of its own that a put to one of the queues it consumes
+notifies, so delivery is immediate, an idle consumer costs nothing, and a
+put wakes only the consumers of that queue (not every consumer of the
+process, which made each message cost a dozen thread wake-ups).
 """
 
 from __future__ import annotations
@@ -23,45 +25,68 @@ from kombu.transport import memory
 IDLE_RECHECK_S = 0.05
 
 
-class _Activity:
-    """A generation counter bumped (and broadcast) on every put."""
+class _Waiter:
+    """One transport's wake-up: a generation counter bumped on puts to its queues."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._generation = 0
-
-    @property
-    def generation(self) -> int:
-        """The current generation (read before looking at the queues)."""
-        return self._generation
+        self.generation = 0
 
     def bump(self) -> None:
-        """Record a put and wake every waiting consumer."""
+        """Record a put and wake the transport if it waits."""
         with self._cond:
-            self._generation += 1
+            self.generation += 1
             self._cond.notify_all()
 
     def wait_past(self, generation: int, timeout: float) -> None:
         """Block until the generation moves past ``generation`` or ``timeout`` passes."""
         with self._cond:
-            if self._generation == generation:
+            if self.generation == generation:
                 self._cond.wait(timeout)
 
 
-ACTIVITY = _Activity()
+class _Registry:
+    """Which waiters consume which queue (process-wide, as kombu's memory state is)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_queue: dict[str, set[_Waiter]] = {}
+
+    def watch(self, waiter: _Waiter, old: frozenset[str], new: frozenset[str]) -> None:
+        """``waiter`` now consumes ``new`` instead of ``old``."""
+        with self._lock:
+            for queue in old - new:
+                waiters = self._by_queue.get(queue)
+                if waiters is not None:
+                    waiters.discard(waiter)
+                    if not waiters:
+                        del self._by_queue[queue]
+            for queue in new - old:
+                self._by_queue.setdefault(queue, set()).add(waiter)
+
+    def wake(self, queue: str) -> None:
+        """Wake every consumer of ``queue``."""
+        with self._lock:
+            waiters = tuple(self._by_queue.get(queue, ()))
+        for waiter in waiters:
+            waiter.bump()
+
+
+WAITERS = _Registry()
 
 
 class Channel(memory.Channel):
-    """Memory channel that signals consumers on every put."""
+    """Memory channel that wakes a queue's consumers on every put."""
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         super()._put(queue, message, **kwargs)
-        ACTIVITY.bump()
+        WAITERS.wake(queue)
 
     def _put_fanout(self, exchange: str, message: Any, routing_key: str | None = None,
                     **kwargs: Any) -> None:
         super()._put_fanout(exchange, message, routing_key, **kwargs)
-        ACTIVITY.bump()
+        for queue in self._lookup(exchange, routing_key):
+            WAITERS.wake(queue)
 
 
 class Transport(memory.Transport):
@@ -73,14 +98,33 @@ class Transport(memory.Transport):
     polling_interval = IDLE_RECHECK_S
     driver_name = "flowengine-memory"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._waiter = _Waiter()
+        self._watched: frozenset[str] = frozenset()
+
+    def _watch_consumed_queues(self) -> None:
+        """Be woken by puts to the queues this transport's channels consume now."""
+        consumed = frozenset(queue for channel in self.channels
+                             for queue in channel._active_queues)
+        if consumed != self._watched:
+            WAITERS.watch(self._waiter, self._watched, consumed)
+            self._watched = consumed
+
+    def close_connection(self, connection: Any) -> None:
+        WAITERS.watch(self._waiter, self._watched, frozenset())
+        self._watched = frozenset()
+        super().close_connection(connection)
+
     def drain_events(self, connection: Any, timeout: float | None = None,
                      **kwargs: Any) -> None:
         """Deliver one message, waiting (without polling) up to ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         assert self.cycle is not None  # kombu sets it up with the transport
         get = self.cycle.get
+        self._watch_consumed_queues()
         while True:
-            generation = ACTIVITY.generation
+            generation = self._waiter.generation
             try:
                 get(self._deliver, timeout=timeout)
                 return
@@ -92,4 +136,4 @@ class Transport(memory.Transport):
                 if remaining <= 0:
                     raise TimeoutError()
                 wait = min(wait, remaining)
-            ACTIVITY.wait_past(generation, wait)
+            self._waiter.wait_past(generation, wait)
