@@ -5,6 +5,8 @@ A reply queue nobody reads collects every worker's announcements for ever
 RabbitMQ deletes it when the dead engine's connection drops; on Redis and
 the filesystem transport it is a *private* queue, deleted by any live
 flowengine consumer once the engine's lease lapses (or its pid is gone).
+A control client's reply queue (``flowengine inspect``/``control``) goes
+with the client's stop() the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import pytest
 import redis
 
 from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.messaging.control_client import ControlClient
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import running_executor, running_worker, unique
 
@@ -112,3 +116,14 @@ def test_a_stopped_engines_reply_queue_is_deleted_at_once(reply_broker):
         queue = pr.reply_queue_name(exchange, executor.uuid)
         assert has(exchange, queue)
     assert not has(exchange, queue)
+
+
+@pytest.mark.broker
+def test_a_stopped_control_clients_reply_queue_is_deleted_at_once(reply_broker):
+    conn, has = reply_broker
+    exchange = unique()
+    # Given a control client consuming its reply queue
+    with ControlClient(exchange, BrokerSettings.from_options(conn)) as client:
+        assert has(exchange, client.reply_queue)
+    # When it stopped, Then the queue is gone (by its lease, RabbitMQ or drop_queue)
+    assert not has(exchange, client.reply_queue)

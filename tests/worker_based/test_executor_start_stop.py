@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import reply_queue
+from flowengine.engines.worker_based.messaging import inventory
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests.worker_based.executor_helpers import running_executor, unique
@@ -39,7 +39,7 @@ def _dead_port() -> int:
 ])
 def test_which_reply_queues_are_left_to_remove(url, durable, deleted, expected):
     broker = BrokerSettings(url, durable=durable)
-    assert reply_queue.needs_dropping(broker, deleted) is expected
+    assert inventory.needs_dropping(broker, deleted) is expected
 
 
 @pytest.mark.broker

@@ -44,6 +44,7 @@ from flowengine.engines.worker_based.executor_side.housekeeper import (
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
 from flowengine.engines.worker_based.executor_side.replies import ReplyHandler
+from flowengine.engines.worker_based.messaging import inventory
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
@@ -261,8 +262,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
         if (started and self._proxy.has_consumed  # else no reply queue was declared
-                and reply_queue.needs_dropping(self._proxy.broker,
-                                               self._proxy.private_queues_deleted)):
+                and inventory.needs_dropping(self._proxy.broker,
+                                             self._proxy.private_queues_deleted)):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
         leftovers = self._book.drain()

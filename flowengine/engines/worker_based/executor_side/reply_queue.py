@@ -2,30 +2,9 @@
 
 from __future__ import annotations
 
-from kombu.transport import virtual
-
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging import inventory
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-
-
-def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool) -> bool:
-    """Whether a stopped executor's reply queue is still there to remove.
-
-    Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
-    its consumer goes. Not when the consumer's lease was retired (Redis): that
-    deleted its private queues with their bindings. Saves the stop of a short
-    engine run a connection and a few round trips.
-    """
-    if deleted_with_lease:
-        return False
-    if broker.durable:
-        return True  # durable queues are not auto-delete (topology.make_queue)
-    conn = broker.connection()  # not connected: no I/O
-    try:
-        return isinstance(conn.transport, virtual.Transport)
-    finally:
-        conn.release()
 
 
 def drop_reply_queue(broker: BrokerSettings, exchange_name: str, executor_uuid: str) -> None:

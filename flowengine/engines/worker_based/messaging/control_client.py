@@ -76,6 +76,11 @@ class ControlClient:
         """The exchange whose workers are asked."""
         return self._exchange
 
+    @property
+    def reply_queue(self) -> str:
+        """The queue answers come to (removed by stop())."""
+        return self._queue.name
+
     def __enter__(self) -> ControlClient:
         self.start()
         return self
@@ -99,7 +104,8 @@ class ControlClient:
         if self._thread is not None:
             self._thread.join(STOP_JOIN_TIMEOUT_S)
             self._thread = None
-            if self._proxy.has_consumed:
+            if self._proxy.has_consumed and inventory.needs_dropping(
+                    self._broker, self._proxy.private_queues_deleted):
                 spec = self._queue
                 inventory.drop_queue(self._broker, self._exchange, spec.name,
                                      spec.routing_keys, auto_delete=spec.auto_delete)
