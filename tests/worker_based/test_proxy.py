@@ -363,3 +363,38 @@ def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_nam
         # Then the consumer did not acknowledge the one given back: it came again
         assert rec.wait_count(2)
     assert [d for d, _p, _h in rec.items] == [{"n": 1}, {"n": 1}]
+
+
+@pytest.mark.parametrize("batched,durable", [(True, False), (False, False), (True, True)])
+def test_amqp_reply_queues_are_consumed_without_acknowledgements(amqp_url, unique_name,
+                                                                 monkeypatch, batched, durable):
+    # Given a consumer of a queue private to it on RabbitMQ: batched (an
+    # executor's reply queue, deleted with its consumer) or not, transient or
+    # durable (which may outlive a broker restart)
+    import amqp.channel
+
+    acks = []
+    real_ack = amqp.channel.Channel.basic_ack
+
+    def counting_ack(channel, delivery_tag, *args, **kwargs):
+        acks.append(delivery_tag)
+        return real_ack(channel, delivery_tag, *args, **kwargs)
+
+    monkeypatch.setattr(amqp.channel.Channel, "basic_ack", counting_ack)
+    rec = Recorder()
+    queues = [px.QueueSpec(f"{unique_name}_replies", ("r",), auto_delete=True, private=True,
+                           batched=batched)]
+    proxy = px.Proxy("r", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
+                     broker=BrokerSettings(url=amqp_url, durable=durable), queues=queues,
+                     wake_routing_key="r")
+    with Running(proxy):
+        # When messages arrive
+        for n in range(5):
+            proxy.publish(Body({"n": n}), "r")
+        assert rec.wait_count(5)
+    # Then every one was handled, and acknowledged unless batched and
+    # transient: RabbitMQ deletes that queue with its consumer, so an
+    # acknowledgement could not bring a message back to anybody (the others
+    # also acknowledge the wake-up message stop() sends)
+    assert [d["n"] for d, _p, _h in rec.items] == list(range(5))
+    assert len(acks) == 0 if batched and not durable else len(acks) >= 5

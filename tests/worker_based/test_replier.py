@@ -22,6 +22,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 
@@ -103,6 +104,47 @@ def test_a_taskflow_executor_hears_no_pending_heartbeat():
         memory.start(KEY)
         assert replier.send_heartbeats() == 1
         assert _sent_before_marker(replier, client, "u-1") == [pr.RUNNING]
+
+
+def test_a_taskflow_executor_hears_running_as_its_request_starts():
+    with replier_and_client() as (replier, memory, client):
+        held = _hold(memory, client, attempt=None)
+        memory.start(KEY)
+        # No heartbeat thread runs: RUNNING goes out from the caller, at once
+        assert replier.started(held)
+        assert _sent_before_marker(replier, client, "u-1") == [pr.RUNNING]
+
+
+def test_a_flowengine_executor_hears_running_only_from_a_request_still_running():
+    second_key = ("u-2", pr.EXECUTE, "sub-2")
+    with replier_and_client() as (replier, memory, client):
+        replier.start()
+        # Given a short request: started, then answered at once
+        short = _hold(memory, client)
+        memory.start(KEY)
+        assert replier.started(short)
+        assert _sent_before_marker(replier, client, "u-1") == []
+        replier.answering(short, {"state": pr.SUCCESS, "data": {"result": 1}})
+        # And a long one started after it, still running
+        long_ = memory.admit(second_key, client.uuid, 0, announced=True).held
+        assert long_ is not None and memory.start(second_key) is long_
+        assert replier.started(long_)
+        # When the long one's RUNNING arrives (the short one's was due first)
+        assert client.wait_for(lambda: client.states("u-2") == [pr.RUNNING])
+        # Then the short one was never said to be RUNNING: its outcome says it all
+        assert _sent_before_marker(replier, client, "u-1") == []
+        memory.forget(second_key)
+
+
+def test_an_outcome_says_how_long_its_body_ran():
+    with replier_and_client() as (replier, memory, client):
+        held = _hold(memory, client)
+        memory.start(KEY)
+        work = pr.WorkUnit("tasks.A", "a", pr.EXECUTE, {})
+        assert replier.send_outcome(held, work, pr.SUCCESS, 7, run_s=0.25) is not None
+        assert _sent_before_marker(replier, client, "u-1") == [pr.SUCCESS]
+        _data, headers = client.responses["u-1"][0]
+        assert Headers.parse(headers).run_s == 0.25
 
 
 def test_give_back_answers_once_with_the_attempt():

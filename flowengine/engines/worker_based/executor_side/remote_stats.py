@@ -12,8 +12,10 @@ class RemoteStatistics:
 
     ``queue_time`` is seconds from the first dispatch of a request to the
     RUNNING reply of the worker that ran it; ``run_time`` seconds from there
-    to the outcome; ``attempts`` how many executions of the atom finished
-    (a Retry controller runs an atom again); ``dispatches`` how often the
+    to the outcome (for a request that ended before its worker said
+    RUNNING, the time its body ran there, and queue_time the rest);
+    ``attempts`` how many executions of the atom finished (a Retry
+    controller runs an atom again); ``dispatches`` how often the
     last request was sent (a lost worker makes the executor send it again).
     """
 
@@ -21,11 +23,17 @@ class RemoteStatistics:
         self._lock = threading.Lock()
         self._atoms: dict[str, dict[str, Any]] = {}
 
-    def record(self, tracked: Any) -> None:
-        """Note the outcome of ``tracked`` (a tracking.Tracked), just before it resolves."""
+    def record(self, tracked: Any, run_s: float | None = None) -> None:
+        """Note the outcome of ``tracked`` (a tracking.Tracked), just before it resolves.
+
+        ``run_s``: how long its body ran, when no RUNNING reply came before
+        the outcome (None otherwise).
+        """
         now = time.monotonic()
         request, origin = tracked.request, tracked.origin
         running_since = request.created_on + request.elapsed
+        if run_s is not None:
+            running_since = max(request.created_on, now - run_s)
         name = getattr(origin.task, "name", str(origin.task))
         with self._lock:
             entry = self._atoms.setdefault(name, {"attempts": 0, "reverts": 0})

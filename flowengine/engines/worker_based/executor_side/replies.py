@@ -123,7 +123,8 @@ class ReplyHandler:
                 tracked.last_heard = time.monotonic()
             self._on_event(tracked, response.data)
         elif state in (pr.SUCCESS, pr.FAILURE):
-            self._complete(tracked, state, response.data.get("result"), worker_id)
+            self._complete(tracked, state, response.data.get("result"), worker_id,
+                           headers.run_s)
         else:
             LOG.warning("Ignoring response for request %s in unexpected state %r",
                         request_uuid, state)
@@ -156,14 +157,19 @@ class ReplyHandler:
             self._wake_housekeeper()
 
     def _complete(self, tracked: tr.Tracked, state: str, result: Any,
-                  worker_id: str | None) -> None:
-        """SUCCESS or FAILURE arrived: resolve the engine's future (exactly once)."""
+                  worker_id: str | None, run_s: float | None) -> None:
+        """SUCCESS or FAILURE arrived: resolve the engine's future (exactly once).
+
+        ``run_s``: how long the body ran, by its worker (header ``run_s``).
+        """
         with self._book.lock:
             if not self._book.is_current(tracked):
                 return
+            told_running = tracked.request.current_state == pr.RUNNING
             if state == pr.SUCCESS:
-                # A SUCCESS may overtake its RUNNING (e.g. on the filesystem
-                # transport): pass through RUNNING first.
+                # A flowengine worker tells RUNNING only about a request that
+                # runs a while, and a SUCCESS may overtake its RUNNING (e.g.
+                # on the filesystem transport): pass through RUNNING first.
                 tr.transition(tracked, pr.RUNNING)
             elif worker_id is not None and self._refused_as_unknown(tracked, result, worker_id):
                 return
@@ -172,7 +178,7 @@ class ReplyHandler:
             if not tr.transition(tracked, state):
                 return
             self._book.remove(tracked)
-        self._statistics.record(tracked)
+        self._statistics.record(tracked, None if told_running else run_s)
         tracked.resolve(result)
 
     def _on_event(self, tracked: tr.Tracked, data: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, NamedTuple
 
 from kombu.connection import Connection
@@ -30,7 +30,7 @@ from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher
 from flowengine.engines.worker_based.messaging.keepalive import Keepalive
-from flowengine.engines.worker_based.messaging.publisher import is_connection_error
+from flowengine.engines.worker_based.messaging.publisher import check_period, is_connection_error
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import (
     contract,
@@ -95,6 +95,11 @@ class QueueSpec(NamedTuple):
     ``batched``: a private queue of messages that may be handled twice
     (replies), which a transport may take several at a time and settle
     lazily (Redis: one round trip per batch instead of two per message).
+    On AMQP a private, batched, auto-delete, transient queue is consumed
+    without acknowledgements: the broker deletes it, with whatever it holds,
+    when its consumer's channel closes (or the broker restarts), so an
+    acknowledgement could never bring a message back to anybody; it would
+    only cost a frame per message. A durable one is acknowledged.
     """
 
     name: str
@@ -411,7 +416,7 @@ class Consumer:
         self._keepalive = (threading.get_ident(), keepalive)
         # While full, wait for room in slices short enough for the heartbeats.
         room_slice = min(period, keepalive.period_s or period)
-        last_wait = time.monotonic()
+        last_wait = next_heartbeat_check = time.monotonic()
         while not self._stopping.is_set():
             if room is not None and not room(0.0):
                 # Full: take nothing (drain_events would deliver), keep the
@@ -425,9 +430,10 @@ class Consumer:
                 except TimeoutError:
                     pass
                 self._check_connection(conn)
-                if heartbeats:
+                if heartbeats and time.monotonic() >= next_heartbeat_check:
                     # py-amqp sends and checks heartbeats only when asked; a dead
                     # broker raises here (the loop reconnects).
+                    next_heartbeat_check = time.monotonic() + check_period(conn)
                     conn.heartbeat_check()
             self._call_safely(self._hooks.on_tick, "on_tick")
             now = time.monotonic()
@@ -457,6 +463,9 @@ class Consumer:
         groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
         private = {spec.name for spec in self._queues if spec.private}
         batched = {spec.name for spec in self._queues if spec.private and spec.batched}
+        unacked = ({spec.name for spec in self._queues if spec.auto_delete} & batched
+                   if _deletes_auto_delete_queues(conn) and not self._broker.durable
+                   else set())
         consumers = []
         for i, group in enumerate(groups):
             channel = conn.channel()
@@ -470,9 +479,11 @@ class Consumer:
                 for queue in group:
                     if queue.name in batched:
                         channel.take_in_batches(queue.name)
+            no_ack = all(queue.name in unacked for queue in group)
             consumer = KombuConsumer(channel, queues=group, on_message=self._on_message,
-                                      accept=["json"],
-                                      prefetch_count=self._options.prefetch_count)
+                                      accept=["json"], no_ack=no_ack,
+                                      prefetch_count=None if no_ack
+                                      else self._options.prefetch_count)
             consumer.consume()
             consumers.append(consumer)
         return consumers
@@ -489,6 +500,9 @@ class Consumer:
     def _on_message(self, message: Any) -> None:
         """Receive one raw message: size check, verify, decode, dispatch, settle; never raises."""
         delivery = Delivery(message)
+        info = getattr(message, "delivery_info", None) or {}
+        if info.get("consumer_tag") in _no_ack_consumers(message.channel):
+            delivery.settled_by_transport()
         try:
             self._receive(delivery)
         except Exception:
@@ -525,3 +539,16 @@ class Consumer:
             self._dispatcher.on_decode_error(delivery, e)
             return
         self._dispatcher.on_message(data, delivery)
+
+
+def _deletes_auto_delete_queues(conn: Connection) -> bool:
+    """True on an AMQP broker: an auto-delete queue goes when its last consumer does.
+
+    kombu's virtual transports (Redis, filesystem, memory) keep such queues.
+    """
+    return getattr(conn.transport, "driver_type", None) == "amqp"
+
+
+def _no_ack_consumers(channel: Any) -> Collection[str]:
+    """The consumer tags of ``channel`` whose messages need no acknowledgement."""
+    return getattr(channel, "no_ack_consumers", None) or ()

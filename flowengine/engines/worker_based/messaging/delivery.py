@@ -131,7 +131,12 @@ class Delivery:
                         " connection ends", self.delivery_tag, exc_info=True)
 
     def settled_by_transport(self) -> None:
-        """The transport acknowledged it server-side (with a reply): record that."""
+        """The transport settled it itself: record that.
+
+        It was acknowledged server-side with a reply (flowengine's Redis
+        transport), or delivered needing no acknowledgement (a reply queue
+        on AMQP, see :class:`..consumer.QueueSpec`).
+        """
         self._settling(ACKED)
 
     def _settling(self, outcome: str) -> None:

@@ -43,6 +43,13 @@ PUBLISH_TIMEOUT_S = 30.0
 PUBLISH_BACKOFF_MAX_S = 1.0
 PUBLISH_BACKOFF_START_S = 0.1
 
+#: How often per heartbeat interval an AMQP connection's heartbeats are
+#: read and checked by the loops that do it on every round (py-amqp sends a
+#: frame every half interval when asked, and the broker allows two intervals
+#: of silence); UNSET_HEARTBEAT_S stands for the interval when none is set.
+CHECKS_PER_HEARTBEAT = 4
+UNSET_HEARTBEAT_S = 4.0
+
 #: Bound (s) on one connection attempt of the publisher (within the publish
 #: timeout): a broker host that drops packets must not eat the whole budget.
 PUBLISH_CONNECT_TIMEOUT_S = 5.0
@@ -108,6 +115,8 @@ class Publisher:
         # Monotonic time the broker started failing us (connection errors),
         # until a publish succeeds again; None while it answers.
         self._failing_since: float | None = None
+        # When heartbeat_if_idle() next reads and checks (monotonic).
+        self._next_keepalive = 0.0
 
     @property
     def batches(self) -> bool:
@@ -336,12 +345,21 @@ class Publisher:
                 LOG.debug("Could not connect the publisher to %s yet: %s", self._uri, e)
 
     def heartbeat_if_idle(self) -> None:
-        """Keep an idle publishing connection's AMQP heartbeats going."""
+        """Keep an idle publishing connection's AMQP heartbeats going.
+
+        Called on every round of a consume loop, it reads and checks only
+        CHECKS_PER_HEARTBEAT times per heartbeat interval: once per message
+        would cost a system call per reply for nothing.
+        """
+        now = time.monotonic()
+        if now < self._next_keepalive:
+            return
         if not self._lock.acquire(blocking=False):
             return  # publishing right now: the connection is not idle
         try:
             conn = self._pub_conn
             if conn is not None and conn.supports_heartbeats:
+                self._next_keepalive = now + check_period(conn)
                 # Read what the broker sent first (its heartbeat frames): py-amqp
                 # counts a connection nobody reads as silent, and would call an
                 # idle publisher's connection dead after two intervals.
@@ -366,6 +384,11 @@ class Publisher:
                 self._reset()
             finally:
                 self._lock.release()
+
+
+def check_period(conn: Connection) -> float:
+    """Seconds between two heartbeat checks of ``conn`` (see CHECKS_PER_HEARTBEAT)."""
+    return (conn.heartbeat or UNSET_HEARTBEAT_S) / CHECKS_PER_HEARTBEAT
 
 
 def _read_pending(conn: Connection) -> None:

@@ -31,6 +31,11 @@ def _epoch(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _seconds(value: Any) -> float | None:
+    seconds = _epoch(value)
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 def _count(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         return None
@@ -75,6 +80,8 @@ class Headers:
     #: it (epoch s; the worker's events report them).
     created: float | None = None
     enqueued: float | None = None
+    #: How long an outcome's body ran on its worker (s).
+    run_s: float | None = None
     #: Why a header that matters could not be read (empty: all fine).
     problems: tuple[str, ...] = ()
 
@@ -103,6 +110,7 @@ class Headers:
                    declined=raw.get(names.HEADER_DECLINED) is True,
                    created=_epoch(raw.get(names.HEADER_CREATED)),
                    enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
+                   run_s=_seconds(raw.get(names.HEADER_RUN_S)),
                    problems=tuple(problems))
 
     @property

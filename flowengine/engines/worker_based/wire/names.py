@@ -82,6 +82,7 @@ HEADER_WORKER_ID = "worker_id"  # unique id of the worker process that sent it
 HEADER_LEAVING = "leaving"  # True on a worker's goodbye announcement
 HEADER_CREATED = "created"  # epoch seconds the engine created the request (timings)
 HEADER_ENQUEUED = "enqueued"  # epoch seconds this dispatch was published (timings)
+HEADER_RUN_S = "run_s"  # seconds an outcome's body ran on its worker (timings)
 # On a PENDING reply: the worker got the request as a redelivery and did not
 # run it; its engine sends it again if, and only if, it still waits for it.
 HEADER_DECLINED = "declined"

@@ -137,7 +137,7 @@ class Performer:
                 self._replier.drop_expired(held.reply_to, task_uuid, work.task_name, late,
                                            job.headers)
                 return
-            if not self._replier.reply(held.reply_to, task_uuid, pr.RUNNING, held.attempt):
+            if not self._replier.started(held):
                 LOG.error("Request %s for task %r not run: its RUNNING reply could not"
                           " be sent", task_uuid, work.task_name)
                 return
@@ -164,7 +164,7 @@ class Performer:
                     f" {task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
                     f" it; dispatch it again"))
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
-            outcome = self._replier.send_outcome(held, work, state, result)
+            outcome = self._replier.send_outcome(held, work, state, result, elapsed)
             self._events.finished(task_uuid, state == pr.SUCCESS, result)
             self._log_outcome(job, result, elapsed)
         except Exception:

@@ -1,0 +1,40 @@
+"""RemoteStatistics: queue and run time of remote atoms, with and without a RUNNING reply."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.executor_side import tracking as tr
+from flowengine.engines.worker_based.executor_side.remote_stats import RemoteStatistics
+from tests.worker_based import executor_tasks as et
+
+
+def _tracked(created_ago_s: float, running_ago_s: float | None) -> tr.Tracked:
+    """A request dispatched ``created_ago_s`` ago, said RUNNING ``running_ago_s`` ago."""
+    request = pr.Request(et.Echo("e"), "u-1", pr.EXECUTE, {"value": 1}, timeout=60)
+    request.created_on -= created_ago_s
+    request.transition(pr.PENDING)
+    if running_ago_s is not None:
+        request.transition(pr.RUNNING)
+        # Leaving PENDING stopped its clock: move that moment back as well.
+        request._stopped_at -= running_ago_s  # type: ignore[operator]
+    return tr.Tracked(request, None, None)
+
+
+def test_run_time_counts_from_the_running_reply():
+    stats = RemoteStatistics()
+    stats.record(_tracked(created_ago_s=3.0, running_ago_s=1.0))
+    atom = stats.snapshot()["e"]
+    assert atom["queue_time"] == pytest.approx(2.0, abs=0.05)
+    assert atom["run_time"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_without_a_running_reply_the_worker_says_how_long_the_body_ran():
+    # A flowengine worker tells RUNNING only about requests that run a while:
+    # the outcome came first, with the body's run time.
+    stats = RemoteStatistics()
+    stats.record(_tracked(created_ago_s=3.0, running_ago_s=None), run_s=0.5)
+    atom = stats.snapshot()["e"]
+    assert atom["run_time"] == pytest.approx(0.5, abs=0.05)
+    assert atom["queue_time"] == pytest.approx(2.5, abs=0.05)
