@@ -826,3 +826,21 @@ def test_a_worker_does_not_run_a_request_whose_message_was_given_away(
     assert any("not run" in w for w in warnings), warnings
     [given_away] = r.lrange(thief, 0, -1)
     assert json.loads(given_away)["properties"]["correlation_id"] == lost
+
+
+def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
+    # kombu would build a redis-py client for every command (its setup costs
+    # more CPU than the command); ours borrows a pooled connection per command
+    # through one client, and makes a new one only for a new pool.
+    channel = connect(stack, redis_url).default_channel
+    with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+        assert first is second and first.connection_pool is channel.pool
+        assert first.ping() and second.ping()
+    given = redis.Redis.from_url(redis_url)
+    stack.callback(given.close)
+    with channel.conn_or_acquire(given) as client:
+        assert client is given
+    channel._pool = None  # as kombu does when it drops the pool
+    with channel.conn_or_acquire() as third:
+        assert third is not first and third.connection_pool is channel.pool
+        assert third.ping()

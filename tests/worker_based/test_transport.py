@@ -226,6 +226,33 @@ def test_polling_fallback_without_inotify(tmp_path, monkeypatch):
         pq.close()
 
 
+def test_a_consumer_wakes_only_for_messages_of_its_queues(tmp_path):
+    # Given a watcher of a folder, waiting for messages of queue "mine"
+    watcher = inotify.FolderWatcher()
+    if not watcher.active:
+        pytest.skip("no inotify on this system")
+    try:
+        watcher.watch(str(tmp_path))
+        wanted = fs._message_of({"mine"})
+        # When what every process writes there lands: temporary files, claims,
+        # other queues' messages
+        (tmp_path / ".tmp-1").write_bytes(b"{}")
+        os.rename(tmp_path / ".tmp-1", tmp_path / "00000000000000000001_a.theirs.msg")
+        os.rename(tmp_path / "00000000000000000001_a.theirs.msg",
+                  tmp_path / ".claim-1@h@t@00000000000000000001_a.theirs.msg")
+        # Then it is not woken (the kernel queued those events as they happened)
+        assert watcher.landed(wanted) is False
+        # But a message of its queue wakes it, written in place or renamed into it
+        (tmp_path / "00000000000000000002_b.mine.msg").write_bytes(b"{}")
+        assert watcher.landed(wanted) is True
+        (tmp_path / ".tmp-2").write_bytes(b"{}")
+        os.rename(tmp_path / ".tmp-2", tmp_path / "00000000000000000003_c.mine.msg")
+        assert watcher.landed(wanted) is True
+        assert watcher.landed(wanted) is False  # each event is read once
+    finally:
+        watcher.close()
+
+
 # --- memory ---
 
 def test_memory_consumer_wakes_at_once_on_put():

@@ -554,6 +554,12 @@ def _purge_files(folder: str, queue: str) -> int:
     return count
 
 
+def _message_of(queues: set[str]) -> Callable[[str], bool]:
+    """Whether a file name is that of a message of one of ``queues`` (see Channel._scan)."""
+    wanted = {f"{queue}{_MSG_SUFFIX}" for queue in queues}
+    return lambda name: name[0] != "." and name.partition(".")[2] in wanted
+
+
 class Transport(filesystem.Transport):
     """File-system transport: ordered atomic files, inotify wake-ups."""
 
@@ -591,7 +597,11 @@ class Transport(filesystem.Transport):
                 if remaining <= 0:
                     raise TimeoutError()
                 wait = min(wait, remaining)
-            watcher.wait(wait)
+            watcher.wait_for(_message_of(self._consumed_queues()), wait)
+
+    def _consumed_queues(self) -> set[str]:
+        """The queues this connection's channels consume."""
+        return {queue for channel in self.channels for queue in channel._active_queues}
 
     def close_connection(self, connection: Any) -> None:
         """Close channels and the inotify descriptor."""

@@ -2,8 +2,11 @@
 
 kombu's filesystem transport polls its folders once a second; a
 :class:`FolderWatcher` sleeps on inotify instead (Linux), so a message is
-read the moment it is renamed into place. Where inotify is missing it sleeps
-FALLBACK_POLL_S at a time.
+read the moment it is renamed into place. It wakes only for the files its
+consumer wants: every process on a folder writes temporary files, claims
+and other queues' messages there, and looking at the folder for each of
+them cost every consumer a dozen listings per message. Where inotify is
+missing it sleeps FALLBACK_POLL_S at a time.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import ctypes.util
 import logging
 import os
 import select
+import struct
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 LOG = logging.getLogger(__name__)
@@ -30,6 +35,9 @@ IDLE_RECHECK_S = 0.25
 # inotify constants (linux/inotify.h).
 _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
+_IN_Q_OVERFLOW = 0x00004000
+#: struct inotify_event without its name: wd, mask, cookie, len.
+_EVENT = struct.Struct("iIII")
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _INOTIFY_READ_BYTES = 64 * 1024
@@ -90,15 +98,54 @@ class FolderWatcher:
         except BlockingIOError:
             pass
 
-    def wait(self, timeout: float) -> None:
-        """Sleep until a watched folder changes or ``timeout`` seconds pass."""
+    def wait_for(self, wanted: Callable[[str], bool], timeout: float) -> None:
+        """Sleep until a file whose name ``wanted`` accepts lands, or ``timeout`` s pass.
+
+        Events about other files are read and passed over. Returns early
+        after IDLE_RECHECK_S, or FALLBACK_POLL_S without inotify: the caller
+        then looks at the folders anyway.
+        """
         if self._fd < 0:
             time.sleep(min(timeout, FALLBACK_POLL_S))
             return
-        select.select([self._fd], [], [], min(timeout, IDLE_RECHECK_S))
+        deadline = time.monotonic() + min(timeout, IDLE_RECHECK_S)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            readable, _, _ = select.select([self._fd], [], [], remaining)
+            if not readable or self.landed(wanted):
+                return
+
+    def landed(self, wanted: Callable[[str], bool]) -> bool:
+        """Read the pending events: True if one is about a wanted file (or events were lost)."""
+        found = False
+        try:
+            while True:
+                buffer = os.read(self._fd, _INOTIFY_READ_BYTES)
+                if not buffer:
+                    break
+                found = any(name is None or wanted(name)
+                            for name in _event_names(buffer)) or found
+        except BlockingIOError:
+            pass
+        return found
 
     def close(self) -> None:
         """Release the inotify descriptor."""
         if self._finalizer is not None:
             self._finalizer()
         self._fd = -1
+
+
+def _event_names(buffer: bytes) -> Iterator[str | None]:
+    """The file names of a buffer of inotify events (None where the kernel dropped events)."""
+    offset = 0
+    while offset + _EVENT.size <= len(buffer):
+        _wd, mask, _cookie, length = _EVENT.unpack_from(buffer, offset)
+        start = offset + _EVENT.size
+        offset = start + length
+        if mask & _IN_Q_OVERFLOW:
+            yield None
+        elif length:
+            yield os.fsdecode(buffer[start:offset].rstrip(b"\0"))
