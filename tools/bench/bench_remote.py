@@ -7,6 +7,8 @@ this script on loopback with ``tests/brokers.py``) and in the same run:
 - ``floor``: a raw kombu request/reply round trip (one process publishes a
   request, a server process answers on the reply queue), sequential; the
   fastest anything built on kombu can hand a task to a worker and hear back.
+  ``floor-3``: the same with two replies, the first sent before the request
+  is acknowledged: the three messages flowengine's reliable protocol needs.
 - ``latency``: a linear flow of 50 trivial tasks on the worker-based engine;
   per-task latency is the time between consecutive task completions (so the
   engine's start and worker discovery are not in it), plus the whole run.
@@ -90,6 +92,12 @@ DEFAULT_TASKFLOW_THROUGHPUT_TASKS = 100
 #: Sequential round trips measured for the floor (after FLOOR_WARMUP ones).
 FLOOR_ROUND_TRIPS = 300
 FLOOR_WARMUP = 20
+
+#: The floor of flowengine's reliable protocol: three messages per task
+#: (request; the worker's PENDING, sent before it acknowledges the request;
+#: the outcome), the least a worker that never loses an accepted request
+#: can send (see doc/source/reliability.rst).
+FLOOR_3 = "floor-3"
 
 #: Worker processes (and threads in each) serving the flows.
 WORKERS = 2
@@ -357,8 +365,12 @@ def _kombu_connection(conn: dict):
 
 
 def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None,
-                 stop: threading.Event | None = None) -> None:
-    """Answer every request on the floor's request queue with an empty reply."""
+                 stop: threading.Event | None = None, replies: int = 1) -> None:
+    """Answer every request on the floor's request queue with ``replies`` replies.
+
+    With 2, as a flowengine worker answers a flowengine engine: a first reply
+    (its PENDING), then the acknowledgement, then the outcome.
+    """
     import kombu
 
     stop = stop or threading.Event()
@@ -367,10 +379,14 @@ def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None
         producer = kombu.Producer(c.channel(), exchange=ex)
 
         def on_message(body: Any, message: Any) -> None:
-            producer.publish({"ok": True}, routing_key=message.properties["reply_to"],
-                             correlation_id=message.properties["correlation_id"],
-                             serializer="json")
+            reply_to = message.properties["reply_to"]
+            cid = message.properties["correlation_id"]
+            for _ in range(replies - 1):
+                producer.publish({"state": "PENDING"}, routing_key=reply_to,
+                                 correlation_id=cid, serializer="json")
             message.ack()
+            producer.publish({"ok": True}, routing_key=reply_to, correlation_id=cid,
+                             serializer="json")
 
         queue = kombu.Queue(f"{exchange}-req", ex, routing_key="req", durable=False,
                             auto_delete=True)
@@ -384,20 +400,22 @@ def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None
                     c.drain_events(timeout=0.2)
 
 
-def floor_client(exchange: str, conn: dict, trips: int) -> dict:
-    """Sequential request/reply round trips; the mean and the median."""
+def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dict:
+    """Sequential requests, each done once its ``replies`` replies came; the mean and the median."""
+    import collections
+
     import kombu
 
     ex = kombu.Exchange(exchange, type="direct", durable=False)
     reply_key = f"reply-{uuid.uuid4().hex[:8]}"
-    got: list[str] = []
+    got: collections.Counter[str] = collections.Counter()
     with _kombu_connection(conn) as c:
         producer = kombu.Producer(c.channel(), exchange=ex)
         queue = kombu.Queue(f"{exchange}-{reply_key}", ex, routing_key=reply_key,
                             durable=False, auto_delete=True)
 
         def on_reply(body: Any, message: Any) -> None:
-            got.append(message.properties["correlation_id"])
+            got[message.properties["correlation_id"]] += 1
             message.ack()
 
         times = []
@@ -410,7 +428,7 @@ def floor_client(exchange: str, conn: dict, trips: int) -> dict:
                 producer.publish({"n": i}, routing_key="req", reply_to=reply_key,
                                  correlation_id=cid, serializer="json")
                 deadline = time.monotonic() + 30
-                while cid not in got:
+                while got[cid] < replies:
                     if time.monotonic() > deadline:
                         raise RuntimeError("no reply from the floor server in 30 s")
                     with contextlib.suppress(TimeoutError):
@@ -424,27 +442,27 @@ def floor_client(exchange: str, conn: dict, trips: int) -> dict:
             "cpu_per_task_ms": cpu / trips * 1000.0}
 
 
-def floor_case(transport: str, conn: dict, trips: int) -> dict:
+def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict:
     """The floor with its server in a thread (memory) or a process (the rest)."""
     exchange = f"floor-{uuid.uuid4().hex[:8]}"
     if transport == "memory":
         ready, stop = threading.Event(), threading.Event()
-        server = threading.Thread(target=floor_server, args=(exchange, conn, ready, stop),
-                                  daemon=True)
+        server = threading.Thread(target=floor_server,
+                                  args=(exchange, conn, ready, stop, replies), daemon=True)
         server.start()
         ready.wait(WORKER_READY_TIMEOUT_S)
         try:
-            return floor_client(exchange, conn, trips)
+            return floor_client(exchange, conn, trips, replies)
         finally:
             stop.set()
             server.join(5)
     cmd = [sys.executable, os.path.abspath(__file__), "--role", "floor-server",
-           "--exchange", exchange, "--conn", json.dumps(conn)]
+           "--exchange", exchange, "--conn", json.dumps(conn), "--n", str(replies)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=_lib_env("floor"),
                             cwd=HERE)
     try:
         _wait_ready(proc)
-        return floor_client(exchange, conn, trips)
+        return floor_client(exchange, conn, trips, replies)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -574,8 +592,9 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
     cols += [("Celery", "celery", "latency"), ("TF tuned", "taskflow-tuned", "latency"),
              ("TF default", "taskflow-default", "latency")]
     print("| transport | " + " | ".join(c[0] for c in cols)
-          + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor |", file=out)
-    print("|---" * (len(cols) + 6) + "|", file=out)
+          + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor | floor 3 msgs"
+          " | fe/floor 3 msgs |", file=out)
+    print("|---" * (len(cols) + 8) + "|", file=out)
     for t in transports:
         fl = med(t, "floor", "floor", "per_task_ms")
         fe = med(t, "flowengine", "latency", "per_task_ms")
@@ -585,9 +604,13 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         print(f"| {t} | " + " | ".join(cells)
               + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
               f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
-              f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))} |", file=out)
+              f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))}"
+              f" | {cell(t, 'floor', FLOOR_3, 'per_task_ms')}"
+              f" | {_ratio(fe, med(t, 'floor', FLOOR_3, 'per_task_ms'))} |", file=out)
     print("(CPU: CPU time of the engine process per task, the client's per round trip for"
-          " the floor; for memory the workers are in that process too)", file=out)
+          " the floor; for memory the workers are in that process too. floor 3 msgs: the"
+          " raw kombu exchange of a request and two replies, the first sent before the"
+          " request is acknowledged, as a flowengine worker answers)", file=out)
 
     print(f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
           f" (median of {ONE_TASK_RUNS} engines per repetition)", file=out)
@@ -626,7 +649,8 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
 
 def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
     if lib == "floor":
-        return [("floor", 20 if tiny else FLOOR_ROUND_TRIPS)]
+        trips = 20 if tiny else FLOOR_ROUND_TRIPS
+        return [("floor", trips), (FLOOR_3, trips)]
     if tiny:
         cases = [("latency", 5), ("throughput", 20)]
     elif lib == "taskflow-default":
@@ -685,12 +709,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.role == "floor-server":
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *a: stop.set())
-        floor_server(args.exchange, args.conn, stop=stop)
+        floor_server(args.exchange, args.conn, stop=stop, replies=args.n or 1)
         return 0
     if args.role == "case":
         lib, transport = args.lib[0], args.transport[0]
-        if args.case == "floor":
-            result = floor_case(transport, args.conn, args.n)
+        if args.case in ("floor", FLOOR_3):
+            result = floor_case(transport, args.conn, args.n,
+                                replies=2 if args.case == FLOOR_3 else 1)
         else:
             result = flow_case(lib, args.case, args.n, transport, args.conn)
         print(json.dumps(result))
