@@ -493,14 +493,21 @@ def run_case(python: str, lib: str, case: str, transport: str, url: str | None,
     conn = connection(lib, transport, url, folder)
     cmd = [python, os.path.abspath(__file__), "--role", "case", "--lib", lib, "--case", case,
            "--transport", transport, "--n", str(n), "--conn", json.dumps(conn)]
+    # A session of its own: a case that times out is killed with the worker
+    # processes it started (they would otherwise live on, orphaned).
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_lib_env(lib), cwd=HERE, start_new_session=True)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              env=_lib_env(lib), cwd=HERE)
+        stdout, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
         return {**base, "error": f"timeout after {timeout_s:.0f} s"}
     finally:
         if folder:
             subprocess.run(["rm", "-rf", folder], check=False)
+    proc = subprocess.CompletedProcess(cmd, child.returncode, stdout, stderr)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         return {**base, "error": f"exit {proc.returncode}: {last}"}
