@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from kombu.connection import Connection
@@ -463,9 +463,9 @@ class Consumer:
         groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
         private = {spec.name for spec in self._queues if spec.private}
         batched = {spec.name for spec in self._queues if spec.private and spec.batched}
-        unacked = ({spec.name for spec in self._queues if spec.auto_delete} & batched
-                   if _deletes_auto_delete_queues(conn) and not self._broker.durable
-                   else set())
+        # As declared: make_queue() makes no durable queue auto-delete.
+        unacked = ({q.name for q in queues if q.auto_delete} & batched
+                   if topology.deletes_auto_delete_queues(conn) else set())
         consumers = []
         for i, group in enumerate(groups):
             channel = conn.channel()
@@ -480,7 +480,8 @@ class Consumer:
                     if queue.name in batched:
                         channel.take_in_batches(queue.name)
             no_ack = all(queue.name in unacked for queue in group)
-            consumer = KombuConsumer(channel, queues=group, on_message=self._on_message,
+            on_message = self._on_unacked_message if no_ack else self._on_message
+            consumer = KombuConsumer(channel, queues=group, on_message=on_message,
                                       accept=["json"], no_ack=no_ack,
                                       prefetch_count=None if no_ack
                                       else self._options.prefetch_count)
@@ -497,12 +498,18 @@ class Consumer:
         except Exception:
             LOG.exception("%s callback of topic %r failed", what, self._name)
 
-    def _on_message(self, message: Any) -> None:
-        """Receive one raw message: size check, verify, decode, dispatch, settle; never raises."""
+    def _on_unacked_message(self, message: Any) -> None:
+        """Receive a message its broker needs no acknowledgement of (see QueueSpec)."""
         delivery = Delivery(message)
-        info = getattr(message, "delivery_info", None) or {}
-        if info.get("consumer_tag") in _no_ack_consumers(message.channel):
-            delivery.settled_by_transport()
+        delivery.settled_by_transport()
+        self._handle(delivery)
+
+    def _on_message(self, message: Any) -> None:
+        """Receive one raw message."""
+        self._handle(Delivery(message))
+
+    def _handle(self, delivery: Delivery) -> None:
+        """Size check, verify, decode, dispatch, settle; never raises."""
         try:
             self._receive(delivery)
         except Exception:
@@ -540,15 +547,3 @@ class Consumer:
             return
         self._dispatcher.on_message(data, delivery)
 
-
-def _deletes_auto_delete_queues(conn: Connection) -> bool:
-    """True on an AMQP broker: an auto-delete queue goes when its last consumer does.
-
-    kombu's virtual transports (Redis, filesystem, memory) keep such queues.
-    """
-    return getattr(conn.transport, "driver_type", None) == "amqp"
-
-
-def _no_ack_consumers(channel: Any) -> Collection[str]:
-    """The consumer tags of ``channel`` whose messages need no acknowledgement."""
-    return getattr(channel, "no_ack_consumers", None) or ()

@@ -148,7 +148,7 @@ def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool) -> bool:
         return True  # durable queues are not auto-delete (topology.make_queue)
     conn = broker.connection()  # not connected: no I/O
     try:
-        return isinstance(conn.transport, virtual.Transport)
+        return not topology.deletes_auto_delete_queues(conn)
     finally:
         conn.release()
 

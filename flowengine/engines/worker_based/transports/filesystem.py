@@ -118,6 +118,17 @@ _PROCESS_TAG = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
 _HOST = fp.HOST
 
 
+def _queue_of(name: str) -> str | None:
+    """The queue of message file ``name`` (``<stamp>.<queue>.msg``); None for other files.
+
+    Temporary files and claims start with a dot.
+    """
+    if not name or name[0] == ".":
+        return None
+    rest = name.partition(".")[2]
+    return rest[:-len(_MSG_SUFFIX)] if rest.endswith(_MSG_SUFFIX) else None
+
+
 def _claim_name(name: str) -> str:
     return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{_PROCESS_TAG}{next(_COUNTER):x}@{name}"
 
@@ -228,7 +239,6 @@ class Channel(filesystem.Channel):
 
     def _scan(self, queue: str) -> list[str]:
         """List the queue's message files in write order."""
-        wanted = f"{queue}{_MSG_SUFFIX}"
         try:
             names = os.listdir(self.data_folder_in)
         except OSError as e:
@@ -238,7 +248,7 @@ class Channel(filesystem.Channel):
             self._next_reclaim = now + RECLAIM_PERIOD_S
             self._reclaim([n for n in names if n.startswith(_CLAIM_PREFIX)])
             self._reap_private()
-        return sorted(n for n in names if n[0] != "." and n.partition(".")[2] == wanted)
+        return sorted(n for n in names if _queue_of(n) == queue)
 
     def _reclaim(self, claims: list[str]) -> None:
         """Put the messages claimed by dead processes back in their queues."""
@@ -529,7 +539,6 @@ def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: boo
 
 def _purge_files(folder: str, queue: str) -> int:
     """Remove ``queue``'s message files, and dead processes' claims of them."""
-    wanted = f"{queue}{_MSG_SUFFIX}"
     try:
         names = os.listdir(folder)
     except OSError as e:
@@ -538,9 +547,9 @@ def _purge_files(folder: str, queue: str) -> int:
     for name in names:
         if name.startswith(_CLAIM_PREFIX):
             target = _dead_claim_target(name)
-            if target is None or target.partition(".")[2] != wanted:
+            if target is None or _queue_of(target) != queue:
                 continue
-        elif name[0] == "." or name.partition(".")[2] != wanted:
+        elif _queue_of(name) != queue:
             continue
         try:
             os.unlink(os.path.join(folder, name))
@@ -555,9 +564,8 @@ def _purge_files(folder: str, queue: str) -> int:
 
 
 def _message_of(queues: set[str]) -> Callable[[str], bool]:
-    """Whether a file name is that of a message of one of ``queues`` (see Channel._scan)."""
-    wanted = {f"{queue}{_MSG_SUFFIX}" for queue in queues}
-    return lambda name: name[0] != "." and name.partition(".")[2] in wanted
+    """Whether a file name is that of a message of one of ``queues``."""
+    return lambda name: _queue_of(name) in queues
 
 
 class Transport(filesystem.Transport):

@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kombu.connection import Connection
 from kombu.entity import Exchange, Queue, binding
+from kombu.transport import virtual
 
 #: AMQP delivery mode of messages in the durable topology (written to disk).
 PERSISTENT_DELIVERY_MODE = 2
@@ -52,6 +54,15 @@ def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
         arguments = {"x-expires": int(IDLE_QUEUE_EXPIRES_S * 1000)}
     return Queue(name, exchange=exchange, bindings=bindings, durable=durable,
                        auto_delete=auto_delete, queue_arguments=arguments)
+
+
+def deletes_auto_delete_queues(conn: Connection) -> bool:
+    """Whether the broker deletes an auto-delete queue, with what it holds, with its consumer.
+
+    A real AMQP broker does; kombu's virtual transports (Redis, filesystem,
+    memory) keep such queues until someone deletes them. No I/O.
+    """
+    return not isinstance(conn.transport, virtual.Transport)
 
 
 def publish_properties(durable: bool) -> dict[str, Any]:
