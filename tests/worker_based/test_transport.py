@@ -40,8 +40,11 @@ def test_resolve_picks_flowengine_transports():
     assert transports.resolve("filesystem://", None) == "flowengine-filesystem"
     assert transports.resolve("redis://h:1/0", None) == "flowengine-redis"
     assert transports.resolve(None, "redis") == "flowengine-redis"
-    assert transports.resolve("amqp://h//", None) is None
-    assert transports.resolve(None, "pyamqp") == "pyamqp"
+    assert transports.resolve("amqp://h//", None) == "flowengine-amqp"
+    assert transports.resolve("pyamqp://h//", None) == "flowengine-amqp"
+    assert transports.resolve(None, "pyamqp") == "flowengine-amqp"
+    assert transports.resolve("localhost", None) == "flowengine-amqp"  # kombu's default
+    assert transports.resolve("amqps://h//", None) is None  # TLS: kombu's own
     original = "kombu.transport.filesystem:Transport"
     assert transports.resolve(None, original) == original  # opt-out stays possible
     aliases = kombu.transport.TRANSPORT_ALIASES

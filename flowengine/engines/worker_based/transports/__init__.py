@@ -4,10 +4,12 @@ kombu's own ``memory`` and ``filesystem`` transports poll (1 s by default),
 and ``filesystem`` names its files by millisecond, so messages written in the
 same millisecond are read out of order and a file can be read half-written;
 kombu's ``redis`` transport loses a message taken by a consumer that dies
-before recording it (see redis.py). flowengine registers drop-in subclasses
-under their own names and uses them whenever ``memory``, ``filesystem`` or
-``redis`` is asked for through flowengine. Pass a dotted path
-(``kombu.transport.redis:Transport``) to get kombu's originals.
+before recording it (see redis.py); its ``amqp`` transport makes nine system
+calls to read one message (see amqp.py). flowengine registers drop-in
+subclasses under their own names and uses them whenever ``memory``,
+``filesystem``, ``redis`` or ``amqp`` (the default) is asked for through
+flowengine. Pass a dotted path (``kombu.transport.redis:Transport``) to get
+kombu's originals.
 """
 
 from __future__ import annotations
@@ -23,18 +25,22 @@ from flowengine.engines.worker_based.transports import errors as broker_errors
 MEMORY = "flowengine-memory"
 FILESYSTEM = "flowengine-filesystem"
 REDIS = "flowengine-redis"
+AMQP = "flowengine-amqp"
 
 #: kombu transport name (or URL scheme) -> the flowengine transport used instead.
 TRANSPORT_OVERRIDES = {
     "memory": MEMORY,
     "filesystem": FILESYSTEM,
     "redis": REDIS,
+    "amqp": AMQP,
+    "pyamqp": AMQP,
 }
 
 _ALIASES = {
     MEMORY: "flowengine.engines.worker_based.transports.memory:Transport",
     FILESYSTEM: "flowengine.engines.worker_based.transports.filesystem:Transport",
     REDIS: "flowengine.engines.worker_based.transports.redis:Transport",
+    AMQP: "flowengine.engines.worker_based.transports.amqp:Transport",
 }
 
 
@@ -53,7 +59,8 @@ def resolve(url: str | None, transport: str | None) -> str | None:
         scheme = url.split("://", 1)[0]
         if "+" not in scheme and scheme in TRANSPORT_OVERRIDES:
             return TRANSPORT_OVERRIDES[scheme]
-    return None
+        return None
+    return AMQP  # kombu's default transport for a bare host name (or none)
 
 
 def connection(url: str | None, transport: str | None,

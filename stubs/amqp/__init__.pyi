@@ -1,0 +1,1 @@
+# Type stubs for the parts of py-amqp flowengine uses (py-amqp ships no types).
