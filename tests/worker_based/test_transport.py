@@ -87,6 +87,27 @@ def test_file_names_sort_in_write_order(tmp_path):
     assert bodies == list(range(200))
 
 
+def test_files_are_written_aside_and_only_renames_land_in_the_folder(tmp_path):
+    # Given the inotify events of the message folder watched as consumers do,
+    from flowengine.engines.worker_based.transports import inotify
+    watcher = inotify.FolderWatcher()
+    if not watcher.active:
+        pytest.skip("no inotify here")
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        watcher.watch(str(tmp_path))
+        landed: list[str] = []
+        # when messages are written,
+        for i in range(3):
+            channel._put("q", {"i": i})
+        watcher.landed(lambda name: landed.append(name) or False)
+        # then each lands once, under its final name (the temporary file is
+        # written in the unwatched .writing subfolder, which is left empty).
+        assert len(landed) == 3 and all(n.endswith(".q.msg") for n in landed), landed
+        assert os.listdir(tmp_path / ".writing") == []
+    watcher.close()
+
+
 def test_readers_never_see_half_written_files(tmp_path):
     # Given a writer producing large messages and a reader scanning the folder
     # (without claiming) as fast as it can,

@@ -11,8 +11,10 @@ polls every second. This subclass keeps kombu's options and folder layout
 
 * names start with a per-process strictly increasing nanosecond sequence
   (system-wide monotonic clock), so files sort in write order;
-* each file is written under a hidden temporary name and renamed into place
-  (atomic), and one process makes its writes visible in sequence order;
+* each file is written under a temporary name in the hidden subfolder
+  ``.writing`` and renamed into place (atomic), and one process makes its
+  writes visible in sequence order; the subfolder is not watched, so a
+  write wakes the consumers once (the rename), not twice;
 * a reader claims a file by renaming it inside the same folder (atomic: two
   consumers never both get it) and keeps the claimed file until the message
   is acknowledged; claims left by a process that died (kill -9) are put back
@@ -32,6 +34,7 @@ when missing.
 from __future__ import annotations
 
 import errno
+import functools
 import itertools
 import logging
 import os
@@ -80,7 +83,12 @@ _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 CLAIM_PROPERTY = "x-flowengine-claim"
 
 _MSG_SUFFIX = ".msg"
+# Bytes per read of a message file: most messages in one read.
+_READ_CHUNK_BYTES = 65536
 _TMP_PREFIX = ".tmp-"
+# Subfolder of the message folder where files are written before being
+# renamed into place (same file system, so the rename stays atomic).
+_WRITING_FOLDER = ".writing"
 _CLAIM_PREFIX = ".claim-"
 
 #: Where messages and bindings live when no folder option is given: one
@@ -157,7 +165,8 @@ class Channel(filesystem.Channel):
         self._next_reclaim = 0.0
         #: Queues this channel marked private -> their marker file.
         self._private: dict[str, Path] = {}
-        folders = [self.data_folder_in, self.data_folder_out, str(self.control_folder)]
+        folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
+                   str(self.control_folder)]
         if self.store_processed:
             folders.append(self.processed_folder)
         for folder in folders:
@@ -176,22 +185,29 @@ class Channel(filesystem.Channel):
             return str(options[key])
         return os.path.join(str(options.get("data_folder") or DEFAULT_DATA_FOLDER), sub)
 
-    @property
+    # The folders are worked out once per channel (its options do not
+    # change): every message looks several of them up.
+    @functools.cached_property
     def data_folder_in(self) -> str:
         """Folder messages are read from."""
         return self._option_folder("data_folder_in", "messages")
 
-    @property
+    @functools.cached_property
     def data_folder_out(self) -> str:
         """Folder messages are written to."""
         return self._option_folder("data_folder_out", "messages")
 
-    @property
+    @functools.cached_property
+    def _writing_folder(self) -> str:
+        """Where files are written before being renamed into data_folder_out."""
+        return os.path.join(self.data_folder_out, _WRITING_FOLDER)
+
+    @functools.cached_property
     def processed_folder(self) -> str:
         """Folder processed messages are kept in (store_processed only)."""
         return self._option_folder("processed_folder", "processed")
 
-    @property
+    @functools.cached_property
     def control_folder(self) -> Path:
         """Folder of the exchange -> queue tables.
 
@@ -215,10 +231,9 @@ class Channel(filesystem.Channel):
         data = str_to_bytes(dumps(payload))
         folder = self.data_folder_out
         tag = f"{_PROCESS_TAG}{next(_COUNTER):x}"
-        tmp = os.path.join(folder, f"{_TMP_PREFIX}{tag}")
+        tmp = os.path.join(self._writing_folder, f"{_TMP_PREFIX}{tag}")
         try:
-            with open(tmp, "wb", buffering=0) as f:
-                f.write(data)
+            _write_new_file(tmp, data)
             # Stamp and publish under one lock: this process's files become
             # visible in stamp order, so readers never see a later one first.
             with _SEQUENCE.lock:
@@ -382,8 +397,7 @@ class Channel(filesystem.Channel):
             except OSError as e:
                 raise ChannelError(f"Cannot claim {name!r} in {folder!r}: {e}") from e
             try:
-                with open(claimed, "rb") as f:
-                    raw = f.read()
+                raw = _read_file(claimed)
             except OSError as e:
                 raise ChannelError(f"Cannot read message file {name!r}: {e}") from e
             try:
@@ -511,6 +525,31 @@ class Channel(filesystem.Channel):
             return []
         self._tables[exchange] = (key, table)
         return table
+
+
+# Plain descriptors instead of open(): without the io layers a message file
+# costs ~15 us less to write and to read, and each task writes three.
+def _write_new_file(path: str, data: bytes) -> None:
+    """Create ``path`` (it must not exist) holding ``data``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _read_file(path: str) -> bytes:
+    """All of ``path``'s bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _READ_CHUNK_BYTES):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: bool) -> None:
