@@ -108,6 +108,28 @@ def test_files_are_written_aside_and_only_renames_land_in_the_folder(tmp_path):
     watcher.close()
 
 
+def test_a_message_inotify_reported_is_delivered_after_one_listing(tmp_path):
+    # Given a message in a queue's folder,
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        channel._put("q", {"i": 1})
+        name = next(n for n in os.listdir(tmp_path) if n.endswith(".q.msg"))
+        scans = []
+        scan = channel._scan
+        channel._scan = lambda queue: scans.append(queue) or scan(queue)
+        # when the reader was told of its arrival before it lists the folder,
+        conn.transport.landed_names = {name}
+        ready = channel._ready("q")
+        # then one listing delivers it,
+        assert list(ready) == [name] and len(scans) == 1
+        # while a message nobody reported needs to be seen in two listings
+        # (a listing is not a snapshot: see Channel._ready).
+        conn.transport.landed_names = frozenset()
+        channel._put("r", {"i": 2})
+        scans.clear()
+        assert len(channel._ready("r")) == 1 and scans == ["r", "r"]
+
+
 def test_readers_never_see_half_written_files(tmp_path):
     # Given a writer producing large messages and a reader scanning the folder
     # (without claiming) as fast as it can,

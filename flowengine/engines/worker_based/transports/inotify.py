@@ -41,6 +41,8 @@ _EVENT = struct.Struct("iIII")
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 _INOTIFY_READ_BYTES = 64 * 1024
+#: Largest inotify event: the struct and a name of NAME_MAX bytes plus NUL.
+_MAX_EVENT_BYTES = _EVENT.size + 256
 
 
 def _load_libc() -> Any | None:
@@ -88,22 +90,29 @@ class FolderWatcher:
             return
         self._watched.add(folder)
 
-    def clear(self) -> None:
-        """Forget pending events (call before looking at the folders)."""
+    def clear(self, wanted: Callable[[str], bool] | None = None,
+              names: set[str] | None = None) -> None:
+        """Read the pending events (call before looking at the folders).
+
+        With ``wanted`` and ``names``, the names of wanted files are added
+        to ``names``: those files were in place before the folder is listed.
+        """
         if self._fd < 0:
             return
-        try:
-            while os.read(self._fd, _INOTIFY_READ_BYTES):
+        if wanted is None or names is None:
+            for _buffer in self._pending_events():
                 pass
-        except BlockingIOError:
-            pass
+        else:
+            self.landed(wanted, names)
 
-    def wait_for(self, wanted: Callable[[str], bool], timeout: float) -> None:
+    def wait_for(self, wanted: Callable[[str], bool], timeout: float,
+                 names: set[str] | None = None) -> None:
         """Sleep until a file whose name ``wanted`` accepts lands, or ``timeout`` s pass.
 
-        Events about other files are read and passed over. Returns early
-        after IDLE_RECHECK_S, or FALLBACK_POLL_S without inotify: the caller
-        then looks at the folders anyway.
+        Events about other files are read and passed over; the names of
+        wanted ones are added to ``names`` (if given). Returns early after
+        IDLE_RECHECK_S, or FALLBACK_POLL_S without inotify: the caller then
+        looks at the folders anyway.
         """
         if self._fd < 0:
             time.sleep(min(timeout, FALLBACK_POLL_S))
@@ -114,22 +123,39 @@ class FolderWatcher:
             if remaining <= 0:
                 return
             readable, _, _ = select.select([self._fd], [], [], remaining)
-            if not readable or self.landed(wanted):
+            if not readable or self.landed(wanted, names):
                 return
 
-    def landed(self, wanted: Callable[[str], bool]) -> bool:
-        """Read the pending events: True if one is about a wanted file (or events were lost)."""
+    def landed(self, wanted: Callable[[str], bool], names: set[str] | None = None) -> bool:
+        """Read the pending events: True if one is about a wanted file (or events were lost).
+
+        The wanted files' names are added to ``names`` (if given).
+        """
         found = False
-        try:
-            while True:
-                buffer = os.read(self._fd, _INOTIFY_READ_BYTES)
-                if not buffer:
-                    break
-                found = any(name is None or wanted(name)
-                            for name in _event_names(buffer)) or found
-        except BlockingIOError:
-            pass
+        for buffer in self._pending_events():
+            for name in _event_names(buffer):
+                if name is None:
+                    found = True  # the kernel dropped events: look anyway
+                elif wanted(name):
+                    found = True
+                    if names is not None:
+                        names.add(name)
         return found
+
+    def _pending_events(self) -> Iterator[bytes]:
+        """Read the queued events, a buffer at a time, until there are none."""
+        while True:
+            try:
+                buffer = os.read(self._fd, _INOTIFY_READ_BYTES)
+            except BlockingIOError:
+                return
+            if buffer:
+                yield buffer
+            # The kernel returns every whole event that fits: room left for
+            # the largest one means the queue was empty, and one read (and
+            # the exception of a second) is saved on each wake-up.
+            if len(buffer) <= _INOTIFY_READ_BYTES - _MAX_EVENT_BYTES:
+                return
 
     def close(self) -> None:
         """Release the inotify descriptor."""
