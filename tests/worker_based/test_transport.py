@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue as queue_mod
 import signal
 import statistics
 import subprocess
@@ -89,7 +90,6 @@ def test_file_names_sort_in_write_order(tmp_path):
 
 def test_files_are_written_aside_and_only_renames_land_in_the_folder(tmp_path):
     # Given the inotify events of the message folder watched as consumers do,
-    from flowengine.engines.worker_based.transports import inotify
     watcher = inotify.FolderWatcher()
     if not watcher.active:
         pytest.skip("no inotify here")
@@ -128,6 +128,36 @@ def test_a_message_inotify_reported_is_delivered_after_one_listing(tmp_path):
         channel._put("r", {"i": 2})
         scans.clear()
         assert len(channel._ready("r")) == 1 and scans == ["r", "r"]
+
+
+def test_a_reply_queue_is_taken_without_claim_files_and_each_message_once(tmp_path):
+    # Given two readers of one private reply queue (taken without claims),
+    with fs_conn(tmp_path) as conn_a, fs_conn(tmp_path) as conn_b:
+        readers = [conn_a.channel(), conn_b.channel()]
+        for reader in readers:
+            reader.take_in_batches("replies")
+        for i in range(200):
+            readers[0]._put("replies", {"i": i})
+        got: list[int] = []
+        claims_seen = False
+        # when they take turns until the queue is empty,
+        while True:
+            taken = 0
+            for reader in readers:
+                try:
+                    got.append(reader._get("replies")["i"])
+                    taken += 1
+                except queue_mod.Empty:
+                    pass
+                claims_seen = claims_seen or any(
+                    n.startswith(".claim-") for n in os.listdir(tmp_path))
+            if not taken:
+                break
+    # then every message was taken exactly once, in order per reader, and no
+    # claim file was ever made.
+    assert sorted(got) == list(range(200))
+    assert not claims_seen
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".replies.msg")]
 
 
 def test_readers_never_see_half_written_files(tmp_path):

@@ -42,8 +42,9 @@ class Capabilities:
     #: broker together in one round trip when it ends (in order, all or none).
     batch_publish: bool = False
     #: ``channel.take_in_batches(queue)``: a private queue whose messages may
-    #: be handled twice (replies) is taken several messages per round trip,
-    #: each settled with the next take.
+    #: be handled twice (replies) is taken the cheapest way the transport
+    #: has: several messages per round trip, each settled with the next take
+    #: (Redis); without a claim file (filesystem).
     batch_take: bool = False
 
 

@@ -24,7 +24,8 @@ polls every second. This subclass keeps kombu's options and folder layout
   back to a short polling interval elsewhere;
 * a queue marked private (``Channel.mark_private``) is deleted, bindings and
   messages, when its process closes the channel or dies (see
-  filesystem_private.py).
+  filesystem_private.py); one whose messages may be handled twice (a reply
+  queue, ``Channel.take_in_batches``) is read without claim files.
 
 Extra option ``data_folder``: one folder holding everything (messages/,
 control/, processed/) for all processes that share it. Folders are created
@@ -165,6 +166,8 @@ class Channel(filesystem.Channel):
         self._next_reclaim = 0.0
         #: Queues this channel marked private -> their marker file.
         self._private: dict[str, Path] = {}
+        #: Private queues taken without claim files (see take_in_batches).
+        self._unclaimed: set[str] = set()
         folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
                    str(self.control_folder)]
         if self.store_processed:
@@ -384,16 +387,30 @@ class Channel(filesystem.Channel):
                 return ready
         return deque()
 
+    def take_in_batches(self, queue: str) -> None:
+        """Take private ``queue``'s messages without a claim file (see _take_unclaimed).
+
+        For a queue whose messages may be handled twice (replies): nothing
+        is lost that a claim would keep, as the queue goes with its process.
+        """
+        self._unclaimed.add(queue)
+
     def _get(self, queue: Any, timeout: Any = None) -> Any:
         """Claim (atomically) and return the oldest message of ``queue``."""
         pending = self._pending.get(queue)
         folder = self.data_folder_in
+        unclaimed = queue in self._unclaimed
         while True:
             if not pending:
                 pending = self._pending[queue] = self._ready(queue)
                 if not pending:
                     raise Empty()
             name = pending.popleft()
+            if unclaimed:
+                payload = self._take_unclaimed(folder, name, queue)
+                if payload is None:
+                    continue
+                return payload
             claimed = os.path.join(folder, _claim_name(name))
             try:
                 os.rename(os.path.join(folder, name), claimed)
@@ -416,6 +433,28 @@ class Channel(filesystem.Channel):
                 LOG.error("Dropped unreadable message file %s of queue %s: %s",
                           name, queue, e)
                 self._settle_path(claimed)
+
+    def _take_unclaimed(self, folder: str, name: str, queue: str) -> Any:
+        """Read message file ``name`` and remove it; None if another reader took it.
+
+        Removing the file is the claim (a file is never changed once in
+        place, so reading it first is safe): of two readers, the one whose
+        unlink fails drops what it read. A rename and, on acknowledgement,
+        an unlink are saved per message.
+        """
+        path = os.path.join(folder, name)
+        try:
+            raw = _read_file(path)
+            os.unlink(path)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise ChannelError(f"Cannot take message file {name!r} from {folder!r}: {e}") from e
+        try:
+            return loads(bytes_to_str(raw))
+        except Exception as e:
+            LOG.error("Dropped unreadable message file %s of queue %s: %s", name, queue, e)
+            return None
 
     def _purge(self, queue: str) -> int:
         """Remove all messages of ``queue``; return how many."""
@@ -620,7 +659,7 @@ class Transport(filesystem.Transport):
     polling_interval = inotify.FALLBACK_POLL_S
     driver_name = "flowengine-filesystem"
     #: See contract.py: a queue marked private goes with its process.
-    flowengine_implements = contract.Capabilities(private_queues=True)
+    flowengine_implements = contract.Capabilities(private_queues=True, batch_take=True)
 
     _watcher: inotify.FolderWatcher | None = None
     #: Message files inotify reported before the current listing (see Channel._ready).
