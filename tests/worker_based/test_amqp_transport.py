@@ -14,7 +14,9 @@ import socket
 import struct
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
+import amqp.transport
 import kombu
 import pytest
 from amqp.exceptions import UnexpectedFrame
@@ -142,6 +144,31 @@ def counting_recv(conn: kombu.Connection) -> Callable[[], int]:
     return lambda: calls[0]
 
 
+def counting_timeouts(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the times py-amqp's socket timeout handling runs around a read."""
+    original, calls = amqp.transport.TCPTransport.having_timeout, [0]
+
+    def counted(self: Any, timeout: float | None) -> Any:
+        calls[0] += 1
+        return original(self, timeout)
+
+    monkeypatch.setattr(amqp.transport.TCPTransport, "having_timeout", counted)
+    return lambda: calls[0]
+
+
+def test_has_frame_says_whether_a_read_needs_the_socket():
+    script = Script([FRAMES[0] + FRAMES[1][:4], FRAMES[1][4:]])
+    reader = amqp_transport.FrameReader(script)
+    assert not reader.has_frame  # nothing received yet
+    reader.read_frame()
+    assert not reader.has_frame  # only part of the next one
+    reader.read_frame()
+    assert not reader.has_frame and script.calls == 2
+    reader = amqp_transport.FrameReader(Script([FRAMES[0] + FRAMES[1]]))
+    reader.read_frame()
+    assert reader.has_frame
+
+
 @pytest.mark.broker
 def test_amqp_urls_get_the_burst_reader(amqp_url):
     with transports.connection(amqp_url, None) as conn:
@@ -152,7 +179,7 @@ def test_amqp_urls_get_the_burst_reader(amqp_url):
 
 
 @pytest.mark.broker
-def test_a_backlog_arrives_whole_and_in_order_with_few_receive_calls(amqp_url):
+def test_a_backlog_arrives_whole_and_in_order_with_few_receive_calls(amqp_url, monkeypatch):
     # Given 2,000 small messages and 3 large ones (several frames each) in a queue,
     name = f"burst-{uuid.uuid4().hex[:8]}"
     large = {i: os.urandom(300_000).hex() for i in (10, 1000, 1999)}
@@ -166,7 +193,8 @@ def test_a_backlog_arrives_whole_and_in_order_with_few_receive_calls(amqp_url):
                              headers={"attempt": 1, "request_id": uuid.uuid4().hex})
         received: list[dict] = []
         calls = counting_recv(conn)
-        # when they are consumed,
+        timeouts_set = counting_timeouts(monkeypatch)
+        # when they are consumed, each with a timeout,
         with conn.Consumer(queue, callbacks=[lambda body, m: received.append(body)],
                            no_ack=True):
             while len(received) < 2000:
@@ -174,8 +202,10 @@ def test_a_backlog_arrives_whole_and_in_order_with_few_receive_calls(amqp_url):
         # then each arrives once, in order, whole,
         assert [body["i"] for body in received] == list(range(2000))
         assert all(body["data"] == large.get(body["i"], "small") for body in received)
-        # with far fewer receive calls than the 6,000+ frames (py-amqp: 3 per frame).
+        # with far fewer receive calls than the 6,000+ frames (py-amqp: 3 per
+        # frame), and the socket's timeout set only around those.
         assert calls() < 2000
+        assert timeouts_set() <= calls()
 
 
 @pytest.mark.broker
