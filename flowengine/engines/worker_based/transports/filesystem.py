@@ -679,7 +679,8 @@ class Transport(filesystem.Transport):
             wanted = _message_of(self._consumed_queues())
             for channel in self.channels:
                 watcher.watch(channel.data_folder_in)
-            watcher.clear(wanted, landed)
+            # Read what landed before looking: those files are in place.
+            watcher.landed(wanted, landed)
             self.landed_names = landed
             try:
                 get(self._deliver, timeout=timeout)

@@ -90,21 +90,6 @@ class FolderWatcher:
             return
         self._watched.add(folder)
 
-    def clear(self, wanted: Callable[[str], bool] | None = None,
-              names: set[str] | None = None) -> None:
-        """Read the pending events (call before looking at the folders).
-
-        With ``wanted`` and ``names``, the names of wanted files are added
-        to ``names``: those files were in place before the folder is listed.
-        """
-        if self._fd < 0:
-            return
-        if wanted is None or names is None:
-            for _buffer in self._pending_events():
-                pass
-        else:
-            self.landed(wanted, names)
-
     def wait_for(self, wanted: Callable[[str], bool], timeout: float,
                  names: set[str] | None = None) -> None:
         """Sleep until a file whose name ``wanted`` accepts lands, or ``timeout`` s pass.
@@ -129,8 +114,11 @@ class FolderWatcher:
     def landed(self, wanted: Callable[[str], bool], names: set[str] | None = None) -> bool:
         """Read the pending events: True if one is about a wanted file (or events were lost).
 
-        The wanted files' names are added to ``names`` (if given).
+        The wanted files' names are added to ``names`` (if given). Without
+        inotify there are no events: False.
         """
+        if self._fd < 0:
+            return False
         found = False
         for buffer in self._pending_events():
             for name in _event_names(buffer):
