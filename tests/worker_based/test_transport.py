@@ -14,6 +14,7 @@ import time
 
 import kombu
 import pytest
+from kombu.exceptions import ChannelError
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import transports
@@ -255,6 +256,27 @@ def test_binding_table_changes_are_seen_at_once(tmp_path):
         writer._queue_bind("tbl", "k2", "", "queue2")
         assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
         assert reader.get_table("absent") == []
+
+
+def test_a_recent_table_is_read_again_but_parsed_only_when_its_bytes_changed(tmp_path):
+    with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
+        reader, writer = reader_conn.channel(), writer_conn.channel()
+        writer._queue_bind("tbl", "k1", "", "queue1")
+        first = reader.get_table("tbl")
+        # Just written, so inside the racy window: read again, same bytes,
+        # same (unchanged) entries.
+        assert reader.get_table("tbl") is first
+        writer._queue_bind("tbl", "k2", "", "queue2")
+        assert sorted(q.queue for q in reader.get_table("tbl")) == ["queue1", "queue2"]
+
+
+def test_an_unreadable_binding_table_is_a_channel_error_naming_it(tmp_path):
+    with fs_conn(tmp_path) as conn:
+        channel = conn.channel()
+        table = channel.control_folder / "broken.exchange"
+        table.write_text("[not json")
+        with pytest.raises(ChannelError, match="broken.exchange"):
+            channel.get_table("broken")
 
 
 def test_default_control_folder_is_shared_not_cwd(tmp_path):

@@ -48,7 +48,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from queue import Empty
-from typing import Any
+from typing import Any, NamedTuple
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
@@ -162,7 +162,8 @@ class Channel(filesystem.Channel):
         super().__init__(*args, **kwargs)
         self._pending: dict[str, deque[str]] = {}
         self._seen: dict[str, frozenset[str]] = {}
-        self._tables: dict[str, tuple[tuple[int, int, int], list[Any]]] = {}
+        self._tables: dict[str, _Table] = {}
+        self._exchange_paths: dict[str, Path] = {}
         self._next_reclaim = 0.0
         #: Queues this channel marked private -> their marker file.
         self._private: dict[str, Path] = {}
@@ -467,15 +468,20 @@ class Channel(filesystem.Channel):
 
         The name becomes a file name in the control folder: only characters
         that cannot lead out of it are accepted (letters, digits, ``._-``, not
-        all dots), whatever kombu version checks or not.
+        all dots), whatever kombu version checks or not. Worked out once per
+        exchange: every publish looks its table up.
         """
+        file = self._exchange_paths.get(exchange)
+        if file is not None:
+            return file
         if exchange and (not _SAFE_EXCHANGE_NAME.fullmatch(exchange)
                          or not exchange.strip(".")):
             raise ChannelError(f"Invalid exchange name for the filesystem transport:"
                                f" {exchange!r} (letters, digits, '.', '_' and '-' only)")
-        file: Path = self.control_folder / f"{exchange}.exchange"
+        file = self.control_folder / f"{exchange}.exchange"
         if file.parent != self.control_folder:
             raise ChannelError(f"Invalid exchange name: {exchange!r}")
+        self._exchange_paths[exchange] = file
         return file
 
     def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
@@ -531,9 +537,7 @@ class Channel(filesystem.Channel):
         with os.fdopen(fd, "rb+", buffering=0) as f:
             filesystem.lock(f, filesystem.LOCK_EX)
             try:
-                raw = f.read()
-                table = [filesystem.exchange_queue_t(*q)
-                         for q in (loads(bytes_to_str(raw)) if raw.strip() else [])]
+                table = _parse_table(f.read())
                 if change(table):
                     f.seek(0)
                     f.write(str_to_bytes(dumps(table)))
@@ -546,7 +550,10 @@ class Channel(filesystem.Channel):
 
         Every publish looks the table up; a stat is much cheaper than
         open + lock + read + parse, and any binding change rewrites the file
-        (new mtime/size).
+        (new mtime/size). A table changed lately is read again, but parsed
+        only if its bytes differ from the cached ones: every engine binds
+        its reply queue when it starts, so with engines coming and going
+        the table is nearly always recent.
         """
         file = self._exchange_path(exchange)
         try:
@@ -561,14 +568,43 @@ class Channel(filesystem.Channel):
         # leave (size, mtime) unchanged, so a recently changed file is always
         # re-read (as git does with its "racy" index entries).
         settled = time.time_ns() - st.st_mtime_ns > TABLE_RACY_WINDOW_NS
-        if cached is not None and cached[0] == key and settled:
-            return cached[1]
+        if cached is not None and cached.key == key and settled:
+            return cached.bindings
         try:
-            table: list[Any] = super().get_table(exchange)
-        except ValueError:  # created but not yet written: no bindings yet
+            with open(file, "rb", buffering=0) as f:
+                filesystem.lock(f, filesystem.LOCK_SH)
+                try:
+                    raw = f.read()
+                finally:
+                    filesystem.unlock(f)
+        except FileNotFoundError:
             return []
-        self._tables[exchange] = (key, table)
-        return table
+        except OSError as e:
+            raise ChannelError(f"Cannot open {file}") from e
+        if cached is not None and cached.raw == raw:
+            bindings = cached.bindings
+        else:
+            try:
+                bindings = _parse_table(raw)
+            except (ValueError, TypeError) as e:
+                raise ChannelError(f"Unreadable binding table {file}: {e}") from e
+        self._tables[exchange] = _Table(key, raw, bindings)
+        return bindings
+
+
+class _Table(NamedTuple):
+    """A binding table as last read: its file's stat key, its bytes, its entries."""
+
+    key: tuple[int, int, int]
+    raw: bytes
+    bindings: list[Any]
+
+
+def _parse_table(raw: bytes) -> list[Any]:
+    """The entries of a binding table file's bytes (none while it is still empty)."""
+    if not raw.strip():
+        return []
+    return [filesystem.exchange_queue_t(*entry) for entry in loads(bytes_to_str(raw))]
 
 
 # Plain descriptors instead of open(): without the io layers a message file
