@@ -131,6 +131,90 @@ def test_a_message_inotify_reported_is_delivered_after_one_listing(tmp_path):
         assert len(channel._ready("r")) == 1 and scans == ["r", "r"]
 
 
+def _traced_consumer(conn, queue, got, trace):
+    """Consume ``queue`` on ``conn``; each listing and each inotify wait is added to ``trace``."""
+    consumer = kombu.Consumer(conn, [kombu.Queue(queue, kombu.Exchange(queue), queue)],
+                              callbacks=[lambda body, message: got.append(body) or message.ack()])
+    consumer.consume()
+    channel = consumer.channel
+    if not hasattr(channel, "_traced"):
+        scan = channel._scan
+        channel._scan = lambda q: trace.append(q) or scan(q)
+        channel._traced = True
+    return consumer
+
+
+def _trace_waits(conn, trace):
+    watcher = conn.transport._watcher
+    wait_for = watcher.wait_for
+    watcher.wait_for = lambda *a: trace.append("wait") or wait_for(*a)
+
+
+def _send(conn, queue, body):
+    kombu.Producer(conn).publish(body, exchange=kombu.Exchange(queue), routing_key=queue)
+
+
+needs_inotify = pytest.mark.skipif(not inotify.FolderWatcher().active, reason="no inotify here")
+
+
+# Queue names of the next tests are theirs alone: kombu keeps the bindings a
+# process declared per transport class (global_state), across folders, and
+# would not write a binding again into another test's folder.
+@needs_inotify
+def test_after_a_delivery_nothing_is_listed_until_inotify_reports_a_file(tmp_path):
+    # Given a consumer of queue q that just took the only message,
+    with fs_conn(tmp_path) as conn, fs_conn(tmp_path) as producer:
+        got, trace = [], []
+        consumer = _traced_consumer(conn, "listing-q", got, trace)
+        _send(producer, "listing-q", "1")
+        conn.drain_events(timeout=WAIT_S)
+        assert got == ["1"]
+        _trace_waits(conn, trace)
+        trace.clear()
+        # when it drains again and nothing lands,
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.05)
+        # then it sleeps first and lists only once the wait is over (a
+        # listing before it could only have come back empty),
+        assert trace[:2] == ["wait", "listing-q"], trace
+        # and a file landing afterwards is still found at once.
+        trace.clear()
+        _send(producer, "listing-q", "2")
+        conn.drain_events(timeout=WAIT_S)
+        assert got == ["1", "2"] and trace[0] == "listing-q", trace
+        consumer.cancel()
+
+
+@needs_inotify
+def test_a_queue_consumed_again_is_listed_at_once(tmp_path):
+    # Given a consumer that listed queue r, stopped consuming it, and passed
+    # over the report of a message for r meanwhile,
+    with fs_conn(tmp_path) as conn, fs_conn(tmp_path) as producer:
+        got, trace = [], []
+        on_q = _traced_consumer(conn, "again-q", got, trace)
+        on_r = _traced_consumer(conn, "again-r", got, trace)
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.05)
+        assert "again-r" in trace
+        on_r.cancel()
+        _send(producer, "again-r", "r1")
+        with pytest.raises(TimeoutError):
+            conn.drain_events(timeout=0.05)
+        assert got == []
+        # (and whose last listing of r came after the last report it heeded,
+        # as when a delivery ends a round),
+        conn.transport._listed.add("again-r")
+        # when it consumes r again,
+        on_r = _traced_consumer(conn, "again-r", got, trace)
+        _trace_waits(conn, trace)
+        trace.clear()
+        conn.drain_events(timeout=WAIT_S)
+        # then r's message comes from a listing made before any wait.
+        assert got == ["r1"] and trace[0] != "wait", trace
+        on_q.cancel()
+        on_r.cancel()
+
+
 def test_a_reply_queue_is_taken_without_claim_files_and_each_message_once(tmp_path):
     # Given two readers of one private reply queue (taken without claims),
     with fs_conn(tmp_path) as conn_a, fs_conn(tmp_path) as conn_b:

@@ -372,9 +372,21 @@ class Channel(filesystem.Channel):
         delivery stops at the first other file: any file written before a
         listed one is guaranteed to be in the next listing. With inotify a
         new message costs one listing, without it two.
+
+        While the connection drains with inotify, a queue already listed
+        since inotify last reported a file is not listed again (the
+        connection's ``listed_queues``): a file landed since would have
+        been reported, and one held back above was reported after that
+        listing began. So a delivery is not followed by a listing that
+        can only come back empty.
         """
-        landed: set[str] | frozenset[str] = getattr(self.connection, "landed_names",
-                                                    frozenset())
+        connection = self.connection
+        landed: set[str] | frozenset[str] = getattr(connection, "landed_names", frozenset())
+        listed: set[str] | None = getattr(connection, "listed_queues", None)
+        if listed is not None:
+            if queue in listed:
+                return deque()
+            listed.add(queue)
         for _attempt in range(SCANS_PER_GET):
             names = self._scan(queue)
             seen = self._seen.get(queue, frozenset())
@@ -700,6 +712,15 @@ class Transport(filesystem.Transport):
     _watcher: inotify.FolderWatcher | None = None
     #: Message files inotify reported before the current listing (see Channel._ready).
     landed_names: set[str] | frozenset[str] = frozenset()
+    #: While draining with inotify: queues listed since inotify last reported
+    #: a wanted file or the watcher last woke (see Channel._ready); else None.
+    listed_queues: set[str] | None = None
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)
+        # Kept across drain_events calls: what the last rounds listed, and for which queues.
+        self._listed: set[str] = set()
+        self._queues_listed: set[str] = set()
 
     def drain_events(self, connection: Any, timeout: float | None = None,
                      **kwargs: Any) -> None:
@@ -711,13 +732,21 @@ class Transport(filesystem.Transport):
         if watcher is None:  # only consumers need one (publishers never drain)
             watcher = self._watcher = inotify.FolderWatcher()
         landed: set[str] = set()
+        listed = self._listed
         while True:
-            wanted = _message_of(self._consumed_queues())
+            queues = self._consumed_queues()
+            if queues != self._queues_listed:
+                # Files of a queue consumed anew were passed over unreported.
+                listed.clear()
+                self._queues_listed = queues
+            wanted = _message_of(queues)
             for channel in self.channels:
                 watcher.watch(channel.data_folder_in)
             # Read what landed before looking: those files are in place.
-            watcher.landed(wanted, landed)
+            if watcher.landed(wanted, landed):
+                listed.clear()
             self.landed_names = landed
+            self.listed_queues = listed if watcher.active else None
             try:
                 get(self._deliver, timeout=timeout)
                 return
@@ -725,6 +754,7 @@ class Transport(filesystem.Transport):
                 pass
             finally:
                 self.landed_names = frozenset()
+                self.listed_queues = None
             landed = set()
             wait = inotify.IDLE_RECHECK_S if watcher.active else (
                 self.polling_interval or inotify.FALLBACK_POLL_S)
@@ -734,6 +764,8 @@ class Transport(filesystem.Transport):
                     raise TimeoutError()
                 wait = min(wait, remaining)
             watcher.wait_for(wanted, wait, landed)
+            # Woken by a report or by the idle re-check: look again either way.
+            listed.clear()
 
     def _consumed_queues(self) -> set[str]:
         """The queues this connection's channels consume."""
