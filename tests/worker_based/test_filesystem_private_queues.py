@@ -97,7 +97,9 @@ def markers(folder: Path, names: dict[str, str]) -> list[fp.Marker]:
 def message_files(folder: Path, names: dict[str, str]) -> list[str]:
     """The queue's message files, claimed ones included."""
     suffix = f".{names['queue']}.msg"
-    return [n for n in os.listdir(folder / "messages") if n.endswith(suffix)]
+    messages = folder / "messages"
+    return [n for where in (messages, messages / ".claims") for n in os.listdir(where)
+            if n.endswith(suffix)]
 
 
 def publish(conn: kombu.Connection, names: dict[str, str], routing_key: str,

@@ -615,6 +615,7 @@ def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline().strip() == "7"
+            assert len(claims_in(tmp_path / ".claims")) == 1
             queue = conn.SimpleQueue("claims")
             # (while the consumer lives, nobody else can have it)
             with pytest.raises(queue.Empty):
@@ -631,7 +632,11 @@ def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
         finally:
             child.kill()
             child.wait(timeout=WAIT_S)
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]
+    assert not claims_in(tmp_path / ".claims") and not claims_in(tmp_path)
+
+
+def claims_in(folder) -> list[str]:
+    return [n for n in os.listdir(folder) if n.startswith(".claim-")]
 
 
 def test_acknowledged_message_leaves_no_claim_behind(tmp_path):
@@ -639,6 +644,47 @@ def test_acknowledged_message_leaves_no_claim_behind(tmp_path):
         queue = conn.SimpleQueue("acked")
         queue.put({"n": 1})
         message = queue.get(timeout=WAIT_S)
-        assert [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]
+        assert claims_in(tmp_path / ".claims")
         message.ack()
-    assert not [n for n in os.listdir(tmp_path) if n.startswith(".claim-")]
+    assert not claims_in(tmp_path / ".claims")
+
+
+def test_a_claim_lands_in_the_unwatched_claims_folder_and_wakes_nobody(tmp_path):
+    watcher = inotify.FolderWatcher()
+    if not watcher.active:
+        pytest.skip("no inotify here")
+    with fs_conn(tmp_path) as conn:
+        queue = conn.SimpleQueue("woken")
+        queue.put({"n": 1})
+        watcher.watch(str(tmp_path))
+        # When a consumer claims the message,
+        message = queue.get(timeout=WAIT_S)
+        # then the claim is a file of .claims, and the watched folder
+        # reported nothing (before, every claim woke every consumer).
+        assert len(claims_in(tmp_path / ".claims")) == 1 and not claims_in(tmp_path)
+        reported: list[str] = []
+        watcher.landed(lambda name: reported.append(name) or False)
+        assert reported == []
+        message.ack()
+        queue.close()
+    watcher.close()
+
+
+def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(tmp_path):
+    # Given a message claimed the way earlier releases did (renamed inside
+    # the message folder) by a process that is gone,
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait(timeout=WAIT_S)
+    with fs_conn(tmp_path) as conn:
+        conn.SimpleQueue("legacy").put({"n": 3})
+        name = next(n for n in os.listdir(tmp_path) if n.endswith(".legacy.msg"))
+        os.rename(tmp_path / name,
+                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{fs._PROCESS_TAG}0@{name}")
+        # When a consumer of the folder looks,
+        queue = conn.SimpleQueue("legacy")
+        message = queue.get(timeout=WAIT_S)
+        # then it gets the message back, and no claim is left in that folder.
+        assert message.payload == {"n": 3}
+        message.ack()
+        queue.close()
+    assert not claims_in(tmp_path)

@@ -15,11 +15,12 @@ polls every second. This subclass keeps kombu's options and folder layout
   ``.writing`` and renamed into place (atomic), and one process makes its
   writes visible in sequence order; the subfolder is not watched, so a
   write wakes the consumers once (the rename), not twice;
-* a reader claims a file by renaming it inside the same folder (atomic: two
-  consumers never both get it) and keeps the claimed file until the message
-  is acknowledged; claims left by a process that died (kill -9) are put back
-  in the queue by the other consumers, so a message is never lost between
-  its delivery and its acknowledgement;
+* a reader claims a file by renaming it into the hidden subfolder
+  ``.claims`` (same file system, so atomic: two consumers never both get
+  it; unwatched, so a claim wakes nobody) and keeps the claimed file until
+  the message is acknowledged; claims left by a process that died (kill -9)
+  are put back in the queue by the other consumers, so a message is never
+  lost between its delivery and its acknowledgement;
 * consumers sleep on inotify (Linux) and wake when a file appears, falling
   back to a short polling interval elsewhere;
 * a queue marked private (``Channel.mark_private``) is deleted, bindings and
@@ -90,6 +91,9 @@ _TMP_PREFIX = ".tmp-"
 # Subfolder of the message folder where files are written before being
 # renamed into place (same file system, so the rename stays atomic).
 _WRITING_FOLDER = ".writing"
+# Subfolder of the message folder holding claimed files until acknowledged.
+# Not watched: a claim would otherwise wake every consumer of the folder.
+_CLAIMS_FOLDER = ".claims"
 _CLAIM_PREFIX = ".claim-"
 
 #: Where messages and bindings live when no folder option is given: one
@@ -170,6 +174,7 @@ class Channel(filesystem.Channel):
         #: Private queues taken without claim files (see take_in_batches).
         self._unclaimed: set[str] = set()
         folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
+                   self._claims_folder,
                    str(self.control_folder)]
         if self.store_processed:
             folders.append(self.processed_folder)
@@ -205,6 +210,11 @@ class Channel(filesystem.Channel):
     def _writing_folder(self) -> str:
         """Where files are written before being renamed into data_folder_out."""
         return os.path.join(self.data_folder_out, _WRITING_FOLDER)
+
+    @functools.cached_property
+    def _claims_folder(self) -> str:
+        """Where claimed files wait for their acknowledgement."""
+        return os.path.join(self.data_folder_in, _CLAIMS_FOLDER)
 
     @functools.cached_property
     def processed_folder(self) -> str:
@@ -265,19 +275,23 @@ class Channel(filesystem.Channel):
         now = time.monotonic()
         if now >= self._next_reclaim:
             self._next_reclaim = now + RECLAIM_PERIOD_S
-            self._reclaim([n for n in names if n.startswith(_CLAIM_PREFIX)])
+            self._reclaim(self._claims_folder, _list_claims(self._claims_folder))
+            # So do claims made in the message folder itself, as earlier
+            # flowengine releases did: a process of one may have died.
+            self._reclaim(self.data_folder_in,
+                          [n for n in names if n.startswith(_CLAIM_PREFIX)])
             self._reap_private()
         return sorted(n for n in names if _queue_of(n) == queue)
 
-    def _reclaim(self, claims: list[str]) -> None:
-        """Put the messages claimed by dead processes back in their queues."""
+    def _reclaim(self, claims_folder: str, claims: list[str]) -> None:
+        """Put back in their queues the messages dead processes claimed into ``claims_folder``."""
         folder = self.data_folder_in
         for claim in claims:
             target = _dead_claim_target(claim)
             if target is None:
                 continue
             try:
-                os.rename(os.path.join(folder, claim), os.path.join(folder, target))
+                os.rename(os.path.join(claims_folder, claim), os.path.join(folder, target))
             except FileNotFoundError:
                 continue  # another consumer put it back first
             except OSError as e:
@@ -424,7 +438,7 @@ class Channel(filesystem.Channel):
                 if payload is None:
                     continue
                 return payload
-            claimed = os.path.join(folder, _claim_name(name))
+            claimed = os.path.join(self._claims_folder, _claim_name(name))
             try:
                 os.rename(os.path.join(folder, name), claimed)
             except FileNotFoundError:
@@ -674,8 +688,11 @@ def _purge_files(folder: str, queue: str) -> int:
         names = os.listdir(folder)
     except OSError as e:
         raise ChannelError(f"Cannot list {folder!r}: {e}") from e
+    claims_folder = os.path.join(folder, _CLAIMS_FOLDER)
+    files = itertools.chain(((folder, name) for name in names),
+                            ((claims_folder, name) for name in _list_claims(claims_folder)))
     count = 0
-    for name in names:
+    for where, name in files:
         if name.startswith(_CLAIM_PREFIX):
             target = _dead_claim_target(name)
             if target is None or _queue_of(target) != queue:
@@ -683,7 +700,7 @@ def _purge_files(folder: str, queue: str) -> int:
         elif _queue_of(name) != queue:
             continue
         try:
-            os.unlink(os.path.join(folder, name))
+            os.unlink(os.path.join(where, name))
         except FileNotFoundError:
             continue  # taken or removed meanwhile
         except OSError as e:
@@ -692,6 +709,16 @@ def _purge_files(folder: str, queue: str) -> int:
             continue
         count += 1
     return count
+
+
+def _list_claims(claims_folder: str) -> list[str]:
+    """The claims in ``claims_folder`` (none if it is missing)."""
+    try:
+        return [name for name in os.listdir(claims_folder) if name.startswith(_CLAIM_PREFIX)]
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise ChannelError(f"Cannot list {claims_folder!r}: {e}") from e
 
 
 def _message_of(queues: set[str]) -> Callable[[str], bool]:
