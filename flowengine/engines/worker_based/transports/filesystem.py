@@ -397,10 +397,8 @@ class Channel(filesystem.Channel):
         connection = self.connection
         landed: set[str] | frozenset[str] = getattr(connection, "landed_names", frozenset())
         listed: set[str] | None = getattr(connection, "listed_queues", None)
-        if listed is not None:
-            if queue in listed:
-                return deque()
-            listed.add(queue)
+        if listed is not None and queue in listed:
+            return deque()
         for _attempt in range(SCANS_PER_GET):
             names = self._scan(queue)
             seen = self._seen.get(queue, frozenset())
@@ -411,8 +409,10 @@ class Channel(filesystem.Channel):
                 ready.append(name)
             self._seen[queue] = frozenset(names)
             if ready or not names:
-                return ready
-        return deque()
+                break
+        if listed is not None:
+            listed.add(queue)
+        return ready
 
     def take_in_batches(self, queue: str) -> None:
         """Take private ``queue``'s messages without a claim file (see _take_unclaimed).
