@@ -157,9 +157,6 @@ def _send(conn, queue, body):
 needs_inotify = pytest.mark.skipif(not inotify.FolderWatcher().active, reason="no inotify here")
 
 
-# Queue names of the next tests are theirs alone: kombu keeps the bindings a
-# process declared per transport class (global_state), across folders, and
-# would not write a binding again into another test's folder.
 @needs_inotify
 def test_after_a_delivery_nothing_is_listed_until_inotify_reports_a_file(tmp_path):
     # Given a consumer of queue q that just took the only message,
@@ -361,6 +358,23 @@ def test_an_unreadable_binding_table_is_a_channel_error_naming_it(tmp_path):
         table.write_text("[not json")
         with pytest.raises(ChannelError, match="broken.exchange"):
             channel.get_table("broken")
+
+
+def test_a_queue_declared_in_two_folders_by_one_process_is_bound_in_both(tmp_path):
+    # Given a process that declared a queue on one folder,
+    queue = kombu.Queue("twice", kombu.Exchange("twice-ex", type="direct"), "twice")
+    with fs_conn(tmp_path / "a") as first:
+        queue(first.default_channel).declare()
+    # when it declares the same queue on another folder and publishes there,
+    with fs_conn(tmp_path / "b") as second:
+        queue(second.default_channel).declare()
+        kombu.Producer(second).publish({"n": 1}, exchange=queue.exchange, routing_key="twice")
+        # then the message is in that folder's queue (kombu recorded the
+        # binding as declared for the whole process and never wrote it into
+        # the second folder's table: the message went nowhere).
+        message = second.SimpleQueue(queue).get(timeout=WAIT_S)
+        assert message.payload == {"n": 1}
+        message.ack()
 
 
 def test_default_control_folder_is_shared_not_cwd(tmp_path):

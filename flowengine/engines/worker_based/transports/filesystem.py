@@ -46,13 +46,13 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from queue import Empty
 from typing import Any, NamedTuple
 
 from kombu.exceptions import ChannelError
-from kombu.transport import filesystem
+from kombu.transport import filesystem, virtual
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
@@ -181,30 +181,17 @@ class Channel(filesystem.Channel):
         for folder in folders:
             os.makedirs(folder, exist_ok=True)
 
-    def _option_folder(self, key: str, sub: str) -> str:
-        """An explicit folder option, else ``data_folder``/sub, else one shared default.
-
-        kombu's defaults (``data_in`` and ``data_out`` in the current
-        directory) are two different folders, so processes using them never
-        hear each other; without any folder option every process of this
-        user on this machine shares DEFAULT_DATA_FOLDER instead.
-        """
-        options = self.transport_options
-        if options.get(key):
-            return str(options[key])
-        return os.path.join(str(options.get("data_folder") or DEFAULT_DATA_FOLDER), sub)
-
     # The folders are worked out once per channel (its options do not
     # change): every message looks several of them up.
     @functools.cached_property
     def data_folder_in(self) -> str:
         """Folder messages are read from."""
-        return self._option_folder("data_folder_in", "messages")
+        return _option_folder(self.transport_options, "data_folder_in", "messages")
 
     @functools.cached_property
     def data_folder_out(self) -> str:
         """Folder messages are written to."""
-        return self._option_folder("data_folder_out", "messages")
+        return _option_folder(self.transport_options, "data_folder_out", "messages")
 
     @functools.cached_property
     def _writing_folder(self) -> str:
@@ -219,23 +206,12 @@ class Channel(filesystem.Channel):
     @functools.cached_property
     def processed_folder(self) -> str:
         """Folder processed messages are kept in (store_processed only)."""
-        return self._option_folder("processed_folder", "processed")
+        return _option_folder(self.transport_options, "processed_folder", "processed")
 
     @functools.cached_property
     def control_folder(self) -> Path:
-        """Folder of the exchange -> queue tables.
-
-        Default: ``control`` beside (or inside) the message folders, at the
-        path both sides share, instead of kombu's ``control`` relative to the
-        current directory: processes started from different directories
-        must see the same bindings, or messages are silently dropped.
-        """
-        options = self.transport_options
-        if not options.get("control_folder") and not options.get("data_folder"):
-            common = os.path.commonpath([os.path.abspath(self.data_folder_in),
-                                         os.path.abspath(self.data_folder_out)])
-            return Path(common) / "control"
-        return Path(self._option_folder("control_folder", "control"))
+        """Folder of the exchange -> queue tables (see _control_folder)."""
+        return _control_folder(self.transport_options)
 
     # kombu's filesystem Channel names the argument ``payload`` where its base
     # class says ``message``; we keep kombu's filesystem signature.
@@ -633,6 +609,62 @@ def _parse_table(raw: bytes) -> list[Any]:
     return [filesystem.exchange_queue_t(*entry) for entry in loads(bytes_to_str(raw))]
 
 
+def _option_folder(options: Mapping[str, Any], key: str, sub: str) -> str:
+    """An explicit folder option, else ``data_folder``/sub, else one shared default.
+
+    kombu's defaults (``data_in`` and ``data_out`` in the current
+    directory) are two different folders, so processes using them never
+    hear each other; without any folder option every process of this
+    user on this machine shares DEFAULT_DATA_FOLDER instead.
+    """
+    if options.get(key):
+        return str(options[key])
+    return os.path.join(str(options.get("data_folder") or DEFAULT_DATA_FOLDER), sub)
+
+
+def _control_folder(options: Mapping[str, Any]) -> Path:
+    """Folder of the exchange -> queue tables.
+
+    Default: ``control`` beside (or inside) the message folders, at the
+    path both sides share, instead of kombu's ``control`` relative to the
+    current directory: processes started from different directories
+    must see the same bindings, or messages are silently dropped.
+    """
+    if not options.get("control_folder") and not options.get("data_folder"):
+        common = os.path.commonpath(
+            [os.path.abspath(_option_folder(options, "data_folder_in", "messages")),
+             os.path.abspath(_option_folder(options, "data_folder_out", "messages"))])
+        return Path(common) / "control"
+    return Path(_option_folder(options, "control_folder", "control"))
+
+
+class _BrokerStates:
+    """kombu's record of declared exchanges and bindings, one per control folder.
+
+    kombu's filesystem transport keeps one for the whole process and skips
+    writing a binding it records as declared: a process that declared a
+    queue on one folder and then the same queue on another never wrote the
+    binding into the second folder's table, and messages published there
+    to that queue were dropped. Keyed by the folder the tables live in.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_folder: dict[str, virtual.BrokerState] = {}
+
+    def of(self, control_folder: Path) -> virtual.BrokerState:
+        """The record for the binding tables in ``control_folder``."""
+        key = os.path.abspath(control_folder)
+        with self._lock:
+            state = self._by_folder.get(key)
+            if state is None:
+                state = self._by_folder[key] = virtual.BrokerState()
+            return state
+
+
+_BROKER_STATES = _BrokerStates()
+
+
 # Plain descriptors instead of open(): without the io layers a message file
 # costs ~15 us less to write and to read, and each task writes three.
 def _write_new_file(path: str, data: bytes) -> None:
@@ -730,7 +762,6 @@ class Transport(filesystem.Transport):
     """File-system transport: ordered atomic files, inotify wake-ups."""
 
     Channel = Channel
-    global_state = filesystem.Transport.global_state
     polling_interval = inotify.FALLBACK_POLL_S
     driver_name = "flowengine-filesystem"
     #: See contract.py: a queue marked private goes with its process.
@@ -745,6 +776,7 @@ class Transport(filesystem.Transport):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
+        self.state = _BROKER_STATES.of(_control_folder(client.transport_options or {}))
         # Kept across drain_events calls: what the last rounds listed, and for which queues.
         self._listed: set[str] = set()
         self._queues_listed: set[str] = set()
