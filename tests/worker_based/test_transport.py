@@ -159,7 +159,7 @@ needs_inotify = pytest.mark.skipif(not inotify.FolderWatcher().active, reason="n
 
 @needs_inotify
 def test_after_a_delivery_nothing_is_listed_until_inotify_reports_a_file(tmp_path):
-    # Given a consumer of queue q that just took the only message,
+    # Given a consumer that just took the only message of its queue,
     with fs_conn(tmp_path) as conn, fs_conn(tmp_path) as producer:
         got, trace = [], []
         consumer = _traced_consumer(conn, "listing-q", got, trace)
@@ -621,6 +621,10 @@ sys.stdin.read()  # never acknowledges; the test kills us here
 """
 
 
+def claims_in(folder) -> list[str]:
+    return [n for n in os.listdir(folder) if n.startswith(".claim-")]
+
+
 def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
     # Given a message taken by a consumer process that never acknowledges it,
     with fs_conn(tmp_path) as conn:
@@ -647,10 +651,6 @@ def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
             child.kill()
             child.wait(timeout=WAIT_S)
     assert not claims_in(tmp_path / ".claims") and not claims_in(tmp_path)
-
-
-def claims_in(folder) -> list[str]:
-    return [n for n in os.listdir(folder) if n.startswith(".claim-")]
 
 
 def test_acknowledged_message_leaves_no_claim_behind(tmp_path):
