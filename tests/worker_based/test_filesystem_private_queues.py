@@ -95,10 +95,11 @@ def markers(folder: Path, names: dict[str, str]) -> list[fp.Marker]:
 
 
 def message_files(folder: Path, names: dict[str, str]) -> list[str]:
-    """The queue's message files, claimed ones included."""
+    """The queue's message files, claimed ones and those in its own folder included."""
     suffix = f".{names['queue']}.msg"
     messages = folder / "messages"
-    return [n for where in (messages, messages / ".claims") for n in os.listdir(where)
+    places = [messages, messages / ".claims", messages / ".own" / names["queue"]]
+    return [n for where in places if where.is_dir() for n in os.listdir(where)
             if n.endswith(suffix)]
 
 

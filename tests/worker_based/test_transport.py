@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import queue as queue_mod
 import signal
@@ -210,6 +212,80 @@ def test_a_queue_consumed_again_is_listed_at_once(tmp_path):
         assert got == ["r1"] and trace[0] != "wait", trace
         on_q.cancel()
         on_r.cancel()
+
+
+def _own_queue(conn, name, got):
+    """A private queue ``name`` declared and consumed on ``conn``; bodies go to ``got``."""
+    channel = conn.channel()
+    channel.mark_private(name)
+    queue = kombu.Queue(name, kombu.Exchange(name), name)
+    consumer = kombu.Consumer(channel, [queue],
+                              callbacks=[lambda body, message: got.append(body) or message.ack()])
+    consumer.consume()
+    return consumer
+
+
+@needs_inotify
+def test_a_private_queues_messages_land_in_its_own_folder_and_wake_nobody_else(tmp_path):
+    # Given a private queue and a watcher of the message folder (as every
+    # consumer of a shared queue has),
+    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+        got: list[str] = []
+        _own_queue(owner, "mine", got)
+        watcher = inotify.FolderWatcher()
+        watcher.watch(str(tmp_path))
+        # when a message is published to it,
+        _send(producer, "mine", "1")
+        # then it lands in the queue's own folder, the message folder's
+        # watcher hears nothing, and the owner gets it.
+        assert [n for n in os.listdir(tmp_path / ".own" / "mine") if n.endswith(".mine.msg")]
+        reported: list[str] = []
+        watcher.landed(lambda name: reported.append(name) or False)
+        assert reported == []
+        owner.drain_events(timeout=WAIT_S)
+        assert got == ["1"]
+        watcher.close()
+    # Closing its channel deletes the queue, its folder with it.
+    assert not (tmp_path / ".own" / "mine").exists()
+
+
+def test_a_message_an_older_release_wrote_for_a_private_queue_is_delivered(tmp_path):
+    # Given a private queue, and a message for it in the message folder
+    # (where a publisher of an earlier release writes it),
+    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+        got: list[str] = []
+        _own_queue(owner, "mine-too", got)
+        _send(producer, "mine-too", "old")
+        own = tmp_path / ".own" / "mine-too"
+        name = next(n for n in os.listdir(own) if n.endswith(".msg"))
+        os.rename(own / name, tmp_path / name)
+        # when its owner drains,
+        deadline = time.monotonic() + WAIT_S
+        while not got and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                owner.drain_events(timeout=0.5)
+        # then it gets the message, moved into the queue's folder.
+        assert got == ["old"]
+        assert not [n for n in os.listdir(tmp_path) if n.endswith(".mine-too.msg")]
+
+
+def test_a_message_for_a_private_queue_deleted_meanwhile_is_dropped_not_an_error(
+        tmp_path, caplog, monkeypatch):
+    # Given a private queue whose folder goes (its owner deleting it) after
+    # a publisher saw it and before its message is renamed into it,
+    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+        _own_queue(owner, "gone", [])
+        _send(producer, "gone", "first")
+        for name in os.listdir(tmp_path / ".own" / "gone"):
+            os.unlink(tmp_path / ".own" / "gone" / name)
+        os.rmdir(tmp_path / ".own" / "gone")
+        monkeypatch.setattr(fs.os.path, "isdir", lambda path: True)  # (seen before it went)
+        # when the message is renamed, then nothing is raised and the drop
+        # is said.
+        with caplog.at_level(logging.INFO):
+            _send(producer, "gone", "late")
+        assert "queue was deleted" in caplog.text
+        assert not [n for n in os.listdir(tmp_path) if n.endswith(".gone.msg")]
 
 
 def test_a_reply_queue_is_taken_without_claim_files_and_each_message_once(tmp_path):

@@ -26,7 +26,11 @@ polls every second. This subclass keeps kombu's options and folder layout
 * a queue marked private (``Channel.mark_private``) is deleted, bindings and
   messages, when its process closes the channel or dies (see
   filesystem_private.py); one whose messages may be handled twice (a reply
-  queue, ``Channel.take_in_batches``) is read without claim files.
+  queue, ``Channel.take_in_batches``) is read without claim files;
+* a private queue's messages are written in a subfolder of its own,
+  ``.own/<queue>``, which only its owner lists and watches: the replies to
+  one engine wake neither the workers nor the other engines. Messages an
+  older release wrote for it into the message folder are moved there.
 
 Extra option ``data_folder``: one folder holding everything (messages/,
 control/, processed/) for all processes that share it. Folders are created
@@ -95,6 +99,11 @@ _WRITING_FOLDER = ".writing"
 # Not watched: a claim would otherwise wake every consumer of the folder.
 _CLAIMS_FOLDER = ".claims"
 _CLAIM_PREFIX = ".claim-"
+# Subfolder of the message folder holding one folder per private queue.
+_OWN_FOLDERS = ".own"
+#: Queue names that may name a folder of their own (others stay in the
+#: message folder): no separator, no leading dot.
+_SAFE_QUEUE_FOLDER = re.compile(r"[A-Za-z0-9_@:+=-][A-Za-z0-9._@:+=-]*")
 
 #: Where messages and bindings live when no folder option is given: one
 #: folder per user of this machine, so ``filesystem://`` alone works between
@@ -171,6 +180,8 @@ class Channel(filesystem.Channel):
         self._next_reclaim = 0.0
         #: Queues this channel marked private -> their marker file.
         self._private: dict[str, Path] = {}
+        #: Private queues this channel reads from folders of their own -> that folder.
+        self._own: dict[str, str] = {}
         #: Private queues taken without claim files (see take_in_batches).
         self._unclaimed: set[str] = set()
         folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
@@ -220,6 +231,11 @@ class Channel(filesystem.Channel):
         """Write ``payload`` atomically under a name that sorts in write order."""
         data = str_to_bytes(dumps(payload))
         folder = self.data_folder_out
+        # A private queue's own folder, if its owner made one (an owner of an
+        # earlier release reads the message folder, and made none).
+        own = _own_folder(folder, queue)
+        if own is not None and os.path.isdir(own):
+            folder = own
         tag = f"{_PROCESS_TAG}{next(_COUNTER):x}"
         tmp = os.path.join(self._writing_folder, f"{_TMP_PREFIX}{tag}")
         try:
@@ -229,11 +245,15 @@ class Channel(filesystem.Channel):
             with _SEQUENCE.lock:
                 name = f"{_SEQUENCE.next():020d}_{tag}.{queue}{_MSG_SUFFIX}"
                 os.rename(tmp, os.path.join(folder, name))
+        except FileNotFoundError as e:
+            if folder == self.data_folder_out:
+                raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
+            # The private queue was deleted (its folder with it) since its
+            # binding was looked up: like a message routed to no queue.
+            _remove_quietly(tmp)
+            LOG.info("Dropped a message for private queue %r: the queue was deleted", queue)
         except OSError as e:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            _remove_quietly(tmp)
             if e.errno in _DISK_FULL_ERRNOS:
                 # Recoverable, like a broker that is down: publishers retry
                 # (for their publish timeout) and go through once space returns.
@@ -242,22 +262,59 @@ class Channel(filesystem.Channel):
                     f" can be sent through this folder until space is freed", cause=e) from e
             raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
 
+    def folder_of(self, queue: str) -> str:
+        """The folder ``queue``'s messages are read from: its own if it is ours and private."""
+        own = self._own.get(queue)
+        return own if own is not None else self.data_folder_in
+
     def _scan(self, queue: str) -> list[str]:
         """List the queue's message files in write order."""
+        folder = self.folder_of(queue)
         try:
-            names = os.listdir(self.data_folder_in)
+            names = os.listdir(folder)
         except OSError as e:
-            raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
+            raise ChannelError(f"Cannot list {folder!r}: {e}") from e
         now = time.monotonic()
         if now >= self._next_reclaim:
             self._next_reclaim = now + RECLAIM_PERIOD_S
-            self._reclaim(self._claims_folder, _list_claims(self._claims_folder))
-            # So do claims made in the message folder itself, as earlier
-            # flowengine releases did: a process of one may have died.
-            self._reclaim(self.data_folder_in,
-                          [n for n in names if n.startswith(_CLAIM_PREFIX)])
-            self._reap_private()
+            self._housekeep(names if folder == self.data_folder_in else None)
         return sorted(n for n in names if _queue_of(n) == queue)
+
+    def _housekeep(self, listed: list[str] | None) -> None:
+        """Put back dead processes' claims, adopt strays, delete dead processes' private queues.
+
+        ``listed``: the message folder's names, when just listed.
+        """
+        self._reclaim(self._claims_folder, _list_claims(self._claims_folder))
+        if listed is None:
+            try:
+                listed = os.listdir(self.data_folder_in)
+            except OSError as e:
+                raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
+        # So do claims made in the message folder itself, as earlier
+        # flowengine releases did: a process of one may have died.
+        self._reclaim(self.data_folder_in, [n for n in listed if n.startswith(_CLAIM_PREFIX)])
+        if self._own:
+            self._adopt_strays(listed)
+        self._reap_private()
+
+    def _adopt_strays(self, listed: list[str]) -> None:
+        """Move our private queues' messages found in the message folder into their own folders.
+
+        An earlier release writes them there; the rename keeps their names,
+        so they keep their place in write order.
+        """
+        for name in listed:
+            own = self._own.get(_queue_of(name) or "")
+            if own is None:
+                continue
+            try:
+                os.rename(os.path.join(self.data_folder_in, name), os.path.join(own, name))
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                LOG.error("Could not move message %s into its private queue's folder: %s",
+                          name, e)
 
     def _reclaim(self, claims_folder: str, claims: list[str]) -> None:
         """Put back in their queues the messages dead processes claimed into ``claims_folder``."""
@@ -288,6 +345,13 @@ class Channel(filesystem.Channel):
         """
         if queue not in self._private:
             self._private[queue] = fp.mark(self.control_folder, queue, _PROCESS_TAG)
+            own = _own_folder(self.data_folder_in, queue)
+            if own is not None:
+                try:
+                    os.makedirs(own, exist_ok=True)
+                except OSError as e:
+                    raise ChannelError(f"Cannot create folder {own!r}: {e}") from e
+                self._own[queue] = own
 
     def _reap_private(self) -> None:
         """Delete the private queues of processes that are gone."""
@@ -302,6 +366,7 @@ class Channel(filesystem.Channel):
             super().close()
             return
         private, self._private = self._private, {}
+        self._own = {}
         control, messages, state = self.control_folder, self.data_folder_in, self.state
         # Unacknowledged messages go back first (kombu's close), then their
         # queue goes, so none is restored into a queue that no longer exists.
@@ -401,7 +466,7 @@ class Channel(filesystem.Channel):
     def _get(self, queue: Any, timeout: Any = None) -> Any:
         """Claim (atomically) and return the oldest message of ``queue``."""
         pending = self._pending.get(queue)
-        folder = self.data_folder_in
+        folder = self.folder_of(queue)
         unclaimed = queue in self._unclaimed
         while True:
             if not pending:
@@ -463,7 +528,8 @@ class Channel(filesystem.Channel):
         """Remove all messages of ``queue``; return how many."""
         self._pending.pop(queue, None)
         self._seen.pop(queue, None)
-        return int(super()._purge(queue))
+        own = self._own.get(queue)
+        return int(super()._purge(queue)) + (_purge_files(own, queue) if own else 0)
 
     def _exchange_path(self, exchange: str) -> Path:
         """The file holding ``exchange``'s bindings; ChannelError for an unsafe name.
@@ -700,7 +766,8 @@ def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: boo
             LOG.info("Private queue %r of process %d, which died, is kept: another"
                      " live process declared it", marker.queue, marker.pid)
             return
-        dropped = _purge_files(messages, marker.queue)
+        dropped = _purge_files(messages, marker.queue) + _drop_own_folder(messages,
+                                                                           marker.queue)
     if not clean:
         LOG.warning("Deleted private queue %r (%d binding(s)) of process %d, which died;"
                     " dropped %d message(s) left in it", marker.queue, bindings,
@@ -714,10 +781,43 @@ def _drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: boo
         LOG.debug("Deleted private queue %r as this process closed it", marker.queue)
 
 
+def _drop_own_folder(messages: str, queue: str) -> int:
+    """Remove a private queue's own folder and the messages in it; how many there were."""
+    own = _own_folder(messages, queue)
+    if own is None or not os.path.isdir(own):
+        return 0
+    count = _purge_files(own, queue)
+    try:
+        os.rmdir(own)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        # A publisher that looked the binding up before it went may still
+        # write into it: what is there now is dropped the next time.
+        LOG.debug("Could not remove folder %s of private queue %r yet: %s", own, queue, e)
+    return count
+
+
+def _own_folder(messages: str, queue: str) -> str | None:
+    """The folder of private queue ``queue`` in message folder ``messages``; None if unnameable."""
+    if not _SAFE_QUEUE_FOLDER.fullmatch(queue):
+        return None
+    return os.path.join(messages, _OWN_FOLDERS, queue)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 def _purge_files(folder: str, queue: str) -> int:
     """Remove ``queue``'s message files, and dead processes' claims of them."""
     try:
         names = os.listdir(folder)
+    except FileNotFoundError:
+        return 0
     except OSError as e:
         raise ChannelError(f"Cannot list {folder!r}: {e}") from e
     claims_folder = os.path.join(folder, _CLAIMS_FOLDER)
@@ -800,7 +900,8 @@ class Transport(filesystem.Transport):
                 self._queues_listed = queues
             wanted = _message_of(queues)
             for channel in self.channels:
-                watcher.watch(channel.data_folder_in)
+                for queue in channel._active_queues:
+                    watcher.watch(channel.folder_of(queue))
             # Read what landed before looking: those files are in place.
             if watcher.landed(wanted, landed):
                 listed.clear()
