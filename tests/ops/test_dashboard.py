@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.ops.helpers import ROOT, WAIT_S, broker_args, env, flowengine, worker_process
+from tests.ops.helpers import ROOT, WAIT_S, broker_args, env, flowengine, wait_until, worker_process
 
 #: Playwright timeouts are in milliseconds.
 WAIT_MS = int(WAIT_S * 1000)
@@ -20,11 +20,14 @@ def _start_dashboard(url: str, exchange: str, backend: str) -> tuple[subprocess.
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env=env(), cwd=ROOT)
     assert proc.stderr is not None
+    said = []
     for line in proc.stderr:
         found = re.search(r"on (http://\S+/)", line)
         if found:
             return proc, found.group(1)
-    raise AssertionError(f"the dashboard never said where it listens ({proc.wait()})")
+        said.append(line)
+    raise AssertionError(f"the dashboard never said where it listens (exit {proc.wait()}):"
+                         f" {''.join(said)[-2000:]}")
 
 
 def test_the_page_shows_workers_a_running_flow_and_its_failure(
@@ -37,6 +40,9 @@ def test_the_page_shows_workers_a_running_flow_and_its_failure(
              "--engine", "worker-based", *broker_args(real_broker, exchange), "--topic", "ops",
              "--backend", backend, "--book", "ops", "--no-progress"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env(), cwd=ROOT)
+        # (the dashboard refuses a backend folder that does not exist yet:
+        # wait until the run has made it)
+        wait_until(lambda: (tmp_path / "store").is_dir(), "the run's backend folder")
         dashboard, address = _start_dashboard(real_broker, exchange, backend)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
