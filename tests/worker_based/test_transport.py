@@ -288,6 +288,18 @@ def test_a_message_for_a_private_queue_deleted_meanwhile_is_dropped_not_an_error
         assert not [n for n in os.listdir(tmp_path) if n.endswith(".gone.msg")]
 
 
+def test_a_message_for_a_private_queue_that_cannot_be_written_is_an_error_not_a_drop(
+        tmp_path):
+    # Given a private queue, and the folder messages are written in gone,
+    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+        _own_queue(owner, "unwritable", [])
+        producer.default_channel  # noqa: B018 - its channel exists (channels make the folder)
+        os.rmdir(tmp_path / ".writing")
+        # when a message is published to it, then the publisher hears why.
+        with pytest.raises(ChannelError, match="Cannot add message file"):
+            _send(producer, "unwritable", "x")
+
+
 def test_a_reply_queue_is_taken_without_claim_files_and_each_message_once(tmp_path):
     # Given two readers of one private reply queue (taken without claims),
     with fs_conn(tmp_path) as conn_a, fs_conn(tmp_path) as conn_b:

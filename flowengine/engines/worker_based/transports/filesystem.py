@@ -244,14 +244,16 @@ class Channel(filesystem.Channel):
             # visible in stamp order, so readers never see a later one first.
             with _SEQUENCE.lock:
                 name = f"{_SEQUENCE.next():020d}_{tag}.{queue}{_MSG_SUFFIX}"
-                os.rename(tmp, os.path.join(folder, name))
-        except FileNotFoundError as e:
-            if folder == self.data_folder_out:
-                raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
-            # The private queue was deleted (its folder with it) since its
-            # binding was looked up: like a message routed to no queue.
-            _remove_quietly(tmp)
-            LOG.info("Dropped a message for private queue %r: the queue was deleted", queue)
+                try:
+                    os.rename(tmp, os.path.join(folder, name))
+                except FileNotFoundError:
+                    if folder == self.data_folder_out or not os.path.exists(tmp):
+                        raise
+                    # The private queue was deleted (its folder with it) since
+                    # its binding was looked up: like a message routed to no queue.
+                    _remove_quietly(tmp)
+                    LOG.info("Dropped a message for private queue %r: the queue was deleted",
+                             queue)
         except OSError as e:
             _remove_quietly(tmp)
             if e.errno in _DISK_FULL_ERRNOS:
