@@ -439,6 +439,26 @@ def test_a_recent_table_is_read_again_but_parsed_only_when_its_bytes_changed(tmp
         assert sorted(q.queue for q in reader.get_table("tbl")) == ["queue1", "queue2"]
 
 
+def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_path,
+                                                                         monkeypatch):
+    with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
+        reader, writer = reader_conn.channel(), writer_conn.channel()
+        writer._queue_bind("tbl", "k1", "", "queue1")
+        table = reader._exchange_path("tbl")
+        changed_ns = os.stat(table).st_mtime_ns
+        # Read one microsecond after its change,
+        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 1_000)
+        assert [q.queue for q in reader.get_table("tbl")] == ["queue1"]
+        # then changed again within the same tick: same size, same mtime.
+        writer._delete("queue1", "tbl", "k1", "")
+        writer._queue_bind("tbl", "k2", "", "queue2")
+        os.utime(table, ns=(changed_ns, changed_ns))
+        # Long after, the stat key is the one the cached table was read under,
+        # but that read was racy: the table is read again.
+        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 2 * fs.TABLE_RACY_WINDOW_NS)
+        assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
+
+
 def test_an_unreadable_binding_table_is_a_channel_error_naming_it(tmp_path):
     with fs_conn(tmp_path) as conn:
         channel = conn.channel()

@@ -70,9 +70,13 @@ LOG = logging.getLogger(__name__)
 #: needs two (see Channel._ready), a third covers one missed by the first.
 SCANS_PER_GET = 3
 
-#: A binding table changed less than this long ago (ns) is re-read instead
-#: of served from cache: file mtimes only move every few milliseconds.
+#: A binding table read less than this long (ns) after it was changed is
+#: read again at its next lookup instead of served from cache: file mtimes
+#: only move every few milliseconds.
 TABLE_RACY_WINDOW_NS = 100_000_000
+
+#: The wall clock binding tables' mtimes are compared with (tests set it).
+_wall_ns = time.time_ns
 
 #: How often (s) a consumer looks for claims of dead processes to put back
 #: and for their private queues to delete: a crashed worker's unacknowledged
@@ -634,12 +638,14 @@ class Channel(filesystem.Channel):
             raise ChannelError(f"Cannot open {file}") from e
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._tables.get(exchange)
-        # File times are coarse (a few ms): two changes within one tick can
-        # leave (size, mtime) unchanged, so a recently changed file is always
-        # re-read (as git does with its "racy" index entries).
-        settled = time.time_ns() - st.st_mtime_ns > TABLE_RACY_WINDOW_NS
-        if cached is not None and cached.key == key and settled:
+        if cached is not None and cached.key == key and cached.settled:
             return cached.bindings
+        # File times are coarse (a few ms): a change right after a read, within
+        # the same tick, can leave (size, mtime) as they were. So a cached
+        # table is trusted only if it was read when its file had not changed
+        # for a while (as git does with its "racy" index entries); until then
+        # every lookup reads it again. A later change moves the mtime.
+        settled = _wall_ns() - st.st_mtime_ns > TABLE_RACY_WINDOW_NS
         try:
             with open(file, "rb", buffering=0) as f:
                 filesystem.lock(f, filesystem.LOCK_SH)
@@ -658,16 +664,21 @@ class Channel(filesystem.Channel):
                 bindings = _parse_table(raw)
             except (ValueError, TypeError) as e:
                 raise ChannelError(f"Unreadable binding table {file}: {e}") from e
-        self._tables[exchange] = _Table(key, raw, bindings)
+        self._tables[exchange] = _Table(key, raw, bindings, settled)
         return bindings
 
 
 class _Table(NamedTuple):
-    """A binding table as last read: its file's stat key, its bytes, its entries."""
+    """A binding table as last read: its file's stat key, its bytes, its entries.
+
+    ``settled``: read when the file had not changed for TABLE_RACY_WINDOW_NS,
+    so any later change gives it another stat key.
+    """
 
     key: tuple[int, int, int]
     raw: bytes
     bindings: list[Any]
+    settled: bool
 
 
 def _parse_table(raw: bytes) -> list[Any]:
