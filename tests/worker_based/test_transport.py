@@ -611,6 +611,92 @@ def test_memory_put_wakes_only_the_consumers_of_its_queue():
         message.ack()
 
 
+def _wait_until(condition, what):
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.001)
+
+
+def _drain_one(conn, got):
+    try:
+        conn.drain_events(timeout=WAIT_S)
+    except TimeoutError:
+        return
+    got.append(conn)
+
+
+def test_memory_put_wakes_one_of_several_idle_consumers_of_its_queue():
+    name = f"one-{time.monotonic_ns()}"
+    conns = [kombu.Connection("memory://localhost", transport="flowengine-memory")
+             for _ in range(3)]
+    got: list = []
+    try:
+        producer, consumers = conns[0], conns[1:]
+        for conn in consumers:
+            conn.Consumer(kombu.Queue(name), callbacks=[lambda body, message: message.ack()],
+                          accept=["json"]).consume()
+        # Given two consumers of one queue, both asleep in drain_events
+        threads = [threading.Thread(target=_drain_one, args=(conn, got)) for conn in consumers]
+        for t in threads:
+            t.start()
+        waiters = [conn.transport._waiter for conn in consumers]
+        _wait_until(lambda: all(w._cond._waiters for w in waiters), "consumers never slept")
+        before = [w.generation for w in waiters]
+        # When one message is put to the queue
+        producer.SimpleQueue(name).put({"n": 1})
+        # Then exactly one of them was woken, and it got the message
+        _wait_until(lambda: got, "nobody got the message")
+        bumped = [w.generation - b for w, b in zip(waiters, before)]
+        assert sorted(bumped) == [0, 1]
+        assert got == [consumers[bumped.index(1)]]
+        # And a second message, put while the other still sleeps, wakes that one
+        producer.SimpleQueue(name).put({"n": 2})
+        for t in threads:
+            t.join(WAIT_S)
+        assert sorted(map(id, got)) == sorted(map(id, consumers))
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def test_memory_put_wakes_every_consumer_when_none_sleeps_ready():
+    name = f"all-{time.monotonic_ns()}"
+    with kombu.Connection("memory://localhost", transport="flowengine-memory") as full, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as busy, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory") as producer:
+        # Given a consumer at its prefetch limit (one message delivered, not
+        # acknowledged) asleep in drain_events,
+        held = []
+        full.Consumer(kombu.Queue(name), callbacks=[lambda b, m: held.append(m)],
+                      accept=["json"], prefetch_count=1).consume()
+        producer.SimpleQueue(name).put({"n": 0})
+        full.drain_events(timeout=WAIT_S)
+        assert len(held) == 1 and not full.default_channel.qos.can_consume()
+        got: list = []
+        sleeper = threading.Thread(target=_drain_one, args=(full, got))
+        sleeper.start()
+        _wait_until(lambda: full.transport._waiter._cond._waiters, "it never slept")
+        # and another that looked once and went on with other work (not asleep)
+        busy.Consumer(kombu.Queue(name), callbacks=[lambda b, m: m.ack()],
+                      accept=["json"]).consume()
+        with pytest.raises(TimeoutError):
+            busy.drain_events(timeout=0.001)
+        waiters = full.transport._waiter, busy.transport._waiter
+        before = [w.generation for w in waiters]
+        # When a message is put to the queue
+        producer.SimpleQueue(name).put({"n": 1})
+        # Then neither was picked alone: both are bumped (the busy one looks
+        # again before it sleeps, and takes the message)
+        assert [w.generation - b for w, b in zip(waiters, before)] == [1, 1]
+        busy.drain_events(timeout=WAIT_S)
+        # And once it has room again, the full one takes the next message
+        held[0].ack()
+        producer.SimpleQueue(name).put({"n": 2})
+        sleeper.join(WAIT_S)
+        assert got == [full] and len(held) == 2
+
+
 def test_memory_interoperates_with_kombus_memory_transport():
     name = f"interop-{time.monotonic_ns()}"
     with kombu.Connection("memory://localhost",

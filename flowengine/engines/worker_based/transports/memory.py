@@ -7,7 +7,9 @@ plain ``memory://`` connections in the same process) and blocks on a
 condition variable of its own that a put to one of the queues it consumes
 notifies, so delivery is immediate, an idle consumer costs nothing, and a
 put wakes only the consumers of that queue (not every consumer of the
-process, which made each message cost a dozen thread wake-ups).
+process, which made each message cost a dozen thread wake-ups) -- and of
+those, when one sleeps ready to take it, that one alone: the others would
+wake only to find the queue empty again.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class _Waiter:
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
         self.generation = 0
+        #: True while the transport sleeps in wait_past() able to take a
+        #: message from any queue it consumes; the registry clears it when it
+        #: picks this waiter for a put, so the next put picks another.
+        self.ready = False
 
     def bump(self) -> None:
         """Record a put and wake the transport if it waits."""
@@ -38,11 +44,19 @@ class _Waiter:
             self.generation += 1
             self._cond.notify_all()
 
-    def wait_past(self, generation: int, timeout: float) -> None:
-        """Block until the generation moves past ``generation`` or ``timeout`` passes."""
+    def wait_past(self, generation: int, timeout: float, ready: bool) -> None:
+        """Block until the generation moves past ``generation`` or ``timeout`` passes.
+
+        ``ready``: the transport can take a message from each queue it
+        consumes now (none of its channels is at its prefetch limit).
+        """
         with self._cond:
             if self.generation == generation:
-                self._cond.wait(timeout)
+                self.ready = ready
+                try:
+                    self._cond.wait(timeout)
+                finally:
+                    self.ready = False
 
 
 class _Registry:
@@ -65,10 +79,24 @@ class _Registry:
                 self._by_queue.setdefault(queue, set()).add(waiter)
 
     def wake(self, queue: str) -> None:
-        """Wake every consumer of ``queue``."""
+        """Wake a consumer of ``queue`` sleeping ready to take a message, else all of them.
+
+        A consumer that is not asleep (busy, or about to sleep) is bumped so
+        that it looks at its queues again before it sleeps: none is picked
+        unless it will look.
+        """
         with self._lock:
-            waiters = tuple(self._by_queue.get(queue, ()))
-        for waiter in waiters:
+            waiters = self._by_queue.get(queue)
+            if not waiters:
+                return
+            for waiter in waiters:
+                if waiter.ready:
+                    waiter.ready = False  # picked: the next put wakes another
+                    chosen: tuple[_Waiter, ...] = (waiter,)
+                    break
+            else:
+                chosen = tuple(waiters)
+        for waiter in chosen:
             waiter.bump()
 
 
@@ -111,6 +139,11 @@ class Transport(memory.Transport):
             WAITERS.watch(self._waiter, self._watched, consumed)
             self._watched = consumed
 
+    def _can_take_any(self) -> bool:
+        """Whether every consuming channel is below its prefetch limit."""
+        return all(channel.qos.can_consume() for channel in self.channels
+                   if channel._consumers)
+
     def close_connection(self, connection: Any) -> None:
         WAITERS.watch(self._waiter, self._watched, frozenset())
         self._watched = frozenset()
@@ -136,4 +169,4 @@ class Transport(memory.Transport):
                 if remaining <= 0:
                     raise TimeoutError()
                 wait = min(wait, remaining)
-            self._waiter.wait_past(generation, wait)
+            self._waiter.wait_past(generation, wait, self._can_take_any())
