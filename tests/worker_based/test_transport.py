@@ -628,7 +628,10 @@ def _drain_one(conn, got):
 
 def test_memory_put_wakes_one_of_several_idle_consumers_of_its_queue():
     name = f"one-{time.monotonic_ns()}"
-    conns = [kombu.Connection("memory://localhost", transport="flowengine-memory")
+    # (No idle re-check while the test runs: a consumer awake for one at the
+    # put would not be asleep, and would rightly be woken too.)
+    conns = [kombu.Connection("memory://localhost", transport="flowengine-memory",
+                              transport_options={"polling_interval": WAIT_S})
              for _ in range(3)]
     got: list = []
     try:
@@ -662,8 +665,11 @@ def test_memory_put_wakes_one_of_several_idle_consumers_of_its_queue():
 
 def test_memory_put_wakes_every_consumer_when_none_sleeps_ready():
     name = f"all-{time.monotonic_ns()}"
-    with kombu.Connection("memory://localhost", transport="flowengine-memory") as full, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as busy, \
+    options = {"polling_interval": WAIT_S}  # no idle re-check meanwhile
+    with kombu.Connection("memory://localhost", transport="flowengine-memory",
+                          transport_options=options) as full, \
+            kombu.Connection("memory://localhost", transport="flowengine-memory",
+                             transport_options=options) as busy, \
             kombu.Connection("memory://localhost", transport="flowengine-memory") as producer:
         # Given a consumer at its prefetch limit (one message delivered, not
         # acknowledged) asleep in drain_events,
