@@ -302,9 +302,9 @@ class Publisher:
             try:
                 conn.connect()
                 # The exchange is declared again on every new connection (it
-                # is gone after a restart of a transient broker).
-                self._producer = Producer(conn.channel(), exchange=self._exchange,
-                                          auto_declare=True)
+                # is gone after a restart of a transient broker); _put() does
+                # not go through Producer.publish, which declared it lazily.
+                self._producer = Producer(conn.channel(), exchange=self._exchange)
                 self._producer.declare()
                 # A transport that connects lazily (Redis) connects now, so
                 # that the first message need not wait for it.
