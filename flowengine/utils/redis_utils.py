@@ -30,7 +30,7 @@ def _refused_once_closed(method: _F) -> _F:
     return guarded  # type: ignore[return-value]  # same signature as method
 
 
-class RedisClient(redis.Redis):  # type: ignore[type-arg]  # str or bytes, per decode_responses
+class RedisClient(redis.Redis):
     """A ``redis.Redis`` that raises ``ConnectionError`` on every use after close().
 
     Unlike TaskFlow's, it decodes replies to text by default

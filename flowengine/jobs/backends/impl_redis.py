@@ -20,9 +20,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-import redis
 from redis import exceptions as redis_exc
 
 from flowengine import exceptions as exc
@@ -51,7 +50,7 @@ class RedisStore(BoardStore):
         """The prefix of every key of this board."""
         return self._ns
 
-    def __init__(self, client: redis.Redis[str], namespace: str, where: str,
+    def __init__(self, client: redis_client.TextClient, namespace: str, where: str,
                  owns_client: bool = True) -> None:
         self._client = client
         self._ns = namespace
@@ -116,7 +115,8 @@ class RedisStore(BoardStore):
             self._events.add(callback)
 
     def _open_pubsub(self) -> Any:
-        pubsub = self._client.pubsub()
+        # redis-py leaves pubsub() unannotated (its result is Any either way).
+        pubsub = self._client.pubsub()  # type: ignore[no-untyped-call]
         pubsub.subscribe(self.channel)
         deadline = time.monotonic() + event_thread.SUBSCRIBE_TIMEOUT_S
         while time.monotonic() < deadline:  # wait for the confirmation
@@ -158,14 +158,16 @@ class RedisStore(BoardStore):
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         with redis_client.translated(self._where):
-            postings = self._client.hgetall(hash_key)
+            postings = cast(dict[str, str], self._client.hgetall(hash_key))
             if not postings:
                 return []
             pipe = self._client.pipeline(transaction=True)
             pipe.time()
             for uuid in postings:
                 keys = self._job_keys(uuid)
-                pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"])
+                pipe.hgetall(keys["state"])
+                pipe.hgetall(keys["owner"])
+                pipe.pttl(keys["owner"])
             server_now, *replies = pipe.execute()
         out = []
         for i, (uuid, posting) in enumerate(postings.items()):
@@ -194,7 +196,10 @@ class RedisStore(BoardStore):
             for where in (records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER):
                 pipe.hget(self._key("listings" if where == records.LISTED else where), uuid)
             pipe.get(keys["done"])
-            pipe.hgetall(keys["state"]).hgetall(keys["owner"]).pttl(keys["owner"]).time()
+            pipe.hgetall(keys["state"])
+            pipe.hgetall(keys["owner"])
+            pipe.pttl(keys["owner"])
+            pipe.time()
             *postings, state, owner, pttl, server_now = pipe.execute()
         for where, posting in zip((records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER,
                                    records.CONSUMED), postings):
@@ -323,7 +328,8 @@ class RedisJobBoard(board.LeasedJobBoard):
     #: TaskFlow's name for the oldest server version the board accepts.
     MIN_REDIS_VERSION = MIN_REDIS_VERSION
 
-    def __init__(self, name: str, conf: dict[str, Any], client: redis.Redis[str] | None = None,
+    def __init__(self, name: str, conf: dict[str, Any],
+                 client: redis_client.TextClient | None = None,
                  persistence: Any = None) -> None:
         namespace = conf.get("namespace", DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):

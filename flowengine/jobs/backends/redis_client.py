@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 from urllib import parse
 
 import redis
@@ -31,7 +31,13 @@ _TRANSFERS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
 )
 
 
-def make_client(conf: dict[str, Any]) -> redis.Redis[str]:
+#: What :func:`make_client` returns: a client made with ``decode_responses=True``,
+#: whose replies are text. redis-py's types do not follow ``decode_responses``
+#: (its results read as ``bytes | str``), so the board says ``str`` where it reads them.
+TextClient: TypeAlias = redis.Redis
+
+
+def make_client(conf: dict[str, Any]) -> TextClient:
     """A Redis client from a board conf (URL in ``url``, or TaskFlow's keys)."""
     kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S,
                               "socket_connect_timeout": SOCKET_TIMEOUT_S,
