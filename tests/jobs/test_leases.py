@@ -8,20 +8,13 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine import states
+from tests.waiting import holds_within
 
 #: Short leases so the tests wait little; still 10x a loopback round trip.
 LEASE_S = 0.5
 WAIT_S = 10.0
 
 
-def _wait_for(check, timeout_s: float = WAIT_S) -> bool:
-    """Bounded wait for a condition that only the passing of time can bring."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def _die(board) -> None:
@@ -48,7 +41,7 @@ def test_a_dead_claimers_lease_runs_out(boards):
     _die(dead)
     # Then within the lease (plus slack) the job is claimable again
     rival = boards.make(lease_s=LEASE_S)
-    assert _wait_for(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert holds_within(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
     assert rival.find_owner(job) is None
 
 
@@ -59,7 +52,7 @@ def test_explicit_expiry_is_not_renewed(boards):
     board.claim(job, "me", expiry=LEASE_S)
     remaining = job.expires_in()
     assert remaining is not None and 0 < remaining <= LEASE_S
-    assert _wait_for(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert holds_within(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
     assert job.expires_in() is None
 
 
@@ -89,7 +82,7 @@ def test_reclaim_fences_out_the_old_claimer(boards):
     old.claim(job, "old")
     _die(old)
     new = boards.make(lease_s=LEASE_S)
-    assert _wait_for(lambda: new.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert holds_within(lambda: new.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
     theirs = new.get_job(job.uuid)
     new.claim(theirs, "new")
     assert theirs.token > job.token
@@ -110,7 +103,7 @@ def test_a_lapsed_lease_nobody_took_is_taken_back(boards):
     board = boards.make(lease_s=LEASE_S)
     job = board.post("test")
     board.claim(job, "me", expiry=LEASE_S)
-    assert _wait_for(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert holds_within(lambda: job.state == states.UNCLAIMED, 3 * LEASE_S + 2)
     # When its holder renews it before anyone claimed it
     assert job.extend_expiry(30.0)
     # Then it holds again, and it may still consume
@@ -132,10 +125,10 @@ def test_the_keeper_reports_a_lost_lease(boards):
         exc.BoardUnavailable("cut off"))
     # When another board claims it after the lease ran out
     rival = boards.make(lease_s=LEASE_S)
-    assert _wait_for(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
+    assert holds_within(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)
     rival.claim(rival.get_job(job.uuid), "rival")
     # And the partition heals
     store.renew = renew
     # Then the keeper learns the lease is gone and says so
-    assert _wait_for(lambda: job.lost.is_set(), 3 * LEASE_S + 2)
+    assert holds_within(lambda: job.lost.is_set(), 3 * LEASE_S + 2)
     assert lost == [job]

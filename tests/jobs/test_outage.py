@@ -79,7 +79,7 @@ def test_a_waiter_rides_out_a_server_restart(request, kind, fixture):
     thread = threading.Thread(target=lambda: result.append(
         waiter.wait_for_outcome(job.uuid, WAIT_S)), daemon=True)
     thread.start()
-    wait_until(lambda: unreachable, WAIT_S, "the waiter to find the server down")
+    wait_until(lambda: unreachable, "the waiter to find the server down", timeout=WAIT_S)
     # When the server comes back and the job is consumed
     server.start()
     _retrying(lambda: owner.consume(job, "me"))

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+from tests import waiting
 from tests.proc_utils import stop_processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -82,12 +84,5 @@ def ping_pids(url: str, exchange: str, *extra: str) -> list[int]:
     return [a["result"]["worker"]["pid"] for a in inspect_json(url, exchange, "ping", *extra)]
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT_S) -> Any:
-    """Call ``check`` until it returns something true (bounded); that value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(POLL_S)
+#: tests.waiting.wait_until, looking every POLL_S (each look may run a command).
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)

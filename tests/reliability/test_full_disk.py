@@ -19,7 +19,6 @@ import errno
 import logging
 import os
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -32,6 +31,7 @@ from tests.conftest import IN_CI
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import Conn, Workers
 from tests.reliability.proxied import FlowRun
+from tests.waiting import holds_within
 
 pytestmark = pytest.mark.slow
 
@@ -108,8 +108,8 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             # When a flow starts
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
             # Then the engine says what is wrong, clearly
-            deadline_ok = _wait_for(lambda: "no space left" in caplog.text.lower())
-            assert deadline_ok, caplog.text[-3000:]
+            assert holds_within(lambda: "no space left" in caplog.text.lower(),
+                                WAIT_S), caplog.text[-3000:]
             assert not run.done.is_set()
             # When space returns, the flow completes
             os.unlink(filler)
@@ -119,12 +119,13 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
                 fault_tasks.Step(name, inject={"n": i, "pause": TASK_S})
                 for i, name in enumerate(second)])
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
-            assert _wait_for(lambda: checker.read_records(records)[len(names) * 2:]), (
+            assert holds_within(lambda: checker.read_records(records)[len(names) * 2:],
+                                WAIT_S), (
                 workers.logs())
             # When the disk fills up under it, then the worker says so (its
             # replies wait), and once space returns the flow completes
             filler = _fill(disk)
-            assert _wait_for(lambda: "no space left" in workers.logs().lower()), (
+            assert holds_within(lambda: "no space left" in workers.logs().lower(), WAIT_S), (
                 workers.logs())
             os.unlink(filler)
             run.wait(WAIT_S, logs=workers.logs)
@@ -138,11 +139,3 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
     print(f"[full disk] {report.summary()}; first error: {messages[:1]}")
 
 
-def _wait_for(predicate, timeout_s: float = WAIT_S) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout_s`` passes (False)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from tests import waiting
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,16 +37,8 @@ def unique(prefix: str = "rel") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float = WAIT_S, what: str = "") -> Any:
-    """Look at ``predicate()`` until it is truthy (bounded); return its value or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(POLL_S)
+#: tests.waiting.wait_until with this module's bound and pace.
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)
 
 
 def wait_for_log(proc: subprocess.Popen[bytes], read_log: Callable[[], str], text: str,
@@ -58,7 +52,7 @@ def wait_for_log(proc: subprocess.Popen[bytes], read_log: Callable[[], str], tex
                                  f" logging {text!r}:\n{read_log()}")
         return False
     try:
-        wait_until(seen, timeout, f"{text!r} in the log")
+        wait_until(seen, f"{text!r} in the log", timeout=timeout)
     except AssertionError as e:
         raise AssertionError(f"{e}; the log:\n{read_log()}") from None
 

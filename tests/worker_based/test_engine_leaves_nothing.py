@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 
@@ -27,6 +26,7 @@ import redis
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging.control_client import ControlClient
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from tests import waiting
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import running_executor, running_worker, unique
 
@@ -40,10 +40,8 @@ START_TIMEOUT_S = 60.0
 
 
 def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {GONE_WITHIN_S} s"
-        time.sleep(0.2)  # polls the broker's state, not ours: there is no event to wait on
+    # Polls the broker's state, not ours: there is no event to wait on.
+    waiting.wait_until(condition, what, timeout=GONE_WITHIN_S, poll_s=0.2)
 
 
 def _redis_has(url: str, exchange: str, queue: str) -> bool:

@@ -14,7 +14,6 @@ import threading
 import time
 import types
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,6 +25,7 @@ from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.housekeeper import Housekeeper
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.patterns import linear_flow as lf
+from tests import waiting
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import running_executor, running_worker, unique
 
@@ -180,15 +180,6 @@ class Hold(task.Task):
         return value
 
 
-def _wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> bool:
-    """Poll ``predicate`` until it holds; False after ``timeout_s`` (fail, not hang)."""
-    deadline = time.monotonic() + timeout_s
-    tick = threading.Event()  # never set: a bounded pause between polls
-    while not predicate():
-        if time.monotonic() >= deadline:
-            return False
-        tick.wait(POLL_S)
-    return True
 
 
 def _record_heard(executor: wex.WorkerTaskExecutor) -> list[tuple[int, tr.Tracked]]:
@@ -256,8 +247,9 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             threading.Thread(target=run, daemon=True).start()
             # ...and Hold running on one of them, its RUNNING heard
             assert _Signals.started.wait(WAIT_S)
-            assert _wait_until(lambda: any(
-                t.request.current_state == pr.RUNNING for _, t in heard))
+            waiting.wait_until(lambda: any(
+                t.request.current_state == pr.RUNNING for _, t in heard),
+                "its RUNNING heard", timeout=WAIT_S, poll_s=POLL_S)
             tracked = heard[-1][1]
             assert tracked.lost_after == pytest.approx(LOST_AFTER_S)
             starts = _record_consumer_starts(executor, tracked)
@@ -267,11 +259,14 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             assert time.monotonic() - tracked.last_heard > tracked.lost_after
             private_redis.start()
             # Then, the moment the executor's consumer is back, the request is not due
-            assert _wait_until(lambda: bool(starts))
+            waiting.wait_until(lambda: starts, "the consumer back", timeout=WAIT_S,
+                               poll_s=POLL_S)
             back_at, last_heard = starts[0]
             assert last_heard is not None and last_heard + tracked.lost_after > back_at
             # ...and the executor hears a heartbeat again
-            assert _wait_until(lambda: any(reconnects >= 1 for reconnects, _ in heard))
+            waiting.wait_until(lambda: any(reconnects >= 1 for reconnects, _ in heard),
+                               "a heartbeat after the reconnection", timeout=WAIT_S,
+                               poll_s=POLL_S)
             # And the request was never declared lost (nor dispatched again)
             assert list(executor.lost_history) == []
             assert tracked.attempt == 0

@@ -14,6 +14,7 @@ a reclaim; a consumer reclaimed while frozen learns it on its next renewal.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
+from tests import waiting
 
 pytestmark = pytest.mark.broker
 
@@ -168,12 +170,8 @@ class Taker:
         return self.messages.pop(0)
 
 
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
-    """Poll ``predicate`` (no event to wait on) until true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(POLL_S)
+#: tests.waiting.wait_until with this module's bound and pace.
+wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)
 
 
 def wait_for_renewal(r: redis.Redis, consumer: str) -> None:

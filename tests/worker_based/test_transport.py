@@ -25,6 +25,7 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
 from flowengine.engines.worker_based.transports import inotify
 from flowengine.engines.worker_based.transports import memory as mem
+from tests import waiting
 
 WAIT_S = 10.0
 
@@ -612,10 +613,8 @@ def test_memory_put_wakes_only_the_consumers_of_its_queue():
 
 
 def _wait_until(condition, what):
-    deadline = time.monotonic() + WAIT_S
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.001)
+    # A thread of this process gets there within microseconds: look often.
+    waiting.wait_until(condition, what, timeout=WAIT_S, poll_s=0.001)
 
 
 def _drain_one(conn, got):
