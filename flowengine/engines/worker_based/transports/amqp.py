@@ -17,11 +17,12 @@ this one. The bytes on the wire are py-amqp's; TLS connections
 A read with a timeout (py-amqp's ``drain_events(timeout)``: a consume
 loop's wait, and the poll for broker notices py-amqp makes before every
 publication) leaves the socket's timeout alone too: py-amqp switches the
-socket to the timeout and back (four ``fcntl`` calls, each letting go of
-the interpreter lock), and Python then polls before each receive anyway.
+socket to the timeout and back (four ``fcntl`` calls, letting go of the
+interpreter lock twice), and Python then polls before each receive anyway.
 Here the reader waits with ``poll()`` for at most the timeout, then
-receives without blocking: two system calls instead of six, the same
-result (a timeout when nothing came).
+receives without blocking: two system calls instead of six (one instead
+of five when it must not wait), the same result (a timeout when nothing
+came).
 """
 
 from __future__ import annotations
