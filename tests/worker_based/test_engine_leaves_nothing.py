@@ -11,12 +11,12 @@ with the client's stop() the same way.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
 
 import amqp.exceptions
 import kombu
@@ -39,9 +39,8 @@ GONE_WITHIN_S = 40.0
 START_TIMEOUT_S = 60.0
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
-    # Polls the broker's state, not ours: there is no event to wait on.
-    waiting.wait_until(condition, what, timeout=GONE_WITHIN_S, poll_s=0.2)
+#: tests.waiting.wait_until on the broker's state (there is no event to wait on).
+_wait_until = functools.partial(waiting.wait_until, timeout=GONE_WITHIN_S, poll_s=0.2)
 
 
 def _redis_has(url: str, exchange: str, queue: str) -> bool:

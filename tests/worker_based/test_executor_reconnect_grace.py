@@ -9,6 +9,7 @@ lost only if the silence goes on for a full loss bound after that.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -47,6 +48,9 @@ OUTAGE_S = LOST_AFTER_S + 1.0
 #: Bounded waits (s), only so that a bug fails the test instead of hanging it.
 WAIT_S = 60.0
 POLL_S = 0.02
+
+#: tests.waiting.wait_until with this module's bound and pace.
+_wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)
 
 
 class _OneTopicFinder:
@@ -247,9 +251,8 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             threading.Thread(target=run, daemon=True).start()
             # ...and Hold running on one of them, its RUNNING heard
             assert _Signals.started.wait(WAIT_S)
-            waiting.wait_until(lambda: any(
-                t.request.current_state == pr.RUNNING for _, t in heard),
-                "its RUNNING heard", timeout=WAIT_S, poll_s=POLL_S)
+            _wait_until(lambda: any(
+                t.request.current_state == pr.RUNNING for _, t in heard), "its RUNNING heard")
             tracked = heard[-1][1]
             assert tracked.lost_after == pytest.approx(LOST_AFTER_S)
             starts = _record_consumer_starts(executor, tracked)
@@ -259,14 +262,12 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             assert time.monotonic() - tracked.last_heard > tracked.lost_after
             private_redis.start()
             # Then, the moment the executor's consumer is back, the request is not due
-            waiting.wait_until(lambda: starts, "the consumer back", timeout=WAIT_S,
-                               poll_s=POLL_S)
+            _wait_until(lambda: starts, "the consumer back")
             back_at, last_heard = starts[0]
             assert last_heard is not None and last_heard + tracked.lost_after > back_at
             # ...and the executor hears a heartbeat again
-            waiting.wait_until(lambda: any(reconnects >= 1 for reconnects, _ in heard),
-                               "a heartbeat after the reconnection", timeout=WAIT_S,
-                               poll_s=POLL_S)
+            _wait_until(lambda: any(reconnects >= 1 for reconnects, _ in heard),
+                        "a heartbeat after the reconnection")
             # And the request was never declared lost (nor dispatched again)
             assert list(executor.lost_history) == []
             assert tracked.attempt == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -612,9 +613,9 @@ def test_memory_put_wakes_only_the_consumers_of_its_queue():
         message.ack()
 
 
-def _wait_until(condition, what):
-    # A thread of this process gets there within microseconds: look often.
-    waiting.wait_until(condition, what, timeout=WAIT_S, poll_s=0.001)
+#: tests.waiting.wait_until, looking often: a thread of this process gets
+#: there within microseconds.
+_wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=0.001)
 
 
 def _drain_one(conn, got):
