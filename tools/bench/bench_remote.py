@@ -192,8 +192,10 @@ def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
         return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
                              **conn), pool
     from flowengine.engines.worker_based.worker_side import worker
-    return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
-                         **conn), pool
+    # flowengine's own pool (a crew of WORKER_THREADS threads), as a worker
+    # made without an executor has; the caller's pool goes unused.
+    return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop],
+                         threads_count=WORKER_THREADS, **conn), pool
 
 
 def start_worker_thread(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:

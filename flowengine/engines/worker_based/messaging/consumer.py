@@ -1,6 +1,7 @@
 """The consume loop: connect, declare, consume, dispatch; survive everything until stopped.
 
-The loop runs in the thread that calls :meth:`Consumer.start` and is
+The loop runs in the thread that calls :meth:`Consumer.start` (or, a round
+at a time, on its driver's threads: see ``ConsumeOptions.driver``) and is
 supervised: a failing handler, an undecodable message or a broken
 connection is logged and survived (reconnect, re-declare, re-consume) until
 :meth:`Consumer.stop`. Every received message is size-checked, verified
@@ -19,7 +20,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from kombu.connection import Connection
@@ -131,6 +132,9 @@ class ConsumeOptions:
     ``max_body_bytes``: larger messages are rejected unread.
     ``quiet_until_started``: broker problems before the first start are
     logged at DEBUG (the owner raises them, see :meth:`Consumer.wait_started`).
+    ``driver``: runs the loop's rounds on threads of its own and returns once
+    they ended (a worker's :class:`~..worker_side.crew.Crew`); None: the
+    thread that calls :meth:`Consumer.start` runs them.
     """
 
     prefetch_count: int | None = None
@@ -138,6 +142,7 @@ class ConsumeOptions:
     max_body_bytes: int | None = names.MAX_BODY_BYTES
     quiet_until_started: bool = False
     lease: LeaseSpec = LeaseSpec()
+    driver: Callable[[Iterator[None]], None] | None = None
 
 
 class LoopHooks(NamedTuple):
@@ -203,8 +208,8 @@ class Consumer:
         self._lost_at: float | None = None
         # Which Redis server process we last consumed from (None off Redis).
         self._broker_run_id: str | None = None
-        # The draining connection's keepalive and the loop's thread: only
-        # that thread may use the connection (see keep_alive()).
+        # The draining connection's keepalive and the thread running the
+        # loop's round: only that thread may use the connection (see keep_alive()).
         self._keepalive: tuple[int, Keepalive] | None = None
 
     # --- facts ---
@@ -242,17 +247,39 @@ class Consumer:
     # --- life cycle ---
 
     def start(self) -> None:
-        """Run the loop in the calling thread until stop() is called."""
+        """Run the loop until stop() is called.
+
+        In the calling thread, or with ``options.driver`` on the driver's
+        threads (start() returns once the loop has ended).
+        """
         if not self._loop_lock.acquire(blocking=False):
             raise RuntimeError(f"the consumer of {self._name!r} is already running")
         self._stopping.clear()
+        drive = self._options.driver
+        if drive is None:
+            for _ in self._rounds():
+                pass
+            return
+        try:
+            drive(self._rounds())
+        except BaseException:
+            # E.g. KeyboardInterrupt while waiting: the driver's threads end the loop.
+            self.stop()
+            raise
+
+    def _rounds(self) -> Iterator[None]:
+        """The loop, one round (a wait for messages and their handling) per step.
+
+        Any thread may run the next round, never two at once (see
+        ConsumeOptions.driver); the rounds end once stop() was called.
+        """
         if self._lease is not None:
             self._lease.start()
         failures = 0  # in a row: each doubles the pause before the next attempt
         try:
             while not self._stopping.is_set():
                 try:
-                    self._consume_until_stopped()
+                    yield from self._consume_until_stopped()
                 except Exception as e:
                     self._running.clear()
                     if self._stopping.is_set():
@@ -358,7 +385,7 @@ class Consumer:
 
     # --- one connection's worth of consuming ---
 
-    def _consume_until_stopped(self) -> None:
+    def _consume_until_stopped(self) -> Iterator[None]:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
         conn = self._conn.clone()
         try:
@@ -375,7 +402,7 @@ class Consumer:
             consumers = self._start_consumers(conn)
             try:
                 self._started()
-                self._drain(conn)
+                yield from self._drain(conn)
             finally:
                 self._running.clear()
                 for consumer in consumers:
@@ -407,17 +434,18 @@ class Consumer:
                         " connection", names_, self._uri, self.last_outage_s)
         self._call_safely(self._hooks.on_start, "on_start")
 
-    def _drain(self, conn: Connection) -> None:
-        """Deliver messages as they come, do the periodic work, until stop()."""
+    def _drain(self, conn: Connection) -> Iterator[None]:
+        """Deliver messages as they come, do the periodic work, until stop(); a round each."""
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
         room = self._hooks.wait_for_room
         keepalive = Keepalive(conn)
-        self._keepalive = (threading.get_ident(), keepalive)
         # While full, wait for room in slices short enough for the heartbeats.
         room_slice = min(period, keepalive.period_s or period)
         last_wait = next_heartbeat_check = time.monotonic()
         while not self._stopping.is_set():
+            # Whoever runs this round may use the connection (see keep_alive()).
+            self._keepalive = (threading.get_ident(), keepalive)
             if room is not None and not room(0.0):
                 # Full: take nothing (drain_events would deliver), keep the
                 # connection alive meanwhile.
@@ -440,6 +468,7 @@ class Consumer:
             if now - last_wait >= period:
                 last_wait = now
                 self._call_safely(self._hooks.on_wait, "on_wait")
+            yield
 
     def _check_connection(self, conn: Connection) -> None:
         """Raise (the loop reconnects) when the lease lapsed or the connection broke."""

@@ -51,6 +51,7 @@ from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import runner as running_mod
+from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
 from flowengine.engines.worker_based.worker_side.performer import Performer, RequestHooks
@@ -156,7 +157,9 @@ class Server:
                 # puts back what dead consumers held.
                 lease=proxy_mod.LeaseSpec(lease_id or identity.worker_id,
                                           lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
-                                          reclaim=True)))
+                                          reclaim=True),
+                # A crew runs each request on the thread that took it.
+                driver=executor.drive if isinstance(executor, Crew) else None))
         self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
                                                        identity.tasks, broker, enabled=events)
         self._memory = rm.RequestMemory() if room is None else room.memory()

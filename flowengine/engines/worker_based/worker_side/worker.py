@@ -25,6 +25,7 @@ from flowengine.engines.worker_based.worker_side import exception_handlers as eh
 from flowengine.engines.worker_based.worker_side import priority, supervision
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
@@ -108,11 +109,11 @@ class Worker:
             if threads_count <= 0:
                 raise ValueError("threads_count provided must be > 0")
             self._threads_count = threads_count
-            # The stdlib pool: futurist's idle threads poll every second, which
-            # makes every shutdown cost up to a second.
-            executor = cf.ThreadPoolExecutor(
-                max_workers=threads_count,
-                thread_name_prefix=f"flowengine-worker-{topics[0]}")
+            # Not futurist's pool, whose idle threads poll every second (every
+            # shutdown would cost up to a second): a crew, whose free threads
+            # also run the consume loops, so each request runs on the thread
+            # that took it (see crew.py).
+            executor = Crew(threads_count, thread_name_prefix=f"flowengine-worker-{topics[0]}")
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
