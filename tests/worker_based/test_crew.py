@@ -254,3 +254,16 @@ def test_a_consume_loop_driven_by_a_crew_runs_each_message_s_call_on_its_thread(
         assert len(ran_on) == 5
     finally:
         crew.shutdown(wait=False)
+
+
+def test_shutdown_with_no_loop_driven_ends_the_threads():
+    crew = Crew(3, thread_name_prefix="crew-ending")
+    assert [crew.submit(lambda i=i: i).result(WAIT_S) for i in range(3)] == [0, 1, 2]
+    crew.shutdown(wait=True)
+    assert not [t for t in threading.enumerate() if t.name.startswith("crew-ending")]
+
+
+def test_shutdown_from_a_call_it_runs_does_not_wait_for_that_call():
+    crew = Crew(2)
+    future = crew.submit(lambda: crew.shutdown(wait=True) or "returned")
+    assert future.result(WAIT_S) == "returned"

@@ -143,8 +143,9 @@ class Crew(cf.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Refuse new calls; ``wait``: return once the submitted ones have run.
 
-        ``cancel_futures``: cancel those not started yet. Loops still driven
-        keep their threads until they end.
+        ``cancel_futures``: cancel those not started yet. Threads end once
+        no loop is driven any more (joined here if none is). Called from a
+        call the crew runs, it does not wait for that call.
         """
         with self._cond:
             self._shutdown = True
@@ -152,8 +153,16 @@ class Crew(cf.Executor):
                 while self._queued:
                     self._queued.popleft().future.cancel()
             self._cond.notify_all()
-            while wait and (self._queued or self._running):
+            if not wait:
+                return
+            mine = 1 if getattr(self._local, "running", False) else 0
+            while self._queued or self._running > mine:
                 self._cond.wait()
+            threads = [] if self._loops else list(self._threads)
+        current = threading.current_thread()
+        for thread in threads:
+            if thread is not current:
+                thread.join()
 
     # --- the threads ---
 
@@ -230,9 +239,11 @@ class Crew(cf.Executor):
         return job
 
     def _run(self, job: _Job) -> None:
+        self._local.running = True
         try:
             job.run()
         finally:
+            self._local.running = False
             with self._cond:
                 self._running -= 1
                 if self._shutdown:
