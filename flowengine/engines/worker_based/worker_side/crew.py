@@ -102,7 +102,8 @@ class Crew(cf.Executor):
         self._threads: list[threading.Thread] = []
         self._numbers = itertools.count(1)
         self._shutdown = False
-        # .taken: on a thread running a round, what submit() was given meanwhile.
+        # .taken: on a thread running a round, what submit() was given meanwhile;
+        # .running: whether this thread runs a call (shutdown() must not wait for it).
         self._local = threading.local()
 
     @property
