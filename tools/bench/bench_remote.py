@@ -181,25 +181,25 @@ def _is_flowengine(lib: str) -> bool:
 # --------------------------------------------------------------------------
 
 def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
-    """A worker object (not started) and the thread pool it owns, for ``lib``."""
-    from concurrent import futures
-
+    """A worker object (not started) and the pool given to it (None: its own), for ``lib``."""
     import bench_remote_tasks
 
-    pool = futures.ThreadPoolExecutor(max_workers=WORKER_THREADS)
     if lib.startswith("taskflow"):
+        from concurrent import futures
+
         from taskflow.engines.worker_based import worker
+        pool = futures.ThreadPoolExecutor(max_workers=WORKER_THREADS)
         return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
                              **conn), pool
     from flowengine.engines.worker_based.worker_side import worker
     # flowengine's own pool (a crew of WORKER_THREADS threads), as a worker
-    # made without an executor has; the caller's pool goes unused.
+    # made without an executor has; stop() shuts it down.
     return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop],
-                         threads_count=WORKER_THREADS, **conn), pool
+                         threads_count=WORKER_THREADS, **conn), None
 
 
 def start_worker_thread(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
-    """Run a worker in a daemon thread of this process; return it once it consumes."""
+    """Run a worker in a daemon thread of this process; (it, its given pool) once it consumes."""
     w, pool = make_worker(lib, exchange, conn)
     if lib.startswith("taskflow"):
         threading.Thread(target=w.run, daemon=True).start()
@@ -211,6 +211,24 @@ def start_worker_thread(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
     return w, pool
 
 
+def stop_worker(w: Any, pool: Any) -> None:
+    """Stop a worker start_worker_thread() started (and the pool it was given)."""
+    w.stop()
+    if pool is not None:
+        pool.shutdown(wait=False)
+
+
+@contextlib.contextmanager
+def worker_threads(lib: str, exchange: str, conn: dict, count: int):
+    """``count`` workers of ``lib`` in threads of this process, consuming when the block starts."""
+    running = [start_worker_thread(lib, exchange, conn) for _ in range(count)]
+    try:
+        yield running
+    finally:
+        for w, pool in running:
+            stop_worker(w, pool)
+
+
 def worker_main(lib: str, exchange: str, conn: dict) -> int:
     """A worker process: serve until SIGTERM; print READY once consuming."""
     stop = threading.Event()
@@ -218,20 +236,26 @@ def worker_main(lib: str, exchange: str, conn: dict) -> int:
     w, pool = start_worker_thread(lib, exchange, conn)
     print(READY, flush=True)
     stop.wait()
-    w.stop()
-    pool.shutdown(wait=False)
+    stop_worker(w, pool)
     return 0
 
 
 @contextlib.contextmanager
-def worker_processes(lib: str, exchange: str, conn: dict, count: int):
-    """``count`` worker processes of ``lib`` on ``conn``, ready when the block starts."""
+def worker_processes(lib: str, exchange: str, conn: dict, count: int,
+                     command: list[str] | None = None):
+    """``count`` worker processes of ``lib`` on ``conn``, ready when the block starts.
+
+    ``command``: what each runs (default: this script's worker role); it
+    must print READY once consuming and end on SIGTERM.
+    """
     procs = []
     cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--lib", lib,
            "--exchange", exchange, "--conn", json.dumps(conn)]
     if lib == "celery":
         cmd = [sys.executable, "-c", "import sys, bench_celery; sys.exit("
                f"bench_celery.worker_main({conn['url']!r}, {WORKER_THREADS}, {READY!r}))"]
+    if command is not None:
+        cmd = command
     try:
         for _ in range(count):
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
@@ -331,13 +355,8 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
         return run_flow(lib, shape, n, exchange, conn)
 
     if transport == "memory":
-        running = [start_worker_thread(lib, exchange, conn) for _ in range(WORKERS)]
-        try:
+        with worker_threads(lib, exchange, conn, WORKERS):
             return measure()
-        finally:
-            for w, pool in running:
-                w.stop()
-                pool.shutdown(wait=False)
     with worker_processes(lib, exchange, conn, WORKERS):
         return measure()
 

@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import functools
+import glob
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import bench_remote as br
@@ -50,6 +48,9 @@ sys.path.insert(0, br.REPO_ROOT)
 STAMPS: list[tuple[int, str, int]] = []
 #: step -> CPU ns of each call, in its thread.
 CPU: dict[str, list[int]] = collections.defaultdict(list)
+
+#: Name start of the file each worker process writes its stamps to.
+WORKER_STAMPS_PREFIX = "timeline-worker-"
 
 #: Share of the cycles left out at the start (connections and caches warming up).
 WARM_UP_SHARE = 0.1
@@ -113,52 +114,13 @@ def instrument(side: str | None) -> None:
         _wrap(performer.Performer, "perform", "w.perform")
 
 
-def worker_main(exchange: str, conn: dict[str, Any], out_path: str) -> int:
-    """A worker process: stamp, serve until SIGTERM, then write the stamps to ``out_path``."""
+def worker_main(exchange: str, conn: dict[str, Any], out_dir: str) -> int:
+    """bench_remote.py's worker process, stamped; its stamps go to ``out_dir`` at the end."""
     instrument("w")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    worker, pool = br.start_worker_thread("flowengine", exchange, conn)
-    print(br.READY, flush=True)
-    stop.wait()
-    worker.stop()
-    pool.shutdown(wait=False)
-    with open(out_path, "w") as f:
+    status = br.worker_main("flowengine", exchange, conn)
+    with open(os.path.join(out_dir, f"{WORKER_STAMPS_PREFIX}{os.getpid()}.json"), "w") as f:
         json.dump({"stamps": STAMPS, "cpu": CPU}, f)
-    return 0
-
-
-@contextlib.contextmanager
-def _worker_processes(exchange: str, conn: dict[str, Any], folder: str
-                      ) -> Iterator[list[str]]:
-    """Two stamped worker processes; yields where each writes its stamps when stopped."""
-    outs = [os.path.join(folder, f"worker-{i}.json") for i in range(br.WORKERS)]
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--role", "worker",
-                               "--exchange", exchange, "--conn", json.dumps(conn),
-                               "--out", out], stdout=subprocess.PIPE, text=True,
-                              env=br._lib_env("flowengine"), cwd=br.HERE)
-             for out in outs]
-    try:
-        for proc in procs:
-            br._wait_ready(proc)
-        yield outs
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(br.WORKER_STOP_TIMEOUT_S)
-
-
-@contextlib.contextmanager
-def _worker_threads(exchange: str, conn: dict[str, Any]) -> Iterator[list[str]]:
-    running = [br.start_worker_thread("flowengine", exchange, conn)
-               for _ in range(br.WORKERS)]
-    try:
-        yield []
-    finally:
-        for worker, pool in running:
-            worker.stop()
-            pool.shutdown(wait=False)
+    return status
 
 
 def run(transport: str, tasks: int) -> list[tuple[int, str, str]]:
@@ -173,14 +135,19 @@ def run(transport: str, tasks: int) -> list[tuple[int, str, str]]:
         exchange = f"timeline-{uuid.uuid4().hex[:8]}"
         in_process = transport == "memory"
         instrument(None if in_process else "e")
-        workers = (_worker_threads(exchange, conn) if in_process
-                   else _worker_processes(exchange, conn, folder))
-        with workers as outs:
+        command = [sys.executable, os.path.abspath(__file__), "--role", "worker",
+                   "--exchange", exchange, "--conn", json.dumps(conn), "--out-dir", folder]
+        workers = (br.worker_threads("flowengine", exchange, conn, br.WORKERS) if in_process
+                   else br.worker_processes("flowengine", exchange, conn, br.WORKERS,
+                                            command=command))
+        with workers:
             flow = linear_flow.Flow("chain").add(
                 *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)])
             engines.load(flow, engine="worker-based", exchange=exchange,
                          topics=[br.TOPIC], **conn).run()
         stamps = [(t, step, f"engine:{ident % 10000}") for t, step, ident in STAMPS]
+        # Each worker process wrote its stamps as it ended (none on memory).
+        outs = sorted(glob.glob(os.path.join(folder, f"{WORKER_STAMPS_PREFIX}*.json")))
         for i, out in enumerate(outs):
             with open(out) as f:
                 taken = json.load(f)
@@ -236,10 +203,10 @@ def main() -> int:
     parser.add_argument("--role", default="engine", choices=["engine", "worker"])
     parser.add_argument("--exchange")
     parser.add_argument("--conn")
-    parser.add_argument("--out")
+    parser.add_argument("--out-dir")
     args = parser.parse_args()
     if args.role == "worker":
-        return worker_main(args.exchange, json.loads(args.conn), args.out)
+        return worker_main(args.exchange, json.loads(args.conn), args.out_dir)
     report(args.transport, cycles(run(args.transport, args.tasks)))
     return 0
 
