@@ -106,11 +106,6 @@ class Crew(cf.Executor):
         # .running: whether this thread runs a call (shutdown() must not wait for it).
         self._local = threading.local()
 
-    @property
-    def max_workers(self) -> int:
-        """Most calls running at once."""
-        return self._max_workers
-
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> cf.Future[Any]:
         """Run ``fn(*args, **kwargs)`` on a crew thread; its future."""
         job = _Job(fn, args, kwargs)
@@ -177,26 +172,25 @@ class Crew(cf.Executor):
 
     def _serve(self) -> None:
         """A crew thread: run a waiting call when a slot is free, else lead a loop."""
-        while True:
-            with self._cond:
-                while True:
-                    if self._queued and self._running < self._max_workers:
-                        job: _Job | None = self._queued.popleft()
-                        self._running += 1
-                        break
-                    if self._leaderless:
-                        job = None
-                        loop = self._leaderless.popleft()
-                        break
-                    if self._shutdown and not self._queued and not self._loops:
-                        self._threads.remove(threading.current_thread())
-                        return
-                    self._cond.wait()
-            if job is None:
-                job = self._lead(loop)
+        while (work := self._next_work()) is not None:
+            job = self._lead(work) if isinstance(work, _Loop) else work
             if job is not None:
                 self._run(job)
-                job = None  # not kept (with its result) while this thread idles
+            del job, work  # not kept (with a result) while this thread idles
+
+    def _next_work(self) -> _Job | _Loop | None:
+        """Wait for a call to run (counted as running) or a loop to lead; None: end."""
+        with self._cond:
+            while True:
+                if self._queued and self._running < self._max_workers:
+                    self._running += 1
+                    return self._queued.popleft()
+                if self._leaderless:
+                    return self._leaderless.popleft()
+                if self._shutdown and not self._queued and not self._loops:
+                    self._threads.remove(threading.current_thread())
+                    return None
+                self._cond.wait()
 
     def _lead(self, loop: _Loop) -> _Job | None:
         """Run ``loop``'s rounds until one takes a call with a free slot; that call."""
