@@ -106,6 +106,15 @@ WAITERS = _Registry()
 class Channel(memory.Channel):
     """Memory channel that wakes a queue's consumers on every put."""
 
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
+        waiting = self._queue_for(queue)
+        # Most looks find the queue empty (a consumer looks at each of its
+        # queues in turn): say so without Queue.get's lock and exception.
+        # A put racing with this look bumps the waiter, so it is seen next.
+        if not waiting.queue:
+            raise Empty()
+        return waiting.get(block=False)
+
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         super()._put(queue, message, **kwargs)
         WAITERS.wake(queue)

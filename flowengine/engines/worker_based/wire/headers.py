@@ -95,23 +95,30 @@ class Headers:
         except exc.InvalidFormat as e:
             expires = None
             problems.append(str(e))
-        return cls(attempt=_count(raw.get(names.HEADER_ATTEMPT)),
-                   worker_id=(None if raw.get(names.HEADER_WORKER_ID) is None
-                              else str(raw[names.HEADER_WORKER_ID])),
-                   origin=_text(raw.get(names.HEADER_ORIGIN)),
-                   request_id=_text(raw.get(lv.HEADER_REQUEST_ID)),
-                   heartbeat_s=lv.parse_heartbeat(raw.get(lv.HEADER_HEARTBEAT)),
-                   expires=expires, timelimit=raw.get(names.HEADER_TIMELIMIT),
-                   root_id=_text(raw.get(names.HEADER_ROOT_ID)),
-                   parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
-                   heartbeat_misses=_misses(raw.get(lv.HEADER_HEARTBEAT_MISSES)),
-                   lost_after=lv.parse_heartbeat(raw.get(lv.HEADER_LOST_AFTER)),
-                   leaving=bool(raw.get(names.HEADER_LEAVING)),
-                   declined=raw.get(names.HEADER_DECLINED) is True,
-                   created=_epoch(raw.get(names.HEADER_CREATED)),
-                   enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
-                   run_s=_seconds(raw.get(names.HEADER_RUN_S)),
-                   problems=tuple(problems))
+        headers = object.__new__(cls)
+        # Every message's headers are read: filling the instance's dict at
+        # once costs a third of the frozen __init__, which sets each of the
+        # fields through object.__setattr__. Fields not set here fall back
+        # to their class-level defaults.
+        headers.__dict__.update(
+            attempt=_count(raw.get(names.HEADER_ATTEMPT)),
+            worker_id=(None if raw.get(names.HEADER_WORKER_ID) is None
+                       else str(raw[names.HEADER_WORKER_ID])),
+            origin=_text(raw.get(names.HEADER_ORIGIN)),
+            request_id=_text(raw.get(lv.HEADER_REQUEST_ID)),
+            heartbeat_s=lv.parse_heartbeat(raw.get(lv.HEADER_HEARTBEAT)),
+            expires=expires, timelimit=raw.get(names.HEADER_TIMELIMIT),
+            root_id=_text(raw.get(names.HEADER_ROOT_ID)),
+            parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
+            heartbeat_misses=_misses(raw.get(lv.HEADER_HEARTBEAT_MISSES)),
+            lost_after=lv.parse_heartbeat(raw.get(lv.HEADER_LOST_AFTER)),
+            leaving=bool(raw.get(names.HEADER_LEAVING)),
+            declined=raw.get(names.HEADER_DECLINED) is True,
+            created=_epoch(raw.get(names.HEADER_CREATED)),
+            enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
+            run_s=_seconds(raw.get(names.HEADER_RUN_S)),
+            problems=tuple(problems))
+        return headers
 
     @property
     def from_flowengine_engine(self) -> bool:
