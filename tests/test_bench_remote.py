@@ -40,11 +40,15 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
         assert _is_median_with_range(floor) and _is_median_with_range(fe), cells
         assert celery == tf_tuned == tf_default == "-", cells
         assert ratio.endswith("x") and float(ratio[:-1]) > 0, cells
-        # and last, the floor of three messages (request, PENDING, outcome) and
-        # flowengine's ratio to it
-        floor_3, ratio_3 = cells[-2:]
-        assert _is_median_with_range(floor_3), cells
+        # then the floor of three messages (request, PENDING, outcome) and
+        # flowengine's ratio to it; last, the serial engine's cost per task,
+        # the least a remote task could take (floor of three messages plus
+        # that cost) and flowengine's ratio to it
+        floor_3, ratio_3, serial, least, ratio_least = cells[-5:]
+        assert _is_median_with_range(floor_3) and _is_median_with_range(serial), cells
         assert ratio_3.endswith("x") and float(ratio_3[:-1]) > 0, cells
+        assert float(least.removesuffix("ms")) > float(floor_3.split()[0]), cells
+        assert ratio_least.endswith("x") and float(ratio_least[:-1]) > 0, cells
     for cells in _rows(throughput_table).values():
         assert _is_median_with_range(cells[0]), cells
     assert "ERROR" not in out and "timeout" not in out

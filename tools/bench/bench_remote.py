@@ -12,6 +12,10 @@ this script on loopback with ``tests/brokers.py``) and in the same run:
 - ``latency``: a linear flow of 50 trivial tasks on the worker-based engine;
   per-task latency is the time between consecutive task completions (so the
   engine's start and worker discovery are not in it), plus the whole run.
+- ``serial``: the same flow on the local serial engine, which runs each task
+  in the calling thread: what the engine itself costs per task. Added to
+  ``floor-3`` it gives the least a remote task could take with flowengine's
+  engine and protocol (``least``), were the remote parts free.
 - ``throughput``: an unordered flow of 500 trivial tasks on 2 worker
   processes; tasks completed per second.
 
@@ -293,7 +297,8 @@ def _wait_ready(proc: subprocess.Popen) -> None:
 # flows (child side)
 # --------------------------------------------------------------------------
 
-def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict) -> dict:
+def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict,
+             engine_kind: str = "worker-based") -> dict:
     """Run a linear/unordered flow of ``n`` Noop tasks; time each completion."""
     import bench_remote_tasks
 
@@ -305,8 +310,11 @@ def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict) -> dict:
         from flowengine.patterns import linear_flow, unordered_flow
     pattern = linear_flow if shape == "linear" else unordered_flow
     flow = pattern.Flow(shape).add(*[bench_remote_tasks.Noop(f"t{i}") for i in range(n)])
-    engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=[TOPIC],
-                          **conn)
+    if engine_kind == "worker-based":
+        engine = engines.load(flow, engine=engine_kind, exchange=exchange, topics=[TOPIC],
+                              **conn)
+    else:
+        engine = engines.load(flow, engine=engine_kind)
     done: list[float] = []
 
     def on_atom(state: str, details: dict) -> None:
@@ -343,6 +351,8 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
     """One latency/throughput case with its workers (threads for memory)."""
     exchange = f"bench-{uuid.uuid4().hex[:8]}"
     shape = "linear" if case == "latency" else "unordered"
+    if case == "serial":
+        return run_flow(lib, "linear", n, exchange, conn, engine_kind="serial")
     if lib == "celery":
         import bench_celery
 
@@ -621,24 +631,31 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
              ("TF default", "taskflow-default", "latency")]
     print("| transport | " + " | ".join(c[0] for c in cols)
           + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor | floor 3 msgs"
-          " | fe/floor 3 msgs |", file=out)
-    print("|---" * (len(cols) + 8) + "|", file=out)
+          " | fe/floor 3 msgs | serial engine | least | fe/least |", file=out)
+    print("|---" * (len(cols) + 11) + "|", file=out)
     for t in transports:
         fl = med(t, "floor", "floor", "per_task_ms")
         fe = med(t, "flowengine", "latency", "per_task_ms")
         base = med(t, "flowengine-base", "latency", "per_task_ms")
         tt = med(t, "taskflow-tuned", "latency", "per_task_ms")
+        floor_3 = med(t, "floor", FLOOR_3, "per_task_ms")
+        serial = med(t, "flowengine", "serial", "per_task_ms")
+        least = None if floor_3 is None or serial is None else floor_3 + serial
         cells = [cell(t, lib, case, "per_task_ms") for _, lib, case in cols]
         print(f"| {t} | " + " | ".join(cells)
               + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
               f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
               f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))}"
               f" | {cell(t, 'floor', FLOOR_3, 'per_task_ms')}"
-              f" | {_ratio(fe, med(t, 'floor', FLOOR_3, 'per_task_ms'))} |", file=out)
+              f" | {_ratio(fe, floor_3)} | {cell(t, 'flowengine', 'serial', 'per_task_ms')}"
+              f" | {_fmt(least)} | {_ratio(fe, least)} |", file=out)
     print("(CPU: CPU time of the engine process per task, the client's per round trip for"
           " the floor; for memory the workers are in that process too. floor 3 msgs: the"
           " raw kombu exchange of a request and two replies, the first sent before the"
-          " request is acknowledged, as a flowengine worker answers)", file=out)
+          " request is acknowledged, as a flowengine worker answers. serial engine: the"
+          " same flow on the local serial engine, tasks run in the engine's thread. least: floor 3"
+          " msgs + serial engine, the least a remote task could take with this engine and"
+          " protocol were all else free)", file=out)
 
     print(f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
           f" (median of {ONE_TASK_RUNS} engines per repetition)", file=out)
@@ -688,6 +705,8 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
         cases = [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
     if _is_flowengine(lib):
         cases.append(("one-task", 1))
+    if lib == "flowengine":
+        cases.append(("serial", 5 if tiny else LATENCY_TASKS))
     return cases
 
 
