@@ -6,6 +6,7 @@ only (no brokers to start, no TaskFlow virtualenv).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,29 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     for cells in _rows(throughput_table).values():
         assert _is_median_with_range(cells[0]), cells
     assert "ERROR" not in out and "timeout" not in out
+
+
+@pytest.mark.slow
+def test_cpu_option_runs_every_case_on_that_cpu_only():
+    cpu = min(os.sched_getaffinity(0))
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--tiny", "--transport", "memory", "--lib", "floor",
+         "--lib", "flowengine", "--repeat", "1", "--cpu", str(cpu), "--json"],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"Every case ran on CPU {cpu} only" in proc.stdout
+    results = json.loads(proc.stdout[proc.stdout.index("\n[") + 1:])
+    assert {r["case"] for r in results} == {"floor", "floor-3", "latency", "throughput",
+                                            "one-task", "serial"}
+    assert all(r["cpus"] == [cpu] for r in results), results
+
+
+def test_cpu_option_refuses_a_cpu_this_process_cannot_use():
+    unusable = max(os.sched_getaffinity(0)) + 1
+    proc = subprocess.run([sys.executable, BENCH, "--tiny", "--cpu", str(unusable)],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    assert proc.returncode == 2
+    assert f"--cpu {unusable}: not one of the CPUs this process may use" in proc.stderr
 
 
 def _rows(table: str) -> dict[str, list[str]]:

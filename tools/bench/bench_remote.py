@@ -517,13 +517,19 @@ def taskflow_python(venv: str, spec: str) -> str:
 
 
 def run_case(python: str, lib: str, case: str, transport: str, url: str | None,
-             n: int, timeout_s: float) -> dict:
-    """One case in a fresh subprocess of ``python``; its JSON result or an error."""
+             n: int, timeout_s: float, cpu: int | None = None) -> dict:
+    """One case in a fresh subprocess of ``python``; its JSON result or an error.
+
+    ``cpu``: run the case, and the worker or server processes it starts, on
+    that CPU only (the broker stays free).
+    """
     base = {"lib": lib, "case": case, "transport": transport}
     folder = tempfile.mkdtemp(prefix="fe-bench-fs-") if transport == "filesystem" else None
     conn = connection(lib, transport, url, folder)
     cmd = [python, os.path.abspath(__file__), "--role", "case", "--lib", lib, "--case", case,
            "--transport", transport, "--n", str(n), "--conn", json.dumps(conn)]
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
     # A session of its own: a case that times out is killed with the worker
     # processes it started (they would otherwise live on, orphaned).
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -739,6 +745,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--amqp-url", help="use this RabbitMQ instead of starting one")
     p.add_argument("--tiny", action="store_true", help="tiny flows (a smoke test)")
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
+    p.add_argument("--cpu", type=int, metavar="N",
+                   help="run every case (engine, workers, floor server; not the broker)"
+                        " on CPU N only: steadier figures for telling two trees apart,"
+                        " not comparable with unpinned ones")
     p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S,
                    help="seconds allowed per case (default %(default)s)")
     p.add_argument("--taskflow-venv", default=bench_core.TASKFLOW_VENV)
@@ -759,17 +769,24 @@ def main(argv: list[str] | None = None) -> int:
         floor_server(args.exchange, args.conn, stop=stop, replies=args.n or 1)
         return 0
     if args.role == "case":
+        if args.cpu is not None:
+            # Before any thread or process starts: they inherit it.
+            os.sched_setaffinity(0, {args.cpu})
         lib, transport = args.lib[0], args.transport[0]
         if args.case in ("floor", FLOOR_3):
             result = floor_case(transport, args.conn, args.n,
                                 replies=2 if args.case == FLOOR_3 else 1)
         else:
             result = flow_case(lib, args.case, args.n, transport, args.conn)
+        result["cpus"] = sorted(os.sched_getaffinity(0))
         print(json.dumps(result))
         # Daemon threads of TaskFlow's in-process workers may linger; done is done.
         sys.stdout.flush()
         os._exit(0)
 
+    if args.cpu is not None and args.cpu not in os.sched_getaffinity(0):
+        p.error(f"--cpu {args.cpu}: not one of the CPUs this process may use"
+                f" ({sorted(os.sched_getaffinity(0))})")
     if args.baseline:
         BASELINE_TREE = os.path.abspath(args.baseline)
     transports = args.transport or list(TRANSPORTS)
@@ -805,13 +822,16 @@ def main(argv: list[str] | None = None) -> int:
                         if lib.startswith("taskflow") and transport == "filesystem":
                             timeout = min(timeout, TASKFLOW_FILESYSTEM_TIMEOUT_S)
                         r = run_case(pythons[lib], lib, case, transport, urls[transport], n,
-                                     timeout)
+                                     timeout, args.cpu)
                         r["rep"] = rep
                         results.append(r)
                         if r.get("error", "").startswith("timeout"):
                             hung.add((transport, lib, case))
                         print(f"# {rep} {transport:<10} {lib:<16} {case:<10} n={n:<4}"
                               f" {_shown(r)}", file=sys.stderr, flush=True)
+    if args.cpu is not None:
+        print(f"\nEvery case ran on CPU {args.cpu} only (--cpu; the brokers did not):"
+              " compare these figures with pinned runs only.")
     print_table(results)
     if args.json:
         print(json.dumps(results, indent=1))
