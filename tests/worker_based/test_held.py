@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 from automaton import exceptions as automaton_exc
@@ -94,3 +95,31 @@ def test_waiting_for_room_ends_when_given_up():
     memory.wake_waiters()
     waiting.join(WAIT_S)
     assert not waiting.is_alive() and len(memory) == 1
+
+
+def test_waiting_until_none_held_ends_when_the_last_of_those_is_finished():
+    # Given two requests to wait for and an unrelated one, all held
+    memory = rm.RequestMemory()
+    second = ("u-2", pr.EXECUTE, "sub-1")
+    for key in (KEY, second, ("u-3", pr.EXECUTE, "sub-1")):
+        _held(memory, key)
+    keys = {KEY[:2], second[:2]}
+    # When one of the two finishes, the other is still held
+    memory.finish(KEY, {"state": pr.SUCCESS})
+    assert memory.wait_until_none_held(keys, deadline=time.monotonic()) is False
+    # and a thread waiting for both wakes once the second one goes too
+    result: list[bool] = []
+    waiting = threading.Thread(target=lambda: result.append(
+        memory.wait_until_none_held(keys, deadline=time.monotonic() + WAIT_S)))
+    waiting.start()
+    memory.forget(second)
+    waiting.join(WAIT_S)
+    assert not waiting.is_alive() and result == [True]
+    assert len(memory) == 1  # the unrelated request is not waited for
+
+
+def test_waiting_until_none_held_gives_up_at_its_deadline():
+    memory = rm.RequestMemory()
+    _held(memory)
+    assert memory.wait_until_none_held({KEY[:2]}, deadline=time.monotonic() - 1) is False
+    assert memory.wait_until_none_held(set(), deadline=time.monotonic() - 1) is True

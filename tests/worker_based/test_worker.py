@@ -152,6 +152,31 @@ def test_stop_finishes_running_requests_first(unique_name):
     assert not thread.is_alive() and not stopper.is_alive()
 
 
+def test_waiting_until_outcomes_are_sent_ends_once_the_running_request_answered(unique_name):
+    wt.STARTED.clear()
+    wt.RELEASE.clear()
+    worker = wk.Worker(unique_name, "t", [wt.Blocking], threads_count=1, transport="memory")
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
+                              daemon=True)
+    try:
+        with Client(unique_name, transport="memory") as client:
+            thread.start()
+            assert worker.wait(10)
+            cid = client.request(wt.Blocking(), routing_key="t")
+            assert wt.STARTED.wait(10)
+            keys = {key for key, _reply_to, _started in worker.running_requests()}
+            assert len(keys) == 1
+            # While it runs, its outcome is not sent: a wait that may not wait says so.
+            assert worker.wait_until_sent(keys, 0.0) == keys
+            wt.RELEASE.set()
+            assert worker.wait_until_sent(keys, 10) == set()
+            assert client.final(cid)["state"] == "SUCCESS"
+    finally:
+        wt.RELEASE.set()
+        worker.stop()
+        thread.join(10)
+
+
 WORKER_SCRIPT = """
 import signal, sys, threading
 sys.path.insert(0, sys.argv[3])

@@ -290,6 +290,19 @@ class RequestMemory:
                 self._lock.wait(wait)
             return True
 
+    def wait_until_none_held(self, keys: set[tuple[str, str]], deadline: float) -> bool:
+        """Block until no request whose (uuid, action) is in ``keys`` is held.
+
+        Or until ``deadline`` (time.monotonic()) passes; True when none is.
+        """
+        with self._lock:
+            while any(key[:2] in keys for key in self._held):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._lock.wait(remaining)
+            return True
+
     def wake_waiters(self) -> None:
         """Wake every thread in :meth:`wait_until_at_most` to check again."""
         with self._lock:

@@ -271,6 +271,10 @@ class Server:
         return [(held.key[:2], held.reply_to, held.state != rm.QUEUED)
                 for held in self._memory.held()]
 
+    def wait_until_sent(self, keys: set[tuple[str, str]], deadline: float) -> bool:
+        """Block until none of ``keys`` is held (its outcome sent), or until ``deadline``."""
+        return self._memory.wait_until_none_held(keys, deadline)
+
     def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
         """Answer held request ``key`` with FAILURE ``error`` (cold shutdown; attempt kept)."""
         return self._replier.give_back(key, error)

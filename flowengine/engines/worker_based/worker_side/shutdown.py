@@ -52,10 +52,6 @@ COLD_FLUSH_TIMEOUT_S = 5.0
 #: handed to the pool before the pool stops accepting work).
 CONSUMER_STOP_TIMEOUT_S = 10.0
 
-#: Poll period (s) of that short, bounded wait (the server gives no signal
-#: when a reply has been published).
-_FLUSH_POLL_S = 0.02
-
 #: Seconds during which a repeat of the *same* signal is taken as one more
 #: copy of the first, not as a request for a cold shutdown: timeout(1) and
 #: some supervisors signal both the process and its process group.
@@ -283,13 +279,7 @@ class Shutdown:
         """Wait (bounded) until outcomes already on their way have been published."""
         if not sending:
             return
-        pause = threading.Event()
-        waited = 0.0
-        while waited < COLD_FLUSH_TIMEOUT_S:
-            left = {key for key, _, _ in worker.running_requests()} & sending
-            if not left:
-                return
-            pause.wait(_FLUSH_POLL_S)
-            waited += _FLUSH_POLL_S
-        LOG.warning("Cold shutdown: %d outcome(s) were still being sent after %.1f s",
-                    len(left), COLD_FLUSH_TIMEOUT_S)
+        left = worker.wait_until_sent(sending, COLD_FLUSH_TIMEOUT_S)
+        if left:
+            LOG.warning("Cold shutdown: %d outcome(s) were still being sent after %.1f s",
+                        len(left), COLD_FLUSH_TIMEOUT_S)

@@ -294,6 +294,17 @@ class Worker:
         """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
         return [entry for server in self._servers for entry in server.running_requests()]
 
+    def wait_until_sent(self, keys: set[tuple[str, str]], timeout_s: float
+                        ) -> set[tuple[str, str]]:
+        """Block until the outcomes of ``keys`` were sent, for ``timeout_s`` at most.
+
+        Returns those of ``keys`` still held then (empty: all sent).
+        """
+        deadline = time.monotonic() + timeout_s
+        for server in self._servers:
+            server.wait_until_sent(keys, deadline)
+        return {key for key, _, _ in self.running_requests()} & keys
+
     def give_back(self, key: tuple[str, str], error: BaseException) -> bool:
         """Answer held request ``key`` with FAILURE ``error`` (cold shutdown)."""
         for server in self._servers:
