@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import types
+from collections.abc import Iterator
 
 import pytest
 import worker_tasks as wt
@@ -127,7 +129,15 @@ def test_run_logs_the_banner_by_default(unique_name, caplog):
     assert "Topic = t" in caplog.text and "- worker_tasks.Add" in caplog.text
 
 
-def test_stop_finishes_running_requests_first(unique_name):
+@contextlib.contextmanager
+def _running_a_blocking_request(unique_name: str) -> Iterator[tuple[wk.Worker, Client, str,
+                                                                  threading.Thread]]:
+    """A memory-transport worker serving in a thread, running one Blocking request.
+
+    Yields (worker, client, request correlation id, the worker's thread) once
+    the body started; the body ends when wt.RELEASE is set (at the latest on
+    leaving).
+    """
     wt.STARTED.clear()
     wt.RELEASE.clear()
     worker = wk.Worker(unique_name, "t", [wt.Blocking], threads_count=1, transport="memory")
@@ -139,31 +149,27 @@ def test_stop_finishes_running_requests_first(unique_name):
             assert worker.wait(10)
             cid = client.request(wt.Blocking(), routing_key="t")
             assert wt.STARTED.wait(10)
-            stopper = threading.Thread(target=worker.stop)
-            stopper.start()
-            assert client.wait_for(lambda: any(
-                h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
-            wt.RELEASE.set()  # the running task finishes and still answers
-            stopper.join(10)
-            thread.join(10)
-            assert client.final(cid)["state"] == "SUCCESS"
+            yield worker, client, cid, thread
     finally:
         wt.RELEASE.set()
+
+
+def test_stop_finishes_running_requests_first(unique_name):
+    with _running_a_blocking_request(unique_name) as (worker, client, cid, thread):
+        stopper = threading.Thread(target=worker.stop)
+        stopper.start()
+        assert client.wait_for(lambda: any(
+            h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
+        wt.RELEASE.set()  # the running task finishes and still answers
+        stopper.join(10)
+        thread.join(10)
+        assert client.final(cid)["state"] == "SUCCESS"
     assert not thread.is_alive() and not stopper.is_alive()
 
 
 def test_waiting_until_outcomes_are_sent_ends_once_the_running_request_answered(unique_name):
-    wt.STARTED.clear()
-    wt.RELEASE.clear()
-    worker = wk.Worker(unique_name, "t", [wt.Blocking], threads_count=1, transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
-    try:
-        with Client(unique_name, transport="memory") as client:
-            thread.start()
-            assert worker.wait(10)
-            cid = client.request(wt.Blocking(), routing_key="t")
-            assert wt.STARTED.wait(10)
+    with _running_a_blocking_request(unique_name) as (worker, client, cid, thread):
+        try:
             keys = {key for key, _reply_to, _started in worker.running_requests()}
             assert len(keys) == 1
             # While it runs, its outcome is not sent: a wait that may not wait says so.
@@ -171,10 +177,10 @@ def test_waiting_until_outcomes_are_sent_ends_once_the_running_request_answered(
             wt.RELEASE.set()
             assert worker.wait_until_sent(keys, 10) == set()
             assert client.final(cid)["state"] == "SUCCESS"
-    finally:
-        wt.RELEASE.set()
-        worker.stop()
-        thread.join(10)
+        finally:
+            wt.RELEASE.set()
+            worker.stop()
+            thread.join(10)
 
 
 WORKER_SCRIPT = """
