@@ -296,12 +296,9 @@ class RequestMemory:
         Or until ``deadline`` (time.monotonic()) passes; True when none is.
         """
         with self._lock:
-            while any(key[:2] in keys for key in self._held):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                self._lock.wait(remaining)
-            return True
+            return self._lock.wait_for(
+                lambda: not any(key[:2] in keys for key in self._held),
+                max(0.0, deadline - time.monotonic()))
 
     def wake_waiters(self) -> None:
         """Wake every thread in :meth:`wait_until_at_most` to check again."""
