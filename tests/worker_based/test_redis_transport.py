@@ -32,6 +32,7 @@ import pytest
 import redis
 from wire_helpers import Client, running_worker
 
+import flowengine
 from flowengine import exceptions as exc
 from flowengine import task
 from flowengine.engines.worker_based import protocol as pr
@@ -40,6 +41,7 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
+from flowengine.utils import redis_identity
 from tests import waiting
 
 pytestmark = pytest.mark.broker
@@ -842,3 +844,25 @@ def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
     with channel.conn_or_acquire() as third:
         assert third is not first and third.connection_pool is channel.pool
         assert third.ping()
+
+
+def test_connections_name_flowengine_without_reading_package_metadata(redis_url, stack,
+                                                                      monkeypatch):
+    # redis-py versions with DriverInfo read their own version from the
+    # package's metadata for every connection they are not told it for: a
+    # millisecond each, several per engine start. Ours tell it, once.
+    driver = redis_identity.connection_kwargs().get("driver_info")
+    if driver is None:
+        pytest.skip(f"redis-py {redis.__version__} has no DriverInfo (reads its version once)")
+    assert driver.lib_version == redis.__version__
+    assert driver.formatted_name == f"redis-py(flowengine_v{flowengine.__version__})"
+    looked_up: list[str] = []
+    real_lookup = redis.utils.get_lib_version
+    monkeypatch.setattr(redis.utils, "get_lib_version",
+                        lambda: looked_up.append("lookup") or real_lookup())
+    channel = connect(stack, redis_url).default_channel  # the asynchronous pool pings
+    with channel.conn_or_acquire() as client:  # the pool commands go through
+        assert client.ping()
+    assert looked_up == []
+    for pool in (channel.pool, channel.async_pool):
+        assert pool.connection_kwargs["driver_info"] is driver

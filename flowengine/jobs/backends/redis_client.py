@@ -16,6 +16,7 @@ import redis
 from redis import exceptions as redis_exc
 
 from flowengine import exceptions as exc
+from flowengine.utils import redis_identity
 
 __all__ = ["SOCKET_TIMEOUT_S", "make_client", "translated"]
 
@@ -41,7 +42,8 @@ def make_client(conf: dict[str, Any]) -> TextClient:
     """A Redis client from a board conf (URL in ``url``, or TaskFlow's keys)."""
     kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S,
                               "socket_connect_timeout": SOCKET_TIMEOUT_S,
-                              "protocol": 2, "decode_responses": True}
+                              "protocol": 2, "decode_responses": True,
+                              **redis_identity.connection_kwargs()}
     url = conf.get("url")
     for key, convert in _TRANSFERS:
         if key in conf and not (url and key in ("host", "port")):

@@ -49,6 +49,7 @@ from kombu.utils.json import dumps, loads
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.transports import contract
 from flowengine.engines.worker_based.transports import redis_consumers as rc
+from flowengine.utils import redis_identity
 
 LOG = logging.getLogger(__name__)
 
@@ -169,6 +170,12 @@ class Channel(kombu_redis.Channel):
         self._server_checked = False
         self._captured: list[rc.Push] | None = None
         self._pooled_client: Any = None
+
+    def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
+        """kombu's connection parameters, and who we are (see redis_identity)."""
+        params: dict[str, Any] = super()._connparams(asynchronous)
+        params.update(redis_identity.connection_kwargs())
+        return params
 
     def close(self) -> None:
         """Settle what was acknowledged and not settled yet, then close as kombu does."""
