@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+import amqp
 import kombu
 import pytest
 from wire_helpers import RawSender, conn_kwargs
@@ -109,6 +110,33 @@ def test_explicit_queues(broker, unique_name):
             proxy.publish(Body({"key": key}), key)
         assert rec.wait_count(3)
     assert sorted(d["key"] for d, _p, _h in rec.items) == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("broker", ["amqp"], indirect=True)
+def test_declarations_wait_for_no_answer_but_the_consumers(broker, unique_name, monkeypatch):
+    # RabbitMQ answers a channel's methods in order: basic_consume's answer
+    # vouches for the exchange, queue and bindings declared before it without
+    # waiting (two round trips to start consuming instead of eight).
+    waited_for = []
+    real_wait = amqp.abstract_channel.AbstractChannel.wait
+
+    def wait(channel, method, *args, **kwargs):
+        waited_for.append(method)
+        return real_wait(channel, method, *args, **kwargs)
+
+    monkeypatch.setattr(amqp.abstract_channel.AbstractChannel, "wait", wait)
+    rec = Recorder()
+    queues = [px.QueueSpec(f"{unique_name}_a", ("a", "b"), auto_delete=True)]
+    proxy = _proxy(broker, unique_name, rec, queues=queues, wake_routing_key="a")
+    with Running(proxy):
+        started = list(waited_for)
+        for key in ("a", "b"):
+            proxy.publish(Body({"key": key}), key)
+        assert rec.wait_count(2)
+    declared = {amqp.spec.Exchange.DeclareOk, amqp.spec.Queue.DeclareOk, amqp.spec.Queue.BindOk}
+    assert not declared & {m for m in started if isinstance(m, tuple)}
+    assert amqp.spec.Basic.ConsumeOk in started
+    assert sorted(d["key"] for d, _p, _h in rec.items) == ["a", "b"]
 
 
 def test_concurrent_publishers_all_arrive(broker, unique_name):

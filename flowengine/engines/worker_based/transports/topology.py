@@ -56,6 +56,29 @@ def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
                        auto_delete=auto_delete, queue_arguments=arguments)
 
 
+def declare_without_waiting(queue: Queue) -> None:
+    """Declare ``queue`` (bound to a channel), its exchanges and bindings; wait for no answer.
+
+    As ``Queue.declare``, with AMQP's ``nowait`` on every step (kombu's own
+    ``declare(nowait=True)`` still waits for each binding's exchange). The
+    broker handles a channel's methods in order and closes the channel on
+    the first it refuses: the caller's next method that has an answer
+    (``basic_consume``) raises that refusal, or vouches for them all. The
+    other transports answer at once anyway.
+    """
+    if getattr(queue, "no_declare", False):  # an attribute kombu's stubs omit
+        return
+    channel = queue.channel
+    if queue.exchange is not None:
+        queue.exchange.declare(nowait=True, channel=channel)
+    queue.queue_declare(nowait=True, passive=False)
+    if queue.exchange is not None and queue.exchange.name:
+        queue.queue_bind(nowait=True)
+    for bound in queue.bindings:
+        bound.declare(channel, nowait=True)
+        bound.bind(queue, nowait=True)
+
+
 def deletes_auto_delete_queues(conn: Connection) -> bool:
     """Whether the broker deletes an auto-delete queue, with what it holds, with its consumer.
 
