@@ -55,7 +55,7 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -202,24 +202,40 @@ def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
                          threads_count=WORKER_THREADS, **conn), None
 
 
-def start_worker_thread(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
-    """Run a worker in a daemon thread of this process; (it, its given pool) once it consumes."""
+class RunningWorker(NamedTuple):
+    """A worker start_worker_thread() runs, its given pool (None: its own) and its thread."""
+
+    worker: Any
+    pool: Any
+    thread: threading.Thread
+
+
+def start_worker_thread(lib: str, exchange: str, conn: dict) -> RunningWorker:
+    """Run a worker in a daemon thread of this process; return once it consumes."""
     w, pool = make_worker(lib, exchange, conn)
     if lib.startswith("taskflow"):
-        threading.Thread(target=w.run, daemon=True).start()
+        thread = threading.Thread(target=w.run, daemon=True)
+        thread.start()
         w.wait()  # TaskFlow's wait() takes no timeout
     else:
-        threading.Thread(target=w.run, kwargs={"display_banner": False}, daemon=True).start()
+        thread = threading.Thread(target=w.run, kwargs={"display_banner": False}, daemon=True)
+        thread.start()
         if not w.wait(WORKER_READY_TIMEOUT_S):
             raise RuntimeError("worker did not start")
-    return w, pool
+    return RunningWorker(w, pool, thread)
 
 
-def stop_worker(w: Any, pool: Any) -> None:
-    """Stop a worker start_worker_thread() started (and the pool it was given)."""
-    w.stop()
-    if pool is not None:
-        pool.shutdown(wait=False)
+def stop_worker(running: RunningWorker) -> None:
+    """Stop a worker start_worker_thread() started (and the pool it was given).
+
+    Waits for run() to return: its consume loops then have closed their
+    channels, so a process that exits next leaves nothing behind in the
+    broker (on Redis: a lease, a private queue, an unsettled wake-up).
+    """
+    running.worker.stop()
+    running.thread.join(WORKER_STOP_TIMEOUT_S)
+    if running.pool is not None:
+        running.pool.shutdown(wait=False)
 
 
 @contextlib.contextmanager
@@ -229,18 +245,18 @@ def worker_threads(lib: str, exchange: str, conn: dict, count: int):
     try:
         yield running
     finally:
-        for w, pool in running:
-            stop_worker(w, pool)
+        for each in running:
+            stop_worker(each)
 
 
 def worker_main(lib: str, exchange: str, conn: dict) -> int:
     """A worker process: serve until SIGTERM; print READY once consuming."""
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
-    w, pool = start_worker_thread(lib, exchange, conn)
+    running = start_worker_thread(lib, exchange, conn)
     print(READY, flush=True)
     stop.wait()
-    stop_worker(w, pool)
+    stop_worker(running)
     return 0
 
 
