@@ -1,12 +1,12 @@
-"""Redis clients of jobboards introduce themselves as flowengine's (see utils/redis_identity.py)."""
+"""Redis clients of jobboards introduce themselves as flowengine's (see redis_identity.py)."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
+from flowengine import redis_identity
 from flowengine.jobs.backends import redis_client
-from flowengine.utils import redis_identity
 
 
 def test_a_board_client_is_given_the_driver_identity_made_once():

@@ -16,7 +16,7 @@ import redis
 from redis import exceptions as redis_exc
 
 from flowengine import exceptions as exc
-from flowengine.utils import redis_identity
+from flowengine import redis_identity
 
 __all__ = ["SOCKET_TIMEOUT_S", "make_client", "translated"]
 
