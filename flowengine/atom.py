@@ -126,6 +126,37 @@ def _revert_takes_what_execute_takes(execute: Callable[..., Any],
     return revert_named == named and revert_required == required
 
 
+#: Most distinct argument mappings remembered (see Atom._build_arg_mapping);
+#: past it the memory starts afresh. Programs have a handful of task classes,
+#: so this is only reached by those that make classes on the fly.
+MAPPING_CACHE_MAX = 1024
+
+_Mapped = tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]
+_MAPPINGS: dict[tuple[Any, ...], _Mapped] = {}
+
+
+def _mapping_key(executor: Callable[..., Any], requires: Any, rebind: Any,
+                 auto_extract: bool, ignore_list: Iterable[str] | None,
+                 inject: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+    """The key of an atom mapped by its function's signature alone; None for any other.
+
+    Only atoms given no ``requires``, ``rebind`` or ``inject`` are
+    remembered: those are the many alike (one class, made again and again),
+    while atoms given their own symbols are usually each different.
+    """
+    if requires is not None or rebind is not None or inject:
+        return None
+    function = getattr(executor, "__func__", None)
+    bound = function is not None and getattr(executor, "__self__", None) is not None
+    key = (function if bound else executor, bound, auto_extract,
+           tuple(ignore_list) if ignore_list else ())
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 class Atom(metaclass=abc.ABCMeta):
     """A named unit of work with declared inputs and outputs."""
 
@@ -174,7 +205,30 @@ class Atom(metaclass=abc.ABCMeta):
                            rebind: Any = None, auto_extract: bool = True,
                            ignore_list: Iterable[str] | None = None,
                            ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
-        """Return (arg name -> symbol, required symbols, optional symbols) for executor."""
+        """Return (arg name -> symbol, required symbols, optional symbols) for executor.
+
+        The same function with the same arguments always maps the same way:
+        every atom of a class built alike (a flow of many, a worker's task
+        made for each request) reuses the first one's mapping (a copy of
+        its dict; its symbol sets, which nothing changes, shared).
+        """
+        key = _mapping_key(executor, requires, rebind, auto_extract, ignore_list, self.inject)
+        if key is not None:
+            known = _MAPPINGS.get(key)
+            if known is not None:
+                return dict(known[0]), known[1], known[2]
+        built = self._map_arguments(executor, requires, rebind, auto_extract, ignore_list)
+        if key is not None:
+            if len(_MAPPINGS) >= MAPPING_CACHE_MAX:
+                _MAPPINGS.clear()
+            # The cache keeps a copy: the atom's own dict is the atom's.
+            _MAPPINGS[key] = (dict(built[0]), built[1], built[2])
+        return built
+
+    def _map_arguments(self, executor: Callable[..., Any], requires: Any, rebind: Any,
+                       auto_extract: bool, ignore_list: Iterable[str] | None,
+                       ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
+        """_build_arg_mapping's work, done once per distinct key."""
         owner = self.name or reflection.get_class_name(self)
         required, optional = build_arg_mapping(owner, requires, rebind, executor,
                                                auto_extract, ignore_list or ())

@@ -214,3 +214,30 @@ def test_engine_argument_taken_by_execute_is_fetched_for_execute_only():
     assert a.rebind == {"x": "x", "result": "result"}
     assert a.revert_rebind == {"x": "x"}
     assert list(a.requires) == ["x", "result"]
+
+
+def test_atoms_mapped_by_signature_alone_share_sets_but_own_their_mapping():
+    # Given two atoms of one class given no requires, rebind or inject
+    first, second = Plain(name="one"), Plain(name="two")
+    # Then the second reuses the first's symbol sets (nothing changes them)
+    assert second.optional is first.optional
+    assert second.requires == first.requires
+    # But each has a mapping of its own: changing one leaves the other alone
+    assert second.rebind == first.rebind == {"a": "a", "b": "b", "c": "c"}
+    assert second.rebind is not first.rebind
+    second.rebind["a"] = "other"
+    assert first.rebind["a"] == "a"
+    assert Plain(name="three").rebind["a"] == "a"
+
+
+def test_atoms_given_their_own_symbols_are_mapped_each_for_itself():
+    # Given atoms of one class, rebound differently
+    plain = Plain()
+    rebound = Plain(rebind={"a": "x"})
+    injected = Plain(inject={"b": 2})
+    # Then each mapping follows its own arguments, none borrowed from another
+    assert plain.rebind["a"] == "a" and rebound.rebind["a"] == "x"
+    assert set(plain.requires) == {"a", "b"}
+    assert set(rebound.requires) == {"x", "b"}
+    assert set(injected.requires) == {"a"}
+    assert rebound.requires is not plain.requires
