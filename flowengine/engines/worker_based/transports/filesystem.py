@@ -61,7 +61,7 @@ from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.transports import contract, inotify
+from flowengine.engines.worker_based.transports import contract, inotify, tags
 from flowengine.engines.worker_based.transports import filesystem_private as fp
 
 LOG = logging.getLogger(__name__)
@@ -174,6 +174,11 @@ _COUNTER = itertools.count()
 
 class Channel(filesystem.Channel):
     """File-system channel with atomic, ordered, claim-by-rename message files."""
+
+    def _next_delivery_tag(self) -> str:
+        # Unique across the processes sharing the folder without a uuid per
+        # message (see tags.py).
+        return tags.next_tag()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -21,6 +21,8 @@ from typing import Any
 
 from kombu.transport import memory
 
+from flowengine.engines.worker_based.transports import tags
+
 #: Longest idle wait (s) between two looks at the queues even when nothing
 #: was signalled: a safety net for messages put through kombu's own memory
 #: transport (which does not signal); signalled puts are seen at once.
@@ -104,7 +106,18 @@ WAITERS = _Registry()
 
 
 class Channel(memory.Channel):
-    """Memory channel that wakes a queue's consumers on every put."""
+    """Memory channel that wakes a queue's consumers on every put.
+
+    Message bodies stay as they are: "utf-8" is the body encoding kombu's
+    virtual channels leave alone (they base64-encode by default, which only
+    a transport that stores text needs). Delivery tags come from a counter
+    (see tags.py), not a uuid per message.
+    """
+
+    body_encoding = "utf-8"
+
+    def _next_delivery_tag(self) -> str:
+        return tags.next_tag()
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:
         waiting = self._queue_for(queue)
