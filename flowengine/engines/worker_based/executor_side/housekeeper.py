@@ -165,6 +165,7 @@ class Housekeeper:
                 beat = self._finder.seconds_to_next_beat()
                 if beat is not None:
                     sleep_s = min(sleep_s, beat)
+                self._book.scanner_wakes_at(time.monotonic() + sleep_s)
             except Exception:
                 LOG.warning("Housekeeping of executor %s failed; retrying", self._uuid,
                             exc_info=True)

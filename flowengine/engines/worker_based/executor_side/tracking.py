@@ -243,6 +243,18 @@ class RequestBook:
         """Make the scanner look again at ``when`` (monotonic s) at the latest (lock held)."""
         self._schedule(when)
 
+    def scanner_wakes_at(self, when: float) -> None:
+        """The scanner looks again at ``when`` (monotonic s) anyway.
+
+        A deadline after that needs no wake-up: it is seen then. Without
+        this, a scan that found nothing due (the book empty between two
+        tasks of a chain) left no deadline, and every new request woke the
+        scanner, which, scanning after that request finished, found nothing
+        again: a thread wake-up and a scan per task, for nothing.
+        """
+        with self.lock:
+            self._schedule(when)
+
     def limit_run(self, tracked: Tracked, run_timeout_s: float | None) -> bool:
         """Start the run time limit of a request that just became RUNNING (lock held)."""
         if run_timeout_s is None or tracked.run_deadline is not None:
