@@ -145,6 +145,9 @@ class ProxyWorkerFinder:
         self._last_seen: dict[Any, float] = {}
         # task class name -> _Route; rebuilt lazily after any membership change.
         self._routes: dict[str, _Route] = {}
+        # Ids of the workers known; rebuilt lazily after any membership change
+        # (every reply asks whether its worker is known).
+        self._worker_ids: frozenset[str | None] | None = None
         self._messages_processed = 0
         self._messages_published = 0
         self._last_published: float | None = None
@@ -266,6 +269,7 @@ class ProxyWorkerFinder:
     def _membership_changed(self) -> None:
         """Invalidate routes and wake waiters (caller holds the condition)."""
         self._routes.clear()
+        self._worker_ids = None
         self._cond.notify_all()
 
     def clean(self) -> int:
@@ -290,8 +294,12 @@ class ProxyWorkerFinder:
 
     def has_worker(self, worker_id: str) -> bool:
         """Whether a worker with this id is currently known."""
-        with self._cond:
-            return any(w.worker_id == worker_id for w in self._workers.values())
+        known = self._worker_ids
+        if known is None:
+            with self._cond:
+                known = self._worker_ids = frozenset(
+                    w.worker_id for w in self._workers.values())
+        return worker_id in known
 
     def forget_worker(self, worker_id: str) -> int:
         """Forget the worker(s) with this id (e.g. found dead); return how many."""

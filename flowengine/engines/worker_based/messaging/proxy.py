@@ -207,7 +207,7 @@ class Proxy:
     def publish(self, msg: messages.Message, routing_key: str | Sequence[str],
                 reply_to: str | None = None, correlation_id: str | None = None,
                 headers: Mapping[str, Any] | None = None,
-                timeout_s: float | None = None, settles: Delivery | None = None) -> None:
+                timeout_s: float | None = None, settles: Delivery | None = None) -> int:
         """Publish ``msg`` to the exchange with ``routing_key`` (or each of several).
 
         Thread-safe. While the broker is unreachable it keeps trying (new
@@ -225,10 +225,12 @@ class Proxy:
         DeliveryNotSettled when it could not be: the caller must then not act
         on it (the broker gives it again, or already gave it to another
         consumer).
+
+        Returns the size of the encoded body (bytes).
         """
-        self._publisher.publish(msg.TYPE, msg.to_dict(), routing_key, reply_to=reply_to,
-                                correlation_id=correlation_id, headers=headers,
-                                timeout_s=timeout_s, settles=settles)
+        return self._publisher.publish(msg.TYPE, msg.to_dict(), routing_key,
+                                       reply_to=reply_to, correlation_id=correlation_id,
+                                       headers=headers, timeout_s=timeout_s, settles=settles)
 
     @property
     def publishing_fails(self) -> bool:

@@ -178,10 +178,11 @@ class Publisher:
     def publish(self, msg_type: str, body: Any, routing_key: str | Sequence[str], *,
                 reply_to: str | None = None, correlation_id: str | None = None,
                 headers: Mapping[str, Any] | None = None, timeout_s: float | None = None,
-                settles: Delivery | None = None) -> None:
+                settles: Delivery | None = None) -> int:
         """Encode ``body`` once, sign it if a key is set, and publish it to each key.
 
-        Thread-safe; see Proxy.publish for what it raises and for ``settles``.
+        Returns the size of the encoded body (bytes). Thread-safe; see
+        Proxy.publish for what it raises and for ``settles``.
         """
         outgoing = self.prepare(msg_type, body, routing_key, reply_to=reply_to,
                                 correlation_id=correlation_id, headers=headers)
@@ -193,6 +194,7 @@ class Publisher:
         self._send(_pairs([outgoing]), deadline, settles if atomically else None)
         if settles is not None and not atomically:
             settles.ack()
+        return len(outgoing.payload)
 
     def send(self, batch: Sequence[Outgoing], timeout_s: float | None = None) -> None:
         """Publish prepared messages in order, together where the transport can.

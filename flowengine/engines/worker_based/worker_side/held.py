@@ -245,8 +245,13 @@ class RequestMemory:
             held = self._held.get(key)
             return held is not None and held.fenced
 
-    def finish(self, key: Key, outcome: dict[str, Any] | None) -> None:
-        """Stop holding ``key``; remember its outcome body when it has a submission id."""
+    def finish(self, key: Key, outcome: dict[str, Any] | None,
+               outcome_bytes: int | None = None) -> None:
+        """Stop holding ``key``; remember its outcome body when it has a submission id.
+
+        ``outcome_bytes``: the body's encoded size, as it was sent (None:
+        measured here).
+        """
         with self._lock:
             self._held.pop(key, None)
             self._lock.notify_all()
@@ -254,10 +259,13 @@ class RequestMemory:
                 return  # no submission id: a later request may be a Retry's re-run
             size = 0
             if outcome is not None:
-                try:
-                    size = len(json.dumps(outcome))
-                except (TypeError, ValueError):  # encodable by kombu only: not kept
-                    size, outcome = 0, None
+                if outcome_bytes is not None:
+                    size = outcome_bytes
+                else:
+                    try:
+                        size = len(json.dumps(outcome))
+                    except (TypeError, ValueError):  # encodable by kombu only: not kept
+                        size, outcome = 0, None
                 if size > self._max_outcome_bytes:
                     outcome = None
             self._finished[key] = Finished(outcome, time.monotonic(), size)

@@ -33,7 +33,7 @@ from flowengine.engines.worker_based.worker_side import context as context_mod
 from flowengine.engines.worker_based.worker_side import exception_handlers
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
-from flowengine.engines.worker_based.worker_side.replier import Replier
+from flowengine.engines.worker_based.worker_side.replier import Replier, SentOutcome
 from flowengine.engines.worker_based.worker_side.runner import TaskRunner
 from flowengine.types import failure as ft
 
@@ -117,7 +117,7 @@ class Performer:
     def perform(self, job: Job) -> None:
         """Run one request on this (pool) thread and send its replies; never raises."""
         task_uuid, work = job.task_uuid, job.work
-        outcome: dict[str, Any] | None = None
+        outcome: SentOutcome | None = None
         try:
             held = self._memory.start(job.key)
             if held is None:
@@ -148,10 +148,9 @@ class Performer:
             self._events.started(task_uuid)
             started = time.monotonic()
             progress = functools.partial(self._replier.forward_event, held)
+            cancelled = threading.Event() if self._hooks is None else self._hooks.started(job)
             ctx = context_mod.RequestContext(task_uuid, work.action, held.attempt or 0,
-                                             job.key[2], self._worker_id)
-            if self._hooks is not None:
-                ctx = dataclasses.replace(ctx, cancelled=self._hooks.started(job))
+                                             job.key[2], self._worker_id, cancelled)
             with context_mod.running(ctx):
                 result = self._task_runner.run(job.endpoint, job.task, work, progress,
                                                job.headers, (task_uuid, work.action))
@@ -178,7 +177,7 @@ class Performer:
             if outcome is None or self._memory.is_fenced(job.key):
                 self._memory.forget(job.key)
             else:
-                self._memory.finish(job.key, outcome)
+                self._memory.finish(job.key, outcome.body, outcome.size)
 
     def _log_outcome(self, job: Job, result: Any, elapsed: float) -> None:
         work = job.work

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
@@ -48,6 +48,13 @@ class Identity:
     topic: str
     #: Task class names served, sorted.
     tasks: tuple[str, ...]
+
+
+class SentOutcome(NamedTuple):
+    """An outcome as sent: its reply body and that body's encoded size (bytes; None: unknown)."""
+
+    body: dict[str, Any]
+    size: int | None
 
 
 class StoredResponse(pr.Message):
@@ -225,8 +232,8 @@ class Replier:
                         exc_info=True)
 
     def send_outcome(self, held: rm.Held, work: pr.WorkUnit, state: str,
-                     result: Any, run_s: float | None = None) -> dict[str, Any] | None:
-        """Publish SUCCESS/FAILURE; return the body sent (None if nothing was sent).
+                     result: Any, run_s: float | None = None) -> SentOutcome | None:
+        """Publish SUCCESS/FAILURE; return what was sent (None if nothing was).
 
         ``run_s``: how long the body ran (header ``run_s``: the executor's
         timings need it when no RUNNING was sent). An unencodable outcome
@@ -236,8 +243,7 @@ class Replier:
         try:
             body = pr.Response(state, result=result).to_dict()
             self.answering(held, body)
-            self._send_body(held, body, run_s)
-            return body
+            return SentOutcome(body, self._send_body(held, body, run_s))
         except exc.SerializationFailure as e:
             what = "result" if state == pr.SUCCESS else "failure"
             error = exc.SerializationFailure(
@@ -251,19 +257,20 @@ class Replier:
         body = pr.Response(pr.FAILURE, result=ft.Failure.from_exception(error)).to_dict()
         self.answering(held, body)
         try:
-            self._send_body(held, body, run_s)
+            return SentOutcome(body, self._send_body(held, body, run_s))
         except Exception:
             LOG.error("Failed to send FAILURE reply for request %s to %s", task_uuid,
                       held.reply_to, exc_info=True)
             return None
-        return body
 
-    def _send_body(self, held: rm.Held, body: dict[str, Any], run_s: float | None) -> None:
+    def _send_body(self, held: rm.Held, body: dict[str, Any], run_s: float | None
+                   ) -> int | None:
+        """Publish an outcome body; its encoded size (bytes)."""
         headers = self.headers(held.attempt)
         if run_s is not None:
             headers[names.HEADER_RUN_S] = round(run_s, 6)
-        self._proxy.publish(StoredResponse(body), held.reply_to, correlation_id=held.key[0],
-                            headers=headers)
+        return self._proxy.publish(StoredResponse(body), held.reply_to,
+                                   correlation_id=held.key[0], headers=headers)
 
     def send_remembered(self, outcome: dict[str, Any], reply_to: str, task_uuid: str,
                         attempt: int | None) -> None:
