@@ -218,12 +218,14 @@ class Atom(metaclass=abc.ABCMeta):
             if known is not None:
                 return dict(known[0]), known[1], known[2]
         built = self._map_arguments(executor, requires, rebind, auto_extract, ignore_list)
-        if key is not None:
-            if len(_MAPPINGS) >= MAPPING_CACHE_MAX:
-                _MAPPINGS.clear()
-            # The cache keeps a copy: the atom's own dict is the atom's.
-            _MAPPINGS[key] = (dict(built[0]), built[1], built[2])
-        return built
+        if key is None:
+            return built
+        if len(_MAPPINGS) >= MAPPING_CACHE_MAX:
+            _MAPPINGS.clear()
+        # The cache keeps the dict it was built with (the required symbols
+        # may be a view of its keys) and every atom gets a copy of it.
+        _MAPPINGS[key] = built
+        return dict(built[0]), built[1], built[2]
 
     def _map_arguments(self, executor: Callable[..., Any], requires: Any, rebind: Any,
                        auto_extract: bool, ignore_list: Iterable[str] | None,

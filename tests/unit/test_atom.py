@@ -228,6 +228,11 @@ def test_atoms_mapped_by_signature_alone_share_sets_but_own_their_mapping():
     second.rebind["a"] = "other"
     assert first.rebind["a"] == "a"
     assert Plain(name="three").rebind["a"] == "a"
+    # Nor does changing the first one's mapping leak into the atoms made later
+    first.rebind["b"] = "changed"
+    later = Plain(name="four")
+    assert later.rebind["b"] == "b"
+    assert "changed" not in later.requires
 
 
 def test_atoms_given_their_own_symbols_are_mapped_each_for_itself():
