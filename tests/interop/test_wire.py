@@ -121,7 +121,7 @@ def _drain(conn, queue):
 
 #: Properties a kombu virtual transport adds to store a message, not part of it:
 #: its per-message tag, and how it stored the body (base64 on kombu's memory
-#: transport, as is on flowengine's); the body itself is compared decoded.
+#: transport, none on flowengine's); the body itself is compared decoded.
 _STORAGE_PROPERTIES = ("delivery_tag", "body_encoding")
 
 

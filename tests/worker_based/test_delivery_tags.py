@@ -68,5 +68,5 @@ def test_memory_messages_keep_their_body_and_get_counter_tags():
     # Then it arrives as sent, unencoded (no base64 round trip), with a counter tag
     [message] = received
     assert message.decode() == {"n": 1}
-    assert message.properties["body_encoding"] == "utf-8"
+    assert message.properties.get("body_encoding") is None
     assert message.delivery_tag.startswith(tags.next_tag().rsplit(".", 1)[0])

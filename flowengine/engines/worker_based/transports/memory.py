@@ -108,13 +108,14 @@ WAITERS = _Registry()
 class Channel(memory.Channel):
     """Memory channel that wakes a queue's consumers on every put.
 
-    Message bodies stay as they are: "utf-8" is the body encoding kombu's
-    virtual channels leave alone (they base64-encode by default, which only
-    a transport that stores text needs). Delivery tags come from a counter
-    (see tags.py), not a uuid per message.
+    Message bodies stay as they are (kombu's virtual channels base64-encode
+    them by default, which only a transport that stores text needs).
+    Delivery tags come from a counter (see tags.py), not a uuid per message.
     """
 
-    body_encoding = "utf-8"
+    # No encoding: every kombu version (5.3 on) stores and reads the body as
+    # it is; "utf-8" would do the same from kombu 5.4 on only.
+    body_encoding = None  # type: ignore[assignment]  # kombu infers str
 
     def _next_delivery_tag(self) -> str:
         return tags.next_tag()
