@@ -32,9 +32,11 @@ LOG = logging.getLogger(__name__)
 
 __all__ = ["Delivery"]
 
-#: The content type and encoding of the bodies decoded without kombu's registry.
-JSON_CONTENT_TYPE = "application/json"
-JSON_CONTENT_ENCODING = "utf-8"
+#: What every message of ours is, as kombu's message properties say it
+#: (publisher.py writes them); bodies like that are decoded without kombu's
+#: serializer registry.
+CONTENT_TYPE = "application/json"
+CONTENT_ENCODING = "utf-8"
 
 #: Settlement outcomes, as :attr:`Delivery.outcome` reports them.
 ACKED = "acked"
@@ -110,8 +112,8 @@ class Delivery:
         consumer does not accept.
         """
         message = self.message
-        if (message.content_type == JSON_CONTENT_TYPE
-                and message.content_encoding == JSON_CONTENT_ENCODING
+        if (message.content_type == CONTENT_TYPE
+                and message.content_encoding == CONTENT_ENCODING
                 and not (message.headers or {}).get("compression")):
             return kombu_json.loads(message.body)
         return message.decode()

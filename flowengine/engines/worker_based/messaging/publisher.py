@@ -23,7 +23,11 @@ from kombu.messaging import Producer
 from kombu.utils import json as kombu_json
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.delivery import (
+    CONTENT_ENCODING,
+    CONTENT_TYPE,
+    Delivery,
+)
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import contract, topology
 from flowengine.engines.worker_based.wire import names
@@ -54,10 +58,6 @@ UNSET_HEARTBEAT_S = 4.0
 #: timeout): a broker host that drops packets must not eat the whole budget.
 PUBLISH_CONNECT_TIMEOUT_S = 5.0
 
-
-#: What every message of ours is, as kombu's message properties say it.
-CONTENT_TYPE = "application/json"
-CONTENT_ENCODING = "utf-8"
 
 # kombu's JSON (it also writes datetime, UUID and Decimal values), one encoder
 # for every message: kombu_json.dumps makes one per call (a microsecond of

@@ -51,10 +51,10 @@ class Identity:
 
 
 class SentOutcome(NamedTuple):
-    """An outcome as sent: its reply body and that body's encoded size (bytes; None: unknown)."""
+    """An outcome as sent: its reply body and that body's encoded size (bytes)."""
 
     body: dict[str, Any]
-    size: int | None
+    size: int
 
 
 class StoredResponse(pr.Message):
@@ -263,8 +263,7 @@ class Replier:
                       held.reply_to, exc_info=True)
             return None
 
-    def _send_body(self, held: rm.Held, body: dict[str, Any], run_s: float | None
-                   ) -> int | None:
+    def _send_body(self, held: rm.Held, body: dict[str, Any], run_s: float | None) -> int:
         """Publish an outcome body; its encoded size (bytes)."""
         headers = self.headers(held.attempt)
         if run_s is not None:
