@@ -884,6 +884,44 @@ def test_a_claim_lands_in_the_unwatched_claims_folder_and_wakes_nobody(tmp_path)
     watcher.close()
 
 
+_PUT_FORK_PUT = """
+import os, sys, kombu
+from flowengine.engines.worker_based import transports
+folder = sys.argv[1]
+
+def put(n):
+    with kombu.Connection("filesystem://localhost",
+                          transport=transports.resolve(None, "filesystem"),
+                          transport_options={"data_folder_in": folder,
+                                             "data_folder_out": folder}) as conn:
+        conn.SimpleQueue("forked").put({"n": n})
+
+put(0)
+pid = os.fork()
+if pid == 0:
+    put(1)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+put(2)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
+    # Given a process that writes a message, forks a child that writes one,
+    # then writes one more (in a process of its own: forking this
+    # many-threaded test process could copy a lock some thread holds),
+    done = subprocess.run([sys.executable, "-c", _PUT_FORK_PUT, str(tmp_path)],
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    # then each file had a name part of its own: the part after the stamp is
+    # also its temporary file's name, which parent and child would have
+    # written at once with the same counter (O_EXCL: "Cannot add message file").
+    parts = [name.partition("_")[2].partition(".")[0]
+             for name in os.listdir(tmp_path) if name.endswith(".forked.msg")]
+    assert len(parts) == 3 and len(set(parts)) == 3
+
+
 def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(tmp_path):
     # Given a message claimed the way earlier releases did (renamed inside
     # the message folder) by a process that is gone,
@@ -893,7 +931,7 @@ def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(
         conn.SimpleQueue("legacy").put({"n": 3})
         name = next(n for n in os.listdir(tmp_path) if n.endswith(".legacy.msg"))
         os.rename(tmp_path / name,
-                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{fs._PROCESS_TAG}0@{name}")
+                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{fs._NAMES.tag}0@{name}")
         # When a consumer of the folder looks,
         queue = conn.SimpleQueue("legacy")
         message = queue.get(timeout=WAIT_S)

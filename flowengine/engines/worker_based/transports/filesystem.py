@@ -122,6 +122,11 @@ class _Sequence:
     """Strictly increasing nanosecond stamps; writes are made visible in stamp order."""
 
     def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        """A lock of this process's own: a forked child's copy may be held
+        by a thread of the parent that the child does not have."""
         self.lock = threading.Lock()
         self._last = 0
 
@@ -134,10 +139,38 @@ class _Sequence:
         return stamp
 
 
+class _ProcessNames:
+    """This process's part of file names: a tag of its own, then a counter.
+
+    The tag is unique per process (a pid alone repeats across hosts sharing
+    a folder and after pid reuse); with the counter it names files without
+    a urandom call per message. A forked child draws its own: with the
+    parent's, both would write the same temporary file names.
+    """
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        """A new tag, and the counter starting again."""
+        self.tag = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
+        self._counter = itertools.count()
+
+    def next(self) -> str:
+        """A name part no other file of any process gets (thread-safe)."""
+        return f"{self.tag}{next(self._counter):x}"
+
+
 _SEQUENCE = _Sequence()
-# Unique per process (pid alone repeats across hosts sharing a folder and
-# after pid reuse); combined with a counter it names files without urandom.
-_PROCESS_TAG = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
+_NAMES = _ProcessNames()
+
+
+def _renew_in_forked_child() -> None:
+    _SEQUENCE.renew()
+    _NAMES.renew()
+
+
+os.register_at_fork(after_in_child=_renew_in_forked_child)
 # A claim is named ".claim-<pid>@<host>@<tag><n>@<message file name>", so any
 # consumer on the same host can tell whether its owner is alive and where it
 # goes back to (the original name keeps its place in write order).
@@ -156,7 +189,7 @@ def _queue_of(name: str) -> str | None:
 
 
 def _claim_name(name: str) -> str:
-    return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{_PROCESS_TAG}{next(_COUNTER):x}@{name}"
+    return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{_NAMES.next()}@{name}"
 
 
 def _dead_claim_target(claim: str) -> str | None:
@@ -167,9 +200,6 @@ def _dead_claim_target(claim: str) -> str | None:
     except ValueError:
         return None  # not one of ours: leave it alone
     return name if fp.process_gone(owner, host) else None
-
-
-_COUNTER = itertools.count()
 
 
 class Channel(filesystem.Channel):
@@ -245,7 +275,7 @@ class Channel(filesystem.Channel):
         own = _own_folder(folder, queue)
         if own is not None and os.path.isdir(own):
             folder = own
-        tag = f"{_PROCESS_TAG}{next(_COUNTER):x}"
+        tag = _NAMES.next()
         tmp = os.path.join(self._writing_folder, f"{_TMP_PREFIX}{tag}")
         try:
             _write_new_file(tmp, data)
@@ -355,7 +385,7 @@ class Channel(filesystem.Channel):
             ChannelError: the marker file cannot be written.
         """
         if queue not in self._private:
-            self._private[queue] = fp.mark(self.control_folder, queue, _PROCESS_TAG)
+            self._private[queue] = fp.mark(self.control_folder, queue, _NAMES.tag)
             own = _own_folder(self.data_folder_in, queue)
             if own is not None:
                 try:
