@@ -35,8 +35,8 @@ def test_tags_are_unique_across_threads():
     assert len(set(every)) == len(every) == 4 * PER_THREAD
 
 
-def _child_tag(queue: multiprocessing.Queue) -> None:
-    queue.put(tags.next_tag())
+def _child_tags(queue: multiprocessing.Queue) -> None:
+    queue.put((tags.process_tag(), tags.next_tag()))
 
 
 def test_a_forked_child_draws_tags_of_its_own():
@@ -44,12 +44,14 @@ def test_a_forked_child_draws_tags_of_its_own():
     mine = tags.next_tag()
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
-    child = context.Process(target=_child_tag, args=(queue,))
+    child = context.Process(target=_child_tags, args=(queue,))
     child.start()
-    theirs = queue.get(timeout=CHILD_WAIT_S)
+    their_tag, theirs = queue.get(timeout=CHILD_WAIT_S)
     child.join(CHILD_WAIT_S)
-    # Then the child's prefix is its own: its tags cannot repeat ours
-    assert theirs.rsplit(".", 1)[0] != mine.rsplit(".", 1)[0]
+    # Then the child's tag is its own: its names cannot repeat ours
+    assert mine.startswith(tags.process_tag() + "-")
+    assert theirs.startswith(their_tag + "-")
+    assert their_tag != tags.process_tag()
     assert theirs != tags.next_tag()
 
 
@@ -69,4 +71,4 @@ def test_memory_messages_keep_their_body_and_get_counter_tags():
     [message] = received
     assert message.decode() == {"n": 1}
     assert message.properties.get("body_encoding") is None
-    assert message.delivery_tag.startswith(tags.next_tag().rsplit(".", 1)[0])
+    assert message.delivery_tag.startswith(tags.process_tag() + "-")

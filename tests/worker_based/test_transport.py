@@ -24,7 +24,7 @@ from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
-from flowengine.engines.worker_based.transports import inotify
+from flowengine.engines.worker_based.transports import inotify, tags
 from flowengine.engines.worker_based.transports import memory as mem
 from tests import waiting
 
@@ -931,7 +931,7 @@ def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(
         conn.SimpleQueue("legacy").put({"n": 3})
         name = next(n for n in os.listdir(tmp_path) if n.endswith(".legacy.msg"))
         os.rename(tmp_path / name,
-                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{fs._NAMES.tag}0@{name}")
+                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{tags.next_tag()}@{name}")
         # When a consumer of the folder looks,
         queue = conn.SimpleQueue("legacy")
         message = queue.get(timeout=WAIT_S)

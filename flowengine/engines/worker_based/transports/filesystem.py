@@ -48,7 +48,6 @@ import re
 import tempfile
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -139,39 +138,9 @@ class _Sequence:
         return stamp
 
 
-class _ProcessNames:
-    """This process's part of file names: a tag of its own, then a counter.
-
-    The tag is unique per process (a pid alone repeats across hosts sharing
-    a folder and after pid reuse); with the counter it names files without
-    a urandom call per message. A forked child draws its own: with the
-    parent's, both would write the same temporary file names.
-    """
-
-    def __init__(self) -> None:
-        self.renew()
-
-    def renew(self) -> None:
-        """A new tag, and the counter starting again."""
-        self.tag = f"{os.getpid():x}{uuid.uuid4().hex[:6]}"
-        self._counter = itertools.count()
-
-    def next(self) -> str:
-        """A name part no other file of any process gets (thread-safe)."""
-        return f"{self.tag}{next(self._counter):x}"
-
-
 _SEQUENCE = _Sequence()
-_NAMES = _ProcessNames()
-
-
-def _renew_in_forked_child() -> None:
-    _SEQUENCE.renew()
-    _NAMES.renew()
-
-
-os.register_at_fork(after_in_child=_renew_in_forked_child)
-# A claim is named ".claim-<pid>@<host>@<tag><n>@<message file name>", so any
+os.register_at_fork(after_in_child=_SEQUENCE.renew)
+# A claim is named ".claim-<pid>@<host>@<tag>-<n>@<message file name>", so any
 # consumer on the same host can tell whether its owner is alive and where it
 # goes back to (the original name keeps its place in write order).
 _HOST = fp.HOST
@@ -189,7 +158,7 @@ def _queue_of(name: str) -> str | None:
 
 
 def _claim_name(name: str) -> str:
-    return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{_NAMES.next()}@{name}"
+    return f"{_CLAIM_PREFIX}{os.getpid()}@{_HOST}@{tags.next_tag()}@{name}"
 
 
 def _dead_claim_target(claim: str) -> str | None:
@@ -275,7 +244,7 @@ class Channel(filesystem.Channel):
         own = _own_folder(folder, queue)
         if own is not None and os.path.isdir(own):
             folder = own
-        tag = _NAMES.next()
+        tag = tags.next_tag()
         tmp = os.path.join(self._writing_folder, f"{_TMP_PREFIX}{tag}")
         try:
             _write_new_file(tmp, data)
@@ -385,7 +354,7 @@ class Channel(filesystem.Channel):
             ChannelError: the marker file cannot be written.
         """
         if queue not in self._private:
-            self._private[queue] = fp.mark(self.control_folder, queue, _NAMES.tag)
+            self._private[queue] = fp.mark(self.control_folder, queue, tags.process_tag())
             own = _own_folder(self.data_folder_in, queue)
             if own is not None:
                 try:
