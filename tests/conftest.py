@@ -1,5 +1,9 @@
 """Shared pytest fixtures: throwaway brokers, broker parametrisation, markers.
 
+Session fixtures belong to one pytest process: under ``-n 2`` (pytest-xdist,
+the README's test command) each of the two starts brokers of its own, so no
+test shares a broker's state with one running in the other.
+
 Fixtures
 - ``redis_url`` / ``amqp_url`` (session): a redis-server / rabbitmq-server
   started on a free loopback port for this test session and stopped at its
