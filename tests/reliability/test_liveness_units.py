@@ -7,6 +7,7 @@ context available to task code.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -37,6 +38,11 @@ ECHO = "tests.worker_based.executor_tasks.Echo"
 
 # --- the worker's memory of requests ---
 
+def _finish(memory: rm.RequestMemory, key: rm.Key, body: dict) -> None:
+    """Finish ``key`` with ``body`` and its size as a worker sends it (JSON)."""
+    memory.finish(key, body, len(json.dumps(body)))
+
+
 def test_memory_answers_duplicates_of_held_and_finished_requests():
     memory = rm.RequestMemory()
     key = ("u", pr.EXECUTE, "sub-1")
@@ -46,7 +52,7 @@ def test_memory_answers_duplicates_of_held_and_finished_requests():
     assert memory.admit(key, "r", 1).held.attempt == 1
     # ...an older one is stale
     assert memory.admit(key, "r", 0).kind == rm.STALE
-    memory.finish(key, {"state": pr.SUCCESS, "data": {"result": 5}})
+    _finish(memory, key, {"state": pr.SUCCESS, "data": {"result": 5}})
     verdict = memory.admit(key, "r", 2)
     assert verdict.kind == rm.FINISHED and verdict.finished.outcome["data"]["result"] == 5
     # The revert of the same task uuid, or a Retry's new submission, is new
@@ -59,22 +65,22 @@ def test_memory_is_bounded_in_count_time_and_size():
     for i in range(3):
         key = (f"u{i}", pr.EXECUTE, "s")
         memory.admit(key, "r", 0)
-        memory.finish(key, {"state": pr.SUCCESS, "data": {"result": i}})
+        _finish(memory, key, {"state": pr.SUCCESS, "data": {"result": i}})
     assert memory.finished_count() == 2
     assert memory.admit(("u0", pr.EXECUTE, "s"), "r", 0).kind == rm.NEW  # evicted
     big = ("big", pr.EXECUTE, "s")
     memory.admit(big, "r", 0)
-    memory.finish(big, {"state": pr.SUCCESS, "data": {"result": "x" * 100}})
+    _finish(memory, big, {"state": pr.SUCCESS, "data": {"result": "x" * 100}})
     assert memory.admit(big, "r", 0).finished.outcome is None  # remembered, not kept
     # Without a submission id (TaskFlow executors) nothing finished is remembered
     anon = ("anon", pr.EXECUTE, None)
     memory.admit(anon, "r", None)
-    memory.finish(anon, {"state": pr.SUCCESS, "data": {"result": 1}})
+    _finish(memory, anon, {"state": pr.SUCCESS, "data": {"result": 1}})
     assert memory.admit(anon, "r", None).kind == rm.NEW
     expiring = rm.RequestMemory(keep_s=0.0)
     key = ("e", pr.EXECUTE, "s")
     expiring.admit(key, "r", 0)
-    expiring.finish(key, {"state": pr.SUCCESS, "data": {"result": 1}})
+    _finish(expiring, key, {"state": pr.SUCCESS, "data": {"result": 1}})
     assert expiring.admit(key, "r", 0).kind == rm.NEW
 
 

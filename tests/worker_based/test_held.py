@@ -17,6 +17,8 @@ from flowengine.engines.worker_based.worker_side import held as rm
 WAIT_S = 10.0
 
 KEY = ("u-1", pr.EXECUTE, "sub-1")
+#: Encoded size of the outcomes these tests finish with (what a worker sent).
+OUTCOME_BYTES = 20
 
 
 def _held(memory: rm.RequestMemory, key: rm.Key = KEY) -> rm.Held:
@@ -80,7 +82,7 @@ def test_waiting_for_room_ends_when_a_request_stops_being_held():
     waiting = threading.Thread(target=memory.wait_until_at_most, args=(1, never))
     waiting.start()
     # When one finishes, then the wait ends
-    memory.finish(KEY, {"state": pr.SUCCESS})
+    memory.finish(KEY, {"state": pr.SUCCESS}, OUTCOME_BYTES)
     waiting.join(WAIT_S)
     assert not waiting.is_alive()
 
@@ -105,7 +107,7 @@ def test_waiting_until_none_held_ends_when_the_last_of_those_is_finished():
         _held(memory, key)
     keys = {KEY[:2], second[:2]}
     # When one of the two finishes, the other is still held
-    memory.finish(KEY, {"state": pr.SUCCESS})
+    memory.finish(KEY, {"state": pr.SUCCESS}, OUTCOME_BYTES)
     assert memory.wait_until_none_held(keys, deadline=time.monotonic()) is False
     # and a thread waiting for both wakes once the second one goes too
     result: list[bool] = []

@@ -15,7 +15,6 @@ ANSWERED when a cold shutdown gives it back before a thread started it.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -245,30 +244,19 @@ class RequestMemory:
             held = self._held.get(key)
             return held is not None and held.fenced
 
-    def finish(self, key: Key, outcome: dict[str, Any] | None,
-               outcome_bytes: int | None = None) -> None:
+    def finish(self, key: Key, outcome: dict[str, Any], outcome_bytes: int) -> None:
         """Stop holding ``key``; remember its outcome body when it has a submission id.
 
-        ``outcome_bytes``: the body's encoded size, as it was sent (None:
-        measured here).
+        ``outcome_bytes``: the body's encoded size, as it was sent; a body
+        larger than the memory keeps is remembered without its content.
         """
         with self._lock:
             self._held.pop(key, None)
             self._lock.notify_all()
             if key[2] is None or self._max_finished <= 0:
                 return  # no submission id: a later request may be a Retry's re-run
-            size = 0
-            if outcome is not None:
-                if outcome_bytes is not None:
-                    size = outcome_bytes
-                else:
-                    try:
-                        size = len(json.dumps(outcome))
-                    except (TypeError, ValueError):  # encodable by kombu only: not kept
-                        size, outcome = 0, None
-                if size > self._max_outcome_bytes:
-                    outcome = None
-            self._finished[key] = Finished(outcome, time.monotonic(), size)
+            kept = outcome if outcome_bytes <= self._max_outcome_bytes else None
+            self._finished[key] = Finished(kept, time.monotonic(), outcome_bytes)
             self._finished.move_to_end(key)
             while len(self._finished) > self._max_finished:
                 self._finished.popitem(last=False)
