@@ -1,4 +1,5 @@
-"""Smoke test for tools/bench/bench_remote.py: it must keep running as the code changes.
+"""Smoke tests for tools/bench/bench_remote.py and bench_startup.py: they must keep running
+as the code changes.
 
 Tiny flows on memory and filesystem only, flowengine and the raw-kombu floor
 only (no brokers to start, no TaskFlow virtualenv).
@@ -15,6 +16,7 @@ import pytest
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO_ROOT, "tools", "bench", "bench_remote.py")
+STARTUP = os.path.join(REPO_ROOT, "tools", "bench", "bench_startup.py")
 
 #: Bounds a hang only; a tiny run takes seconds (its cases are processes of their own).
 RUN_TIMEOUT_S = 120
@@ -76,6 +78,19 @@ def test_cpu_option_refuses_a_cpu_this_process_cannot_use():
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
     assert proc.returncode == 2
     assert f"--cpu {unusable}: not one of the CPUs this process may use" in proc.stderr
+
+
+def test_startup_diagnostic_splits_a_one_task_run_into_its_phases():
+    proc = subprocess.run([sys.executable, STARTUP, "--transport", "memory", "--runs", "3"],
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = _rows(proc.stdout)
+    assert list(rows) == ["memory"], proc.stdout
+    cells = rows["memory"]
+    assert len(cells) == 5 and all(_is_median_with_range(c) for c in cells), cells
+    run, start, consumer, task, stop = (float(c.split()[0]) for c in cells)
+    # Each run's wait for its consumer is part of its start, so the medians keep that order
+    assert 0 <= consumer <= start < run and task > 0 and stop > 0, cells
 
 
 def _rows(table: str) -> dict[str, list[str]]:
