@@ -42,12 +42,12 @@ sys.path.insert(0, br.REPO_ROOT)
 RUNS = 30
 WARM_UP_RUNS = 3
 
-#: Phase -> milliseconds of each measured run.
-PHASES: dict[str, list[float]] = collections.defaultdict(list)
-
 #: The columns, in order, with the phase each shows.
 COLUMNS = (("run()", "run"), ("start", "start"), ("consumer up", "consumer"),
            ("task", "task"), ("stop", "stop"))
+
+#: Phase -> milliseconds so far in the run being measured.
+_CURRENT: dict[str, float] = collections.defaultdict(float)
 
 
 def _timed(cls: Any, name: str, phase: str) -> None:
@@ -63,10 +63,6 @@ def _timed(cls: Any, name: str, phase: str) -> None:
             _CURRENT[phase] += (time.perf_counter() - started) * 1000.0
 
     setattr(cls, name, timed)
-
-
-#: Phase -> milliseconds so far in the run being measured.
-_CURRENT: dict[str, float] = collections.defaultdict(float)
 
 
 def instrument() -> None:
