@@ -6,7 +6,9 @@ directory, named after a hash of the database path: socket paths are
 limited to about 100 bytes); whoever changes the board sends one datagram
 to every socket there. A listener blocks in ``recv``: nobody polls. Sockets
 left by killed processes refuse datagrams and are removed by the next
-sender.
+sender. The last listener to shut removes the directory too (one per
+database would otherwise pile up in the temporary directory); a listener
+that binds just as it goes makes the directory again.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ SEND_TIMEOUT_S = 0.2
 #: How long one receive blocks before looking again whether it should stop
 #: (closing the socket wakes it sooner).
 RECEIVE_BLOCK_S = 5.0
+#: Attempts at binding in a directory the last listener may be removing.
+BIND_ATTEMPTS = 5
 
 
 def directory_for(database: str, namespace: str) -> str:
@@ -37,10 +41,18 @@ def directory_for(database: str, namespace: str) -> str:
 
 def listen(directory: str) -> socket.socket:
     """A datagram socket bound in ``directory`` (created if missing)."""
-    os.makedirs(directory, mode=0o700, exist_ok=True)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     path = os.path.join(directory, f"{uuid_mod.uuid4().hex[:16]}.sock")
-    sock.bind(path)
+    for attempt in range(BIND_ATTEMPTS):
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        try:
+            sock.bind(path)
+            break
+        except FileNotFoundError:
+            # The last listener removed the directory between the two calls.
+            if attempt == BIND_ATTEMPTS - 1:
+                sock.close()
+                raise
     sock.settimeout(RECEIVE_BLOCK_S)
     return sock
 
@@ -54,7 +66,7 @@ def receive(sock: socket.socket) -> list[bytes]:
 
 
 def shut(sock: socket.socket) -> None:
-    """Wake its receiver, close the socket and remove its file."""
+    """Wake its receiver, close the socket, remove its file (and the directory, if now empty)."""
     path = sock.getsockname()
     # Closing does not interrupt a recv() blocked in another thread: an empty
     # datagram to itself does (the receiver then sees it was stopped).
@@ -64,6 +76,8 @@ def shut(sock: socket.socket) -> None:
     sock.close()
     with contextlib.suppress(OSError):
         os.unlink(path)
+    with contextlib.suppress(OSError):  # another listener's socket is still there
+        os.rmdir(os.path.dirname(path))
 
 
 def send(directory: str, payload: bytes) -> None:
