@@ -23,6 +23,13 @@ from tests.worker_based.wire_helpers import Client
 #: Bounded wait (s) for replies, only to fail instead of hanging.
 WAIT_S = 30.0
 
+#: The worker's heartbeat interval (s): longer than the test, so each RUNNING
+#: the client hears answers a delivery. A heartbeat repeats RUNNING too, and at
+#: the fault tests' 0.2 s one could stand in for a duplicate's answer: the
+#: body was then released before that duplicate was taken, which the worker
+#: rightly answered with the outcome (a fourth SUCCESS; seen under -n 2).
+HEARTBEAT_S = 2 * WAIT_S
+
 
 @pytest.mark.slow
 def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
@@ -31,7 +38,8 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
     os.mkfifo(fifo)
     logs = tmp_path / "logs"
     logs.mkdir()
-    workers = Workers(conn, unique_name, "dups", records, str(logs), threads=2)
+    workers = Workers(conn, unique_name, "dups", records, str(logs), threads=2,
+                      heartbeat_s=HEARTBEAT_S)
     with Client(unique_name, **conn.kwargs()) as client:
         try:
             # Given a worker process
@@ -50,9 +58,10 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
             assert client.wait_for(lambda: pr.RUNNING in client.states(cid), WAIT_S)
             deliver()
             deliver()
-            # (PENDING + RUNNING of the first, one answer per duplicate)
+            # (PENDING + RUNNING of the first, one RUNNING per duplicate)
             assert client.wait_for(lambda: len(client.states(cid)) >= 4, WAIT_S), \
                 client.states(cid)
+            assert client.states(cid) == [pr.PENDING] + [pr.RUNNING] * 3, client.states(cid)
             with open(fifo, "w") as f:  # let the body finish
                 f.write("done\n")
             assert client.final(cid, WAIT_S)["data"]["result"] == "done"
