@@ -295,6 +295,18 @@ def worker_processes(lib: str, exchange: str, conn: dict, count: int,
                 proc.wait()
 
 
+def workers(lib: str, transport: str, exchange: str, conn: dict,
+            command: list[str] | None = None):
+    """WORKERS workers of ``lib`` for ``transport``, as a context manager.
+
+    Threads of this process on ``memory`` (its broker lives in one process),
+    worker processes otherwise (``command``: see worker_processes()).
+    """
+    if transport == "memory":
+        return worker_threads(lib, exchange, conn, WORKERS)
+    return worker_processes(lib, exchange, conn, WORKERS, command=command)
+
+
 def _wait_ready(proc: subprocess.Popen) -> None:
     ready = threading.Event()
 
@@ -380,10 +392,7 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
             return one_task_runs(lib, exchange, conn)
         return run_flow(lib, shape, n, exchange, conn)
 
-    if transport == "memory":
-        with worker_threads(lib, exchange, conn, WORKERS):
-            return measure()
-    with worker_processes(lib, exchange, conn, WORKERS):
+    with workers(lib, transport, exchange, conn):
         return measure()
 
 

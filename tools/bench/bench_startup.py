@@ -94,24 +94,18 @@ def one_run(exchange: str, conn: dict[str, Any]) -> dict[str, float]:
     return phases
 
 
-def _workers(transport: str, exchange: str, conn: dict[str, Any]) -> Any:
-    if transport == "memory":  # its broker lives in this process
-        return br.worker_threads("flowengine", exchange, conn, br.WORKERS)
-    return br.worker_processes("flowengine", exchange, conn, br.WORKERS)
-
-
 def measure(transport: str, url: str | None, runs: int) -> dict[str, list[float]]:
     """``runs`` one-task runs on ``transport`` (after WARM_UP_RUNS); phase -> ms per run."""
-    folder = tempfile.mkdtemp(prefix="fe-bench-fs-") if transport == "filesystem" else None
-    conn = br.connection("flowengine", transport, url, folder)
     exchange = f"bench-{uuid.uuid4().hex[:8]}"
     measured: dict[str, list[float]] = collections.defaultdict(list)
-    with _workers(transport, exchange, conn):
-        for i in range(WARM_UP_RUNS + runs):
-            phases = one_run(exchange, conn)
-            if i >= WARM_UP_RUNS:
-                for phase, ms in phases.items():
-                    measured[phase].append(ms)
+    with tempfile.TemporaryDirectory(prefix="fe-bench-fs-") as folder:
+        conn = br.connection("flowengine", transport, url, folder)
+        with br.workers("flowengine", transport, exchange, conn):
+            for i in range(WARM_UP_RUNS + runs):
+                phases = one_run(exchange, conn)
+                if i >= WARM_UP_RUNS:
+                    for phase, ms in phases.items():
+                        measured[phase].append(ms)
     return measured
 
 

@@ -137,10 +137,7 @@ def run(transport: str, tasks: int) -> list[tuple[int, str, str]]:
         instrument(None if in_process else "e")
         command = [sys.executable, os.path.abspath(__file__), "--role", "worker",
                    "--exchange", exchange, "--conn", json.dumps(conn), "--out-dir", folder]
-        workers = (br.worker_threads("flowengine", exchange, conn, br.WORKERS) if in_process
-                   else br.worker_processes("flowengine", exchange, conn, br.WORKERS,
-                                            command=command))
-        with workers:
+        with br.workers("flowengine", transport, exchange, conn, command=command):
             flow = linear_flow.Flow("chain").add(
                 *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)])
             engines.load(flow, engine="worker-based", exchange=exchange,
