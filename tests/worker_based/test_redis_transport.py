@@ -865,3 +865,27 @@ def test_connections_name_flowengine_without_reading_package_metadata(redis_url,
     assert looked_up == []
     for pool in (channel.pool, channel.async_pool):
         assert pool.connection_kwargs["driver_info"] is driver
+
+
+def test_connections_speak_resp2_and_skip_the_resp3_handshake(redis_url, stack):
+    # redis-py 8 speaks RESP3 unless told otherwise: HELLO and a handshake
+    # for maintenance notifications before every new connection's first
+    # command, two round trips times the five connections an engine's run()
+    # opens. Ours ask for RESP2 (all redis-py versions that know protocols).
+    if int(redis.__version__.split(".")[0]) < 5:
+        pytest.skip(f"redis-py {redis.__version__} speaks RESP2 only")
+    watcher = inspector(stack, redis_url)
+    hello_before = _calls(watcher, "hello")
+    channel = connect(stack, redis_url).default_channel  # the asynchronous pool pings
+    with channel.conn_or_acquire() as client:  # a connection of the other pool
+        assert client.ping()
+    for pool in (channel.pool, channel.async_pool):
+        assert pool.connection_kwargs["protocol"] == 2
+    # Then neither pool's new connection said HELLO (the watcher's own said it before)
+    assert _calls(watcher, "hello") == hello_before
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` since it started (INFO commandstats)."""
+    stats = client.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
