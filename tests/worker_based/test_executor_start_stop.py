@@ -40,6 +40,10 @@ def _dead_port() -> int:
 def test_which_reply_queues_are_left_to_remove(url, durable, deleted, expected):
     broker = BrokerSettings(url, durable=durable)
     assert inventory.needs_dropping(broker, deleted) is expected
+    # the same from a connection the caller has (a proxy's template)
+    template = px.Proxy("t", unique(), broker=broker).template_connection
+    assert not template.connected
+    assert inventory.needs_dropping(broker, deleted, template) is expected
 
 
 @pytest.mark.broker

@@ -263,7 +263,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._threads = []
         if (started and self._proxy.has_consumed  # else no reply queue was declared
                 and inventory.needs_dropping(self._proxy.broker,
-                                             self._proxy.private_queues_deleted)):
+                                             self._proxy.private_queues_deleted,
+                                             self._proxy.template_connection)):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
         leftovers = self._book.drain()

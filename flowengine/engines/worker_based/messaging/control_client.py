@@ -105,7 +105,8 @@ class ControlClient:
             self._thread.join(STOP_JOIN_TIMEOUT_S)
             self._thread = None
             if self._proxy.has_consumed and inventory.needs_dropping(
-                    self._broker, self._proxy.private_queues_deleted):
+                    self._broker, self._proxy.private_queues_deleted,
+                    self._proxy.template_connection):
                 spec = self._queue
                 inventory.drop_queue(self._broker, self._exchange, spec.name,
                                      spec.routing_keys, auto_delete=spec.auto_delete)

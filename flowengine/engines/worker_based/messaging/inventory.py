@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from kombu.connection import Connection
 from kombu.transport import virtual
 
 from flowengine import exceptions as exc
@@ -134,19 +135,24 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     return int(purged or 0)
 
 
-def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool) -> bool:
+def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool,
+                   template: Connection | None = None) -> bool:
     """Whether a private auto-delete queue is still there once its consumer stopped.
 
     Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
     its consumer goes. Not when the consumer's lease was retired (Redis): that
     deleted its private queues with their bindings. Saves a short-lived
     consumer's stop a connection and a few round trips (drop_queue).
+    ``template``: a (not connected) connection to ``broker`` the caller
+    already has, to tell the transport by; else one is made (no I/O).
     """
     if deleted_with_lease:
         return False
     if broker.durable:
         return True  # durable queues are not auto-delete (topology.make_queue)
-    conn = broker.connection()  # not connected: no I/O
+    if template is not None:
+        return not topology.deletes_auto_delete_queues(template)
+    conn = broker.connection()
     try:
         return not topology.deletes_auto_delete_queues(conn)
     finally:

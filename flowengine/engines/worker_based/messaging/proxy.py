@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from kombu.connection import Connection
+
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging import dispatcher as dispatcher_mod
@@ -149,6 +151,11 @@ class Proxy:
     def dispatcher(self) -> dispatcher_mod.TypeDispatcher:
         """The dispatcher used internally to route each message by type."""
         return self._dispatcher
+
+    @property
+    def template_connection(self) -> Connection:
+        """A connection to the broker, never connected: what transport it is, with no I/O."""
+        return self._consumer.connection
 
     @property
     def connection_details(self) -> ConnectionDetails:

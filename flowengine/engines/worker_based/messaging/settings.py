@@ -151,9 +151,13 @@ class BrokerSettings:
                                      {**self.transport_options, **(extra_options or {})},
                                      **kwargs)
 
-    @property
+    @functools.cached_property
     def public_uri(self) -> str:
-        """The broker's URI without its password, with the scheme the user wrote."""
+        """The broker's URI without its password, with the scheme the user wrote.
+
+        Worked out once (from a kombu connection object, no I/O): every
+        publisher and consumer of an engine asks for it when made.
+        """
         conn = transports.connection(self.url, self.transport)
         return transports.public_uri(conn.as_uri(include_password=False))
 
