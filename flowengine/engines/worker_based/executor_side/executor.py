@@ -21,7 +21,6 @@ one, refreshing discovery and forgetting silent workers.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from typing import Any
@@ -49,6 +48,7 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.wire import liveness as lv
+from flowengine.utils import helper_threads
 
 __all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
            "WorkerTaskExecutor"]
@@ -140,7 +140,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
                                      wake_housekeeper=self._wake_housekeeper,
                                      release_waiting=self._workers_changed)
         self._proxy.dispatcher.type_handlers.update(self._replies.handlers())
-        self._threads: list[threading.Thread] = []
+        # The helper threads' jobs (see flowengine.utils.helper_threads).
+        self._threads: list[helper_threads.Job] = []
 
     # -- public API ---------------------------------------------------------
 
@@ -226,8 +227,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         # declares (both are round trips to the broker), not after: NOTIFY
         # and the first requests then go out at once. Not joined: a broker
         # that is away is reported by wait_started(), not by this thread.
-        threading.Thread(target=self._proxy.connect_publisher, daemon=True,
-                         name=f"wbe-connect-{self._uuid}").start()
+        helper_threads.start(self._proxy.connect_publisher, f"wbe-connect-{self._uuid}")
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
             self.stop()
@@ -257,9 +257,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
         except Exception:
             LOG.warning("Failed to stop the reply consumer", exc_info=True)
         started = bool(self._threads)
-        for thread in self._threads:
-            if thread is not threading.current_thread():
-                thread.join(STOP_JOIN_TIMEOUT_S)
+        for job in self._threads:
+            if not job.is_current():
+                job.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
         if (started and self._proxy.has_consumed  # else no reply queue was declared
                 and inventory.needs_dropping(self._proxy.broker,
@@ -303,10 +303,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
     # -- helper threads -----------------------------------------------------
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
-        thread = threading.Thread(target=target, name=f"wbe-{name}-{self._uuid}",
-                                  daemon=True)
-        thread.start()
-        self._threads.append(thread)
+        # A reused thread: an engine started after another need not wait
+        # for new threads to be scheduled (Thread.start waits for that).
+        self._threads.append(helper_threads.start(target, f"wbe-{name}-{self._uuid}"))
 
     def _consume(self) -> None:
         """Run the proxy's message loop (it supervises its own handlers)."""
