@@ -90,6 +90,8 @@ class FakeWorker:
         self.worker_id = f"fake:{uuid.uuid4().hex[:8]}"
         self.answer_notify = True
         self.requests: list[tuple[dict, Any]] = []
+        #: NOTIFY requests received (answered or not).
+        self.notifies = 0
         # Called as on_request(self, data, message) to answer automatically.
         self._auto = on_request
         # Shareable, so a test can wait for a request on any of several fakes.
@@ -118,6 +120,14 @@ class FakeWorker:
         if self.answer_notify:
             self.proxy.publish(pr.Notify(topic=self.topic, tasks=self.tasks),
                                message.properties["reply_to"], headers=self._headers())
+        with self._cond:
+            self.notifies += 1
+            self._cond.notify_all()
+
+    def wait_notifies(self, count: int, timeout: float = WAIT_S) -> bool:
+        """Wait until ``count`` NOTIFY requests were handled (answered or not)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.notifies >= count, timeout)
 
     def _on_request(self, data: Any, message: Any) -> None:
         with self._cond:

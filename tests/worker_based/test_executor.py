@@ -433,6 +433,8 @@ def test_request_refused_by_a_worker_not_yet_known_is_routed_again():
                            on_request=run) as capable:
             capable.announce()
             assert executor.wait_for_workers(1, WAIT_S) == 0
+            # (the start NOTIFY on the topic key reached it and went unanswered)
+            assert unknown.wait_notifies(1)
             unknown.answer_notify = True  # ...but it answers a private probe
             # When a request for Other goes to the topic and is refused
             fut = executor.execute_task(et.Other("o"), "u-1", {"value": 4})

@@ -12,9 +12,11 @@ import pytest
 import redis
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.messaging import inventory
+from flowengine.engines.worker_based.executor_side import reply_queue
+from flowengine.engines.worker_based.messaging import compat, inventory
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import topology
 from tests.worker_based.executor_helpers import running_executor, unique
 
 
@@ -75,3 +77,48 @@ def test_a_publisher_connected_early_publishes_on_that_connection():
     assert publishing is not None and publishing.connected
     proxy.publish(pr.Notify(), "t")
     assert proxy._publisher._pub_conn is publishing
+
+
+@pytest.mark.parametrize("transport", ["memory", "filesystem"])
+def test_a_stopped_consumer_deletes_its_reply_queue_itself(transport, tmp_path, monkeypatch):
+    # kombu's virtual transports ignore auto-delete. The consume loop's own
+    # channels delete the reply queue as it stops (memory: queue_delete on
+    # them; filesystem: closing the channel that marked it private), so
+    # stop() need not connect again to declare and delete it.
+    dropped_by_stop: list[str] = []
+    monkeypatch.setattr(reply_queue, "drop_reply_queue",
+                        lambda broker, exchange, uuid: dropped_by_stop.append(uuid))
+    options = {"data_folder": str(tmp_path)} if transport == "filesystem" else {}
+    conn = {"transport": transport, "transport_options": options}
+    exchange = unique()
+    with running_executor(exchange, ["t"], **conn) as executor:
+        queue = pr.reply_queue_name(exchange, executor.uuid)
+        assert _exists(BrokerSettings(**conn), exchange, queue)
+        assert not executor.proxy.private_queues_deleted
+    assert executor.proxy.private_queues_deleted
+    assert dropped_by_stop == []
+    assert not _exists(BrokerSettings(**conn), exchange, queue)
+
+
+def _exists(broker: BrokerSettings, exchange: str, queue: str) -> bool:
+    """Whether ``queue`` is bound to ``exchange`` (a virtual transport's exchange table)."""
+    with broker.connection() as conn:
+        try:
+            table = conn.default_channel.get_table(exchange)
+        except Exception:  # no table: the exchange has no bindings left
+            return False
+    return any(bound == queue for _key, _pattern, bound in table)
+
+
+def test_drop_queue_unbinds_a_memory_queue():
+    # kombu's queue_delete leaves the memory transport's exchange table as it
+    # was: announcements would go on filling a deleted reply queue.
+    broker, exchange, queue = BrokerSettings(transport="memory"), unique(), unique("q")
+    keys = ("k1", pr.ANNOUNCE_ROUTING_KEY)
+    with broker.connection() as conn:
+        declared = topology.make_queue(queue, compat.make_exchange(exchange), keys,
+                                       auto_delete=True)
+        declared(conn.default_channel).declare()
+    assert _exists(broker, exchange, queue)
+    inventory.drop_queue(broker, exchange, queue, keys, auto_delete=True)
+    assert not _exists(broker, exchange, queue)

@@ -201,6 +201,11 @@ class Consumer:
         self._started_or_failed = threading.Condition()
         self._consumed_since_failure = False
         self._has_consumed = False
+        # Private auto-delete queues, and whether a clean stop deleted them
+        # itself (a transport that keeps auto-delete queues, no lease).
+        self._own_queues = {spec.name for spec in self._queues
+                            if spec.private and spec.auto_delete}
+        self._own_queues_dropped = False
         #: Reconnections so far, and how long the last outage lasted (s, from
         #: the error to consuming again); for logs, tests and stats.
         self.reconnect_count = 0
@@ -236,8 +241,12 @@ class Consumer:
 
     @property
     def private_queues_deleted(self) -> bool:
-        """True once the loop ended and its lease was retired: private queues are gone."""
-        return self._lease is not None and self._lease.retired
+        """True once the loop ended and its private queues went with it.
+
+        With their consumer's lease (Redis), or deleted by a clean stop on a
+        transport that ignores auto-delete (memory, filesystem).
+        """
+        return self._own_queues_dropped or (self._lease is not None and self._lease.retired)
 
     @property
     def wake_headers(self) -> dict[str, str]:
@@ -388,6 +397,8 @@ class Consumer:
     def _consume_until_stopped(self) -> Iterator[None]:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
         conn = self._conn.clone()
+        consumers: list[KombuConsumer] = []
+        self._own_queues_dropped = False
         try:
             # One attempt: the loop's own pause (stop() ends it) comes next.
             conn.ensure_connection(max_retries=0)
@@ -408,17 +419,55 @@ class Consumer:
                 # On a real AMQP broker, closing the connection (next) cancels
                 # its consumers and deletes their auto-delete queues: a stop
                 # need not wait for a basic.cancel answer per consumer first.
-                if not (self._stopping.is_set() and topology.deletes_auto_delete_queues(conn)):
+                broker_deletes = topology.deletes_auto_delete_queues(conn)
+                if not (self._stopping.is_set() and broker_deletes):
                     for consumer in consumers:
                         try:
                             consumer.cancel()
                         except Exception:
                             LOG.debug("Error cancelling consumer", exc_info=True)
+                if (self._stopping.is_set() and not broker_deletes and self._lease is None
+                        and not self._caps.private_queues):
+                    self._drop_own_queues(consumers)
         finally:
             try:
                 conn.release()
             except Exception:
                 LOG.debug("Error closing consumer connection", exc_info=True)
+            else:
+                if (consumers and self._stopping.is_set() and self._lease is None
+                        and self._caps.private_queues):
+                    # The filesystem transport deletes a channel's private
+                    # queues as it closes it; it says which it could not.
+                    self._own_queues_dropped = not any(
+                        getattr(consumer.channel, "private_kept", True)
+                        for consumer in consumers)
+
+    def _drop_own_queues(self, consumers: Sequence[KombuConsumer]) -> None:
+        """Delete and empty this loop's private auto-delete queues, on its own channels.
+
+        kombu's virtual transports ignore auto-delete: left bound, such a
+        queue collects messages for ever. The channels that declared them
+        know their bindings, so no other connection has to declare them
+        again to learn which to remove (as inventory.drop_queue does). Each
+        binding is removed first: kombu's queue_delete leaves the memory
+        transport's exchange table as it was (every worker announcement
+        would go on filling the deleted queue).
+        """
+        dropped = bool(consumers)
+        for consumer in consumers:
+            for queue in consumer.queues or ():
+                if queue.name not in self._own_queues:
+                    continue
+                try:
+                    for bound in queue.bindings:
+                        bound.unbind(queue, nowait=True)
+                    queue.delete()
+                    queue.purge()
+                except Exception:
+                    dropped = False
+                    LOG.debug("Could not remove queue %s", queue.name, exc_info=True)
+        self._own_queues_dropped = dropped
 
     def _started(self) -> None:
         """Consuming (again): wake wait_started(), log a recovery, call on_start."""

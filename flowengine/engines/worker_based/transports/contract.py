@@ -34,6 +34,8 @@ class Capabilities:
     queue_per_channel: bool = False
     #: ``channel.mark_private(queue)``: the queue belongs to this process and
     #: is deleted with it (when its lease lapses, or its process is gone).
+    #: Without leases, closing the channel deletes the queues it marked, and
+    #: ``channel.private_kept`` then names those it could not delete.
     private_queues: bool = False
     #: ``channel.capturing()`` and ``channel.settle_with(...)``: a reply is
     #: published and the message it answers acknowledged in one atomic step.

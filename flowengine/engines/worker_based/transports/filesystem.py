@@ -192,6 +192,8 @@ class Channel(filesystem.Channel):
         self._own: dict[str, str] = {}
         #: Private queues taken without claim files (see take_in_batches).
         self._unclaimed: set[str] = set()
+        #: Private queues close() could not delete (empty after a clean close).
+        self.private_kept: set[str] = set()
         folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
                    self._claims_folder,
                    str(self.control_folder)]
@@ -373,6 +375,7 @@ class Channel(filesystem.Channel):
     def close(self) -> None:
         """Close the channel, then delete the private queues it marked."""
         if self.closed or self.connection is None:
+            self.private_kept.update(self._private)
             super().close()
             return
         private, self._private = self._private, {}
@@ -388,6 +391,7 @@ class Channel(filesystem.Channel):
                 try:
                     _drop_private(control, messages, marker, clean=True)
                 except Exception:
+                    self.private_kept.add(queue)
                     LOG.exception("Could not delete private queue %r", queue)
 
     def _settle(self, message: Any) -> None:
