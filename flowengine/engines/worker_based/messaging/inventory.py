@@ -135,18 +135,19 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     return int(purged or 0)
 
 
-def needs_dropping(broker: BrokerSettings, deleted_with_lease: bool,
+def needs_dropping(broker: BrokerSettings, already_deleted: bool,
                    template: Connection | None = None) -> bool:
     """Whether a private auto-delete queue is still there once its consumer stopped.
 
     Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
-    its consumer goes. Not when the consumer's lease was retired (Redis): that
-    deleted its private queues with their bindings. Saves a short-lived
+    its consumer goes. Not when the consumer says its private queues went
+    with it (``already_deleted``: its retired lease deleted them on Redis,
+    its clean stop on memory and the filesystem). Saves a short-lived
     consumer's stop a connection and a few round trips (drop_queue).
     ``template``: a (not connected) connection to ``broker`` the caller
     already has, to tell the transport by; else one is made (no I/O).
     """
-    if deleted_with_lease:
+    if already_deleted:
         return False
     if broker.durable:
         return True  # durable queues are not auto-delete (topology.make_queue)
