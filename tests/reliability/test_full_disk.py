@@ -38,9 +38,10 @@ pytestmark = pytest.mark.slow
 #: Size of the broker's disk: small, so filling it is quick.
 DISK = "2m"
 
-#: Tasks of each flow, and how long each works in the second one (s): long
-#: enough for the disk to fill up while they run.
-TASKS, TASK_S = 5, 1.0
+#: Tasks of each flow. The second one's first task blocks until the test
+#: releases it: the worker holds its request (and heartbeats for it) while the
+#: disk fills up, however long filling takes on a loaded machine.
+TASKS = 5
 
 #: Bounded waits (s), only so that a bug fails the test instead of hanging it.
 WAIT_S = 60.0
@@ -82,6 +83,12 @@ def _fill(folder: str) -> str:
     return filler
 
 
+def _started(records: str, name: str) -> bool:
+    """Whether task ``name`` started (its start record is in ``records``)."""
+    return any(r.get("ev") == "start" and r.get("name") == name
+               for r in checker.read_records(records))
+
+
 def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
     with _small_disk(str(tmp_path / "disk")) as disk:
         folder = os.path.join(disk, "broker")
@@ -114,20 +121,24 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             # When space returns, the flow completes
             os.unlink(filler)
             run.wait(WAIT_S, logs=workers.logs)
-            # Given a second flow whose tasks are running on the worker
-            flow = uf.Flow("disk2").add(*[
-                fault_tasks.Step(name, inject={"n": i, "pause": TASK_S})
-                for i, name in enumerate(second)])
+            # Given a second flow, one of whose tasks runs on the worker until released
+            fifo = str(tmp_path / "release")
+            os.mkfifo(fifo)
+            flow = uf.Flow("disk2").add(
+                fault_tasks.Blocker(second[0], inject={"fifo": fifo}),
+                *[fault_tasks.Step(name, inject={"n": i, "pause": 0})
+                  for i, name in enumerate(second[1:], 1)])
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
-            assert holds_within(lambda: checker.read_records(records)[len(names) * 2:],
-                                WAIT_S), (
-                workers.logs())
-            # When the disk fills up under it, then the worker says so (its
-            # replies wait), and once space returns the flow completes
+            assert holds_within(lambda: _started(records, second[0]), WAIT_S), workers.logs()
+            # When the disk fills up under it, then the worker says so (the
+            # heartbeats of the request it holds wait), and once space returns
+            # the flow completes
             filler = _fill(disk)
             assert holds_within(lambda: "no space left" in workers.logs().lower(), WAIT_S), (
                 workers.logs())
             os.unlink(filler)
+            with open(fifo, "w") as release:  # opens once the blocked task reads
+                release.write("go\n")
             run.wait(WAIT_S, logs=workers.logs)
         finally:
             executor.stop()
