@@ -122,3 +122,5 @@ def test_drop_queue_unbinds_a_memory_queue():
     assert _exists(broker, exchange, queue)
     inventory.drop_queue(broker, exchange, queue, keys, auto_delete=True)
     assert not _exists(broker, exchange, queue)
+    with broker.connection() as conn:  # and drop_queue's purge did not make it again
+        assert queue not in conn.default_channel.queues

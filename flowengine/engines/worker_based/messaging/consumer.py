@@ -449,10 +449,7 @@ class Consumer:
         kombu's virtual transports ignore auto-delete: left bound, such a
         queue collects messages for ever. The channels that declared them
         know their bindings, so no other connection has to declare them
-        again to learn which to remove (as inventory.drop_queue does). Each
-        binding is removed first: kombu's queue_delete leaves the memory
-        transport's exchange table as it was (every worker announcement
-        would go on filling the deleted queue).
+        again to learn which to remove (as inventory.drop_queue does).
         """
         dropped = bool(consumers)
         for consumer in consumers:
@@ -460,8 +457,6 @@ class Consumer:
                 if queue.name not in self._own_queues:
                     continue
                 try:
-                    for bound in queue.bindings:
-                        bound.unbind(queue, nowait=True)
                     queue.delete()
                     queue.purge()
                 except Exception:

@@ -179,13 +179,8 @@ def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
             conn.ensure_connection(max_retries=1)
             bound = queue(conn.default_channel)
             bound.declare()
-            virtual_channel = isinstance(conn.default_channel, virtual.Channel)
-            if virtual_channel:
-                # kombu's queue_delete leaves the memory transport's table as it was.
-                for binding_ in bound.bindings:
-                    binding_.unbind(bound, nowait=True)
             bound.delete()
-            if virtual_channel:
+            if isinstance(conn.default_channel, virtual.Channel):
                 bound.purge()
     except Exception:
         LOG.debug("Could not remove queue %s", queue_name, exc_info=True)

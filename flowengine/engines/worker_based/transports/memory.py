@@ -139,6 +139,30 @@ class Channel(memory.Channel):
         for queue in self._lookup(exchange, routing_key):
             WAITERS.wake(queue)
 
+    def _delete(self, queue: str, exchange: str | None = None, *binding: Any,
+                **kwargs: Any) -> None:
+        """Delete ``queue`` and its binding to ``exchange`` (once per binding).
+
+        kombu's memory transport drops the queue but leaves the exchange's
+        table as it was: every message for a binding of a deleted queue
+        (each worker announcement, for every engine's reply queue ever
+        deleted) would make the queue again and stay in it for ever.
+        """
+        super()._delete(queue, exchange, *binding, **kwargs)
+        if exchange is None or not binding:
+            return
+        try:
+            table = self.get_table(exchange)
+        except KeyError:  # an exchange nobody declared here
+            return
+        table[:] = [entry for entry in table if tuple(entry) != binding]
+
+    def _purge(self, queue: str) -> int:
+        """Empty ``queue``; a deleted one has nothing to empty (kombu's would make it again)."""
+        if queue not in self.queues:
+            return 0
+        return int(super()._purge(queue))
+
 
 class Transport(memory.Transport):
     """Memory transport whose drain_events blocks on puts instead of polling."""
