@@ -42,7 +42,7 @@ def make_client(conf: dict[str, Any]) -> TextClient:
     """A Redis client from a board conf (URL in ``url``, or TaskFlow's keys)."""
     kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S,
                               "socket_connect_timeout": SOCKET_TIMEOUT_S,
-                              "protocol": 2, "decode_responses": True,
+                              "decode_responses": True,
                               **redis_identity.connection_kwargs()}
     url = conf.get("url")
     for key, convert in _TRANSFERS:

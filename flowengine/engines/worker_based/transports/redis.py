@@ -64,21 +64,6 @@ TAKE_BATCH = 64
 _RECENT_ENOUGH: set[tuple[str, int]] = set()
 
 
-def _resp2_kwargs() -> dict[str, Any]:
-    """``protocol=2`` where redis-py takes a protocol (5.0+), else nothing (RESP2 only)."""
-    import inspect
-
-    import redis.connection
-
-    base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
-    init = base.__init__
-    return {"protocol": 2} if "protocol" in inspect.signature(init).parameters else {}
-
-
-#: What every connection of this transport adds to kombu's parameters (see _connparams).
-_RESP2 = _resp2_kwargs()
-
-
 class Held(NamedTuple):
     """A message this channel took and has not settled: where it sits, as taken."""
 
@@ -187,16 +172,13 @@ class Channel(kombu_redis.Channel):
         self._pooled_client: Any = None
 
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
-        """kombu's connection parameters, who we are (see redis_identity), and RESP2.
+        """kombu's connection parameters, and RESP2 and who we are (see redis_identity).
 
-        redis-py 8 speaks RESP3 unless told otherwise, which costs every new
-        connection two round trips before its first command (HELLO, and the
-        maintenance-notifications handshake that follows it); an engine
-        opens five connections per ``run()``. Nothing here needs RESP3.
+        An engine opens five connections per ``run()``: what each costs
+        before its first command counts.
         """
         params: dict[str, Any] = super()._connparams(asynchronous)
         params.update(redis_identity.connection_kwargs())
-        params.update(_RESP2)
         return params
 
     def close(self) -> None:
