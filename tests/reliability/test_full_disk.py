@@ -83,12 +83,6 @@ def _fill(folder: str) -> str:
     return filler
 
 
-def _started(records: str, name: str) -> bool:
-    """Whether task ``name`` started (its start record is in ``records``)."""
-    return any(r.get("ev") == "start" and r.get("name") == name
-               for r in checker.read_records(records))
-
-
 def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
     with _small_disk(str(tmp_path / "disk")) as disk:
         folder = os.path.join(disk, "broker")
@@ -129,7 +123,9 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
                 *[fault_tasks.Step(name, inject={"n": i, "pause": 0})
                   for i, name in enumerate(second[1:], 1)])
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
-            assert holds_within(lambda: _started(records, second[0]), WAIT_S), workers.logs()
+            assert holds_within(
+                lambda: second[0] in checker.executions_by_name(checker.read_records(records)),
+                WAIT_S), workers.logs()
             # When the disk fills up under it, then the worker says so (the
             # heartbeats of the request it holds wait), and once space returns
             # the flow completes

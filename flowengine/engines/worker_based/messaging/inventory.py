@@ -136,7 +136,7 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
 
 
 def needs_dropping(broker: BrokerSettings, already_deleted: bool,
-                   template: Connection | None = None) -> bool:
+                   template: Connection) -> bool:
     """Whether a private auto-delete queue is still there once its consumer stopped.
 
     Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
@@ -144,20 +144,14 @@ def needs_dropping(broker: BrokerSettings, already_deleted: bool,
     with it (``already_deleted``: its retired lease deleted them on Redis,
     its clean stop on memory and the filesystem). Saves a short-lived
     consumer's stop a connection and a few round trips (drop_queue).
-    ``template``: a (not connected) connection to ``broker`` the caller
-    already has, to tell the transport by; else one is made (no I/O).
+    ``template``: a (not connected) connection to ``broker`` to tell the
+    transport by (a proxy's ``template_connection``).
     """
     if already_deleted:
         return False
     if broker.durable:
         return True  # durable queues are not auto-delete (topology.make_queue)
-    if template is not None:
-        return not topology.deletes_auto_delete_queues(template)
-    conn = broker.connection()
-    try:
-        return not topology.deletes_auto_delete_queues(conn)
-    finally:
-        conn.release()
+    return not topology.deletes_auto_delete_queues(template)
 
 
 def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
