@@ -20,7 +20,7 @@ import logging
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -66,21 +66,40 @@ def _small_disk(path: str) -> Iterator[str]:
         subprocess.run(["umount", "-l", path], check=False)
 
 
-def _fill(folder: str) -> str:
-    """Fill the disk holding ``folder`` (down to its last byte); the filler file's path."""
-    filler = os.path.join(folder, "filler")
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o644)
-    try:
+class _Filler:
+    """A file taking a disk's free space, down to its last byte, until released.
+
+    Filling once is not enough: the engine keeps deleting the message files
+    it consumes (heartbeats written just before the disk filled, say), and
+    each page freed that way fits the next small message. ``top_up()`` takes
+    such pages back, so that the next write by anyone else fails.
+    """
+
+    def __init__(self, folder: str) -> None:
+        self.path = os.path.join(folder, "filler")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.top_up()
+
+    def top_up(self) -> None:
         for size in (FILL_CHUNK, 1):  # big writes, then what a partly used block holds
             while True:
                 try:
-                    os.write(fd, b"\0" * size)
+                    os.write(self._fd, b"\0" * size)
                 except OSError as e:
                     assert e.errno == errno.ENOSPC, e
                     break
-    finally:
-        os.close(fd)
-    return filler
+
+    def release(self) -> None:
+        os.close(self._fd)
+        os.unlink(self.path)
+
+
+def _full_while_waiting(filler: _Filler, condition: Callable[[], bool]) -> bool:
+    """Whether ``condition`` holds within WAIT_S s, the disk kept full meanwhile."""
+    def topped_up_then_checked() -> bool:
+        filler.top_up()
+        return condition()
+    return holds_within(topped_up_then_checked, WAIT_S)
 
 
 def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
@@ -103,17 +122,17 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             executor.start()
             assert executor.wait_for_workers(1, WAIT_S) == 0, workers.logs()
             # Given a full disk
-            filler = _fill(disk)
+            filler = _Filler(disk)
             flow = uf.Flow("disk").add(*[fault_tasks.Step(name, inject={"n": i, "pause": 0})
                                          for i, name in enumerate(names)])
             # When a flow starts
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
             # Then the engine says what is wrong, clearly
-            assert holds_within(lambda: "no space left" in caplog.text.lower(),
-                                WAIT_S), caplog.text[-3000:]
+            assert _full_while_waiting(filler, lambda: "no space left" in caplog.text.lower()), (
+                caplog.text[-3000:])
             assert not run.done.is_set()
             # When space returns, the flow completes
-            os.unlink(filler)
+            filler.release()
             run.wait(WAIT_S, logs=workers.logs)
             # Given a second flow, one of whose tasks runs on the worker until released
             fifo = str(tmp_path / "release")
@@ -129,10 +148,10 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             # When the disk fills up under it, then the worker says so (the
             # heartbeats of the request it holds wait), and once space returns
             # the flow completes
-            filler = _fill(disk)
-            assert holds_within(lambda: "no space left" in workers.logs().lower(), WAIT_S), (
+            filler = _Filler(disk)
+            assert _full_while_waiting(filler, lambda: "no space left" in workers.logs().lower()), (
                 workers.logs())
-            os.unlink(filler)
+            filler.release()
             with open(fifo, "w") as release:  # opens once the blocked task reads
                 release.write("go\n")
             run.wait(WAIT_S, logs=workers.logs)
