@@ -171,6 +171,33 @@ def test_a_redis_batch_is_one_script_call(private_redis):
 
 
 @pytest.mark.broker
+def test_a_redis_publisher_holds_one_connection(private_redis):
+    # kombu opens a Redis channel with a PING through the pool consuming
+    # reads from, and publishes through another pool: a publisher, which
+    # never consumes, would hold two connections. Ours publishes through the
+    # one its channel opened with.
+    exchange = topology.make_exchange(unique())
+    client = redis.Redis.from_url(private_redis.url)
+    with kombu.Connection(private_redis.url) as conn:
+        queue = _bound_queue(conn, exchange, unique("q"), "k")
+        opened = _connections_received(client)  # this server is the test's own
+        # When a publisher connects and sends a message, then a batch
+        publisher = Publisher(BrokerSettings(private_redis.url), exchange)
+        publisher.connect()
+        publisher.send([publisher.prepare("T", {"n": 0}, "k")])
+        publisher.send([publisher.prepare("T", {"n": n}, "k") for n in range(1, 3)])
+        # Then the server saw one more connection, and the messages arrived
+        assert _connections_received(client) == opened + 1
+        publisher.close_if_idle()
+        assert _drain(conn, queue, 3) == [{"n": n} for n in range(3)]
+    client.close()
+
+
+def _connections_received(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_connections_received"])
+
+
+@pytest.mark.broker
 def test_a_redis_batch_whose_block_raises_pushes_nothing(private_redis):
     exchange = topology.make_exchange(unique())
     client = redis.Redis.from_url(private_redis.url)

@@ -313,11 +313,10 @@ class Publisher:
                 # not go through Producer.publish, which declared it lazily.
                 self._producer = Producer(conn.channel(), exchange=self._exchange)
                 self._producer.declare()
-                # A transport that connects lazily (Redis) connects now, so
-                # that the first message need not wait for it.
-                warm_up = getattr(self._producer.channel, "warm_up", None)
-                if warm_up is not None:
-                    warm_up()
+                # This channel only publishes (see contract.py).
+                publish_only = getattr(self._producer.channel, "publish_only", None)
+                if publish_only is not None:
+                    publish_only()
             except Exception:
                 _release(conn, "a failed publisher connection")
                 raise

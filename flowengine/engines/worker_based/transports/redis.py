@@ -174,7 +174,7 @@ class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         """kombu's connection parameters, and RESP2 and who we are (see redis_identity).
 
-        An engine opens five connections per ``run()``: what each costs
+        An engine opens four connections per ``run()``: what each costs
         before its first command counts.
         """
         params: dict[str, Any] = super()._connparams(asynchronous)
@@ -205,7 +205,7 @@ class Channel(kombu_redis.Channel):
             yield client
             return
         pooled = self._pooled_client
-        if pooled is None or pooled.connection_pool is not self.pool:
+        if pooled is None or pooled.connection_pool not in (self._pool, self._async_pool):
             pooled = self._pooled_client = self._create_client()
         yield pooled
 
@@ -259,14 +259,17 @@ class Channel(kombu_redis.Channel):
         self._server_checked = True
         _RECENT_ENOUGH.add(server)
 
-    def warm_up(self) -> None:
-        """Open the pooled connection publishing uses, now rather than at the first publish.
+    def publish_only(self) -> None:
+        """Publish through the connection this channel's opening check made (no consuming).
 
-        kombu's own check when a channel opens uses another pool (the
-        asynchronous client's), so it leaves this one cold.
+        For a channel that only ever publishes (the Publisher's). kombu checks
+        a new channel with a PING through its asynchronous pool, the one
+        consuming reads from, and publishes through the other: the first
+        publish would open a second connection. A channel that never
+        consumes leaves the asynchronous pool's connection idle, so
+        publishing borrows that one, already open.
         """
-        with self.conn_or_acquire() as client:
-            client.ping()
+        self._pooled_client = self.client
 
     # --- taking messages ---
 
