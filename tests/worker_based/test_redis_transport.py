@@ -833,16 +833,47 @@ def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
     # through one client, and makes a new one only for a new pool.
     channel = connect(stack, redis_url).default_channel
     with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
-        assert first is second and first.connection_pool is channel.pool
+        assert first is second and first.connection_pool is channel.async_pool
         assert first.ping() and second.ping()
     given = redis.Redis.from_url(redis_url)
     stack.callback(given.close)
     with channel.conn_or_acquire(given) as client:
         assert client is given
-    channel._pool = None  # as kombu does when it drops the pool
+    channel._async_pool = None  # as kombu does when it drops its pools
     with channel.conn_or_acquire() as third:
-        assert third is not first and third.connection_pool is channel.pool
+        assert third is not first and third.connection_pool is channel.async_pool
         assert third.ping()
+
+
+def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
+        private_redis, stack):
+    # kombu opens a channel with a PING through the pool consuming takes its
+    # connection from, and sent every other command through a second pool:
+    # two connections per channel before it consumed anything. Ours borrow
+    # the first while consuming does not hold it.
+    watcher = inspector(stack, private_redis.url)
+    opened = _connections_received(watcher)  # this server is the test's own
+    conn = connect(stack, private_redis.url)
+    exchange = kombu.Exchange("x", type="direct")
+    queue = kombu.Queue("q", exchange, routing_key="k")
+    queue(conn.default_channel).declare()
+    kombu.Producer(conn.default_channel).publish({"n": 1}, exchange=exchange,
+                                                 routing_key="k")
+    got: list[Any] = []
+    with kombu.Consumer(conn.default_channel, [queue], accept=["json"],
+                        callbacks=[lambda body, message: got.append((body, message))]):
+        conn.drain_events(timeout=WAIT_S)
+        # Then declaring, binding, publishing and consuming took one connection
+        assert _connections_received(watcher) == opened + 1
+        # and a command sent while consuming holds it gets one of its own
+        [(body, message)] = got
+        message.ack()
+        assert body == {"n": 1} and _connections_received(watcher) == opened + 2
+    assert watcher.llen("q") == 0
+
+
+def _connections_received(client: redis.Redis) -> int:
+    return int(client.info("stats")["total_connections_received"])
 
 
 def test_connections_name_flowengine_without_reading_package_metadata(redis_url, stack,
@@ -877,7 +908,7 @@ def test_connections_speak_resp2_and_skip_the_resp3_handshake(redis_url, stack):
     watcher = inspector(stack, redis_url)
     hello_before = _calls(watcher, "hello")
     channel = connect(stack, redis_url).default_channel  # the asynchronous pool pings
-    with channel.conn_or_acquire() as client:  # a connection of the other pool
+    with channel.conn_or_acquire() as client:
         assert client.ping()
     for pool in (channel.pool, channel.async_pool):
         assert pool.connection_kwargs["protocol"] == 2

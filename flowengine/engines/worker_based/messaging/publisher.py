@@ -313,10 +313,6 @@ class Publisher:
                 # not go through Producer.publish, which declared it lazily.
                 self._producer = Producer(conn.channel(), exchange=self._exchange)
                 self._producer.declare()
-                # This channel only publishes (see contract.py).
-                publish_only = getattr(self._producer.channel, "publish_only", None)
-                if publish_only is not None:
-                    publish_only()
             except Exception:
                 _release(conn, "a failed publisher connection")
                 raise

@@ -8,11 +8,6 @@ attribute holding :class:`Capabilities`; its channels then provide the
 methods of :class:`LeasingChannel` that the declared capabilities need.
 flowengine's Redis transport declares them all, its memory and filesystem
 transports ``private_queues`` (filesystem), kombu's own transports none.
-
-A channel may also have ``publish_only()``, which a publisher calls on a
-channel it will never consume from: the transport may then save resources
-consuming needs (flowengine's Redis channels publish through the connection
-their opening check made instead of opening a second one).
 """
 
 from __future__ import annotations

@@ -174,11 +174,15 @@ class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> dict[str, Any]:
         """kombu's connection parameters, and RESP2 and who we are (see redis_identity).
 
-        An engine opens four connections per ``run()``: what each costs
-        before its first command counts.
+        An engine opens three connections per ``run()``: what each costs
+        before its first command counts. The asynchronous pool, which every
+        command borrows from (see conn_or_acquire), may hold one more than
+        ``max_connections``: the one consuming keeps to itself.
         """
         params: dict[str, Any] = super()._connparams(asynchronous)
         params.update(redis_identity.connection_kwargs())
+        if asynchronous and params.get("max_connections"):
+            params["max_connections"] += 1
         return params
 
     def close(self) -> None:
@@ -193,20 +197,30 @@ class Channel(kombu_redis.Channel):
 
     @contextlib.contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
-        """``client``, or the channel's client of its connection pool.
+        """``client``, or the channel's client borrowing from its asynchronous pool.
 
         kombu builds a new redis-py client for every command here, which
         costs more CPU than the command (redis-py fills a table of ~170
         reply callbacks per client). A client only borrows a pooled
         connection per command, so one per channel (and pool) serves all
         its threads.
+
+        kombu opens a channel with a PING through its asynchronous pool (the
+        one consuming takes its connection from, for good, when it starts)
+        and sends other commands through a second pool: every channel would
+        open a second connection at its first command. Borrowing from the
+        first pool instead, a channel's commands use the connection its
+        opening made for as long as nothing holds it (a publisher's, and a
+        consumer's declarations before it consumes); commands sent while it
+        is held get a connection of their own from the same pool.
         """
         if client:
             yield client
             return
         pooled = self._pooled_client
-        if pooled is None or pooled.connection_pool not in (self._pool, self._async_pool):
-            pooled = self._pooled_client = self._create_client()
+        if pooled is None or pooled.connection_pool is not self._async_pool:
+            # Not the cached ``client``: consuming pins its connection.
+            pooled = self._pooled_client = self._create_client(asynchronous=True)
         yield pooled
 
     # --- queues ---
@@ -258,18 +272,6 @@ class Channel(kombu_redis.Channel):
                 f" pass transport='kombu.transport.redis:Transport'")
         self._server_checked = True
         _RECENT_ENOUGH.add(server)
-
-    def publish_only(self) -> None:
-        """Publish through the connection this channel's opening check made (no consuming).
-
-        For a channel that only ever publishes (the Publisher's). kombu checks
-        a new channel with a PING through its asynchronous pool, the one
-        consuming reads from, and publishes through the other: the first
-        publish would open a second connection. A channel that never
-        consumes leaves the asynchronous pool's connection idle, so
-        publishing borrows that one, already open.
-        """
-        self._pooled_client = self.client
 
     # --- taking messages ---
 
