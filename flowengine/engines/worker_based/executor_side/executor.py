@@ -141,7 +141,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
                                      release_waiting=self._workers_changed)
         self._proxy.dispatcher.type_handlers.update(self._replies.handlers())
         # The helper threads' jobs (see flowengine.utils.helper_threads).
-        self._threads: list[helper_threads.Job] = []
+        self._jobs: list[helper_threads.Job] = []
 
     # -- public API ---------------------------------------------------------
 
@@ -219,7 +219,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         login or exchange settings), BrokerUnavailable when the broker stayed
         unreachable for UNREACHABLE_GIVE_UP_S (or START_TIMEOUT_S passed).
         """
-        if self._threads:
+        if self._jobs:
             return
         self._housekeeper.arm()
         self._spawn(self._consume, "replies")
@@ -248,7 +248,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         Workers holding requests still in flight are asked to cancel them
         first (best effort, see :mod:`.cancelling`).
         """
-        if self._threads:
+        if self._jobs:
             cancelling.cancel_held(self._proxy, self._book.holders())
         self._housekeeper.stop()
         self._requests.stop()
@@ -256,11 +256,11 @@ class WorkerTaskExecutor(base.TaskExecutor):
             self._proxy.stop()
         except Exception:
             LOG.warning("Failed to stop the reply consumer", exc_info=True)
-        started = bool(self._threads)
-        for job in self._threads:
+        started = bool(self._jobs)
+        for job in self._jobs:
             if not job.is_current():
                 job.join(STOP_JOIN_TIMEOUT_S)
-        self._threads = []
+        self._jobs = []
         if (started and self._proxy.has_consumed  # else no reply queue was declared
                 and inventory.needs_dropping(self._proxy.broker,
                                              self._proxy.private_queues_deleted,
@@ -305,7 +305,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         # A reused thread: an engine started after another need not wait
         # for new threads to be scheduled (Thread.start waits for that).
-        self._threads.append(helper_threads.start(target, f"wbe-{name}-{self._uuid}"))
+        self._jobs.append(helper_threads.start(target, f"wbe-{name}-{self._uuid}"))
 
     def _consume(self) -> None:
         """Run the proxy's message loop (it supervises its own handlers)."""
