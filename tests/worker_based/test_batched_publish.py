@@ -24,6 +24,7 @@ from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import topology
 from flowengine.types import failure as ft
 from tests.worker_based import executor_tasks as et
+from tests.worker_based import redis_stats
 from tests.worker_based.executor_helpers import (
     WAIT_S,
     FakeWorker,
@@ -67,9 +68,6 @@ def _drain(conn: kombu.Connection, queue: kombu.Queue, count: int) -> list[Any]:
     return got
 
 
-def _calls(client: redis.Redis, command: str) -> int:
-    stats = client.info("commandstats").get(f"cmdstat_{command}", {})
-    return int(stats.get("calls", 0))
 
 
 # --- Publisher.send, on every broker ---
@@ -123,11 +121,11 @@ def test_redis_routes_a_publication_to_every_queue_bound_with_its_key(private_re
         other = _bound_queue(conn, exchange, unique("c"), "other")
         producer = kombu.Producer(conn.default_channel, exchange=exchange)
         producer.publish({"n": 0}, routing_key="k")  # the first call also loads the script
-        scripts = _calls(client, "evalsha")
+        scripts = redis_stats.command_calls(client, "evalsha")
         # When publishing once
         producer.publish({"n": 1}, routing_key="k")
         # Then one script call looked the bindings up and pushed to both queues
-        assert _calls(client, "evalsha") == scripts + 1
+        assert redis_stats.command_calls(client, "evalsha") == scripts + 1
         assert client.llen(first.name) == client.llen(second.name) == 2
         assert client.llen(other.name) == 0
     # and kombu's own Redis transport reads them as its own
@@ -160,11 +158,11 @@ def test_a_redis_batch_is_one_script_call(private_redis):
     with kombu.Connection(private_redis.url) as conn:
         queue = _bound_queue(conn, exchange, unique("q"), "k")
         publisher.send([publisher.prepare("T", {"n": -1}, "k")])  # connects, loads the script
-        scripts = _calls(client, "evalsha")
+        scripts = redis_stats.command_calls(client, "evalsha")
         # When a batch is sent
         publisher.send([publisher.prepare("T", {"n": n}, "k") for n in range(BATCH)])
         # Then it took one script call, and the messages are queued in order
-        assert _calls(client, "evalsha") == scripts + 1
+        assert redis_stats.command_calls(client, "evalsha") == scripts + 1
         assert _drain(conn, queue, BATCH + 1) == [{"n": n} for n in range(-1, BATCH)]
     publisher.close_if_idle()
     client.close()
@@ -180,21 +178,19 @@ def test_a_redis_publisher_holds_one_connection(private_redis):
     client = redis.Redis.from_url(private_redis.url)
     with kombu.Connection(private_redis.url) as conn:
         queue = _bound_queue(conn, exchange, unique("q"), "k")
-        opened = _connections_received(client)  # this server is the test's own
+        opened = redis_stats.connections_received(client)  # this server is the test's own
         # When a publisher connects and sends a message, then a batch
         publisher = Publisher(BrokerSettings(private_redis.url), exchange)
         publisher.connect()
         publisher.send([publisher.prepare("T", {"n": 0}, "k")])
         publisher.send([publisher.prepare("T", {"n": n}, "k") for n in range(1, 3)])
         # Then the server saw one more connection, and the messages arrived
-        assert _connections_received(client) == opened + 1
+        assert redis_stats.connections_received(client) == opened + 1
         publisher.close_if_idle()
         assert _drain(conn, queue, 3) == [{"n": n} for n in range(3)]
     client.close()
 
 
-def _connections_received(client: redis.Redis) -> int:
-    return int(client.info("stats")["total_connections_received"])
 
 
 @pytest.mark.broker

@@ -42,6 +42,7 @@ from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 from tests import waiting
+from tests.worker_based import redis_stats
 
 pytestmark = pytest.mark.broker
 
@@ -852,7 +853,7 @@ def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
     # two connections per channel before it consumed anything. Ours borrow
     # the first while consuming does not hold it.
     watcher = inspector(stack, private_redis.url)
-    opened = _connections_received(watcher)  # this server is the test's own
+    opened = redis_stats.connections_received(watcher)  # this server is the test's own
     conn = connect(stack, private_redis.url)
     exchange = kombu.Exchange("x", type="direct")
     queue = kombu.Queue("q", exchange, routing_key="k")
@@ -864,16 +865,14 @@ def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
                         callbacks=[lambda body, message: got.append((body, message))]):
         conn.drain_events(timeout=WAIT_S)
         # Then declaring, binding, publishing and consuming took one connection
-        assert _connections_received(watcher) == opened + 1
+        assert redis_stats.connections_received(watcher) == opened + 1
         # and a command sent while consuming holds it gets one of its own
         [(body, message)] = got
         message.ack()
-        assert body == {"n": 1} and _connections_received(watcher) == opened + 2
+        assert body == {"n": 1} and redis_stats.connections_received(watcher) == opened + 2
     assert watcher.llen("q") == 0
 
 
-def _connections_received(client: redis.Redis) -> int:
-    return int(client.info("stats")["total_connections_received"])
 
 
 def test_connections_name_flowengine_without_reading_package_metadata(redis_url, stack,
@@ -906,17 +905,11 @@ def test_connections_speak_resp2_and_skip_the_resp3_handshake(redis_url, stack):
     if int(redis.__version__.split(".")[0]) < 5:
         pytest.skip(f"redis-py {redis.__version__} speaks RESP2 only")
     watcher = inspector(stack, redis_url)
-    hello_before = _calls(watcher, "hello")
+    hello_before = redis_stats.command_calls(watcher, "hello")
     channel = connect(stack, redis_url).default_channel  # the asynchronous pool pings
     with channel.conn_or_acquire() as client:
         assert client.ping()
     for pool in (channel.pool, channel.async_pool):
         assert pool.connection_kwargs["protocol"] == 2
     # Then neither pool's new connection said HELLO (the watcher's own said it before)
-    assert _calls(watcher, "hello") == hello_before
-
-
-def _calls(client: redis.Redis, command: str) -> int:
-    """How many times the server ran ``command`` since it started (INFO commandstats)."""
-    stats = client.info("commandstats")
-    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+    assert redis_stats.command_calls(watcher, "hello") == hello_before
