@@ -30,6 +30,7 @@ __all__ = [
     "InvalidState",
     "InvariantViolation",
     "JobFailure",
+    "MessageRefused",
     "MissingDependencies",
     "MissingExtra",
     "MultipleChoices",
@@ -358,6 +359,10 @@ class PublishTimeout(BrokerUnavailable):
 
 class UnverifiedMessage(InvalidFormat):
     """A message is unsigned or badly signed while signing is required (never retried)."""
+
+
+class MessageRefused(InvalidFormat):
+    """A received message cannot be read as sent: its headers, encoding or size (dead-lettered)."""
 
 
 class DeliveryNotSettled(FlowEngineError):

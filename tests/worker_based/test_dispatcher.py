@@ -1,6 +1,6 @@
 """TypeDispatcher: routing by type, required properties, validation, rejection.
 
-The dispatcher rejects what is invalid and leaves every other message for the
+The dispatcher refuses what is invalid and leaves every other message for the
 consumer to acknowledge (see messaging/delivery.py); settling twice is a bug
 the Delivery refuses.
 """
@@ -74,7 +74,7 @@ def test_missing_or_unknown_type_is_rejected(props, needle, caplog):
     msg = FakeMessage(**props)
     with caplog.at_level(logging.WARNING):
         disp.on_message({}, msg)
-    assert msg.outcome == "rejected" and msg.message.calls == ["reject"]
+    assert msg.refusal and msg.outcome is None and msg.message.calls == []
     assert needle in rejected[0]
     assert needle in caplog.text and disp.rejected_count == 1
 
@@ -85,7 +85,7 @@ def test_missing_required_properties_are_named():
                                                                 "correlation_id")))
     msg = FakeMessage(type="REQUEST", reply_to="r")
     disp.on_message({}, msg)
-    assert msg.outcome == "rejected"
+    assert msg.refusal and msg.outcome is None
     assert "lacks required property correlation_id" in rejected[0]
 
 
@@ -100,7 +100,7 @@ def test_invalid_body_is_rejected_with_the_validators_reason(caplog):
         disp.on_message({}, msg)
     assert rejected == ["'task_cls' is a required property"]
     assert "'task_cls' is a required property" in caplog.text
-    assert msg.outcome == "rejected"  # never redelivered
+    assert msg.refusal and msg.outcome is None  # dead-lettered by its consumer
 
 
 def test_crashing_validator_is_a_rejection_not_a_crash():
@@ -150,7 +150,7 @@ def test_decode_error_is_a_rejection_with_an_excerpt():
     disp, rejected = _dispatcher(d.Handler(lambda data, msg: None))
     msg = FakeMessage(body=b"{not json", type="REQUEST")
     disp.on_decode_error(msg, ValueError("Expecting property name"))
-    assert msg.outcome == "rejected"
+    assert msg.refusal and msg.outcome is None
     assert "undecodable body" in rejected[0] and "{not json" in rejected[0]
 
 
@@ -161,7 +161,7 @@ def test_failing_on_reject_callback_is_contained(caplog):
     disp = d.TypeDispatcher({}, on_reject=on_reject)
     msg = FakeMessage(type="X")
     disp.on_message({}, msg)
-    assert msg.outcome == "rejected" and "callback broke" in caplog.text
+    assert msg.refusal and "callback broke" in caplog.text
 
 
 def test_type_handlers_property():

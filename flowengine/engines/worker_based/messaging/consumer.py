@@ -8,6 +8,15 @@ connection is logged and survived (reconnect, re-declare, re-consume) until
 (when signing is on) and decoded before the dispatcher sees it, and settled
 exactly once (see :mod:`.delivery`).
 
+Nothing a publisher sends can stop the loop: kombu builds every message
+without raising (:mod:`.guarded`), and every message refused at any layer
+is copied into a dead-letter queue with its reason, then acknowledged
+(:mod:`.dead_letters`). A message in hand when the loop itself failed is
+remembered (:mod:`.strikes`) and dead-lettered unread once it made the loop
+fail ``max_redeliveries`` times. A loop that keeps failing says so
+(``LoopHooks.on_failing``, :attr:`Consumer.failing`): a worker then stops
+announcing itself, so engines route around it.
+
 On a leasing transport (flowengine's Redis transport) each queue is consumed
 on a channel of its own and a LeaseKeeper keeps this consumer's lease alive
 (see ``transports/leases.py``).
@@ -16,6 +25,7 @@ on a channel of its own and a LeaseKeeper keeps this consumer's lease alive
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -28,11 +38,17 @@ from kombu.entity import Exchange
 from kombu.messaging import Consumer as KombuConsumer
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.messaging import guarded
+from flowengine.engines.worker_based.messaging.dead_letters import (
+    DeadLetters,
+    dead_letter_queue_name,
+)
 from flowengine.engines.worker_based.messaging.delivery import Delivery
-from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher
+from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher, describe
 from flowengine.engines.worker_based.messaging.keepalive import Keepalive
 from flowengine.engines.worker_based.messaging.publisher import check_period, is_connection_error
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES, Strikes
 from flowengine.engines.worker_based.transports import (
     contract,
     errors,
@@ -64,8 +80,13 @@ RECONNECT_BACKOFF_S = 1.0
 RECONNECT_BACKOFF_MAX_S = 16.0
 
 #: Pause (s) after an unexpected (non-connection) error in the loop, so a
-#: persistent fault cannot spin a CPU at 100 %.
+#: persistent fault cannot spin a CPU at 100 %; doubled for each further one
+#: in a row, up to RECONNECT_BACKOFF_MAX_S.
 UNEXPECTED_ERROR_BACKOFF_S = 0.1
+
+#: Unexpected errors in a row (none separated by a wait period of consuming
+#: without one) after which the loop counts as failing (Consumer.failing).
+FAILING_AFTER_ERRORS = 3
 
 #: TaskFlow's reconnection settings (kombu ``ensure`` options), kept by name
 #: for TaskFlow programs that read or pass them. flowengine's consume loop
@@ -135,11 +156,14 @@ class ConsumeOptions:
     ``driver``: runs the loop's rounds on threads of its own and returns once
     they ended (a worker's :class:`~..worker_side.crew.Crew`); None: the
     thread that calls :meth:`Consumer.start` runs them.
+    ``max_redeliveries``: how many times a message may be in hand when the
+    loop itself fails before it is dead-lettered unread (see :mod:`.strikes`).
     """
 
     prefetch_count: int | None = None
     wait_period_s: float = ON_WAIT_PERIOD_S
     max_body_bytes: int | None = names.MAX_BODY_BYTES
+    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     quiet_until_started: bool = False
     lease: LeaseSpec = LeaseSpec()
     driver: Callable[[Iterator[None]], None] | None = None
@@ -155,6 +179,8 @@ class LoopHooks(NamedTuple):
     room to take another message, True when there is; while it says False
     the loop takes no message but keeps its connection alive (see
     :mod:`.keepalive`) and keeps calling the other hooks.
+    ``on_failing(reason)``: the loop started failing (``reason``: its last
+    error), or recovered (None); see :attr:`Consumer.failing`.
     """
 
     on_start: Callable[[], None] | None = None
@@ -162,6 +188,7 @@ class LoopHooks(NamedTuple):
     on_tick: Callable[[], None] | None = None
     on_exit: Callable[[], None] | None = None
     wait_for_room: Callable[[float], bool] | None = None
+    on_failing: Callable[[str | None], None] | None = None
 
 
 class Consumer:
@@ -216,6 +243,23 @@ class Consumer:
         # The draining connection's keepalive and the thread running the
         # loop's round: only that thread may use the connection (see keep_alive()).
         self._keepalive: tuple[int, Keepalive] | None = None
+        exchange_name = str(exchange.name)
+        routes = {key: (spec.name, dead_letter_queue_name(spec.name, exchange_name,
+                                                          spec.private))
+                  for spec in reversed(self._queues) for key in spec.routing_keys}
+        first = self._queues[0] if self._queues else QueueSpec(exchange_name, ())
+        self._dead_letters = DeadLetters(
+            exchange, broker.durable, routes,
+            (first.name, dead_letter_queue_name(first.name, exchange_name, first.private)),
+            f"{name} on {names.make_origin()}")
+        self._strikes = Strikes(options.max_redeliveries)
+        # The message being handled, while it is (see _rounds: a loop error
+        # with a message in hand counts against that message).
+        self._in_hand: Delivery | None = None
+        # Unexpected errors in a row, and why the loop counts as failing.
+        self._unexpected_errors = 0
+        #: None while the loop works; the last error once it keeps failing.
+        self.failing: str | None = None
 
     # --- facts ---
 
@@ -247,6 +291,11 @@ class Consumer:
         transport that ignores auto-delete (memory, filesystem).
         """
         return self._own_queues_dropped or (self._lease is not None and self._lease.retired)
+
+    @property
+    def dead_lettered(self) -> dict[str, int]:
+        """How many messages this loop dead-lettered, per dead-letter queue."""
+        return dict(self._dead_letters.counts)
 
     @property
     def wake_headers(self) -> dict[str, str]:
@@ -291,6 +340,7 @@ class Consumer:
                     yield from self._consume_until_stopped()
                 except Exception as e:
                     self._running.clear()
+                    in_hand, self._in_hand = self._in_hand, None
                     if self._stopping.is_set():
                         break
                     if self._lost_at is None:
@@ -303,9 +353,7 @@ class Consumer:
                         self._back_off(e, failures)
                         failures += 1
                     else:
-                        LOG.exception("Unexpected error in the consume loop of topic %r;"
-                                      " restarting it", self._name)
-                        self._stopping.wait(UNEXPECTED_ERROR_BACKOFF_S)
+                        self._unexpected_error(e, in_hand)
         finally:
             self._running.clear()
             if self._lease is not None:
@@ -313,6 +361,41 @@ class Consumer:
                 self._lease.stop(retire=True)
             self._call_safely(self._hooks.on_exit, "on_exit")
             self._loop_lock.release()
+
+    def _unexpected_error(self, error: Exception, in_hand: Delivery | None) -> None:
+        """Log an error of the loop's own, count it against the message in hand, pause.
+
+        The pause doubles with each error in a row; after FAILING_AFTER_ERRORS
+        of them the loop counts as failing (on_failing) until it consumes for
+        a wait period without one.
+        """
+        self._unexpected_errors += 1
+        struck = ""
+        if in_hand is not None:
+            count = self._strikes.record(in_hand)
+            struck = (f" while handling a message ({count} of {self._strikes.limit} before"
+                      " it is dead-lettered)")
+        LOG.exception("Unexpected error in the consume loop of topic %r%s; restarting it",
+                      self._name, struck)
+        if self._unexpected_errors >= FAILING_AFTER_ERRORS and self.failing is None:
+            self.failing = f"{type(error).__name__}: {error}"
+            LOG.error("The consume loop of topic %r keeps failing (%d errors in a row, the"
+                      " last: %s)", self._name, self._unexpected_errors, self.failing)
+            self._call_safely(functools.partial(self._hooks.on_failing, self.failing)
+                              if self._hooks.on_failing else None, "on_failing")
+        pause = min(RECONNECT_BACKOFF_MAX_S,
+                    UNEXPECTED_ERROR_BACKOFF_S * 2 ** (self._unexpected_errors - 1))
+        self._stopping.wait(pause)
+
+    def _working(self) -> None:
+        """The loop consumed for a wait period without an error of its own."""
+        self._unexpected_errors = 0
+        if self.failing is not None:
+            LOG.warning("The consume loop of topic %r works again (it failed with %s)",
+                        self._name, self.failing)
+            self.failing = None
+            self._call_safely(functools.partial(self._hooks.on_failing, None)
+                              if self._hooks.on_failing else None, "on_failing")
 
     def _back_off(self, error: BaseException, failures: int) -> None:
         """Say what keeps the broker away, once per back-off step, and wait it out.
@@ -402,6 +485,7 @@ class Consumer:
         try:
             # One attempt: the loop's own pause (stop() ends it) comes next.
             conn.ensure_connection(max_retries=0)
+            self._dead_letters.use(conn)
             if self._lease is None:
                 # kombu's own Redis transport (chosen by a dotted path): put
                 # back what a Redis restart left parked between delivery and
@@ -515,6 +599,8 @@ class Consumer:
             now = time.monotonic()
             if now - last_wait >= period:
                 last_wait = now
+                if self._unexpected_errors:
+                    self._working()
                 self._call_safely(self._hooks.on_wait, "on_wait")
             yield
 
@@ -546,6 +632,8 @@ class Consumer:
         consumers = []
         for i, group in enumerate(groups):
             channel = conn.channel()
+            # Messages kombu cannot read reach on_decode_error, never raise.
+            guarded.guard(channel)
             # Declarations wait for no answer: basic_consume's answer vouches
             # for them (see declare_without_waiting). Two round trips to
             # RabbitMQ instead of eight for an engine's reply queue.
@@ -562,6 +650,8 @@ class Consumer:
             no_ack = all(queue.name in unacked for queue in group)
             on_message = self._on_unacked_message if no_ack else self._on_message
             consumer = KombuConsumer(channel, queues=group, on_message=on_message,
+                                      on_decode_error=functools.partial(
+                                          self._on_unreadable_message, no_ack=no_ack),
                                       accept=["json"], no_ack=no_ack,
                                       prefetch_count=None if no_ack
                                       else self._options.prefetch_count,
@@ -591,18 +681,72 @@ class Consumer:
         """Receive one raw message."""
         self._handle(Delivery(message))
 
+    def _on_unreadable_message(self, message: Any, error: BaseException, *,
+                               no_ack: bool) -> None:
+        """Receive a message kombu could not read (see :mod:`.guarded`): refuse it."""
+        delivery = Delivery(message)
+        if no_ack:
+            delivery.settled_by_transport()
+        self._in_hand = delivery
+        reason = (str(error) if isinstance(error, exc.MessageRefused)
+                  else f"unreadable ({type(error).__name__}: {error})")
+        if self._broker.keyring is None:
+            self._dispatcher.reject(delivery, reason)  # a FAILURE where it says where
+        else:
+            self._dispatcher.refuse_unread(delivery, reason)  # unsigned as far as we know
+        self._settle(delivery)
+        self._in_hand = None
+
     def _handle(self, delivery: Delivery) -> None:
-        """Size check, verify, decode, dispatch, settle; never raises."""
+        """Size check, verify, decode, dispatch, settle.
+
+        Raises only what settling raised (a broken connection: the message
+        comes again once the loop reconnected).
+        """
+        self._in_hand = delivery
+        struck = self._strikes.struck_out(delivery)
+        if struck:
+            delivery.refuse(f"it was in hand {struck} times when the consume loop failed")
+        else:
+            try:
+                self._receive(delivery)
+            except Exception:
+                LOG.exception("Unexpected error handling a message on topic %r", self._name)
+        self._settle(delivery)
+        self._in_hand = None
+
+    def _settle(self, delivery: Delivery) -> None:
+        """Dead-letter it if refused, then acknowledge it unless already settled."""
+        if delivery.refusal is not None:
+            self._dead_letter(delivery)
+        if not delivery.settled:
+            try:
+                delivery.ack()
+            except exc.DeliveryNotSettled:
+                LOG.debug("Could not acknowledge a handled message", exc_info=True)
+        self._strikes.forget(delivery)
+
+    def _dead_letter(self, delivery: Delivery) -> None:
+        """Copy a refused message into its dead-letter queue, saying where.
+
+        A broken connection is raised (the message, unsettled, comes again
+        after the reconnection). Any other failure is raised too, unless the
+        message already made the loop fail often enough: it is then dropped,
+        with an error line, so that no message can keep the loop failing.
+        """
+        reason = delivery.refusal or ""
         try:
-            self._receive(delivery)
-        except Exception:
-            LOG.exception("Unexpected error handling a message on topic %r", self._name)
-        finally:
-            if not delivery.settled:
-                try:
-                    delivery.ack()
-                except exc.DeliveryNotSettled:
-                    LOG.debug("Could not acknowledge a handled message", exc_info=True)
+            queue = self._dead_letters.put(delivery, reason)
+        except Exception as e:
+            if (isinstance(e, tuple(self._conn.connection_errors))
+                    or is_connection_error(e, self._conn)
+                    or not self._strikes.struck_out(delivery)):
+                raise
+            LOG.error("Dropped %s refused on topic %r (%s): it could not be dead-lettered"
+                      " (%s)", describe(delivery), self._name, reason, e)
+            return
+        LOG.info("Dead-lettered %s from topic %r to %s", describe(delivery), self._name,
+                 queue)
 
     def _receive(self, delivery: Delivery) -> None:
         headers = delivery.headers

@@ -2,9 +2,11 @@
 
 Who settles a message, in one place:
 
-* the dispatcher *rejects* a message that is invalid (unknown type, missing
-  property, undecodable or schema-invalid body, bad signature): nothing
-  acts on it;
+* the dispatcher *refuses* a message that is invalid (unknown type, missing
+  property, undecodable or schema-invalid body, bad signature, or one kombu
+  could not read): nothing acts on it, and the consumer copies it into its
+  dead-letter queue with the reason (:mod:`.dead_letters`) and acknowledges
+  it;
 * a handler that takes responsibility for its message settles it itself: a
   worker acknowledges a request only once it answers for it (its PENDING
   reply, see :mod:`..worker_side.intake`), and gives it back when it cannot;
@@ -52,13 +54,15 @@ class Delivery:
     TaskFlow's dispatcher keep working.
     """
 
-    __slots__ = ("message", "outcome")
+    __slots__ = ("message", "outcome", "refusal")
 
     def __init__(self, message: Any) -> None:
         #: The kombu message.
         self.message = message
         #: None until settled; then ACKED, REJECTED or REQUEUED.
         self.outcome: str | None = None
+        #: Why it was refused (see :meth:`refuse`); None while it is not.
+        self.refusal: str | None = None
 
     @property
     def properties(self) -> Mapping[str, Any]:
@@ -132,6 +136,11 @@ class Delivery:
             raise exc.DeliveryNotSettled(
                 f"Could not acknowledge message {self.delivery_tag} ({e}); the broker"
                 f" keeps it", cause=e) from e
+
+    def refuse(self, reason: str) -> None:
+        """Mark it refused for ``reason``: its consumer dead-letters it, then acknowledges it."""
+        if self.refusal is None:
+            self.refusal = reason
 
     def reject(self) -> None:
         """Reject it for good (never redelivered); a failure to say so is logged."""

@@ -1,9 +1,10 @@
 """Routes each received message to the handler for its ``type`` property.
 
-Anything wrong with a message (unknown type, missing property, undecodable
-or schema-invalid body) is logged with its cause, reported to ``on_reject``
-so the owner can answer with a FAILURE where a reply address is known, and
-the message is rejected. Who settles the others is said in
+Anything wrong with a message (unknown type, missing or mistyped property,
+undecodable or schema-invalid body) is logged with its cause, reported to
+``on_reject`` so the owner can answer with a FAILURE where a reply address
+is known, and the message is refused: its consumer moves it to a
+dead-letter queue (see :mod:`.dead_letters`). Who settles the others is said in
 :mod:`.delivery`: the consumer acknowledges a message once its handler
 returned, unless the handler settles it itself (``Handler(settles=True)``).
 """
@@ -30,6 +31,14 @@ def describe(message: Any) -> str:
     return (f"message (type={props.get('type')!r},"
             f" correlation_id={props.get('correlation_id')!r},"
             f" reply_to={props.get('reply_to')!r}, {len(body)} bytes)")
+
+
+def _refuse(message: Any, reason: str) -> None:
+    """Refuse ``message``: a Delivery is dead-lettered by its consumer, a bare message rejected."""
+    if isinstance(message, Delivery):
+        message.refuse(reason)
+    elif not message.settled:
+        message.reject()
 
 
 class Handler:
@@ -89,7 +98,7 @@ class TypeDispatcher:
         return self._requeue_filters
 
     def reject(self, message: Delivery, reason: str) -> None:
-        """Log why ``message`` is refused, tell on_reject, and reject it (no requeue)."""
+        """Log why ``message`` is refused, tell on_reject, and refuse it (dead-lettered)."""
         self.rejected_count += 1
         LOG.warning("Rejected %s: %s", describe(message), reason)
         if self._on_reject is not None:
@@ -97,8 +106,7 @@ class TypeDispatcher:
                 self._on_reject(message, reason)
             except Exception:
                 LOG.exception("on_reject callback failed for %s", describe(message))
-        if not message.settled:
-            message.reject()
+        _refuse(message, reason)
 
     def reject_unverified(self, message: Delivery, reason: str) -> None:
         """Refuse a message whose signature is missing or wrong: logged and counted.
@@ -106,11 +114,14 @@ class TypeDispatcher:
         on_reject is not told: its reply address is untrusted, and answering
         forged messages would let anyone make us send messages for them.
         """
-        self.rejected_count += 1
         self.unverified_count += 1
+        self.refuse_unread(message, reason)
+
+    def refuse_unread(self, message: Delivery, reason: str) -> None:
+        """Refuse a message nobody can vouch for, unread: logged, never answered."""
+        self.rejected_count += 1
         LOG.warning("Refused %s unread: %s", describe(message), reason)
-        if not message.settled:
-            message.reject()
+        _refuse(message, reason)
 
     def on_decode_error(self, message: Delivery, error: BaseException) -> None:
         """Called for a body that cannot be decoded (bad JSON, content type not accepted)."""
@@ -136,6 +147,16 @@ class TypeDispatcher:
         message_type = props.get("type")
         if not message_type:
             self.reject(message, "it has no 'type' property")
+            return
+        if not isinstance(message_type, str):
+            self.reject(message, f"its 'type' property is a {type(message_type).__name__},"
+                                 " not a string")
+            return
+        mistyped = [p for p in ("reply_to", "correlation_id")
+                    if props.get(p) is not None and not isinstance(props[p], str)]
+        if mistyped:
+            self.reject(message, f"propert{'y' if len(mistyped) == 1 else 'ies'}"
+                                 f" {', '.join(mistyped)} must be strings")
             return
         handler = self._type_handlers.get(message_type)
         if handler is None:

@@ -92,7 +92,8 @@ class Intake:
         """Answer a refused request with FAILURE when we know where and for what."""
         props = message.properties
         reply_to, task_uuid = props.get("reply_to"), props.get("correlation_id")
-        if not reply_to or not task_uuid:
+        if not (reply_to and task_uuid and isinstance(reply_to, str)
+                and isinstance(task_uuid, str)):
             return
         # Never answer a NOTIFY or a RESPONSE: two confused peers must not
         # bounce failures at each other forever.
