@@ -20,6 +20,7 @@ from typing import Any
 
 from flowengine import __version__, commands
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based.wire.names import MAX_BODY_BYTES
 
 LOG = logging.getLogger("flowengine.cli")
 
@@ -94,6 +95,13 @@ def _build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--heartbeat-interval", type=float, default=None, metavar="SECONDS",
                         help="seconds between heartbeats of each held request (default 2;"
                              " executors declare it lost after 3 missed ones)")
+    worker.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                        metavar="BYTES",
+                        help="largest message body taken; a larger request is refused"
+                             f" with a FAILURE and dead-lettered (default {MAX_BODY_BYTES})")
+    worker.add_argument("--max-redeliveries", type=int, default=3, metavar="N",
+                        help="times a message may be in hand when a consume loop fails"
+                             " before it is dead-lettered unread (default 3)")
     worker.add_argument("--compat", default=None, choices=["taskflow"],
                         help="share the exchange with TaskFlow engines/workers: declare"
                              " what TaskFlow declares (see the migration guide)")
@@ -213,6 +221,8 @@ def run_worker(args: argparse.Namespace) -> int:
                         durable=args.durable, secret=_read_secret_file(args.secret_file),
                         heartbeat_interval=args.heartbeat_interval,
                         compat=args.compat,  # mixed fleets with TaskFlow
+                        max_body_bytes=args.max_body_bytes,
+                        max_redeliveries=args.max_redeliveries,
                         events=args.events, exception_handlers=handlers, metrics=metrics)
     if metrics is not None:
         from flowengine import metrics as metrics_mod

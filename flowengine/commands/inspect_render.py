@@ -21,6 +21,13 @@ def _where(worker: dict[str, Any]) -> str:
     return f"{worker.get('hostname', '?')}:{worker.get('pid', '?')}"
 
 
+def _topics(worker: dict[str, Any]) -> str:
+    """The worker's topics, each whose consume loop keeps failing marked with why."""
+    failing = worker.get("failing") or {}
+    return ", ".join(f"{topic} (FAILING: {failing[topic]})" if topic in failing else topic
+                     for topic in worker.get("topics", []))
+
+
 def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
     """The rich Table showing ``answers`` to the question ``what``."""
     from rich import box
@@ -44,34 +51,34 @@ def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
         return t
     if what == "stats":
         cols = ("WORKER", "HOST:PID", "TOPICS", "THREADS", "EXECUTOR", "UPTIME", "HELD",
-                "RECEIVED", "SUCCEEDED", "FAILED", "CANCELLED", "RETRIED", "RECONNECTS")
+                "RECEIVED", "SUCCEEDED", "FAILED", "CANCELLED", "RETRIED", "RECONNECTS",
+                "DEAD-LETTERED")
         for col in cols:
             t.add_column(col)
         for answer in answers:
             worker = answer["result"].get("worker", {})
             stats = answer["result"].get("stats", {})
             totals = stats.get("totals", {})
-            t.add_row(answer["worker_id"], _where(worker), ", ".join(worker.get("topics", [])),
+            t.add_row(answer["worker_id"], _where(worker), _topics(worker),
                       str(worker.get("threads", "?")), str(worker.get("executor", "?")),
                       _age(stats.get("uptime_s")),
                       f"{worker.get('held', 0)} ({worker.get('running', 0)} running)",
                       *(str(totals.get(k, 0)) for k in ("received", "succeeded", "failed",
                                                         "cancelled", "retried")),
-                      str(stats.get("reconnects", 0)))
+                      str(stats.get("reconnects", 0)), str(stats.get("dead_lettered", 0)))
         return t
     if what == "registered":
         for col in ("WORKER", "TOPICS", "TASKS"):
             t.add_column(col)
         for answer in answers:
             worker = answer["result"].get("worker", {})
-            t.add_row(answer["worker_id"], ", ".join(worker.get("topics", [])),
-                      "\n".join(worker.get("tasks", [])))
+            t.add_row(answer["worker_id"], _topics(worker), "\n".join(worker.get("tasks", [])))
         return t
     for col in ("WORKER", "HOST:PID", "TOPICS", "TASKS", "THREADS", "HELD", "RUNNING"):
         t.add_column(col)
     for answer in answers:
         worker = answer["result"].get("worker", {})
-        t.add_row(answer["worker_id"], _where(worker), ", ".join(worker.get("topics", [])),
+        t.add_row(answer["worker_id"], _where(worker), _topics(worker),
                   str(len(worker.get("tasks", []))), str(worker.get("threads", "?")),
                   str(worker.get("held", 0)), str(worker.get("running", 0)))
     return t

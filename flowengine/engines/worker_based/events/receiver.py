@@ -4,6 +4,13 @@ Each receiver consumes from its own auto-deleted queue, bounded where the
 broker supports it, and deletes it when done. A receiver given a secret
 verifies every event's signature before decoding it and drops (and counts)
 those that are unsigned, signed with an unknown key or altered.
+
+An event that cannot be read (headers that are not a mapping, a compressed
+or undecodable body: see ``messaging/guarded.py``) is acknowledged, counted
+and logged, never raised: one bad publisher must not stop a viewer. Unlike
+the consume loops of workers and engines, a receiver does not dead-letter
+it: the stream is a live view, not a record, and a copy published back to
+the events exchange would reach every receiver again.
 """
 
 from __future__ import annotations
@@ -20,11 +27,13 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.message import Message
+from kombu.messaging import Consumer
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.events import channel
 from flowengine.engines.worker_based.events import signing as event_signing
 from flowengine.engines.worker_based.events.model import LamportClock
+from flowengine.engines.worker_based.messaging import guarded
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
 
@@ -70,6 +79,8 @@ class EventReceiver:
         self.keyring = None if secret is None else signing.load_keyring(secret)
         #: Events dropped because their signature was missing or wrong.
         self.unverified_count = 0
+        #: Messages dropped because they could not be read at all.
+        self.unreadable_count = 0
         self._last_warning = float("-inf")
         self._exchange_name = exchange
         self._handler = handler
@@ -130,12 +141,23 @@ class EventReceiver:
                 if limit is not None and count >= limit:
                     self._stop.set()
 
+        def on_unreadable(message: Message, error: BaseException) -> None:
+            try:
+                message.ack()
+            except Exception:
+                LOG.debug("Could not acknowledge an unreadable event", exc_info=True)
+            self.unreadable_count += 1
+            self._warn_dropped(f"unreadable ({error})", self.unreadable_count)
+
         try:
             conn = channel.connection(self._broker)
             # One attempt, raised as it is: kombu would retry a refused login
             # or an unreachable broker for its connect timeout first.
             conn.ensure_connection(max_retries=0)
-            with conn.Consumer([bounded], on_message=on_message, accept=["json"]):
+            events_channel = conn.channel()
+            guarded.guard(events_channel)
+            with Consumer(events_channel, [bounded], on_message=on_message,
+                          on_decode_error=on_unreadable, accept=["json"]):
                 self._ready.set()
                 self._started_or_failed.set()
                 while not self._stop.is_set():
@@ -153,13 +175,16 @@ class EventReceiver:
     def _refuse(self, reason: str) -> None:
         """Count an event that failed verification; warn now and then, saying why."""
         self.unverified_count += 1
+        self._warn_dropped(f"{reason}; the monitor shows only events signed with a key it"
+                           " holds", self.unverified_count)
+
+    def _warn_dropped(self, reason: str, count: int) -> None:
+        """Warn of a dropped event, at most once per UNVERIFIED_WARNING_PERIOD_S."""
         now = time.monotonic()
         if now - self._last_warning >= UNVERIFIED_WARNING_PERIOD_S:
             self._last_warning = now
-            LOG.warning("Dropped an event from %s unread: %s (%d dropped so far; the"
-                        " monitor shows only events signed with a key it holds)",
-                        channel.events_exchange_name(self._exchange_name), reason,
-                        self.unverified_count)
+            LOG.warning("Dropped an event from %s unread: %s (%d dropped so far)",
+                        channel.events_exchange_name(self._exchange_name), reason, count)
 
 
 def decode(body: Any) -> Iterator[dict[str, Any]]:

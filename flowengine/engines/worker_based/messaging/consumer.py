@@ -25,6 +25,7 @@ on a channel of its own and a LeaseKeeper keeps this consumer's lease alive
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import logging
 import threading
@@ -48,7 +49,7 @@ from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher,
 from flowengine.engines.worker_based.messaging.keepalive import Keepalive
 from flowengine.engines.worker_based.messaging.publisher import check_period, is_connection_error
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES, Strikes
+from flowengine.engines.worker_based.messaging.strikes import Strikes
 from flowengine.engines.worker_based.transports import (
     contract,
     errors,
@@ -144,29 +145,39 @@ class LeaseSpec(NamedTuple):
     reclaim: bool = False
 
 
+class DefaultLimit(enum.Enum):
+    """``ConsumeOptions.max_body_bytes``'s default: the broker settings' limit."""
+
+    BROKER = "broker"
+
+
 @dataclasses.dataclass(frozen=True)
 class ConsumeOptions:
     """How a consume loop behaves; the defaults suit an engine's reply queue.
 
     ``prefetch_count``: unacknowledged messages the broker may push per
     queue (None: no limit). ``wait_period_s``: how often ``on_wait`` runs.
-    ``max_body_bytes``: larger messages are rejected unread.
+    ``max_body_bytes``: larger messages are refused unread (default: the
+    broker settings' limit; None there is no limit).
     ``quiet_until_started``: broker problems before the first start are
     logged at DEBUG (the owner raises them, see :meth:`Consumer.wait_started`).
     ``driver``: runs the loop's rounds on threads of its own and returns once
     they ended (a worker's :class:`~..worker_side.crew.Crew`); None: the
     thread that calls :meth:`Consumer.start` runs them.
-    ``max_redeliveries``: how many times a message may be in hand when the
-    loop itself fails before it is dead-lettered unread (see :mod:`.strikes`).
     """
 
     prefetch_count: int | None = None
     wait_period_s: float = ON_WAIT_PERIOD_S
-    max_body_bytes: int | None = names.MAX_BODY_BYTES
-    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    max_body_bytes: int | None | DefaultLimit = DefaultLimit.BROKER
     quiet_until_started: bool = False
     lease: LeaseSpec = LeaseSpec()
     driver: Callable[[Iterator[None]], None] | None = None
+
+    def body_limit(self, broker: BrokerSettings) -> int | None:
+        """The largest body (bytes) taken: ``max_body_bytes``, or the broker settings' limit."""
+        if isinstance(self.max_body_bytes, DefaultLimit):
+            return broker.max_body_bytes
+        return self.max_body_bytes
 
 
 class LoopHooks(NamedTuple):
@@ -252,7 +263,8 @@ class Consumer:
             exchange, broker.durable, routes,
             (first.name, dead_letter_queue_name(first.name, exchange_name, first.private)),
             f"{name} on {names.make_origin()}")
-        self._strikes = Strikes(options.max_redeliveries)
+        self._strikes = Strikes(broker.max_redeliveries)
+        self._max_body_bytes = options.body_limit(broker)
         # The message being handled, while it is (see _rounds: a loop error
         # with a message in hand counts against that message).
         self._in_hand: Delivery | None = None
@@ -753,7 +765,7 @@ class Consumer:
         if (delivery.properties.get("type") == WAKE_TYPE
                 and headers.get(WAKE_HEADER) == self._wake_token):
             return  # our own stop() wake-up: acknowledged, nothing to do
-        limit = self._options.max_body_bytes
+        limit = self._max_body_bytes
         body = delivery.body
         if limit is not None and len(body) > limit:
             self._dispatcher.reject(delivery, f"body of {len(body)} bytes exceeds the limit"

@@ -171,8 +171,9 @@ def original_message(headers: Mapping[str, Any]) -> dict[str, Any]:
     """What a dead letter says of the message it keeps: publish() keyword arguments.
 
     ``exchange``, ``routing_key``, ``headers``, ``content_type``,
-    ``content_encoding`` and the kept properties, as received; the
-    ``reason`` and ``queue`` of the refusal too.
+    ``content_encoding`` and the kept properties, as received (``headers``
+    may be anything a refused message carried); the ``reason`` and
+    ``queue`` of the refusal too.
     """
     properties = _json_value(headers.get(HEADER_PROPERTIES)) or {}
     original_headers = _json_value(headers.get(HEADER_HEADERS)) or {}
@@ -185,7 +186,8 @@ def original_message(headers: Mapping[str, Any]) -> dict[str, Any]:
         "refused_by": headers.get(HEADER_BY),
         "truncated": headers.get(HEADER_TRUNCATED),
         "properties": properties if isinstance(properties, dict) else {},
-        "headers": original_headers if isinstance(original_headers, dict) else {},
+        # As received: a mapping, or whatever a refused message carried instead.
+        "headers": original_headers,
     }
 
 

@@ -83,6 +83,8 @@ class Proxy:
     logged, never fatal. ``publish_timeout_s`` bounds how long publish()
     retries an unreachable broker. ``wait_for_room(seconds)`` (a worker's):
     the loop takes no message while it returns False (see LoopHooks).
+    ``on_failing(reason)``: the consume loop keeps failing (``reason``) or
+    works again (None), see LoopHooks.
     """
 
     #: Reconnection settings (kombu ``ensure_connection`` options) used unless
@@ -99,7 +101,8 @@ class Proxy:
                  wake_routing_key: str | None = None, on_start: Any = None,
                  on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
                  publish_timeout_s: float = PUBLISH_TIMEOUT_S,
-                 wait_for_room: Callable[[float], bool] | None = None) -> None:
+                 wait_for_room: Callable[[float], bool] | None = None,
+                 on_failing: Callable[[str | None], None] | None = None) -> None:
         broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         self._topic = topic
         self._broker = broker
@@ -116,14 +119,16 @@ class Proxy:
         self._exchange = compat.make_exchange(exchange, durable=broker.durable,
                                               compat=broker.compat,
                                               signed=broker.keyring is not None)
-        self._publisher = Publisher(broker, self._exchange, max_body_bytes=consume.max_body_bytes,
+        self._publisher = Publisher(broker, self._exchange,
+                                    max_body_bytes=consume.body_limit(broker),
                                     timeout_s=publish_timeout_s)
         self._consumer = Consumer(topic, broker, self._exchange, queues, self._dispatcher,
                                   options=consume,
                                   hooks=LoopHooks(on_start=on_start, on_wait=on_wait,
                                                   on_tick=self._publisher.heartbeat_if_idle,
                                                   on_exit=self._publisher.close_if_idle,
-                                                  wait_for_room=wait_for_room))
+                                                  wait_for_room=wait_for_room,
+                                                  on_failing=on_failing))
 
     # --- read-only facts ---
 
@@ -198,6 +203,16 @@ class Proxy:
     def is_running(self) -> bool:
         """True while the consume loop is consuming."""
         return self._consumer.is_running
+
+    @property
+    def failing(self) -> str | None:
+        """Why the consume loop keeps failing (its last error); None while it works."""
+        return self._consumer.failing
+
+    @property
+    def dead_lettered(self) -> dict[str, int]:
+        """Messages the consume loop dead-lettered so far, per dead-letter queue."""
+        return self._consumer.dead_lettered
 
     @property
     def reconnect_count(self) -> int:

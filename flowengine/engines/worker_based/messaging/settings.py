@@ -22,7 +22,8 @@ from kombu.connection import Connection
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
-from flowengine.engines.worker_based.wire import signing
+from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
+from flowengine.engines.worker_based.wire import names, signing
 
 __all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
 
@@ -62,6 +63,12 @@ class BrokerSettings:
     :mod:`..wire.signing`: None reads ``FLOWENGINE_SECRET``, False turns
     signing off); ``compat='taskflow'`` declares as TaskFlow does for mixed
     fleets (see :mod:`.compat`); ``heartbeat_s`` the AMQP heartbeat.
+    ``max_body_bytes``: a larger message body is refused before it is
+    decoded, when received (dead-lettered, and answered with a FAILURE
+    naming the limit where it is a request) and when published (None: no
+    limit). ``max_redeliveries``: how many times a message may be in hand
+    when a consume loop fails before it is dead-lettered unread (see
+    :mod:`.strikes`).
 
     Raises ValueError for a combination ``compat`` cannot follow, and
     BrokerConfigError (from :meth:`connection`) for a malformed URL or an
@@ -76,6 +83,8 @@ class BrokerSettings:
     secret: Any = None
     compat: str | None = None
     heartbeat_s: float = AMQP_HEARTBEAT_S
+    max_body_bytes: int | None = names.MAX_BODY_BYTES
+    max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
 
     def __post_init__(self) -> None:
         # Frozen copies: a caller mutating its dict later changes nothing here.
@@ -83,6 +92,12 @@ class BrokerSettings:
         if self.retry_options is not None:
             object.__setattr__(self, "retry_options", _frozen(self.retry_options))
         object.__setattr__(self, "durable", bool(self.durable))
+        if self.max_body_bytes is not None and self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes must be positive or None, not"
+                             f" {self.max_body_bytes!r}")
+        if self.max_redeliveries < 1:
+            raise ValueError(f"max_redeliveries must be at least 1, not"
+                             f" {self.max_redeliveries!r}")
         object.__setattr__(self, "compat", compat.check(
             self.compat, durable=self.durable, signed=self.keyring is not None))
 
@@ -111,13 +126,17 @@ class BrokerSettings:
         """The settings engine options (or command-line options) ask for.
 
         Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
-        ``durable``, ``secret`` and ``compat``; ignores everything else.
+        ``durable``, ``secret``, ``compat``, ``max_body_bytes`` and
+        ``max_redeliveries``; ignores everything else.
         """
         return cls(url=options.get("url"), transport=options.get("transport"),
                    transport_options=options.get("transport_options") or {},
                    retry_options=options.get("retry_options"),
                    durable=bool(options.get("durable", False)),
-                   secret=options.get("secret"), compat=options.get("compat"))
+                   secret=options.get("secret"), compat=options.get("compat"),
+                   max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
+                   max_redeliveries=options.get("max_redeliveries",
+                                                DEFAULT_MAX_REDELIVERIES))
 
     @functools.cached_property
     def keyring(self) -> signing.Keyring | None:

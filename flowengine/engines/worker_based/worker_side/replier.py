@@ -102,6 +102,8 @@ class Replier:
         self._running_due: collections.deque[tuple[float, rm.Held]] = collections.deque()
         self._beat_wake = threading.Condition()
         self._last_announce = time.monotonic()
+        # True while the worker must not announce itself (its consume loop keeps failing).
+        self._silenced = False
 
     @property
     def identity(self) -> Identity:
@@ -121,8 +123,14 @@ class Replier:
 
     # --- about the worker ---
 
+    def silence(self, silenced: bool = True) -> None:
+        """Stop (or resume) announcing this worker and answering NOTIFYs (goodbyes still go)."""
+        self._silenced = silenced
+
     def announce(self, leaving: bool = False) -> None:
         """Tell every executor who we are and what we run (or that we leave)."""
+        if self._silenced and not leaving:
+            return
         tasks = [] if leaving else list(self._identity.tasks)
         try:
             self._proxy.publish(pr.Notify(topic=self._identity.topic, tasks=tasks),
@@ -137,6 +145,8 @@ class Replier:
 
     def answer_notify(self, reply_to: str, correlation_id: str | None) -> None:
         """Answer a NOTIFY request with our topic and tasks."""
+        if self._silenced:
+            return
         try:
             self._proxy.publish(pr.Notify(topic=self._identity.topic,
                                           tasks=list(self._identity.tasks)), reply_to,

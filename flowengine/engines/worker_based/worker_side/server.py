@@ -149,7 +149,7 @@ class Server:
         self._proxy = proxy_mod.Proxy(
             topic, exchange, None, self._on_wait, broker=broker, queues=queues,
             wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
-            wait_for_room=self._wait_for_room,
+            wait_for_room=self._wait_for_room, on_failing=self._on_failing,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
@@ -288,12 +288,27 @@ class Server:
             LOG.info("Worker %s serves topic %r with %d task(s); heartbeat every %.2f s,"
                      " holds at most %s request(s)", self.worker_id, self.topic,
                      len(self._identity.tasks), self._interval, self._capacity or "unbounded")
-        self._replier.announce()
+        if self._proxy.failing is None:
+            self._replier.announce()
         self._events.online()
 
     def _on_wait(self) -> None:
         """Periodic work of the consume loop (heartbeats have their own thread)."""
         self._events.heartbeat()
+
+    def _on_failing(self, reason: str | None) -> None:
+        """The consume loop keeps failing (stop announcing us), or works again."""
+        if reason is not None:
+            LOG.error("Worker %s stops announcing itself on topic %r: its consume loop keeps"
+                      " failing (%s); engines route around it until it works again",
+                      self.worker_id, self.topic, reason)
+            self._replier.silence()
+            self._replier.announce(leaving=True)
+        else:
+            LOG.warning("Worker %s announces itself on topic %r again: its consume loop works",
+                        self.worker_id, self.topic)
+            self._replier.silence(False)
+            self._replier.announce()
 
     def _wait_for_room(self, timeout_s: float) -> bool:
         return self._intake.wait_for_room(timeout_s)

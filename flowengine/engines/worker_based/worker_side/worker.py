@@ -15,6 +15,7 @@ from typing import Any
 
 import flowengine
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
 from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire import timelimits as tl
@@ -68,7 +69,12 @@ class Worker:
     default handler (a WARNING log line; ``default_exception_handler=False``
     drops it), see :mod:`.exception_handlers`. ``control`` (default True)
     answers ``flowengine inspect``/``control`` (see :mod:`.control`).
-    ``metrics`` counts requests (see :mod:`flowengine.metrics`). Raises
+    ``metrics`` counts requests (see :mod:`flowengine.metrics`).
+    ``max_body_bytes`` (default 8 MiB; None: no limit): a larger request is
+    refused unread, dead-lettered and answered with a FAILURE naming the
+    limit. ``max_redeliveries`` (default 3): how many times a message may be
+    in hand when a consume loop fails before it is dead-lettered unread
+    (see doc/source/reliability.rst). Raises
     ValueError for no topic, a repeated one, or a pool of unknown size
     shared by several topics.
     """
@@ -88,7 +94,9 @@ class Worker:
                  exception_handlers: Sequence[eh.ExceptionHandler] = (),
                  default_exception_handler: bool = True,
                  control: bool = True,
-                 metrics: supervision.RequestMetrics | None = None) -> None:
+                 metrics: supervision.RequestMetrics | None = None,
+                 max_body_bytes: int | None = names.MAX_BODY_BYTES,
+                 max_redeliveries: int = DEFAULT_MAX_REDELIVERIES) -> None:
         topics = [topic] if isinstance(topic, str) else list(topic)
         if not topics or len(set(topics)) != len(topics):
             raise ValueError(f"a worker needs one or more distinct topics, got {topics!r}")
@@ -117,7 +125,9 @@ class Worker:
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
-                                durable=durable, secret=secret, compat=compat)
+                                durable=durable, secret=secret, compat=compat,
+                                max_body_bytes=max_body_bytes,
+                                max_redeliveries=max_redeliveries)
         self._broker = broker
         worker_id = worker_id or names.make_worker_id()
         self._activity = activity_mod.Activity(
@@ -328,7 +338,10 @@ class Worker:
                 "threads": server_mod.pool_size(self._executor),
                 "executor": self._task_runner.kind, "capacity": self._server.capacity,
                 "version": flowengine.__version__, "queues": queues,
-                "started_at": self._activity.started_at}
+                "started_at": self._activity.started_at,
+                # Topics whose consume loop keeps failing (not announced meanwhile).
+                "failing": {server.topic: server.proxy.failing for server in self._servers
+                            if server.proxy.failing is not None}}
 
     def statistics(self) -> dict[str, Any]:
         """Counters, held requests, uptime and broker connections, JSON-ready."""
@@ -337,6 +350,8 @@ class Worker:
                 "by_task": {name: c.as_dict() for name, c in self._activity.by_task.items()},
                 "broker": self._broker.public_uri,
                 "reconnects": sum(s.proxy.reconnect_count for s in self._servers),
+                "dead_lettered": sum(sum(s.proxy.dead_lettered.values())
+                                     for s in self._servers),
                 "requests": self._activity.snapshot()}
 
     def requests(self) -> list[dict[str, Any]]:
