@@ -56,6 +56,11 @@ class WorkerBasedActionEngine(engine.ActionEngine):
       ``$FLOWENGINE_SECRET``, none if unset
     - ``compat``: ``'taskflow'`` to share the exchange with TaskFlow workers
       and engines (declares what TaskFlow declares; see migration.rst)
+    - ``max_body_bytes`` (default 8 MiB; None: no limit): larger replies are
+      refused unread and larger requests are not sent;
+      ``max_redeliveries`` (default 3): how many times a message may be in
+      hand when the reply consume loop fails before it is dead-lettered
+      (see doc/source/reliability.rst)
     - ``executor``: a WorkerTaskExecutor (or an object with the same methods)
       to use instead of creating one
     - ``events``: publish flow-started/flow-finished/task-retried events on
