@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +32,7 @@ from kombu.entity import Exchange, Queue
 from kombu.messaging import Producer
 
 from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.wire import clock
 
 LOG = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class DeadLetters:
             HEADER_EXCHANGE: info.get("exchange") if isinstance(info.get("exchange"), str)
             else self._exchange.name,
             HEADER_ROUTING_KEY: routing_key if isinstance(routing_key, str) else "",
-            HEADER_AT: round(time.time(), 6),
+            HEADER_AT: round(clock.wall(), 6),
             HEADER_PROPERTIES: _json_text(_kept_properties(delivery)),
             HEADER_HEADERS: _json_text(_raw_headers(delivery)),
             HEADER_BY: self._refused_by,
