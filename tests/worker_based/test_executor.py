@@ -196,6 +196,25 @@ def test_worker_on_unlisted_topic_is_learned_from_its_announcement():
                 == (base.EXECUTED, 1)
 
 
+def test_an_engine_given_topics_never_uses_a_worker_of_another_topic():
+    # Given an engine given topic "a", and a worker of topic "b" that
+    # announces itself on the same exchange before a worker of "a" does,
+    exchange = unique()
+    with running_executor(exchange, ["a"]) as executor, \
+            running_worker(exchange, "b", [et.Echo]) as other:
+        with running_worker(exchange, "a", [et.Echo]) as worker:
+            # when the worker of "a" is known (its announcement came after b's),
+            assert executor.wait_for_workers(1, WAIT_S) == 0
+            # then the worker of "b" is not, and every request runs on "a".
+            assert executor.finder.total_workers == 1
+            assert executor.finder.topics == ["a"]
+            futs = [executor.execute_task(et.Echo("e"), f"u{i}", {"value": i})
+                    for i in range(10)]
+            assert [f.result(WAIT_S)[1] for f in futs] == list(range(10))
+            assert worker.server.memory.finished_count() == 10
+            assert other.server.memory.finished_count() == 0
+
+
 def test_heterogeneous_workers_on_one_topic():
     # Given two workers on one topic; only one of them can run Other
     # (started after the executor: each announces itself; a NOTIFY sent to a

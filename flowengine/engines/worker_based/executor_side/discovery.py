@@ -136,6 +136,9 @@ class ProxyWorkerFinder:
         self._uuid = uuid
         self._proxy = proxy
         self._topics = list(topics)
+        # Topics given: only their workers are used, whoever else announces
+        # itself on the exchange (None: none given, any topic is learned).
+        self._only_topics = frozenset(self._topics) or None
         self._beat_periodicity = beat_periodicity
         self._worker_expiry = worker_expiry
         self._on_change = on_change
@@ -235,6 +238,8 @@ class ProxyWorkerFinder:
         """Process a notify response or announcement; return the worker if new or changed."""
         headers = Headers.parse(getattr(message, "headers", None))
         topic = data["topic"]
+        if self._only_topics is not None and topic not in self._only_topics:
+            return None  # an announcement of a topic this engine was not given
         tasks = data["tasks"]
         worker_id = headers.worker_id
         if worker_id is not None:

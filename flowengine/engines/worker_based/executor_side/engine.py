@@ -33,8 +33,9 @@ class WorkerBasedActionEngine(engine.ActionEngine):
     - ``exchange``: broker exchange name in which executor / worker
       communication is performed (default ``'default'``)
     - ``url``: broker connection url (see kombu's documentation for its format)
-    - ``topics``: list of worker topics to communicate with (more are learned
-      from the announcements that workers emit)
+    - ``topics``: list of worker topics to communicate with; only workers of
+      these topics run the flow's tasks (none given: every worker that
+      announces itself on the exchange is used)
     - ``transport``: transport to be used (e.g. amqp, memory, filesystem)
     - ``transition_timeout``: seconds (or None for infinite) a submitted
       request may stay in the WAITING/PENDING states; after that its task's
