@@ -1,5 +1,5 @@
 """Subcommands of ``flowengine`` beyond worker/demo: events, flows, graph, run, conductor,
-jobs, inspect, control, queues, purge, dashboard."""
+jobs, inspect, control, queues, purge, deadletters, dashboard."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from flowengine.commands import (
     conductor_cmd,
     dashboard_cmd,
+    deadletters_cmd,
     events_view,
     flows,
     graph_cmd,
@@ -22,7 +23,7 @@ from flowengine.commands import (
 COMMANDS = {"events": events_view, "flows": flows, "graph": graph_cmd, "run": run_flow,
             "conductor": conductor_cmd, "jobs": jobs_cmd, "inspect": inspect_cmd,
             "control": inspect_cmd, "queues": queues_cmd, "purge": queues_cmd,
-            "dashboard": dashboard_cmd}
+            "deadletters": deadletters_cmd, "dashboard": dashboard_cmd}
 
 
 def add_parsers(sub: Any, parse_option: Any) -> None:

@@ -1,4 +1,9 @@
-"""``flowengine queues`` (an exchange's queues, depths, consumers) and ``flowengine purge``."""
+"""``flowengine queues`` (an exchange's queues, depths, consumers) and ``flowengine purge``.
+
+Dead-letter queues (``<queue>.dead``, ``<exchange>.dead``) are listed as any
+other, their kind saying whose dead letters they hold; ``flowengine
+deadletters`` reads them.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +52,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _kind(name: str, exchange: str, workers: list[dict[str, Any]]) -> str:
     """What a queue is for, from its name and the live workers' answers."""
+    from flowengine.engines.worker_based.messaging import dead_letters
+
+    if dead_letters.is_dead_letter_queue(name):
+        of = name[:-len(dead_letters.SUFFIX)]
+        return ("dead letters of private queues" if of == exchange
+                else f"dead letters of {of}")
     for worker in workers:
         wid = worker["worker_id"]
         if name == f"{exchange}_control.{wid}":
@@ -63,7 +74,7 @@ def _kind(name: str, exchange: str, workers: list[dict[str, Any]]) -> str:
 
 
 def _queues(broker: Any, args: argparse.Namespace) -> int:
-    from flowengine.engines.worker_based.messaging import inventory
+    from flowengine.engines.worker_based.messaging import dead_letters, inventory
     from flowengine.engines.worker_based.messaging.control_client import ControlClient
 
     with ControlClient(args.exchange, broker) as client:
@@ -76,8 +87,10 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
     names = set(seen) | set(args.queues)
     for worker in workers:  # a topic queue exists even while its workers are away
         names.update(f"{args.exchange}_{topic}" for topic in worker.get("topics", []))
+    names.update(_dead_letter_queues(args.exchange, workers, args.queues))
     found = inventory.describe_queues(broker, args.exchange, names, seen)
-    rows = [dict(q.as_dict(), kind=_kind(q.name, args.exchange, workers)) for q in found]
+    rows = [dict(q.as_dict(), kind=_kind(q.name, args.exchange, workers),
+                 dead_letters=dead_letters.is_dead_letter_queue(q.name)) for q in found]
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
@@ -95,7 +108,29 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
               else f"live workers that answered within {args.timeout:g} s")
     print(f"{len(rows)} queue(s) on {broker_options.where(args)}; consumers: {source}",
           file=sys.stderr)
+    waiting = [row for row in rows if row["dead_letters"] and row["messages"]]
+    if waiting:
+        print(f"{sum(row['messages'] for row in waiting)} dead letter(s) in"
+              f" {len(waiting)} dead-letter queue(s): see flowengine deadletters list QUEUE",
+              file=sys.stderr)
     return 0
+
+
+def _dead_letter_queues(exchange: str, workers: list[dict[str, Any]],
+                        named: list[str]) -> set[str]:
+    """The dead-letter queues there may be (those that exist are listed).
+
+    The virtual transports list every queue bound to the exchange, these
+    among them; RabbitMQ only those asked for by name: each topic's and
+    named queue's ``<queue>.dead``, and the private queues' ``<exchange>.dead``.
+    """
+    from flowengine.engines.worker_based.messaging import dead_letters
+
+    shared = {f"{exchange}_{topic}" for worker in workers for topic in worker.get("topics", [])}
+    shared.update(name for name in named if not dead_letters.is_dead_letter_queue(name))
+    return ({dead_letters.dead_letter_queue_name(name, exchange, private=False)
+             for name in shared}
+            | {dead_letters.dead_letter_queue_name("", exchange, private=True)})
 
 
 def _purge(broker: Any, args: argparse.Namespace) -> int:

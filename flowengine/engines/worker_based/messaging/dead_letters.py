@@ -17,7 +17,7 @@ needed.
 A dead letter keeps the body as received (not decompressed, not decoded;
 cut to :data:`MAX_KEPT_BODY_BYTES`) and says in its headers why it was
 refused, where it came from and what it carried (see ``HEADER_*``), so that
-:func:`requeue_message` can publish it again as it was.
+:func:`.dead_letter_reader.requeue_message` can publish it again as it was.
 """
 
 from __future__ import annotations

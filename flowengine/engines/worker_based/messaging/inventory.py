@@ -72,10 +72,16 @@ def _declare_passive(conn: Any, channel: Any, name: str, bound: set[str] | None 
 
     A failed passive declare closes an AMQP channel: a new one is opened. On
     a virtual transport an empty queue may have no storage at all (Redis
-    drops an empty list): one bound to the exchange (``bound``) exists.
+    drops an empty list): one bound to the exchange (``bound``) exists. A
+    transport that cannot tell whether a queue exists (kombu says yes to
+    any name: the filesystem) has those bound and those holding messages.
     """
-    if isinstance(channel, virtual.Channel) and bound is not None and name in bound:
-        return channel, (int(channel._size(name)), 0)
+    if isinstance(channel, virtual.Channel):
+        if bound is not None and name in bound:
+            return channel, (int(channel._size(name)), 0)
+        if type(channel)._has_queue is virtual.Channel._has_queue:
+            size = int(channel._size(name))
+            return channel, ((size, 0) if size else None)
     try:
         _queue, messages, consumers = channel.queue_declare(queue=name, passive=True)
         return channel, (int(messages), int(consumers))
@@ -110,27 +116,31 @@ def describe_queues(broker: BrokerSettings, exchange: str, known: Iterable[str],
         return found
 
 
+def ready_in(conn: Connection, channel: Any, exchange: str, name: str,
+             uri: str) -> tuple[Any, int]:
+    """(channel to use next, messages ready in queue ``name`` of ``exchange``), on ``conn``.
+
+    QueueNotFound (saying ``uri``) when there is no such queue.
+    """
+    channel, counts = _declare_passive(conn, channel, name, _bound_queues(channel, exchange))
+    if counts is None:
+        raise QueueNotFound(f"no queue {name!r} on {uri}")
+    return channel, counts[0]
+
+
 def queue_depth(broker: BrokerSettings, exchange: str, name: str) -> int:
     """Messages ready in queue ``name`` (of ``exchange``); QueueNotFound when there is none."""
     with broker.connection() as conn:
         conn.ensure_connection(max_retries=1)
-        channel = conn.channel()
-        _channel, counts = _declare_passive(conn, channel, name,
-                                            _bound_queues(channel, exchange))
-    if counts is None:
-        raise QueueNotFound(f"no queue {name!r} on {broker.public_uri}")
-    return counts[0]
+        _channel, depth = ready_in(conn, conn.channel(), exchange, name, broker.public_uri)
+    return depth
 
 
 def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     """Remove the messages ready in queue ``name``; how many (QueueNotFound: none such)."""
     with broker.connection() as conn:
         conn.ensure_connection(max_retries=1)
-        channel = conn.channel()
-        channel, counts = _declare_passive(conn, channel, name,
-                                           _bound_queues(channel, exchange))
-        if counts is None:
-            raise QueueNotFound(f"no queue {name!r} on {broker.public_uri}")
+        channel, _depth = ready_in(conn, conn.channel(), exchange, name, broker.public_uri)
         purged = channel.queue_purge(queue=name)
     return int(purged or 0)
 
