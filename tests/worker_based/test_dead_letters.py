@@ -13,13 +13,14 @@ import logging
 import kombu
 import pytest
 import worker_tasks as wt
-from wire_helpers import WAIT_S, Client, RawSender, conn_kwargs, running_worker
+from wire_helpers import Client, RawSender, conn_kwargs, running_worker
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import consumer as consumer_mod
 from flowengine.engines.worker_based.messaging import dead_letters as dl
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from tests import waiting
 
 TOPIC = "calc"
 
@@ -88,8 +89,8 @@ def test_kombu_level_poison_is_dead_lettered_and_the_worker_goes_on(broker, uniq
             assert "compressed" in json.dumps(final["data"])
             proxy = worker.server.proxy
             # (its FAILURE goes out before it is dead-lettered)
-            assert client.wait_for(lambda: proxy.dead_lettered == {
-                f"{unique_name}_{TOPIC}.dead": sent}, WAIT_S), proxy.dead_lettered
+            waiting.wait_until(lambda: proxy.dead_lettered == {
+                f"{unique_name}_{TOPIC}.dead": sent}, "the poison dead-lettered")
             assert proxy.reconnect_count == 0 and proxy.failing is None
     finally:
         sender.close()
@@ -125,8 +126,8 @@ def test_an_oversized_request_is_refused_naming_the_limit(broker, unique_name):
             assert final["state"] == "FAILURE"
             assert "exceeds the limit of 1000 bytes" in json.dumps(final["data"])
             proxy = worker.server.proxy
-            assert client.wait_for(lambda: proxy.dead_lettered == {
-                f"{unique_name}_{TOPIC}.dead": 1}, WAIT_S), proxy.dead_lettered
+            waiting.wait_until(lambda: proxy.dead_lettered == {
+                f"{unique_name}_{TOPIC}.dead": 1}, "the oversized request dead-lettered")
     finally:
         sender.close()
     (letter,) = read_dead_letters(broker, unique_name, f"{unique_name}_{TOPIC}.dead")
@@ -165,15 +166,15 @@ def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
             sender.send("{not json", TOPIC, **request_props(client, "poison"))
             # it is taken again after each failure, then dead-lettered unread
             # once it was in hand three times (default max_redeliveries),
-            assert client.wait_for(lambda: sum(proxy.dead_lettered.values()) == 1, WAIT_S), \
-                proxy.dead_lettered
+            waiting.wait_until(lambda: sum(proxy.dead_lettered.values()) == 1,
+                               "the poison dead-lettered after three strikes")
             # the loop counted as failing meanwhile and says so,
             assert "keeps failing" in caplog.text
             assert "stops announcing itself" in caplog.text
             # and it works again: a good request succeeds, the failing state ends.
             cid = client.request(wt.Add(), arguments={"x": 1, "y": 2}, routing_key=TOPIC)
             assert client.final(cid)["data"] == {"result": 3}
-            assert client.wait_for(lambda: proxy.failing is None, WAIT_S)
+            waiting.wait_until(lambda: proxy.failing is None, "the loop working again")
             assert "announces itself on topic 'calc' again" in caplog.text
             assert worker.describe()["failing"] == {}
     finally:
