@@ -62,6 +62,7 @@ from kombu.utils.json import dumps, loads
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.transports import contract, inotify, tags
 from flowengine.engines.worker_based.transports import filesystem_private as fp
+from flowengine.engines.worker_based.transports.envelope import read_envelope
 
 LOG = logging.getLogger(__name__)
 
@@ -505,7 +506,7 @@ class Channel(filesystem.Channel):
             except OSError as e:
                 raise ChannelError(f"Cannot read message file {name!r}: {e}") from e
             try:
-                payload = loads(bytes_to_str(raw))
+                payload = read_envelope(bytes_to_str(raw))
                 # The claimed file stays until the message is acknowledged
                 # (see basic_ack): a consumer killed before that loses nothing.
                 payload.setdefault("properties", {})[CLAIM_PROPERTY] = claimed
@@ -533,7 +534,7 @@ class Channel(filesystem.Channel):
         except OSError as e:
             raise ChannelError(f"Cannot take message file {name!r} from {folder!r}: {e}") from e
         try:
-            return loads(bytes_to_str(raw))
+            return read_envelope(bytes_to_str(raw))
         except Exception as e:
             LOG.error("Dropped unreadable message file %s of queue %s: %s", name, queue, e)
             return None

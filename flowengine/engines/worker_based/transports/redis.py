@@ -44,12 +44,13 @@ from typing import Any, NamedTuple
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import dumps, loads
+from kombu.utils.json import dumps
 
 from flowengine import exceptions as exc
 from flowengine import redis_identity
 from flowengine.engines.worker_based.transports import contract
 from flowengine.engines.worker_based.transports import redis_consumers as rc
+from flowengine.engines.worker_based.transports.envelope import read_envelope
 
 LOG = logging.getLogger(__name__)
 
@@ -363,7 +364,7 @@ class Channel(kombu_redis.Channel):
         """Hold and deliver one message taken from ``queue`` (False: undecodable, dropped)."""
         inflight = rc.inflight_key(self.consumer_id, queue)
         try:
-            payload = loads(bytes_to_str(item))
+            payload = read_envelope(bytes_to_str(item))
             tag = payload["properties"]["delivery_tag"]
         except Exception:
             # Unreadable: settle it away rather than put back a poison message.
