@@ -23,6 +23,11 @@ Here the reader waits with ``poll()`` for at most the timeout, then
 receives without blocking: two system calls instead of six (one instead
 of five when it must not wait), the same result (a timeout when nothing
 came).
+
+Loading this module also makes py-amqp read a message property that is not
+UTF-8 (AMQP's short strings are octets: any client may send them) as bytes,
+as py-amqp already reads such table values, instead of raising while it
+parses the frame: see :func:`tolerate_undecodable_properties`.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from amqp import serialization as amqp_serialization  # type: ignore[attr-defined]
 from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
-__all__ = ["READ_CHUNK_BYTES", "FrameReader", "Transport"]
+__all__ = ["READ_CHUNK_BYTES", "FrameReader", "Transport", "tolerate_undecodable_properties"]
 
 #: Most bytes one receive call asks for: a burst of replies (hundreds of
 #: small messages) in one call, while a buffer no bigger than this plus one
@@ -222,3 +228,31 @@ class Transport(pyamqp.Transport):
     """kombu's ``amqp`` transport whose connections read a burst per receive call."""
 
     Connection = Connection
+
+
+def tolerate_undecodable_properties() -> None:
+    """Make py-amqp read a message property that is not UTF-8 as bytes (idempotent).
+
+    py-amqp decodes each string property of a message (``reply_to``,
+    ``type``, ``correlation_id``...) while it parses the frame, before any
+    consumer sees the message: one that is not UTF-8 raised there, the
+    connection was lost with the message unacknowledged, and the broker
+    gave it back to the next connection for ever, so one published message
+    stopped a consume loop for good (issue 35). Read as bytes, as py-amqp
+    reads such table values, the property reaches the consume loop, which
+    refuses a message whose properties are not strings (dead-lettered).
+    """
+    amqp_serialization.pstr_t = _bytes_to_str
+
+
+def _bytes_to_str(value: Any) -> Any:
+    """py-amqp's ``bytes_to_str``, keeping bytes that are not UTF-8 as they are."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+tolerate_undecodable_properties()
