@@ -172,14 +172,14 @@ def test_notify_on_the_broadcast_key_reaches_every_worker_of_the_topic():
             running_worker(exchange, "t", [et.Echo]) as b, \
             Client(exchange, **conn) as client:
         ids = {a.worker_id, b.worker_id}
-        start = len(client.notifies)
         client.proxy.publish(pr.Notify(), lv.broadcast_routing_key("t"),
                              reply_to=client.uuid, correlation_id="probe")
+        # Answers to this probe, not periodic announcements (which say the same)
         assert client.wait_for(lambda: ids <= {
-            h.get(pr.HEADER_WORKER_ID) for _d, h in client.notifies[start:]})
+            h.get(pr.HEADER_WORKER_ID) for _d, h in client.answers("probe")})
         # Each answer advertises the worker's heartbeat interval
         assert all(h[lv.HEADER_HEARTBEAT] == lv.HEARTBEAT_INTERVAL_S
-                   for _d, h in client.notifies[start:])
+                   for _d, h in client.answers("probe"))
 
 
 # --- what task code can know ---

@@ -56,6 +56,29 @@ def flow_finished(count: int = 1) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda events: sum(e["type"] == "flow-finished" for e in events) >= count
 
 
+def flow_and_requests_finished(requests: int, flows: int = 1
+                               ) -> Callable[[list[dict[str, Any]]], bool]:
+    """Predicate: ``flows`` flow-finished events and ``requests`` requests' ends arrived.
+
+    For checking every request's sequence: a worker sends a request's
+    terminal event after its outcome reply, from a publisher of its own, so
+    the engine's flow-finished may arrive before the last request's end.
+    """
+    finished = flow_finished(flows)
+
+    def ended(events: list[dict[str, Any]]) -> bool:
+        return finished(events) and sum(
+            e["type"] in ev.TERMINAL_TASK_EVENTS and "action" in e for e in events) >= requests
+
+    return ended
+
+
+def brief(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """(type, action, uuid prefix) of each task event: a failure message that fits."""
+    return [(e["type"], e.get("action", ""), str(e.get("uuid", ""))[:8]) for e in events
+            if e["type"] in ev.TASK_EVENTS]
+
+
 class RequestCount:
     """How each request ended on the stream: done once, duplicated, or lost."""
 

@@ -16,7 +16,14 @@ from flowengine.engines.worker_based.events import receiver
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
-from tests.worker_based.event_helpers import WAIT_S, check_sequences, collecting, flow_finished
+from tests.worker_based.event_helpers import (
+    WAIT_S,
+    brief,
+    check_sequences,
+    collecting,
+    flow_and_requests_finished,
+    flow_finished,
+)
 from tests.worker_based.executor_helpers import MEMORY, running_worker, unique
 from tests.worker_based.test_cli import _env
 
@@ -118,7 +125,7 @@ def test_linear_flow_events_in_order_with_no_missing_terminal():
             running_worker(exchange, "t", [event_tasks.Step], events=True, **MEMORY):
         # When a 5-task linear flow runs
         engine = _run(_linear(5), exchange, {"v0": 0}, **MEMORY)
-        assert seen.wait_for(flow_finished())
+        assert seen.wait_for(flow_and_requests_finished(5)), brief(seen.events)
     assert engine.storage.fetch("v5") == 5
     # Then each request's events are received -> started -> progress -> succeeded
     count = check_sequences(seen.events)
@@ -153,7 +160,8 @@ def test_failure_and_retry_events(tmp_path):
             running_worker(exchange, "t", [event_tasks.FailOnce], events=True, **MEMORY):
         # When it runs
         engine = _run(flow, exchange, {}, **MEMORY)
-        assert seen.wait_for(flow_finished())
+        # (execute failed, revert, execute again)
+        assert seen.wait_for(flow_and_requests_finished(3)), brief(seen.events)
     assert engine.storage.fetch("out") == "second attempt"
     # Then the first execution failed, was reverted, retried and succeeded
     count = check_sequences(seen.events)
@@ -176,7 +184,7 @@ def test_failed_flow_has_terminal_events_for_execute_and_revert():
                            events=True, **MEMORY):
         with pytest.raises(exceptions.WrappedFailure, match="boom"):
             _run(flow, exchange, {"v0": 1}, **MEMORY)
-        assert seen.wait_for(flow_finished())
+        assert seen.wait_for(flow_and_requests_finished(4)), brief(seen.events)
     count = check_sequences(seen.events)
     assert not count.duplicated and not count.lost
     # execute of both, revert of both: four requests, each done once
@@ -287,7 +295,7 @@ def test_a_flow_on_every_broker_streams_complete_sequences(broker):
         # When a 3-task flow runs
         engine = _run(_linear(3), exchange, {"v0": 0}, **conn)
         assert engine.storage.fetch("v3") == 3
-        assert seen.wait_for(flow_finished())
+        assert seen.wait_for(flow_and_requests_finished(3)), brief(seen.events)
     # Then every request is done once, in clock order per sender
     count = check_sequences(seen.events)
     assert len(count.done_once) == 3 and not count.duplicated and not count.lost

@@ -124,15 +124,15 @@ def test_private_routing_key_reaches_that_worker(served):
 
 def test_notify_is_answered_with_topic_and_tasks(served):
     client, worker = served
-    before = len(client.notifies)
-    client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid)
-    assert client.wait_for(lambda: len(client.notifies) > before)
-    # Any notify after `before` from this worker: its answer or an announcement.
-    answers = [d for d, h in client.notifies[before:]
-               if h.get(pr.HEADER_WORKER_ID) == worker.worker_id]
-    assert answers[-1]["topic"] == TOPIC
-    assert "worker_tasks.Add" in answers[-1]["tasks"]
-    assert "worker_tasks._Helper" not in answers[-1]["tasks"]
+    # Waited for by its correlation id: an announcement (the start one, late,
+    # or a periodic one) says the same but is not the answer.
+    client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid, correlation_id="probe")
+    assert client.wait_for(lambda: client.answers("probe"))
+    answer, headers = client.answers("probe")[0]
+    assert headers[pr.HEADER_WORKER_ID] == worker.worker_id
+    assert answer["topic"] == TOPIC
+    assert "worker_tasks.Add" in answer["tasks"]
+    assert "worker_tasks._Helper" not in answer["tasks"]
 
 
 def test_expired_request_is_dropped_unrun(served, caplog):
@@ -143,9 +143,11 @@ def test_expired_request_is_dropped_unrun(served, caplog):
         fresh = client.request(wt.Add(), arguments={"x": 2, "y": 2}, routing_key=TOPIC,
                                headers={pr.HEADER_EXPIRES: time.time() + 60})
         assert client.final(fresh)["data"]["result"] == 4
+        # (the stale one's own outcome waited for, not inferred from the fresh one's)
+        dropped = client.final(stale)
     # Dropped unrun, and said so: a FAILURE (RequestExpired), never RUNNING
     assert client.states(stale) == ["FAILURE"]
-    assert "RequestExpired" in str(client.final(stale)["data"]["result"]["exc_type_names"])
+    assert "RequestExpired" in str(dropped["data"]["result"]["exc_type_names"])
     assert "expired" in caplog.text and stale in caplog.text
 
 
@@ -182,11 +184,12 @@ def test_notify_answered_while_every_thread_is_busy(broker, unique_name):
             busy = client.request(wt.Blocking(), routing_key=TOPIC)
             assert wt.STARTED.wait(10)
             queued = client.request(wt.Blocking(), routing_key=TOPIC)  # waits for a thread
-            before = len(client.notifies)
-            client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid)
-            assert client.wait_for(lambda: any(
-                h.get(pr.HEADER_WORKER_ID) == worker.worker_id
-                for _d, h in client.notifies[before:]), timeout=5)
+            # The answer itself, not an announcement (those come from the
+            # heartbeat thread, busy task threads or not).
+            client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid,
+                                 correlation_id="probe")
+            assert client.wait_for(lambda: client.answers("probe"), timeout=5)
+            assert client.answers("probe")[0][1][pr.HEADER_WORKER_ID] == worker.worker_id
             # Still busy: the first has not finished, the second has not started.
             states = (client.states(busy), client.states(queued))
             assert set(states[0]) <= {"RUNNING"} and states[1] == [], states
@@ -394,11 +397,16 @@ def test_a_thousand_bad_messages_then_good_requests(broker, unique_name, caplog)
             assert [client.final(cid, timeout=30)["data"]["result"] for cid in good] == \
                 [i + 1 for i in range(20)]
             # every bad one with a reply address got a FAILURE (or, for a wrong
-            # task argument, ran and failed), none got a SUCCESS,
-            assert client.wait_for(lambda: all(client.states(c) for c in expected), 30), \
-                [c for c in expected if not client.states(c)][:5]
+            # task argument, ran and failed), none got a SUCCESS. Waited for
+            # until each has its outcome: one that ran says RUNNING first.
+            def unfinished() -> list[tuple[str, list[str]]]:
+                return [(c, client.states(c)) for c in expected
+                        if not {pr.SUCCESS, pr.FAILURE} & set(client.states(c))]
+
+            assert client.wait_for(lambda: not unfinished(), 30), unfinished()[:5]
             for cid in expected:
-                assert client.states(cid)[-1] == "FAILURE", (cid, client.states(cid))
+                states = client.states(cid)
+                assert states[-1] == pr.FAILURE and pr.SUCCESS not in states, (cid, states)
             # and each rejection was logged with its reason.
             rejected = worker.server.proxy.dispatcher.rejected_count
             assert rejected >= sum(kinds.values()) - kinds.get("schema", 0)

@@ -233,6 +233,11 @@ def test_worker_events_are_signed_with_the_worker_keyring():
                                   store={"value": 1}, engine="worker-based",
                                   exchange=exchange, topics=["t"], secret=KEY, **MEMORY)
             engine.run()
+            # The worker sends task-succeeded after its reply, from its own
+            # publisher: waited for itself, as a marker sent now may overtake it.
+            assert seen.collector.wait_for(
+                lambda events: any(e["type"] == "task-succeeded" for e in events)), \
+                seen.senders()
             _send(exchange, MARKER, secret=KEY)
             seen.wait_marker()
     # Then the worker's task events arrived, verified

@@ -51,6 +51,10 @@ class Client:
         self.responses: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = \
             defaultdict(list)
         self.notifies: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        #: The NOTIFYs that answer a probe, by the probe's correlation id
+        #: (announcements carry none: they are in ``notifies`` only).
+        self.notify_answers: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = \
+            defaultdict(list)
         self._cond = threading.Condition()
         handlers = {
             pr.RESPONSE: dispatcher.Handler(self._on_response, validator=pr.Response.validate,
@@ -71,7 +75,11 @@ class Client:
 
     def _on_notify(self, data: dict[str, Any], message: Any) -> None:
         with self._cond:
-            self.notifies.append((data, dict(message.headers or {})))
+            notify = (data, dict(message.headers or {}))
+            self.notifies.append(notify)
+            probe = message.properties.get("correlation_id")
+            if probe:
+                self.notify_answers[probe].append(notify)
             self._cond.notify_all()
 
     def start(self) -> Client:
@@ -96,6 +104,11 @@ class Client:
         """Wait (bounded) until ``predicate()`` holds; checked on every arrival."""
         with self._cond:
             return self._cond.wait_for(predicate, timeout)
+
+    def answers(self, probe: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """The NOTIFY answers (data, headers) to the probe sent with correlation id ``probe``."""
+        with self._cond:
+            return list(self.notify_answers.get(probe, []))
 
     def states(self, cid: str) -> list[str]:
         with self._cond:
