@@ -24,6 +24,43 @@ def test_connect_and_close(boards):
     assert not board.connected
 
 
+def _connect_at_once(made: list) -> list[BaseException]:
+    """Connect every board of ``made`` from its own thread at the same moment; the errors."""
+    start = threading.Barrier(len(made))
+    failures: list[BaseException] = []
+
+    def connect(board) -> None:
+        start.wait(WAIT_S)
+        try:
+            board.connect()
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            failures.append(e)
+
+    threads = [threading.Thread(target=connect, args=(b,)) for b in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S * 3)
+    return failures
+
+
+def test_boards_connecting_at_once_to_a_fresh_namespace(boards):
+    # Given several boards (as conductor processes starting together) on a
+    # namespace nothing was written to yet, a few times over
+    for fresh in (boards, boards.fresh(), boards.fresh()):
+        made = [fresh.make(connect=False) for _ in range(5)]
+        try:
+            # When they all connect at the same moment
+            failures = _connect_at_once(made)
+            # Then every one of them connected (TaskFlow's boards do)
+            assert not failures, failures
+            assert all(b.connected for b in made)
+            job = made[0].post("test", p_utils.temporary_log_book())
+            assert all(b.get_job(job.uuid) == job for b in made)
+        finally:
+            fresh.close()
+
+
 def test_operations_on_a_closed_board_say_so(boards):
     # Given a job read while connected
     board = boards.make()

@@ -257,10 +257,7 @@ class ZkStore(ZkReader):
         path = self._p("entities", str(entity.get("kind") or "entity"), str(entity["name"]))
         body = json.dumps(entity, sort_keys=True).encode("utf-8")
         with self._zk():
-            try:
-                self._client.create(path, body, ephemeral=True, makepath=True)
-            except k_exc.NodeExistsError:
-                self._client.set(path, body)
+            self._write(path, body, create_first=True, ephemeral=True, makepath=True)
 
 
 class ZookeeperJobBoard(board.LeasedJobBoard):
