@@ -267,6 +267,36 @@ def test_details_are_masked_in_str_but_not_in_details(boards):
         everything.get_job(job.uuid))
 
 
+#: The class name each board's jobs carry in str(job): TaskFlow's where it has
+#: the board (RedisJob, ZookeeperJob), the board's own name otherwise.
+JOB_CLASS_NAMES = {"memory": "MemoryJob", "redis": "RedisJob", "sqlite": "SQLJob",
+                   "postgresql": "SQLJob", "zookeeper": "ZookeeperJob"}
+
+
+def test_str_names_the_boards_job_class(boards):
+    board = boards.make()
+    posted = board.post("test", details={"flow_uuid": "f"})
+    name = JOB_CLASS_NAMES[boards.kind]
+    for job in (posted, board.get_job(posted.uuid), *board.iterjobs()):
+        assert type(job).__name__ == name
+        assert str(job) == (f"{name}: test (priority={job.priority}, uuid={job.uuid},"
+                            " details={'flow_uuid': 'f'})")
+    assert isinstance(posted, base.Job)
+
+
+def test_job_classes_have_taskflows_names_and_homes():
+    pytest.importorskip("redis")
+    pytest.importorskip("kazoo")
+    from flowengine.jobs.backends import impl_redis, impl_zookeeper
+
+    assert impl_redis.RedisJobBoard.JOB_CLASS is impl_redis.RedisJob
+    assert impl_zookeeper.ZookeeperJobBoard.JOB_CLASS is impl_zookeeper.ZookeeperJob
+    tf_redis = pytest.importorskip("taskflow.jobs.backends.impl_redis")
+    tf_zk = pytest.importorskip("taskflow.jobs.backends.impl_zookeeper")
+    assert impl_redis.RedisJob.__name__ == tf_redis.RedisJob.__name__
+    assert impl_zookeeper.ZookeeperJob.__name__ == tf_zk.ZookeeperJob.__name__
+
+
 def test_jobs_sort_and_compare(boards):
     board = boards.make()
     a, b = board.post("a"), board.post("b")

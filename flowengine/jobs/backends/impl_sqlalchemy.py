@@ -39,13 +39,14 @@ except ImportError as e:  # the 'sql' extra is not installed
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import safe_url, sql_events
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 from flowengine.persistence.backends import impl_sqlalchemy
 from flowengine.persistence.backends.sql import tables
 
-__all__ = ["SQLJobBoard", "SQLStore"]
+__all__ = ["SQLJob", "SQLJobBoard", "SQLStore"]
 
 #: Namespace used when the conf names none.
 DEFAULT_NAMESPACE = "flowengine"
@@ -367,8 +368,14 @@ class SQLStore(BoardStore):
                                            entity=json.dumps(entity), expires_at=now + ttl_s))
 
 
+class SQLJob(job_mod.BoardJob):
+    """A job on a :class:`SQLJobBoard`."""
+
+
 class SQLJobBoard(board.LeasedJobBoard):
     """A jobboard in a SQL database (PostgreSQL or SQLite; see the module docstring)."""
+
+    JOB_CLASS = SQLJob
 
     def __init__(self, name: str, conf: dict[str, Any], persistence: Any = None) -> None:
         lease_s = policy.BoardPolicy.from_conf(conf).lease_s

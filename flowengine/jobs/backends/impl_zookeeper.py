@@ -33,11 +33,12 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, held
 
-__all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJobBoard"]
+__all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJob", "ZookeeperJobBoard"]
 
 #: Where jobs live when the configuration names no path.
 DEFAULT_PATH = "/flowengine/jobs"
@@ -260,6 +261,10 @@ class ZkStore(ZkReader):
             self._write(path, body, create_first=True, ephemeral=True, makepath=True)
 
 
+class ZookeeperJob(job_mod.BoardJob):
+    """A job on a :class:`ZookeeperJobBoard` (TaskFlow's class name)."""
+
+
 class ZookeeperJobBoard(board.LeasedJobBoard):
     """A jobboard in ZooKeeper with leased, fenced claims (see the module docstring).
 
@@ -270,6 +275,7 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
 
     #: Oldest ZooKeeper server accepted (TaskFlow's value): multi transactions.
     MIN_ZK_VERSION = (3, 4, 0)
+    JOB_CLASS = ZookeeperJob
     #: TaskFlow's names of its folders. flowengine's layout differs (see
     #: :mod:`.zk_store`): these name the matching places in it.
     LOCK_POSTFIX = ".lock"
