@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -151,11 +152,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else quiet,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        if args.command == "worker":
-            return run_worker(args)
-        if args.command in commands.COMMANDS:
-            return commands.run(args)
-        return run_demo(args)
+        try:
+            code = _dispatch(args)
+            if sys.stdout is not None:  # None: started with stdout closed (>&-)
+                sys.stdout.flush()  # a reader gone shows here, not at interpreter exit
+            return code
+        except BrokenPipeError:
+            if not _stdout_closed():
+                raise  # a socket's, not ours to hide
+            return _end_on_closed_stdout()
     except KeyboardInterrupt:
         print(f"flowengine {args.command}: interrupted", file=sys.stderr)
         return 130
@@ -165,6 +170,50 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"flowengine {args.command}: {_describe(e)}", file=sys.stderr)
         return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "worker":
+        return run_worker(args)
+    if args.command in commands.COMMANDS:
+        return commands.run(args)
+    return run_demo(args)
+
+
+#: Exit status when stdout's reader went away (``flowengine jobs list | head``):
+#: Python's advice (see "Note on SIGPIPE" in the signal module's docs), and
+#: what rich, which draws the tables of several commands, exits with then.
+EXIT_STDOUT_CLOSED = 1
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe nobody reads any more."""
+    if sys.stdout is None:
+        return False
+    try:
+        sys.stdout.flush()  # what failed to go out is still buffered: it fails again
+    except BrokenPipeError:
+        return True
+    except (OSError, ValueError):
+        return False
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll(), or no real stdout
+        return False
+
+
+def _end_on_closed_stdout() -> int:
+    """End quietly, as Unix tools do when their reader is gone (no error, no traceback)."""
+    try:
+        # Python flushes stdout once more at exit: let that go nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_STDOUT_CLOSED
 
 
 def _describe(error: BaseException) -> str:

@@ -44,6 +44,11 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     raises BoardUnavailable.
     """
 
+    #: The class of the jobs this board hands out; each board names its own
+    #: (TaskFlow's names, e.g. ``RedisJob``, where TaskFlow has that board),
+    #: and ``str(job)`` starts with it.
+    JOB_CLASS: type[job_mod.BoardJob] = job_mod.BoardJob
+
     def __init__(self, name: str, conf: dict[str, Any], store: BoardStore,
                  persistence: Any = None) -> None:
         super().__init__(name, conf)
@@ -111,7 +116,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     # Reading.
 
     def _job(self, record: records.JobRecord) -> _Job:
-        return _Job(self, record, backend=self._persistence)
+        return self.JOB_CLASS(self, record, backend=self._persistence)
 
     def _fetch_jobs(self, ensure_fresh: bool = False) -> list[_Job]:
         return sorted(self._job(r) for r in self._store_op().listing())
@@ -218,7 +223,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         record = self._store_op().post(posting, self.policy.max_attempts)
         LOG.debug("Posted job %s (%s) on board %s: %s", record.uuid, name, self.name,
                   self.masked(details or {}))
-        return _Job(self, record, backend=self._persistence, book=book)
+        return self.JOB_CLASS(self, record, backend=self._persistence, book=book)
 
     @base.check_who
     def claim(self, job: base.Job, who: str, expiry: float | None = None) -> None:

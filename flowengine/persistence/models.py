@@ -1,9 +1,10 @@
 """Persistence models: logbooks hold flow details, flow details hold atom details.
 
 Every model converts to and from a plain JSON-compatible ``dict``
-(``to_dict``/``from_dict``); failures travel as ``Failure.to_dict()`` output.
-Each dict carries ``FORMAT_VERSION_KEY`` so data written by something else
-(or damaged on disk) is reported precisely instead of half-loaded.
+(``to_dict``/``from_dict``) with exactly TaskFlow's keys; failures travel as
+``Failure.to_dict()`` output. ``from_dict`` reports data written by something
+else (or damaged on disk) precisely instead of half-loading it, including
+data that records a ``FORMAT_VERSION_KEY`` newer than this flowengine reads.
 """
 
 from __future__ import annotations
@@ -31,9 +32,14 @@ __all__ = [
     "atom_detail_type",
 ]
 
-#: Version of the dict layout produced by ``to_dict``; bump on incompatible change.
+#: Version of the dict layout produced by ``to_dict`` (TaskFlow's); bump on
+#: incompatible change.
 FORMAT_VERSION = 1
-#: Key under which ``to_dict`` records ``FORMAT_VERSION`` (absent in TaskFlow data).
+#: Key of a layout version in data given to ``from_dict``. ``to_dict`` never
+#: writes it (TaskFlow's dicts have no such key; absent means version 1, its
+#: layout). flowengine's SQL backend keeps the version in a column of its own;
+#: older flowengine releases wrote it into every dict, which still reads, and a
+#: future incompatible layout records its version here so this one refuses it.
 FORMAT_VERSION_KEY = "format_version"
 
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
@@ -229,7 +235,6 @@ class LogBook:
         """
         marshal = _marshal_time if marshal_time else (lambda x: x)
         return {
-            FORMAT_VERSION_KEY: FORMAT_VERSION,
             "name": self.name,
             "meta": dict(self.meta),
             "uuid": self.uuid,
@@ -318,7 +323,6 @@ class FlowDetail:
     def to_dict(self) -> dict[str, Any]:
         """Return this flow detail (without its atom details) as a JSON-compatible dict."""
         return {
-            FORMAT_VERSION_KEY: FORMAT_VERSION,
             "name": self.name,
             "meta": dict(self.meta),
             "state": self.state,
@@ -429,7 +433,6 @@ class AtomDetail:
         failure = self.failure
         revert_failure = self.revert_failure
         return {
-            FORMAT_VERSION_KEY: FORMAT_VERSION,
             "failure": failure.to_dict() if failure is not None else None,
             "revert_failure": (revert_failure.to_dict()
                                if revert_failure is not None else None),

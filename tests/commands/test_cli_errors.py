@@ -215,3 +215,77 @@ def test_run_with_verbose_shows_how_the_request_expired(tmp_path):
     assert "INFO flowengine.engines.worker_based.executor_side.housekeeper: Request" in (
         proc.stderr)
     assert "has expired after waiting" in proc.stderr
+
+
+def _jobs_board(tmp_path) -> str:
+    from flowengine.jobs import backends
+
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    board = backends.fetch("pipe", {"board": url})
+    board.connect()
+    try:
+        for i in range(3):
+            board.post(f"job-{i}", details={"i": i})
+    finally:
+        board.close()
+    return url
+
+
+def _flows_store(tmp_path) -> str:
+    from flowengine.persistence.backends import impl_dir
+    from flowengine.utils import persistence_utils
+
+    store = tmp_path / "store"
+    backend = impl_dir.DirBackend({"path": str(store)})
+    persistence_utils.temporary_flow_detail(backend)
+    backend.close()
+    return f"dir:{store}"
+
+
+def _graph_of_steps(tmp_path) -> list[str]:
+    return ["graph", "tests.commands.sample_flows:steps"]
+
+
+@pytest.mark.parametrize("argv", [
+    lambda tmp_path: ["jobs", "list", "--board", _jobs_board(tmp_path)],
+    lambda tmp_path: ["jobs", "list", "--json", "--board", _jobs_board(tmp_path)],
+    lambda tmp_path: ["flows", "list", "--backend", _flows_store(tmp_path)],
+    _graph_of_steps,
+], ids=["jobs-list", "jobs-list-json", "flows-list", "graph"])
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
+    # Given a listing command whose reader went away before it wrote (`... | head -0`)
+    args = argv(tmp_path)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "flowengine", *args], stdout=write,
+                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
+                              timeout=WAIT_S * 6, check=False)
+    finally:
+        os.close(write)
+    # Then it ends quietly, as Unix tools do: no traceback, no error line, status 1
+    assert proc.stderr == ""
+    assert proc.returncode == cli.EXIT_STDOUT_CLOSED == 1
+
+
+def test_a_stdout_closed_midway_ends_the_command_quietly(tmp_path):
+    # Given `flowengine jobs list | head -1` over more than a pipe holds
+    from flowengine.jobs import backends
+
+    url = f"sqlite:///{tmp_path}/jobs.db"
+    board = backends.fetch("pipe", {"board": url})
+    board.connect()
+    try:
+        for i in range(1500):
+            board.post(f"job-{i}", details={"pad": "x" * 40})
+    finally:
+        board.close()
+    proc = subprocess.run(
+        f"'{sys.executable}' -m flowengine jobs list --board '{url}' | head -1; "
+        "echo \"status ${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
+        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=WAIT_S * 6, check=False)
+    # Then head shows one job, and the command ends quietly
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and "job-0" in lines[0], proc.stdout
+    assert lines[1] == "status 1"
+    assert proc.stderr == ""

@@ -212,6 +212,26 @@ def test_stop_abandons_the_running_job_at_once(setup):
 
 
 @pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
+def test_stop_from_running_end_still_consumes_the_finished_job(setup):
+    conductor, board, persistence, _ = setup
+    seen: list[str] = []
+    wanted = ("running_end", "job_consumed", "job_abandoned", "job_trashed", "job_lost")
+    conductor.notifier.register("*", lambda e, details: seen.append(e) if e in wanted else None)
+    # Given a listener that stops the conductor once the flow ran to its end (TaskFlow's way)
+    conductor.notifier.register("running_end", lambda e, details: conductor.stop())
+    job, lb, fd = post(board, persistence, flows.ok_factory)
+    t = threading.Thread(target=conductor.run, daemon=True)
+    t.start()
+    t.join(WAIT_S)
+    assert not t.is_alive()
+    # Then the job was consumed, not given back: TaskFlow's events and an empty board
+    assert seen == ["running_end", "job_consumed"]
+    assert board.job_count == 0
+    assert job.outcome is not None and job.outcome.outcome == "succeeded"
+    assert stored_flow(persistence, lb, fd).state == st.SUCCESS
+
+
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_transient_failures_back_off_then_dead_letter(setup):
     conductor, board, persistence, event = setup
     with running(conductor):

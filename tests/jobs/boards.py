@@ -25,10 +25,15 @@ class Boards:
 
     def __init__(self, kind: str, base_url: str) -> None:
         self.kind = kind
+        self.base_url = base_url
         self.namespace = f"t{uuid.uuid4().hex[:12]}"
         sep = "&" if "?" in base_url else "?"
         self.url = f"{base_url}{sep}namespace={self.namespace}"
         self._made: list[Any] = []
+
+    def fresh(self) -> Boards:
+        """Boards of the same kind and server on another, new namespace."""
+        return Boards(self.kind, self.base_url)
 
     def url_with(self, **options: Any) -> str:
         """The board URL with extra options in its query."""

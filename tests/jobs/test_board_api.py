@@ -24,6 +24,43 @@ def test_connect_and_close(boards):
     assert not board.connected
 
 
+def _connect_at_once(made: list) -> list[BaseException]:
+    """Connect every board of ``made`` from its own thread at the same moment; the errors."""
+    start = threading.Barrier(len(made))
+    failures: list[BaseException] = []
+
+    def connect(board) -> None:
+        start.wait(WAIT_S)
+        try:
+            board.connect()
+        except BaseException as e:  # noqa: BLE001 - reported by the caller
+            failures.append(e)
+
+    threads = [threading.Thread(target=connect, args=(b,)) for b in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT_S * 3)
+    return failures
+
+
+def test_boards_connecting_at_once_to_a_fresh_namespace(boards):
+    # Given several boards (as conductor processes starting together) on a
+    # namespace nothing was written to yet, a few times over
+    for fresh in (boards, boards.fresh(), boards.fresh()):
+        made = [fresh.make(connect=False) for _ in range(5)]
+        try:
+            # When they all connect at the same moment
+            failures = _connect_at_once(made)
+            # Then every one of them connected (TaskFlow's boards do)
+            assert not failures, failures
+            assert all(b.connected for b in made)
+            job = made[0].post("test", p_utils.temporary_log_book())
+            assert all(b.get_job(job.uuid) == job for b in made)
+        finally:
+            fresh.close()
+
+
 def test_operations_on_a_closed_board_say_so(boards):
     # Given a job read while connected
     board = boards.make()
@@ -228,6 +265,36 @@ def test_details_are_masked_in_str_but_not_in_details(boards):
     everything = boards.make(mask_details="all")
     assert "'f'" in str(everything.get_job(job.uuid)) and "db_password" not in str(
         everything.get_job(job.uuid))
+
+
+#: The class name each board's jobs carry in str(job): TaskFlow's where it has
+#: the board (RedisJob, ZookeeperJob), the board's own name otherwise.
+JOB_CLASS_NAMES = {"memory": "MemoryJob", "redis": "RedisJob", "sqlite": "SQLJob",
+                   "postgresql": "SQLJob", "zookeeper": "ZookeeperJob"}
+
+
+def test_str_names_the_boards_job_class(boards):
+    board = boards.make()
+    posted = board.post("test", details={"flow_uuid": "f"})
+    name = JOB_CLASS_NAMES[boards.kind]
+    for job in (posted, board.get_job(posted.uuid), *board.iterjobs()):
+        assert type(job).__name__ == name
+        assert str(job) == (f"{name}: test (priority={job.priority}, uuid={job.uuid},"
+                            " details={'flow_uuid': 'f'})")
+    assert isinstance(posted, base.Job)
+
+
+def test_job_classes_have_taskflows_names_and_homes():
+    pytest.importorskip("redis")
+    pytest.importorskip("kazoo")
+    from flowengine.jobs.backends import impl_redis, impl_zookeeper
+
+    assert impl_redis.RedisJobBoard.JOB_CLASS is impl_redis.RedisJob
+    assert impl_zookeeper.ZookeeperJobBoard.JOB_CLASS is impl_zookeeper.ZookeeperJob
+    tf_redis = pytest.importorskip("taskflow.jobs.backends.impl_redis")
+    tf_zk = pytest.importorskip("taskflow.jobs.backends.impl_zookeeper")
+    assert impl_redis.RedisJob.__name__ == tf_redis.RedisJob.__name__
+    assert impl_zookeeper.ZookeeperJob.__name__ == tf_zk.ZookeeperJob.__name__
 
 
 def test_jobs_sort_and_compare(boards):

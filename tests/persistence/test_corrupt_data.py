@@ -77,6 +77,25 @@ def test_dir_foreign_record_is_refused(dir_store, tmp_path, change, error, patte
         _read_flow(dir_store, fd_uuid)
 
 
+def test_dir_stores_taskflows_dicts_and_reads_older_flowengines(dir_store, tmp_path):
+    # Given a flow saved now: its files hold TaskFlow's dicts, no format_version
+    fd_uuid, ad_uuid = _saved_flow(dir_store, tmp_path)
+    flow_file = os.path.join(dir_store.backend.base_path, "flow_details", fd_uuid, "metadata")
+    with open(_atom_file(dir_store, ad_uuid)) as fp:
+        assert models.FORMAT_VERSION_KEY not in json.load(fp)["atom"]
+    with open(flow_file) as fp:
+        assert models.FORMAT_VERSION_KEY not in json.load(fp)
+    # When the files are as an older flowengine wrote them (format_version 1 in each)
+    _edit_json(_atom_file(dir_store, ad_uuid),
+               lambda d: d["atom"].update({models.FORMAT_VERSION_KEY: 1}))
+    _edit_json(flow_file, lambda d: d.update({models.FORMAT_VERSION_KEY: 1}))
+    # Then they read back as before, and to_dict() has no format_version
+    fd = _read_flow(dir_store, fd_uuid)
+    assert fd.find(ad_uuid).state == "SUCCESS"
+    assert models.FORMAT_VERSION_KEY not in fd.to_dict()
+    assert models.FORMAT_VERSION_KEY not in fd.find(ad_uuid).to_dict()
+
+
 def test_dir_corrupt_logbook_is_refused(dir_store, tmp_path):
     book = models.LogBook("book")
     with contextlib.closing(dir_store.backend.get_connection()) as conn:

@@ -26,12 +26,38 @@ def test_logbook_round_trip_is_pure_json():
     book.meta = {"a": 1}
     book.add(models.FlowDetail("fd", models.generate_uuid()))
     data = _json_round_trip(book.to_dict())
-    assert data[models.FORMAT_VERSION_KEY] == models.FORMAT_VERSION
+    assert models.FORMAT_VERSION_KEY not in data  # TaskFlow's keys only
     again = models.LogBook.from_dict(data)
     assert (again.name, again.uuid, again.meta) == ("book", book.uuid, {"a": 1})
     assert again.created_at == book.created_at
     assert again.updated_at == book.updated_at
     assert len(again) == 0  # contained flow details are not part of the dict
+
+
+#: The keys of TaskFlow 6.5's to_dict() of each model.
+TASKFLOW_KEYS = {
+    "LogBook": {"name", "meta", "uuid", "updated_at", "created_at"},
+    "FlowDetail": {"name", "meta", "state", "uuid"},
+    "AtomDetail": {"failure", "revert_failure", "meta", "name", "results",
+                   "revert_results", "state", "version", "intention", "uuid"},
+}
+
+
+def test_to_dict_has_exactly_taskflows_keys():
+    assert set(models.LogBook("b").to_dict()) == TASKFLOW_KEYS["LogBook"]
+    assert set(models.LogBook("b").to_dict(marshal_time=False)) == TASKFLOW_KEYS["LogBook"]
+    assert set(models.FlowDetail("f", "u").to_dict()) == TASKFLOW_KEYS["FlowDetail"]
+    for cls in (models.TaskDetail, models.RetryDetail):
+        assert set(cls("a", "u").to_dict()) == TASKFLOW_KEYS["AtomDetail"], cls
+
+
+@pytest.mark.parametrize("cls", [models.LogBook, models.FlowDetail, models.TaskDetail,
+                                 models.RetryDetail])
+def test_from_dict_reads_data_with_the_format_version_older_flowengines_wrote(cls):
+    data = {"name": "n", "uuid": "u", "meta": {"k": 1}, models.FORMAT_VERSION_KEY: 1}
+    obj = cls.from_dict(data)
+    assert (obj.name, obj.uuid, obj.meta) == ("n", "u", {"k": 1})
+    assert models.FORMAT_VERSION_KEY not in obj.to_dict()
 
 
 def test_logbook_reads_taskflow_marshalled_times():

@@ -1,9 +1,14 @@
 """Tests for flowengine.utils (reflection, misc, threading) and OrderedSet."""
 
+import contextlib
 import datetime
 import functools
+import importlib
 import os
+import sys
 import threading
+import types
+import warnings
 
 import pytest
 
@@ -173,3 +178,67 @@ def test_cached_argument_lists_handle_binding_forms():
     assert reflection.get_callable_args(Base().static) == ["x", "y"]
     assert reflection.get_callable_args(Child.klass) == ["q"]
     assert reflection.get_callable_args(Base.run) == ["self", "a", "b"]
+
+
+@contextlib.contextmanager
+def _eventlet_importable(importable):
+    """eventlet_utils reloaded as if eventlet did (or did not) import; restored after."""
+    from flowengine.utils import eventlet_utils
+
+    saved = sys.modules.get("eventlet", _MISSING)
+    sys.modules["eventlet"] = types.ModuleType("eventlet") if importable else None
+    try:
+        yield importlib.reload(eventlet_utils)
+    finally:
+        if saved is _MISSING:
+            sys.modules.pop("eventlet", None)
+        else:
+            sys.modules["eventlet"] = saved
+        importlib.reload(eventlet_utils)
+
+
+_MISSING = object()
+
+
+def test_eventlet_utils_without_eventlet():
+    with _eventlet_importable(False) as eu:
+        assert eu.EVENTLET_AVAILABLE is False
+        with pytest.warns(DeprecationWarning, match="Eventlet support is deprecated"):
+            with pytest.raises(RuntimeError, match="^Eventlet is not currently available$"):
+                eu.check_for_eventlet()
+        with pytest.warns(DeprecationWarning):
+            with pytest.raises(ValueError, match="mine"):
+                eu.check_for_eventlet(ValueError("mine"))
+        with pytest.warns(DeprecationWarning):
+            with pytest.raises(KeyError):
+                eu.check_for_eventlet(KeyError)
+
+
+def test_eventlet_utils_with_eventlet():
+    with _eventlet_importable(True) as eu:
+        assert eu.EVENTLET_AVAILABLE is True
+        with pytest.warns(DeprecationWarning):
+            assert eu.check_for_eventlet() is None
+        with pytest.warns(DeprecationWarning):
+            assert eu.check_for_eventlet(ValueError("unused")) is None
+
+
+def _check_outcome(module):
+    """What ``module.check_for_eventlet()`` raised (its text, or None) and warned."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            module.check_for_eventlet()
+        except RuntimeError as e:
+            raised = str(e)
+        else:
+            raised = None
+    return raised, [(w.category, str(w.message)) for w in seen]
+
+
+def test_eventlet_utils_matches_taskflows():
+    tf_eu = pytest.importorskip("taskflow.utils.eventlet_utils")
+    from flowengine.utils import eventlet_utils as eu
+
+    assert eu.EVENTLET_AVAILABLE == tf_eu.EVENTLET_AVAILABLE
+    assert _check_outcome(eu) == _check_outcome(tf_eu)

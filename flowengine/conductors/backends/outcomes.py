@@ -58,6 +58,9 @@ class Running:
     decision: Decision | None = None
     released: bool = False
     lost: bool = False
+    #: The engine's run ended (returned or raised): a stop from then on no
+    #: longer gives the job back; the decision taken from its end is applied.
+    ended: bool = False
     finishing: bool = False
     lost_reported: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -65,6 +68,11 @@ class Running:
     def given_up(self) -> bool:
         """True once the job was released (stop) or its claim lost (set by other threads)."""
         return self.released or self.lost
+
+    def mark_ended(self) -> None:
+        """The engine stopped running: from now on a stop lets the job finish as decided."""
+        with self.lock:
+            self.ended = True
 
 
 def _suspend(engine: Any, job: Any, why: str) -> None:
@@ -108,11 +116,21 @@ def run_job(conductor: Any, run: Running) -> Decision:
             stack.enter_context(listener)
         log.debug("Dispatching engine for job '%s'", job)
         try:
-            for stage, name in ((engine.compile, "compilation"), (engine.prepare, "preparation"),
-                                (engine.validate, "validation"), (engine.run, "running")):
-                conductor.notifier.notify(f"{name}_start", details)
-                stage()
-                conductor.notifier.notify(f"{name}_end", details)
+            try:
+                for stage, name in ((engine.compile, "compilation"),
+                                    (engine.prepare, "preparation"),
+                                    (engine.validate, "validation"), (engine.run, "running")):
+                    conductor.notifier.notify(f"{name}_start", details)
+                    try:
+                        stage()
+                    finally:
+                        if name == "running":
+                            # Before running_end: a listener stopping the
+                            # conductor there must not give back a finished job.
+                            run.mark_ended()
+                    conductor.notifier.notify(f"{name}_end", details)
+            finally:
+                run.mark_ended()
         except excp.WrappedFailure as e:
             if run.given_up():
                 return Decision(NOTHING, reason=str(e))
@@ -209,9 +227,15 @@ class Finisher:
                 return
 
     def release_on_stop(self, run: Running) -> None:
-        """Stop: suspend the job's engine and give the job back now (not a failed attempt)."""
+        """Stop: suspend the job's engine and give the job back now (not a failed attempt).
+
+        Only while its engine may still be running: once the engine's run
+        ended, the job is finished as that end decides (TaskFlow consumes a
+        flow that succeeded even when the conductor was stopped meanwhile).
+        """
         with run.lock:
-            if run.released or run.finishing or run.decision is not None or run.lost:
+            if (run.released or run.finishing or run.decision is not None or run.lost
+                    or run.ended):
                 return
             run.released = True
             engine = run.engine

@@ -211,8 +211,7 @@ class Runtime:
                 if self._is_retry(name):
                     self.retry_action.change_state(atom, state)
                 else:
-                    self.task_action.change_state(
-                        atom, state, progress=0.0 if state == st.PENDING else None)
+                    self.task_action.reset(atom, state)
             if intention is not None:
                 self.set_intentions((name,), intention)
 

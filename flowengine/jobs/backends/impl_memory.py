@@ -19,10 +19,11 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine import states
 from flowengine.jobs import board, lifecycle, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
-__all__ = ["MemoryJobBoard", "MemoryStore"]
+__all__ = ["MemoryJob", "MemoryJobBoard", "MemoryStore"]
 
 #: Namespace used when the conf names none.
 DEFAULT_NAMESPACE = "flowengine"
@@ -298,8 +299,14 @@ class MemoryStore(BoardStore):
             self._shared.entities[entity["name"]] = dict(entity)
 
 
+class MemoryJob(job_mod.BoardJob):
+    """A job on a :class:`MemoryJobBoard`."""
+
+
 class MemoryJobBoard(board.LeasedJobBoard):
     """TaskFlow's jobboard API over :class:`MemoryStore` (namespace from ``conf``)."""
+
+    JOB_CLASS = MemoryJob
 
     def __init__(self, name: str, conf: dict[str, Any], persistence: Any = None,
                  store: MemoryStore | None = None) -> None:

@@ -26,11 +26,12 @@ from redis import exceptions as redis_exc
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import event_thread, redis_client, redis_scripts, safe_url
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
-__all__ = ["RedisJobBoard", "RedisStore"]
+__all__ = ["RedisJob", "RedisJobBoard", "RedisStore"]
 
 #: TaskFlow's namespace is b'taskflow'; ours differs so both boards can
 #: share one Redis without reading each other's (differently encoded) jobs.
@@ -318,6 +319,10 @@ class RedisStore(BoardStore):
                              px=max(1, int(ttl_s * 1000)))
 
 
+class RedisJob(job_mod.BoardJob):
+    """A job on a :class:`RedisJobBoard` (TaskFlow's class name)."""
+
+
 class RedisJobBoard(board.LeasedJobBoard):
     """A jobboard on Redis with leased, fenced claims (see the module docstring).
 
@@ -327,6 +332,7 @@ class RedisJobBoard(board.LeasedJobBoard):
 
     #: TaskFlow's name for the oldest server version the board accepts.
     MIN_REDIS_VERSION = MIN_REDIS_VERSION
+    JOB_CLASS = RedisJob
 
     def __init__(self, name: str, conf: dict[str, Any],
                  client: redis_client.TextClient | None = None,

@@ -32,18 +32,21 @@ from flowengine.utils import optional
 try:
     import sqlalchemy as sa
     from sqlalchemy import exc as sa_exc
+    from sqlalchemy.dialects.postgresql import insert as pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import safe_url, sql_events
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 from flowengine.persistence.backends import impl_sqlalchemy
 from flowengine.persistence.backends.sql import tables
 
-__all__ = ["SQLJobBoard", "SQLStore"]
+__all__ = ["SQLJob", "SQLJobBoard", "SQLStore"]
 
 #: Namespace used when the conf names none.
 DEFAULT_NAMESPACE = "flowengine"
@@ -51,6 +54,9 @@ DEFAULT_NAMESPACE = "flowengine"
 BOARD_OPTIONS = frozenset({"board", "namespace", "mask_details", "lease_s", "max_attempts",
                            "backoff_s", "backoff_max_s", "outcome_ttl_s"})
 _J, _C = tables.JOBS, tables.JOB_COUNTERS
+#: INSERT with ON CONFLICT (both dialects spell it the same way).
+_DIALECT_INSERT: dict[str, Callable[[sa.Table], Any]] = {"postgresql": pg_insert,
+                                                         "sqlite": sqlite_insert}
 _NOW = {"postgresql": "SELECT extract(epoch from clock_timestamp())",
         "sqlite": "SELECT (julianday('now') - 2440587.5) * 86400.0"}
 
@@ -101,9 +107,11 @@ class SQLStore(BoardStore):
             raise error(f"Jobboard database {safe_url(self._url)}: {e}", cause=e) from e
         engine = self._sql.engine
         with self._txn() as conn:
-            if conn.execute(sa.select(_C.c.namespace).where(_C.c.namespace == self._ns)
-                            ).first() is None:
-                conn.execute(_C.insert().values(namespace=self._ns, sequence=0, token=0))
+            # Boards connecting at once to a new namespace each try to make its
+            # counters: the first one does, the others leave its row alone.
+            insert = _DIALECT_INSERT[conn.dialect.name](_C)
+            conn.execute(insert.values(namespace=self._ns, sequence=0, token=0)
+                         .on_conflict_do_nothing(index_elements=[_C.c.namespace]))
             conn.execute(_J.delete().where(_J.c.namespace == self._ns,
                                            _J.c.location == records.CONSUMED,
                                            _J.c.outcome_until < self._now(conn)))
@@ -360,8 +368,14 @@ class SQLStore(BoardStore):
                                            entity=json.dumps(entity), expires_at=now + ttl_s))
 
 
+class SQLJob(job_mod.BoardJob):
+    """A job on a :class:`SQLJobBoard`."""
+
+
 class SQLJobBoard(board.LeasedJobBoard):
     """A jobboard in a SQL database (PostgreSQL or SQLite; see the module docstring)."""
+
+    JOB_CLASS = SQLJob
 
     def __init__(self, name: str, conf: dict[str, Any], persistence: Any = None) -> None:
         lease_s = policy.BoardPolicy.from_conf(conf).lease_s

@@ -33,11 +33,12 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
+from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, held
 
-__all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJobBoard"]
+__all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJob", "ZookeeperJobBoard"]
 
 #: Where jobs live when the configuration names no path.
 DEFAULT_PATH = "/flowengine/jobs"
@@ -257,10 +258,11 @@ class ZkStore(ZkReader):
         path = self._p("entities", str(entity.get("kind") or "entity"), str(entity["name"]))
         body = json.dumps(entity, sort_keys=True).encode("utf-8")
         with self._zk():
-            try:
-                self._client.create(path, body, ephemeral=True, makepath=True)
-            except k_exc.NodeExistsError:
-                self._client.set(path, body)
+            self._write(path, body, create_first=True, ephemeral=True, makepath=True)
+
+
+class ZookeeperJob(job_mod.BoardJob):
+    """A job on a :class:`ZookeeperJobBoard` (TaskFlow's class name)."""
 
 
 class ZookeeperJobBoard(board.LeasedJobBoard):
@@ -273,6 +275,7 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
 
     #: Oldest ZooKeeper server accepted (TaskFlow's value): multi transactions.
     MIN_ZK_VERSION = (3, 4, 0)
+    JOB_CLASS = ZookeeperJob
     #: TaskFlow's names of its folders. flowengine's layout differs (see
     #: :mod:`.zk_store`): these name the matching places in it.
     LOCK_POSTFIX = ".lock"

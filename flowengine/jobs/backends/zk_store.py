@@ -155,6 +155,31 @@ class ZkReader(BoardStore):
             raise exc.JobFailure(f"ZooKeeper transaction on {self.path} failed: {failures}")
         return results
 
+    def _write(self, path: str, data: bytes, create_first: bool = False,
+               **create: Any) -> ZnodeStat:
+        """Set ``path`` to ``data``, creating it if missing; the znode's stat.
+
+        Race-free against other clients doing the same at the same moment: a
+        create that finds the znode made meanwhile sets it instead, a set that
+        finds it deleted meanwhile creates it (``create``: kazoo's create
+        options). Call within :meth:`_zk`.
+        """
+        for _ in range(RACE_ATTEMPTS):
+            if not create_first:
+                try:
+                    stat: ZnodeStat = self._client.set(path, data)
+                    return stat
+                except k_exc.NoNodeError:
+                    pass
+            create_first = False
+            try:
+                made: ZnodeStat = self._client.create(path, data, include_data=True,
+                                                      **create)[1]
+                return made
+            except k_exc.NodeExistsError:
+                continue  # another client made it first: set it next round
+        raise exc.JobFailure(f"Znode {path} kept appearing and vanishing: could not write it")
+
     def _observe(self, stat: ZnodeStat) -> None:
         """Learn the server's clock from the mtime of a write we just made."""
         self._offset_ms = stat.mtime - time.time() * 1000.0
@@ -181,10 +206,7 @@ class ZkReader(BoardStore):
                 kazoo_utils.check_compatible(self._client, (3, 4, 0))
             for part in ("listed", "leases", *PARKED, "entities"):
                 self._client.ensure_path(self._p(part))
-            try:
-                self._observe(self._client.set(self._p("clock"), b""))
-            except k_exc.NoNodeError:
-                self._observe(self._client.create(self._p("clock"), b"", include_data=True)[1])
+            self._observe(self._write(self._p("clock"), b""))
         self._connected = True
         self._reap_outcomes()
 

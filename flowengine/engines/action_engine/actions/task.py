@@ -27,15 +27,16 @@ class TaskAction(base.Action):
         # unchanged value.
         self._progress: dict[str, float] = {}
 
-    def _set_progress(self, task: Any, progress: float) -> None:
+    def _set_progress(self, task: Any, progress: float, store: bool = False,
+                      report: bool = True) -> None:
         # The engine itself reports 0.0 when a task starts and 1.0 when it
         # ends (on the task's notifier, as TaskFlow); storage is only written
-        # when the value changes.
+        # when the value changes (or ``store`` says to).
         name = task.name
         known = self._progress.get(name)
         if known is None:
             known = self._storage.get_task_progress(name)
-        if known != progress:
+        if store or known != progress:
             self._storage.set_task_progress(name, progress)
         if progress == 1.0:
             # Finished: keep entries for running tasks only (one per task
@@ -43,7 +44,8 @@ class TaskAction(base.Action):
             self._progress.pop(name, None)
         else:
             self._progress[name] = progress
-        task.update_progress(progress)
+        if report:
+            task.update_progress(progress)
 
     def change_state(self, atom: Any, state: str, result: Any = base.NO_RESULT,
                      progress: float | None = None) -> None:
@@ -51,6 +53,18 @@ class TaskAction(base.Action):
         super().change_state(atom, state, result)
         if progress is not None:
             self._set_progress(atom, progress)
+
+    def reset(self, task: Any, state: str) -> None:
+        """Move a task to ``state`` (PENDING, IGNORE...) with its progress back to 0.0.
+
+        As TaskFlow's reset: when the state changes, the 0.0 is stored in the
+        task's meta even where no progress was recorded yet (an IGNOREd task's
+        meta is ``{'progress': 0.0}``). Only a reset to PENDING reports the
+        0.0 on the task's notifier, as flowengine always did.
+        """
+        changed = self._state_of(task.name) != state
+        super().change_state(task, state)
+        self._set_progress(task, 0.0, store=changed, report=state == states.PENDING)
 
     def _progress_callback(self, task: Any) -> ex.ProgressCallback | None:
         if not task.notifier.can_be_registered(ex.EVENT_UPDATE_PROGRESS):

@@ -87,7 +87,7 @@ def atom_to_row(ad: models.AtomDetail) -> dict[str, Any]:
     what = json_codec.describe(data, "AtomDetail")
     row = {"uuid": ad.uuid, "name": ad.name, "atom_type": models.atom_detail_type(ad),
            "state": data["state"], "intention": data["intention"],
-           "format_version": data[models.FORMAT_VERSION_KEY]}
+           "format_version": models.FORMAT_VERSION}
     for field in _ATOM_JSON:
         row[field] = _enc(data[field], what, field)
     return row
