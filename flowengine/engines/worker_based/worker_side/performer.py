@@ -163,8 +163,11 @@ class Performer:
                     f" {task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
                     f" it; dispatch it again"))
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
-            outcome = self._replier.send_outcome(held, work, state, result, elapsed)
+            # Told before the outcome is sent: an execute and its revert share
+            # a uuid, and the revert (sent once the engine has the outcome)
+            # must not find the execute still tracked by the events.
             self._events.finished(task_uuid, state == pr.SUCCESS, result)
+            outcome = self._replier.send_outcome(held, work, state, result, elapsed)
             self._log_outcome(job, result, elapsed)
         except Exception:
             LOG.exception("Unexpected error running request %s", task_uuid)
