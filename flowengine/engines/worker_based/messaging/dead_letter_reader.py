@@ -32,7 +32,6 @@ import base64
 import contextlib
 import dataclasses
 import datetime
-import json
 import logging
 from collections.abc import Collection, Iterator
 from typing import Any
@@ -46,7 +45,6 @@ from kombu.utils.json import loads
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging import inventory
 from flowengine.engines.worker_based.messaging.dead_letters import (
-    HEADER_HEADERS,
     SUFFIX,
     is_dead_letter_queue,
     original_message,
@@ -98,9 +96,10 @@ class DeadLetter:
         """The dead letter kombu ``message`` is (read from a dead-letter queue)."""
         headers = dict(message.headers or {})
         original = original_message(headers)
-        odd = _json_or_text(headers.get(HEADER_HEADERS))
-        if odd is None or isinstance(odd, dict):
-            odd = None
+        # Headers that were not a mapping (why it was refused) are shown,
+        # never sent again as headers.
+        received = original["headers"]
+        odd = None if received is None or isinstance(received, dict) else received
         body = message.body
         if isinstance(body, str):
             body = body.encode("utf-8", "surrogateescape")
@@ -114,7 +113,8 @@ class DeadLetter:
                    else None,
                    refused_by=_text_or_none(original["refused_by"]),
                    truncated=int(truncated) if isinstance(truncated, int) else None,
-                   properties=original["properties"], headers=original["headers"],
+                   properties=original["properties"],
+                   headers=received if isinstance(received, dict) else {},
                    odd_headers=odd, body=bytes(body or b""))
 
     @property
@@ -411,13 +411,6 @@ def _reader(broker: BrokerSettings, exchange: str, queue: str,
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _json_or_text(value: Any) -> Any:
-    try:
-        return json.loads(value) if isinstance(value, (str, bytes)) else value
-    except ValueError:
-        return value
 
 
 def _one_line(error: BaseException) -> str:
