@@ -20,6 +20,7 @@ Fixtures
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
 - ``sentinel_cluster`` (function): a Redis primary, a replica and three
   Sentinels of the test's own (``tests/redis_sentinel.py``), for failover tests.
+- ``tls_sentinel_cluster`` (function): the same, TLS only on every link.
 - ``tls_redis`` (function): a TLS-only redis-server requiring client
   certificates, and throwaway certificates made with openssl (``tests/redis_tls.py``).
 - ``private_pg`` (function): a PostgreSQL cluster of the test's own, with
@@ -221,6 +222,22 @@ def sentinel_cluster():
     import redis_sentinel
 
     cluster = _private_broker(redis_sentinel.start_cluster)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def tls_sentinel_cluster(tmp_path):
+    """``sentinel_cluster`` speaking TLS only on every link, with client certificates.
+
+    ``.tls`` holds the certificates (made with openssl, ``tests/redis_tls.py``);
+    ``.board_conf()`` then carries TaskFlow's ssl keys and ``sentinel_kwargs``.
+    """
+    import redis_sentinel
+    import redis_tls
+
+    cluster = _private_broker(
+        lambda: redis_sentinel.start_cluster(redis_tls.make_certificates(tmp_path)))
     yield cluster
     cluster.stop()
 

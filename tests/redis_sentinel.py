@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import brokers
 import redis
+import redis_tls
 
 #: The monitored service's name (Octavia's ``jobboard_redis_sentinel``).
 SERVICE = "mymaster"
@@ -47,19 +48,25 @@ NO_SYNC_DELAY = ["--repl-diskless-sync-delay", "0"]
 POLL_S = 0.05
 
 
-def _client(port: int) -> redis.Redis:
-    return redis.Redis("127.0.0.1", port, socket_timeout=2.0, decode_responses=True)
+def _client(port: int, tls: redis_tls.Certificates | None = None) -> redis.Redis:
+    return redis.Redis("127.0.0.1", port, socket_timeout=2.0, decode_responses=True,
+                       **(redis_tls.client_kwargs(tls) if tls else {}))
 
 
-def _replication(port: int) -> dict:
-    with contextlib.closing(_client(port)) as c:
-        return c.info("replication")
+def _tls_options(tls: redis_tls.Certificates | None) -> list[str]:
+    """TLS only, on every link (clients, replication, Sentinels): port 0, tls-port."""
+    if tls is None:
+        return []
+    return ["--tls-cert-file", tls.server_cert, "--tls-key-file", tls.server_key,
+            "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "yes",
+            "--tls-replication", "yes"]
 
 
-def _sentinel_conf(master_port: int, port: int, wd: str) -> str:
+def _sentinel_conf(master_port: int, port: int, wd: str, tls: bool) -> str:
     path = os.path.join(wd, "sentinel.conf")  # a Sentinel rewrites its conf: its own file
+    listen = f"port 0\ntls-port {port}\n" if tls else f"port {port}\n"
     with open(path, "w") as fh:
-        fh.write(f"port {port}\nbind 127.0.0.1\ndir {wd}\n"
+        fh.write(f"{listen}bind 127.0.0.1\ndir {wd}\n"
                  f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
                  f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
                  f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
@@ -67,12 +74,30 @@ def _sentinel_conf(master_port: int, port: int, wd: str) -> str:
     return path
 
 
-def _start_sentinel(master_port: int) -> brokers.BrokerProcess:
-    def command(binary: str, port: int, wd: str) -> list[str]:
-        return [binary, _sentinel_conf(master_port, port, wd), "--sentinel",
-                "--daemonize", "no", "--logfile", ""]
+def _ready(tls: redis_tls.Certificates | None):
+    return (lambda port: brokers.tcp_open(port)) if tls else None
 
-    return brokers.start_redis_like("redis-sentinel", command)
+
+def _start_server(tls: redis_tls.Certificates | None, extra: list[str]
+                  ) -> brokers.BrokerProcess:
+    if tls is None:
+        return brokers.start_redis(extra_args=[*NO_SYNC_DELAY, *extra])
+
+    def command(binary: str, port: int, wd: str) -> list[str]:
+        return [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
+                "--dir", wd, "--save", "", "--appendonly", "no", "--daemonize", "no",
+                "--logfile", "", *_tls_options(tls), *NO_SYNC_DELAY, *extra]
+
+    return brokers.start_redis_like("redis-tls", command, ready=_ready(tls))
+
+
+def _start_sentinel(master_port: int, tls: redis_tls.Certificates | None
+                    ) -> brokers.BrokerProcess:
+    def command(binary: str, port: int, wd: str) -> list[str]:
+        return [binary, _sentinel_conf(master_port, port, wd, tls is not None), "--sentinel",
+                "--daemonize", "no", "--logfile", "", *_tls_options(tls)]
+
+    return brokers.start_redis_like("redis-sentinel", command, ready=_ready(tls))
 
 
 def _wait(what: str, done, timeout_s: float) -> None:
@@ -92,6 +117,8 @@ class SentinelCluster:
     replica: brokers.BrokerProcess
     sentinels: list[brokers.BrokerProcess] = field(default_factory=list)
     service: str = SERVICE
+    #: Set when every server and Sentinel speaks TLS only.
+    tls: redis_tls.Certificates | None = None
 
     @property
     def sentinel_ports(self) -> list[int]:
@@ -103,9 +130,24 @@ class SentinelCluster:
         return [f"127.0.0.1:{port}" for port in self.sentinel_ports[1:]]
 
     def board_conf(self, **extra) -> dict:
-        """TaskFlow's keys for a Redis board reaching the master through the Sentinels."""
-        return {"board": "redis", "host": "127.0.0.1", "port": self.sentinel_ports[0],
-                "sentinel": self.service, "sentinel_fallbacks": self.fallbacks, **extra}
+        """TaskFlow's keys for a Redis board reaching the master through the Sentinels.
+
+        With TLS: the ssl keys for the master, and the same in ``sentinel_kwargs``.
+        """
+        conf = {"board": "redis", "host": "127.0.0.1", "port": self.sentinel_ports[0],
+                "sentinel": self.service, "sentinel_fallbacks": self.fallbacks}
+        if self.tls is not None:
+            conf.update(redis_tls.client_kwargs(self.tls))
+            conf["sentinel_kwargs"] = redis_tls.client_kwargs(self.tls)
+        return {**conf, **extra}
+
+    def client(self, port: int) -> redis.Redis:
+        """A plain redis-py client of the server or Sentinel on ``port``."""
+        return _client(port, self.tls)
+
+    def _replication(self, port: int) -> dict:
+        with contextlib.closing(self.client(port)) as c:
+            return c.info("replication")
 
     def servers(self) -> list[brokers.BrokerProcess]:
         return [self.primary, self.replica]
@@ -114,7 +156,7 @@ class SentinelCluster:
         """The master's port as the first Sentinel that answers names it."""
         for port in self.sentinel_ports:
             try:
-                with contextlib.closing(_client(port)) as c:
+                with contextlib.closing(self.client(port)) as c:
                     addr = c.sentinel_get_master_addr_by_name(self.service)
             except redis.RedisError:
                 continue
@@ -124,7 +166,7 @@ class SentinelCluster:
 
     def _sentinels_know_everyone(self) -> bool:
         for port in self.sentinel_ports:
-            with contextlib.closing(_client(port)) as c:
+            with contextlib.closing(self.client(port)) as c:
                 replicas = c.sentinel_slaves(self.service)
                 peers = c.sentinel_sentinels(self.service)
             if len(peers) != len(self.sentinels) - 1:
@@ -146,13 +188,13 @@ class SentinelCluster:
         def promoted() -> bool:
             ports = set()
             for port in self.sentinel_ports:
-                with contextlib.closing(_client(port)) as c:
+                with contextlib.closing(self.client(port)) as c:
                     addr = c.sentinel_get_master_addr_by_name(self.service)
                 ports.add(int(addr[1]) if addr else None)
             if len(ports) != 1 or ports == {old_port}:
                 return False
             new = ports.pop()
-            return new is not None and _replication(new).get("role") == "master"
+            return new is not None and self._replication(new).get("role") == "master"
 
         _wait("a failover", promoted, timeout_s)
         port = self.master_port()
@@ -164,19 +206,22 @@ class SentinelCluster:
             server.stop()
 
 
-def start_cluster() -> SentinelCluster:
-    """Start the primary, the replica (in sync), then the Sentinels (knowing everyone)."""
-    primary = brokers.start_redis(extra_args=NO_SYNC_DELAY)
+def start_cluster(tls: redis_tls.Certificates | None = None) -> SentinelCluster:
+    """Start the primary, the replica (in sync), then the Sentinels (knowing everyone).
+
+    With ``tls`` every link is TLS with client certificates (``tls-auth-clients``,
+    ``tls-replication``): clients, replication, and the Sentinels' own links.
+    """
+    primary = _start_server(tls, [])
     started = [primary]
     try:
-        replica = brokers.start_redis(extra_args=[*NO_SYNC_DELAY, "--replicaof", "127.0.0.1",
-                                                  str(primary.port)])
+        replica = _start_server(tls, ["--replicaof", "127.0.0.1", str(primary.port)])
         started.append(replica)
-        _wait("the replica's sync", lambda: _replication(replica.port).get(
+        cluster = SentinelCluster(primary, replica, tls=tls)
+        _wait("the replica's sync", lambda: cluster._replication(replica.port).get(
             "master_link_status") == "up", DISCOVERY_TIMEOUT_S)
-        cluster = SentinelCluster(primary, replica)
         for _ in range(3):
-            cluster.sentinels.append(_start_sentinel(primary.port))
+            cluster.sentinels.append(_start_sentinel(primary.port, tls))
             started.append(cluster.sentinels[-1])
         _wait("the Sentinels' discovery of the replica and of each other",
               cluster._sentinels_know_everyone, DISCOVERY_TIMEOUT_S)
@@ -188,9 +233,9 @@ def start_cluster() -> SentinelCluster:
 
 
 @contextlib.contextmanager
-def running_cluster() -> Iterator[SentinelCluster]:
+def running_cluster(tls: redis_tls.Certificates | None = None) -> Iterator[SentinelCluster]:
     """Context manager: a :class:`SentinelCluster` for the duration of the block."""
-    cluster = start_cluster()
+    cluster = start_cluster(tls)
     try:
         yield cluster
     finally:

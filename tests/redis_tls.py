@@ -86,6 +86,12 @@ def make_certificates(directory: str | os.PathLike) -> Certificates:
     return Certificates(ca[0], server[0], server[1], client[0], client[1], other_ca)
 
 
+def client_kwargs(certs: Certificates) -> dict:
+    """TaskFlow's ssl keys (also redis-py's arguments) for a client with its certificate."""
+    return {"ssl": True, "ssl_ca_certs": certs.ca, "ssl_certfile": certs.client_cert,
+            "ssl_keyfile": certs.client_key}
+
+
 def start_tls_redis(certs: Certificates, *, auth_clients: bool) -> brokers.BrokerProcess:
     """A redis-server on a free loopback port that speaks TLS only."""
     def command(binary: str, port: int, wd: str) -> list[str]:
