@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from kombu.utils.url import maybe_sanitize_url
@@ -249,7 +249,8 @@ def zookeeper_command() -> list[str] | None:
     return [java, f"-Xmx{ZOOKEEPER_HEAP_MB}m", "-cp", jar]
 
 
-def _tcp_open(port: int) -> bool:
+def tcp_open(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0):
             return True
@@ -307,27 +308,42 @@ def _start_with_retries(make: Callable[[], BrokerProcess]) -> BrokerProcess:
 
 
 def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S, *,
-                persistent: bool = False) -> BrokerProcess:
+                persistent: bool = False, extra_args: Sequence[str] = ()) -> BrokerProcess:
     """Start redis-server on a free loopback port; raise BrokerUnavailable.
 
     ``persistent=True`` turns on the append-only file with an fsync per write,
     so what was written survives ``kill()`` (for durable-topology tests).
+    ``extra_args`` end its command line (``--replicaof 127.0.0.1 6379``...).
+    """
+    def command(binary: str, port: int, wd: str) -> list[str]:
+        return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", wd,
+                # no persistence (a throwaway broker) unless asked for
+                "--save", "", "--appendonly", "yes" if persistent else "no",
+                "--appendfsync", "always",
+                "--daemonize", "no", "--protected-mode", "yes", "--logfile", "", *extra_args]
+
+    return start_redis_like("redis", command, timeout_s=timeout_s)
+
+
+def start_redis_like(name: str, command: Callable[[str, int, str], list[str]], *,
+                     ready: Callable[[int], bool] | None = None,
+                     timeout_s: float = REDIS_START_TIMEOUT_S) -> BrokerProcess:
+    """Start a redis-server of some kind (replica, Sentinel, TLS) on a free loopback port.
+
+    ``command(binary, port, workdir)`` gives its command line; it is ready when
+    ``ready(port)`` (default: it answers PING on ``port``). Raises BrokerUnavailable.
     """
     binary = redis_binary()
     if binary is None:
         raise BrokerUnavailable("redis-server not found on PATH (apt-get install redis-server)")
+    is_ready = ready or _redis_ping
 
     def make() -> BrokerProcess:
-        wd = tempfile.mkdtemp(prefix="flowengine-redis-")
+        wd = tempfile.mkdtemp(prefix=f"flowengine-{name}-")
         port = free_port()
-        log = os.path.join(wd, "redis.log")
-        cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", wd,
-               # no persistence (a throwaway broker) unless asked for
-               "--save", "", "--appendonly", "yes" if persistent else "no",
-               "--appendfsync", "always",
-               "--daemonize", "no", "--protected-mode", "yes", "--logfile", ""]
-        return BrokerProcess("redis", f"redis://127.0.0.1:{port}/0", port, wd, log, launches=[
-            _Launch(cmd, log, None, lambda: _redis_ping(port), timeout_s)])
+        log = os.path.join(wd, f"{name}.log")
+        return BrokerProcess(name, f"redis://127.0.0.1:{port}/0", port, wd, log, launches=[
+            _Launch(command(binary, port, wd), log, None, lambda: is_ready(port), timeout_s)])
 
     return _start_with_retries(make)
 
@@ -423,7 +439,7 @@ def start_rabbitmq(timeout_s: float = RABBITMQ_START_TIMEOUT_S) -> BrokerProcess
             "rabbitmq", f"amqp://guest:guest@127.0.0.1:{port}//", port, wd, log, launches=[
                 # epmd in the foreground (no -daemon): our child, stopped with us.
                 _Launch([epmd, "-port", str(epmd_port), "-address", "127.0.0.1"],
-                        os.path.join(wd, "epmd.log"), env, lambda: _tcp_open(epmd_port),
+                        os.path.join(wd, "epmd.log"), env, lambda: tcp_open(epmd_port),
                         EPMD_START_TIMEOUT_S),
                 _Launch([script], log, env, lambda: _amqp_login(port), timeout_s),
             ])

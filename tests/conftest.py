@@ -18,6 +18,11 @@ Fixtures
   or ``FLOWENGINE_TEST_PG_URL``; for the persistence and the ``flows`` command tests.
 - ``private_redis`` / ``private_rabbitmq`` (function): a broker of the test's
   own, with ``kill()`` / ``start()`` / ``restart()`` for outage tests.
+- ``sentinel_cluster`` (function): a Redis primary, a replica and three
+  Sentinels of the test's own (``tests/redis_sentinel.py``), for failover tests.
+- ``tls_sentinel_cluster`` (function): the same, TLS only on every link.
+- ``tls_redis`` (function): a TLS-only redis-server requiring client
+  certificates, and throwaway certificates made with openssl (``tests/redis_tls.py``).
 - ``private_pg`` (function): a PostgreSQL cluster of the test's own, with
   ``restart()``, for outage tests.
 - ``zookeeper_url`` (session): a ZooKeeper server (Debian's ``zookeeper``
@@ -204,6 +209,55 @@ def persistent_redis():
     proc = _private_broker(functools.partial(brokers.start_redis, persistent=True))
     yield proc
     proc.stop()
+
+
+@pytest.fixture
+def sentinel_cluster():
+    """A Redis primary + replica + three Sentinels of this test's own (``tests/redis_sentinel.py``).
+
+    ``.board_conf()`` gives TaskFlow's keys reaching the master through the
+    Sentinels; ``.kill_master()`` / ``.wait_for_new_master()`` for failover
+    tests. About 2 s to start; stopped after the test.
+    """
+    import redis_sentinel
+
+    cluster = _private_broker(redis_sentinel.start_cluster)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def tls_sentinel_cluster(tmp_path):
+    """``sentinel_cluster`` speaking TLS only on every link, with client certificates.
+
+    ``.tls`` holds the certificates (made with openssl, ``tests/redis_tls.py``);
+    ``.board_conf()`` then carries TaskFlow's ssl keys and ``sentinel_kwargs``.
+    """
+    import redis_sentinel
+    import redis_tls
+
+    cluster = _private_broker(
+        lambda: redis_sentinel.start_cluster(redis_tls.make_certificates(tmp_path)))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def tls_redis(tmp_path):
+    """``(certificates, server)``: a TLS-only redis-server requiring client certificates.
+
+    Certificates (CA, server, client, and a CA that signed nothing) are made
+    with openssl in the test's tmp_path (``tests/redis_tls.py``).
+    """
+    import redis_tls
+
+    def start():
+        certs = redis_tls.make_certificates(tmp_path)
+        return certs, redis_tls.start_tls_redis(certs, auth_clients=True)
+
+    certs, server = _private_broker(start)
+    yield certs, server
+    server.stop()
 
 
 @pytest.fixture

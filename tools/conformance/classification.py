@@ -70,7 +70,9 @@ MODULES: dict[str, tuple[str, str]] = {
                         " conductors"),
     "jobs.test_entrypoint": (PUBLIC, "jobs.backends.fetch of the redis/zookeeper boards"),
     "jobs.test_etcd_job": (DEFERRED, "etcd jobboard (not built yet)"),
-    "jobs.test_redis_job": (PUBLIC, "RedisJobBoard through the JobBoard API, documented in jobs"),
+    "jobs.test_redis_job": (PUBLIC, "RedisJobBoard through the JobBoard API, and how its conf"
+                                    " keys (host, ssl, sentinel...) become a redis-py client,"
+                                    " documented in jobs"),
     "jobs.test_zk_job": (PUBLIC, "ZookeeperJobBoard through the JobBoard API, documented in jobs"),
     "persistence.test_zk_persistence": (PUBLIC, "ZooKeeper backend, documented in persistence"),
 }
@@ -136,15 +138,6 @@ INTERNAL_TESTS.update({
     "jobs.test_zk_job::test_register_entity": "reads the entity znode; expects"
                                               " NotImplementedError for a non-conductor"
                                               " (flowengine registers any kind)",
-    "jobs.test_redis_job::test__make_client": "RedisJobBoard._make_client, patches"
-                                              " redis_utils.RedisClient",
-    "jobs.test_redis_job::test__make_client_retry_health": "RedisJobBoard._make_client",
-    "jobs.test_redis_job::test__make_client_retry_health_string_conversion":
-        "RedisJobBoard._make_client",
-    "jobs.test_redis_job::test__make_client_sentinel": "RedisJobBoard._make_client (sentinel)",
-    "jobs.test_redis_job::test__make_client_sentinel_fallbacks": "RedisJobBoard._make_client",
-    "jobs.test_redis_job::test__make_client_sentinel_retry_health": "RedisJobBoard._make_client",
-    "jobs.test_redis_job::test__make_client_sentinel_ssl": "RedisJobBoard._make_client",
     "test_listeners::test_bad_create": _ZK_WAITS,
     "test_listeners::test_claim_lost_custom_handler": _ZK_WAITS,
     "test_listeners::test_claim_lost_new_owner": _ZK_WAITS,

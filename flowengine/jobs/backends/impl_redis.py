@@ -9,9 +9,11 @@ subscribe to, so nobody polls. Needs Redis 6.2 or newer; not Redis Cluster
 Configuration: a URL (``redis://[:password@]host:port/db?namespace=x``,
 ``rediss://`` for TLS) or TaskFlow's keys ``host``, ``port``, ``db``,
 ``username``, ``password``, ``namespace``, ``socket_timeout``,
-``socket_connect_timeout``, ``unix_socket_path``, ``encoding``,
-``encoding_errors``, ``ssl``, ``ssl_keyfile``, ``ssl_certfile``,
-``ssl_cert_reqs``, ``ssl_ca_certs``; plus the policy keys every board takes
+``socket_connect_timeout``, ``retry_on_timeout``, ``health_check_interval``,
+``unix_socket_path``, ``encoding``, ``encoding_errors``, ``ssl``,
+``ssl_keyfile``, ``ssl_certfile``, ``ssl_cert_reqs``, ``ssl_ca_certs``, and
+Redis Sentinel's ``sentinel``, ``sentinel_fallbacks``, ``sentinel_kwargs``
+(see :mod:`.redis_client`); plus the policy keys every board takes
 (:mod:`flowengine.jobs.board`). Passwords never appear in logs.
 """
 
@@ -27,7 +29,7 @@ from redis import exceptions as redis_exc
 from flowengine import exceptions as exc
 from flowengine.jobs import board, records
 from flowengine.jobs import job as job_mod
-from flowengine.jobs.backends import event_thread, redis_client, redis_scripts, safe_url
+from flowengine.jobs.backends import event_thread, redis_client, redis_scripts
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
@@ -52,11 +54,15 @@ class RedisStore(BoardStore):
         return self._ns
 
     def __init__(self, client: redis_client.TextClient, namespace: str, where: str,
-                 owns_client: bool = True) -> None:
+                 owns_client: bool = True,
+                 reopen: Callable[[], redis_client.TextClient] | None = None) -> None:
         self._client = client
         self._ns = namespace
         self._where = where
         self._owns_client = owns_client
+        # Makes a new client for connect() after close() closed the one it owned.
+        self._reopen = reopen
+        self._client_closed = False
         self._scripts: dict[str, Any] = {}
         self._events: event_thread.EventThread | None = None
         self.channel = self._key("events")
@@ -75,7 +81,11 @@ class RedisStore(BoardStore):
 
     def connect(self) -> None:
         """Ping, check the server version, load the scripts."""
+        if self._client_closed and self._reopen is not None:
+            self._client = self._reopen()
+            self._client_closed = False
         with redis_client.translated(self._where):
+            redis_client.check_certificates(self._client)
             self._client.ping()
             version = str(self._client.info("server").get("redis_version", "0"))
             if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
@@ -90,8 +100,9 @@ class RedisStore(BoardStore):
             self._events.stop()
             self._events = None
         self._scripts = {}
-        if self._owns_client:
-            self._client.close()
+        if self._owns_client and not self._client_closed:
+            redis_client.close_client(self._client)
+            self._client_closed = True
 
     def _run(self, name: str, keys: list[str], args: list[Any]) -> list[Any]:
         if not self._scripts:
@@ -340,10 +351,13 @@ class RedisJobBoard(board.LeasedJobBoard):
         namespace = conf.get("namespace", DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):
             namespace = namespace.decode("utf-8")
-        where = safe_url(conf["url"]) if conf.get("url") else (
-            f"{conf.get('host', 'localhost')}:{conf.get('port', 6379)}")
-        store = RedisStore(client if client is not None else redis_client.make_client(conf),
-                           str(namespace), where, owns_client=client is None)
+        if client is not None:
+            store = RedisStore(client, str(namespace), redis_client.describe(conf),
+                               owns_client=False)
+        else:
+            store = RedisStore(redis_client.make_client(conf), str(namespace),
+                               redis_client.describe(conf), owns_client=True,
+                               reopen=lambda: redis_client.make_client(conf))
         super().__init__(name, conf, store, persistence=persistence)
         self._namespace = store.namespace
 
