@@ -45,8 +45,12 @@ def _lib(lib: str, module: str) -> Any:
     return importlib.import_module(f"{lib}.{module}")
 
 
-def make_flow(lib: str, name: str, stop: bool = False) -> Any:
-    """``first`` then ``second`` (which needs first's result); ``stop``: second raises Stop."""
+def make_flow(lib: str, name: str, stop: bool = False, fail: bool = False) -> Any:
+    """``first`` then ``second`` (which needs first's result).
+
+    ``stop``: second raises Stop (the flow stays RUNNING); ``fail``: second
+    raises ValueError('boom') and first's revert returns 'undone' (REVERTED).
+    """
     task, lf = _lib(lib, "task"), _lib(lib, "patterns.linear_flow")
 
     class First(task.Task):
@@ -56,6 +60,9 @@ def make_flow(lib: str, name: str, stop: bool = False) -> Any:
             RUNS[lib, f"{name}.first"] += 1
             return {"n": 20, "text": f"from {lib}"}
 
+        def revert(self, *args: Any, **kwargs: Any) -> str:
+            return "undone"
+
     class Second(task.Task):
         default_provides = "total"
 
@@ -63,6 +70,8 @@ def make_flow(lib: str, name: str, stop: bool = False) -> Any:
             RUNS[lib, f"{name}.second"] += 1
             if stop:
                 raise Stop()
+            if fail:
+                raise ValueError("boom")
             return int(made["n"]) + 1
 
     return lf.Flow(name).add(First("first"), Second("second"))
@@ -81,7 +90,7 @@ def _connection(lib: str, conf: dict[str, Any], upgrade: bool = False) -> Iterat
 
 
 def run_flow(lib: str, conf: dict[str, Any], book_name: str, flow_name: str,
-             stop: bool = False) -> tuple[str, str]:
+             stop: bool = False, fail: bool = False) -> tuple[str, str]:
     """Run a new flow on ``lib`` in a new logbook; (book uuid, flow detail uuid)."""
     models = _lib(lib, "persistence.models")
     with _connection(lib, conf) as (backend, conn):
@@ -89,11 +98,11 @@ def run_flow(lib: str, conf: dict[str, Any], book_name: str, flow_name: str,
         fd = models.FlowDetail(flow_name, uuid=str(uuid.uuid4()))
         book.add(fd)
         conn.save_logbook(book)
-        engine = _lib(lib, "engines").load(make_flow(lib, flow_name, stop), flow_detail=fd,
-                                           book=book, backend=backend)
+        engine = _lib(lib, "engines").load(make_flow(lib, flow_name, stop, fail),
+                                           flow_detail=fd, book=book, backend=backend)
         try:
             engine.run()
-        except Stop:
+        except (Stop, ValueError):
             pass
     return book.uuid, fd.uuid
 
@@ -107,19 +116,35 @@ def resume_flow(lib: str, conf: dict[str, Any], book_uuid: str, fd_uuid: str) ->
                                   backend=backend).run()
 
 
+def _atom(ad: Any) -> tuple[Any, ...]:
+    """An atom detail's state, results, failure (message, types) and revert results."""
+    failure = ad.failure
+    if failure is not None:
+        as_dict = failure.to_dict()
+        failure = (as_dict["exception_str"], list(as_dict["exc_type_names"]))
+    return ad.state, ad.results, failure, ad.revert_results
+
+
 def stored(lib: str, conf: dict[str, Any]) -> dict[str, Any]:
-    """What ``lib`` reads back: {book: {flow: (state, {atom: (state, results)})}}."""
+    """What ``lib`` reads back: {book: {flow: (state, {atom: _atom(...)})}}."""
     with _connection(lib, conf) as (_backend, conn):
-        return {book.name: {fd.name: (fd.state, {ad.name: (ad.state, ad.results)
-                                                 for ad in fd})
+        return {book.name: {fd.name: (fd.state, {ad.name: _atom(ad) for ad in fd})
                             for fd in book}
                 for book in conn.get_logbooks()}
 
 
 def done(made_by: str) -> tuple[str, dict[str, Any]]:
     """What a flow that ran to the end stores (``made_by`` ran its first task)."""
-    return ("SUCCESS", {"first": ("SUCCESS", {"n": 20, "text": f"from {made_by}"}),
-                        "second": ("SUCCESS", 21)})
+    return ("SUCCESS", {"first": ("SUCCESS", {"n": 20, "text": f"from {made_by}"}, None, None),
+                        "second": ("SUCCESS", 21, None, None)})
+
+
+def reverted(made_by: str) -> tuple[str, dict[str, Any]]:
+    """What a flow whose second task failed stores, once reverted."""
+    return ("REVERTED", {"first": ("REVERTED", {"n": 20, "text": f"from {made_by}"}, None,
+                                   "undone"),
+                         "second": ("REVERTED", None, ("boom", ["ValueError", "Exception"]),
+                                    None)})
 
 
 @pytest.fixture
@@ -162,11 +187,12 @@ def test_taskflow_first_flowengine_resumes_taskflow_reads_last(shared):
     with _connection("taskflow", shared, upgrade=True):
         pass
     run_flow("taskflow", shared, "tf-done", "tf_done")
+    run_flow("taskflow", shared, "tf-reverted", "tf_reverted", fail=True)
     stopped = run_flow("taskflow", shared, "tf-stopped", "tf_stopped", stop=True)
     as_taskflow_wrote = stored("taskflow", shared)
     assert as_taskflow_wrote["tf-stopped"]["tf_stopped"] == (
-        "RUNNING", {"first": ("SUCCESS", {"n": 20, "text": "from taskflow"}),
-                    "second": ("RUNNING", None)})
+        "RUNNING", {"first": ("SUCCESS", {"n": 20, "text": "from taskflow"}, None, None),
+                    "second": ("RUNNING", None, None, None)})
 
     # When flowengine upgrades the store, it reads exactly what TaskFlow wrote
     with _connection("flowengine", shared, upgrade=True) as (_backend, conn):
@@ -179,12 +205,15 @@ def test_taskflow_first_flowengine_resumes_taskflow_reads_last(shared):
     assert RUNS == Counter({("flowengine", "tf_stopped.second"): 1})
     # ...and runs its own while TaskFlow keeps writing to the same store
     run_flow("flowengine", shared, "fe-done", "fe_done")
+    run_flow("flowengine", shared, "fe-reverted", "fe_reverted", fail=True)
     run_flow("taskflow", shared, "tf-during", "tf_during")
 
     # Then both read every flow, finished, with every result, TaskFlow last
     expected = {"tf-done": {"tf_done": done("taskflow")},
+                "tf-reverted": {"tf_reverted": reverted("taskflow")},
                 "tf-stopped": {"tf_stopped": done("taskflow")},
                 "fe-done": {"fe_done": done("flowengine")},
+                "fe-reverted": {"fe_reverted": reverted("flowengine")},
                 "tf-during": {"tf_during": done("taskflow")}}
     assert stored("flowengine", shared) == expected
     assert stored("taskflow", shared) == expected
@@ -199,6 +228,7 @@ def test_flowengine_first_taskflow_resumes_and_reads(shared):
     with _connection("flowengine", shared, upgrade=True):
         pass
     run_flow("flowengine", shared, "fe-done", "fe_done")
+    run_flow("flowengine", shared, "fe-reverted", "fe_reverted", fail=True)
     stopped = run_flow("flowengine", shared, "fe-stopped", "fe_stopped", stop=True)
 
     # When TaskFlow 6.5 upgrades the same store (rolling back), resumes the flow
@@ -210,6 +240,7 @@ def test_flowengine_first_taskflow_resumes_and_reads(shared):
 
     # Then each reads what the other wrote
     expected = {"fe-done": {"fe_done": done("flowengine")},
+                "fe-reverted": {"fe_reverted": reverted("flowengine")},
                 "fe-stopped": {"fe_stopped": done("flowengine")}}
     assert stored("taskflow", shared) == expected
     assert stored("flowengine", shared) == expected
@@ -317,7 +348,8 @@ def test_a_flowengine_database_at_0004_is_migrated_without_losing_rows(sql_url):
         conn.validate()
 
     # Then both libraries read every row as it was written
-    expected = {"old-book": {"old_flow": ("SUCCESS", {"first": ("SUCCESS", {"n": 20})})}}
+    expected = {"old-book": {"old_flow": ("SUCCESS", {"first": ("SUCCESS", {"n": 20}, None,
+                                                                None)})}}
     assert stored("flowengine", {"connection": sql_url}) == expected
     assert stored("taskflow", {"connection": sql_url}) == expected
     for lib in ("flowengine", "taskflow"):
