@@ -27,6 +27,7 @@ try:
     from sqlalchemy.dialects import mysql
     from sqlalchemy.ext import compiler
     from sqlalchemy.sql import expression
+    from sqlalchemy.sql.visitors import InternalTraversal
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
@@ -36,6 +37,9 @@ __all__ = ["JSONText", "Label"]
 class _AsJSON(expression.ColumnElement[Any]):
     """``CAST(x AS JSON)`` on PostgreSQL, ``x`` elsewhere."""
 
+    # Made while compiling (never part of a cached statement's key), but
+    # say what they wrap all the same.
+    _traverse_internals = [("inner", InternalTraversal.dp_clauseelement)]
     inherit_cache = True
 
     def __init__(self, inner: Any) -> None:
@@ -46,6 +50,9 @@ class _AsJSON(expression.ColumnElement[Any]):
 class _AsText(expression.ColumnElement[Any]):
     """``CAST(x AS TEXT)`` on PostgreSQL, ``x`` elsewhere."""
 
+    # Made while compiling (never part of a cached statement's key), but
+    # say what they wrap all the same.
+    _traverse_internals = [("inner", InternalTraversal.dp_clauseelement)]
     inherit_cache = True
 
     def __init__(self, inner: Any) -> None:
