@@ -39,6 +39,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
+from flowengine import exceptions as exc
+
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
@@ -97,8 +99,17 @@ def _make_nullable(table: str) -> None:
         op.alter_column(table, "format_version", existing_type=sa.Integer, nullable=True)
 
 
+#: SQLite's first release with ALTER TABLE ... DROP COLUMN.
+_SQLITE_DROP_COLUMN = (3, 35, 0)
+
+
 def _sqlite_retype(table: str, column: str, type_: sa.types.TypeEngine[Any]) -> None:
     """SQLite has no ALTER COLUMN: copy into a new nullable column, swap names."""
+    version = op.get_bind().dialect.dbapi.sqlite_version_info  # type: ignore[union-attr]
+    if tuple(version) < _SQLITE_DROP_COLUMN:
+        raise exc.StorageFailure(
+            f"Migrating {table}.{column} needs SQLite 3.35 or newer (ALTER TABLE DROP"
+            f" COLUMN); this Python's sqlite3 is {'.'.join(map(str, version))}")
     new = f"{column}_retyped"
     op.add_column(table, sa.Column(new, type_, nullable=True))
     op.execute(f"UPDATE {table} SET {new} = {column}")
