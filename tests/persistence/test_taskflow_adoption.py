@@ -439,3 +439,43 @@ def test_dir_reads_wait_for_taskflows_item_lock(tmp_path):
     finally:
         writer.kill()
         writer.wait()
+
+
+#: Bound on the start barrier and the joins of the concurrent-adoption test.
+BARRIER_TIMEOUT_S = 20.0
+
+
+def test_engines_starting_at_once_adopt_a_taskflow_database_once(sql_url):
+    # Given a database TaskFlow 6.5 created and wrote a flow to
+    _taskflow_database(sql_url)
+    conf = {"connection": sql_url}
+    run_flow("taskflow", conf, "tf-done", "tf_done")
+    # When four flowengine engines upgrade it at the same moment
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def upgrade() -> None:
+        try:
+            backend = _lib("flowengine", "persistence.backends").fetch(dict(conf))
+            try:
+                barrier.wait(BARRIER_TIMEOUT_S)
+                with contextlib.closing(backend.get_connection()) as conn:
+                    conn.upgrade()
+                    conn.validate()
+            finally:
+                backend.close()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=upgrade) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BARRIER_TIMEOUT_S * 2)
+    # Then each succeeds, the schema is at flowengine's head, nothing was lost
+    assert errors == [] and not any(thread.is_alive() for thread in threads)
+    engine = sa.create_engine(sql_url)
+    with engine.connect() as conn:
+        assert migration.current_revision(conn) == migration.head_revision()
+    engine.dispose()
+    assert stored("flowengine", conf) == {"tf-done": {"tf_done": done("taskflow")}}
