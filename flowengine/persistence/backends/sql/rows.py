@@ -17,7 +17,7 @@ from flowengine.persistence import models
 from flowengine.persistence.backends import json_codec
 
 __all__ = ["atom_from_row", "atom_to_row", "book_from_row", "book_to_row",
-           "flow_from_row", "flow_to_row", "naive_utc"]
+           "flow_from_row", "flow_to_row"]
 
 _ATOM_JSON = ("results", "failure", "revert_results", "revert_failure", "meta")
 
@@ -52,7 +52,7 @@ def _utc(when: datetime.datetime | None) -> datetime.datetime | None:
     return when
 
 
-def naive_utc(when: datetime.datetime | None) -> datetime.datetime | None:
+def _naive_utc(when: datetime.datetime | None) -> datetime.datetime | None:
     """``when`` as a naive UTC datetime, the form TaskFlow stores and reads."""
     if when is not None and when.tzinfo is not None:
         return when.astimezone(datetime.UTC).replace(tzinfo=None)
@@ -72,7 +72,7 @@ def book_to_row(book: models.LogBook) -> dict[str, Any]:
     """Row values for a logbook."""
     what = json_codec.describe({"name": book.name, "uuid": book.uuid}, "LogBook")
     return {"uuid": book.uuid, "name": book.name, "meta": _enc(book.meta, what, "meta"),
-            "created_at": naive_utc(book.created_at), "updated_at": naive_utc(book.updated_at),
+            "created_at": _naive_utc(book.created_at), "updated_at": _naive_utc(book.updated_at),
             "format_version": models.FORMAT_VERSION}
 
 
