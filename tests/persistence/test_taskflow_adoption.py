@@ -369,18 +369,41 @@ def _taskflow_database(url: str) -> None:
         pass
 
 
-def test_an_older_taskflow_schema_is_refused_with_what_to_do(tmp_path):
-    # Given a TaskFlow database recording a revision older than TaskFlow 6.5's
-    url = f"sqlite:///{tmp_path}/old-taskflow.db"
-    _taskflow_database(url)
-    _sql(url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
-    _sql(url, "INSERT INTO alembic_version VALUES ('3162c0f3f8e4')")
+def _older_taskflow_database(url: str) -> None:
+    """A database at a TaskFlow revision older than 6.5's head (3162c0f3f8e4)."""
+    if url.startswith("sqlite"):
+        # TaskFlow's SQLite schema records no revision: write one as an older
+        # TaskFlow run through alembic would have.
+        _taskflow_database(url)
+        _sql(url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL"
+             " PRIMARY KEY)")
+        _sql(url, "INSERT INTO alembic_version VALUES ('3162c0f3f8e4')")
+        return
+    tf_migration = _lib("taskflow", "persistence.backends.sqlalchemy.migration")
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        tf_migration.db_sync(conn, "3162c0f3f8e4")
+    engine.dispose()
+
+
+def test_an_older_taskflow_schema_is_refused_with_what_to_do(sql_url):
+    # Given a TaskFlow database at a revision older than TaskFlow 6.5's
+    _older_taskflow_database(sql_url)
+    conf = {"connection": sql_url}
     # Then flowengine's upgrade() refuses it, saying what to run first
     with pytest.raises(exc.StorageFailure,
                        match="revision '3162c0f3f8e4', older than TaskFlow 6.5's"
                              " '00af93df9d77': run TaskFlow 6.5's upgrade"):
-        with _connection("flowengine", {"connection": url}, upgrade=True):
+        with _connection("flowengine", conf, upgrade=True):
             pass
+    # ...and once that ran (PostgreSQL: TaskFlow's own migrations), adopts it
+    if not sql_url.startswith("sqlite"):
+        with _connection("taskflow", conf, upgrade=True):
+            pass
+        run_flow("taskflow", conf, "tf-done", "tf_done")
+        with _connection("flowengine", conf, upgrade=True) as (_backend, conn):
+            conn.validate()
+        assert stored("flowengine", conf) == {"tf-done": {"tf_done": done("taskflow")}}
 
 
 def test_tables_of_someone_else_are_not_migrated(tmp_path):
