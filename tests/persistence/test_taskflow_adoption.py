@@ -342,21 +342,26 @@ def test_a_flowengine_database_at_0004_is_migrated_without_losing_rows(sql_url):
          " intention, version, results, meta, format_version) VALUES ('a1', 'f1', 'first',"
          " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
          version='"1.0"', results='{"n":20}', meta='{"progress":1.0}')
+    _sql(sql_url, "INSERT INTO atomdetails (uuid, parent_uuid, name, atom_type, state,"
+         " intention, version, results, meta, format_version) VALUES ('a2', 'f1', 'second',"
+         " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
+         version='[1,10]', results='21', meta='{"progress":1.0}')
 
     # When this flowengine upgrades it
     with _connection("flowengine", {"connection": sql_url}, upgrade=True) as (_b, conn):
         conn.validate()
 
     # Then both libraries read every row as it was written
-    expected = {"old-book": {"old_flow": ("SUCCESS", {"first": ("SUCCESS", {"n": 20}, None,
-                                                                None)})}}
+    expected = {"old-book": {"old_flow": ("SUCCESS", {
+        "first": ("SUCCESS", {"n": 20}, None, None),
+        "second": ("SUCCESS", 21, None, None)})}}
     assert stored("flowengine", {"connection": sql_url}) == expected
     assert stored("taskflow", {"connection": sql_url}) == expected
     for lib in ("flowengine", "taskflow"):
         with _connection(lib, {"connection": sql_url}) as (_b, conn):
             book = conn.get_logbook("b1")
-            atom = conn.get_atom_details("a1")
-        assert (book.meta, atom.version) == ({"k": 1}, "1.0"), lib
+            versions = [conn.get_atom_details(uuid).version for uuid in ("a1", "a2")]
+        assert (book.meta, versions) == ({"k": 1}, ["1.0", "1.10"]), lib
         assert book.created_at.replace(tzinfo=None) == datetime.datetime(2025, 1, 2, 3, 4, 5)
     # ...and TaskFlow's upgrade() finds its revision there
     with _connection("taskflow", {"connection": sql_url}, upgrade=True):

@@ -124,14 +124,17 @@ def _version_to_text() -> None:
     changed = []
     for uuid, text in bind.execute(sa.select(atoms.c.uuid, atoms.c.version)
                                    .where(atoms.c.version.is_not(None))):
+        # Only a JSON string or list is flowengine's encoding: '1.10' written
+        # plain (by TaskFlow) must not be read as the number 1.1.
+        if not text.startswith(('"', "[")):
+            continue
         try:
             value = json.loads(text)
         except ValueError:
-            continue  # already plain text
-        plain = value if isinstance(value, str) or value is None else (
-            ".".join(str(v) for v in value) if isinstance(value, list) else str(value))
-        if plain != text:
-            changed.append({"key": uuid, "plain": plain})
+            continue  # plain text that merely starts like JSON
+        plain = (".".join(str(v) for v in value) if isinstance(value, list)
+                 else str(value))
+        changed.append({"key": uuid, "plain": plain})
     if changed:
         bind.execute(atoms.update().where(atoms.c.uuid == sa.bindparam("key"))
                      .values(version=sa.bindparam("plain")), changed)
