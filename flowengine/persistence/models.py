@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy as copy_mod
 import datetime
 import os
+import zoneinfo
 from collections.abc import Iterator
 from typing import Any, Self
 
@@ -80,12 +81,16 @@ def _unmarshal_time(kind: str, when: Any) -> datetime.datetime | None:
         if isinstance(when, (int, float)) and not isinstance(when, bool):
             return datetime.datetime.fromtimestamp(when, datetime.UTC)
         if isinstance(when, dict):
-            # TaskFlow (oslo timeutils.marshall_now) stores the fields separately.
+            # TaskFlow (oslo timeutils.marshall_now) stores the fields separately:
+            # naive UTC, or with a 'tzname' when the time was aware.
             fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
             year, month, day, hour, minute, second, micro = (int(when[f]) for f in fields)
-            return datetime.datetime(year, month, day, hour, minute, second, micro,
-                                     tzinfo=datetime.UTC)
-    except (KeyError, TypeError, ValueError, OverflowError) as e:
+            zone = when.get("tzname")
+            tz = (datetime.UTC if zone in (None, "", "UTC", "UTC+00:00")
+                  else zoneinfo.ZoneInfo(zone))
+            return datetime.datetime(year, month, day, hour, minute, min(second, 59), micro,
+                                     tzinfo=tz).astimezone(datetime.UTC)
+    except (KeyError, TypeError, ValueError, OverflowError, zoneinfo.ZoneInfoNotFoundError) as e:
         raise exc.InvalidFormat(f"{kind} has an unreadable time {when!r}", cause=e)
     raise exc.InvalidFormat(f"{kind} has an unreadable time {when!r}")
 

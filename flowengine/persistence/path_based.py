@@ -9,20 +9,38 @@ Layout under the backend's base path::
     atom_details/<ad uuid>             {'type': ..., 'atom': the atom detail dict}
 
 Subclasses (memory, directory...) only say how to read, write, list and
-link items; this module decides what goes where.
+link items; this module decides what goes where. It is TaskFlow's layout,
+and the items are TaskFlow's dicts (a logbook's times as TaskFlow marshals
+them, see :func:`taskflow_time`), so TaskFlow and flowengine read each
+other's trees.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import datetime
 from collections.abc import Iterator
 from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.persistence import base, models
 
-__all__ = ["PathBasedBackend", "PathBasedConnection"]
+__all__ = ["PathBasedBackend", "PathBasedConnection", "taskflow_time"]
+
+
+def taskflow_time(when: datetime.datetime | None) -> dict[str, int] | None:
+    """``when`` as TaskFlow stores a logbook's times: its UTC fields, no zone name.
+
+    (oslo.utils' ``marshall_now`` of a naive UTC datetime, which TaskFlow's
+    ``LogBook.from_dict(..., unmarshal_time=True)`` requires.)
+    """
+    if when is None:
+        return None
+    if when.tzinfo is not None:
+        when = when.astimezone(datetime.UTC)
+    return {"day": when.day, "month": when.month, "year": when.year, "hour": when.hour,
+            "minute": when.minute, "second": when.second, "microsecond": when.microsecond}
 
 
 class PathBasedBackend(base.Backend, metaclass=abc.ABCMeta):
@@ -126,8 +144,13 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
         path = self._obj_path(obj)
         if not ignore_missing and not self._exists(path):
             raise exc.NotFound(f"No {type(obj).__name__} found with uuid '{obj.uuid}'")
+        data: dict[str, Any]
         if isinstance(obj, models.AtomDetail):
             data = base.format_atom(obj)
+        elif isinstance(obj, models.LogBook):
+            data = obj.to_dict(marshal_time=False)
+            for key in ("created_at", "updated_at"):
+                data[key] = taskflow_time(data[key])
         else:
             data = obj.to_dict()
         self._set_item(path, data, transaction)

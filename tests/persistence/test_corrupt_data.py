@@ -130,13 +130,24 @@ def _sql(store, statement, **params):
 ], ids=["bad-json", "future-version", "unknown-type", "bad-failure"])
 def test_sql_foreign_row_is_refused(sql_store, tmp_path, column, value, error, pattern):
     fd_uuid, ad_uuid = _saved_flow(sql_store, tmp_path)
-    _sql(sql_store, f"UPDATE atomdetails SET {column} = :v WHERE uuid = :u", v=value, u=ad_uuid)
+    statement = f"UPDATE atomdetails SET {column} = :v WHERE uuid = :u"
+    if sql_store.kind == "postgresql" and column == "results":
+        # Documents are JSON columns there (TaskFlow's layout): the server
+        # itself refuses text that is not JSON, so none can be read back.
+        with pytest.raises(sa.exc.DataError, match="invalid input syntax for type json"):
+            _sql(sql_store, statement, v=value, u=ad_uuid)
+        return
+    _sql(sql_store, statement, v=value, u=ad_uuid)
     with pytest.raises(error, match=pattern.format(uuid=ad_uuid)):
         _read_flow(sql_store, fd_uuid)
 
 
 def test_sql_corrupt_flow_meta_names_the_row(sql_store, tmp_path):
     fd_uuid, _ = _saved_flow(sql_store, tmp_path)
+    if sql_store.kind == "postgresql":  # a JSON column: refused by the server (see above)
+        with pytest.raises(sa.exc.DataError, match="invalid input syntax for type json"):
+            _sql(sql_store, "UPDATE flowdetails SET meta = '[1,' WHERE uuid = :u", u=fd_uuid)
+        return
     _sql(sql_store, "UPDATE flowdetails SET meta = '[1,' WHERE uuid = :u", u=fd_uuid)
     with pytest.raises(exc.InvalidFormat,
                        match=f"table 'flowdetails', row uuid '{fd_uuid}', column 'meta'"):

@@ -77,7 +77,7 @@ def test_concurrent_upgrades_of_a_fresh_database(fresh_url):
         t.join(BARRIER_TIMEOUT_S * 2)
     # Then every upgrade succeeds and the schema is at the newest revision
     assert errors == [] and not any(t.is_alive() for t in threads)
-    assert _revision(fresh_url) == migration.head_revision() == "0004"
+    assert _revision(fresh_url) == migration.head_revision() == "0005"
 
 
 def test_validate_reports_an_outdated_schema(tmp_path):
@@ -86,7 +86,7 @@ def test_validate_reports_an_outdated_schema(tmp_path):
         with be.engine.begin() as conn:
             conn.execute(sa.text(f"UPDATE {migration.VERSION_TABLE} SET version_num='0000'"))
         with contextlib.closing(be.get_connection()) as conn:
-            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0004'"):
+            with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0005'"):
                 conn.validate()
 
 
@@ -118,14 +118,16 @@ def test_missing_connection_url_is_a_value_error():
         impl_sqlalchemy.SQLAlchemyBackend({})
 
 
-#: The tables revision 0001 created (revision 0002 widened their documents).
+#: The tables revision 0001 created (revision 0002 widened their documents;
+#: 0005 gave them TaskFlow's layout, where an atom's version is no document).
 ORIGINAL_TABLES = ("logbooks", "flowdetails", "atomdetails")
 
 
 def _document_columns(only=None):
     """(table, column) of every JSON document column of the current schema."""
     return {(table.name, column.name) for table in tables.METADATA.sorted_tables
-            for column in table.columns if column.type is tables.DOCUMENT
+            for column in table.columns
+            if column.type in (tables.DOCUMENT, tables.RECORD_DOCUMENT)
             and (only is None or table.name in only)}
 
 
@@ -134,8 +136,8 @@ def test_document_columns_are_longtext_on_mysql():
     ddl = "\n".join(str(CreateTable(table).compile(dialect=mysql_dialect.dialect()))
                     for table in tables.METADATA.sorted_tables)
     # Then every document column is LONGTEXT (TEXT stops at 64 KiB there)
-    assert ddl.count("LONGTEXT") == len(_document_columns()) == 11
-    assert len(_document_columns(ORIGINAL_TABLES)) == 8
+    assert ddl.count("LONGTEXT") == len(_document_columns()) == 10
+    assert len(_document_columns(ORIGINAL_TABLES)) == 7
     # ...and stays plain TEXT elsewhere
     pg = "\n".join(str(CreateTable(table).compile(dialect=pg_dialect.dialect()))
                    for table in tables.METADATA.sorted_tables)

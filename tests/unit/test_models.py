@@ -1,5 +1,6 @@
 """Persistence models: JSON round trips, put/reset semantics, pformat, bad data."""
 
+import datetime
 import json
 
 import pytest
@@ -67,6 +68,18 @@ def test_logbook_reads_taskflow_marshalled_times():
     book = models.LogBook.from_dict(data)
     assert book.created_at.year == 2020 and book.created_at.microsecond == 6
     assert book.meta == {}
+
+
+def test_logbook_reads_taskflow_times_with_a_zone_name():
+    # TaskFlow (oslo.utils) adds 'tzname' when the time it marshals was aware
+    fields = {"year": 2020, "month": 7, "day": 2, "hour": 3, "minute": 4, "second": 5,
+              "microsecond": 6}
+    data = {"name": "b", "uuid": "u", "meta": {},
+            "created_at": dict(fields, tzname="Europe/Paris"),
+            "updated_at": dict(fields, tzname="UTC")}
+    book = models.LogBook.from_dict(data)
+    assert book.created_at == datetime.datetime(2020, 7, 2, 1, 4, 5, 6, tzinfo=datetime.UTC)
+    assert book.updated_at == datetime.datetime(2020, 7, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
 
 
 def test_flow_detail_round_trip_and_copy():

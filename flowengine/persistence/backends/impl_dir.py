@@ -9,6 +9,10 @@ Layout under the base path (see :mod:`flowengine.persistence.path_based`)::
     atom_details/<uuid>/metadata       {"atom": {...}, "type": "TASK_DETAIL"}
     .lock                              lock file (flock) shared by every writer
 
+This is TaskFlow's layout with TaskFlow's documents: each reads the other's
+tree. TaskFlow links with absolute symlinks and keeps a ``lock`` file in
+each item directory it touched; both are read (and ignored) here.
+
 Safe for several processes and threads at once: writes hold an exclusive
 ``flock`` on ``.lock``, multi-file reads a shared one, and every file is
 replaced atomically (written to a temporary file, then renamed over), so a
@@ -38,6 +42,9 @@ __all__ = ["Connection", "DirBackend", "DirConnection"]
 ITEM_FILE = "metadata"
 #: Lock file under the base path; every connection (in any process) locks it.
 LOCK_FILE = ".lock"
+#: The lock file TaskFlow's dir backend keeps in each item directory it
+#: touched, ``lockf``-locked (fasteners) while it reads or writes the item.
+TASKFLOW_ITEM_LOCK = "lock"
 #: Default for the ``fsync`` option: a record must survive a machine crash,
 #: not only a process crash, or resumption could read an empty file after a
 #: power loss (rename alone is not durable on every filesystem). Costs about
@@ -170,6 +177,29 @@ class _FileLock:
                 self._fd = None
 
 
+@contextlib.contextmanager
+def _taskflow_item_lock(item_dir: str) -> Iterator[None]:
+    """Share TaskFlow's lock of an item it touched while reading the item.
+
+    TaskFlow rewrites an item's file in place under that lock (flowengine
+    renames a complete file in, so TaskFlow never sees half of ours): without
+    it a TaskFlow write could be read half-done. Items TaskFlow never touched
+    have no such file and cost one failed open. (POSIX locks belong to the
+    process: do not run TaskFlow and flowengine in one process on one tree
+    at the same time, as closing this file would drop TaskFlow's lock.)
+    """
+    try:
+        fd = os.open(os.path.join(item_dir, TASKFLOW_ITEM_LOCK), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        yield
+        return
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
 class DirConnection(path_based.PathBasedConnection):
     """A connection to a DirBackend."""
 
@@ -214,7 +244,8 @@ class DirConnection(path_based.PathBasedConnection):
     def _get_item(self, path: str) -> Any:
         item_path = os.path.join(path, ITEM_FILE)
         try:
-            text = self.backend.file_cache.read(item_path)
+            with _taskflow_item_lock(path):
+                text = self.backend.file_cache.read(item_path)
         except FileNotFoundError:
             raise exc.NotFound(f"Path '{path}' not found")
         return json_codec.decode(text, f"file {item_path!r}")
@@ -263,11 +294,15 @@ class DirConnection(path_based.PathBasedConnection):
                 shutil.rmtree(path)
 
     def _get_children(self, path: str) -> list[str]:
+        # Children are item directories (books) or links (a book's flows, a
+        # flow's atoms); files are not: our metadata and temporary files,
+        # and the 'lock' file TaskFlow's backend keeps in each item directory.
         try:
-            names = os.listdir(path)
+            with os.scandir(path) as entries:
+                return sorted(e.name for e in entries if not e.name.startswith(".")
+                              and (e.is_symlink() or e.is_dir(follow_symlinks=False)))
         except FileNotFoundError:
             raise exc.NotFound(f"Path '{path}' not found")
-        return sorted(n for n in names if n != ITEM_FILE and not n.startswith("."))
 
     def _ensure_path(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)

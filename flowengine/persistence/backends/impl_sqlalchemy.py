@@ -16,6 +16,7 @@ Configuration (TaskFlow's names): ``connection`` (the SQLAlchemy URL),
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import logging
 from collections.abc import Iterable, Iterator
@@ -172,6 +173,11 @@ class SQLAlchemyBackend(base.Backend):
             self._engine = None
 
 
+def _utcnow() -> datetime.datetime:
+    """Now as a naive UTC datetime: how TaskFlow stores created_at/updated_at."""
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
 def _is_missing_schema(error: Exception) -> bool:
     text = str(error).lower()
     return "no such table" in text or ("relation" in text and "does not exist" in text)
@@ -224,13 +230,18 @@ class SQLAlchemyConnection(base.Connection):
                                      " call upgrade()")
 
     def upgrade(self) -> None:
-        """Create or migrate the schema to the newest revision (alembic)."""
+        """Create or migrate the schema to the newest revision (alembic).
+
+        A database TaskFlow created is adopted and migrated (see
+        :mod:`flowengine.persistence.backends.sql.migration`); StorageFailure
+        when it is older than TaskFlow 6.5's schema.
+        """
         # Several engines may start at once: one migrates, the others wait.
         with _sqlite_migration_lock(self._engine), self._txn() as conn:
             if self._dialect == "postgresql":
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
                              {"k": PG_MIGRATION_LOCK_KEY})
-            migration.db_sync(conn)
+            migration.db_sync(conn, where=self._backend._safe_url())
 
     def clear_all(self) -> None:
         """Delete every logbook, flow detail and atom detail."""
@@ -241,18 +252,29 @@ class SQLAlchemyConnection(base.Connection):
     # Writing.
 
     def _upsert(self, conn: sa.engine.Connection, table: sa.Table,
-                values: list[dict[str, Any]]) -> None:
-        """Insert rows or update them; a row's parent is kept when none is given."""
+                values: list[dict[str, Any]], stamp: bool = False) -> None:
+        """Insert rows or update them; a row's parent is kept when none is given.
+
+        ``stamp``: set ``created_at`` on insert and ``updated_at`` on update,
+        as TaskFlow does for flow and atom details.
+        """
         if not values:
             return
+        keep = ("uuid", "created_at") if stamp else ("uuid",)
+        touched: dict[str, Any] = {}
+        if stamp:
+            now = _utcnow()
+            values = [dict(row, created_at=now) for row in values]
+            touched["updated_at"] = now
         if self._dialect in ("sqlite", "postgresql"):
             stmt: sa_sqlite.Insert | sa_postgresql.Insert
             if self._dialect == "sqlite":
                 stmt = sa_sqlite.insert(table)
             else:
                 stmt = sa_postgresql.insert(table)
-            updates: dict[str, sa.ColumnElement[Any]] = {
-                c: stmt.excluded[c] for c in values[0] if c != "uuid"}
+            updates: dict[str, Any] = {
+                c: stmt.excluded[c] for c in values[0] if c not in keep}
+            updates.update(touched)
             if "parent_uuid" in updates:
                 updates["parent_uuid"] = sa.func.coalesce(stmt.excluded.parent_uuid,
                                                           table.c.parent_uuid)
@@ -261,7 +283,8 @@ class SQLAlchemyConnection(base.Connection):
             return
         for row in values:  # other dialects: update, else insert
             changes = {k: v for k, v in row.items()
-                       if k != "uuid" and not (k == "parent_uuid" and v is None)}
+                       if k not in keep and not (k == "parent_uuid" and v is None)}
+            changes.update(touched)
             done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
                                 .values(changes)).rowcount
             if not done:
@@ -270,6 +293,7 @@ class SQLAlchemyConnection(base.Connection):
     def _update_existing(self, conn: sa.engine.Connection, table: sa.Table,
                          row: dict[str, Any], kind: str) -> None:
         changes = {k: v for k, v in row.items() if k not in ("uuid", "parent_uuid")}
+        changes["updated_at"] = _utcnow()
         done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
                             .values(changes)).rowcount
         if not done:
@@ -291,7 +315,7 @@ class SQLAlchemyConnection(base.Connection):
         with self._txn(write=True) as conn:
             if ignore_missing:
                 row["parent_uuid"] = None
-                self._upsert(conn, tables.ATOMS, [row])
+                self._upsert(conn, tables.ATOMS, [row], stamp=True)
             else:
                 self._update_existing(conn, tables.ATOMS, row, "AtomDetail")
         return atom_detail
@@ -304,10 +328,10 @@ class SQLAlchemyConnection(base.Connection):
         with self._txn(write=True) as conn:
             if ignore_missing:
                 flow_row["parent_uuid"] = None
-                self._upsert(conn, tables.FLOWS, [flow_row])
+                self._upsert(conn, tables.FLOWS, [flow_row], stamp=True)
             else:
                 self._update_existing(conn, tables.FLOWS, flow_row, "FlowDetail")
-            self._upsert(conn, tables.ATOMS, atom_rows)
+            self._upsert(conn, tables.ATOMS, atom_rows, stamp=True)
         return flow_detail
 
     def save_logbook(self, book: models.LogBook) -> models.LogBook:
@@ -321,8 +345,8 @@ class SQLAlchemyConnection(base.Connection):
             atom_rows.extend(self._atom_rows(fd))
         with self._txn(write=True) as conn:
             self._upsert(conn, tables.LOGBOOKS, [book_row])
-            self._upsert(conn, tables.FLOWS, flow_rows)
-            self._upsert(conn, tables.ATOMS, atom_rows)
+            self._upsert(conn, tables.FLOWS, flow_rows, stamp=True)
+            self._upsert(conn, tables.ATOMS, atom_rows, stamp=True)
         return book
 
     def destroy_logbook(self, book_uuid: str) -> None:

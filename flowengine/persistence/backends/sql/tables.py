@@ -1,10 +1,14 @@
 """Tables of the SQL backend: logbooks, flowdetails and atomdetails.
 
-Scalar fields (names, states, times) are columns; everything a user's code
-produces (results, failures, metadata, versions) is a JSON document in a
-text column, portable across SQLite, PostgreSQL and MySQL. Each row records
-the model ``format_version`` it was written with, so rows written by a newer
-flowengine are refused with IncompatibleVersion instead of being misread.
+The three record tables have TaskFlow 6.5's layout, column for column, so
+TaskFlow can read and write a database flowengine manages (and flowengine one
+TaskFlow created): names, states, times and the atom's ``version`` are
+columns; results, failures and metadata are JSON documents (``JSON`` on
+PostgreSQL, text elsewhere, ``LONGTEXT`` on MySQL). Times are naive UTC, as
+TaskFlow writes them. flowengine's one extra is a nullable ``format_version``
+column (TaskFlow never selects it and leaves it NULL, which reads as version
+1, TaskFlow's layout): rows written by a newer flowengine are refused with
+IncompatibleVersion instead of being misread.
 
 This module describes the *current* schema; the alembic revisions in
 ``migrations/versions`` build it step by step (keep both in sync).
@@ -20,30 +24,46 @@ try:
 except ImportError as e:  # the 'sql' extra is not installed
     raise optional.missing_extra("sql", e) from e
 
+from flowengine.persistence.backends.sql import column_types
+
 __all__ = ["ATOMS", "DOCUMENT", "FENCES", "FLOWS", "JOBS", "JOB_COUNTERS", "JOB_ENTITIES",
-           "LOGBOOKS", "METADATA", "UUID_LENGTH"]
+           "LOGBOOKS", "METADATA", "RECORD_DOCUMENT", "UUID_LENGTH", "VERSION_LENGTH"]
 
 #: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
 UUID_LENGTH = 64
 # Names and states: long enough for generated names ("module.Class" plus
 # suffixes) while still indexable on MySQL.
 _NAME_LENGTH = 255
+#: An atom's version string ("1.0"), TaskFlow's column length.
+VERSION_LENGTH = 64
 
 #: A JSON document column. MySQL's TEXT stops at 64 KiB, too small for the
 #: results some tasks return: LONGTEXT (4 GiB) there, as TaskFlow uses.
 #: SQLite's and PostgreSQL's TEXT have no such limit.
 DOCUMENT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+#: A JSON document column of the record tables: as DOCUMENT, but ``JSON`` on
+#: PostgreSQL (TaskFlow's type there), converted to and from text in SQL.
+RECORD_DOCUMENT = column_types.JSONText()
 
 METADATA = sa.MetaData()
+
+def _times() -> list[sa.Column[object]]:
+    """TaskFlow's created/updated columns: naive UTC datetimes."""
+    return [sa.Column("created_at", sa.DateTime), sa.Column("updated_at", sa.DateTime)]
+
+
+def _format_version() -> sa.Column[int]:
+    # Nullable: TaskFlow's inserts leave it out (NULL reads as version 1).
+    return sa.Column("format_version", sa.Integer, nullable=True)
+
 
 LOGBOOKS = sa.Table(
     "logbooks", METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
-    sa.Column("meta", DOCUMENT),
-    sa.Column("created_at", sa.DateTime(timezone=True)),
-    sa.Column("updated_at", sa.DateTime(timezone=True)),
-    sa.Column("format_version", sa.Integer, nullable=False),
+    sa.Column("meta", RECORD_DOCUMENT),
+    *_times(),
+    _format_version(),
 )
 
 FLOWS = sa.Table(
@@ -54,8 +74,9 @@ FLOWS = sa.Table(
               sa.ForeignKey("logbooks.uuid", ondelete="CASCADE"), index=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
     sa.Column("state", sa.String(_NAME_LENGTH)),
-    sa.Column("meta", DOCUMENT),
-    sa.Column("format_version", sa.Integer, nullable=False),
+    sa.Column("meta", RECORD_DOCUMENT),
+    *_times(),
+    _format_version(),
 )
 
 ATOMS = sa.Table(
@@ -64,16 +85,18 @@ ATOMS = sa.Table(
     sa.Column("parent_uuid", sa.String(UUID_LENGTH),
               sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE"), index=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
-    sa.Column("atom_type", sa.String(_NAME_LENGTH)),
+    # Enums on PostgreSQL when TaskFlow created the table: bound uncast.
+    sa.Column("atom_type", column_types.Label(_NAME_LENGTH)),
     sa.Column("state", sa.String(_NAME_LENGTH)),
-    sa.Column("intention", sa.String(_NAME_LENGTH)),
-    sa.Column("version", DOCUMENT),
-    sa.Column("results", DOCUMENT),
-    sa.Column("failure", DOCUMENT),
-    sa.Column("revert_results", DOCUMENT),
-    sa.Column("revert_failure", DOCUMENT),
-    sa.Column("meta", DOCUMENT),
-    sa.Column("format_version", sa.Integer, nullable=False),
+    sa.Column("intention", column_types.Label(_NAME_LENGTH)),
+    sa.Column("version", sa.String(VERSION_LENGTH)),
+    sa.Column("results", RECORD_DOCUMENT),
+    sa.Column("failure", RECORD_DOCUMENT),
+    sa.Column("revert_results", RECORD_DOCUMENT),
+    sa.Column("revert_failure", RECORD_DOCUMENT),
+    sa.Column("meta", RECORD_DOCUMENT),
+    *_times(),
+    _format_version(),
 )
 
 #: One row per fenced flow detail: the newest claim token allowed to write
