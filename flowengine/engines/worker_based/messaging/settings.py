@@ -178,7 +178,9 @@ class BrokerSettings:
         publisher and consumer of an engine asks for it when made.
         """
         conn = transports.connection(self.url, self.transport)
-        return transports.public_uri(conn.as_uri(include_password=False))
+        # kombu writes ``:**@`` even where there is no password (redis://:**@h):
+        # that reads as a hidden secret, so a password-less URL is shown as is.
+        return transports.public_uri(conn.as_uri(include_password=not conn.password))
 
     def __repr__(self) -> str:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
