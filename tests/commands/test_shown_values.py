@@ -1,4 +1,4 @@
-"""``flows show`` masks injected secrets by the rule job details follow."""
+"""Values as commands show them: injected secrets masked, failures readable."""
 
 from __future__ import annotations
 
@@ -23,3 +23,13 @@ def test_injected_secrets_are_masked_unless_revealed():
     assert views.show_view(None, fd)["injected"] == {"db_password": "***", "passenger": "Ann"}
     assert views.injected(fd, reveal=True) == {"db_password": "hunter2", "passenger": "Ann"}
     assert views.show_view(None, fd, reveal=True)["injected"]["db_password"] == "hunter2"
+
+
+def test_a_failure_in_run_results_is_its_type_and_message():
+    from flowengine.commands.running import jsonable
+    from flowengine.types.failure import Failure
+
+    failure = Failure.from_exception(RuntimeError("nope"))
+    assert jsonable({"y": failure, "x": 1}) == {
+        "y": {"failure": {"exc_type_names": ["RuntimeError", "Exception"], "message": "nope"}},
+        "x": 1}
