@@ -53,6 +53,9 @@ def run_engine(engine: Any, command: str, no_progress: bool = False,
     stats = engine.statistics.get("atoms")
     if stats:
         for name, entry in sorted(stats.items()):
+            if not entry["attempts"]:  # e.g. reverted after its request expired unrun
+                console.print(f"  {name}: no execution finished")
+                continue
             console.print(f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
                           f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}")
     if graph:

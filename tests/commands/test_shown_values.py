@@ -33,3 +33,18 @@ def test_a_failure_in_run_results_is_its_type_and_message():
     assert jsonable({"y": failure, "x": 1}) == {
         "y": {"failure": {"exc_type_names": ["RuntimeError", "Exception"], "message": "nope"}},
         "x": 1}
+
+
+def test_an_expired_request_is_named_by_uuid_action_and_task_not_by_its_state():
+    from flowengine import task
+    from flowengine.engines.worker_based.executor_side import housekeeper
+    from flowengine.engines.worker_based.wire.request import Request
+
+    class Charge(task.Task):
+        def execute(self):
+            pass
+
+    request = Request(Charge("charge"), "r-1", "execute", {})
+    request.transition_and_log_error("FAILURE")
+    assert housekeeper._describe(request) == "r-1 (execute of 'charge')"
+    assert [housekeeper._times(n) for n in (1, 3)] == ["once", "3 times"]
