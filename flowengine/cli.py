@@ -164,6 +164,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"flowengine {args.command}: interrupted", file=sys.stderr)
         return 130
+    except exc.MissingExtra as e:
+        # Refused as asked (2), like a bad option: the same for every command
+        # (the dashboard, --metrics-port, an SQL --backend) and not a failure
+        # of the work itself (1).
+        print(f"flowengine {args.command}: {_describe(e)}", file=sys.stderr)
+        return 2
     except Exception as e:
         # Every mistake is one line; the traceback is there for -v.
         if args.verbose:

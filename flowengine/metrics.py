@@ -15,7 +15,10 @@ Engines::
     metrics.watch(engine)            # after engines.load(...), before run()
     serve(9809, registry=metrics.registry)
 
-Names and labels are listed in doc/source/operations.rst. Each object has a
+Names and labels are listed in doc/source/operations.rst. The ``task`` label
+is the task's class (``myapp.tasks.Charge``), never the atom's name: names
+often carry an id (``charge-order-1234``) and would make a series per flow.
+Each object has a
 registry of its own (several workers in one process do not collide); give
 ``registry=prometheus_client.REGISTRY`` to join the process's default one.
 """
@@ -26,7 +29,7 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from flowengine.utils import optional
+from flowengine.utils import optional, reflection
 
 try:
     import prometheus_client
@@ -75,14 +78,14 @@ class WorkerMetrics:
 
     def received(self, job: Job, topic: str) -> None:
         """RequestMetrics: a request was taken."""
-        task = job.work.task_name
+        task = job.work.task_cls
         self.received_total.labels(topic, task).inc()
         if job.headers.attempt:
             self.retried_total.labels(topic, task).inc()
 
     def finished(self, job: Job, topic: str, outcome: str, elapsed_s: float) -> None:
         """RequestMetrics: a request's body ended (or it was dropped, cancelled)."""
-        task = job.work.task_name
+        task = job.work.task_cls
         self.outcomes.labels(topic, task, outcome).inc()
         if elapsed_s > 0:
             self.run_time.labels(topic, task).observe(elapsed_s)
@@ -134,11 +137,13 @@ class EngineMetrics:
             ("task",), registry=self.registry)
         self._lock = threading.Lock()
         self._executors: list[Any] = []
+        self._classes: dict[str, str] = {}
 
     def watch(self, engine: Any) -> None:
         """Count ``engine``'s task states (and its remote executor's figures, if any)."""
         engine.atom_notifier.register("*", self._on_atom)
         self._engine = engine
+        self._classes = {}
         executor = getattr(engine, "_task_executor", None)
         if executor is not None and hasattr(executor, "proxy"):
             with self._lock:
@@ -150,19 +155,29 @@ class EngineMetrics:
         name = details.get("task_name")
         if name is None or state not in _ENGINE_STATES:
             return
-        self.tasks.labels(name, state).inc()
+        task = self._class_of(name)
+        self.tasks.labels(task, state).inc()
         if state not in ("SUCCESS", "FAILURE"):
             return
         stats = getattr(self._engine, "statistics", {}).get("atoms", {}).get(name)
         if not stats:
             return
         if "run_time" in stats:
-            self.run_time.labels(name).observe(stats["run_time"])
+            self.run_time.labels(task).observe(stats["run_time"])
         if "queue_time" in stats:
-            self.queue_time.labels(name).observe(stats["queue_time"])
+            self.queue_time.labels(task).observe(stats["queue_time"])
         extra = int(stats.get("dispatches", 1)) - 1
         if extra > 0:
-            self.redispatches.labels(name).inc(extra)
+            self.redispatches.labels(task).inc(extra)
+
+    def _class_of(self, atom_name: str) -> str:
+        """The class of the atom named ``atom_name`` (the label), looked up once per name."""
+        task = self._classes.get(atom_name)
+        if task is None:
+            atom = self._engine.compilation.atoms.get(atom_name)
+            task = reflection.get_class_name(atom) if atom is not None else atom_name
+            self._classes[atom_name] = task
+        return task
 
 
 class _EngineGauges(Collector):

@@ -41,6 +41,7 @@ import functools
 import logging
 import os
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 
@@ -56,6 +57,11 @@ if _ROOT not in sys.path:
 from tests.persistence import pg_server  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+# What commands remember between runs (the workers that answered the last
+# `inspect`, flowengine/commands/known_workers.py) stays in this run: the
+# user's ~/.cache is not touched and no earlier run shapes this one.
+os.environ["FLOWENGINE_CACHE_DIR"] = tempfile.mkdtemp(prefix="flowengine-test-cache-")
 
 try:
     from hypothesis import HealthCheck, settings

@@ -18,6 +18,7 @@ from typing import Any
 from urllib import parse
 
 from flowengine.commands.errors import CommandError
+from flowengine.utils.misc import mask_password
 
 #: Environment variable read when ``--backend`` is not given (keeps a
 #: database password out of the process list).
@@ -41,20 +42,6 @@ class BackendURL:
     safe: str
     #: The directory (dir backend) or database file (SQLite) holding the data.
     local_path: str | None = None
-
-
-def mask_password(url: str) -> str:
-    """``url`` with the password part replaced by ``***`` (unchanged if it has none)."""
-    try:
-        parts = parse.urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "<unparsable URL>"
-    if not password:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    netloc = f"{parts.username or ''}:***@{host}"
-    return parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def parse_url(url: str | None) -> BackendURL:

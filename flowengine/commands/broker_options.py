@@ -39,9 +39,22 @@ def broker_settings(args: argparse.Namespace, why: str) -> Any:
                           durable=args.durable, secret=secret, compat=args.compat)
 
 
+def broker_uri(args: argparse.Namespace) -> str:
+    """The broker ``args`` reach, as shown to a person: no password, defaults filled in.
+
+    With neither ``--url`` nor ``--transport`` that is kombu's default
+    (``amqp://guest:**@localhost:5672//``), named rather than "default broker".
+    """
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+    from flowengine.utils.misc import mask_password
+
+    try:
+        return str(BrokerSettings(args.url, args.transport,
+                                  dict(args.transport_options)).public_uri)
+    except Exception:  # a URL kombu cannot read: shown as given, password masked
+        return mask_password(args.url) if args.url else str(args.transport)
+
+
 def where(args: argparse.Namespace) -> str:
     """The broker and exchange, as shown to a person (never with a password)."""
-    from kombu.utils.url import maybe_sanitize_url
-
-    broker = maybe_sanitize_url(args.url) if args.url else (args.transport or "default broker")
-    return f"{broker} / {args.exchange}"
+    return f"{broker_uri(args)} / {args.exchange}"

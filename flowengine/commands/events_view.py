@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from kombu.utils.url import maybe_sanitize_url
+from flowengine.commands import broker_options
 
 #: Seconds between screen refreshes: smooth enough to watch, cheap to draw.
 REFRESH_PERIOD_S = 0.25
@@ -295,8 +295,7 @@ def run(args: argparse.Namespace) -> int:
     thread = threading.Thread(target=consume, name="flowengine-events", daemon=True)
     thread.start()
     # Shown on screen (and in screenshots): never with the URL's password.
-    where = maybe_sanitize_url(args.url) if args.url else None
-    source = f"{where or args.transport or 'default broker'} / {args.exchange}"
+    source = broker_options.where(args)
     if _wait_ready(receiver, stop, READY_TIMEOUT_S):
         # On stderr: stdout stays pure JSON with --json.
         checked = ("" if keyring is None else
@@ -318,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         error = errors[0]
         if not isinstance(error, exc.FlowEngineError):
-            error = broker_errors.classify(error, where or source, args.exchange,
+            error = broker_errors.classify(error, broker_options.broker_uri(args), args.exchange,
                                            durable=False)
         print(f"flowengine events: {error}", file=sys.stderr)
         return 1

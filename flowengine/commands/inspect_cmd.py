@@ -56,15 +56,21 @@ def _common(p: argparse.ArgumentParser, parse_option: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``inspect`` or ``control``; 0, 1 (no worker answered) or 2 (refused)."""
+    from flowengine.commands import known_workers
     from flowengine.engines.worker_based.messaging.control_client import ControlClient
 
     broker = broker_options.broker_settings(args, _WHY)
     with ControlClient(args.exchange, broker) as client:
-        if args.command == "inspect":
-            return _inspect(client, args)
-        if args.action == "cancel":
-            return _cancel(client, args)
-        return _shutdown(client, args)
+        args.expect = known_workers.load(broker.public_uri, args.exchange)
+        try:
+            if args.command == "inspect":
+                return _inspect(client, args)
+            if args.action == "cancel":
+                return _cancel(client, args)
+            return _shutdown(client, args)
+        finally:
+            if client.last_answered is not None and client.last_answered != args.expect:
+                known_workers.save(broker.public_uri, args.exchange, client.last_answered)
 
 
 def _answers(replies: Sequence[Any]) -> list[dict[str, Any]]:
@@ -81,7 +87,8 @@ def _none_answered(args: argparse.Namespace) -> int:
 def _inspect(client: Any, args: argparse.Namespace) -> int:
     from flowengine.commands import inspect_render
 
-    answers = _answers(client.ask(args.what, timeout_s=args.timeout, limit=args.limit))
+    answers = _answers(client.ask(args.what, timeout_s=args.timeout, limit=args.limit,
+                                   expect=args.expect))
     if args.json:
         print(json.dumps(answers, indent=2, sort_keys=True))
     elif answers:
@@ -94,7 +101,8 @@ def _inspect(client: Any, args: argparse.Namespace) -> int:
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
     answers = _answers(client.ask("cancel", {"request": args.request},
-                                  timeout_s=args.timeout, limit=args.limit))
+                                  timeout_s=args.timeout, limit=args.limit,
+                                  expect=args.expect))
     if args.json:
         print(json.dumps(answers, indent=2, sort_keys=True))
     if not answers:
@@ -130,7 +138,7 @@ def describe_cancel(request: str, answers: Sequence[dict[str, Any]]) -> str:
 
 
 def _shutdown(client: Any, args: argparse.Namespace) -> int:
-    pongs = _answers(client.ask("ping", timeout_s=args.timeout))
+    pongs = _answers(client.ask("ping", timeout_s=args.timeout, expect=args.expect))
     matches = [a["worker_id"] for a in pongs
                if a["worker_id"] == args.worker or a["worker_id"].startswith(args.worker)]
     exact = [m for m in matches if m == args.worker]

@@ -58,7 +58,8 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     where = listing.add_mutually_exclusive_group()
     where.add_argument("--dead", action="store_true", help="the dead letter")
     where.add_argument("--trash", action="store_true", help="the trash")
-    common("show", "one job: posting, claim, attempts, outcome").add_argument("uuid")
+    common("show", "one job: posting, claim, attempts, outcome").add_argument(
+        "uuid", help="job uuid or its first characters")
     wait = common("wait", "wait (without polling) for a job's outcome")
     wait.add_argument("uuid")
     wait.add_argument("--timeout", type=float, default=None, help="seconds")
@@ -91,6 +92,68 @@ def _describe(board: Any, job: Any) -> dict[str, Any]:
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+
+
+def _find(board: Any, ref: str) -> Any:
+    """The job ``ref`` names: its uuid, or the first characters of one (as flows accept).
+
+    Prefixes are looked up among the jobs listed, dead-lettered and trashed;
+    a prefix several share is refused naming them.
+    """
+    from flowengine import exceptions as exc
+    from flowengine.commands.errors import CommandError
+
+    try:
+        return board.get_job(ref)
+    except exc.NotFound:
+        matches = {j.uuid: j for j in (*board.listing(), *board.dead_letters(),
+                                       *board.trashed()) if j.uuid.startswith(ref)}
+        if len(matches) == 1:
+            return next(iter(matches.values()))
+        if matches:
+            raise CommandError(f"{len(matches)} jobs start with {ref!r}:"
+                               f" {', '.join(sorted(matches))}") from None
+        raise
+
+
+def _when(value: Any) -> str:
+    """A time as people read it: ISO 8601 UTC (epoch seconds converted), '-' if none."""
+    import datetime
+
+    if value in (None, "", 0):
+        return "-"
+    if isinstance(value, (int, float)):
+        return datetime.datetime.fromtimestamp(value, datetime.UTC).isoformat(
+            timespec="seconds")
+    return str(value)
+
+
+def _show_text(data: dict[str, Any]) -> str:
+    """``jobs show`` for a person: one field a line, plain words, no Python reprs."""
+    book = data.get("book") or {}
+    outcome = data.get("outcome")
+    rows = [("Job", data["uuid"]), ("Name", data["name"]), ("State", data["state"]),
+            ("Priority", data["priority"]), ("Attempts", data["attempts"]),
+            ("Owner", data["owner"] or "-"), ("Created", _when(data["created_on"])),
+            ("Lease until", _when(data["lease_expires_at"])),
+            ("Not before", _when(data["not_before"])),
+            ("Logbook", f"{book.get('name')} ({book.get('uuid')})" if book else "-"),
+            ("Details", json.dumps(data["details"], sort_keys=True, default=str))]
+    if outcome is not None:
+        rows.append(("Outcome", f"{outcome['outcome']} by {outcome.get('who') or '-'} at"
+                                f" {_when(outcome.get('at'))}"
+                     + (f": {outcome['reason']}" if outcome.get("reason") else "")))
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k:<{width}}{v}" for k, v in rows)
+
+
+def _list_text(rows: list[dict[str, Any]]) -> str:
+    header = ("UUID", "STATE", "ATTEMPTS", "NAME", "OWNER")
+    lines = [(r["uuid"], r["state"], str(r["attempts"]), r["name"], r["owner"] or "-")
+             for r in rows]
+    widths = [max(len(x) for x in column) for column in zip(header, *lines)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
+                     for line in (header, *lines))
 
 
 def _wait(args: argparse.Namespace, board: Any, uuid: str) -> int:
@@ -150,13 +213,17 @@ def run(args: argparse.Namespace) -> int:
             jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
                     else board.listing())
             rows = [_describe(board, j) for j in jobs]
-            _print(args, rows, "\n".join(
-                f"{r['uuid']}  {r['state']:<9} attempts {r['attempts']}  {r['name']}"
-                + (f"  owner {r['owner']}" if r["owner"] else "") for r in rows))
+            if not rows and not args.json:
+                where = "dead letter" if args.dead else "trash" if args.trash else "board"
+                print(f"No jobs in the {where}. Finished jobs leave the listing; their"
+                      f" outcome stays readable with `flowengine jobs show UUID` (and"
+                      f" --dead / --trash list the jobs parked there).", file=sys.stderr)
+                return 0
+            _print(args, rows, _list_text(rows))
             return 0
         if command == "show":
-            data = _describe(board, board.get_job(args.uuid))
-            _print(args, data, "\n".join(f"{k}: {v}" for k, v in sorted(data.items())))
+            data = _describe(board, _find(board, args.uuid))
+            _print(args, data, _show_text(data))
             return 0
         if command == "wait":
             return _wait(args, board, args.uuid)

@@ -53,6 +53,9 @@ def run_engine(engine: Any, command: str, no_progress: bool = False,
     stats = engine.statistics.get("atoms")
     if stats:
         for name, entry in sorted(stats.items()):
+            if not entry["attempts"]:  # e.g. reverted after its request expired unrun
+                console.print(f"  {name}: no execution finished")
+                continue
             console.print(f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
                           f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}")
     if graph:
@@ -136,11 +139,17 @@ def report_failure(engine: Any, error: BaseException, command: str) -> None:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` as JSON can show it (unknown objects by their repr)."""
+    """``value`` as JSON can show it: a failure as its type and message, others by repr."""
+    from flowengine.types.failure import Failure
+
     try:
         json.dumps(value)
         return value
     except (TypeError, ValueError):
+        if isinstance(value, Failure):
+            # What a failed task "provides": readable, not "<Failure: ...>".
+            return {"failure": {"exc_type_names": list(value.exc_type_names),
+                                "message": value.exception_str}}
         if isinstance(value, dict):
             return {str(k): jsonable(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):

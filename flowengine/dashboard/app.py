@@ -44,6 +44,10 @@ def build_app(live: LiveState, flows: FlowsSource | None) -> Starlette:
     async def index(request: Request) -> Response:
         return FileResponse(os.path.join(STATIC_DIR, "index.html"))
 
+    async def favicon(request: Request) -> Response:
+        # Browsers ask for /favicon.ico whatever the page links: no 404 in logs.
+        return FileResponse(os.path.join(STATIC_DIR, "favicon.svg"), media_type="image/svg+xml")
+
     async def state(request: Request) -> Response:
         return JSONResponse(dict(live.snapshot(), flows_enabled=flows is not None))
 
@@ -99,6 +103,7 @@ def build_app(live: LiveState, flows: FlowsSource | None) -> Starlette:
 
     routes: list[Any] = [
         Route("/", index),
+        Route("/favicon.ico", favicon),
         Route("/api/state", state),
         Route("/api/stream", stream),
         Route("/api/flows", flow_list),

@@ -1,11 +1,15 @@
 """What the dashboard shows of the live fleet: workers, requests, throughput over time.
 
 A :class:`LiveState` thread asks every worker for its ``stats`` (which carry
-its identity and the requests it holds) every POLL_PERIOD_S; throughput and
-failure rate are the differences of the workers' counters between two
-rounds. Events (from workers started with ``--events``) are kept as a recent
-list and make the page update at once. Readers wait for a change with
-:meth:`LiveState.wait_change` (the server-sent events stream does).
+its identity and the requests it holds) every POLL_PERIOD_S; throughput is
+the difference of the workers' counters between two rounds divided by the
+time that really passed between them (rounds are late by the answers' wait
+and come early when an event asks for one). Events (from workers started
+with ``--events``) are kept as a recent list; a task or worker event asks
+for a round at once, and is published *with* that round's answers, so one
+snapshot never shows an event next to older worker figures. Readers wait for
+a change with :meth:`LiveState.wait_change` (the server-sent events stream
+does).
 """
 
 from __future__ import annotations
@@ -53,7 +57,11 @@ class LiveState:
             maxlen=HISTORY_POINTS)
         self._recent: collections.deque[dict[str, Any]] = collections.deque(
             maxlen=RECENT_EVENTS)
+        #: Task and worker events not yet shown: each waits for the first round
+        #: asked after it arrived, and is published with that round's answers.
+        self._pending: list[dict[str, Any]] = []
         self._error: str | None = None
+        self._last_round_at: float | None = None
         self._stop = threading.Event()
         self._poke = threading.Event()
         self._client: ControlClient | None = None
@@ -111,13 +119,17 @@ class LiveState:
             return {"version": self._version, "exchange": self.exchange,
                     "broker": self._broker.public_uri, "error": self._error,
                     "workers": list(self._workers), "history": list(self._history),
-                    "events": list(self._recent), "poll_period_s": self._period}
+                    "events": list(self._recent), "poll_period_s": self._period,
+                    "events_enabled": self._events}
 
     # --- feeding ---
 
     def poll_once(self) -> None:
         """Ask every worker for its stats once and record what changed."""
         assert self._client is not None, "start() first"
+        with self._cond:
+            # Events that arrived before this round asks are shown with its answers.
+            arrived, self._pending = self._pending, []
         try:
             answers = self._client.ask("stats", timeout_s=ANSWER_TIMEOUT_S)
             error = None
@@ -143,9 +155,16 @@ class LiveState:
                 succeeded += max(0, pair[0] - before[0])
                 failed += max(0, pair[1] - before[1])
         with self._cond:
+            self._recent.extendleft(arrived)
             self._workers = workers
             self._last_totals = totals_now
-            self._history.append({"t": now, "succeeded": succeeded, "failed": failed})
+            dt = None if self._last_round_at is None else now - self._last_round_at
+            self._last_round_at = now
+            self._history.append({
+                "t": now, "dt": dt, "succeeded": succeeded, "failed": failed,
+                # Per second of the time that really passed since the last round.
+                "succeeded_per_s": succeeded / dt if dt else 0.0,
+                "failed_per_s": failed / dt if dt else 0.0})
             self._error = error
             self._version += 1
             self._cond.notify_all()
@@ -160,10 +179,17 @@ class LiveState:
         kind = str(event.get("type", ""))
         if kind == "worker-heartbeat":
             return
+        asks_round = kind.startswith("task-") or kind.startswith("worker-")
+        shown = {k: event.get(k) for k in (
+            "type", "timestamp", "hostname", "uuid", "name", "state", "flow_name")}
         with self._cond:
-            self._recent.appendleft({k: event.get(k) for k in (
-                "type", "timestamp", "hostname", "uuid", "name", "state", "flow_name")})
-            self._version += 1
-            self._cond.notify_all()
-        if kind.startswith("task-") or kind.startswith("worker-"):
-            self._poke.set()  # ask the workers now: the page updates at once
+            if asks_round:
+                self._pending.append(shown)
+            else:
+                self._recent.appendleft(shown)
+                self._version += 1
+                self._cond.notify_all()
+        if asks_round:
+            # Ask the workers now; that round publishes this event with their
+            # answers, so the page never shows it next to older figures.
+            self._poke.set()

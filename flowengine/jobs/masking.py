@@ -3,7 +3,9 @@
 A job's details often carry credentials for the flow (``store`` values).
 ``mask_details`` in a board's configuration decides what its log lines and
 ``str(job)`` show: ``"secrets"`` (default) masks every value whose key looks
-like a secret (password, token, key...) at any depth; ``"all"`` masks every
+like a secret at any depth (a *word* of the key, split at ``_``, ``-``, ``.``
+and camelCase, is a secret word: ``db_password`` and ``apiKey`` are masked,
+``passenger`` and ``monkey`` are not); ``"all"`` masks every
 value but ``flow_uuid``; ``"none"`` shows everything; a list masks exactly
 those keys. ``Job.details`` itself is never masked.
 """
@@ -14,12 +16,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MASK", "masker"]
+__all__ = ["MASK", "looks_secret", "mask_secrets", "masker"]
 
 #: What a masked value is replaced with.
 MASK = "***"
-#: Key names treated as secrets by the default policy.
-_SECRET_KEY = re.compile(r"pass|secret|token|key|credential|auth|cookie|private", re.I)
+#: Words that make a key a secret under the default policy (whole words only:
+#: matching substrings masked ``passenger`` and ``keyboard``).
+_SECRET_WORDS = frozenset({
+    "pass", "passwd", "password", "passphrase", "pwd", "secret", "secrets", "token",
+    "key", "apikey", "credential", "credentials", "auth", "authorization", "cookie",
+    "private", "privatekey", "secretkey", "accesskey", "dsn",
+})
+#: Where a key splits into words: separators, and lower-to-upper (camelCase).
+_WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 #: Never masked: how a conductor finds the flow, and harmless to show.
 _ALWAYS_SHOWN = frozenset({"flow_uuid"})
 
@@ -33,13 +42,23 @@ def _walk(value: Any, hide: Callable[[str], bool]) -> Any:
     return value
 
 
+def looks_secret(key: str) -> bool:
+    """Whether one word of ``key`` names a secret (``db_password``, ``apiKey``, ``X-Auth``)."""
+    return any(word.lower() in _SECRET_WORDS for word in _WORD_BREAK.split(key) if word)
+
+
+def mask_secrets(value: Any) -> Any:
+    """``value`` with the value of every secret-looking key masked, at any depth."""
+    return _walk(value, looks_secret)
+
+
 def masker(policy: Any) -> Callable[[Any], Any]:
     """A function masking details under ``policy`` (see the module docstring).
 
     Raises ValueError naming an unknown policy.
     """
     if policy is None or policy == "secrets":
-        return lambda details: _walk(details, lambda k: bool(_SECRET_KEY.search(k)))
+        return mask_secrets
     if policy == "all":
         return lambda details: ({k: (v if k in _ALWAYS_SHOWN else MASK)
                                  for k, v in details.items()}

@@ -115,6 +115,26 @@ def parse_uri(uri: str) -> urlparse.SplitResult:
     return urlparse.urlsplit(uri)
 
 
+def mask_password(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for logs and errors.
+
+    A URL without a password comes back unchanged (no ``:***@`` that would
+    suggest one); a kombu failover list (``amqp://a;amqp://b``) is masked
+    URL by URL.
+    """
+    if ";" in url:
+        return ";".join(mask_password(part) for part in url.split(";"))
+    try:
+        parts = urlparse.urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<unparsable URL>"
+    if not password:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlparse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def merge_uri(uri: urlparse.SplitResult, conf: dict[str, Any]) -> dict[str, Any]:
     """Fill conf (in place, returned) from a parsed URI without overriding explicit keys."""
     for key, value in (("username", uri.username), ("password", uri.password),

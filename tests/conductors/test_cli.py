@@ -57,6 +57,14 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
     listed = json.loads(cli("list", "--json").stdout)
     assert [j["uuid"] for j in listed] == [uuid] and listed[0]["state"] == "UNCLAIMED"
     assert "s3cret" not in cli("show", uuid).stdout  # masked
+    # And a person reads them: a header over the listing, a job found by its
+    # first characters, fields in plain words (no Python reprs, no raw epoch)
+    table = cli("list").stdout.splitlines()
+    assert table[0].split() == ["UUID", "STATE", "ATTEMPTS", "NAME", "OWNER"]
+    assert table[1].startswith(uuid) and "UNCLAIMED" in table[1]
+    shown = cli("show", uuid[:8]).stdout
+    assert shown.splitlines()[0].split() == ["Job", uuid]
+    assert "{'" not in shown and '"api_token": "***"' in shown
     # When a conductor runs
     conductors = _fleet(cli)
     try:
@@ -69,6 +77,12 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
     shown = json.loads(cli("show", uuid, "--json").stdout)
     assert shown["state"] == "COMPLETE" and shown["outcome"]["who"] == "c1"
     assert cli("list", "--json").stdout.strip() == "[]"
+    # And an empty listing says where finished jobs went
+    empty = cli("list")
+    assert empty.stdout == "" and "Finished jobs leave the listing" in empty.stderr
+    outcome = [line for line in cli("show", uuid).stdout.splitlines()
+               if line.startswith("Outcome")]
+    assert len(outcome) == 1 and " succeeded by c1 at 20" in outcome[0]  # an ISO date
 
 
 def test_wait_times_out_with_124(cli):

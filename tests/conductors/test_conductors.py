@@ -163,6 +163,32 @@ def test_a_reverted_flow_is_consumed_as_reverted(setup):
     assert not event("job_abandoned").is_set()
 
 
+@pytest.mark.parametrize("engine", ["serial", "parallel"])
+def test_a_reverted_jobs_reason_reads_the_same_on_every_engine(setup, engine):
+    conductor, board, persistence, event = setup
+    with running(conductor):
+        job, *_ = post(board, persistence, flows.boom_factory, details={"engine": engine})
+        assert job.wait(WAIT_S)
+    assert (job.outcome.outcome, job.outcome.reason) == ("reverted", "RuntimeError: boom")
+
+
+def test_a_wrapped_failure_is_worded_as_its_failures():
+    from flowengine import exceptions as exc
+    from flowengine.conductors.backends.outcomes import reason_of
+    from flowengine.types.failure import Failure
+
+    def failure(error):
+        try:
+            raise error
+        except Exception:
+            return Failure()
+
+    one = exc.WrappedFailure([failure(RuntimeError("boom"))])
+    two = exc.WrappedFailure([failure(RuntimeError("boom")), failure(KeyError("k"))])
+    assert reason_of(one) == reason_of(RuntimeError("boom")) == "RuntimeError: boom"
+    assert reason_of(two) == "RuntimeError: boom; KeyError: 'k'"
+
+
 @pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_missing_inputs_fail_and_are_consumed(setup):
     conductor, board, persistence, _ = setup

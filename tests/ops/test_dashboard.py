@@ -45,6 +45,8 @@ def test_the_page_shows_workers_a_running_flow_and_its_failure(
         wait_until(lambda: (tmp_path / "store").is_dir(), "the run's backend folder")
         dashboard, address = _start_dashboard(real_broker, exchange, backend)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        refused: list[str] = []
+        page.on("response", lambda r: r.status >= 400 and refused.append(f"{r.status} {r.url}"))
         try:
             # When the dashboard is opened
             page.goto(address)
@@ -78,6 +80,9 @@ def test_the_page_shows_workers_a_running_flow_and_its_failure(
             page.wait_for_selector("#workers tbody tr td:nth-child(9):has-text('1')",
                                    timeout=WAIT_MS)
             assert run.wait(WAIT_S) == 1  # the flow failed
+            # And nothing the page or the browser asked for was refused (no favicon 404)
+            assert page.request.get(address + "favicon.ico").status == 200
+            assert refused == []
         finally:
             page.close()
             dashboard.terminate()

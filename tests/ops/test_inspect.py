@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import time
 import uuid
 
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based.executor_side import executor as wex
 from tests.ops import ops_tasks
-from tests.ops.helpers import WAIT_S, broker_args, flowengine, inspect_json, worker_process
+from tests.ops.helpers import (
+    WAIT_S,
+    broker_args,
+    env,
+    flowengine,
+    inspect_json,
+    worker_process,
+)
 
 
 def _executor(url: str, exchange: str, topics: list[str]) -> wex.WorkerTaskExecutor:
@@ -40,6 +51,27 @@ def test_ping_names_each_worker_with_host_pid_topics_tasks_and_threads(real_brok
             assert worker["worker_id"] in table.stdout
         assert "HOST:PID" in table.stdout and "high, low" in table.stdout
         assert "2 worker(s) answered" in table.stderr
+
+
+def test_a_broadcast_returns_once_the_workers_that_answered_last_time_answered(
+        real_broker, exchange, tmp_path):
+    # Given two workers, and a first ping that waits out its timeout (nothing known yet)
+    cache = env(FLOWENGINE_CACHE_DIR=str(tmp_path))
+    ping = [sys.executable, "-m", "flowengine", "inspect", "ping", "--json",
+            *broker_args(real_broker, exchange)]
+    with worker_process(real_broker, exchange) as first, \
+            worker_process(real_broker, exchange) as second:
+        learnt = subprocess.run([*ping, "--timeout", "3"], capture_output=True, text=True,
+                                env=cache, timeout=WAIT_S)
+        assert len(json.loads(learnt.stdout)) == 2, learnt.stderr
+        # When ping is broadcast again with a timeout far longer than any answer takes
+        started = time.monotonic()
+        again = subprocess.run([*ping, "--timeout", str(10 * WAIT_S)], capture_output=True,
+                               text=True, env=cache, timeout=2 * WAIT_S)
+        # Then it returns with both answers long before that timeout
+        assert time.monotonic() - started < WAIT_S, "waited out the timeout"
+        pids = {a["result"]["worker"]["pid"] for a in json.loads(again.stdout)}
+        assert pids == {first.pid, second.pid}
 
 
 def test_stats_and_registered_count_what_the_worker_did(real_broker, exchange):

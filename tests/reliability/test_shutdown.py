@@ -187,6 +187,17 @@ def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
     assert verdict == {"done once": run.names, "duplicated": [], "lost": []}, verdict
 
 
+def test_stopping_an_idle_worker_is_not_a_warning(tmp_path, request):
+    conn = wp.conn_for("filesystem", tmp_path, request)
+    with wp.workers(1, wp.unique(), TOPIC, str(tmp_path), conn) as (worker,):
+        worker.wait_log("serves topic")
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.log()
+    log = worker.log()
+    assert "Warm shutdown: no new requests, none running" in log
+    assert " WARNING " not in log, log
+
+
 def test_the_same_signal_twice_at_once_counts_once_another_one_means_cold():
     from flowengine.engines.worker_based.worker_side import shutdown
 

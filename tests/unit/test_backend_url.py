@@ -8,6 +8,7 @@ import pytest
 
 from flowengine.commands import backend_url
 from flowengine.commands.errors import CommandError
+from flowengine.utils.misc import mask_password
 
 
 @pytest.mark.parametrize("url, path", [
@@ -58,3 +59,14 @@ def test_the_environment_is_the_default(monkeypatch):
 def test_what_another_process_could_not_share_or_reach_is_refused(url):
     with pytest.raises(CommandError):
         backend_url.parse_url(url)
+
+
+@pytest.mark.parametrize("url, masked", [
+    ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+    ("redis://:pw@localhost:6379/0", "redis://:***@localhost:6379/0"),
+    ("postgresql://app:pw@db/flows", "postgresql://app:***@db/flows"),
+    ("amqp://u:pw@h1//;amqp://u:pw2@h2//", "amqp://u:***@h1//;amqp://u:***@h2//"),
+    ("redis://[::1", "<unparsable URL>"),
+])
+def test_mask_password_hides_only_a_password_that_is_there(url, masked):
+    assert mask_password(url) == masked

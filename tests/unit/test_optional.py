@@ -70,3 +70,28 @@ def test_zookeeper_parts_without_the_zookeeper_extra_name_the_install_command():
         assert kind == "MissingExtra"
         assert "needs the 'kazoo' package" in message
         assert "pip install 'flowengine[zookeeper]'" in message
+
+
+# The command line, with a package hidden: what a user without the extra sees.
+_HIDE_AND_RUN_CLI = textwrap.dedent("""
+    import sys
+    sys.modules[{hidden!r}] = None  # as if not installed
+    from flowengine import cli
+    sys.exit(cli.main({argv!r}))
+""")
+
+
+@pytest.mark.parametrize("hidden, argv, extra", [
+    ("uvicorn", ["dashboard", "--url", "filesystem://", "--exchange", "x"], "dashboard"),
+    ("prometheus_client", ["worker", "--url", "filesystem://", "--exchange", "x", "--topic", "t",
+                           "--tasks", "flowengine.demo.tasks", "--metrics-port", "1"],
+     "metrics"),
+])
+def test_a_command_without_its_extra_is_one_line_and_exit_status_2(hidden, argv, extra):
+    code = _HIDE_AND_RUN_CLI.format(hidden=hidden, argv=argv)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=REPO_ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith(f"flowengine {argv[0]}: "), proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert f"pip install 'flowengine[{extra}]'" in proc.stderr

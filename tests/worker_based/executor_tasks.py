@@ -57,3 +57,13 @@ class Announcing(task.Task):
     def execute(self) -> str:
         self.notifier.notify("stage-reached", {"stage": "halfway"})
         return "done"
+
+
+class Sleeps(task.Task):
+    """Sleeps ``seconds`` (the body's known duration), returns them."""
+
+    def execute(self, seconds: float) -> float:
+        import time
+
+        time.sleep(seconds)
+        return seconds

@@ -373,6 +373,16 @@ def test_broker_settings_never_show_the_password():
     assert "amqp://user:**@broker.invalid" in repr(settings)
 
 
+@pytest.mark.parametrize("url, shown", [
+    ("redis://broker.invalid:6379/0", "redis://broker.invalid:6379/0"),
+    ("redis://:s3cret@broker.invalid:6379/0", "redis://:**@broker.invalid:6379/0"),
+])
+def test_a_url_without_a_password_is_shown_without_a_mask(url, shown):
+    # kombu's own as_uri(include_password=False) gives redis://:**@host for
+    # both: a user could not tell whether a password is configured.
+    assert BrokerSettings(url).public_uri == shown
+
+
 def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_name):
     # Given a handler that gives every message back once, then takes it
     rec = Recorder()

@@ -81,7 +81,7 @@ def _line(console: Any, label: str, value: Any) -> None:
     console.print(text)
 
 
-def show(book: Any, fd: Any, full: bool) -> None:
+def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     """A flow detail: header, its atoms in order, then failures and retry histories."""
     from rich import box
     from rich.table import Table
@@ -102,7 +102,7 @@ def show(book: Any, fd: Any, full: bool) -> None:
         _line(console, "Engine", records["engine"])
     if fd.state in settings.IN_PROGRESS_STATES and isinstance(records.get("owner"), dict):
         _line(console, "Owner", owner.describe(records["owner"]))
-    injected = views.injected(fd)
+    injected = views.injected(fd, reveal)
     if injected:
         _line(console, "Injected", views.summarize(injected, full))
     atoms = views.atoms_in_order(fd)

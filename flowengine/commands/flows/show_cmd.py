@@ -21,6 +21,9 @@ def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
                         f" {settings.RESULT_SUMMARY_CHARS} characters)")
     p.add_argument("--json", action="store_true",
                    help="everything stored, as one JSON object (results always whole)")
+    p.add_argument("--show-secrets", action="store_true",
+                   help="show injected values whose names look secret (password, token,"
+                        " key...; masked as *** by default, as in job details)")
     return p
 
 
@@ -34,7 +37,8 @@ def run(args: argparse.Namespace, command: str) -> int:
             contextlib.closing(backend.get_connection()) as conn:
         book, fd = lookup.find_flow(conn, args.flow, url.safe)
     if args.json:
-        print(json.dumps(views.show_view(book, fd), indent=2, ensure_ascii=False))
+        view = views.show_view(book, fd, args.show_secrets)
+        print(json.dumps(view, indent=2, ensure_ascii=False))
     else:
-        render.show(book, fd, args.full)
+        render.show(book, fd, args.full, args.show_secrets)
     return 0

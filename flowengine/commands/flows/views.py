@@ -11,6 +11,7 @@ from flowengine import states as st
 from flowengine.commands.flows import meta
 from flowengine.commands.flows.settings import RESULT_SUMMARY_CHARS
 from flowengine.commands.running import jsonable
+from flowengine.jobs import masking
 from flowengine.persistence import models
 from flowengine.storage.base import StorageBase
 
@@ -32,11 +33,16 @@ def atoms_in_order(fd: models.FlowDetail) -> list[models.AtomDetail]:
     return sorted(atoms, key=lambda ad: (rank.get(ad.name, len(rank)), ad.name))
 
 
-def injected(fd: models.FlowDetail) -> dict[str, Any]:
-    """The values injected into the flow (``--store``), as stored."""
+def injected(fd: models.FlowDetail, reveal: bool = False) -> dict[str, Any]:
+    """The values injected into the flow (``--store``).
+
+    Secret-looking keys are masked by the rule job details follow in logs and
+    ``jobs show`` (:func:`flowengine.jobs.masking.mask_secrets`), unless
+    ``reveal``: the same store reads the same wherever it is shown.
+    """
     for ad in fd:
         if is_injector(ad) and isinstance(ad.results, dict):
-            return dict(ad.results)
+            return dict(ad.results) if reveal else masking.mask_secrets(dict(ad.results))
     return {}
 
 
@@ -124,12 +130,12 @@ def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
     return view
 
 
-def show_view(book: Any, fd: models.FlowDetail) -> dict[str, Any]:
-    """The whole of one flow detail, for ``flows show --json``."""
+def show_view(book: Any, fd: models.FlowDetail, reveal: bool = False) -> dict[str, Any]:
+    """The whole of one flow detail for ``flows show --json``; secrets masked unless ``reveal``."""
     view = flow_view(fd)
     view["atom_counts"] = view.pop("atoms")
     view.update(book=book_view(book) if book is not None else None,
-                factory=fd.meta.get("factory"), injected=jsonable(injected(fd)),
+                factory=fd.meta.get("factory"), injected=jsonable(injected(fd, reveal)),
                 retries=meta.of(fd).get("retries") or [],
                 atoms=[atom_view(ad) for ad in atoms_in_order(fd)])
     return view

@@ -92,6 +92,18 @@ def _consume(engine: Any, reason: str | None = None) -> Decision:
     return Decision(CONSUME, _FLOW_OUTCOME.get(state, records.FAILED), reason)
 
 
+def reason_of(error: BaseException) -> str:
+    """Why a job's flow failed, worded alike whichever engine ran it.
+
+    A parallel engine raises one WrappedFailure for several failed tasks where
+    a serial one re-raises the task's own exception: both read
+    ``RuntimeError: boom`` (several failures joined by ``; ``).
+    """
+    if isinstance(error, excp.WrappedFailure):
+        return "; ".join(f"{next(iter(f), 'Exception')}: {f.exception_str}" for f in error)
+    return f"{type(error).__name__}: {error}"
+
+
 def run_job(conductor: Any, run: Running) -> Decision:
     """Run the job's flow to its end; the Decision on how to finish it.
 
@@ -133,27 +145,27 @@ def run_job(conductor: Any, run: Running) -> Decision:
                 run.mark_ended()
         except excp.WrappedFailure as e:
             if run.given_up():
-                return Decision(NOTHING, reason=str(e))
+                return Decision(NOTHING, reason=reason_of(e))
             if all(f.check(*no_consume) for f in e):
                 log.warning("Job execution failed (consumption being skipped): %s [%s"
                             " failures]", job, len(e))
-                return Decision(FAIL, reason=str(e))
+                return Decision(FAIL, reason=reason_of(e))
             log.warning("Job execution failed (consumption proceeding): %s [%s failures]",
                         job, len(e))
-            return _consume(engine, str(e))
+            return _consume(engine, reason_of(e))
         except no_consume as e:
             if run.given_up() or isinstance(e, excp.FencedOut):
-                return Decision(NOTHING, reason=str(e),
+                return Decision(NOTHING, reason=reason_of(e),
                                 lost=run.lost or isinstance(e, excp.FencedOut))
             log.warning("Job execution failed (consumption being skipped): %s", job,
                         exc_info=True)
-            return Decision(FAIL, reason=f"{type(e).__name__}: {e}")
+            return Decision(FAIL, reason=reason_of(e))
         except Exception as e:
             if run.given_up():
-                return Decision(NOTHING, reason=str(e))
+                return Decision(NOTHING, reason=reason_of(e))
             log.warning("Job execution failed (consumption proceeding): %s", job,
                         exc_info=True)
-            return _consume(engine, f"{type(e).__name__}: {e}")
+            return _consume(engine, reason_of(e))
     if engine.storage.get_flow_state() == states.SUSPENDED:
         log.info("Job execution was suspended: %s", job)
         return Decision(NOTHING if run.given_up() else ABANDON)

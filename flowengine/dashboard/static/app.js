@@ -60,14 +60,20 @@ function renderWorkers(state) {
   $("#no-requests").hidden = count > 0;
 }
 
+// Seconds of history the chart spans (its x axis is time, not rounds).
+const CHART_SPAN_S = 240;
+
 function renderChart(state) {
   const svg = $("#chart");
-  const points = state.history.slice(-120);
-  const period = state.poll_period_s || 2;
-  const rates = points.map((p) => [p.succeeded / period, p.failed / period]);
+  // Rates are per second of the time that really passed between two rounds
+  // (computed by the server); a point without a previous round has none.
+  const end = state.history.length ? state.history[state.history.length - 1].t : 0;
+  const points = state.history.filter((p) => p.dt && p.t >= end - CHART_SPAN_S);
+  const rates = points.map((p) => [p.succeeded_per_s, p.failed_per_s]);
   const top = Math.max(1, ...rates.map(([ok, bad]) => Math.max(ok, bad)));
+  const x = (p) => 600 - ((end - p.t) / CHART_SPAN_S) * 600;
   const line = (index) => rates.map((r, i) =>
-    `${(i / Math.max(1, rates.length - 1)) * 600},${150 - (r[index] / top) * 140}`).join(" ");
+    `${x(points[i]).toFixed(1)},${150 - (r[index] / top) * 140}`).join(" ");
   svg.innerHTML = `<polyline class="ok" points="${line(0)}"></polyline>` +
                   `<polyline class="bad" points="${line(1)}"></polyline>` +
                   `<text x="4" y="12" font-size="10" fill="#777">${top.toFixed(1)}/s</text>`;
@@ -76,10 +82,17 @@ function renderChart(state) {
   const bad = recent.reduce((s, p) => s + p.failed, 0);
   $("#failure-rate").textContent = ok + bad ? `${((100 * bad) / (ok + bad)).toFixed(1)} %` : "-";
   const last = rates.length ? rates[rates.length - 1] : [0, 0];
-  $("#rate-now").textContent = `${last[0].toFixed(1)} succeeded/s, ${last[1].toFixed(1)} failed/s`;
+  const now = $("#rate-now");
+  now.textContent = `${last[0].toFixed(1)} succeeded/s, ${last[1].toFixed(1)} failed/s`;
+  now.dataset.succeededPerS = String(last[0]);
 }
 
 function renderEvents(state) {
+  // Without events, say why the panel is empty rather than leave it blank.
+  $("#no-events").hidden = state.events.length > 0;
+  $("#no-events").textContent = state.events_enabled
+    ? "No events yet: workers send them when started with --events."
+    : "Events are off (the dashboard was started with --no-events).";
   const list = $("#events");
   list.replaceChildren(...state.events.map((e) => el("li", {},
     `${new Date((e.timestamp || 0) * 1000).toLocaleTimeString()} ${e.type} ` +
@@ -111,7 +124,9 @@ async function refreshFlows() {
   body.replaceChildren();
   for (const f of flows) {
     const counts = Object.entries(f.atoms || {}).map(([s, n]) => `${n} ${s}`).join(", ");
-    const row = el("tr", { "data-flow": f.uuid, class: f.uuid === selectedFlow ? "selected" : "" },
+    const failed = ["FAILURE", "REVERTED", "REVERT_FAILURE"].includes(f.state);
+    const classes = [f.uuid === selectedFlow ? "selected" : "", failed ? "failed" : ""];
+    const row = el("tr", { "data-flow": f.uuid, class: classes.join(" ").trim() },
       el("td", { class: "uuid" }, f.uuid.slice(0, 8)), el("td", {}, f.name),
       el("td", {}, f.book), el("td", {}, stateBadge(f.state)),
       el("td", {}, f.updated_at ? new Date(f.updated_at).toLocaleString() : "-"),
@@ -156,8 +171,13 @@ async function showFlow(uuid, scroll = true) {
     } else {
       cell.append(a.result === null || a.result === undefined ? "" : JSON.stringify(a.result));
     }
-    body.append(el("tr", { "data-atom": a.name }, el("td", {}, i + 1), el("td", {}, a.name),
-      el("td", {}, stateBadge(a.state)), el("td", {}, a.intention || ""), cell));
+    // The atom whose execution failed stands out from the atoms merely reverted.
+    const badge = a.failure ? el("span", {}, stateBadge(a.state), " ",
+                                 el("span", { class: "state state-FAILED" }, "failed here"))
+                            : stateBadge(a.state);
+    body.append(el("tr", { "data-atom": a.name, class: a.failure ? "failed" : "" },
+      el("td", {}, i + 1), el("td", {}, a.name),
+      el("td", {}, badge), el("td", {}, a.intention || ""), cell));
   });
   if (scroll && changed) $("#flow-detail").scrollIntoView({ behavior: "smooth" });
 }

@@ -41,16 +41,8 @@ _URL_IS_CONNECTION = ("sqlite", "postgresql")
 _URL_READ_BY_BOARD = ("zookeeper",)
 
 
-def safe_url(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs and errors)."""
-    try:
-        parsed = misc.parse_uri(url)
-    except (TypeError, ValueError):
-        return url
-    if not parsed.password:
-        return url
-    netloc = parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)
-    return parsed._replace(netloc=netloc).geturl()
+#: ``url`` with any password replaced by ``***`` (for logs and errors).
+safe_url = misc.mask_password
 
 
 def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:

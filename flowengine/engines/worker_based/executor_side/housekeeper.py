@@ -21,6 +21,7 @@ from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side import unserved
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
+from flowengine.engines.worker_based.wire.request import Request
 
 LOG = logging.getLogger(__name__)
 
@@ -148,10 +149,10 @@ class Housekeeper:
                     self._requests.fail(tracked, error, log=False)
                 for tracked in overrun:
                     self._requests.fail(tracked, exc.RequestTimeout(
-                        f"Request '{tracked.request}' ran on worker {tracked.worker_id} for"
-                        f" longer than its run_timeout of {self._policy.run_timeout} s; it"
-                        f" is failed (the worker may still finish it; its reply is"
-                        f" ignored)"))
+                        f"Request {_describe(tracked.request)} ran on worker"
+                        f" {tracked.worker_id} for longer than its run_timeout of"
+                        f" {self._policy.run_timeout} s; it is failed (the worker may still"
+                        f" finish it; its reply is ignored)"))
                 for tracked in lost:
                     self._recover_lost(tracked, now)
                 next_deadline = self._book.next_deadline
@@ -177,9 +178,10 @@ class Housekeeper:
         waited = self._policy.transition_timeout or 0.0
         where = (self._unserved.describe(wt.task_class_name(tracked.request.task))
                  if tracked.routing_key is None
-                 else f"no worker on {tracked.routing_key!r} started it")
+                 else f"it was sent to {tracked.routing_key!r}"
+                      f" {_times(tracked.attempt + 1)} and no worker started it")
         return exc.RequestTimeout(
-            f"Request '{tracked.request}' has expired after waiting for {waited:0.2f}"
+            f"Request {_describe(tracked.request)} has expired after waiting for {waited:0.2f}"
             f" seconds for it to transition out of ({', '.join(tr.TIMEOUT_STATES)})"
             f" states: {where}")
 
@@ -246,3 +248,13 @@ class Housekeeper:
                         tracked.attempt + 1, self._policy.max_attempts)
         if route is not None:
             self._requests.publish(tracked)
+
+
+def _describe(request: Request) -> str:
+    """A request as an error names it: uuid, action and task (its state changes under us)."""
+    name = getattr(request.task, "name", request.task)
+    return f"{request.uuid} ({request.action} of {name!r})"
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"

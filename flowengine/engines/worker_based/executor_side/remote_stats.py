@@ -10,10 +10,11 @@ from typing import Any
 class RemoteStatistics:
     """Queue time, run time and attempts of each remote atom, by atom name.
 
-    ``queue_time`` is seconds from the first dispatch of a request to the
-    RUNNING reply of the worker that ran it; ``run_time`` seconds from there
-    to the outcome (for a request that ended before its worker said
-    RUNNING, the time its body ran there, and queue_time the rest);
+    ``run_time`` is how long the body ran, as its worker measured it (header
+    ``run_s``; a TaskFlow worker does not say, and then it is the time from
+    its RUNNING reply to the outcome); ``queue_time`` the rest of the time
+    from the first dispatch to the outcome. (The RUNNING reply itself is no
+    clock: a flowengine worker sends it only 50 ms into a body.)
     ``attempts`` how many executions of the atom finished (a Retry
     controller runs an atom again); ``dispatches`` how often the
     last request was sent (a lost worker makes the executor send it again).
@@ -26,8 +27,7 @@ class RemoteStatistics:
     def record(self, tracked: Any, run_s: float | None = None) -> None:
         """Note the outcome of ``tracked`` (a tracking.Tracked), just before it resolves.
 
-        ``run_s``: how long its body ran, when no RUNNING reply came before
-        the outcome (None otherwise).
+        ``run_s``: how long its body ran, by its worker (None if it did not say).
         """
         now = time.monotonic()
         request, origin = tracked.request, tracked.origin

@@ -165,7 +165,6 @@ class ReplyHandler:
         with self._book.lock:
             if not self._book.is_current(tracked):
                 return
-            told_running = tracked.request.current_state == pr.RUNNING
             if state == pr.SUCCESS:
                 # A flowengine worker tells RUNNING only about a request that
                 # runs a while, and a SUCCESS may overtake its RUNNING (e.g.
@@ -178,7 +177,7 @@ class ReplyHandler:
             if not tr.transition(tracked, state):
                 return
             self._book.remove(tracked)
-        self._statistics.record(tracked, None if told_running else run_s)
+        self._statistics.record(tracked, run_s)
         tracked.resolve(result)
 
     def _on_event(self, tracked: tr.Tracked, data: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ import queue as queue_mod
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from flowengine.engines.worker_based.messaging import dispatcher, inventory
@@ -29,6 +29,10 @@ LOG = logging.getLogger(__name__)
 #: Seconds a broadcast waits for answers unless told otherwise: a live
 #: worker answers within milliseconds; a second covers a loaded machine.
 DEFAULT_TIMEOUT_S = 1.0
+
+#: Seconds a broadcast still waits once every expected worker answered: for
+#: workers started since (they answer within milliseconds of the others).
+EXPECTED_GRACE_S = 0.05
 
 #: Seconds to wait for the reply queue to be consumed before giving up.
 START_TIMEOUT_S = 15.0
@@ -65,6 +69,9 @@ class ControlClient:
         self._lock = threading.Lock()
         self._waiting: dict[str, queue_mod.Queue[wc.ControlReply]] = {}
         self._thread: threading.Thread | None = None
+        #: Who answered the last broadcast that ran its course: what the next
+        #: one waits for before returning early.
+        self._last_answered: frozenset[str] | None = None
 
     @property
     def broker(self) -> BrokerSettings:
@@ -75,6 +82,11 @@ class ControlClient:
     def exchange(self) -> str:
         """The exchange whose workers are asked."""
         return self._exchange
+
+    @property
+    def last_answered(self) -> frozenset[str] | None:
+        """The workers that answered the last broadcast that ran its course (None: none did)."""
+        return self._last_answered
 
     @property
     def reply_queue(self) -> str:
@@ -113,18 +125,24 @@ class ControlClient:
 
     def ask(self, command: str, arguments: Mapping[str, Any] | None = None,
             destination: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            limit: int | None = None) -> list[wc.ControlReply]:
+            limit: int | None = None,
+            expect: Collection[str] | None = None) -> list[wc.ControlReply]:
         """Send ``command`` and return the answers received within ``timeout_s``.
 
         Returns early once ``limit`` answers (or one from each of
-        ``destination``) arrived. Raises InvalidFormat for a command or
-        arguments the workers would refuse, and what publishing raises.
+        ``destination``) arrived, or once every worker of ``expect`` (by
+        default the workers that answered this client's last broadcast)
+        answered and a short grace for newcomers passed. Raises InvalidFormat
+        for a command or arguments the workers would refuse, and what
+        publishing raises.
         """
         request = wc.ControlRequest(command, dict(arguments or {}),
                                     None if destination is None else tuple(destination))
         wc.ControlRequest.validate(request.to_dict())
         if limit is None and destination is not None:
             limit = len(set(destination))
+        if expect is None and destination is None:
+            expect = self._last_answered
         correlation_id = uuidlib.uuid4().hex
         answers: queue_mod.Queue[wc.ControlReply] = queue_mod.Queue()
         with self._lock:
@@ -133,20 +151,39 @@ class ControlClient:
             self._proxy.publish(request, routing_keys(destination), reply_to=self._id,
                                 correlation_id=correlation_id,
                                 headers={names.HEADER_ORIGIN: names.make_origin()})
-            replies: list[wc.ControlReply] = []
-            deadline = time.monotonic() + timeout_s
-            while limit is None or len(replies) < limit:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                try:
-                    replies.append(answers.get(timeout=left))
-                except queue_mod.Empty:
-                    break
+            replies = self._collect(answers, time.monotonic() + timeout_s, limit,
+                                    frozenset(expect or ()))
+            if destination is None and (limit is None or len(replies) < limit):
+                self._last_answered = frozenset(r.worker_id for r in replies)
             return replies
         finally:
             with self._lock:
                 self._waiting.pop(correlation_id, None)
+
+    @staticmethod
+    def _collect(answers: queue_mod.Queue[wc.ControlReply], deadline: float,
+                 limit: int | None, expect: frozenset[str]) -> list[wc.ControlReply]:
+        """Answers until ``deadline``, ``limit`` answers, or ``expect`` all answered (+ grace)."""
+        replies: list[wc.ControlReply] = []
+        started = time.monotonic()
+        missing = set(expect)
+        while limit is None or len(replies) < limit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                reply = answers.get(timeout=left)
+            except queue_mod.Empty:
+                break
+            replies.append(reply)
+            missing.discard(reply.worker_id)
+            if expect and not missing:
+                # Every known worker answered: a worker started since answers
+                # about as fast, so wait as long again (at least EXPECTED_GRACE_S).
+                elapsed = time.monotonic() - started
+                deadline = min(deadline, time.monotonic() + max(elapsed, EXPECTED_GRACE_S))
+                expect = frozenset()
+        return replies
 
     def _on_reply(self, data: dict[str, Any], message: Delivery) -> None:
         reply = wc.ControlReply.from_dict(data)

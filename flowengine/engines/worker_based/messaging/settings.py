@@ -17,6 +17,7 @@ import functools
 import types
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from kombu.connection import Connection
 
@@ -178,7 +179,15 @@ class BrokerSettings:
         publisher and consumer of an engine asks for it when made.
         """
         conn = transports.connection(self.url, self.transport)
-        return transports.public_uri(conn.as_uri(include_password=False))
+        # kombu writes ``:**@`` even where there is no password (redis://:**@h):
+        # that reads as a hidden secret, so a password-less URL is shown as is.
+        # (The full URI is the one to look at: kombu fills in defaults, guest's.)
+        full = conn.as_uri(include_password=True)
+        try:
+            has_password = bool(urlsplit(full.partition(";")[0]).password)
+        except ValueError:
+            has_password = True
+        return transports.public_uri(conn.as_uri(include_password=not has_password))
 
     def __repr__(self) -> str:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"

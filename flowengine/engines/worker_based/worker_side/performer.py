@@ -69,13 +69,14 @@ class RequestHooks(Protocol):
         """``job``'s body starts now; the event is set if it gets cancelled."""
 
     def failed(self, job: Job, failure: ft.Failure, elapsed_s: float) -> None:
-        """``job``'s body failed (after its FAILURE was sent)."""
+        """``job``'s body failed (after its FAILURE was sent, and after ``finished``)."""
 
     def finished(self, job: Job, result: Any, elapsed_s: float) -> None:
-        """``job``'s body ended (``result`` may be a Failure); after ``failed``."""
+        """``job``'s body ended (``result`` may be a Failure); before its event and outcome."""
 
     def done(self, job: Job) -> None:
-        """``job`` is no longer held, whatever happened (always the last call)."""
+        """``job`` is no longer held: right after ``finished``, and again last whatever
+        happened (so it must be idempotent)."""
 
 
 class Performer:
@@ -163,6 +164,11 @@ class Performer:
                     f" {task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
                     f" it; dispatch it again"))
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
+            if self._hooks is not None:
+                # Counted and no longer shown as held before anyone hears of its
+                # end: whoever asks the worker after the event sees it counted.
+                self._hooks.finished(job, result, elapsed)
+                self._hooks.done(job)
             # Told before the outcome is sent: an execute and its revert share
             # a uuid, and the revert (sent once the engine has the outcome)
             # must not find the execute still tracked by the events.
@@ -196,5 +202,3 @@ class Performer:
             LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
                      work.task_name, work.task_cls, work.action, job.task_uuid, elapsed,
                      pr.SUCCESS)
-        if self._hooks is not None:
-            self._hooks.finished(job, result, elapsed)

@@ -203,10 +203,14 @@ class Shutdown:
         worker = self._worker
         taken = worker.running_requests()
         started = sum(1 for _, _, s in taken if s)
-        LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
-                    " (%d more taken, not started); send the signal again to stop now"
-                    " (cold shutdown: they are given back to be run elsewhere)", started,
-                    len(taken) - started)
+        if taken:
+            # Worth a warning only when there is work a second signal would cut short.
+            LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
+                        " (%d more taken, not started); send the signal again to stop now"
+                        " (cold shutdown: they are given back to be run elsewhere)", started,
+                        len(taken) - started)
+        else:
+            LOG.info("Warm shutdown: no new requests, none running")
         worker.stop_serving()  # announces 'leaving' and stops consuming
         if self._runner is not None:
             # A request being dispatched right now still reaches the pool.
