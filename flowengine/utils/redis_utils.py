@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import redis
 from redis import exceptions as redis_exc
 
-from flowengine import redis_identity
+from flowengine.utils import redis_identity
 
 __all__ = ["SOCKET_TIMEOUT_S", "RedisClient", "connection_defaults", "socket_defaults"]
 

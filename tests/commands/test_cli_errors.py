@@ -269,7 +269,7 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
 
 
 def test_a_stdout_closed_midway_ends_the_command_quietly(tmp_path):
-    # Given `flowengine jobs list | head -1` over more than a pipe holds
+    # Given `flowengine jobs list | head -2` over more than a pipe holds
     from flowengine.jobs import backends
 
     url = f"sqlite:///{tmp_path}/jobs.db"
@@ -281,11 +281,11 @@ def test_a_stdout_closed_midway_ends_the_command_quietly(tmp_path):
     finally:
         board.close()
     proc = subprocess.run(
-        f"'{sys.executable}' -m flowengine jobs list --board '{url}' | head -1; "
+        f"'{sys.executable}' -m flowengine jobs list --board '{url}' | head -2; "
         "echo \"status ${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
         capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=WAIT_S * 6, check=False)
-    # Then head shows one job, and the command ends quietly
+    # Then head shows the header and one job, and the command ends quietly
     lines = proc.stdout.splitlines()
-    assert len(lines) == 2 and "job-0" in lines[0], proc.stdout
-    assert lines[1] == "status 1"
+    assert len(lines) == 3 and "job-0" in lines[1], proc.stdout
+    assert lines[2] == "status 1"
     assert proc.stderr == ""

@@ -16,8 +16,9 @@ from flowengine.utils import persistence_utils
 
 UTILS_DIR = pathlib.Path(flowengine.__file__).parent / "utils"
 
-#: What a utils module may import from flowengine.
-ALLOWED_PREFIXES = ("flowengine.utils", "flowengine.exceptions")
+#: What a utils module may import from flowengine (``__version__`` is the
+#: package's own constant, defined in flowengine/__init__.py).
+ALLOWED_PREFIXES = ("flowengine.utils", "flowengine.exceptions", "flowengine.__version__")
 
 #: TaskFlow's public module path, kept as a re-export of the persistence layer.
 REEXPORTS = {"persistence_utils.py"}

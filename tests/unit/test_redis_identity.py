@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from flowengine import redis_identity
 from flowengine.jobs.backends import redis_client
+from flowengine.utils import redis_identity
 
 
 def test_a_board_client_is_given_the_driver_identity_made_once():

@@ -186,6 +186,19 @@ def _refusal_of(body: Any, poison: Poison) -> str | None:
     return None
 
 
+def _as_amqp_carries(properties: dict[str, Any]) -> dict[str, Any]:
+    """``properties`` after a trip through py-amqp's frame encoding (as sent if it cannot)."""
+    from amqp.basic_message import Message
+
+    try:
+        raw = Message(b"", **properties)._serialize_properties()
+        received = Message()
+        received._load_properties(received.CLASS_ID, raw, 0)
+    except Exception:  # refused by the client when published: nothing is received
+        return properties
+    return dict(received.properties)
+
+
 def must_refuse(poison: Poison, kind: str) -> str | None:
     """Why ``poison`` must be dead-lettered on broker ``kind``; None when it need not be.
 
@@ -194,6 +207,10 @@ def must_refuse(poison: Poison, kind: str) -> str | None:
     """
     if poison.target == TARGET_EVENTS:
         return None
+    if kind == "amqp":
+        # The worker reads the properties the wire carries, not those sent:
+        # py-amqp writes a falsy one as its empty form (correlation_id=0 -> '').
+        poison = dataclasses.replace(poison, properties=_as_amqp_carries(poison.properties))
     reason = _refusal_of(poison.body, poison)
     if reason is None or kind != "amqp" or not isinstance(poison.content_encoding, str):
         return reason
@@ -1006,6 +1023,15 @@ BAD_LOG_LINES = ("Traceback", "ERROR", "CRITICAL")
 
 
 @pytest.mark.slow
+def test_the_oracle_judges_amqp_messages_by_the_properties_the_wire_carries():
+    # py-amqp writes correlation_id=0 as '' (a string): a valid NOTIFY on the
+    # wire, where the same message on Redis keeps an int the worker refuses.
+    poison = Poison(TARGET_TOPIC, "json", b"{}", "application/json", "utf-8", None, None,
+                    {"type": pr.NOTIFY, "correlation_id": 0, "reply_to": "engine"})
+    assert must_refuse(poison, "redis") == "mistyped property"
+    assert must_refuse(poison, "amqp") is None
+
+
 def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig, caplog):
     # Each Hypothesis example is one message (small examples: Hypothesis
     # explores each field); every PER_BATCH of them form a batch, flooded

@@ -34,13 +34,14 @@ from wire_helpers import Client, running_worker
 
 import flowengine
 from flowengine import exceptions as exc
-from flowengine import redis_identity, task
+from flowengine import task
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
+from flowengine.utils import redis_identity
 from tests import waiting
 from tests.worker_based import redis_stats
 
