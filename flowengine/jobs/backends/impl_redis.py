@@ -18,20 +18,24 @@ Configuration: a URL (``redis://[:password@]host:port/db?namespace=x``,
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from redis import exceptions as redis_exc
+from redis.client import NEVER_DECODE
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, records
 from flowengine.jobs import job as job_mod
-from flowengine.jobs.backends import event_thread, redis_client, redis_scripts, safe_url
+from flowengine.jobs.backends import compat, event_thread, redis_client, redis_scripts, safe_url
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
-__all__ = ["RedisJob", "RedisJobBoard", "RedisStore"]
+__all__ = ["RedisJob", "RedisJobBoard", "RedisStore", "raw_command"]
+
+LOG = logging.getLogger(__name__)
 
 #: TaskFlow's namespace is b'taskflow'; ours differs so both boards can
 #: share one Redis without reading each other's (differently encoded) jobs.
@@ -43,8 +47,21 @@ MIN_REDIS_VERSION = (6, 2)
 EVENT_BLOCK_S = 5.0
 
 
+def raw_command(client: Any, *command: str) -> Any:
+    """Run ``command`` with its reply left as bytes (the board's client decodes text)."""
+    return client.execute_command(*command, **{NEVER_DECODE: True})
+
+
 class RedisStore(BoardStore):
     """A :class:`BoardStore` on one Redis server (see the module docstring)."""
+
+    #: The module whose scripts (named in its ``__all__``) connect() loads.
+    SCRIPTS: Any = redis_scripts
+    #: The key (below the namespace) of the board's event channel.
+    CHANNEL = "events"
+    #: Who may have written a posting this store cannot read (for the warning).
+    FOREIGN = ("another program (TaskFlow's board, whose postings are msgpack?); give it a"
+               " namespace of its own, or share its jobs with compat='taskflow'")
 
     @property
     def namespace(self) -> str:
@@ -59,7 +76,8 @@ class RedisStore(BoardStore):
         self._owns_client = owns_client
         self._scripts: dict[str, Any] = {}
         self._events: event_thread.EventThread | None = None
-        self.channel = self._key("events")
+        self._unreadable: set[tuple[str, str]] = set()  # postings already warned about
+        self.channel = self._key(self.CHANNEL)
 
     def _key(self, *parts: str) -> str:
         return ":".join((self._ns, *parts))
@@ -81,8 +99,8 @@ class RedisStore(BoardStore):
             if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
                 raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
                                      f" {self._where} runs {version}")
-            self._scripts = {name: self._client.register_script(getattr(redis_scripts, name))
-                             for name in redis_scripts.__all__}
+            self._scripts = {name: self._client.register_script(getattr(self.SCRIPTS, name))
+                             for name in self.SCRIPTS.__all__}
 
     def close(self) -> None:
         """Stop the event thread; close the client if this store made it."""
@@ -127,13 +145,11 @@ class RedisStore(BoardStore):
         pubsub.close()
         raise redis_exc.TimeoutError("subscription not confirmed")
 
-    @staticmethod
-    def _receive(pubsub: Any) -> list[Any]:
+    def _receive(self, pubsub: Any) -> list[Any]:
         msg = pubsub.get_message(timeout=EVENT_BLOCK_S)
         return [msg] if msg else []
 
-    @staticmethod
-    def _decode(msg: dict[str, Any]) -> BoardEvent | None:
+    def _decode(self, msg: dict[str, Any]) -> BoardEvent | None:
         if msg.get("type") == "subscribe":  # redis-py re-subscribed after a reconnection
             return BoardEvent(EventKind.RESYNC)
         if msg.get("type") != "message":
@@ -142,10 +158,32 @@ class RedisStore(BoardStore):
 
     # Reading.
 
-    def _record(self, uuid: str, posting: str, state: dict[str, str],
-                owner: dict[str, str], pttl: int, where: str,
+    def _skip(self, key: str, uuid: str, why: object) -> None:
+        """Warn (once per posting) that the posting at ``key[uuid]`` cannot be read."""
+        if (key, uuid) in self._unreadable:
+            return
+        self._unreadable.add((key, uuid))
+        LOG.warning("Skipping the posting at %s[%s] on %s: %s. Left in place and not read"
+                    " again; namespace %r is shared with %s", key, uuid, self._where, why,
+                    self._ns, self.FOREIGN)
+
+    def _readable(self, key: str, blobs: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+        """uuid -> posting of each raw ``blobs`` entry that is a flowengine posting."""
+        out = {}
+        for raw_uuid, blob in blobs.items():
+            uuid = raw_uuid.decode("utf-8", "replace") if isinstance(raw_uuid, bytes) \
+                else str(raw_uuid)
+            try:
+                text = blob.decode("utf-8") if isinstance(blob, bytes) else blob
+                out[uuid] = records.decode_posting_fields(text, uuid, 0)
+            except (UnicodeDecodeError, exc.JobFailure) as e:
+                self._skip(key, uuid, e)
+        return out
+
+    def _record(self, uuid: str, posting: Any, state: dict[str, str],
+                owner: Any, pttl: int, where: str,
                 server_now: tuple[int, int]) -> JobRecord:
-        data = records.decode_posting_fields(posting, uuid, state.get("sequence"))
+        data = {**posting, "sequence": int(state.get("sequence") or 0)}
         leased = bool(owner) and pttl != -2
         now = time.time()
         # not_before is on the server's clock: hand it out on this host's.
@@ -159,7 +197,8 @@ class RedisStore(BoardStore):
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         with redis_client.translated(self._where):
-            postings = cast(dict[str, str], self._client.hgetall(hash_key))
+            postings = self._readable(hash_key, raw_command(self._client, "HGETALL", hash_key)
+                                      or {})
             if not postings:
                 return []
             pipe = self._client.pipeline(transaction=True)
@@ -181,9 +220,8 @@ class RedisStore(BoardStore):
         return self._records(self._key("listings"), records.LISTED)
 
     def count(self) -> int:
-        """HLEN of the listings."""
-        with redis_client.translated(self._where):
-            return int(self._client.hlen(self._key("listings")))
+        """How many readable jobs are listed (another program's postings are not counted)."""
+        return len(self.listing())
 
     def parked(self, where: str) -> list[JobRecord]:
         """Jobs in the trash or the dead letter."""
@@ -192,20 +230,28 @@ class RedisStore(BoardStore):
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is, or None."""
         keys = self._job_keys(uuid)
+        places = [(records.LISTED, self._key("listings")),
+                  (records.IN_TRASH, self._key(records.IN_TRASH)),
+                  (records.IN_DEAD_LETTER, self._key(records.IN_DEAD_LETTER))]
         with redis_client.translated(self._where):
+            # Postings as bytes (one may be another program's, not text), then the
+            # claim facts in one transaction.
+            raw = self._client.pipeline(transaction=False)
+            for _where, key in places:
+                raw_command(raw, "HGET", key, uuid)
+            raw_command(raw, "GET", keys["done"])
+            blobs = raw.execute()
             pipe = self._client.pipeline(transaction=True)
-            for where in (records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER):
-                pipe.hget(self._key("listings" if where == records.LISTED else where), uuid)
-            pipe.get(keys["done"])
             pipe.hgetall(keys["state"])
             pipe.hgetall(keys["owner"])
             pipe.pttl(keys["owner"])
             pipe.time()
-            *postings, state, owner, pttl, server_now = pipe.execute()
-        for where, posting in zip((records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER,
-                                   records.CONSUMED), postings):
-            if posting is not None:
-                return self._record(uuid, posting, state, owner, pttl, where, server_now)
+            state, owner, pttl, server_now = pipe.execute()
+        for (where, key), blob in zip([*places, (records.CONSUMED, keys["done"])], blobs):
+            if blob is not None:
+                posting = self._readable(key, {uuid: blob}).get(uuid)
+                if posting is not None:
+                    return self._record(uuid, posting, state, owner, pttl, where, server_now)
         return None
 
     def outcome(self, uuid: str) -> Outcome | None:
@@ -337,13 +383,16 @@ class RedisJobBoard(board.LeasedJobBoard):
     def __init__(self, name: str, conf: dict[str, Any],
                  client: redis_client.TextClient | None = None,
                  persistence: Any = None) -> None:
-        namespace = conf.get("namespace", DEFAULT_NAMESPACE)
+        layout = compat.board_layout(conf)
+        namespace = conf.get("namespace", layout.default_namespace if layout
+                             else DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):
             namespace = namespace.decode("utf-8")
         where = safe_url(conf["url"]) if conf.get("url") else (
             f"{conf.get('host', 'localhost')}:{conf.get('port', 6379)}")
-        store = RedisStore(client if client is not None else redis_client.make_client(conf),
-                           str(namespace), where, owns_client=client is None)
+        store_class: Callable[..., RedisStore] = layout.redis_store(conf) if layout else RedisStore
+        store = store_class(client if client is not None else redis_client.make_client(conf),
+                            str(namespace), where, owns_client=client is None)
         super().__init__(name, conf, store, persistence=persistence)
         self._namespace = store.namespace
 
