@@ -13,7 +13,8 @@ other library's persistence records is another part of issue 40 (schema
 adoption), so that the board, not the database, is what these tests prove.
 
 Also: without compat, TaskFlow's msgpack postings in flowengine's namespace
-are skipped (one warning each), and flowengine lists and runs its own jobs.
+are skipped (one warning each), flowengine lists and runs its own jobs, and
+TaskFlow's board does not see (so cannot delete) flowengine's.
 """
 
 from __future__ import annotations
@@ -184,18 +185,28 @@ def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
     caplog.set_level(logging.WARNING, logger="flowengine.jobs.backends.impl_redis")
     ledger = str(tmp_path / "ledger")
     try:
-        # When TaskFlow posts there (msgpack) and flowengine posts its own job
+        # When TaskFlow posts there (msgpack), trashes another of its jobs (its
+        # trash hash is flowengine's too), and flowengine posts its own job
         foreign = theirs.post("taskflow-job", details={"x": 1})
+        trashed = theirs.post("taskflow-trashed")
+        theirs.claim(trashed, "tf-conductor")
+        theirs.trash(trashed, "tf-conductor")
         book = compat_jobs.save_book("flowengine", backend, "own", ledger)
         mine = ours.post("own-job", book=book,
                          details={"store": {"ledger": ledger, "tag": "own"}})
 
-        # Then flowengine lists its own job only, again and again, with one warning
+        # Then TaskFlow's board lists its own job only, and deletes nothing
+        for _ in range(2):
+            assert [j.uuid for j in theirs.iterjobs()] == [foreign.uuid]
+        # And flowengine lists its own job only, and reads past TaskFlow's trashed
+        # posting again and again with one warning naming the cause
         for _ in range(3):
             assert [j.uuid for j in ours.iterjobs()] == [mine.uuid]
+            assert ours.trashed() == []
         assert ours.job_count == 1
-        warned = [r for r in caplog.records if foreign.uuid in r.getMessage()]
-        assert len(warned) == 1 and "msgpack" in warned[0].getMessage()
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 1, warned
+        assert trashed.uuid in warned[0] and "utf-8" in warned[0] and "msgpack" in warned[0]
 
         # And its conductor runs it, leaving TaskFlow's posting where it was
         conductor = conductors.fetch("blocking", "flowengine-conductor", ours,

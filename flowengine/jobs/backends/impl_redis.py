@@ -59,6 +59,11 @@ class RedisStore(BoardStore):
     SCRIPTS: Any = redis_scripts
     #: The key (below the namespace) of the board's event channel.
     CHANNEL = "events"
+    #: The hash of listed jobs. Not TaskFlow's ``listings``: TaskFlow's boards
+    #: read that hash and delete every posting in it they cannot decode.
+    LISTED_KEY = "listed"
+    #: Where flowengine 0.1.0 listed jobs: connect() moves its postings out.
+    LEGACY_LISTED_KEY: str | None = "listings"
     #: Who may have written a posting this store cannot read (for the warning).
     FOREIGN = ("another program (TaskFlow's board, whose postings are msgpack?); give it a"
                " namespace of its own, or share its jobs with compat='taskflow'")
@@ -78,6 +83,11 @@ class RedisStore(BoardStore):
         self._events: event_thread.EventThread | None = None
         self._unreadable: set[tuple[str, str]] = set()  # postings already warned about
         self.channel = self._key(self.CHANNEL)
+
+    @property
+    def _listed(self) -> str:
+        """The key of the hash of listed jobs."""
+        return self._key(self.LISTED_KEY)
 
     def _key(self, *parts: str) -> str:
         return ":".join((self._ns, *parts))
@@ -101,6 +111,13 @@ class RedisStore(BoardStore):
                                      f" {self._where} runs {version}")
             self._scripts = {name: self._client.register_script(getattr(self.SCRIPTS, name))
                              for name in self.SCRIPTS.__all__}
+            if self.LEGACY_LISTED_KEY:
+                moved = self._client.register_script(redis_scripts.MOVE_JSON_POSTINGS)(
+                    keys=[self._key(self.LEGACY_LISTED_KEY), self._listed])
+                if moved:
+                    LOG.info("Moved %s job posting(s) of an older flowengine from %s to %s",
+                             moved, self._key(self.LEGACY_LISTED_KEY),
+                             self._listed)
 
     def close(self) -> None:
         """Stop the event thread; close the client if this store made it."""
@@ -217,7 +234,7 @@ class RedisStore(BoardStore):
 
     def listing(self) -> list[JobRecord]:
         """Every listed job."""
-        return self._records(self._key("listings"), records.LISTED)
+        return self._records(self._listed, records.LISTED)
 
     def count(self) -> int:
         """How many readable jobs are listed (another program's postings are not counted)."""
@@ -230,7 +247,7 @@ class RedisStore(BoardStore):
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is, or None."""
         keys = self._job_keys(uuid)
-        places = [(records.LISTED, self._key("listings")),
+        places = [(records.LISTED, self._listed),
                   (records.IN_TRASH, self._key(records.IN_TRASH)),
                   (records.IN_DEAD_LETTER, self._key(records.IN_DEAD_LETTER))]
         with redis_client.translated(self._where):
@@ -273,7 +290,7 @@ class RedisStore(BoardStore):
         uuid = posting["uuid"]
         body = dict(posting)
         body.pop("sequence", None)
-        reply = self._run("POST", [self._key("listings"), self._key("sequence"),
+        reply = self._run("POST", [self._listed, self._key("sequence"),
                                    self._job_keys(uuid)["state"]],
                           [uuid, records.encode_posting(body), self.channel])
         if reply[0] != "ok":
@@ -284,7 +301,7 @@ class RedisStore(BoardStore):
               outcome_ttl_s: float) -> Claim:
         """Lease the job to ``who`` (see BoardStore.claim)."""
         keys = self._job_keys(uuid)
-        reply = self._run("CLAIM", [self._key("listings"), keys["state"], keys["owner"],
+        reply = self._run("CLAIM", [self._listed, keys["state"], keys["owner"],
                                     self._key("token"), self._key("dead"), keys["outcome"]],
                           [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
                            int(outcome_ttl_s * 1000), self.channel])
@@ -311,7 +328,7 @@ class RedisStore(BoardStore):
             jk = self._job_keys(uuid)
             keys += [jk["owner"], jk["state"]]
             args += [uuid, str(token)]
-        keys.append(self._key("listings"))
+        keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
 
     def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
@@ -324,7 +341,7 @@ class RedisStore(BoardStore):
                outcome_ttl_s: float = 0.0) -> Outcome | None:
         """Consume / trash / abandon / fail, fenced by ``token`` (one script)."""
         keys = self._job_keys(uuid)
-        reply = self._run("FINISH", [self._key("listings"), keys["state"], keys["owner"],
+        reply = self._run("FINISH", [self._listed, keys["state"], keys["owner"],
                                      keys["outcome"], self._key("trash"), self._key("dead"),
                                      keys["done"]],
                           [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
@@ -348,7 +365,7 @@ class RedisStore(BoardStore):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""
         keys = self._job_keys(uuid)
-        reply = self._run("REQUEUE", [self._key("listings"), self._key("trash"),
+        reply = self._run("REQUEUE", [self._listed, self._key("trash"),
                                       self._key("dead"), keys["state"], keys["outcome"]],
                           [uuid, self.channel])
         if reply[0] != "ok":

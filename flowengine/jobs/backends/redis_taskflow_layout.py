@@ -58,6 +58,8 @@ class TaskflowRedisStore(RedisStore):
 
     SCRIPTS = redis_taskflow_scripts
     CHANNEL = "flowengine.events"
+    LISTED_KEY = "listings"  # TaskFlow's
+    LEGACY_LISTED_KEY = None
     FOREIGN = ("another program (a flowengine board without compat='taskflow', whose"
                " postings are JSON?); give it a namespace of its own")
 
@@ -148,7 +150,7 @@ class TaskflowRedisStore(RedisStore):
 
     def listing(self) -> list[JobRecord]:
         """Every listed job TaskFlow's encoding lets us read."""
-        return self._records(self._key("listings"), records.LISTED)
+        return self._records(self._listed, records.LISTED)
 
     def count(self) -> int:
         """How many readable jobs are listed."""
@@ -163,7 +165,7 @@ class TaskflowRedisStore(RedisStore):
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is (listed, trash, dead letter, consumed), or None."""
         keys = self._job_keys(uuid)
-        places = ((records.LISTED, self._key("listings")), (records.IN_TRASH, self._key("trash")),
+        places = ((records.LISTED, self._listed), (records.IN_TRASH, self._key("trash")),
                   (records.IN_DEAD_LETTER, self._key("flowengine", "dead")))
         with redis_client.translated(self._where):
             pipe = self._client.pipeline(transaction=False)  # NEVER_DECODE needs no MULTI
@@ -202,7 +204,7 @@ class TaskflowRedisStore(RedisStore):
         body = {**posting, "sequence": sequence,
                 "created_on": (datetime.datetime.fromisoformat(created)
                                if isinstance(created, str) else created or _utcnow())}
-        reply = self._run("POST", [self._key("listings"), self._job_keys(uuid)["flowengine"]],
+        reply = self._run("POST", [self._listed, self._job_keys(uuid)["flowengine"]],
                           [uuid, taskflow_codec.dumps(body), self.channel])
         if reply[0] != "ok":
             raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
@@ -212,7 +214,7 @@ class TaskflowRedisStore(RedisStore):
               outcome_ttl_s: float) -> Claim:
         """TaskFlow's claim (``.owned`` = who) with a lease and a token (see the scripts)."""
         keys = self._job_keys(uuid)
-        reply = self._run("CLAIM", [self._key("listings"), keys["owned"], keys["last_modified"],
+        reply = self._run("CLAIM", [self._listed, keys["owned"], keys["last_modified"],
                                     keys["flowengine"], self._key("flowengine", "token"),
                                     self._key("flowengine", "dead"), keys["outcome"]],
                           [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
@@ -241,7 +243,7 @@ class TaskflowRedisStore(RedisStore):
             jk = self._job_keys(uuid)
             keys += [jk["owned"], jk["flowengine"]]
             args += [uuid, str(token)]
-        keys.append(self._key("listings"))
+        keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
 
     def finish(self, uuid: str, who: str, token: int, action: Action, *,
@@ -250,7 +252,7 @@ class TaskflowRedisStore(RedisStore):
                outcome_ttl_s: float = 0.0) -> Outcome | None:
         """Consume / trash / abandon / fail as TaskFlow would, fenced (one script)."""
         keys = self._job_keys(uuid)
-        reply = self._run("FINISH", [self._key("listings"), keys["owned"], keys["last_modified"],
+        reply = self._run("FINISH", [self._listed, keys["owned"], keys["last_modified"],
                                      keys["flowengine"], keys["outcome"], self._key("trash"),
                                      self._key("flowengine", "dead"), keys["done"]],
                           [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
@@ -275,7 +277,7 @@ class TaskflowRedisStore(RedisStore):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on TaskFlow's listing from the trash or dead letter, attempts reset."""
         keys = self._job_keys(uuid)
-        reply = self._run("REQUEUE", [self._key("listings"), self._key("trash"),
+        reply = self._run("REQUEUE", [self._listed, self._key("trash"),
                                       self._key("flowengine", "dead"), keys["flowengine"],
                                       keys["outcome"]], [uuid, self.channel])
         if reply[0] != "ok":
