@@ -150,6 +150,7 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
         counts = collections.Counter(tag for tag, _lib, _pid in runs)
         assert counts == dict.fromkeys(tags, 1), f"runs per job: {counts}"
         assert {lib for _tag, lib, _pid in runs} == {conductor}
+        assert all(job.wait(timeout=5) for job in jobs)  # complete, as the poster sees it
         assert board.job_count == 0
         assert [j for j in board.iterjobs(ensure_fresh=True)] == []
         print(f"\n[compat-board] {server} {poster}->{conductor} {db_url.split(':')[0]}:"
