@@ -150,3 +150,31 @@ def test_flowengine_claimers_fence_each_other_on_taskflows_layout(boards: Any) -
         first.consume(job, "fe-conductor")
     second.consume(again, "fe-conductor")
     assert second.outcome(again).outcome == "succeeded"
+
+
+def test_jobs_list_shows_taskflows_postings_with_their_msgpack_types(
+        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import datetime
+    import json
+
+    from flowengine import cli
+
+    # Given a TaskFlow posting whose details hold values JSON has not
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    url = sa.engine.make_url(redis_url)
+    theirs = tf_backends.fetch("taskflow", {"board": "redis", "host": url.host,
+                                            "port": url.port, "namespace": namespace})
+    theirs.connect()
+    try:
+        job = theirs.post("tf-job", details={"when": datetime.datetime(2020, 1, 2)})
+    finally:
+        theirs.close()
+    # When `flowengine jobs list --json` reads the board in compat mode
+    rc = cli.main(["jobs", "list", "--json", "--board",
+                   f"{redis_url}?namespace={namespace}&compat=taskflow"])
+    # Then it lists the job, its times as text
+    assert rc in (0, None)
+    listed = json.loads(capsys.readouterr().out)
+    assert [(j["uuid"], j["name"]) for j in listed] == [(job.uuid, "tf-job")]
+    assert listed[0]["details"] == {"when": "2020-01-02 00:00:00"}
+    assert listed[0]["created_on"] == job.created_on.isoformat()

@@ -103,6 +103,9 @@ class TaskflowRedisStore(RedisStore):
             self._skip(key, uuid, f"it is {e}")
             return None
         posting["sequence"] = int(posting.get("sequence") or 0)
+        created = posting.get("created_on")
+        if isinstance(created, datetime.datetime):  # as flowengine's postings carry it
+            posting["created_on"] = created.isoformat()
         return posting
 
     def _raw_hash(self, key: str) -> dict[str, bytes]:

@@ -117,7 +117,7 @@ class TaskflowZkReader(ZkReader):
         self._unreadable: set[str] = set()
 
     def _uuid_of(self, name: str) -> str | None:
-        return next((u for u, n in self._names.items() if n == name), None)
+        return next((u for u, n in list(self._names.items()) if n == name), None)
 
     def _job(self, name: str) -> str:
         return posixpath.join(self.path, name)
@@ -185,7 +185,13 @@ class TaskflowZkReader(ZkReader):
 
     def listing(self) -> list[JobRecord]:
         """Every readable job in TaskFlow's folder."""
-        return self._scan(self.path, records.LISTED)
+        listed = self._scan(self.path, records.LISTED)
+        # Forget the names of jobs that left (get() scans again for a parked one).
+        keep = {r.uuid for r in listed}
+        for uuid in list(self._names):  # a copy: other threads add names meanwhile
+            if uuid not in keep:
+                self._names.pop(uuid, None)
+        return listed
 
     def count(self) -> int:
         """How many jobs are listed."""
