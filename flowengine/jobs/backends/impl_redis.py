@@ -13,6 +13,8 @@ Configuration: a URL (``redis://[:password@]host:port/db?namespace=x``,
 ``encoding_errors``, ``ssl``, ``ssl_keyfile``, ``ssl_certfile``,
 ``ssl_cert_reqs``, ``ssl_ca_certs``; plus the policy keys every board takes
 (:mod:`flowengine.jobs.board`). Passwords never appear in logs.
+``compat='taskflow'`` switches to TaskFlow 6.5's keys and msgpack postings
+(:mod:`.redis_taskflow_layout`), to share a board with TaskFlow's conductors.
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ session timeout, seconds; default the lease), ``check_compatible`` and
 the client keys of :func:`flowengine.utils.kazoo_utils.make_client`; plus
 ``namespace`` (a sub-path, as the other boards' namespaces) and the policy
 keys every board takes (:mod:`flowengine.jobs.board`). Needs the
-``zookeeper`` extra and ZooKeeper 3.4 or newer.
+``zookeeper`` extra and ZooKeeper 3.4 or newer. ``compat='taskflow'``
+switches to TaskFlow 6.5's ``jobNNN`` / ``jobNNN.lock`` znodes under its
+path (:mod:`.zk_taskflow_layout`), to share a board with TaskFlow's conductors.
 """
 
 from __future__ import annotations
