@@ -194,9 +194,8 @@ class TaskflowZkReader(ZkReader):
         return listed
 
     def count(self) -> int:
-        """How many jobs are listed."""
-        with self._zk():
-            return sum(1 for n in self._client.get_children(self.path) if _is_job(n))
+        """How many readable jobs are listed (as TaskFlow's board counts them)."""
+        return len(self.listing())
 
     def parked(self, where: str) -> list[JobRecord]:
         """TaskFlow's trash, or flowengine's dead letter."""
