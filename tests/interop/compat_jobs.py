@@ -37,7 +37,7 @@ def ledger_flow() -> Any:
     task = _module(LIBRARY, "task")
     linear_flow = _module(LIBRARY, "patterns.linear_flow")
 
-    class RecordRun(task.Task):  # type: ignore[misc, name-defined]
+    class RecordRun(task.Task):
         def execute(self, ledger: str, tag: str) -> str:
             line = f"{tag} {LIBRARY} {os.getpid()}\n".encode()
             fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
