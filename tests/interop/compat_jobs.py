@@ -26,10 +26,22 @@ from typing import Any
 
 LIBRARY_ENV = "FLOWENGINE_INTEROP_LIBRARY"
 LIBRARY = os.environ.get(LIBRARY_ENV, "flowengine")
+#: Set to "1" in a conductor's environment: its runs record themselves as
+#: ``hung`` and then hang (HANG_S), as on a host that dies mid-job.
+HANG_ENV = "FLOWENGINE_COMPAT_TEST_HANG"
+HANG_S = 120.0
 
 
 def _module(library: str, name: str) -> Any:
     return importlib.import_module(f"{library}.{name}")
+
+
+def _append(ledger: str, line: str) -> None:
+    fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one write of a short line: O_APPEND keeps it whole
+    finally:
+        os.close(fd)
 
 
 def ledger_flow() -> Any:
@@ -39,12 +51,10 @@ def ledger_flow() -> Any:
 
     class RecordRun(task.Task):
         def execute(self, ledger: str, tag: str) -> str:
-            line = f"{tag} {LIBRARY} {os.getpid()}\n".encode()
-            fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line)  # one write of a short line: O_APPEND keeps it whole
-            finally:
-                os.close(fd)
+            hang = os.environ.get(HANG_ENV) == "1"
+            _append(ledger, f"{tag} {LIBRARY} {os.getpid()}{' hung' if hang else ''}\n")
+            if hang:  # a host that stops mid-job: the test kills this process now
+                time.sleep(HANG_S)
             return tag
 
     return linear_flow.Flow("ledger").add(RecordRun("record-run"))
@@ -58,12 +68,17 @@ def persistence(library: str, url: str) -> Any:
     return backend
 
 
-def save_book(library: str, backend: Any, tag: str, ledger: str) -> Any:
-    """A logbook with one flow detail of ``ledger_flow``, saved with ``library``."""
+def save_book(library: str, backend: Any, tag: str, ledger: str,
+              uuids: tuple[str, str] | None = None) -> Any:
+    """A logbook with one flow detail of ``ledger_flow``, saved with ``library``.
+
+    ``uuids``: the (logbook, flow detail) uuids, to save the same book twice.
+    """
     models = _module(library, "persistence.models")
     engines = _module(library, "engines")
-    book = models.LogBook(f"book-{tag}")
-    detail = models.FlowDetail(f"flow-{tag}", uuid=str(uuid.uuid4()))
+    book_uuid, flow_uuid = uuids or (str(uuid.uuid4()), str(uuid.uuid4()))
+    book = models.LogBook(f"book-{tag}", uuid=book_uuid)
+    detail = models.FlowDetail(f"flow-{tag}", uuid=flow_uuid)
     book.add(detail)
     with contextlib.closing(backend.get_connection()) as conn:
         conn.save_logbook(book)

@@ -12,6 +12,10 @@ The logbooks are saved in the conductor's library's format: reading the
 other library's persistence records is another part of issue 40 (schema
 adoption), so that the board, not the database, is what these tests prove.
 
+And when a flowengine conductor dies mid-job (killed), its claim ends with
+its lease (Redis) or its session (ZooKeeper) and a TaskFlow conductor runs
+the job to its end.
+
 Also: without compat, TaskFlow's msgpack postings in flowengine's namespace
 are skipped (one warning each), flowengine lists and runs its own jobs, and
 TaskFlow's board does not see (so cannot delete) flowengine's.
@@ -99,14 +103,16 @@ def _ledger(path: str) -> list[list[str]]:
         return [line.split() for line in f if line.strip()]
 
 
-def _start_conductor(library: str, conf: dict[str, Any], db: str, log_path: str) -> Any:
+def _start_conductor(library: str, conf: dict[str, Any], db: str, log_path: str,
+                     jobs: int = JOBS, hang: bool = False) -> Any:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
     env[compat_jobs.LIBRARY_ENV] = library
+    env[compat_jobs.HANG_ENV] = "1" if hang else "0"
     log = open(log_path, "wb")
     return subprocess.Popen(
         [sys.executable, "-m", "tests.interop.compat_jobs", library, json.dumps(conf), db,
-         str(JOBS), str(CONDUCTOR_TIMEOUT_S)], stdout=log, stderr=subprocess.STDOUT,
+         str(jobs), str(CONDUCTOR_TIMEOUT_S)], stdout=log, stderr=subprocess.STDOUT,
         env=env, cwd=ROOT), log
 
 
@@ -164,6 +170,56 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
             log.close()
         board.close()
         backend.close()
+
+
+@pytest.mark.parametrize("server", ["redis", "zookeeper"])
+def test_a_job_whose_flowengine_conductor_died_is_run_by_a_taskflow_conductor(
+        server: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    # Given a flowengine conductor (lease 1 s) that claimed a job and hangs in it.
+    # (Both conductors must load the job's logbook: each library reads a copy
+    # in its own format here, the same uuids in two SQLite files.)
+    conf = _board_conf(server, request)
+    ledger = str(tmp_path / "ledger")
+    dbs = {lib: f"sqlite:///{tmp_path}/{lib}.db" for lib in ("flowengine", "taskflow")}
+    backends = {lib: compat_jobs.persistence(lib, url) for lib, url in dbs.items()}
+    board = _fetch_board("flowengine", _conf_for("flowengine", conf), backends["flowengine"])
+    procs: list[Any] = []
+    try:
+        ids = (str(uuid.uuid4()), str(uuid.uuid4()))
+        book = [compat_jobs.save_book(lib, be, "t0", ledger, ids)
+                for lib, be in backends.items()][0]
+        job = board.post("job-t0", book=book, details={"store": {"ledger": ledger, "tag": "t0"}})
+        dying = _start_conductor("flowengine", dict(_conf_for("flowengine", conf), lease_s=1),
+                                 dbs["flowengine"], str(tmp_path / "flowengine.log"), jobs=1,
+                                 hang=True)
+        procs.append(dying)
+        waiting.wait_until(lambda: _ledger(ledger), "the flowengine conductor to start the job",
+                           CONDUCTOR_TIMEOUT_S)
+        # When its host dies, and a TaskFlow conductor runs beside it
+        started = time.monotonic()
+        dying[0].kill()
+        dying[0].wait()
+        taking = _start_conductor("taskflow", conf, dbs["taskflow"],
+                                  str(tmp_path / "taskflow.log"), jobs=1)
+        procs.append(taking)
+        # Then the claim ends with the lease (Redis) or the session (ZooKeeper),
+        # and TaskFlow's conductor runs the job to its end
+        assert taking[0].wait(CONDUCTOR_TIMEOUT_S) == 0, open(tmp_path / "taskflow.log").read()
+        took = time.monotonic() - started
+        runs = _ledger(ledger)
+        assert [r[1:2] + r[3:] for r in runs] == [["flowengine", "hung"], ["taskflow"]]
+        assert job.wait(timeout=5) and board.job_count == 0
+        print(f"\n[compat-board] {server}: a dead flowengine conductor's job finished by"
+              f" TaskFlow {took:.2f} s after the kill (TaskFlow's start included)")
+    finally:
+        for proc, log in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+        board.close()
+        for be in backends.values():
+            be.close()
 
 
 def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
