@@ -91,7 +91,9 @@ def _describe(board: Any, job: Any) -> dict[str, Any]:
 
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True) if args.json else text)
+    # default=str: a posting TaskFlow wrote (compat='taskflow') may carry
+    # datetimes, UUIDs or sets in its details (msgpack has them, JSON not).
+    print(json.dumps(data, indent=2, sort_keys=True, default=str) if args.json else text)
 
 
 def _find(board: Any, ref: str) -> Any:

@@ -7,6 +7,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, Any
 
+from flowengine import states
 from flowengine.jobs import base, records
 
 if TYPE_CHECKING:  # the board module imports this one
@@ -106,9 +107,13 @@ class BoardJob(base.Job):
 
         Woken by the board's notifications (Redis pub/sub, PostgreSQL
         NOTIFY...), not by polling; TaskFlow's delay arguments are accepted
-        and ignored.
+        and ignored. A job that left the board without an outcome (finished
+        by a TaskFlow conductor on a ``compat='taskflow'`` board, or so long
+        ago that its outcome expired) is complete too, as in TaskFlow.
         """
-        return self._leased.wait_for_outcome(self, timeout) is not None
+        if self._leased.wait_for_outcome(self, timeout) is not None:
+            return True
+        return self.state == states.COMPLETE
 
     def expires_in(self) -> float | None:
         """Seconds until the current claim's lease ends; None if not leased."""

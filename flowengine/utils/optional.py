@@ -16,6 +16,7 @@ EXTRAS = {
     "zookeeper": "ZooKeeper persistence and jobboards (zookeeper://)",
     "metrics": "Prometheus metrics (flowengine worker --metrics-port)",
     "dashboard": "The web dashboard (flowengine dashboard)",
+    "taskflow-compat": "Jobboards in TaskFlow's own layout (compat='taskflow')",
 }
 
 

@@ -15,25 +15,31 @@ Configuration: a URL (``redis://[:password@]host:port/db?namespace=x``,
 Redis Sentinel's ``sentinel``, ``sentinel_fallbacks``, ``sentinel_kwargs``
 (see :mod:`.redis_client`); plus the policy keys every board takes
 (:mod:`flowengine.jobs.board`). Passwords never appear in logs.
+``compat='taskflow'`` switches to TaskFlow 6.5's keys and msgpack postings
+(:mod:`.redis_taskflow_layout`), to share a board with TaskFlow's conductors.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any
 
 from redis import exceptions as redis_exc
+from redis.client import NEVER_DECODE
 
 from flowengine import exceptions as exc
 from flowengine.jobs import board, records
 from flowengine.jobs import job as job_mod
-from flowengine.jobs.backends import event_thread, redis_client, redis_scripts
+from flowengine.jobs.backends import compat, event_thread, redis_client, redis_scripts
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 
-__all__ = ["RedisJob", "RedisJobBoard", "RedisStore"]
+__all__ = ["RedisJob", "RedisJobBoard", "RedisStore", "raw_command"]
+
+LOG = logging.getLogger(__name__)
 
 #: TaskFlow's namespace is b'taskflow'; ours differs so both boards can
 #: share one Redis without reading each other's (differently encoded) jobs.
@@ -45,8 +51,26 @@ MIN_REDIS_VERSION = (6, 2)
 EVENT_BLOCK_S = 5.0
 
 
+def raw_command(client: Any, *command: str) -> Any:
+    """Run ``command`` with its reply left as bytes (the board's client decodes text)."""
+    return client.execute_command(*command, **{NEVER_DECODE: True})
+
+
 class RedisStore(BoardStore):
     """A :class:`BoardStore` on one Redis server (see the module docstring)."""
+
+    #: The module whose scripts (named in its ``__all__``) connect() loads.
+    SCRIPTS: Any = redis_scripts
+    #: The key (below the namespace) of the board's event channel.
+    CHANNEL = "events"
+    #: The hash of listed jobs. Not TaskFlow's ``listings``: TaskFlow's boards
+    #: read that hash and delete every posting in it they cannot decode.
+    LISTED_KEY = "listed"
+    #: Where flowengine 0.1.0 listed jobs: connect() moves its postings out.
+    LEGACY_LISTED_KEY: str | None = "listings"
+    #: Who may have written a posting this store cannot read (for the warning).
+    FOREIGN = ("another program (TaskFlow's board, whose postings are msgpack?); give it a"
+               " namespace of its own, or share its jobs with compat='taskflow'")
 
     @property
     def namespace(self) -> str:
@@ -65,7 +89,13 @@ class RedisStore(BoardStore):
         self._client_closed = False
         self._scripts: dict[str, Any] = {}
         self._events: event_thread.EventThread | None = None
-        self.channel = self._key("events")
+        self._unreadable: set[tuple[str, str]] = set()  # postings already warned about
+        self.channel = self._key(self.CHANNEL)
+
+    @property
+    def _listed(self) -> str:
+        """The key of the hash of listed jobs."""
+        return self._key(self.LISTED_KEY)
 
     def _key(self, *parts: str) -> str:
         return ":".join((self._ns, *parts))
@@ -91,8 +121,15 @@ class RedisStore(BoardStore):
             if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
                 raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
                                      f" {self._where} runs {version}")
-            self._scripts = {name: self._client.register_script(getattr(redis_scripts, name))
-                             for name in redis_scripts.__all__}
+            self._scripts = {name: self._client.register_script(getattr(self.SCRIPTS, name))
+                             for name in self.SCRIPTS.__all__}
+            if self.LEGACY_LISTED_KEY:
+                moved = self._client.register_script(redis_scripts.MOVE_JSON_POSTINGS)(
+                    keys=[self._key(self.LEGACY_LISTED_KEY), self._listed])
+                if moved:
+                    LOG.info("Moved %s job posting(s) of an older flowengine from %s to %s",
+                             moved, self._key(self.LEGACY_LISTED_KEY),
+                             self._listed)
 
     def close(self) -> None:
         """Stop the event thread; close the client if this store made it."""
@@ -138,13 +175,11 @@ class RedisStore(BoardStore):
         pubsub.close()
         raise redis_exc.TimeoutError("subscription not confirmed")
 
-    @staticmethod
-    def _receive(pubsub: Any) -> list[Any]:
+    def _receive(self, pubsub: Any) -> list[Any]:
         msg = pubsub.get_message(timeout=EVENT_BLOCK_S)
         return [msg] if msg else []
 
-    @staticmethod
-    def _decode(msg: dict[str, Any]) -> BoardEvent | None:
+    def _decode(self, msg: dict[str, Any]) -> BoardEvent | None:
         if msg.get("type") == "subscribe":  # redis-py re-subscribed after a reconnection
             return BoardEvent(EventKind.RESYNC)
         if msg.get("type") != "message":
@@ -153,10 +188,32 @@ class RedisStore(BoardStore):
 
     # Reading.
 
-    def _record(self, uuid: str, posting: str, state: dict[str, str],
-                owner: dict[str, str], pttl: int, where: str,
+    def _skip(self, key: str, uuid: str, why: object) -> None:
+        """Warn (once per posting) that the posting at ``key[uuid]`` cannot be read."""
+        if (key, uuid) in self._unreadable:
+            return
+        self._unreadable.add((key, uuid))
+        LOG.warning("Skipping the posting at %s[%s] on %s: %s. Left in place and not read"
+                    " again; namespace %r is shared with %s", key, uuid, self._where, why,
+                    self._ns, self.FOREIGN)
+
+    def _readable(self, key: str, blobs: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+        """uuid -> posting of each raw ``blobs`` entry that is a flowengine posting."""
+        out = {}
+        for raw_uuid, blob in blobs.items():
+            uuid = raw_uuid.decode("utf-8", "replace") if isinstance(raw_uuid, bytes) \
+                else str(raw_uuid)
+            try:
+                text = blob.decode("utf-8") if isinstance(blob, bytes) else blob
+                out[uuid] = records.decode_posting_fields(text, uuid, 0)
+            except (UnicodeDecodeError, exc.JobFailure) as e:
+                self._skip(key, uuid, e)
+        return out
+
+    def _record(self, uuid: str, posting: Any, state: dict[str, str],
+                owner: Any, pttl: int, where: str,
                 server_now: tuple[int, int]) -> JobRecord:
-        data = records.decode_posting_fields(posting, uuid, state.get("sequence"))
+        data = {**posting, "sequence": int(state.get("sequence") or 0)}
         leased = bool(owner) and pttl != -2
         now = time.time()
         # not_before is on the server's clock: hand it out on this host's.
@@ -170,7 +227,8 @@ class RedisStore(BoardStore):
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         with redis_client.translated(self._where):
-            postings = cast(dict[str, str], self._client.hgetall(hash_key))
+            postings = self._readable(hash_key, raw_command(self._client, "HGETALL", hash_key)
+                                      or {})
             if not postings:
                 return []
             pipe = self._client.pipeline(transaction=True)
@@ -189,12 +247,11 @@ class RedisStore(BoardStore):
 
     def listing(self) -> list[JobRecord]:
         """Every listed job."""
-        return self._records(self._key("listings"), records.LISTED)
+        return self._records(self._listed, records.LISTED)
 
     def count(self) -> int:
-        """HLEN of the listings."""
-        with redis_client.translated(self._where):
-            return int(self._client.hlen(self._key("listings")))
+        """How many readable jobs are listed (another program's postings are not counted)."""
+        return len(self.listing())
 
     def parked(self, where: str) -> list[JobRecord]:
         """Jobs in the trash or the dead letter."""
@@ -203,20 +260,28 @@ class RedisStore(BoardStore):
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is, or None."""
         keys = self._job_keys(uuid)
+        places = [(records.LISTED, self._listed),
+                  (records.IN_TRASH, self._key(records.IN_TRASH)),
+                  (records.IN_DEAD_LETTER, self._key(records.IN_DEAD_LETTER))]
         with redis_client.translated(self._where):
+            # Postings as bytes (one may be another program's, not text), then the
+            # claim facts in one transaction.
+            raw = self._client.pipeline(transaction=False)
+            for _where, key in places:
+                raw_command(raw, "HGET", key, uuid)
+            raw_command(raw, "GET", keys["done"])
+            blobs = raw.execute()
             pipe = self._client.pipeline(transaction=True)
-            for where in (records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER):
-                pipe.hget(self._key("listings" if where == records.LISTED else where), uuid)
-            pipe.get(keys["done"])
             pipe.hgetall(keys["state"])
             pipe.hgetall(keys["owner"])
             pipe.pttl(keys["owner"])
             pipe.time()
-            *postings, state, owner, pttl, server_now = pipe.execute()
-        for where, posting in zip((records.LISTED, records.IN_TRASH, records.IN_DEAD_LETTER,
-                                   records.CONSUMED), postings):
-            if posting is not None:
-                return self._record(uuid, posting, state, owner, pttl, where, server_now)
+            state, owner, pttl, server_now = pipe.execute()
+        for (where, key), blob in zip([*places, (records.CONSUMED, keys["done"])], blobs):
+            if blob is not None:
+                posting = self._readable(key, {uuid: blob}).get(uuid)
+                if posting is not None:
+                    return self._record(uuid, posting, state, owner, pttl, where, server_now)
         return None
 
     def outcome(self, uuid: str) -> Outcome | None:
@@ -238,7 +303,7 @@ class RedisStore(BoardStore):
         uuid = posting["uuid"]
         body = dict(posting)
         body.pop("sequence", None)
-        reply = self._run("POST", [self._key("listings"), self._key("sequence"),
+        reply = self._run("POST", [self._listed, self._key("sequence"),
                                    self._job_keys(uuid)["state"]],
                           [uuid, records.encode_posting(body), self.channel])
         if reply[0] != "ok":
@@ -249,7 +314,7 @@ class RedisStore(BoardStore):
               outcome_ttl_s: float) -> Claim:
         """Lease the job to ``who`` (see BoardStore.claim)."""
         keys = self._job_keys(uuid)
-        reply = self._run("CLAIM", [self._key("listings"), keys["state"], keys["owner"],
+        reply = self._run("CLAIM", [self._listed, keys["state"], keys["owner"],
                                     self._key("token"), self._key("dead"), keys["outcome"]],
                           [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
                            int(outcome_ttl_s * 1000), self.channel])
@@ -276,7 +341,7 @@ class RedisStore(BoardStore):
             jk = self._job_keys(uuid)
             keys += [jk["owner"], jk["state"]]
             args += [uuid, str(token)]
-        keys.append(self._key("listings"))
+        keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
 
     def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
@@ -289,7 +354,7 @@ class RedisStore(BoardStore):
                outcome_ttl_s: float = 0.0) -> Outcome | None:
         """Consume / trash / abandon / fail, fenced by ``token`` (one script)."""
         keys = self._job_keys(uuid)
-        reply = self._run("FINISH", [self._key("listings"), keys["state"], keys["owner"],
+        reply = self._run("FINISH", [self._listed, keys["state"], keys["owner"],
                                      keys["outcome"], self._key("trash"), self._key("dead"),
                                      keys["done"]],
                           [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
@@ -313,7 +378,7 @@ class RedisStore(BoardStore):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""
         keys = self._job_keys(uuid)
-        reply = self._run("REQUEUE", [self._key("listings"), self._key("trash"),
+        reply = self._run("REQUEUE", [self._listed, self._key("trash"),
                                       self._key("dead"), keys["state"], keys["outcome"]],
                           [uuid, self.channel])
         if reply[0] != "ok":
@@ -348,16 +413,18 @@ class RedisJobBoard(board.LeasedJobBoard):
     def __init__(self, name: str, conf: dict[str, Any],
                  client: redis_client.TextClient | None = None,
                  persistence: Any = None) -> None:
-        namespace = conf.get("namespace", DEFAULT_NAMESPACE)
+        layout = compat.board_layout(conf)
+        namespace = conf.get("namespace", layout.default_namespace if layout
+                             else DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):
             namespace = namespace.decode("utf-8")
+        store_class: Callable[..., RedisStore] = layout.redis_store(conf) if layout else RedisStore
+        where = redis_client.describe(conf)
         if client is not None:
-            store = RedisStore(client, str(namespace), redis_client.describe(conf),
-                               owns_client=False)
+            store = store_class(client, str(namespace), where, owns_client=False)
         else:
-            store = RedisStore(redis_client.make_client(conf), str(namespace),
-                               redis_client.describe(conf), owns_client=True,
-                               reopen=lambda: redis_client.make_client(conf))
+            store = store_class(redis_client.make_client(conf), str(namespace), where,
+                                owns_client=True, reopen=lambda: redis_client.make_client(conf))
         super().__init__(name, conf, store, persistence=persistence)
         self._namespace = store.namespace
 

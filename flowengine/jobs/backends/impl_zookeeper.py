@@ -13,7 +13,9 @@ session timeout, seconds; default the lease), ``check_compatible`` and
 the client keys of :func:`flowengine.utils.kazoo_utils.make_client`; plus
 ``namespace`` (a sub-path, as the other boards' namespaces) and the policy
 keys every board takes (:mod:`flowengine.jobs.board`). Needs the
-``zookeeper`` extra and ZooKeeper 3.4 or newer.
+``zookeeper`` extra and ZooKeeper 3.4 or newer. ``compat='taskflow'``
+switches to TaskFlow 6.5's ``jobNNN`` / ``jobNNN.lock`` znodes under its
+path (:mod:`.zk_taskflow_layout`), to share a board with TaskFlow's conductors.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
 from flowengine.jobs import job as job_mod
+from flowengine.jobs.backends import compat
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, held
@@ -288,7 +291,8 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
         url = conf.get("url") or conf.get("board")
         if isinstance(url, str) and url.lower().startswith("zookeeper:"):
             conf = kazoo_utils.conf_from_url(url, conf)
-        path = str(conf.get("path") or DEFAULT_PATH)
+        layout = compat.board_layout(conf)
+        path = str(conf.get("path") or (layout.default_zk_path if layout else DEFAULT_PATH))
         if not posixpath.isabs(path):
             raise ValueError(f"Zookeeper path must be absolute, not {path!r}")
         if conf.get("namespace"):
@@ -298,7 +302,8 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
             conf.setdefault("timeout", max(MIN_SESSION_S,
                                            policy.BoardPolicy.from_conf(conf).lease_s))
         check = str(conf.get("check_compatible", True)).strip().lower()
-        store = ZkStore(client if client is not None else kazoo_utils.make_client(conf),
+        store_class: Any = layout.zk_store() if layout else ZkStore
+        store = store_class(client if client is not None else kazoo_utils.make_client(conf),
                         path, owns_client=client is None,
                         check_compatible=check in ("1", "t", "true", "on", "y", "yes"),
                         where="" if client is not None else str(kazoo_utils.parse_hosts(

@@ -9,7 +9,8 @@ an exception.
 Keys (``<ns>`` is the board's namespace):
 
 ===================================  ================================================
-``<ns>:listings``                    hash uuid -> posting JSON (the listed jobs)
+``<ns>:listed``                      hash uuid -> posting JSON (the listed jobs; not
+                                     TaskFlow's ``listings``, see MOVE_JSON_POSTINGS)
 ``<ns>:trash``, ``<ns>:dead``        hash uuid -> posting JSON (parked jobs)
 ``<ns>:state:<uuid>``                hash: sequence, attempts, token, owner, not_before (ms)
 ``<ns>:owner:<uuid>``                hash who, token; expires with the lease (PEXPIRE)
@@ -24,12 +25,30 @@ from __future__ import annotations
 
 __all__ = ["CLAIM", "FINISH", "POST", "RENEW", "REQUEUE"]
 
+#: KEYS legacy listings, listed -> how many postings moved. flowengine 0.1.0
+#: listed jobs in ``<ns>:listings``, TaskFlow's key: a TaskFlow board on the
+#: same namespace deleted them (they are not msgpack). connect() moves the
+#: JSON ones (a JSON object starts with "{", msgpack's map never does) and
+#: leaves TaskFlow's where they are.
+MOVE_JSON_POSTINGS = """
+local moved = 0
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  if string.sub(fields[i + 1], 1, 1) == '{' then
+    redis.call('HSETNX', KEYS[2], fields[i], fields[i + 1])
+    redis.call('HDEL', KEYS[1], fields[i])
+    moved = moved + 1
+  end
+end
+return moved
+"""
+
 _NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-#: KEYS listings, sequence, state; ARGV uuid, posting, channel -> {'ok', seq} | {'exists'}
+#: KEYS listed, sequence, state; ARGV uuid, posting, channel -> {'ok', seq} | {'exists'}
 POST = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return {'exists'} end
 local seq = redis.call('INCR', KEYS[2])
@@ -39,7 +58,7 @@ redis.call('PUBLISH', ARGV[3], 'posted ' .. ARGV[1])
 return {'ok', tostring(seq)}
 """
 
-#: KEYS listings, state, owner, token counter, dead, outcome;
+#: KEYS listed, state, owner, token counter, dead, outcome;
 #: ARGV uuid, who, lease_ms, max_attempts, outcome_ttl_ms, channel
 CLAIM = _NOW + """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
@@ -69,7 +88,7 @@ redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return {'ok', tostring(token), tostring(attempts)}
 """
 
-#: KEYS owner_1, state_1, ..., owner_n, state_n, listings;
+#: KEYS owner_1, state_1, ..., owner_n, state_n, listed;
 #: ARGV lease_ms, uuid_1, token_1, ... -> the uuids lost
 RENEW = """
 local lost = {}
@@ -93,7 +112,7 @@ end
 return lost
 """
 
-#: KEYS listings, state, owner, outcome, trash, dead, done;
+#: KEYS listed, state, owner, outcome, trash, dead, done;
 #: ARGV uuid, who, token, action, outcome, reason, backoff_ms, max_attempts,
 #: outcome_ttl_ms, channel
 FINISH = _NOW + """
@@ -139,7 +158,7 @@ redis.call('PUBLISH', ARGV[10], 'done ' .. ARGV[1] .. ' ' .. outcome)
 return {'done', encoded}
 """
 
-#: KEYS listings, trash, dead, state, outcome; ARGV uuid, channel
+#: KEYS listed, trash, dead, state, outcome; ARGV uuid, channel
 REQUEUE = """
 local from = KEYS[2]
 local posting = redis.call('HGET', from, ARGV[1])
