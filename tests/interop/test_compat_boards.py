@@ -8,9 +8,9 @@ and half while it runs. Then every job ran exactly once, in the conductor's
 library (its task appends ``tag library pid`` to a ledger), and left the
 board. Both directions, both servers, both databases.
 
-The logbooks are saved in the conductor's library's format: reading the
-other library's persistence records is another part of issue 40 (schema
-adoption), so that the board, not the database, is what these tests prove.
+Each job's logbook is saved by the poster's library and read by the
+conductor's (the persistence adopted by both, see test_taskflow_adoption.py):
+the board and the database are shared as in a rolling upgrade.
 
 And when a flowengine conductor dies mid-job (killed), its claim ends with
 its lease (Redis) or its session (ZooKeeper) and a TaskFlow conductor runs
@@ -122,15 +122,16 @@ def _start_conductor(library: str, conf: dict[str, Any], db: str, log_path: str,
 def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
         server: str, poster: str, conductor: str, db_url: str, tmp_path: Any,
         request: pytest.FixtureRequest) -> None:
-    # Given one board in TaskFlow's layout and one database for both libraries
+    # Given one board in TaskFlow's layout and one database for both libraries:
+    # the poster saves each job's flow with its own library, the other reads it
     conf = _board_conf(server, request)
     ledger = str(tmp_path / "ledger")
-    backend = compat_jobs.persistence(conductor, db_url)
+    backend = compat_jobs.persistence(poster, db_url)
     board = _fetch_board(poster, _conf_for(poster, conf), backend)
     tags = [f"t{i:02d}" for i in range(JOBS)]
 
     def post(tag: str) -> Any:
-        book = compat_jobs.save_book(conductor, backend, tag, ledger)
+        book = compat_jobs.save_book(poster, backend, tag, ledger)
         return board.post(f"job-{tag}", book=book,
                           details={"store": {"ledger": ledger, "tag": tag}})
 
