@@ -7,7 +7,8 @@ import sys
 from typing import Any
 
 from flowengine import states as st
-from flowengine.commands.flows import lookup, meta, owner, settings, views
+from flowengine.commands.flows import lookup, settings, views
+from flowengine.persistence import process_owner, run_records
 
 #: Width used when stdout is not a terminal (a pipe, a file): wide enough
 #: that a table line is never cut or folded for grep and diff.
@@ -88,7 +89,7 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     from rich.text import Text
 
     console = _console()
-    records = meta.of(fd)
+    records = run_records.of(fd)
     created, updated = views.times(fd)
     _line(console, "Flow", f"{fd.name} ({fd.uuid})")
     _line(console, "Logbook", f"{book.name} ({book.uuid})" if book is not None else "-")
@@ -101,7 +102,7 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     if records.get("engine"):
         _line(console, "Engine", records["engine"])
     if fd.state in settings.IN_PROGRESS_STATES and isinstance(records.get("owner"), dict):
-        _line(console, "Owner", owner.describe(records["owner"]))
+        _line(console, "Owner", process_owner.describe(records["owner"]))
     injected = views.injected(fd, reveal)
     if injected:
         _line(console, "Injected", views.summarize(injected, full))
@@ -127,8 +128,8 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     for n, attempt in enumerate(records.get("retries") or (), 1):
         failures = "; ".join(f"{name}: {text}" for name, text in
                              (attempt.get("failures") or {}).items()) or "no failure stored"
-        console.print(Text(f"Discarded by retry {n} ({when(meta.parse_time(attempt.get('at')))}):"
-                           f" {attempt.get('state')}; {failures}"))
+        at = when(run_records.parse_time(attempt.get("at")))
+        console.print(Text(f"Discarded by retry {n} ({at}): {attempt.get('state')}; {failures}"))
 
 
 def _factory_text(factory: dict[str, Any]) -> str:

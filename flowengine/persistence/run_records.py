@@ -1,4 +1,4 @@
-"""What the commands record in a flow detail's metadata, beside TaskFlow's ``factory``.
+"""What commands and conductors record in a flow detail's metadata, beside TaskFlow's ``factory``.
 
 Everything lives under one key, ``meta["flowengine"]``, so it cannot clash
 with an application's own metadata::
@@ -6,7 +6,7 @@ with an application's own metadata::
     created_at, updated_at   ISO 8601 UTC: when the flow detail was created,
                              when a command's engine last changed its state
     engine                   the engine that ran it last (serial, worker-based...)
-    owner                    the process running it (see owner.py)
+    owner                    the process running it (see process_owner.py)
     atoms                    atom names in execution order (for `flows show`)
     cwd                      the directory the factory was imported from
     retries                  one summary per `flows retry`: state and failures
@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from flowengine.commands.flows import owner as owner_mod
+from flowengine.persistence import process_owner
 
 #: Key of ``FlowDetail.meta`` holding the commands' records.
 META_KEY = "flowengine"
@@ -75,7 +75,7 @@ class Recorder:
         stamp = now()
         records = dict(engine.storage.flow_meta.get(META_KEY) or {})
         fields: dict[str, Any] = {
-            "owner": owner_mod.this_process(), "engine": self._engine_name,
+            "owner": process_owner.this_process(), "engine": self._engine_name,
             "atoms": list(engine.compilation.topological_order), "updated_at": stamp,
             **extra}
         if not records.get("created_at"):
