@@ -112,7 +112,18 @@ def failure_view(failure: Any) -> dict[str, Any] | None:
             "causes": [failure_view(c) for c in failure.causes]}
 
 
-def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
+def atom_run(fd: models.FlowDetail, name: str) -> dict[str, Any]:
+    """When the atom last ran, how long, and on which worker (empty if not recorded)."""
+    run = (run_records.of(fd).get("atom_runs") or {}).get(name)
+    if not isinstance(run, dict):
+        return {}
+    started, ended = (run_records.parse_time(run.get(k)) for k in ("started_at", "ended_at"))
+    return {"started_at": run.get("started_at"), "ended_at": run.get("ended_at"),
+            "duration_s": (ended - started).total_seconds() if started and ended else None,
+            "worker": run.get("worker")}
+
+
+def atom_view(ad: models.AtomDetail, fd: models.FlowDetail | None = None) -> dict[str, Any]:
     """Everything stored about an atom; a retry's history as a list of attempts."""
     is_retry = isinstance(ad, models.RetryDetail)
     view: dict[str, Any] = {
@@ -122,6 +133,7 @@ def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
         "failure": failure_view(ad.failure),
         "revert_result": jsonable(ad.revert_results),
         "revert_failure": failure_view(ad.revert_failure),
+        "run": atom_run(fd, ad.name) if fd is not None else {},
     }
     if is_retry:
         view["history"] = [{"result": jsonable(result),
@@ -137,5 +149,5 @@ def show_view(book: Any, fd: models.FlowDetail, reveal: bool = False) -> dict[st
     view.update(book=book_view(book) if book is not None else None,
                 factory=fd.meta.get("factory"), injected=jsonable(injected(fd, reveal)),
                 retries=run_records.of(fd).get("retries") or [],
-                atoms=[atom_view(ad) for ad in atoms_in_order(fd)])
+                atoms=[atom_view(ad, fd) for ad in atoms_in_order(fd)])
     return view
