@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -42,7 +43,10 @@ def add_parser(sub: Any, parse_option: Any) -> None:
                       help="a function returning the flow (importable by conductors)")
     post.add_argument("--persistence", required=True, metavar="URL",
                       help="persistence URL (the conductors' --persistence)")
-    post.add_argument("--name", default=None, help="job name (default: the factory's)")
+    post.add_argument("--name", default=None, help="job name (default: the flow's)")
+    post.add_argument("--book", default=None, metavar="NAME",
+                      help="logbook to save the flow in, created if missing (name or uuid;"
+                           " default: the job's name): one logbook for the jobs of a kind")
     post.add_argument("--store", default=[], action="append", type=parse_option,
                       metavar="KEY=VALUE", help="flow input (repeatable; JSON values)")
     post.add_argument("--store-json", default=None, metavar="JSON",
@@ -173,8 +177,9 @@ def _wait(args: argparse.Namespace, board: Any, uuid: str) -> int:
 def _post(args: argparse.Namespace) -> int:
     from flowengine import engines
     from flowengine.commands import loading
+    from flowengine.commands.flows import lookup
     from flowengine.persistence import backends as persistence
-    from flowengine.persistence import models
+    from flowengine.persistence import run_records
     from flowengine.utils import persistence_utils as p_utils
 
     module, sep, attr = args.factory.partition(":")
@@ -187,8 +192,10 @@ def _post(args: argparse.Namespace) -> int:
         store.update(json.loads(args.store_json))
     flow = loading.load_flow(args.factory)
     with persistence.backend(args.persistence) as backend:
-        book = models.LogBook(args.name or flow.name)
-        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
+        book = lookup.book_to_fill(backend, args.book or args.name or flow.name)
+        records = {"created_at": run_records.now(), "cwd": os.getcwd()}
+        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend,
+                                                 meta={run_records.META_KEY: records})
         engines.save_factory_details(flow_detail, factory, [], {}, backend=backend)
         details: dict[str, Any] = {"flow_uuid": flow_detail.uuid, "store": store}
         if args.engine:

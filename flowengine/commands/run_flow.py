@@ -84,26 +84,15 @@ def _short(engine: Any) -> str:
 def _persisted_engine(flow: Any, factory: Any, store: dict[str, Any], backend: Any,
                       args: argparse.Namespace, url: Any, options: dict[str, Any]) -> Any:
     """An engine over a new flow detail in the logbook ``args.book``, factory recorded."""
-    import contextlib
-
     from flowengine import engines
-    from flowengine.commands.errors import CommandError
-    from flowengine.commands.flows import lookup, meta
-    from flowengine.persistence import models
+    from flowengine.commands.flows import lookup
+    from flowengine.persistence import run_records
     from flowengine.utils import persistence_utils as p_utils
 
-    book_name = args.book or flow.name
-    with contextlib.closing(backend.get_connection()) as conn:
-        books = lookup.find_books(conn, book_name)
-    if len(books) > 1:
-        raise CommandError(f"{len(books)} logbooks are named {book_name!r}"
-                           f" ({', '.join(b.uuid for b in books)}): --book UUID picks one")
-    # Lazy: the logbook object holds only the new flow, so saving it
-    # rewrites nothing another process may be writing.
-    book = books[0] if books else models.LogBook(book_name)
-    records = {"created_at": meta.now(), "cwd": os.getcwd()}
+    book = lookup.book_to_fill(backend, args.book or flow.name)
+    records = {"created_at": run_records.now(), "cwd": os.getcwd()}
     fd = p_utils.create_flow_detail(flow, book=book, backend=backend,
-                                    meta={meta.META_KEY: records})
+                                    meta={run_records.META_KEY: records})
     if factory is not None:
         try:
             engines.save_factory_details(fd, factory, [], {}, backend=backend)
@@ -115,7 +104,7 @@ def _persisted_engine(flow: Any, factory: Any, store: dict[str, Any], backend: A
               f" `flows resume` will not be able to rebuild it", file=sys.stderr)
     engine = engines.load(flow, store=store, flow_detail=fd, backend=backend,
                           engine=args.engine, **options)
-    meta.Recorder(engine, args.engine).start()
+    run_records.Recorder(engine, args.engine).start()
     print(f"{COMMAND}: flow {fd.uuid} in logbook {book.name!r} of {url.safe}",
           file=sys.stderr, flush=True)
     return engine

@@ -23,7 +23,7 @@ from typing import Any
 
 from flowengine import engines
 from flowengine import exceptions as excp
-from flowengine.persistence import fencing
+from flowengine.persistence import fencing, run_records
 from flowengine.types import entity, notifier
 from flowengine.utils import misc
 
@@ -143,8 +143,15 @@ class Conductor(abc.ABC):
         if job.details and "store" in job.details:
             store.update(job.details["store"])
         engine, options = self._engine_settings(job)
-        return engines.load_from_detail(flow_detail, store=store, engine=engine,
-                                        backend=backend, **options)
+        loaded = engines.load_from_detail(flow_detail, store=store, engine=engine,
+                                          backend=backend, **options)
+        if backend is not None:
+            # What `flowengine run` records too (times, engine, atom order, the
+            # running process): `flows list/show` and the dashboard show a
+            # conductor's flows like any other. Written through the fenced backend.
+            name = engine if isinstance(engine, str) and engine != "default" else "serial"
+            run_records.Recorder(loaded, name).start(job=job.uuid)
+        return loaded
 
     def _listeners_from_job(self, job: Any, engine: Any) -> list[Any]:
         """Listeners to attach to the engine running ``job`` (override to add some)."""

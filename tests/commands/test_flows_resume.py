@@ -162,6 +162,10 @@ def test_resume_on_the_worker_based_engine_after_kill_9(tmp_path):
         assert ledger(path) == ["a", "b", "b", "c", "report"]
         assert shown(backend, uuid)["state"] == "SUCCESS"
         assert "attempts 1" in proc.stderr  # remote timings: they ran on the worker
+        # And `flows show` says where and how long each task of the resumed run took
+        runs = {a["name"]: a["run"] for a in shown(backend, uuid)["atoms"]}
+        assert "serves topic" in worker.wait_for(f"Worker {runs['c']['worker']} ")  # its id
+        assert runs["c"]["duration_s"] >= 0 and runs["c"]["ended_at"] >= runs["c"]["started_at"]
     finally:
         # b's first execution is still blocked in the worker: no warm shutdown.
         worker.close()

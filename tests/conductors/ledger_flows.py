@@ -67,3 +67,8 @@ def short_factory() -> lf.Flow:
 def poison_factory() -> lf.Flow:
     """A task that kills its conductor."""
     return lf.Flow("poison").add(Step("t0"), Poison("p"))
+
+
+def backwards_factory() -> lf.Flow:
+    """c -> b -> a: execution order is not the names' order."""
+    return lf.Flow("backwards").add(Step("c"), Step("b"), Step("a"))

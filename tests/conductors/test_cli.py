@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,7 @@ def cli(redis_url, tmp_path):
             raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr}")
         return proc
 
-    run.board, run.persistence, run.tmp = board, persistence, str(tmp_path)
+    run.board, run.persistence, run.tmp, run.env = board, persistence, str(tmp_path), env
     return run
 
 
@@ -83,6 +84,40 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
     outcome = [line for line in cli("show", uuid).stdout.splitlines()
                if line.startswith("Outcome")]
     assert len(outcome) == 1 and " succeeded by c1 at 20" in outcome[0]  # an ISO date
+
+
+def test_a_conductors_flows_read_like_flowengine_runs(cli):
+    # Given two jobs of one kind posted from the shell
+    ledger = os.path.join(cli.tmp, "ledger.jsonl")
+    uuids = [json.loads(cli("post", "tests.conductors.ledger_flows:backwards_factory",
+                            "--store", f"ledger={json.dumps(ledger)}", "--store",
+                            f"job=b{i}", "--json").stdout)["uuid"] for i in range(2)]
+    # When a conductor runs them
+    conductors = _fleet(cli)
+    try:
+        conductors.start()
+        for uuid in uuids:
+            cli("wait", uuid, "--timeout", "60")
+    finally:
+        conductors.stop()
+
+    def flows(*args: str) -> Any:
+        proc = subprocess.run([sys.executable, "-m", "flowengine", "flows", *args, "--backend",
+                               cli.persistence, "--json"], capture_output=True, text=True,
+                              env=cli.env, cwd=cli.tmp, timeout=COMMAND_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    # Then both flows are in one logbook named after the jobs, with their times
+    # and engine as `flowengine run` records them, atoms in execution order
+    [book] = flows("list")
+    assert book["name"] == "backwards" and len(book["flows"]) == 2
+    for flow in book["flows"]:
+        assert flow["state"] == "SUCCESS" and flow["engine"] == "serial"
+        assert flow["created_at"] and flow["updated_at"] >= flow["created_at"]
+        atoms = flows("show", flow["uuid"])["atoms"]
+        assert [a["name"] for a in atoms] == ["c", "b", "a"]
+        assert all(a["run"]["duration_s"] >= 0 for a in atoms), atoms
 
 
 def test_wait_times_out_with_124(cli):

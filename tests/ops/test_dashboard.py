@@ -73,6 +73,10 @@ def test_the_page_shows_workers_a_running_flow_and_its_failure(
             page.wait_for_selector("#atoms tbody tr[data-atom='wait']:has-text('REVERTED')",
                                    timeout=WAIT_MS)
             assert "RequestCancelled" in page.inner_text("#atoms tbody tr[data-atom='wait']")
+            # with where it ran and for how long (the worker's id, as `inspect` names it)
+            cells = page.query_selector_all("#atoms tbody tr[data-atom='wait'] td")
+            assert cells[4].inner_text().endswith(" s")
+            assert f":{worker.pid}:" in cells[5].inner_text()
             assert not page.is_visible("pre.traceback")
             page.click("button.traceback-toggle")
             assert page.is_visible("pre.traceback")

@@ -7,38 +7,38 @@ import sys
 
 import pytest
 
-from flowengine.commands.flows import owner
+from flowengine.persistence import process_owner
 
 
 def test_this_process_is_alive():
-    assert owner.is_alive(owner.this_process()) is True
+    assert process_owner.is_alive(process_owner.this_process()) is True
 
 
 def test_a_process_that_exited_is_dead():
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, timeout=60, check=True)
-    record = dict(owner.this_process(), pid=int(proc.stdout))
-    assert owner.is_alive(record) is False
+    record = dict(process_owner.this_process(), pid=int(proc.stdout))
+    assert process_owner.is_alive(record) is False
 
 
 def test_a_reused_pid_is_not_the_recorded_process():
     # Given a record of this pid but with another start time (the pid was reused)
-    record = owner.this_process()
+    record = process_owner.this_process()
     if record["start_ticks"] is None:
         pytest.skip("no /proc here: only the pid is recorded")
     record["start_ticks"] += 1
-    assert owner.is_alive(record) is False
+    assert process_owner.is_alive(record) is False
 
 
 def test_a_record_from_before_a_reboot_is_dead():
-    record = owner.this_process()
+    record = process_owner.this_process()
     if record["boot_id"] is None:
         pytest.skip("no boot id here")
     record["boot_id"] = "another-boot"
-    assert owner.is_alive(record) is False
+    assert process_owner.is_alive(record) is False
 
 
 def test_another_host_cannot_be_told():
-    record = dict(owner.this_process(), host="elsewhere.example")
-    assert owner.is_alive(record) is None
-    assert owner.describe(record) == f"pid {record['pid']} on host elsewhere.example"
+    record = dict(process_owner.this_process(), host="elsewhere.example")
+    assert process_owner.is_alive(record) is None
+    assert process_owner.describe(record) == f"pid {record['pid']} on host elsewhere.example"

@@ -26,6 +26,23 @@ def find_books(conn: Any, ref: str) -> list[Any]:
     return by_uuid or [b for b in books if b.name == ref]
 
 
+def book_to_fill(backend: Any, ref: str) -> Any:
+    """The logbook a new flow detail goes into: the one named (or with uuid) ``ref``, else a
+    new one of that name (saved with the flow). CommandError if several share the name.
+
+    The logbook comes lazy (no flow details): saving it with the new flow
+    rewrites nothing another process may be writing.
+    """
+    from flowengine.persistence import models
+
+    with contextlib.closing(backend.get_connection()) as conn:
+        books = find_books(conn, ref)
+    if len(books) > 1:
+        raise CommandError(f"{len(books)} logbooks are named {ref!r}"
+                           f" ({', '.join(b.uuid for b in books)}): --book UUID picks one")
+    return books[0] if books else models.LogBook(ref)
+
+
 def find_book(conn: Any, ref: str, safe_url: str) -> Any:
     """The one logbook named (or with uuid) ``ref``; CommandError if none or several."""
     books = find_books(conn, ref)

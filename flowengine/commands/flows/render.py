@@ -7,11 +7,14 @@ import sys
 from typing import Any
 
 from flowengine import states as st
-from flowengine.commands.flows import lookup, meta, owner, settings, views
+from flowengine.commands.flows import lookup, settings, views
+from flowengine.persistence import process_owner, run_records
 
 #: Width used when stdout is not a terminal (a pipe, a file): wide enough
 #: that a table line is never cut or folded for grep and diff.
 PIPE_WIDTH_COLUMNS = 200
+#: ... and with ``--full``, whose results must reach a pipe whole, unwrapped.
+FULL_PIPE_WIDTH_COLUMNS = 100_000
 
 #: Colour of each state (any other state is shown plain).
 STATE_STYLES = {
@@ -22,10 +25,12 @@ STATE_STYLES = {
 }
 
 
-def _console() -> Any:
+def _console(whole_lines: bool = False) -> Any:
+    """A console for stdout; ``whole_lines``: piped output never wraps (``--full``)."""
     from rich.console import Console
 
-    width = None if sys.stdout.isatty() else PIPE_WIDTH_COLUMNS
+    piped = FULL_PIPE_WIDTH_COLUMNS if whole_lines else PIPE_WIDTH_COLUMNS
+    width = None if sys.stdout.isatty() else piped
     return Console(width=width, highlight=False, soft_wrap=False)
 
 
@@ -87,8 +92,8 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    console = _console()
-    records = meta.of(fd)
+    console = _console(whole_lines=full)
+    records = run_records.of(fd)
     created, updated = views.times(fd)
     _line(console, "Flow", f"{fd.name} ({fd.uuid})")
     _line(console, "Logbook", f"{book.name} ({book.uuid})" if book is not None else "-")
@@ -101,23 +106,29 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     if records.get("engine"):
         _line(console, "Engine", records["engine"])
     if fd.state in settings.IN_PROGRESS_STATES and isinstance(records.get("owner"), dict):
-        _line(console, "Owner", owner.describe(records["owner"]))
+        _line(console, "Owner", process_owner.describe(records["owner"]))
     injected = views.injected(fd, reveal)
     if injected:
         _line(console, "Injected", views.summarize(injected, full))
     atoms = views.atoms_in_order(fd)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for column in ("#", "ATOM", "TYPE", "STATE", "INTENTION", "RESULT"):
+    shown = [views.atom_view(ad, fd) for ad in atoms]
+    # Where each ran matters only for remote atoms: no empty column otherwise.
+    remote_atoms = any(view["run"].get("worker") for view in shown)
+    columns = ("#", "ATOM", "TYPE", "STATE", "INTENTION", "TOOK",
+               *(("WORKER",) if remote_atoms else ()), "RESULT")
+    for column in columns:
         table.add_column(column, no_wrap=column != "RESULT" or not full,
-                         justify="right" if column == "#" else "left")
-    for i, ad in enumerate(atoms, 1):
-        view = views.atom_view(ad)
+                         justify="right" if column in ("#", "TOOK") else "left")
+    for i, (ad, view) in enumerate(zip(atoms, shown), 1):
+        took = view["run"].get("duration_s")
+        worker_cell = (Text(view["run"].get("worker") or "-"),) if remote_atoms else ()
         table.add_row(str(i), Text(ad.name), view["type"], _state(view["state"]),
-                      ad.intention, Text(_result_text(view, full)))
+                      ad.intention, "-" if took is None else f"{took:.3f} s", *worker_cell,
+                      Text(_result_text(view, full)))
     console.print(table)
     remote = records.get("engine") == "worker-based"
-    for ad in atoms:
-        view = views.atom_view(ad)
+    for ad, view in zip(atoms, shown):
         for key, action in (("failure", "execute"), ("revert_failure", "revert")):
             if view[key] is not None:
                 where = "the worker's" if remote and view["type"] == "task" else "local"
@@ -127,8 +138,8 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     for n, attempt in enumerate(records.get("retries") or (), 1):
         failures = "; ".join(f"{name}: {text}" for name, text in
                              (attempt.get("failures") or {}).items()) or "no failure stored"
-        console.print(Text(f"Discarded by retry {n} ({when(meta.parse_time(attempt.get('at')))}):"
-                           f" {attempt.get('state')}; {failures}"))
+        at = when(run_records.parse_time(attempt.get("at")))
+        console.print(Text(f"Discarded by retry {n} ({at}): {attempt.get('state')}; {failures}"))
 
 
 def _factory_text(factory: dict[str, Any]) -> str:

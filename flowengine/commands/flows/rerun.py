@@ -6,7 +6,8 @@ import argparse
 from typing import Any
 
 from flowengine.commands.errors import CommandError
-from flowengine.commands.flows import lookup, meta, views
+from flowengine.commands.flows import lookup, views
+from flowengine.persistence import run_records
 
 
 def require_factory(fd: Any) -> None:
@@ -33,7 +34,7 @@ def load_engine(backend: Any, fd: Any, args: argparse.Namespace) -> Any:
     try:
         flow = engines.flow_from_detail(fd)
     except ImportError as e:
-        cwd = meta.of(fd).get("cwd")
+        cwd = run_records.of(fd).get("cwd")
         hint = (f"; it was imported from {cwd}: run from there or add it to PYTHONPATH"
                 if cwd else "")
         # flow_from_detail's own message is generic; the import error it replaced is not.
@@ -48,7 +49,7 @@ def run(engine: Any, args: argparse.Namespace, command: str, safe_url: str,
     """Record this process as the flow's owner and run it (see running.run_engine)."""
     from flowengine.commands import running
 
-    meta.Recorder(engine, args.engine).start(**records)
+    run_records.Recorder(engine, args.engine).start(**records)
     hint = (f"flowengine flows resume {lookup.short(engine.storage.flow_uuid)}"
             f" --backend {safe_url}")
     return running.run_engine(engine, command, no_progress=args.no_progress,

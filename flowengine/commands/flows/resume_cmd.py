@@ -32,7 +32,8 @@ def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
 
 def check_resumable(fd: Any, force: bool) -> None:
     """CommandError unless ``fd`` can be resumed by this process now."""
-    from flowengine.commands.flows import lookup, meta, owner, rerun
+    from flowengine.commands.flows import lookup, rerun
+    from flowengine.persistence import process_owner, run_records
 
     name = f"flow {lookup.short(fd.uuid)} {fd.name!r}"
     state = fd.state or st.PENDING
@@ -44,17 +45,17 @@ def check_resumable(fd: Any, force: bool) -> None:
     rerun.require_factory(fd)
     if state not in settings.IN_PROGRESS_STATES or force:
         return
-    recorded = meta.of(fd).get("owner")
+    recorded = run_records.of(fd).get("owner")
     if not isinstance(recorded, dict):
         raise CommandError(f"{name} is {state} and records no engine process (it was not"
                            f" started by `flowengine run`): pass --force if no engine"
                            f" runs it any more")
-    alive = owner.is_alive(recorded)
+    alive = process_owner.is_alive(recorded)
     if alive:
-        raise CommandError(f"{name} is {state} in {owner.describe(recorded)}, which is"
+        raise CommandError(f"{name} is {state} in {process_owner.describe(recorded)}, which is"
                            f" still alive: stop it first (a first SIGTERM suspends it)")
     if alive is None:
-        raise CommandError(f"{name} is {state} in {owner.describe(recorded)}; this host"
+        raise CommandError(f"{name} is {state} in {process_owner.describe(recorded)}; this host"
                            f" cannot tell whether it still runs: pass --force if it"
                            f" does not")
 

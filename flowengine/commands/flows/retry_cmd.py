@@ -48,7 +48,8 @@ def check_retriable(fd: Any) -> None:
 
 def discarded_attempt(fd: Any) -> dict[str, Any]:
     """What the attempt a retry discards ended with: time, state, failure per atom."""
-    from flowengine.commands.flows import meta, views
+    from flowengine.commands.flows import views
+    from flowengine.persistence import run_records
 
     failures: dict[str, str] = {}
     for ad in views.atoms_in_order(fd):
@@ -56,7 +57,7 @@ def discarded_attempt(fd: Any) -> dict[str, Any]:
             if failure is not None:
                 kind = next(iter(failure), "Exception")
                 failures.setdefault(ad.name, f"{kind}: {failure.exception_str}")
-    return {"at": meta.now(), "state": fd.state, "failures": failures}
+    return {"at": run_records.now(), "state": fd.state, "failures": failures}
 
 
 def reset(engine: Any) -> None:
@@ -75,7 +76,8 @@ def reset(engine: Any) -> None:
 def run(args: argparse.Namespace, command: str) -> int:
     """Reset the flow and run it here; the exit status is the run's."""
     from flowengine.commands import backend_url
-    from flowengine.commands.flows import lookup, meta, rerun
+    from flowengine.commands.flows import lookup, rerun
+    from flowengine.persistence import run_records
 
     url = backend_url.parse_url(args.backend)
     with backend_url.opened(url) as backend:
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace, command: str) -> int:
             _book, fd = lookup.find_flow(conn, args.flow, url.safe)
         check_retriable(fd)
         attempt = discarded_attempt(fd)
-        retries = list(meta.of(fd).get("retries") or []) + [attempt]
+        retries = list(run_records.of(fd).get("retries") or []) + [attempt]
         engine = rerun.load_engine(backend, fd, args)  # the factory imports: then reset
         reset(engine)
         return rerun.run(engine, args, command, url.safe, retries=retries)

@@ -8,11 +8,10 @@ from collections import Counter
 from typing import Any
 
 from flowengine import states as st
-from flowengine.commands.flows import meta
 from flowengine.commands.flows.settings import RESULT_SUMMARY_CHARS
 from flowengine.commands.running import jsonable
 from flowengine.jobs import masking
-from flowengine.persistence import models
+from flowengine.persistence import models, run_records
 from flowengine.storage.base import StorageBase
 
 #: Atom states, in the order counts are shown (done first, then the rest).
@@ -28,7 +27,7 @@ def is_injector(ad: models.AtomDetail) -> bool:
 
 def atoms_in_order(fd: models.FlowDetail) -> list[models.AtomDetail]:
     """The flow's atom details in execution order when recorded, else by name."""
-    rank = {name: i for i, name in enumerate(meta.of(fd).get("atoms") or ())}
+    rank = {name: i for i, name in enumerate(run_records.of(fd).get("atoms") or ())}
     atoms = [ad for ad in fd if not is_injector(ad)]
     return sorted(atoms, key=lambda ad: (rank.get(ad.name, len(rank)), ad.name))
 
@@ -56,8 +55,9 @@ def atom_counts(fd: models.FlowDetail) -> dict[str, int]:
 
 def times(fd: models.FlowDetail) -> tuple[datetime.datetime | None, datetime.datetime | None]:
     """``(created, updated)`` of a flow detail, when a command recorded them."""
-    records = meta.of(fd)
-    return meta.parse_time(records.get("created_at")), meta.parse_time(records.get("updated_at"))
+    records = run_records.of(fd)
+    return (run_records.parse_time(records.get("created_at")),
+            run_records.parse_time(records.get("updated_at")))
 
 
 def newest_first(fds: list[models.FlowDetail]) -> list[models.FlowDetail]:
@@ -88,7 +88,7 @@ def book_view(book: Any) -> dict[str, Any]:
 def flow_view(fd: models.FlowDetail) -> dict[str, Any]:
     """A flow detail's summary: state, times, factory, atom counts per state."""
     created, updated = times(fd)
-    records = meta.of(fd)
+    records = run_records.of(fd)
     return {"uuid": fd.uuid, "name": fd.name, "state": fd.state or st.PENDING,
             "created_at": _iso(created), "updated_at": _iso(updated),
             "factory": factory_name(fd), "engine": records.get("engine"),
@@ -112,7 +112,18 @@ def failure_view(failure: Any) -> dict[str, Any] | None:
             "causes": [failure_view(c) for c in failure.causes]}
 
 
-def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
+def atom_run(fd: models.FlowDetail, name: str) -> dict[str, Any]:
+    """When the atom last ran, how long, and on which worker (empty if not recorded)."""
+    run = (run_records.of(fd).get("atom_runs") or {}).get(name)
+    if not isinstance(run, dict):
+        return {}
+    started, ended = (run_records.parse_time(run.get(k)) for k in ("started_at", "ended_at"))
+    return {"started_at": run.get("started_at"), "ended_at": run.get("ended_at"),
+            "duration_s": (ended - started).total_seconds() if started and ended else None,
+            "worker": run.get("worker")}
+
+
+def atom_view(ad: models.AtomDetail, fd: models.FlowDetail | None = None) -> dict[str, Any]:
     """Everything stored about an atom; a retry's history as a list of attempts."""
     is_retry = isinstance(ad, models.RetryDetail)
     view: dict[str, Any] = {
@@ -122,6 +133,7 @@ def atom_view(ad: models.AtomDetail) -> dict[str, Any]:
         "failure": failure_view(ad.failure),
         "revert_result": jsonable(ad.revert_results),
         "revert_failure": failure_view(ad.revert_failure),
+        "run": atom_run(fd, ad.name) if fd is not None else {},
     }
     if is_retry:
         view["history"] = [{"result": jsonable(result),
@@ -136,6 +148,6 @@ def show_view(book: Any, fd: models.FlowDetail, reveal: bool = False) -> dict[st
     view["atom_counts"] = view.pop("atoms")
     view.update(book=book_view(book) if book is not None else None,
                 factory=fd.meta.get("factory"), injected=jsonable(injected(fd, reveal)),
-                retries=meta.of(fd).get("retries") or [],
-                atoms=[atom_view(ad) for ad in atoms_in_order(fd)])
+                retries=run_records.of(fd).get("retries") or [],
+                atoms=[atom_view(ad, fd) for ad in atoms_in_order(fd)])
     return view

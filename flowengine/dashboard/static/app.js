@@ -175,9 +175,13 @@ async function showFlow(uuid, scroll = true) {
     const badge = a.failure ? el("span", {}, stateBadge(a.state), " ",
                                  el("span", { class: "state state-FAILED" }, "failed here"))
                             : stateBadge(a.state);
+    const run = a.run || {};
+    const took = run.duration_s === null || run.duration_s === undefined
+      ? "-" : `${run.duration_s.toFixed(3)} s`;
     body.append(el("tr", { "data-atom": a.name, class: a.failure ? "failed" : "" },
       el("td", {}, i + 1), el("td", {}, a.name),
-      el("td", {}, badge), el("td", {}, a.intention || ""), cell));
+      el("td", {}, badge), el("td", {}, a.intention || ""), el("td", {}, took),
+      el("td", {}, run.worker || "-"), cell));
   });
   if (scroll && changed) $("#flow-detail").scrollIntoView({ behavior: "smooth" });
 }

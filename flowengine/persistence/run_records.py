@@ -1,4 +1,4 @@
-"""What the commands record in a flow detail's metadata, beside TaskFlow's ``factory``.
+"""What commands and conductors record in a flow detail's metadata, beside TaskFlow's ``factory``.
 
 Everything lives under one key, ``meta["flowengine"]``, so it cannot clash
 with an application's own metadata::
@@ -6,8 +6,12 @@ with an application's own metadata::
     created_at, updated_at   ISO 8601 UTC: when the flow detail was created,
                              when a command's engine last changed its state
     engine                   the engine that ran it last (serial, worker-based...)
-    owner                    the process running it (see owner.py)
+    owner                    the process running it (see process_owner.py)
     atoms                    atom names in execution order (for `flows show`)
+    atom_runs                per atom, its last execution: started_at, ended_at
+                             (ISO 8601 UTC), state it ended in (SUCCESS or
+                             FAILURE), worker (remote ones);
+                             written with the flow's state changes (its end)
     cwd                      the directory the factory was imported from
     retries                  one summary per `flows retry`: state and failures
                              of the attempt it discarded
@@ -19,9 +23,15 @@ TaskFlow's models have no flow detail times; flows persisted from Python
 from __future__ import annotations
 
 import datetime
+import threading
 from typing import Any
 
-from flowengine.commands.flows import owner as owner_mod
+from flowengine import states
+from flowengine.persistence import process_owner
+
+#: Atom states that end an execution (reverts are not recorded: where and how
+#: long an atom *ran* is what `flows show` tells, a failed one's above all).
+_ENDS = frozenset({states.SUCCESS, states.FAILURE})
 
 #: Key of ``FlowDetail.meta`` holding the commands' records.
 META_KEY = "flowengine"
@@ -67,6 +77,11 @@ class Recorder:
     def __init__(self, engine: Any, engine_name: str) -> None:
         self._engine = engine
         self._engine_name = engine_name
+        #: Atom name -> when its running run started (ISO), until it ends.
+        self._started: dict[str, str] = {}
+        #: Runs ended since the last flow state change (written with the next one).
+        self._runs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()  # atom states may come from several threads
 
     def start(self, **extra: Any) -> None:
         """Record owner, engine, atom order and times; follow flow state changes."""
@@ -75,13 +90,44 @@ class Recorder:
         stamp = now()
         records = dict(engine.storage.flow_meta.get(META_KEY) or {})
         fields: dict[str, Any] = {
-            "owner": owner_mod.this_process(), "engine": self._engine_name,
+            "owner": process_owner.this_process(), "engine": self._engine_name,
             "atoms": list(engine.compilation.topological_order), "updated_at": stamp,
             **extra}
         if not records.get("created_at"):
             fields["created_at"] = stamp
         update(engine, **fields)
         engine.notifier.register(engine.notifier.ANY, self._on_flow_state)
+        engine.atom_notifier.register(engine.atom_notifier.ANY, self._on_atom_state)
 
     def _on_flow_state(self, state: str, details: dict[str, Any]) -> None:
-        update(self._engine, updated_at=now())
+        fields: dict[str, Any] = {"updated_at": now()}
+        with self._lock:
+            ended, self._runs = self._runs, {}
+        if ended:
+            # The atoms' runs ride along with the flow's own state changes: no
+            # write of its own per atom (a flow's end writes them all). Remote
+            # atoms name their worker (one look at the engine's statistics).
+            remote = getattr(self._engine, "statistics", {}).get("atoms") or {}
+            for name, run in ended.items():
+                worker = (remote.get(name) or {}).get("worker_id")
+                if worker:
+                    run["worker"] = worker
+            runs = dict(self._engine.storage.flow_meta.get(META_KEY, {}).get("atom_runs") or {})
+            runs.update(ended)
+            fields["atom_runs"] = runs
+        update(self._engine, **fields)
+
+    def _on_atom_state(self, state: str, details: dict[str, Any]) -> None:
+        """Remember when each atom ran, where, and how it ended."""
+        name = details.get("task_name") or details.get("retry_name")
+        if name is None:
+            return
+        if state == states.RUNNING:
+            with self._lock:
+                self._started[name] = now()
+            return
+        if state not in _ENDS:
+            return
+        with self._lock:
+            self._runs[name] = {"started_at": self._started.pop(name, None),
+                                "ended_at": now(), "state": state}
