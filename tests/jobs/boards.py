@@ -15,9 +15,11 @@ from urllib import parse
 from flowengine.jobs import backends
 
 #: Every board kind the behaviour suite runs on.
-BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper")
+BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper", "etcd")
 #: Kinds several processes can share (the fault tests run on these).
-SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper")
+SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper", "etcd")
+#: Leases a server rounds up to a whole unit: etcd grants leases in seconds.
+LEASE_UNIT_S = {"etcd": 1.0}
 
 
 class Boards:
