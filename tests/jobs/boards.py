@@ -18,8 +18,9 @@ from flowengine.jobs import backends
 BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper", "etcd")
 #: Kinds several processes can share (the fault tests run on these).
 SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper", "etcd")
-#: Leases a server rounds up to a whole unit: etcd grants leases in seconds.
-LEASE_UNIT_S = {"etcd": 1.0}
+#: The shortest lease a server grants: etcd grants whole seconds, and at
+#: least its minimum TTL (2 s for a one-member etcd with default timings).
+LEASE_UNIT_S = {"etcd": 2.0}
 
 
 class Boards:

@@ -168,7 +168,11 @@ class EtcdGateway:
         return revision, ranges
 
     def grant(self, ttl_s: float) -> int:
-        """A new lease of ``ttl_s`` (rounded up to whole seconds, etcd's unit); its id."""
+        """A new lease of ``ttl_s``; its id.
+
+        etcd counts whole seconds (``ttl_s`` is rounded up) and raises a
+        shorter TTL to its minimum (2 s with its default timings).
+        """
         with self.translated():
             return int(self.client.lease(ttl=max(1, int(-(-ttl_s // 1)))).id)
 
