@@ -41,6 +41,9 @@ EPMD_START_TIMEOUT_S = 10.0
 # ZooKeeper (JVM start + an empty data dir) serves in ~1 s here; 60 s covers
 # a cold JIT on a loaded 2-core machine.
 ZOOKEEPER_START_TIMEOUT_S = 60.0
+# etcd (one Go binary, an empty data dir) serves in ~0.5 s; 30 s covers a
+# loaded 2-core machine fsyncing its first WAL segment.
+ETCD_START_TIMEOUT_S = 30.0
 # The test server's heap: tests keep a few thousand small znodes at most,
 # and the default (a quarter of RAM) would take memory from the other tests.
 ZOOKEEPER_HEAP_MB = 256
@@ -249,6 +252,24 @@ def zookeeper_command() -> list[str] | None:
     return [java, f"-Xmx{ZOOKEEPER_HEAP_MB}m", "-cp", jar]
 
 
+def etcd_binary() -> str | None:
+    """Path of etcd (Debian's ``etcd-server``), or None."""
+    return shutil.which("etcd")
+
+
+def _etcd_serving(port: int) -> bool:
+    # /health answers {"health":"true"} once the member has elected itself leader.
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            reply = b""
+            while chunk := s.recv(4096):
+                reply += chunk
+        return b'"health":"true"' in reply
+    except OSError:
+        return False
+
+
 def tcp_open(port: int) -> bool:
     """Whether something accepts TCP connections on 127.0.0.1:``port``."""
     try:
@@ -382,6 +403,33 @@ def start_zookeeper(timeout_s: float = ZOOKEEPER_START_TIMEOUT_S) -> BrokerProce
     return _start_with_retries(make)
 
 
+def start_etcd(timeout_s: float = ETCD_START_TIMEOUT_S) -> BrokerProcess:
+    """Start a one-member etcd on free loopback ports; raise BrokerUnavailable.
+
+    Its data (WAL and snapshots) lives in the broker's temp dir, so ``kill()``
+    / ``start()`` keeps every key and lease. Its URL is ``etcd://127.0.0.1:PORT``
+    (the client port; the peer port is another free one).
+    """
+    binary = etcd_binary()
+    if binary is None:
+        raise BrokerUnavailable("etcd not found on PATH (apt-get install etcd-server)")
+
+    def make() -> BrokerProcess:
+        wd = tempfile.mkdtemp(prefix="flowengine-etcd-")
+        port, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
+        log = os.path.join(wd, "etcd.log")
+        cmd = [binary, "--name", "test", "--data-dir", os.path.join(wd, "data"),
+               "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+               "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+               "--initial-cluster", f"test={peer_url}", "--log-level", "warn"]
+        return BrokerProcess("etcd", f"etcd://127.0.0.1:{port}", port, wd, log,
+                             launches=[_Launch(cmd, log, None, lambda: _etcd_serving(port),
+                                               timeout_s)])
+
+    return _start_with_retries(make)
+
+
 def _rabbitmq_env(wd: str, port: int, dist_port: int, epmd_port: int) -> dict[str, str]:
     conf = os.path.join(wd, "rabbitmq.conf")
     with open(conf, "w") as f:
@@ -479,13 +527,15 @@ def running_zookeeper() -> Iterator[BrokerProcess]:
 
 #: The environment variables TaskFlow's own tests read for each server's port.
 TASKFLOW_PORT_VARS = {"redis": "TASKFLOW_TEST_REDIS_PORT",
-                      "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT"}
+                      "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT",
+                      "etcd": "TASKFLOW_TEST_ETCD_PORT"}
 _STARTERS: dict[str, Callable[[], BrokerProcess]] = {"redis": start_redis,
-                                                     "zookeeper": start_zookeeper}
+                                                     "zookeeper": start_zookeeper,
+                                                     "etcd": start_etcd}
 
 
 @contextlib.contextmanager
-def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper")
+def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper", "etcd")
                           ) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     """Throwaway servers for TaskFlow's own unit tests (tools/conformance).
 
@@ -513,7 +563,7 @@ def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper")
 
 def main() -> int:
     """Start and stop each server once, printing the times (used by .ci/run)."""
-    for starter in (start_redis, start_rabbitmq, start_zookeeper):
+    for starter in (start_redis, start_rabbitmq, start_zookeeper, start_etcd):
         b = starter()
         # CI logs are public: print the URL without its password.
         print(f"{b.name}: {maybe_sanitize_url(b.url)} up in {b.start_time_s:.2f} s", flush=True)

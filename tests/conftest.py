@@ -29,6 +29,11 @@ Fixtures
   package, ``tests/brokers.py``) on a free loopback port,
   ``zookeeper://127.0.0.1:PORT``; ``FLOWENGINE_TEST_ZOOKEEPER_URL`` names an
   existing one instead. ``zk_hosts``: its ``host:port`` for kazoo.
+- ``etcd_url`` (session): an etcd server (Debian's ``etcd-server``,
+  ``tests/brokers.py``) on free loopback ports, ``etcd://127.0.0.1:PORT``;
+  ``FLOWENGINE_TEST_ETCD_URL`` names an existing one instead.
+- ``private_etcd`` (function): an etcd of the test's own, with ``kill()`` /
+  ``start()`` / ``restart()`` (data kept), for outage tests.
 - ``private_zookeeper`` (function): a ZooKeeper of the test's own, with
   ``kill()`` / ``start()`` / ``restart()`` (data kept), for outage tests.
 
@@ -143,6 +148,12 @@ def redis_url(request: pytest.FixtureRequest) -> str:
 def zookeeper_url(request: pytest.FixtureRequest) -> str:
     """URL of a ZooKeeper server running for this session (``zookeeper://127.0.0.1:PORT``)."""
     return _session_broker(request, "FLOWENGINE_TEST_ZOOKEEPER_URL", brokers.start_zookeeper)
+
+
+@pytest.fixture(scope="session")
+def etcd_url(request: pytest.FixtureRequest) -> str:
+    """URL of an etcd server running for this session (``etcd://127.0.0.1:PORT``)."""
+    return _session_broker(request, "FLOWENGINE_TEST_ETCD_URL", brokers.start_etcd)
 
 
 @pytest.fixture(scope="session")
@@ -281,6 +292,17 @@ def private_zookeeper():
     Its data directory survives ``kill()``, so a restart keeps every znode.
     """
     proc = _private_broker(brokers.start_zookeeper)
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def private_etcd():
+    """An etcd of this test's own (``.url``, ``.kill()``, ``.start()``, ``.restart()``).
+
+    Its data directory survives ``kill()``, so a restart keeps every key and lease.
+    """
+    proc = _private_broker(brokers.start_etcd)
     yield proc
     proc.stop()
 

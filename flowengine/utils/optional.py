@@ -14,6 +14,7 @@ from flowengine import exceptions as exc
 EXTRAS = {
     "sql": "SQL persistence and jobboards (sqlite://, postgresql://, mysql://)",
     "zookeeper": "ZooKeeper persistence and jobboards (zookeeper://)",
+    "etcd": "The etcd jobboard (etcd://)",
     "metrics": "Prometheus metrics (flowengine worker --metrics-port)",
     "dashboard": "The web dashboard (flowengine dashboard)",
     "taskflow-compat": "Jobboards in TaskFlow's own layout (compat='taskflow')",

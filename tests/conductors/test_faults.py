@@ -160,7 +160,8 @@ def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory, 
 
 @pytest.mark.parametrize("kind,server_fixture", [("redis", "persistent_redis"),
                                                   ("postgresql", "private_pg"),
-                                                  ("zookeeper", "private_zookeeper")])
+                                                  ("zookeeper", "private_zookeeper"),
+                                                  ("etcd", "private_etcd")])
 def test_board_server_restart_mid_job_the_job_completes(request, env_factory, kind,
                                                         server_fixture):
     # Given a board server that keeps its data across a restart, and one conductor

@@ -15,9 +15,12 @@ from urllib import parse
 from flowengine.jobs import backends
 
 #: Every board kind the behaviour suite runs on.
-BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper")
+BOARD_KINDS = ("memory", "redis", "sqlite", "postgresql", "zookeeper", "etcd")
 #: Kinds several processes can share (the fault tests run on these).
-SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper")
+SHARED_KINDS = ("redis", "sqlite", "postgresql", "zookeeper", "etcd")
+#: The shortest lease a server grants: etcd grants whole seconds, and at
+#: least its minimum TTL (2 s for a one-member etcd with default timings).
+LEASE_UNIT_S = {"etcd": 2.0}
 
 
 class Boards:

@@ -4,7 +4,8 @@
 connected board objects sharing one fresh namespace: memory, the session's
 throwaway redis-server (``redis_url``), a SQLite file of the test, the
 session's throwaway PostgreSQL (``pg_url``), or the session's throwaway
-ZooKeeper (``zookeeper_url``; the namespace is a sub-path).
+ZooKeeper (``zookeeper_url``; the namespace is a sub-path), or the
+session's throwaway etcd (``etcd_url``; likewise).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def board_base_url(kind: str, request: pytest.FixtureRequest) -> str:
         return request.getfixturevalue("pg_url")
     if kind == "zookeeper":
         return request.getfixturevalue("zookeeper_url") + "/flowengine-test/jobs"
+    if kind == "etcd":
+        return request.getfixturevalue("etcd_url") + "?path=flowengine-test"
     raise ValueError(kind)
 
 

@@ -270,7 +270,7 @@ def test_details_are_masked_in_str_but_not_in_details(boards):
 #: The class name each board's jobs carry in str(job): TaskFlow's where it has
 #: the board (RedisJob, ZookeeperJob), the board's own name otherwise.
 JOB_CLASS_NAMES = {"memory": "MemoryJob", "redis": "RedisJob", "sqlite": "SQLJob",
-                   "postgresql": "SQLJob", "zookeeper": "ZookeeperJob"}
+                   "postgresql": "SQLJob", "zookeeper": "ZookeeperJob", "etcd": "EtcdJob"}
 
 
 def test_str_names_the_boards_job_class(boards):

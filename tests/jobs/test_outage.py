@@ -27,7 +27,8 @@ WAIT_S = 60.0
 #: The timeout of a wait that must end with the server still down (s).
 SHORT_WAIT_S = 1.0
 
-SERVERS = [("redis", "persistent_redis"), ("zookeeper", "private_zookeeper")]
+SERVERS = [("redis", "persistent_redis"), ("zookeeper", "private_zookeeper"),
+           ("etcd", "private_etcd")]
 
 
 def _boards(request: pytest.FixtureRequest, kind: str, fixture: str) -> tuple[Any, Boards]:

@@ -6,7 +6,7 @@ the gate covers only those.  *internal* modules exercise implementation
 classes (the action engine's compiler/builder/scopes, worker-based component
 classes, ``taskflow.utils``) or patch private names: they run and are
 reported, never gated (and a few that would only time out are not run).
-*deferred* modules need a part flowengine has not built yet (etcd).
+*deferred* modules need a part flowengine has not built yet (none now).
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ MODULES: dict[str, tuple[str, str]] = {
     "test_conductors": (PUBLIC, "conductors.backends on a ZooKeeper board, documented in"
                         " conductors"),
     "jobs.test_entrypoint": (PUBLIC, "jobs.backends.fetch of the redis/zookeeper boards"),
-    "jobs.test_etcd_job": (DEFERRED, "etcd jobboard (not built yet)"),
+    "jobs.test_etcd_job": (PUBLIC, "EtcdJobBoard through the JobBoard API on a real etcd,"
+                                   " documented in jobs"),
     "jobs.test_redis_job": (PUBLIC, "RedisJobBoard through the JobBoard API, and how its conf"
                                     " keys (host, ssl, sentinel...) become a redis-py client,"
                                     " documented in jobs"),
@@ -121,6 +122,7 @@ INTERNAL_TESTS: dict[str, str] = {
 # tests/brokers.py); where one cannot be had outside CI they leave the gate.
 NEEDS: dict[str, tuple[str, ...]] = {
     "redis": ("jobs.test_redis_job",),
+    "etcd": ("jobs.test_etcd_job",),
     "zookeeper": ("jobs.test_zk_job", "persistence.test_zk_persistence", "test_conductors"),
 }
 
@@ -142,6 +144,30 @@ INTERNAL_TESTS.update({
     "test_listeners::test_claim_lost_custom_handler": _ZK_WAITS,
     "test_listeners::test_claim_lost_new_owner": _ZK_WAITS,
     "test_listeners::test_claim_lost_suspended": _ZK_WAITS,
+})
+# TaskFlow's etcd tests that replace the board's private ``_client`` with a
+# mock and check which etcd3gw calls TaskFlow's own board makes (its
+# ``jobNNN.data`` / ``jobNNN.lock`` keys under ``/taskflow/jobs``), or patch
+# its helpers: internal (flowengine's board is one transaction per change).
+_ETCD_MOCKED = ("replaces the board's _client with a mock and checks TaskFlow's etcd3gw"
+                " calls and keys")
+INTERNAL_TESTS.update({
+    "jobs.test_etcd_job::test_create_board": "reads the private _root_path (TaskFlow's"
+                                             " /taskflow/jobs root)",
+    "jobs.test_etcd_job::test_post": _ETCD_MOCKED + "; patches EtcdJobBoard.incr",
+    "jobs.test_etcd_job::test_claim": _ETCD_MOCKED + "; patches set_last_modified",
+    "jobs.test_etcd_job::test_claim_already_claimed": _ETCD_MOCKED + "; patches find_owner",
+    "jobs.test_etcd_job::test_claim_deleted": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test_consume": _ETCD_MOCKED + "; patches get_owner_and_data",
+    "jobs.test_etcd_job::test_consume_bad_owner": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test_abandon": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test_abandon_bad_owner": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test_trash": _ETCD_MOCKED + " (/taskflow/.trash)",
+    "jobs.test_etcd_job::test_trash_bad_owner": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test_trash_deleted_job": _ETCD_MOCKED,
+    "jobs.test_etcd_job::test__incr": "TaskFlow's key helper incr() and the private _client",
+    "jobs.test_etcd_job::test_get_one": "TaskFlow's key helper get_one() and the private"
+                                        " _client",
 })
 #: Internal tests not even run on flowengine (they would only time out).
 NOT_RUN = frozenset(test for test, why in INTERNAL_TESTS.items() if why is _ZK_WAITS)

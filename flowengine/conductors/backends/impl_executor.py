@@ -192,8 +192,14 @@ class ExecutorConductor(base.Conductor):
             return list(self._jobboard.iterjobs()), None
         now = time.time()
         held = {j.uuid for j in self._jobboard.held_jobs()}
+        with self._running_lock:
+            running = set(self._running)
         ready, due = [], None
         for job in self._jobboard.listing():
+            if job.uuid in running:
+                # Still running here though its lease lapsed (a partition, a
+                # pause): claiming it again would run it twice in this process.
+                continue
             rec = job.record
             when = rec.lease_expires_at if rec.leased else rec.not_before
             if rec.leased or (rec.not_before is not None and rec.not_before > now):

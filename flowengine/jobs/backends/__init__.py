@@ -33,6 +33,7 @@ _BUILTIN = {
     "sqlite": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
     "postgresql": "flowengine.jobs.backends.impl_sqlalchemy:SQLJobBoard",
     "zookeeper": "flowengine.jobs.backends.impl_zookeeper:ZookeeperJobBoard",
+    "etcd": "flowengine.jobs.backends.impl_etcd:EtcdJobBoard",
 }
 # Backends whose URL is the whole connection string (not merged into keys).
 _URL_IS_CONNECTION = ("sqlite", "postgresql")
@@ -56,7 +57,7 @@ def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     board = conf.get("board")
     if not isinstance(board, str) or not board:
         raise ValueError(f"Jobboard configuration needs a 'board' key naming the backend"
-                         f" (memory, redis, sqlite, postgresql, zookeeper): {sorted(conf)}")
+                         f" (memory, redis, sqlite, postgresql, zookeeper, etcd): {sorted(conf)}")
     try:
         uri = misc.parse_uri(board)
     except ValueError:
