@@ -162,6 +162,6 @@ def test_mistakes_are_one_line(cli):
     unknown = cli("show", "no-such-job", check=False)
     assert unknown.returncode == 1 and "No job no-such-job" in unknown.stderr
     board = subprocess.run([sys.executable, "-m", "flowengine", "jobs", "list", "--board",
-                            "etcd://127.0.0.1:1/"], capture_output=True, text=True,
+                            "consul://127.0.0.1:1/"], capture_output=True, text=True,
                            timeout=COMMAND_TIMEOUT_S)
-    assert board.returncode == 1 and "Could not find jobboard 'etcd'" in board.stderr
+    assert board.returncode == 1 and "Could not find jobboard 'consul'" in board.stderr
