@@ -152,6 +152,8 @@ class EventsState:
                 worker.running.add(uuid)
             else:
                 worker.running.discard(uuid)
+            if event.get("processed") is not None:  # a task's end carries the count
+                worker.processed = int(event["processed"])
         while len(self.requests) > MAX_REQUESTS_KEPT:
             self.requests.popitem(last=False)
 

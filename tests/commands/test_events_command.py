@@ -55,9 +55,11 @@ def test_state_follows_a_request_and_a_worker():
     state.apply({**base, "type": "task-started", "clock": 3, "uuid": "u1", "name": "a"})
     assert state.workers["w1"].status(time.time()) == "busy"
     state.apply({**base, "type": "task-succeeded", "clock": 4, "uuid": "u1", "name": "a",
-                 "runtime": 0.25})
+                 "runtime": 0.25, "processed": 1})
     request = state.requests["u1"]
     assert (request.state, request.worker, request.runtime) == ("SUCCESS", "w1", 0.25)
+    # the worker's processed count moves with the task's end, not its next heartbeat
+    assert state.workers["w1"].processed == 1
     assert state.workers["w1"].status(time.time()) == "idle"
     assert state.workers["w1"].status(time.time() + 60) == "lost"
     state.apply({**base, "type": "worker-offline", "clock": 5})

@@ -139,6 +139,8 @@ def test_linear_flow_events_in_order_with_no_missing_terminal():
         assert event["root_id"] == flow_id and event["attempt"] == 0
         assert event["runtime"] >= 0
         assert event["created"] <= event["enqueued"] <= event["started"] <= event["ended"]
+    # each end carries the worker's count so far (one worker: 1, 2, ... 5)
+    assert sorted(e["processed"] for e in succeeded) == [1, 2, 3, 4, 5]
     assert [e["type"] for e in seen.of_type("flow-started", "flow-finished")] == [
         "flow-started", "flow-finished"]
     assert seen.of_type("flow-finished")[0]["state"] == "SUCCESS"

@@ -157,12 +157,15 @@ class WorkerEvents:
         with self._lock:
             request = self._requests.pop(task_uuid, None)
             self._processed += 1
+            processed = self._processed
         if request is None:
             return
         ended = clock.wall()
         runtime = (time.monotonic() - request.started_mono
                    if request.started_mono is not None else None)
-        fields = dict(request.fields, started=request.started, ended=ended, runtime=runtime)
+        # The worker's count rides along: a view need not wait for a heartbeat.
+        fields = dict(request.fields, started=request.started, ended=ended, runtime=runtime,
+                      processed=processed)
         if succeeded:
             self.publisher.send("task-succeeded", **fields)
         else:
