@@ -119,7 +119,14 @@ def opened(url: BackendURL, create: bool = False) -> Iterator[Any]:
             if not create and url.kind == "sql":
                 _check_tables(url, backend)
             with contextlib.closing(backend.get_connection()) as conn:
-                conn.upgrade() if create else conn.validate()
+                if create:
+                    conn.upgrade()
+                else:
+                    conn.validate()
+                    # SQL: the tables are there, but maybe of an older flowengine.
+                    check_schema = getattr(conn, "check_schema", None)
+                    if check_schema is not None:
+                        check_schema()
         except exc.StorageFailure as e:
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise CommandError(f"cannot use {url.safe}: {first}") from e

@@ -163,8 +163,8 @@ def test_sql_schema_missing_is_a_clear_error(tmp_path):
             with pytest.raises(exc.StorageFailure, match="call upgrade"):
                 conn.get_logbook("x")
             with pytest.raises(exc.StorageFailure, match="call upgrade"):
-                conn.validate()
+                conn.check_schema()
             conn.upgrade()
-            conn.validate()
+            conn.check_schema()
     finally:
         be.close()

@@ -64,7 +64,7 @@ def test_concurrent_upgrades_of_a_fresh_database(fresh_url):
             barrier.wait(BARRIER_TIMEOUT_S)
             with contextlib.closing(be.get_connection()) as conn:
                 conn.upgrade()
-                conn.validate()
+                conn.check_schema()
         except BaseException as e:  # reported below
             errors.append(e)
         finally:
@@ -80,14 +80,14 @@ def test_concurrent_upgrades_of_a_fresh_database(fresh_url):
     assert _revision(fresh_url) == migration.head_revision() == "0005"
 
 
-def test_validate_reports_an_outdated_schema(tmp_path):
+def test_check_schema_reports_an_outdated_schema(tmp_path):
     url = f"sqlite:///{tmp_path}/old.db"
     with backends.backend(url) as be:
         with be.engine.begin() as conn:
             conn.execute(sa.text(f"UPDATE {migration.VERSION_TABLE} SET version_num='0000'"))
         with contextlib.closing(be.get_connection()) as conn:
             with pytest.raises(exc.StorageFailure, match="revision '0000', expected '0005'"):
-                conn.validate()
+                conn.check_schema()
 
 
 def test_in_memory_sqlite_is_shared_by_connections():

@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import fcntl
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -56,6 +57,14 @@ POOL_RECYCLE_S = 3600
 PG_MIGRATION_LOCK_KEY = 0x666C6F77656E67
 #: DBAPI driver used for a bare ``postgresql://`` URL (psycopg 3, binary wheels).
 PG_DEFAULT_DRIVER = "psycopg"
+#: validate(max_retries=N): first wait after a refused connection, doubled
+#: after each further failure up to the cap (a database restarting takes seconds).
+VALIDATE_FIRST_WAIT_S = 0.5
+VALIDATE_MAX_WAIT_S = 8.0
+# Errors of the connection itself, worth trying again (a server starting or
+# restarting, a pool momentarily exhausted); anything else is final.
+_CONNECTION_ERRORS = (sa_exc.OperationalError, sa_exc.DisconnectionError,
+                      sa_exc.TimeoutError)
 # URLs meaning an in-memory SQLite database (one per engine: keep a single connection).
 _SQLITE_IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 
@@ -219,8 +228,41 @@ class SQLAlchemyConnection(base.Connection):
 
     # Schema.
 
-    def validate(self) -> None:
-        """Connect and check the schema is at this flowengine's revision."""
+    def validate(self, max_retries: int = 0) -> None:
+        """Check the database can be connected to, as TaskFlow's ``validate`` does.
+
+        Only the connection is checked, not the schema (a database nobody has
+        upgraded yet validates; Octavia's ``octavia-status upgrade check``
+        relies on that): see :meth:`check_schema`.  A connection refused or
+        dropped is tried again up to ``max_retries`` attempts in all, waiting
+        longer each time; StorageFailure once they are spent.
+        """
+        attempts = max(1, int(max_retries))
+        wait_s = VALIDATE_FIRST_WAIT_S
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._engine.connect():
+                    return
+            except _CONNECTION_ERRORS as e:
+                if attempt == attempts:
+                    raise exc.StorageFailure(
+                        f"Cannot connect to {self._backend._safe_url()} (attempt"
+                        f" {attempt} of {attempts}): {e}", cause=e) from e
+                LOG.warning("Connecting to %s failed (attempt %d of %d), trying again in"
+                            " %.1f s: %s", self._backend._safe_url(), attempt, attempts,
+                            wait_s, e)
+                time.sleep(wait_s)
+                wait_s = min(wait_s * 2, VALIDATE_MAX_WAIT_S)
+            except sa_exc.SQLAlchemyError as e:
+                raise exc.StorageFailure(f"Cannot connect to {self._backend._safe_url()}:"
+                                         f" {e}", cause=e) from e
+
+    def check_schema(self) -> None:
+        """StorageFailure unless the schema is at this flowengine's revision.
+
+        flowengine's addition (TaskFlow's ``validate`` checks the connection
+        only): says whether ``upgrade()`` is still to be run.
+        """
         with self._txn() as conn:
             current = migration.current_revision(conn)
         head = migration.head_revision()
