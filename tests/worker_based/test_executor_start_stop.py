@@ -16,7 +16,8 @@ from flowengine.engines.worker_based.executor_side import reply_queue
 from flowengine.engines.worker_based.messaging import compat, inventory
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.transports import topology
+from flowengine.engines.worker_based.transports import redis_consumers, topology
+from tests import waiting
 from tests.worker_based.executor_helpers import running_executor, unique
 
 
@@ -54,6 +55,11 @@ def test_a_stopped_executor_on_redis_has_its_reply_queue_deleted_with_its_lease(
     with running_executor(exchange, ["t"], url=redis_url) as executor:
         queue = pr.reply_queue_name(exchange, executor.uuid)
         assert not executor.proxy.private_queues_deleted
+        # (once its lease was first taken: before that there is nothing to retire,
+        # and stop() deletes the queue itself, as a loaded machine showed)
+        holder = executor.proxy._consumer._lease.consumer_id
+        waiting.wait_until(lambda: client.hexists(redis_consumers.REGISTRY_KEY, holder),
+                           "the executor's consumer lease")
     # Then the lease's retirement deleted it (so stop() did not have to)
     assert executor.proxy.private_queues_deleted
     assert not client.exists(queue)
