@@ -22,6 +22,7 @@ from typing import Any
 from flowengine import __version__, commands
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.wire.names import MAX_BODY_BYTES
+from flowengine.utils import gc_freeze
 
 LOG = logging.getLogger("flowengine.cli")
 
@@ -145,6 +146,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowengine`` console script; returns the exit code."""
     args = _build_parser().parse_args(argv)
+    # The command line owns its process: flowengine may tune its collector
+    # (freeze the heap around runs; see utils/gc_freeze.py). A library host's is left alone.
+    gc_freeze.allow_tuning()
     # A worker or conductor is a daemon: its INFO lines (requests served, reconnections)
     # are its log. The other commands talk to a person, who wants results
     # and warnings, not the engine's chatter.

@@ -5,7 +5,18 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from flowengine.utils import gc_freeze
+
+
+@pytest.fixture(autouse=True)
+def tuning_allowed():
+    """These tests are about what the blocks do when the process allows them."""
+    was = gc_freeze.tuning_allowed()
+    gc_freeze.allow_tuning(True)
+    yield
+    gc_freeze.allow_tuning(was)
 
 
 class _Node:
@@ -96,3 +107,15 @@ def test_graph_flow_add_leaves_the_collector_on():
     flow = graph_flow.Flow("f").add(Provider("a", provides="x"))
     assert gc.isenabled()
     assert len(flow) == 1
+
+
+def test_without_the_process_allowing_it_the_blocks_leave_the_collector_alone():
+    gc_freeze.allow_tuning(False)
+    gc.freeze()  # the host's own frozen objects
+    try:
+        before = gc.get_freeze_count()
+        with gc_freeze.frozen_heap(), gc_freeze.collector_paused():
+            assert gc.isenabled()
+        assert gc.isenabled() and gc.get_freeze_count() >= before // 2 > 0
+    finally:
+        gc.unfreeze()
