@@ -56,6 +56,25 @@ def raw_command(client: Any, *command: str) -> Any:
     return client.execute_command(*command, **{NEVER_DECODE: True})
 
 
+def claim_from_reply(uuid: str, who: str, reply: list[Any]) -> Claim:
+    """The Claim a CLAIM script's reply grants, or the error saying why it did not.
+
+    Both layouts' scripts (this board's and TaskFlow's) answer alike.
+    """
+    status = reply[0]
+    if status == "ok":
+        return Claim(uuid, who, int(reply[1]), int(reply[2]))
+    if status == "unknown":
+        raise exc.NotFound(f"Job {uuid} not found to be claimed")
+    if status == "claimed":
+        raise held(uuid, reply[1])
+    if status == "backoff":
+        raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
+                                 f" {int(reply[1]) / 1000:.1f} s")
+    raise exc.UnclaimableJob(f"Job {uuid} was claimed {reply[1]} times without"
+                             f" finishing: moved to the dead letter")
+
+
 class RedisStore(BoardStore):
     """A :class:`BoardStore` on one Redis server (see the module docstring)."""
 
@@ -318,18 +337,7 @@ class RedisStore(BoardStore):
                                     self._key("token"), self._key("dead"), keys["outcome"]],
                           [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
                            int(outcome_ttl_s * 1000), self.channel])
-        status = reply[0]
-        if status == "ok":
-            return Claim(uuid, who, int(reply[1]), int(reply[2]))
-        if status == "unknown":
-            raise exc.NotFound(f"Job {uuid} not found to be claimed")
-        if status == "claimed":
-            raise held(uuid, reply[1])
-        if status == "backoff":
-            raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                     f" {int(reply[1]) / 1000:.1f} s")
-        raise exc.UnclaimableJob(f"Job {uuid} was claimed {reply[1]} times without"
-                                 f" finishing: moved to the dead letter")
+        return claim_from_reply(uuid, who, reply)
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """One script extends every held lease; returns the lost uuids."""

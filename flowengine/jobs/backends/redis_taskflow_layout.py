@@ -28,9 +28,9 @@ from typing import Any, cast
 from flowengine import exceptions as exc
 from flowengine.jobs import records
 from flowengine.jobs.backends import redis_client, redis_taskflow_scripts, taskflow_codec
-from flowengine.jobs.backends.impl_redis import RedisStore, raw_command
+from flowengine.jobs.backends.impl_redis import RedisStore, claim_from_reply, raw_command
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, EventKind, held
+from flowengine.jobs.store import Action, BoardEvent, EventKind
 
 __all__ = ["DEFAULT_NAMESPACE", "POLL_S", "TaskflowRedisStore"]
 
@@ -225,18 +225,7 @@ class TaskflowRedisStore(RedisStore):
                           [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
                            int(outcome_ttl_s * 1000), self.channel,
                            taskflow_codec.dumps(_utcnow())])
-        status = reply[0]
-        if status == "ok":
-            return Claim(uuid, who, int(reply[1]), int(reply[2]))
-        if status == "unknown":
-            raise exc.NotFound(f"Job {uuid} not found to be claimed")
-        if status == "claimed":
-            raise held(uuid, reply[1])
-        if status == "backoff":
-            raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                     f" {int(reply[1]) / 1000:.1f} s")
-        raise exc.UnclaimableJob(f"Job {uuid} was claimed {reply[1]} times without"
-                                 f" finishing: moved to the dead letter")
+        return claim_from_reply(uuid, who, reply)
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """One script extends every held lease; returns the lost uuids."""

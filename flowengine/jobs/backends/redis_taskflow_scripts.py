@@ -31,6 +31,8 @@ claimer out (its finish is refused) whatever the token says.
 
 from __future__ import annotations
 
+from flowengine.jobs.backends import redis_scripts
+
 __all__ = ["CLAIM", "FINISH", "POST", "RENEW", "REQUEUE"]
 
 _NOW = """
@@ -154,21 +156,6 @@ redis.call('PUBLISH', ARGV[10], 'done ' .. ARGV[1] .. ' ' .. outcome)
 return {'done', encoded}
 """
 
-#: KEYS listings, trash, dead, side, outcome; ARGV uuid, channel
-REQUEUE = """
-local from = KEYS[2]
-local posting = redis.call('HGET', from, ARGV[1])
-if not posting then
-  from = KEYS[3]
-  posting = redis.call('HGET', from, ARGV[1])
-end
-if not posting then return {'unknown'} end
-redis.call('HDEL', from, ARGV[1])
-redis.call('HSET', KEYS[1], ARGV[1], posting)
-redis.call('HSET', KEYS[4], 'attempts', 0, 'not_before', 0)
-redis.call('HDEL', KEYS[4], 'owner')
-redis.call('PERSIST', KEYS[4])
-redis.call('DEL', KEYS[5])
-redis.call('PUBLISH', ARGV[2], 'posted ' .. ARGV[1])
-return {'ok'}
-"""
+#: KEYS listings, trash, dead, side, outcome; ARGV uuid, channel: the same
+#: script as the board's own layout (its keys play the same parts).
+REQUEUE = redis_scripts.REQUEUE
