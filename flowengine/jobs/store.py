@@ -30,7 +30,7 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 
-__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "held"]
+__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "check_finisher", "held"]
 
 
 def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:
@@ -42,6 +42,22 @@ def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:
     error = exc.UnclaimableJob(f"Job {uuid} {what}")
     error.held_by = owner or "?"  # type: ignore[attr-defined]
     return error
+
+
+def check_finisher(action: Action, uuid: str, who: str, token: int, owner: Any,
+                   current: int) -> None:
+    """Raise unless ``who`` holds claim ``token`` of job ``uuid`` (whose claim is ``current``).
+
+    For the stores that check it in Python before one fenced transaction.
+    """
+    if not owner:
+        raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
+    if current != token:
+        raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
+                            f" superseded by claim {current} of {owner}")
+    if owner != who:
+        raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
+                             f" by {who} (it is owned by {owner})")
 
 
 class Action(enum.StrEnum):

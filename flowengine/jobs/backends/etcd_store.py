@@ -32,7 +32,7 @@ from flowengine.jobs import records
 from flowengine.jobs.backends import etcd_client, etcd_events
 from flowengine.jobs.backends.etcd_client import EtcdGateway, Kv
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, held
+from flowengine.jobs.store import Action, BoardEvent, BoardStore, check_finisher, held
 
 __all__ = ["EtcdStore"]
 
@@ -338,15 +338,7 @@ class EtcdStore(BoardStore):
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to {action.value}")
             data = job.json()
-            owner = data.get("owner")
-            if not owner:
-                raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
-            if job.mod_revision != token:
-                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                    f" superseded by claim {job.mod_revision} of {owner}")
-            if owner != who:
-                raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
-                                     f" by {who} (it is owned by {owner})")
+            check_finisher(action, uuid, who, token, data.get("owner"), job.mod_revision)
             attempts = int(data.get("attempts") or 0)
             if action is Action.ABANDON or (action is Action.FAIL and attempts < max_attempts):
                 state = {**data, "owner": None, "token": token}

@@ -39,7 +39,7 @@ from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import compat
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, held
+from flowengine.jobs.store import Action, check_finisher, held
 
 __all__ = ["DEFAULT_PATH", "ZkStore", "ZookeeperJob", "ZookeeperJobBoard"]
 
@@ -195,15 +195,7 @@ class ZkStore(ZkReader):
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to {action.value}")
             data, stat = job
-            owner = data.get("owner")
-            if not owner:
-                raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
-            if stat.mzxid != token:
-                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                    f" superseded by claim {stat.mzxid} of {owner}")
-            if owner != who:
-                raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
-                                     f" by {who} (it is owned by {owner})")
+            check_finisher(action, uuid, who, token, data.get("owner"), stat.mzxid)
             attempts = int(data.get("attempts") or 0)
             now = self._now_ms()
             if action is Action.ABANDON or (action is Action.FAIL and attempts < max_attempts):
