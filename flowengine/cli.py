@@ -21,6 +21,7 @@ from typing import Any
 
 from flowengine import __version__, commands
 from flowengine import exceptions as exc
+from flowengine.commands import env_urls
 from flowengine.engines.worker_based.wire.names import MAX_BODY_BYTES
 from flowengine.utils import gc_freeze
 
@@ -66,7 +67,8 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
-    worker.add_argument("--url", default=None, help="broker URL (kombu format)")
+    worker.add_argument("--url", default=None,
+                        help="broker URL (kombu format; default: $FLOWENGINE_BROKER_URL)")
     worker.add_argument("--exchange", required=True, help="exchange name")
     worker.add_argument("--topic", required=True, action="append",
                         help="topic this worker consumes (repeatable: several topics, the"
@@ -145,7 +147,11 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``flowengine`` console script; returns the exit code."""
-    args = _build_parser().parse_args(argv)
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    problem = env_urls.fill(args)
+    if problem:
+        parser.error(problem)  # exit 2, as for any other missing argument
     # The command line owns its process: flowengine may tune its collector
     # (freeze the heap around runs; see utils/gc_freeze.py). A library host's is left alone.
     gc_freeze.allow_tuning()

@@ -11,7 +11,8 @@ DEFAULT_EXCHANGE = "default"
 
 def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
     """Add --url, --exchange, --transport(-option), --secret-file, --durable, --compat."""
-    p.add_argument("--url", default=None, help="broker URL (redis://..., amqp://...)")
+    p.add_argument("--url", default=None, help="broker URL (redis://..., amqp://...; default:"
+                        " $FLOWENGINE_BROKER_URL)")
     p.add_argument("--exchange", default=DEFAULT_EXCHANGE,
                    help=f"the workers' exchange (default {DEFAULT_EXCHANGE!r})")
     p.add_argument("--transport", default=None, help="kombu transport name")

@@ -32,11 +32,13 @@ _LOGGED_EVENTS = ("job_claimed", "job_consumed", "job_abandoned", "job_trashed",
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``conductor`` subcommand to the ``flowengine`` parser."""
     p = sub.add_parser("conductor", help="run the jobs of a jobboard until SIGTERM")
-    p.add_argument("--board", required=True, metavar="URL",
-                   help="jobboard URL: redis://host:6379/0, postgresql://..., sqlite:///f.db")
-    p.add_argument("--persistence", required=True, metavar="URL",
+    p.add_argument("--board", default=None, metavar="URL",
+                   help="jobboard URL: redis://host:6379/0, postgresql://..., sqlite:///f.db"
+                        " (default: $FLOWENGINE_BOARD)")
+    p.add_argument("--persistence", default=None, metavar="URL",
                    help="where the jobs' logbooks are: postgresql://..., sqlite:///f.db,"
-                        " dir:///path")
+                        " dir:///path (default: $FLOWENGINE_PERSISTENCE)")
+    p.set_defaults(needs_urls=("board", "persistence"))
     p.add_argument("--name", default="conductor",
                    help="conductor name (claims are made under it; default 'conductor')")
     p.add_argument("--board-name", default="flowengine", help="jobboard name")

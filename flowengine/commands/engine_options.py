@@ -12,7 +12,8 @@ ENGINES = ("serial", "parallel", "worker-based")
 def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
     """Add --engine and the worker-based engine's broker options to ``p``."""
     p.add_argument("--engine", default="serial", choices=ENGINES)
-    p.add_argument("--url", default=None, help="broker URL (worker-based engine)")
+    p.add_argument("--url", default=None, help="broker URL (worker-based engine; default:"
+                        " $FLOWENGINE_BROKER_URL)")
     p.add_argument("--exchange", default=None, help="exchange (worker-based engine)")
     p.add_argument("--topic", dest="topics", default=[], action="append",
                    help="worker topic (repeatable; worker-based engine)")

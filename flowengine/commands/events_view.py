@@ -216,7 +216,8 @@ def _short(uuid: str) -> str:
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``events`` subcommand to the ``flowengine`` parser."""
     p = sub.add_parser("events", help="watch workers and requests live (or --json)")
-    p.add_argument("--url", default=None, help="broker URL (kombu format)")
+    p.add_argument("--url", default=None, help="broker URL (kombu format; default:"
+                        " $FLOWENGINE_BROKER_URL)")
     p.add_argument("--exchange", default="default",
                    help="task exchange whose events to follow (default: 'default')")
     p.add_argument("--transport", default=None, help="kombu transport name")

@@ -31,7 +31,9 @@ def add_parser(sub: Any, parse_option: Any) -> None:
 
     def common(name: str, help_text: str) -> argparse.ArgumentParser:
         q: argparse.ArgumentParser = jobs.add_parser(name, help=help_text)
-        q.add_argument("--board", required=True, metavar="URL", help="jobboard URL")
+        q.add_argument("--board", default=None, metavar="URL",
+                       help="jobboard URL (default: $FLOWENGINE_BOARD)")
+        q.set_defaults(needs_urls=("board",))
         q.add_argument("--board-name", default="flowengine", help="jobboard name")
         q.add_argument("--board-option", dest="board_options", default=[], action="append",
                        type=parse_option, metavar="KEY=VALUE", help="jobboard option")
@@ -41,8 +43,10 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     post = common("post", "save a flow factory's inputs and post a job running it")
     post.add_argument("factory", metavar="module:factory",
                       help="a function returning the flow (importable by conductors)")
-    post.add_argument("--persistence", required=True, metavar="URL",
-                      help="persistence URL (the conductors' --persistence)")
+    post.add_argument("--persistence", default=None, metavar="URL",
+                      help="persistence URL (the conductors' --persistence; default:"
+                           " $FLOWENGINE_PERSISTENCE)")
+    post.set_defaults(needs_urls=("board", "persistence"))
     post.add_argument("--name", default=None, help="job name (default: the flow's)")
     post.add_argument("--book", default=None, metavar="NAME",
                       help="logbook to save the flow in, created if missing (name or uuid;"
