@@ -23,6 +23,14 @@ class KazooClient:
     handler: Handler
     state: str
     client_id: tuple[int, bytes] | None
+    # TLS settings, as given to __init__.
+    use_ssl: bool
+    ca: str | None
+    certfile: str | None
+    keyfile: str | None
+    keyfile_password: str | None
+    verify_certs: bool
+    check_hostname: bool
     def __init__(self, hosts: str = ..., timeout: float = ..., **kwargs: Any) -> None: ...
     @property
     def connected(self) -> bool: ...

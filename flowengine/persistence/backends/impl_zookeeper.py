@@ -29,7 +29,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from flowengine.utils import kazoo_utils, optional
+from flowengine.utils import kazoo_tls, kazoo_utils, optional
 
 try:
     from kazoo import exceptions as k_exc
@@ -86,6 +86,11 @@ class ZkBackend(path_based.PathBasedBackend):
     def _started(self) -> KazooClient:
         with self._start_lock:
             if not self._client.connected:
+                # A wrong CA or refused certificate fails now, not as an
+                # unreachable server after kazoo's retries (see kazoo_tls).
+                problem = kazoo_tls.tls_problem(self._client)
+                if problem is not None:
+                    raise exc.StorageFailure(problem)
                 try:
                     self._client.start(timeout=CONNECT_TIMEOUT_S)
                 except (k_exc.KazooException, k_exc.ZookeeperError) as e:
