@@ -139,6 +139,7 @@ def test_a_client_without_a_certificate_is_told_the_server_refused_it(tls_pg):
     assert elapsed < FAIL_FAST_S, elapsed
     assert not isinstance(error, exc.BoardUnavailable)
     assert "refused this client's TLS certificate" in str(error), error
+    sys.stderr.write(f"\n[postgresql tls no client certificate] {error}\n")
     assert "sslcert" in str(error)
 
 

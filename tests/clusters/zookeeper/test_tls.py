@@ -115,6 +115,7 @@ def test_a_client_without_a_certificate_is_told_the_server_refused_it(zk_ensembl
     # Then it fails at once, saying the server refused its certificate
     assert elapsed < FAIL_FAST_S, elapsed
     assert "refused this client's TLS certificate" in str(error), error
+    sys.stderr.write(f"\n[zookeeper tls no client certificate] {error}\n")
     assert "certfile" in str(error)
 
 
