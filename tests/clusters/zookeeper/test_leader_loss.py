@@ -194,3 +194,37 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
         board.close()
         persistence.close()
 
+
+
+def test_a_multi_cut_off_by_a_connection_loss_is_replayed_to_take_effect_once(ensemble):
+    # Given a ZooKeeper persistence connection, and a multi (two creates and a
+    # delete) that a connection loss cut off after the ensemble applied it
+    client = kazoo_utils.make_client({"hosts": ensemble.ensemble.hosts})
+    root = f"/flowengine-test/replay-{uuid.uuid4().hex[:8]}"
+    backend = impl_zookeeper.ZkBackend({"path": root}, client=client)
+    try:
+        conn = backend.get_connection()
+        client.create(f"{root}/gone", b"", makepath=True)
+        applied = client.transaction()
+        applied.create(f"{root}/a", b"1")
+        applied.create(f"{root}/b", b"2")
+        applied.delete(f"{root}/gone")
+        applied.commit()
+        # When what is left of it is rebuilt from what the ensemble holds
+        rest = conn._remaining(applied.operations)
+        # Then nothing is left to do: committing it changes nothing
+        assert rest.operations == []
+        # And a create whose znode holds other data is kept, to fail as it would have
+        client.set(f"{root}/b", b"someone else's")
+        assert [type(op).__name__ for op in conn._remaining(applied.operations).operations] \
+            == ["Create"]
+        # And a multi that was not applied is replayed whole
+        fresh = client.transaction()
+        fresh.create(f"{root}/c", b"3")
+        fresh.set_data(f"{root}/a", b"4")
+        replay = conn._remaining(fresh.operations)
+        replay.commit()
+        assert client.get(f"{root}/c")[0] == b"3" and client.get(f"{root}/a")[0] == b"4"
+    finally:
+        backend.close()
+        kazoo_utils.finalize_client(client)
