@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib import parse
 
-from flowengine.utils import optional
+from flowengine.utils import kazoo_tls, optional
 
 try:
     from kazoo import client as k_client
@@ -59,6 +59,9 @@ CONF_TRANSFERS: tuple[tuple[str, Callable[[Any, Any], Any], Any], ...] = (
     ("keyfile", _same, None),
     ("keyfile_password", _same, None),
     ("certfile", _same, None),
+    # Not one of TaskFlow 6.5's keys (it never hands kazoo a CA, so its TLS
+    # clients trust the system's CAs only): the CA file of a private PKI.
+    ("ca", _same, None),
     ("use_ssl", _flag, False),
     ("verify_certs", _flag, True),
 )
@@ -82,7 +85,8 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
     ``localhost:2181``), ``timeout`` (session timeout, seconds),
     ``read_only``, ``randomize_hosts``, ``use_ssl``, ``verify_certs``
     (booleans, strings accepted), ``keyfile``, ``keyfile_password``,
-    ``certfile``, ``command_retry``, ``connection_retry``, ``handler``.
+    ``certfile``, ``ca`` (flowengine's: the CA file that signed the
+    servers' certificates), ``command_retry``, ``connection_retry``, ``handler``.
     TypeError for hosts that are empty or of another type.
     """
     kwargs: dict[str, Any] = {"logger": LOG}
@@ -123,7 +127,9 @@ def check_compatible(client: k_client.KazooClient, min_version: Any = None,
     """
     if not min_version and not max_version:
         return
-    server = _version(client.server_version())
+    # kazoo's server_version() fails over TLS (see kazoo_tls): ask another way.
+    server = _version(kazoo_tls.server_version(client) if client.use_ssl
+                      else client.server_version())
     if min_version and server < _version(min_version):
         raise exc.IncompatibleVersion(f"Incompatible zookeeper version {_dotted(server)}"
                                       f" detected, zookeeper >= {_dotted(_version(min_version))}"

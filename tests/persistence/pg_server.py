@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 #: initdb of an empty cluster takes ~1-2 s here; 60 s means something is wrong.
@@ -160,11 +161,14 @@ def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -
                 ready.set()
 
 
-def start(durable: bool = False) -> PgServer:
+def start(durable: bool = False,
+          configure: Callable[[str, dict], Sequence[str]] | None = None) -> PgServer:
     """initdb + postgres on a free loopback port; PgUnavailable if impossible.
 
     ``durable``: committed transactions survive restart() (a crash), at the
-    cost of speed; off, the cluster trades that for speed.
+    cost of speed; off, the cluster trades that for speed. ``configure(data_dir,
+    as_user)`` runs after initdb (to write pg_hba.conf, certificates...) and
+    returns more server options (``["-c", "ssl=on", ...]``).
     """
     bindir = find_bindir()
     as_user = _user_args()
@@ -177,10 +181,11 @@ def start(durable: bool = False) -> PgServer:
             os.chown(base_dir, as_user["user"], as_user["group"])
         data = os.path.join(base_dir, "data")
         _initdb(bindir, data, as_user)
+        extra = list(configure(data, as_user)) if configure is not None else []
         port = _free_port()
         cmd = [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port),
                "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C",
-               *(_DURABLE_OPTIONS if durable else _FAST_OPTIONS)]
+               *(_DURABLE_OPTIONS if durable else _FAST_OPTIONS), *extra]
         proc = _launch(cmd, base_dir, as_user)
     except BaseException:
         if proc is not None and proc.poll() is None:

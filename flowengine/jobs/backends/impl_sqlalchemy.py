@@ -40,11 +40,11 @@ except ImportError as e:  # the 'sql' extra is not installed
 from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
 from flowengine.jobs import job as job_mod
-from flowengine.jobs.backends import safe_url, sql_events
+from flowengine.jobs.backends import sql_events
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
 from flowengine.persistence.backends import impl_sqlalchemy
-from flowengine.persistence.backends.sql import tables
+from flowengine.persistence.backends.sql import pg_errors, tables
 
 __all__ = ["SQLJob", "SQLJobBoard", "SQLStore"]
 
@@ -78,6 +78,8 @@ class SQLStore(BoardStore):
 
     def __init__(self, url: str, namespace: str, lease_s: float) -> None:
         self._url = url
+        # For messages: the password and sslpassword masked.
+        self._safe = pg_errors.safe_url(url)
         self._ns = namespace
         engine_args: dict[str, Any] = {"pool_pre_ping": True}
         if url.startswith("postgresql"):
@@ -102,9 +104,13 @@ class SQLStore(BoardStore):
             with contextlib.closing(self._sql.get_connection()) as conn:
                 conn.upgrade()
         except exc.StorageFailure as e:
+            problem = pg_errors.tls_problem(e)
+            if problem is not None:  # a wrong CA or certificate: no retry helps
+                # One line: no cause= (its text would follow); chained all the same.
+                raise exc.JobFailure(f"Jobboard database {self._safe}: {problem}") from e
             unreachable = isinstance(e.cause, (sa_exc.OperationalError, sa_exc.InterfaceError))
             error = exc.BoardUnavailable if unreachable else exc.JobFailure
-            raise error(f"Jobboard database {safe_url(self._url)}: {e}", cause=e) from e
+            raise error(f"Jobboard database {self._safe}: {e}", cause=e) from e
         engine = self._sql.engine
         with self._txn() as conn:
             # Boards connecting at once to a new namespace each try to make its
@@ -133,10 +139,10 @@ class SQLStore(BoardStore):
         except exc.FlowEngineError:
             raise
         except (sa_exc.OperationalError, sa_exc.InterfaceError) as e:
-            raise exc.BoardUnavailable(f"Jobboard database {safe_url(self._url)} is"
+            raise exc.BoardUnavailable(f"Jobboard database {self._safe} is"
                                        f" unreachable: {e}", cause=e) from e
         except sa_exc.SQLAlchemyError as e:
-            raise exc.JobFailure(f"Jobboard database {safe_url(self._url)} failed: {e}",
+            raise exc.JobFailure(f"Jobboard database {self._safe} failed: {e}",
                                  cause=e) from e
 
     def _now(self, conn: sa.engine.Connection) -> float:

@@ -160,14 +160,27 @@ class ZkStore(ZkReader):
                                                              lease[1].version)))
             elif not self._take_back(uuid, job, lease, body):
                 lost.add(uuid)
+        tokens = dict(held)
         for uuid, result in touches:
             try:
                 self._observe(self._wait(result))
             except exc.JobFailure as e:
                 if isinstance(e, exc.BoardUnavailable):
                     raise
-                lost.add(uuid)  # deleted or replaced by a claimer meanwhile
+                # Deleted or replaced by a claimer meanwhile; or touched by
+                # another renewal of ours (the keeper's, and an
+                # extend_lease(), both retrying after a reconnect): then the
+                # version moved but the lease is still this claim's.
+                if not self._still_held(uuid, tokens[uuid]):
+                    lost.add(uuid)
         return lost
+
+    def _still_held(self, uuid: str, token: int) -> bool:
+        """Whether the claim ``token`` still owns the job and its (live) lease znode."""
+        job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+        if job is None or not job[0].get("owner") or job[1].mzxid != token or lease is None:
+            return False
+        return int(lease[0].get("token") or lease[1].czxid) == token
 
     def _take_back(self, uuid: str, job: Read, lease: Read, body: bytes) -> bool:
         """Re-create the lease of a claim nobody superseded (its session ended, or it lapsed)."""

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from flowengine.utils import kazoo_utils, optional
+from flowengine.utils import kazoo_tls, kazoo_utils, optional
 
 try:
     from kazoo import exceptions as k_exc
@@ -197,11 +197,22 @@ class ZkReader(BoardStore):
         """Whether connect() succeeded and close() was not called since."""
         return self._connected
 
+    def _start_client(self) -> None:
+        """Start the session unless it runs; JobFailure at once for TLS settings that cannot work.
+
+        (Not BoardUnavailable: a wrong CA or certificate does not go away by retrying.)
+        """
+        if self._client.connected:
+            return
+        problem = kazoo_tls.tls_problem(self._client)
+        if problem is not None:
+            raise exc.JobFailure(problem)
+        self._client.start(timeout=CONNECT_TIMEOUT_S)
+
     def connect(self) -> None:
         """Start the session, check the server, create the layout, read the server's clock."""
         with self._zk():
-            if not self._client.connected:
-                self._client.start(timeout=CONNECT_TIMEOUT_S)
+            self._start_client()
             if self._check:
                 kazoo_utils.check_compatible(self._client, (3, 4, 0))
             for part in ("listed", "leases", *PARKED, "entities"):

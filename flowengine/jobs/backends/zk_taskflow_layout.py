@@ -43,7 +43,7 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 from flowengine import exceptions as exc
 from flowengine.jobs import records
 from flowengine.jobs.backends import zk_events
-from flowengine.jobs.backends.zk_store import CONNECT_TIMEOUT_S, ZkReader
+from flowengine.jobs.backends.zk_store import ZkReader
 from flowengine.jobs.records import JobRecord, Outcome
 from flowengine.jobs.store import BoardEvent
 
@@ -254,8 +254,7 @@ class TaskflowZkReader(ZkReader):
     def connect(self) -> None:
         """Start the session, check the server, create TaskFlow's folders and ours."""
         with self._zk():
-            if not self._client.connected:
-                self._client.start(timeout=CONNECT_TIMEOUT_S)
+            self._start_client()
             if self._check:
                 kazoo_utils.check_compatible(self._client, (3, 4, 0))
             for folder in (self.path, self.trash_path, self._place(records.IN_DEAD_LETTER, ""),

@@ -36,7 +36,7 @@ except ImportError as e:  # the 'sql' extra is not installed
 
 from flowengine import exceptions as exc
 from flowengine.persistence import base, models
-from flowengine.persistence.backends.sql import migration, rows, tables
+from flowengine.persistence.backends.sql import migration, pg_errors, rows, tables
 
 __all__ = ["Connection", "SQLAlchemyBackend", "SQLAlchemyConnection"]
 
@@ -155,11 +155,20 @@ class SQLAlchemyBackend(base.Backend):
         return self._engine
 
     def _safe_url(self) -> str:
-        try:
-            return sa.engine.make_url(self._conf["connection"]).render_as_string(
-                hide_password=True)
-        except Exception:
-            return "<unparsable URL>"
+        # The user's password and a client key's sslpassword never show.
+        return pg_errors.safe_url(str(self._conf["connection"]))
+
+    def tls_failure(self, error: BaseException) -> exc.StorageFailure | None:
+        """A one-line StorageFailure when ``error`` comes from TLS settings that cannot work.
+
+        (A wrong CA or a refused client certificate: retrying will not help.)
+        The caller raises it ``from error``.
+        """
+        problem = pg_errors.tls_problem(error)
+        if problem is None:
+            return None
+        # No cause= (its text would follow, several lines): the caller chains it.
+        return exc.StorageFailure(f"PostgreSQL at {self._safe_url()}: {problem}")
 
     def fenced_connection(self, fence: Any) -> SQLAlchemyConnection:
         """A connection whose writes are refused once ``fence`` is superseded.
@@ -218,6 +227,9 @@ class SQLAlchemyConnection(base.Connection):
         except exc.FlowEngineError:
             raise
         except sa_exc.SQLAlchemyError as e:
+            tls = self._backend.tls_failure(e)
+            if tls is not None:
+                raise tls from e
             hint = " (schema missing: call upgrade() first)" if _is_missing_schema(e) else ""
             raise exc.StorageFailure(f"Storage backend internal error"
                                      f" ({self._backend._safe_url()}){hint}: {e}",
@@ -244,6 +256,9 @@ class SQLAlchemyConnection(base.Connection):
                 with self._engine.connect():
                     return
             except _CONNECTION_ERRORS as e:
+                tls = self._backend.tls_failure(e)
+                if tls is not None:  # a wrong CA or certificate: no retry helps
+                    raise tls from e
                 if attempt == attempts:
                     raise exc.StorageFailure(
                         f"Cannot connect to {self._backend._safe_url()} (attempt"

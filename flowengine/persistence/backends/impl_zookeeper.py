@@ -26,10 +26,11 @@ import contextlib
 import json
 import posixpath
 import threading
-from collections.abc import Iterator
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
-from flowengine.utils import kazoo_utils, optional
+from flowengine.utils import kazoo_tls, kazoo_utils, optional
 
 try:
     from kazoo import exceptions as k_exc
@@ -52,6 +53,17 @@ _KIND_OF_DIR = {"books": "LogBook", "flow_details": "FlowDetail",
                 "atom_details": "AtomDetail"}
 #: Fence advances retried when another claimer moved the fence in between.
 ADVANCE_ATTEMPTS = 5
+#: How long a call waits for its client to reconnect (to another node of the
+#: ensemble, after a leader loss or a node's death) before StorageFailure: an
+#: election takes a second or two, and a session outlives it by its timeout.
+RECONNECT_WAIT_S = 15.0
+#: Pauses between tries while reconnecting: doubled from the first to the last.
+RECONNECT_FIRST_PAUSE_S = 0.05
+RECONNECT_MAX_PAUSE_S = 0.5
+#: Errors after which the same call is worth making again once reconnected.
+_RECONNECTABLE = (k_exc.ConnectionLoss, k_exc.OperationTimeoutError,
+                  k_exc.SessionExpiredError)
+_T = TypeVar("_T")
 
 
 class ZkBackend(path_based.PathBasedBackend):
@@ -86,6 +98,11 @@ class ZkBackend(path_based.PathBasedBackend):
     def _started(self) -> KazooClient:
         with self._start_lock:
             if not self._client.connected:
+                # A wrong CA or refused certificate fails now, not as an
+                # unreachable server after kazoo's retries (see kazoo_tls).
+                problem = kazoo_tls.tls_problem(self._client)
+                if problem is not None:
+                    raise exc.StorageFailure(problem)
                 try:
                     self._client.start(timeout=CONNECT_TIMEOUT_S)
                 except (k_exc.KazooException, k_exc.ZookeeperError) as e:
@@ -158,12 +175,12 @@ class ZkConnection(path_based.PathBasedConnection):
     def _get_versioned(self, path: str) -> tuple[Any, int]:
         """The JSON value at ``path`` and its znode's version (NotFound if none)."""
         with self._errors():
-            data, stat = self._client.get(path)
+            data, stat = self._riding_out(lambda: self._client.get(path))
         return json_codec.decode(data.decode("utf-8", "replace"), f"znode {path!r}"), stat.version
 
     def _exists(self, path: str) -> bool:
         with self._errors():
-            return self._client.exists(path) is not None
+            return self._riding_out(lambda: self._client.exists(path)) is not None
 
     @staticmethod
     def _encode(path: str, value: Any) -> bytes:
@@ -196,11 +213,11 @@ class ZkConnection(path_based.PathBasedConnection):
 
     def _get_children(self, path: str) -> list[str]:
         with self._errors():
-            return sorted(self._client.get_children(path))
+            return sorted(self._riding_out(lambda: self._client.get_children(path)))
 
     def _ensure_path(self, path: str) -> None:
         with self._errors():
-            self._client.ensure_path(path)
+            self._riding_out(lambda: self._client.ensure_path(path))
 
     def _create_link(self, src_path: str, dest_path: str, transaction: Any) -> None:
         if not self._exists(dest_path):
@@ -217,12 +234,83 @@ class ZkConnection(path_based.PathBasedConnection):
         try:
             with self._errors():
                 yield txn
-                kazoo_utils.checked_commit(txn)
+                self._commit(txn)
         except kazoo_utils.KazooTransactionException as e:
             raise exc.StorageFailure(f"Storage backend transaction failed: {e}",
                                      cause=e) from e
         finally:
             self._local.txn = None
+
+    def _riding_out(self, call: Callable[[], _T]) -> _T:
+        """``call()``, made again while the client reconnects (up to RECONNECT_WAIT_S).
+
+        A leader loss or the death of the client's node fails the requests in
+        flight (ConnectionLoss); kazoo reconnects to another node of the
+        ensemble, where the same request succeeds. A call still failing at
+        the deadline raises its error.
+        """
+        deadline = time.monotonic() + RECONNECT_WAIT_S
+        pause = RECONNECT_FIRST_PAUSE_S
+        while True:
+            try:
+                return call()
+            except _RECONNECTABLE:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)  # kazoo is reconnecting meanwhile
+                pause = min(pause * 2, RECONNECT_MAX_PAUSE_S)
+
+    def _commit(self, txn: Any) -> None:
+        """Commit ``txn``; if the connection dropped meanwhile, commit what it had left to do.
+
+        A multi cut off by a connection loss may or may not have been applied:
+        once reconnected, :meth:`_remaining` rebuilds it from what the
+        ensemble holds, so that it takes effect once, whichever it was.
+        """
+        current = [txn]
+        unsure = [False]
+
+        def attempt() -> None:
+            if unsure[0]:
+                current[0] = self._remaining(current[0].operations)
+            try:
+                kazoo_utils.checked_commit(current[0])
+            except _RECONNECTABLE:
+                unsure[0] = True
+                raise
+
+        self._riding_out(attempt)
+
+    def _remaining(self, operations: list[Any]) -> Any:
+        """A transaction of ``operations`` less those a multi cut off may have applied.
+
+        A create whose znode now holds the same data was applied (a znode of
+        other data is left to fail the create, as it would have); a delete
+        of a znode that is gone was applied. Data writes without a version
+        and version checks are idempotent, and stay.
+        """
+        txn = self._client.transaction()
+        for op in operations:
+            path = self._client.unchroot(op.path)
+            kind = type(op).__name__
+            if kind in ("Create", "Create2"):
+                try:
+                    data, _stat = self._client.get(path)
+                except k_exc.NoNodeError:
+                    txn.create(path, op.data)
+                    continue
+                if data != op.data:
+                    txn.create(path, op.data)  # someone else's: fails as it would have
+            elif kind == "Delete":
+                if self._client.exists(path) is not None:
+                    txn.delete(path, op.version)
+            elif kind == "SetData":
+                txn.set_data(path, op.data, op.version)
+            elif kind == "CheckVersion":
+                txn.check(path, op.version)
+            else:  # not one this backend makes
+                raise exc.StorageFailure(f"Cannot replay a {kind} on {path!r}")
+        return txn
 
     def validate(self) -> None:
         """StorageFailure unless the server is at least MIN_ZK_VERSION (when checked)."""
