@@ -33,6 +33,10 @@ def add_parser(sub: Any, parse_option: Any) -> None:
                    help=f"port to listen on (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--no-events", action="store_true",
                    help="do not follow the event stream (inspect answers only)")
+    p.add_argument("--board", default=None, metavar="URL",
+                   help="also list the jobs this jobboard holds (as `flowengine jobs"
+                        " --board`)")
+    p.add_argument("--board-name", default="flowengine", help="jobboard name")
     p.add_argument("--token-file", default=None, metavar="PATH",
                    help="require this file's bearer token (its first line) and allow"
                         " actions (default: $FLOWENGINE_DASHBOARD_TOKEN)")
@@ -60,8 +64,11 @@ def run(args: argparse.Namespace) -> int:
 
         credentials = auth.load(args.token_file, args.basic_auth_file)
         _check_exposure(args.host, credentials, args.insecure_public)
+        from flowengine.dashboard.jobs import JobsSource
+
         flows = FlowsSource(args.backend) if args.backend else None
-    except (CommandError, exc.MissingExtra, ValueError) as e:
+        jobs = JobsSource(args.board, args.board_name) if args.board else None
+    except (CommandError, exc.MissingExtra, exc.FlowEngineError, ValueError) as e:
         print(f"flowengine dashboard: {e}", file=sys.stderr)
         return EXIT_REFUSED
     import uvicorn
@@ -71,11 +78,12 @@ def run(args: argparse.Namespace) -> int:
     actions = (Actions(args.exchange, broker, flows, secret_file=args.secret_file)
                if credentials.enabled else None)
     # Actions are logged at WARNING (seen whatever the level): who did what, and how it ended.
-    config = uvicorn.Config(app_mod.build_app(live, flows, credentials, actions),
+    config = uvicorn.Config(app_mod.build_app(live, flows, credentials, actions, jobs),
                             host=args.host, port=args.port, log_level="warning",
                             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(config)
     shown = f" (flows of {flows.url.safe})" if flows is not None else ""
+    shown += f" (jobs of {jobs.safe_url})" if jobs is not None else ""
     shown += (f"; actions allowed with {credentials.describe}" if credentials.enabled
               else "; read-only")
     threading.Thread(target=_announce, args=(server, broker_options.where(args), shown),

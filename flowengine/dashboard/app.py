@@ -5,7 +5,8 @@ the live state as JSON; ``/api/stream`` the same pushed as server-sent events
 at every change; ``/api/flows`` (filtered by ``state``, ``name``, ``since``,
 ``until``, ``worker``), ``/api/flows/{flow}`` and
 ``/api/flows/{flow}/graph.svg`` the persisted flows (404 without
-``--backend``); ``/api/deadletters`` the dead letters waiting;
+``--backend``); ``/api/jobs`` (the same filters) the jobs a board lists
+(404 without ``--board``); ``/api/deadletters`` the dead letters waiting;
 ``POST /api/actions/{action}`` an action (see :mod:`.actions`).
 
 With credentials (:mod:`.auth`) every route but the page's shell, script
@@ -37,6 +38,7 @@ from flowengine.dashboard import actions as actions_mod
 from flowengine.dashboard import auth
 from flowengine.dashboard.flows import FlowsSource
 from flowengine.dashboard.history import BadFilter, HistoryFilter
+from flowengine.dashboard.jobs import JOB_STATES, JobsSource
 from flowengine.dashboard.live import LiveState
 from flowengine.engines.action_engine import graph_draw
 
@@ -96,7 +98,8 @@ class RequireCredentials:
 
 def build_app(live: LiveState, flows: FlowsSource | None,
               credentials: auth.Credentials | None = None,
-              actions: actions_mod.Actions | None = None) -> Starlette:
+              actions: actions_mod.Actions | None = None,
+              jobs: JobsSource | None = None) -> Starlette:
     """The application over ``live`` (started by the caller, stopped with the app) and ``flows``.
 
     ``actions`` are allowed only with ``credentials`` (read-only otherwise).
@@ -107,7 +110,7 @@ def build_app(live: LiveState, flows: FlowsSource | None,
 
     def current(snapshot: dict[str, Any]) -> dict[str, Any]:
         return dict(snapshot, flows_enabled=flows is not None,
-                    actions_enabled=actions is not None)
+                    jobs_enabled=jobs is not None, actions_enabled=actions is not None)
 
     async def index(request: Request) -> Response:
         return FileResponse(os.path.join(STATIC_DIR, "index.html"))
@@ -149,6 +152,18 @@ def build_app(live: LiveState, flows: FlowsSource | None,
             return JSONResponse(await anyio.to_thread.run_sync(_flows().list, only))
         except CommandError as e:
             return JSONResponse({"error": str(e)}, status_code=404)
+
+    async def job_list(request: Request) -> Response:
+        if jobs is None:
+            return JSONResponse({"error": "no --board: the dashboard shows no jobs"},
+                                status_code=404)
+        try:
+            only = HistoryFilter.from_query(request.query_params,
+                                            request.query_params.getlist("state"),
+                                            known=JOB_STATES, kind="job")
+        except BadFilter as e:
+            return JSONResponse({"error": str(e)}, status_code=400)
+        return JSONResponse(await anyio.to_thread.run_sync(jobs.list, only))
 
     async def dead_letters(request: Request) -> Response:
         workers = live.snapshot()["workers"]
@@ -216,6 +231,7 @@ def build_app(live: LiveState, flows: FlowsSource | None,
         Route("/api/flows", flow_list),
         Route("/api/flows/{flow}", flow_detail),
         Route("/api/flows/{flow}/graph.svg", flow_graph),
+        Route("/api/jobs", job_list),
         Route("/api/deadletters", dead_letters),
         Route("/api/actions/{action}", action, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=STATIC_DIR), name="static"),

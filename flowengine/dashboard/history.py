@@ -38,14 +38,18 @@ class HistoryFilter:
     worker: str = ""
 
     @classmethod
-    def from_query(cls, query: Mapping[str, Any], states: Sequence[str] = ()
+    def from_query(cls, query: Mapping[str, Any], states: Sequence[str] = (),
+                   known: Sequence[str] = settings.FLOW_STATES, kind: str = "flow"
                    ) -> HistoryFilter:
-        """From query parameters (``states`` the repeated ``state`` values); BadFilter if wrong."""
+        """From query parameters (``states`` the repeated ``state`` values); BadFilter if wrong.
+
+        ``known``: the states a ``kind`` (flow, job) may be in.
+        """
         chosen = tuple(s.upper() for s in states if s)
         for state in chosen:
-            if state not in settings.FLOW_STATES:
-                raise BadFilter(f"state={state}: not a flow state (one of"
-                                f" {', '.join(settings.FLOW_STATES)})")
+            if state not in known:
+                raise BadFilter(f"state={state}: not a {kind} state (one of"
+                                f" {', '.join(known)})")
         return cls(states=chosen, name=str(query.get("name") or "").strip(),
                    since=_time(query, "since"), until=_time(query, "until"),
                    worker=str(query.get("worker") or "").strip())

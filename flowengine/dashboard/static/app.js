@@ -165,17 +165,20 @@ function render(state) {
     flowsEnabled = state.flows_enabled;
     $("#no-backend").hidden = flowsEnabled;
     $("#flows").hidden = !flowsEnabled;
-    $("#history-filter").hidden = !flowsEnabled;
+    $("#history-filter").hidden = !flowsEnabled && !state.jobs_enabled;
+    $("#jobs-box").hidden = !state.jobs_enabled;
+    if (state.jobs_enabled) { refreshJobs(); setInterval(refreshJobs, FLOWS_REFRESH_MS); }
     if (flowsEnabled) { refreshFlows(); setInterval(refreshFlows, FLOWS_REFRESH_MS); }
     refreshDeadLetters();
     setInterval(refreshDeadLetters, DEAD_LETTERS_REFRESH_MS);
   }
 }
 
-// The history filter as a query string (times entered in UTC).
-function flowQuery() {
+// The history filter as a query string (times entered in UTC); `stateInput`
+// is the flows' or the jobs' state choice.
+function flowQuery(stateInput = "#filter-state") {
   const query = new URLSearchParams();
-  const pairs = [["state", "#filter-state"], ["name", "#filter-name"], ["worker", "#filter-worker"],
+  const pairs = [["state", stateInput], ["name", "#filter-name"], ["worker", "#filter-worker"],
                  ["since", "#filter-since"], ["until", "#filter-until"]];
   for (const [key, sel] of pairs) {
     const value = $(sel).value.trim();
@@ -183,6 +186,25 @@ function flowQuery() {
   }
   const text = query.toString();
   return text ? `?${text}` : "";
+}
+
+let jobsAsked = 0;
+
+async function refreshJobs() {
+  const asked = ++jobsAsked;
+  const query = flowQuery("#jobs-state");
+  const response = await api(`/api/jobs${query}`);
+  if (!response.ok || asked !== jobsAsked) return;
+  const jobs = await response.json();
+  if (asked !== jobsAsked) return;
+  $("#jobs tbody").replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.uuid },
+    el("td", { class: "uuid" }, j.uuid.slice(0, 8)), el("td", {}, j.name),
+    el("td", {}, stateBadge(j.state)),
+    el("td", {}, j.created_at ? new Date(j.created_at).toLocaleString() : "-"),
+    el("td", {}, j.owner || "-"), el("td", {}, j.attempts),
+    el("td", {}, j.outcome ? `${j.outcome.outcome}${j.outcome.reason ? `: ${j.outcome.reason}` : ""}` : "-"))));
+  $("#jobs-count").textContent = `${jobs.length} job(s)`;
+  $("#jobs-count").dataset.query = query.replace(/^\?/, "");
 }
 
 async function refreshDeadLetters() {
@@ -212,10 +234,11 @@ let flowsAsked = 0;
 
 async function refreshFlows() {
   const asked = ++flowsAsked;
-  const response = await api(`/api/flows${flowQuery()}`);
+  const query = flowQuery();
+  const response = await api(`/api/flows${query}`);
   if (!response.ok || asked !== flowsAsked) return;  // a newer filter was asked since
   const flows = await response.json();
-  $("#flows-count").textContent = `${flows.length} flow(s)`;
+  if (asked !== flowsAsked) return;
   const body = $("#flows tbody");
   body.replaceChildren();
   for (const f of flows) {
@@ -230,6 +253,8 @@ async function refreshFlows() {
     row.addEventListener("click", () => showFlow(f.uuid));
     body.append(row);
   }
+  $("#flows-count").textContent = `${flows.length} flow(s)`;
+  $("#flows-count").dataset.query = query.replace(/^\?/, "");
   if (selectedFlow) showFlow(selectedFlow, false);
 }
 
@@ -391,12 +416,17 @@ $("#login").addEventListener("submit", (event) => {
   $("#login").hidden = true;
   follow();
 });
-for (const sel of ["#filter-state", "#filter-name", "#filter-worker", "#filter-since", "#filter-until"]) {
-  $(sel).addEventListener("change", () => refreshFlows());
+function refreshHistory() {
+  if (flowsEnabled) refreshFlows();
+  if (!$("#jobs-box").hidden) refreshJobs();
 }
+for (const sel of ["#filter-state", "#filter-name", "#filter-worker", "#filter-since", "#filter-until"]) {
+  $(sel).addEventListener("change", refreshHistory);
+}
+$("#jobs-state").addEventListener("change", refreshJobs);
 $("#filter-clear").addEventListener("click", () => {
   for (const input of document.querySelectorAll("#history-filter input, #history-filter select")) input.value = "";
-  refreshFlows();
+  refreshHistory();
 });
 
 follow();
