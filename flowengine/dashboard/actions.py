@@ -66,7 +66,6 @@ class Actions:
         self._broker = broker
         self._flows = flows
         self._secret_file = secret_file
-        self._children: list[subprocess.Popen[bytes]] = []
 
     def run(self, name: str, fields: Mapping[str, Any], who: str) -> Outcome:
         """Do action ``name`` for ``who``; ActionRefused when it cannot be done."""
@@ -164,7 +163,11 @@ class Actions:
         engine = str(records.get("engine") or "serial")
         argv = [sys.executable, "-m", "flowengine", "flows", command, fd.uuid,
                 "--no-progress", "--engine", engine]
-        env = dict(os.environ)
+        from flowengine.dashboard import auth
+
+        # The dashboard's own credentials are none of the command's business.
+        env = {k: v for k, v in os.environ.items()
+               if k not in (auth.TOKEN_ENV, auth.BASIC_AUTH_ENV)}
         # The backend URL and broker URL may hold passwords: the environment, not argv.
         env[backend_url.BACKEND_ENV] = self._flows.raw_url
         if engine == "worker-based":
@@ -179,9 +182,10 @@ class Actions:
             argv += _broker_args(self._broker, env)
             if self._secret_file is not None:
                 env[signing.SECRET_FILE_ENV] = self._secret_file
+        # Its own session: stopping the dashboard does not stop the flow. Its
+        # output (the run's summary) goes to the dashboard's stderr, beside the log.
         child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env,
                                  start_new_session=True)
-        self._children.append(child)
         threading.Thread(target=self._reap, args=(child, command, fd.uuid), daemon=True,
                          name=f"flowengine-dashboard-{command}-{fd.uuid[:8]}").start()
         return Outcome(f"flowengine flows {command} {fd.uuid[:8]} started (pid {child.pid},"
@@ -193,9 +197,6 @@ class Actions:
         code = child.wait()
         LOG.warning("flowengine flows %s %s (pid %d) exited with status %d", command,
                     flow[:8], child.pid, code)
-
-    def stop(self) -> None:
-        """Nothing to stop: started flows run on (as if started by hand) and are not waited for."""
 
 
 def _broker_args(broker: Any, env: dict[str, str]) -> list[str]:

@@ -1,9 +1,10 @@
 """Actions from the dashboard, in a real headless Chromium, on real workers over Redis.
 
-The dashboard runs with a token (and the workers' signing key): a wrong
-token is refused and changes nothing; the right one cancels a running
-request, retries the flow it failed, requeues a dead letter and shuts a
-worker down warmly, each through the CLI's own code paths. The flow page's
+The dashboard runs with a token (and the workers' signing key) or a
+basic-auth user: a wrong token is refused and changes nothing; the right
+credentials cancel a running request, retry the flow it failed, requeue a
+dead letter and shut a worker down warmly, each through the CLI's own code
+paths. Without credentials the page shows no action and accepts none. The flow page's
 timeline and the history's filters are read from the same runs.
 """
 
@@ -39,8 +40,10 @@ WAIT_MS = int(WAIT_S * 1000)
 SIGNING_KEY = "0123456789abcdef0123456789abcdef"
 
 
-def _open(browser, address: str):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def _open(browser, address: str, user: tuple[str, str] | None = None):
+    credentials = {"username": user[0], "password": user[1]} if user else None
+    page = browser.new_page(viewport={"width": 1400, "height": 1000},
+                            http_credentials=credentials)
     page.on("dialog", lambda dialog: dialog.accept())  # the confirmations
     page.goto(address)
     return page
@@ -163,8 +166,8 @@ def _filtered(page, **filters: str) -> list[str]:
 
 def test_history_filters_and_a_dead_letter_requeued_from_the_page(
         redis_url, exchange, tmp_path, browser):
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN + "\n")
+    users = tmp_path / "users"
+    users.write_text("ops:correct horse battery\n")
     backend = f"dir:{tmp_path}/store"
     broker = BrokerSettings(redis_url)
     dead, topic_queue = f"{exchange}_ops.dead", f"{exchange}_ops"
@@ -179,10 +182,10 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
                           "value=" + "x" * 3000).returncode == 1
         wait_until(lambda: inventory.queue_depth(broker, exchange, dead) == 1,
                    "the big request in the dead letters")
+        # (signed in as a basic-auth user: the browser answers the page's challenge)
         dashboard, address = start_dashboard(redis_url, exchange, "--backend", backend,
-                                             "--token-file", str(token_file))
-        page = _open(browser, address)
-        _sign_in(page, TOKEN)
+                                             "--basic-auth-file", str(users))
+        page = _open(browser, address, ("ops", "correct horse battery"))
         page.wait_for_selector(f"#dead-letters tr[data-queue='{dead}']", timeout=WAIT_MS)
         # When the history is filtered, each filter lists the right flows
         assert _filtered(page) == ["REVERTED", "SUCCESS"]
@@ -208,7 +211,9 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
         assert inventory.queue_depth(broker, exchange, topic_queue) == 1
     finally:
         page.close()
-        stop_dashboard(dashboard)
+        log = stop_dashboard(dashboard)
+    assert (f"Dashboard action requeue (queue={dead}, index=1) by user ops from 127.0.0.1:"
+            f" Requeued dead letter 1") in log
 
 
 def test_the_read_only_page_shows_no_action_and_accepts_none(redis_url, exchange, browser):
