@@ -16,11 +16,15 @@ import urllib.parse
 
 import pytest
 
-from flowengine.dashboard import auth
-from flowengine.engines.worker_based.messaging import inventory
-from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from tests.ops.dashboard_helpers import TOKEN, action_headers, start_dashboard, stop_dashboard
-from tests.ops.helpers import (
+pytest.importorskip("starlette", reason="the dashboard extra is not installed")
+
+from flowengine.dashboard import auth  # noqa: E402
+from flowengine.engines.worker_based.messaging import inventory  # noqa: E402
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings  # noqa: E402
+from flowengine.jobs import backends as boards  # noqa: E402
+from tests.jobs.boards import Boards  # noqa: E402
+from tests.ops.dashboard_helpers import TOKEN, action_headers, start_dashboard, stop_dashboard  # noqa: E402
+from tests.ops.helpers import (  # noqa: E402
     ROOT,
     WAIT_S,
     broker_args,
@@ -182,8 +186,16 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
                           "value=" + "x" * 3000).returncode == 1
         wait_until(lambda: inventory.queue_depth(broker, exchange, dead) == 1,
                    "the big request in the dead letters")
+        # and a jobboard with a job waiting and one trashed
+        board_url = Boards("redis", redis_url).url
+        with boards.backend("flowengine", {"board": board_url}) as board:
+            board.post("nightly-report")
+            trashed = board.post("order-8")
+            board.claim(trashed, "cli")
+            board.trash(trashed, "cli", reason="posted twice")
         # (signed in as a basic-auth user: the browser answers the page's challenge)
         dashboard, address = start_dashboard(redis_url, exchange, "--backend", backend,
+                                             "--board", board_url,
                                              "--basic-auth-file", str(users))
         page = _open(browser, address, ("ops", "correct horse battery"))
         page.wait_for_selector(f"#dead-letters tr[data-queue='{dead}']", timeout=WAIT_MS)
@@ -201,6 +213,19 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
                          until="2000-01-02T00:00:01") == []
         assert _filtered(page, since="2000-01-01T00:00:01") == ["REVERTED", "SUCCESS"]
         assert _filtered(page, state="SUCCESS", name="quick") == ["SUCCESS"]
+        # and the board's jobs, by their own state and the same name filter
+        page.click("#filter-clear")
+        page.select_option("#jobs-state", "TRASHED")
+        page.wait_for_function("() => document.querySelector('#jobs-count').dataset.query"
+                               " === 'state=TRASHED'", timeout=WAIT_MS)
+        assert page.inner_text("#jobs tbody").split("\t")[1:3] == ["order-8", "TRASHED"]
+        page.select_option("#jobs-state", "")
+        page.fill("#filter-name", "nightly")
+        page.dispatch_event("#filter-name", "change")
+        page.wait_for_function("() => document.querySelector('#jobs-count').dataset.query"
+                               " === 'name=nightly'", timeout=WAIT_MS)
+        assert "UNCLAIMED" in page.inner_text("#jobs tbody")
+        assert page.inner_text("#jobs-count") == "1 job(s)"
     # (the worker is gone: a requeued request waits in its queue)
     try:
         # When the dead letter is requeued from the page
