@@ -6,9 +6,12 @@ the demo flow on them,
 feeds the events into the same view ``flowengine events`` draws and saves it
 with rich's SVG export; then draws the demo flow with Graphviz (DOT text is
 always written; SVG needs the ``dot`` program); then serves the web dashboard
-over two in-process workers and a few persisted shop orders (one running,
-one failed) and takes its pictures with Debian's headless Chromium driven by
-Playwright (``dashboard-*.png``; skipped, saying so, without them). Output
+over two in-process workers and a few persisted shop orders and takes its
+pictures with Debian's headless Chromium driven by Playwright: idle (orders
+done, none running), running (one order held), a failed order's page with
+its timeline, and the history filtered to failed orders
+(``dashboard*.png``; skipped, saying so, without them). The dashboard runs
+with a token, so its action buttons show. Output
 goes to ``doc/source/_static/`` by default::
 
     python tools/screenshots.py [--out DIR]
@@ -136,17 +139,25 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
 SHOP_ORDERS = 12
 
 
+#: The token the photographed dashboard requires (its buttons show with one).
+DEMO_TOKEN = "screenshots-token-0123456789abcdef"
+
+
 def _serve_dashboard(live, flows):  # -> (server, thread, url)
     import socket
 
     import uvicorn
 
     from flowengine.dashboard import app as app_mod
+    from flowengine.dashboard import auth
+    from flowengine.dashboard.actions import Actions
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app_mod.build_app(live, flows), host="127.0.0.1",
+    app = app_mod.build_app(live, flows, auth.Credentials(token=DEMO_TOKEN),
+                            Actions(live.exchange, live.broker, flows))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
                                            port=port, log_level="warning",
                                            timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -176,7 +187,7 @@ def dashboard_pictures(out: str) -> None:
     import dashboard_shop  # tools/, beside this script
 
     from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-    from flowengine.persistence import backends, models
+    from flowengine.persistence import backends, models, run_records
 
     exchange, conn = "shop", {"transport": "memory"}
     with tempfile.TemporaryDirectory(prefix="flowengine-shots-") as tmp:
@@ -204,6 +215,8 @@ def dashboard_pictures(out: str) -> None:
                 dashboard_shop.make_shop, store={"order_id": number, "hold": hold},
                 book=book, backend=backend, engine="worker-based", exchange=exchange,
                 topics=["billing"], remote_exceptions="original", **conn)
+            # As `flowengine run` does: times, workers and the timeline recorded.
+            run_records.Recorder(engine, "worker-based").start()
             try:
                 engine.run()
             except RuntimeError:
@@ -213,29 +226,51 @@ def dashboard_pictures(out: str) -> None:
             order(number)
         held = threading.Thread(target=order, args=(1000,), kwargs={"hold": True},
                                 daemon=True)
-        held.start()
         server, server_thread, url = _serve_dashboard(live, FlowsSource(backend_conf))
+        wait_ms = WAIT_S * 1000
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
+                # Signed in: the token the page would ask for, given beforehand.
+                page.add_init_script(
+                    f"sessionStorage.setItem('flowengine-dashboard-token', {DEMO_TOKEN!r})")
                 page.goto(url)
-                page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=WAIT_S * 1000)
-                page.wait_for_selector("#flows tbody tr:has-text('RUNNING')",
-                                       timeout=WAIT_S * 1000)
+                page.wait_for_selector("#workers tbody tr[data-worker-id]", timeout=wait_ms)
+                page.wait_for_selector(f"#flows-count:has-text('{SHOP_ORDERS} flow(s)')",
+                                       timeout=wait_ms)
+                page.screenshot(path=os.path.join(out, "dashboard-idle.png"))
+                held.start()
+                page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=wait_ms)
+                page.wait_for_selector("#flows tbody tr:has-text('RUNNING')", timeout=wait_ms)
                 page.screenshot(path=os.path.join(out, "dashboard.png"))
                 page.click("#flows tbody tr:has-text('REVERTED')")
-                page.wait_for_selector("#atoms tbody tr[data-atom='charge']",
-                                       timeout=WAIT_S * 1000)
+                page.wait_for_selector("#atoms tbody tr[data-atom='charge']", timeout=wait_ms)
+                page.wait_for_selector("#timeline .lane", timeout=wait_ms)
                 page.wait_for_function("document.querySelector('#graph').naturalWidth > 0",
-                                       timeout=WAIT_S * 1000)
+                                       timeout=wait_ms)
                 page.click("#atoms tr[data-atom='charge'] button.traceback-toggle")
                 page.locator("#persisted").screenshot(
                     path=os.path.join(out, "dashboard-flow.png"))
+                page.select_option("#filter-state", "REVERTED")
+                page.fill("#filter-name", "order")
+                page.dispatch_event("#filter-name", "change")
+                page.wait_for_function("document.querySelector('#flows-count').dataset.query"
+                                       " === 'state=REVERTED&name=order'", timeout=wait_ms)
+                # The filtered list only (the flow shown below it is the picture before).
+                clip = page.evaluate("""() => {
+                    const top = document.querySelector('#persisted').getBoundingClientRect();
+                    const end = document.querySelector('#flows').getBoundingClientRect();
+                    return {x: top.left + scrollX, y: top.top + scrollY, width: top.width,
+                            height: end.bottom - top.top + 8};
+                }""")
+                page.screenshot(path=os.path.join(out, "dashboard-history.png"), full_page=True,
+                                clip=clip)
                 browser.close()
         finally:
             dashboard_shop.HOLD.set()
-            held.join(WAIT_S)
+            if held.is_alive():
+                held.join(WAIT_S)
             server.should_exit = True
             server_thread.join(WAIT_S)
             for w in workers:

@@ -10,7 +10,8 @@ from typing import Any
 from flowengine.commands import broker_options
 
 #: Where the dashboard listens unless told: this machine only, since the page
-#: has no login and shows task arguments, results and tracebacks.
+#: shows task arguments, results and tracebacks (and has no login unless given
+#: credentials).
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5555
 
@@ -32,6 +33,19 @@ def add_parser(sub: Any, parse_option: Any) -> None:
                    help=f"port to listen on (default {DEFAULT_PORT}; 0: any free port)")
     p.add_argument("--no-events", action="store_true",
                    help="do not follow the event stream (inspect answers only)")
+    p.add_argument("--board", default=None, metavar="URL",
+                   help="also list the jobs this jobboard holds (as `flowengine jobs"
+                        " --board`)")
+    p.add_argument("--board-name", default="flowengine", help="jobboard name")
+    p.add_argument("--token-file", default=None, metavar="PATH",
+                   help="require this file's bearer token (its first line) and allow"
+                        " actions (default: $FLOWENGINE_DASHBOARD_TOKEN)")
+    p.add_argument("--basic-auth-file", default=None, metavar="PATH",
+                   help="require a user:password of this file (one a line) and allow"
+                        " actions (default: $FLOWENGINE_DASHBOARD_BASIC_AUTH)")
+    p.add_argument("--insecure-public", action="store_true",
+                   help="serve on a non-loopback --host without credentials (anyone who"
+                        " reaches it sees task arguments, results and tracebacks)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,21 +57,35 @@ def run(args: argparse.Namespace) -> int:
     try:
         # The package first: without the extra it raises MissingExtra naming it.
         from flowengine.dashboard import app as app_mod
+        from flowengine.dashboard import auth
+        from flowengine.dashboard.actions import Actions
         from flowengine.dashboard.flows import FlowsSource
         from flowengine.dashboard.live import LiveState
 
+        credentials = auth.load(args.token_file, args.basic_auth_file)
+        _check_exposure(args.host, credentials, args.insecure_public)
+        from flowengine.dashboard.jobs import JobsSource
+
         flows = FlowsSource(args.backend) if args.backend else None
-    except (CommandError, exc.MissingExtra) as e:
+        jobs = JobsSource(args.board, args.board_name) if args.board else None
+    except (CommandError, exc.MissingExtra, exc.FlowEngineError, ValueError) as e:
         print(f"flowengine dashboard: {e}", file=sys.stderr)
         return EXIT_REFUSED
     import uvicorn
 
     live = LiveState(args.exchange, broker, events=not args.no_events)
     live.start()  # a broker problem is one line from main(), before anything listens
-    config = uvicorn.Config(app_mod.build_app(live, flows), host=args.host, port=args.port,
-                            log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    actions = (Actions(args.exchange, broker, flows, secret_file=args.secret_file)
+               if credentials.enabled else None)
+    # Actions are logged at WARNING (seen whatever the level): who did what, and how it ended.
+    config = uvicorn.Config(app_mod.build_app(live, flows, credentials, actions, jobs),
+                            host=args.host, port=args.port, log_level="warning",
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     server = uvicorn.Server(config)
     shown = f" (flows of {flows.url.safe})" if flows is not None else ""
+    shown += f" (jobs of {jobs.safe_url})" if jobs is not None else ""
+    shown += (f"; actions allowed with {credentials.describe}" if credentials.enabled
+              else "; read-only")
     threading.Thread(target=_announce, args=(server, broker_options.where(args), shown),
                      daemon=True,
                      name="flowengine-dashboard-announce").start()
@@ -66,6 +94,19 @@ def run(args: argparse.Namespace) -> int:
     finally:
         live.stop()
     return 0
+
+
+def _check_exposure(host: str, credentials: Any, insecure_public: bool) -> None:
+    """CommandError for a non-loopback address without credentials (unless told it is fine)."""
+    from flowengine.commands.errors import CommandError
+    from flowengine.dashboard import auth
+
+    if credentials.enabled or insecure_public or auth.is_loopback(host):
+        return
+    raise CommandError(f"refusing to serve on {host} without authentication (anyone who"
+                       f" reaches it would see task arguments, results and tracebacks):"
+                       f" give --token-file or --basic-auth-file (or"
+                       f" ${auth.TOKEN_ENV}), or --insecure-public to serve it anyway")
 
 
 def _announce(server: Any, where: str, shown: str) -> None:

@@ -135,17 +135,52 @@ def _show(broker: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _requeue(broker: Any, args: argparse.Namespace) -> int:
-    from flowengine.engines.worker_based.messaging import dead_letter_reader as dlr
+def check_requeue(broker: Any, exchange: str, queue: str,
+                  indexes: list[int] | None) -> int:
+    """How many dead letters a requeue of ``indexes`` (None: all) moves; CommandError if absent."""
+    from flowengine.commands.errors import CommandError
     from flowengine.engines.worker_based.messaging import inventory
 
-    depth = inventory.queue_depth(broker, args.exchange, args.queue)
+    depth = inventory.queue_depth(broker, exchange, queue)
+    if indexes is not None and indexes and max(indexes) > depth:
+        raise CommandError(f"no dead letter {max(indexes)} in queue {queue!r} (it holds"
+                           f" {depth}); nothing requeued")
+    return depth if indexes is None else len(indexes)
+
+
+def requeue(broker: Any, exchange: str, queue: str, indexes: list[int] | None
+            ) -> tuple[list[str], list[str], bool]:
+    """Requeue dead letters ``indexes`` (None: all) of ``queue`` (``deadletters``, the dashboard).
+
+    Returns what was done (lines), what went wrong (lines) and whether all
+    chosen were requeued.
+    """
+    from flowengine.engines.worker_based.messaging import dead_letter_reader as dlr
+
+    report = dlr.requeue_dead_letters(broker, exchange, queue, indexes)
+    done_lines = [f"Requeued dead letter {letter.index} ({_cell(letter.type)}"
+                  f" {_cell(letter.correlation_id)}) to exchange {letter.exchange!r},"
+                  f" routing key {letter.routing_key!r}"
+                  for letter in report.requeued + report.already_gone]
+    problems = [f"Dead letter {letter.index} had left queue {queue!r} meanwhile (another"
+                f" reader?): it may have been requeued twice" for letter in report.already_gone]
+    problems += [f"Kept dead letter {letter.index}: {why}" for letter, why in report.kept]
+    problems += [f"No dead letter {index} any more in queue {queue!r}"
+                 for index in report.missing]
+    done = len(report.requeued) + len(report.already_gone)
+    done_lines.append(f"Requeued {done} dead letter(s) from queue {queue!r}.")
+    return done_lines, problems, not (report.kept or report.missing)
+
+
+def _requeue(broker: Any, args: argparse.Namespace) -> int:
+    from flowengine.commands.errors import CommandError
+
     indexes = None if args.all else sorted(set(args.indexes))
-    if indexes is not None and indexes[-1] > depth:
-        print(f"flowengine deadletters: no dead letter {indexes[-1]} in queue {args.queue!r}"
-              f" (it holds {depth}); nothing requeued", file=sys.stderr)
+    try:
+        count = check_requeue(broker, args.exchange, args.queue, indexes)
+    except CommandError as e:
+        print(f"flowengine deadletters: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    count = depth if indexes is None else len(indexes)
     if count == 0:
         print(f"No dead letters in queue {args.queue!r}: nothing requeued.", file=sys.stderr)
         return 0
@@ -156,21 +191,13 @@ def _requeue(broker: Any, args: argparse.Namespace) -> int:
         if sys.stdin.readline().strip().lower() not in ("y", "yes"):
             print("Nothing requeued.", file=sys.stderr)
             return EXIT_DECLINED
-    report = dlr.requeue_dead_letters(broker, args.exchange, args.queue, indexes)
-    for letter in report.requeued + report.already_gone:
-        print(f"Requeued dead letter {letter.index} ({_cell(letter.type)}"
-              f" {_cell(letter.correlation_id)}) to exchange {letter.exchange!r},"
-              f" routing key {letter.routing_key!r}")
-    for letter in report.already_gone:
-        print(f"Dead letter {letter.index} had left queue {args.queue!r} meanwhile (another"
-              f" reader?): it may have been requeued twice", file=sys.stderr)
-    for letter, why in report.kept:
-        print(f"Kept dead letter {letter.index}: {why}", file=sys.stderr)
-    for index in report.missing:
-        print(f"No dead letter {index} any more in queue {args.queue!r}", file=sys.stderr)
-    done = len(report.requeued) + len(report.already_gone)
-    print(f"Requeued {done} dead letter(s) from queue {args.queue!r}.")
-    return EXIT_DECLINED if report.kept or report.missing else 0
+    done_lines, problems, complete = requeue(broker, args.exchange, args.queue, indexes)
+    for line in done_lines[:-1]:
+        print(line)
+    for line in problems:
+        print(line, file=sys.stderr)
+    print(done_lines[-1])
+    return 0 if complete else EXIT_DECLINED
 
 
 def _cell(value: Any) -> str:

@@ -99,10 +99,15 @@ def _inspect(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def cancel_request(client: Any, request: str, timeout_s: float, limit: int | None = None,
+                   expect: Any = None) -> list[dict[str, Any]]:
+    """Ask every worker to cancel ``request``; their answers (``control cancel``, the dashboard)."""
+    return _answers(client.ask("cancel", {"request": request}, timeout_s=timeout_s,
+                               limit=limit, expect=expect))
+
+
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    answers = _answers(client.ask("cancel", {"request": args.request},
-                                  timeout_s=args.timeout, limit=args.limit,
-                                  expect=args.expect))
+    answers = cancel_request(client, args.request, args.timeout, args.limit, args.expect)
     if args.json:
         print(json.dumps(answers, indent=2, sort_keys=True))
     if not answers:
@@ -137,26 +142,48 @@ def describe_cancel(request: str, answers: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _shutdown(client: Any, args: argparse.Namespace) -> int:
-    pongs = _answers(client.ask("ping", timeout_s=args.timeout, expect=args.expect))
+def pick_worker(client: Any, ref: str, timeout_s: float, expect: Any = None) -> str:
+    """The one live worker whose id is ``ref`` or starts with it; CommandError otherwise."""
+    from flowengine.commands.errors import CommandError
+
+    pongs = _answers(client.ask("ping", timeout_s=timeout_s, expect=expect))
     matches = [a["worker_id"] for a in pongs
-               if a["worker_id"] == args.worker or a["worker_id"].startswith(args.worker)]
-    exact = [m for m in matches if m == args.worker]
+               if a["worker_id"] == ref or a["worker_id"].startswith(ref)]
+    exact = [m for m in matches if m == ref]
     if exact:
         matches = exact
     if len(matches) != 1:
         known = ", ".join(a["worker_id"] for a in pongs) or "none answered"
         what = "no live worker" if not matches else f"{len(matches)} workers"
-        print(f"flowengine control: {what} match {args.worker!r} (workers: {known})",
-              file=sys.stderr)
+        raise CommandError(f"{what} match {ref!r} (workers: {known})")
+    return str(matches[0])
+
+
+def shutdown_worker(client: Any, worker_id: str, timeout_s: float) -> list[dict[str, Any]]:
+    """Tell ``worker_id`` to shut down warmly; its answer (empty if it gave none)."""
+    return _answers(client.ask("shutdown", destination=[worker_id], timeout_s=timeout_s))
+
+
+def describe_shutdown(worker_id: str, answers: Sequence[dict[str, Any]]) -> str:
+    """What the worker now does, in one line."""
+    held = answers[0]["result"]["worker"].get("held", 0)
+    return (f"Worker {worker_id}: warm shutdown started: no new requests; it finishes"
+            f" the {held} request(s) it holds, then exits")
+
+
+def _shutdown(client: Any, args: argparse.Namespace) -> int:
+    from flowengine.commands.errors import CommandError
+
+    try:
+        worker_id = pick_worker(client, args.worker, args.timeout, args.expect)
+    except CommandError as e:
+        print(f"flowengine control: {e}", file=sys.stderr)
         return EXIT_REFUSED
-    answers = _answers(client.ask("shutdown", destination=matches, timeout_s=args.timeout))
+    answers = shutdown_worker(client, worker_id, args.timeout)
     if args.json:
         print(json.dumps(answers, indent=2, sort_keys=True))
     if not answers:
         return _none_answered(args)
     if not args.json:
-        held = answers[0]["result"]["worker"].get("held", 0)
-        print(f"Worker {matches[0]}: warm shutdown started: no new requests; it finishes"
-              f" the {held} request(s) it holds, then exits")
+        print(describe_shutdown(worker_id, answers))
     return 0

@@ -86,7 +86,8 @@ def _board(args: argparse.Namespace, persistence: Any = None) -> Iterator[Any]:
         yield board
 
 
-def _describe(board: Any, job: Any) -> dict[str, Any]:
+def describe(board: Any, job: Any) -> dict[str, Any]:
+    """A job as `jobs show/list --json` print it (the dashboard lists the same)."""
     rec = job.record
     outcome = board.outcome(job)
     return {"uuid": job.uuid, "name": job.name, "priority": job.priority.value,
@@ -225,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         if command == "list":
             jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
                     else board.listing())
-            rows = [_describe(board, j) for j in jobs]
+            rows = [describe(board, j) for j in jobs]
             if not rows and not args.json:
                 where = "dead letter" if args.dead else "trash" if args.trash else "board"
                 print(f"No jobs in the {where}. Finished jobs leave the listing; their"
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             _print(args, rows, _list_text(rows))
             return 0
         if command == "show":
-            data = _describe(board, _find(board, args.uuid))
+            data = describe(board, _find(board, args.uuid))
             _print(args, data, _show_text(data))
             return 0
         if command == "wait":

@@ -87,7 +87,7 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
     names = set(seen) | set(args.queues)
     for worker in workers:  # a topic queue exists even while its workers are away
         names.update(f"{args.exchange}_{topic}" for topic in worker.get("topics", []))
-    names.update(_dead_letter_queues(args.exchange, workers, args.queues))
+    names.update(dead_letter_queues(args.exchange, workers, args.queues))
     found = inventory.describe_queues(broker, args.exchange, names, seen)
     rows = [dict(q.as_dict(), kind=_kind(q.name, args.exchange, workers),
                  dead_letters=dead_letters.is_dead_letter_queue(q.name)) for q in found]
@@ -116,7 +116,7 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _dead_letter_queues(exchange: str, workers: list[dict[str, Any]],
+def dead_letter_queues(exchange: str, workers: list[dict[str, Any]],
                         named: list[str]) -> set[str]:
     """The dead-letter queues there may be (those that exist are listed).
 

@@ -18,6 +18,7 @@ from flowengine import engines
 from flowengine import flow as flow_mod
 from flowengine.commands import backend_url, loading
 from flowengine.commands.flows import lookup, views
+from flowengine.dashboard.history import HistoryFilter
 from flowengine.engines.action_engine import graph_draw
 
 LOG = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ class FlowsSource:
 
     def __init__(self, url: str) -> None:
         self.url = backend_url.parse_url(url)
+        #: As given (a password included): only for the commands this dashboard
+        #: starts (through their environment, never their command line).
+        self.raw_url = url
         with backend_url.opened(self.url):
             pass  # fails now, naming the problem, rather than on every page
         loading.make_cwd_importable()
@@ -45,13 +49,19 @@ class FlowsSource:
                 contextlib.closing(backend.get_connection()) as conn:
             yield conn
 
-    def list(self) -> list[dict[str, Any]]:
-        """Every flow (most recently active first), with its logbook's name."""
+    def list(self, only: HistoryFilter | None = None) -> list[dict[str, Any]]:
+        """The flows ``only`` matches (every one without), most recently active first.
+
+        Each with its logbook's name and the workers its atoms last ran on.
+        """
         rows = []
         with self._conn() as conn:
             for book in conn.get_logbooks(lazy=False):
                 for fd in book:
-                    rows.append((fd, dict(views.flow_view(fd), book=book.name)))
+                    if only is not None and not only.matches(fd):
+                        continue
+                    rows.append((fd, dict(views.flow_view(fd), book=book.name,
+                                          workers=sorted(views.workers_of(fd)))))
         ordered = views.newest_first([fd for fd, _ in rows])
         by_uuid = {fd.uuid: row for fd, row in rows}
         return [by_uuid[fd.uuid] for fd in ordered][:MAX_FLOWS]
@@ -61,6 +71,11 @@ class FlowsSource:
         with self._conn() as conn:
             book, fd = lookup.find_flow(conn, ref, self.url.safe)
             return views.show_view(book, fd)
+
+    def find(self, ref: str) -> Any:
+        """The flow detail ``ref`` names (a uuid or its first characters); CommandError if none."""
+        with self._conn() as conn:
+            return lookup.find_flow(conn, ref, self.url.safe)[1]
 
     def graph_dot(self, ref: str) -> str:
         """DOT text of the flow's graph, atoms coloured by their stored state."""

@@ -102,6 +102,11 @@ class LiveState:
     # --- reading ---
 
     @property
+    def broker(self) -> BrokerSettings:
+        """Where the workers are."""
+        return self._broker
+
+    @property
     def version(self) -> int:
         """Grows by one at each change."""
         return self._version

@@ -10,8 +10,14 @@ with an application's own metadata::
     atoms                    atom names in execution order (for `flows show`)
     atom_runs                per atom, its last execution: started_at, ended_at
                              (ISO 8601 UTC), state it ended in (SUCCESS or
-                             FAILURE), worker (remote ones);
+                             FAILURE), attempt (1 for its first execution in
+                             this run, 2 after a retry controller ran it
+                             again...); remote ones also worker and queued_at
+                             (when the engine sent the request; started_at is
+                             then when the worker began its body);
                              written with the flow's state changes (its end)
+    exchange, topics         where a worker-based engine sent its requests (so
+                             the dashboard can retry/resume it there)
     cwd                      the directory the factory was imported from
     retries                  one summary per `flows retry`: state and failures
                              of the attempt it discarded
@@ -81,6 +87,8 @@ class Recorder:
         self._started: dict[str, str] = {}
         #: Runs ended since the last flow state change (written with the next one).
         self._runs: dict[str, dict[str, Any]] = {}
+        #: Atom name -> executions started by this engine (a retry controller reruns).
+        self._attempts: dict[str, int] = {}
         self._lock = threading.Lock()  # atom states may come from several threads
 
     def start(self, **extra: Any) -> None:
@@ -95,6 +103,10 @@ class Recorder:
             **extra}
         if not records.get("created_at"):
             fields["created_at"] = stamp
+        options = getattr(engine, "options", None) or {}
+        if options.get("topics"):
+            # No URL: it may hold a password; whoever reruns names the broker.
+            fields.update(exchange=options.get("exchange"), topics=list(options["topics"]))
         update(engine, **fields)
         engine.notifier.register(engine.notifier.ANY, self._on_flow_state)
         engine.atom_notifier.register(engine.atom_notifier.ANY, self._on_atom_state)
@@ -109,9 +121,7 @@ class Recorder:
             # atoms name their worker (one look at the engine's statistics).
             remote = getattr(self._engine, "statistics", {}).get("atoms") or {}
             for name, run in ended.items():
-                worker = (remote.get(name) or {}).get("worker_id")
-                if worker:
-                    run["worker"] = worker
+                _add_remote_times(run, remote.get(name) or {})
             runs = dict(self._engine.storage.flow_meta.get(META_KEY, {}).get("atom_runs") or {})
             runs.update(ended)
             fields["atom_runs"] = runs
@@ -125,9 +135,32 @@ class Recorder:
         if state == states.RUNNING:
             with self._lock:
                 self._started[name] = now()
+                self._attempts[name] = self._attempts.get(name, 0) + 1
             return
         if state not in _ENDS:
             return
         with self._lock:
             self._runs[name] = {"started_at": self._started.pop(name, None),
-                                "ended_at": now(), "state": state}
+                                "ended_at": now(), "state": state,
+                                "attempt": self._attempts.get(name, 1)}
+
+
+def _add_remote_times(run: dict[str, Any], remote: dict[str, Any]) -> None:
+    """Split a remote atom's run into its time queued and its time on the worker.
+
+    The engine saw the atom RUNNING when it sent the request; its worker
+    began the body ``run_time`` seconds before the end (the engine's
+    statistics, as the worker measured it).
+    """
+    worker = remote.get("worker_id")
+    if not worker:
+        return
+    run["worker"] = worker
+    ended = parse_time(run.get("ended_at"))
+    run_time = remote.get("run_time")
+    if ended is None or not isinstance(run_time, (int, float)) or run.get("started_at") is None:
+        return
+    body_started = ended - datetime.timedelta(seconds=run_time)
+    sent = parse_time(run["started_at"])
+    run["queued_at"] = run["started_at"]
+    run["started_at"] = max(body_started, sent).isoformat() if sent else body_started.isoformat()

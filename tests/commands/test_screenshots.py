@@ -25,7 +25,8 @@ def test_screenshots_script_writes_the_events_view_the_flow_graph_and_the_dashbo
         assert ET.parse(tmp_path / "demo-flow.svg").getroot().tag.endswith("svg")
     if _can_photograph():
         # The dashboard, photographed by a headless Chromium: real PNG pictures.
-        for name in ("dashboard.png", "dashboard-flow.png"):
+        for name in ("dashboard-idle.png", "dashboard.png", "dashboard-flow.png",
+                     "dashboard-history.png"):
             assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     else:
         assert "dashboard pictures not taken" in proc.stderr

@@ -113,14 +113,28 @@ def failure_view(failure: Any) -> dict[str, Any] | None:
 
 
 def atom_run(fd: models.FlowDetail, name: str) -> dict[str, Any]:
-    """When the atom last ran, how long, and on which worker (empty if not recorded)."""
+    """When the atom last ran (queued, started, ended), how long, where, which attempt.
+
+    Empty if not recorded. ``queued_at`` only for remote atoms (when the
+    engine sent the request); ``duration_s`` is the body's time.
+    """
     run = (run_records.of(fd).get("atom_runs") or {}).get(name)
     if not isinstance(run, dict):
         return {}
-    started, ended = (run_records.parse_time(run.get(k)) for k in ("started_at", "ended_at"))
-    return {"started_at": run.get("started_at"), "ended_at": run.get("ended_at"),
+    queued, started, ended = (run_records.parse_time(run.get(k))
+                              for k in ("queued_at", "started_at", "ended_at"))
+    return {"queued_at": run.get("queued_at"), "started_at": run.get("started_at"),
+            "ended_at": run.get("ended_at"), "state": run.get("state"),
             "duration_s": (ended - started).total_seconds() if started and ended else None,
-            "worker": run.get("worker")}
+            "queued_s": (started - queued).total_seconds() if queued and started else None,
+            "worker": run.get("worker"), "attempt": run.get("attempt")}
+
+
+def workers_of(fd: models.FlowDetail) -> set[str]:
+    """The workers the flow's atoms last ran on (as recorded)."""
+    runs = run_records.of(fd).get("atom_runs") or {}
+    return {str(run["worker"]) for run in runs.values()
+            if isinstance(run, dict) and run.get("worker")}
 
 
 def atom_view(ad: models.AtomDetail, fd: models.FlowDetail | None = None) -> dict[str, Any]:

@@ -4,6 +4,27 @@
 
 // How often the flow list is read again (ms): the backend is read on each request.
 const FLOWS_REFRESH_MS = 3000;
+// How often the dead letters are read again (ms): each read asks the broker.
+const DEAD_LETTERS_REFRESH_MS = 10000;
+// Pause before the live stream is opened again after it broke (ms).
+const RECONNECT_MS = 2000;
+// Where the page keeps the token it was given (this tab only).
+const TOKEN_KEY = "flowengine-dashboard-token";
+
+// Whether the server allows actions (it says so in every state it sends).
+let actionsEnabled = false;
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
+// fetch() with this page's credentials; a 401 asks for the token.
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: { ...authHeaders(), ...(options.headers || {}) } });
+  if (response.status === 401) askToken(sessionStorage.getItem(TOKEN_KEY) ? "wrong token" : "");
+  return response;
+}
 
 const $ = (sel) => document.querySelector(sel);
 
@@ -31,6 +52,33 @@ function stateBadge(state) {
   return el("span", { class: `state state-${state}` }, state);
 }
 
+// A button doing `action` with `fields` after a confirmation (only when actions are allowed).
+function actionButton(label, action, fields, question) {
+  if (!actionsEnabled) return "";
+  const button = el("button", { class: `action action-${action}`, type: "button" }, label);
+  button.addEventListener("click", () => {
+    if (window.confirm(question)) runAction(action, fields);
+  });
+  return button;
+}
+
+async function runAction(action, fields) {
+  const shown = $("#action-result");
+  const response = await api(`/api/actions/${action}`, {
+    method: "POST", body: JSON.stringify(fields),
+    headers: { "Content-Type": "application/json", "X-Flowengine-Dashboard": "1" },
+  });
+  let body = {};
+  try { body = await response.json(); } catch (e) { body = { error: response.statusText }; }
+  shown.hidden = false;
+  shown.className = response.ok ? "ok" : "error";
+  shown.dataset.action = action;
+  shown.dataset.status = String(response.status);
+  shown.textContent = response.ok ? body.message : `${action} refused: ${body.error}`;
+  if (response.ok && ["retry", "resume"].includes(action)) refreshFlows();
+  if (response.ok && action === "requeue") refreshDeadLetters();
+}
+
 function renderWorkers(state) {
   const body = $("#workers tbody");
   body.replaceChildren();
@@ -41,7 +89,9 @@ function renderWorkers(state) {
       el("td", {}, (w.topics || []).join(", ")), el("td", {}, w.threads),
       el("td", {}, w.held), el("td", {}, w.running),
       el("td", {}, totals.succeeded ?? 0), el("td", {}, totals.failed ?? 0),
-      el("td", {}, totals.cancelled ?? 0), el("td", {}, age(w.stats && w.stats.uptime_s))));
+      el("td", {}, totals.cancelled ?? 0), el("td", {}, age(w.stats && w.stats.uptime_s)),
+      el("td", { class: "action-col" }, actionButton("shut down", "shutdown", { worker: w.worker_id },
+        `Warm shutdown of worker ${w.worker_id}? It takes no new request, finishes the ${w.held} it holds, then exits.`))));
   }
   $("#worker-count").textContent = `${state.workers.length} live`;
   $("#no-workers").hidden = state.workers.length > 0;
@@ -54,7 +104,9 @@ function renderWorkers(state) {
       requests.append(el("tr", { "data-uuid": r.uuid },
         el("td", {}, w.worker_id), el("td", {}, r.task), el("td", { class: "uuid" }, r.uuid),
         el("td", {}, r.action), el("td", {}, r.attempt), el("td", {}, stateBadge(r.state)),
-        el("td", {}, age(r.running_for_s ?? r.held_for_s))));
+        el("td", {}, age(r.running_for_s ?? r.held_for_s)),
+        el("td", { class: "action-col" }, actionButton("cancel", "cancel", { request: r.uuid },
+          `Cancel request ${r.uuid} (${r.task}) on ${w.worker_id}? Its flow gets a RequestCancelled failure.`))));
     }
   }
   $("#no-requests").hidden = count > 0;
@@ -103,6 +155,9 @@ let flowsEnabled = null;
 
 function render(state) {
   $("#source").textContent = `${state.broker} / ${state.exchange}`;
+  actionsEnabled = Boolean(state.actions_enabled);
+  document.body.classList.toggle("actions", actionsEnabled);
+  $("#mode").textContent = actionsEnabled ? "actions allowed" : "read-only";
   renderWorkers(state);
   renderChart(state);
   renderEvents(state);
@@ -110,16 +165,80 @@ function render(state) {
     flowsEnabled = state.flows_enabled;
     $("#no-backend").hidden = flowsEnabled;
     $("#flows").hidden = !flowsEnabled;
+    $("#history-filter").hidden = !flowsEnabled && !state.jobs_enabled;
+    $("#jobs-box").hidden = !state.jobs_enabled;
+    if (state.jobs_enabled) { refreshJobs(); setInterval(refreshJobs, FLOWS_REFRESH_MS); }
     if (flowsEnabled) { refreshFlows(); setInterval(refreshFlows, FLOWS_REFRESH_MS); }
+    refreshDeadLetters();
+    setInterval(refreshDeadLetters, DEAD_LETTERS_REFRESH_MS);
   }
+}
+
+// The history filter as a query string (times entered in UTC); `stateInput`
+// is the flows' or the jobs' state choice.
+function flowQuery(stateInput = "#filter-state") {
+  const query = new URLSearchParams();
+  const pairs = [["state", stateInput], ["name", "#filter-name"], ["worker", "#filter-worker"],
+                 ["since", "#filter-since"], ["until", "#filter-until"]];
+  for (const [key, sel] of pairs) {
+    const value = $(sel).value.trim();
+    if (value) query.set(key, key === "since" || key === "until" ? `${value}Z` : value);
+  }
+  const text = query.toString();
+  return text ? `?${text}` : "";
+}
+
+let jobsAsked = 0;
+
+async function refreshJobs() {
+  const asked = ++jobsAsked;
+  const query = flowQuery("#jobs-state");
+  const response = await api(`/api/jobs${query}`);
+  if (!response.ok || asked !== jobsAsked) return;
+  const jobs = await response.json();
+  if (asked !== jobsAsked) return;
+  $("#jobs tbody").replaceChildren(...jobs.map((j) => el("tr", { "data-job": j.uuid },
+    el("td", { class: "uuid" }, j.uuid.slice(0, 8)), el("td", {}, j.name),
+    el("td", {}, stateBadge(j.state)),
+    el("td", {}, j.created_at ? new Date(j.created_at).toLocaleString() : "-"),
+    el("td", {}, j.owner || "-"), el("td", {}, j.attempts),
+    el("td", {}, j.outcome ? `${j.outcome.outcome}${j.outcome.reason ? `: ${j.outcome.reason}` : ""}` : "-"))));
+  $("#jobs-count").textContent = `${jobs.length} job(s)`;
+  $("#jobs-count").dataset.query = query.replace(/^\?/, "");
+}
+
+async function refreshDeadLetters() {
+  const response = await api("/api/deadletters");
+  if (!response.ok) return;
+  const queues = await response.json();
+  const body = $("#dead-letters tbody");
+  body.replaceChildren();
+  let count = 0;
+  for (const q of queues) {
+    for (const d of q.letters) {
+      count += 1;
+      body.append(el("tr", { "data-queue": q.queue, "data-index": d.index },
+        el("td", {}, q.queue), el("td", {}, d.index), el("td", {}, d.refused_at_utc),
+        el("td", {}, d.type ?? "-"), el("td", {}, d.reason ?? "-"),
+        el("td", { class: "action-col" }, actionButton("requeue", "requeue", { queue: q.queue, index: d.index },
+          `Requeue dead letter ${d.index} of ${q.queue} where it was first published?`))));
+    }
+  }
+  $("#dead-count").textContent = count ? `${count} waiting` : "";
+  $("#no-dead-letters").hidden = count > 0;
 }
 
 let selectedFlow = null;
 
+let flowsAsked = 0;
+
 async function refreshFlows() {
-  const response = await fetch("/api/flows");
-  if (!response.ok) return;
+  const asked = ++flowsAsked;
+  const query = flowQuery();
+  const response = await api(`/api/flows${query}`);
+  if (!response.ok || asked !== flowsAsked) return;  // a newer filter was asked since
   const flows = await response.json();
+  if (asked !== flowsAsked) return;
   const body = $("#flows tbody");
   body.replaceChildren();
   for (const f of flows) {
@@ -130,15 +249,17 @@ async function refreshFlows() {
       el("td", { class: "uuid" }, f.uuid.slice(0, 8)), el("td", {}, f.name),
       el("td", {}, f.book), el("td", {}, stateBadge(f.state)),
       el("td", {}, f.updated_at ? new Date(f.updated_at).toLocaleString() : "-"),
-      el("td", {}, counts));
+      el("td", {}, counts), el("td", {}, (f.workers || []).join(", ")));
     row.addEventListener("click", () => showFlow(f.uuid));
     body.append(row);
   }
+  $("#flows-count").textContent = `${flows.length} flow(s)`;
+  $("#flows-count").dataset.query = query.replace(/^\?/, "");
   if (selectedFlow) showFlow(selectedFlow, false);
 }
 
 async function showFlow(uuid, scroll = true) {
-  const response = await fetch(`/api/flows/${uuid}`);
+  const response = await api(`/api/flows/${uuid}`);
   if (!response.ok) return;
   const flow = await response.json();
   const changed = selectedFlow !== uuid;
@@ -150,8 +271,12 @@ async function showFlow(uuid, scroll = true) {
   $("#flow-detail").dataset.flow = uuid;
   $("#flow-title").replaceChildren(`${flow.name} `, stateBadge(flow.state),
                                    ` ${flow.uuid}`);
-  // A new URL each time: the browser must not keep an old colouring.
-  $("#graph").src = `/api/flows/${uuid}/graph.svg?v=${Date.now()}`;
+  const rerun = ["FAILURE", "REVERTED"].includes(flow.state) ? "retry"
+    : ["RUNNING", "SUSPENDED", "PENDING"].includes(flow.state) ? "resume" : null;
+  $("#flow-actions").replaceChildren(rerun ? actionButton(rerun, rerun, { flow: uuid },
+    `${rerun} flow ${flow.name} (${uuid})? It runs in a process the dashboard starts.`) : "");
+  showGraph(uuid);
+  renderTimeline(flow);
   const body = $("#atoms tbody");
   const open = new Set([...body.querySelectorAll("pre.traceback:not([hidden])")]
                         .map((p) => p.dataset.atom));
@@ -186,11 +311,122 @@ async function showFlow(uuid, scroll = true) {
   if (scroll && changed) $("#flow-detail").scrollIntoView({ behavior: "smooth" });
 }
 
-function connect() {
-  const source = new EventSource("/api/stream");
-  source.onopen = () => { $("#connection").textContent = "live"; $("#connection").className = "badge live"; };
-  source.onerror = () => { $("#connection").textContent = "reconnecting…"; $("#connection").className = "badge down"; };
-  source.onmessage = (message) => render(JSON.parse(message.data));
+// The graph is an image: fetched with the credentials, shown from a blob URL
+// (a new one each time: the browser must not keep an old colouring).
+async function showGraph(uuid) {
+  const response = await api(`/api/flows/${uuid}/graph.svg?v=${Date.now()}`);
+  if (!response.ok) return;
+  const old = $("#graph").src;
+  $("#graph").src = URL.createObjectURL(await response.blob());
+  if (old.startsWith("blob:")) URL.revokeObjectURL(old);
 }
 
-connect();
+// Per atom: when it was queued (remote atoms), started and ended, where, which
+// attempt; as bars on one time axis and as an event history, oldest first.
+function renderTimeline(flow) {
+  const events = [];
+  const runs = flow.atoms.filter((a) => a.run && a.run.started_at && a.run.ended_at);
+  for (const a of runs) {
+    const r = a.run;
+    if (r.queued_at) events.push([r.queued_at, a.name, "queued", r]);
+    events.push([r.started_at, a.name, "started", r]);
+    events.push([r.ended_at, a.name, r.state || "ended", r]);
+  }
+  $("#no-timeline").hidden = runs.length > 0;
+  const at = (text) => new Date(text).getTime();
+  const start = Math.min(...events.map((e) => at(e[0])));
+  const end = Math.max(...events.map((e) => at(e[0])));
+  const span = Math.max(end - start, 1);
+  const pct = (text) => `${((100 * (at(text) - start)) / span).toFixed(2)}%`;
+  const width = (from, to) => `${Math.max((100 * (at(to) - at(from))) / span, 0.4).toFixed(2)}%`;
+  $("#timeline").replaceChildren(...runs.map((a) => {
+    const r = a.run;
+    const track = el("div", { class: "track" });
+    if (r.queued_at) {
+      const queued = el("div", { class: "bar queued", title: `queued ${(r.queued_s ?? 0).toFixed(3)} s` });
+      queued.style.left = pct(r.queued_at); queued.style.width = width(r.queued_at, r.started_at);
+      track.append(queued);
+    }
+    const ran = el("div", { class: `bar ran state-${r.state}`,
+                            title: `${r.state} after ${(r.duration_s ?? 0).toFixed(3)} s on ${r.worker || "the engine"}` });
+    ran.style.left = pct(r.started_at); ran.style.width = width(r.started_at, r.ended_at);
+    track.append(ran);
+    return el("div", { class: "lane", "data-atom": a.name },
+      el("span", { class: "lane-name" }, a.name), track);
+  }));
+  events.sort((x, y) => at(x[0]) - at(y[0]));
+  $("#history tbody").replaceChildren(...events.map(([when, atom, what, r]) =>
+    el("tr", { "data-atom": atom, "data-event": what },
+      el("td", {}, when.replace("+00:00", "Z")), el("td", {}, ((at(when) - start) / 1000).toFixed(3)),
+      el("td", {}, atom), el("td", {}, stateBadge(what)), el("td", {}, r.worker || "-"),
+      el("td", {}, r.attempt ?? "-"))));
+}
+
+function setConnection(text, kind) {
+  $("#connection").textContent = text;
+  $("#connection").className = `badge ${kind}`;
+}
+
+function askToken(problem) {
+  $("#login").hidden = false;
+  $("#login-error").textContent = problem || "";
+  setConnection("signed out", "down");
+}
+
+// The live state, pushed as server-sent events; read with fetch() so that the
+// request carries the token (an EventSource cannot send headers).
+async function follow() {
+  for (;;) {
+    let response;
+    try {
+      response = await api("/api/stream");
+    } catch (e) {
+      response = null;
+    }
+    if (response && response.status === 401) return;  // askToken() shows the form
+    if (response && response.ok) {
+      $("#login").hidden = true;
+      setConnection("live", "live");
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value;
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const chunk = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            for (const line of chunk.split("\n")) {
+              if (line.startsWith("data: ")) render(JSON.parse(line.slice(6)));
+            }
+          }
+        }
+      } catch (e) { /* the connection broke: open it again */ }
+    }
+    setConnection("reconnecting…", "down");
+    await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+  }
+}
+
+$("#login").addEventListener("submit", (event) => {
+  event.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, $("#token").value.trim());
+  $("#login").hidden = true;
+  follow();
+});
+function refreshHistory() {
+  if (flowsEnabled) refreshFlows();
+  if (!$("#jobs-box").hidden) refreshJobs();
+}
+for (const sel of ["#filter-state", "#filter-name", "#filter-worker", "#filter-since", "#filter-until"]) {
+  $(sel).addEventListener("change", refreshHistory);
+}
+$("#jobs-state").addEventListener("change", refreshJobs);
+$("#filter-clear").addEventListener("click", () => {
+  for (const input of document.querySelectorAll("#history-filter input, #history-filter select")) input.value = "";
+  refreshHistory();
+});
+
+follow();
