@@ -25,6 +25,9 @@ from tests.tracing import recording  # noqa: E402
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 TRACESTATE = "congo=t61rcWkgMzE"
 
+#: Key signing every message of the in-process fleet.
+SECRET = "tracing-test-signing-key"
+
 
 class Audit(task.Task):
     """Makes a span of its own while it runs (as instrumented task code would)."""
@@ -35,10 +38,12 @@ class Audit(task.Task):
 
 
 def test_spans_a_task_makes_are_children_of_its_worker_span():
-    # Given a worker in this process (memory transport) and a recording provider
+    # Given a worker in this process (memory transport, signed messages: the
+    # trace headers are not signed and must not upset verification) and a
+    # recording provider
     exchange = f"audit-{uuid.uuid4().hex[:8]}"
     with recording.recording() as exporter:
-        worker = wk.Worker(exchange, "t", [Audit], transport="memory")
+        worker = wk.Worker(exchange, "t", [Audit], transport="memory", secret=SECRET)
         thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
                                   daemon=True)
         thread.start()
@@ -47,7 +52,7 @@ def test_spans_a_task_makes_are_children_of_its_worker_span():
             # When a flow runs a task that makes its own span
             engines.run(linear_flow.Flow("audited").add(Audit("audit")),
                         engine="worker-based", exchange=exchange, topics=["t"],
-                        transport="memory")
+                        transport="memory", secret=SECRET)
         finally:
             worker.stop()
             thread.join(30.0)

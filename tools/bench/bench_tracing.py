@@ -3,7 +3,8 @@
 
 An in-process worker per mode serves a linear flow of ``TASKS`` trivial tasks
 on the worker-based engine; the flow runs ``RUNS`` times in each mode, the
-modes taking turns (so a change in machine load hits all alike):
+modes taking turns, each round starting with the next mode (so a change in
+machine load hits all alike):
 
 - ``off``   flowengine does not trace (``FLOWENGINE_TRACING=off`` when the
             engine and the worker are made: the code path of a process
@@ -126,7 +127,9 @@ def flow_ms(modes: list[str], tasks: int, runs: int) -> dict[str, dict[str, floa
             exchange = exchanges[name] = f"bench-{uuid.uuid4().hex[:8]}"
             stack.enter_context(serving(exchange, name, provider))
         for i in range(runs + 1):
-            for name in modes:
+            # Each round starts with another mode: whichever runs first after
+            # the others' runs must not always be the same one.
+            for name in modes[i % len(modes):] + modes[:i % len(modes)]:
                 with mode(name, provider):
                     engine = engines.load(make_flow(tasks), store={"v0": 0},
                                           engine="worker-based", exchange=exchanges[name],
