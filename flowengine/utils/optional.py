@@ -17,6 +17,7 @@ EXTRAS = {
     "etcd": "The etcd jobboard (etcd://)",
     "metrics": "Prometheus metrics (flowengine worker --metrics-port)",
     "dashboard": "The web dashboard (flowengine dashboard)",
+    "otel": "OpenTelemetry traces of flows (flowengine.tracing)",
     "taskflow-compat": "Jobboards in TaskFlow's own layout (compat='taskflow')",
 }
 

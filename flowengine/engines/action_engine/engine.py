@@ -16,7 +16,7 @@ from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 from automaton import runners
 
 from flowengine import exceptions as exc
-from flowengine import states
+from flowengine import states, tracing
 from flowengine import storage as fe_storage
 from flowengine.engines import base
 from flowengine.engines.action_engine import builder, compiler
@@ -83,6 +83,8 @@ class ActionEngine(base.Engine):
     retry), ``never_resolve`` (a failure stops the engine without reverting),
     ``inject_transient`` (atom-scoped ``inject`` values kept in memory only,
     default True), ``gather_statistics`` (default True).
+
+    With OpenTelemetry installed, runs are traced (:mod:`flowengine.tracing`).
     """
 
     #: Final states that do not re-raise the failures seen during the run.
@@ -114,6 +116,10 @@ class ActionEngine(base.Engine):
         self._statistics: dict[str, Any] = {}
         # Made here so a bad executor option fails at load time, not at run.
         self._task_executor = self._task_executor_factory()
+        if tracing.enabled():
+            from flowengine.tracing import engine_spans
+
+            engine_spans.watch(self)
 
     def _task_executor_factory(self) -> ex.TaskExecutor:
         """Make the executor this engine runs tasks with (subclasses override)."""

@@ -30,6 +30,7 @@ from concurrent import futures
 from typing import Any
 
 from flowengine import exceptions as exc
+from flowengine import tracing
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import model as event_model
 from flowengine.engines.worker_based.executor_side import tracking as tr
@@ -149,6 +150,9 @@ class RequestPublisher:
             headers[pr.HEADER_ROOT_ID] = self._root_id
         if self._parent_id is not None:
             headers[pr.HEADER_PARENT_ID] = self._parent_id
+        trace_context = tracing.request_headers(tracked.request.uuid)
+        if trace_context:  # the engine's span for this atom (OpenTelemetry)
+            headers.update(trace_context)
         return headers
 
     def publish(self, tracked: tr.Tracked) -> None:

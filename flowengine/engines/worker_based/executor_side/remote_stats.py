@@ -47,6 +47,12 @@ class RemoteStatistics:
             entry["dispatches"] = tracked.attempt + 1
             entry["worker_id"] = tracked.worker_id
 
+    def of(self, name: str) -> dict[str, Any] | None:
+        """A copy of one atom's entry (None: no outcome recorded yet)."""
+        with self._lock:
+            entry = self._atoms.get(name)
+            return None if entry is None else dict(entry)
+
     def snapshot(self) -> dict[str, dict[str, Any]]:
         """A copy of the table: atom name -> timings."""
         with self._lock:

@@ -25,6 +25,17 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def _bounded_text(value: Any, max_chars: int) -> str | None:
+    text = _text(value)
+    return text if text is not None and len(text) <= max_chars else None
+
+
+#: Longest trace headers read: W3C's traceparent is 55 characters today
+#: (room left for later versions), a tracestate at most 32 members of ~16.
+MAX_TRACEPARENT_CHARS = 256
+MAX_TRACESTATE_CHARS = 1024
+
+
 def _epoch(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -82,6 +93,10 @@ class Headers:
     enqueued: float | None = None
     #: How long an outcome's body ran on its worker (s).
     run_s: float | None = None
+    #: The engine's span for the request's atom (W3C Trace Context, as sent;
+    #: flowengine.tracing checks the format).
+    traceparent: str | None = None
+    tracestate: str | None = None
     #: Why a header that matters could not be read (empty: all fine).
     problems: tuple[str, ...] = ()
 
@@ -117,6 +132,9 @@ class Headers:
             created=_epoch(raw.get(names.HEADER_CREATED)),
             enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
             run_s=_seconds(raw.get(names.HEADER_RUN_S)),
+            traceparent=_bounded_text(raw.get(names.HEADER_TRACEPARENT),
+                                      MAX_TRACEPARENT_CHARS),
+            tracestate=_bounded_text(raw.get(names.HEADER_TRACESTATE), MAX_TRACESTATE_CHARS),
             problems=tuple(problems))
         return headers
 

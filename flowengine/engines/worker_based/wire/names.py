@@ -86,6 +86,10 @@ HEADER_RUN_S = "run_s"  # seconds an outcome's body ran on its worker (timings)
 # On a PENDING reply: the worker got the request as a redelivery and did not
 # run it; its engine sends it again if, and only if, it still waits for it.
 HEADER_DECLINED = "declined"
+# W3C Trace Context of the engine's span for the request's atom (OpenTelemetry,
+# the otel extra; see flowengine.tracing): standard names, ignored by TaskFlow.
+HEADER_TRACEPARENT = "traceparent"
+HEADER_TRACESTATE = "tracestate"
 HEADER_NAMES = (HEADER_EXPIRES, HEADER_ATTEMPT, HEADER_ROOT_ID, HEADER_PARENT_ID,
                 HEADER_ORIGIN, HEADER_TIMELIMIT, HEADER_WORKER_ID, HEADER_LEAVING)
 

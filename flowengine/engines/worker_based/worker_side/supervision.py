@@ -2,14 +2,17 @@
 
 One :class:`Supervision` per topic served (its requests are shown with that
 topic), sharing the worker's :class:`~.activity.Activity`, its
-:class:`~.exception_handlers.HandlerChain` and its metrics.
+:class:`~.exception_handlers.HandlerChain` and its metrics; with
+OpenTelemetry installed it also traces each request body
+(:mod:`flowengine.tracing.worker_spans`).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from flowengine import tracing
 from flowengine.engines.worker_based.worker_side.activity import Activity
 from flowengine.engines.worker_based.worker_side.exception_handlers import (
     FailedRequest,
@@ -17,6 +20,9 @@ from flowengine.engines.worker_based.worker_side.exception_handlers import (
 )
 from flowengine.engines.worker_based.worker_side.performer import Job
 from flowengine.types import failure as ft
+
+if TYPE_CHECKING:
+    from flowengine.tracing.worker_spans import RequestSpans
 
 
 class RequestMetrics(Protocol):
@@ -40,6 +46,11 @@ class Supervision:
         self._worker_id = worker_id
         self._chain = chain or HandlerChain()
         self._metrics = metrics
+        self._spans: RequestSpans | None = None
+        if tracing.enabled():
+            from flowengine.tracing import worker_spans
+
+            self._spans = worker_spans.RequestSpans(worker_id, topic)
 
     def received(self, job: Job) -> None:
         """Shown as queued by ``inspect reserved``; counted."""
@@ -55,8 +66,11 @@ class Supervision:
         return refusal
 
     def started(self, job: Job) -> threading.Event:
-        """Shown as running; its cancellation flag."""
-        return self.activity.started(job)
+        """Shown as running (and traced); its cancellation flag."""
+        cancelled = self.activity.started(job)
+        if self._spans is not None:
+            self._spans.started(job)
+        return cancelled
 
     def failed(self, job: Job, failure: ft.Failure, elapsed_s: float) -> None:
         """Run the exception-handler chain."""
@@ -64,6 +78,8 @@ class Supervision:
 
     def finished(self, job: Job, result: Any, elapsed_s: float) -> None:
         """Count the outcome."""
+        if self._spans is not None:
+            self._spans.finished(job, result)
         failed = isinstance(result, ft.Failure)
         self.activity.finished(job, failed, elapsed_s)
         if self._metrics is not None:
@@ -74,6 +90,8 @@ class Supervision:
 
     def done(self, job: Job) -> None:
         """No longer held."""
+        if self._spans is not None:
+            self._spans.done(job)
         self.activity.done(job)
 
 
