@@ -16,7 +16,7 @@ import time
 import futurist
 import pytest
 
-from flowengine import engines
+from flowengine import engines, exceptions
 from flowengine import states as st
 from flowengine.conductors import backends as conductors
 from flowengine.jobs import base
@@ -278,6 +278,44 @@ def test_an_unloadable_job_is_trashed(setup):
         found = board.wait_for_outcome(job, WAIT_S)
     assert found.outcome == "trashed" and "no-such-flow-detail" in found.reason
     assert event("job_trashed").wait(WAIT_S)
+
+
+class _StoreDownAtFirst(impl_memory.MemoryBackend):
+    """A memory store whose first logbook read fails as an unreachable server's would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures_left = 1
+
+    def get_connection(self) -> impl_memory.MemoryConnection:
+        backend = self
+
+        class Connection(impl_memory.MemoryConnection):
+            def get_logbook(self, book_uuid, lazy=False):
+                if backend.failures_left:
+                    backend.failures_left -= 1
+                    raise exceptions.StorageFailure("Storage backend internal error:"
+                                                    " ConnectionLoss")
+                return super().get_logbook(book_uuid, lazy=lazy)
+
+        return Connection(self)
+
+
+@pytest.mark.parametrize("board_kind", ["memory"])
+def test_a_store_unreachable_when_the_flow_loads_fails_the_attempt_not_the_job(boards):
+    # Given a conductor whose store cannot be read the first time a job loads
+    persistence = _StoreDownAtFirst()
+    board = boards.make(persistence=persistence, connect=False, lease_s=1.0, backoff_s=0.05)
+    conductor = conductors.fetch("nonblocking", "testing", board, persistence=persistence,
+                                 wait_timeout=0.1)
+    conductor.connect()
+    with running(conductor):
+        job, _lb, _fd = post(board, persistence, flows.ok_factory)
+        found = board.wait_for_outcome(job, WAIT_S)
+    # Then the job is not trashed: that attempt failed, and the next one ran it
+    assert persistence.failures_left == 0
+    assert found is not None and found.outcome == "succeeded", found
+    assert found.attempts == 2
 
 
 @pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)

@@ -108,7 +108,8 @@ def run_job(conductor: Any, run: Running) -> Decision:
     """Run the job's flow to its end; the Decision on how to finish it.
 
     Exceptions from loading the engine (no flow detail, factory missing)
-    propagate: TaskFlow trashes such jobs.
+    propagate: TaskFlow trashes such jobs. A StorageFailure while loading
+    it fails the attempt instead: the job is tried again.
     """
     job, log = run.job, conductor._log
     if job.lost.is_set() if hasattr(job, "lost") else False:
@@ -117,6 +118,14 @@ def run_job(conductor: Any, run: Running) -> Decision:
         engine = conductor._engine_from_job(job)
     except excp.FencedOut as e:
         return Decision(NOTHING, reason=str(e), lost=True)
+    except excp.StorageFailure as e:
+        # The persistence could not be reached or written (an ensemble's
+        # leader lost for longer than a reconnection, a database failover):
+        # the job is sound, so it fails this attempt and is tried again
+        # after its back-off, where TaskFlow would trash it.
+        log.warning("Job %s could not load its flow (%s): given back as a failed attempt",
+                    job, e)
+        return Decision(FAIL, reason=reason_of(e))
     with run.lock:
         run.engine = engine
         if run.given_up():

@@ -23,6 +23,7 @@ fail, atomically, on the server.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import posixpath
 import threading
@@ -372,6 +373,13 @@ class ZkFencedConnection(fencing.PathFencedConnection):
             self._fence.check(stored)
             raise e
 
+    def _raise_to_ours(self, version: int) -> None:
+        """Write our token over the fence of ``version`` (-1: create it)."""
+        if version < 0:
+            self._zk._client.create(self._path, self._ours())
+        else:
+            self._zk._client.set(self._path, self._ours(), version=version)
+
     def advance_fence(self) -> None:
         """Raise the fence to our token (FencedOut if a newer one is there), atomically."""
         self._zk._ensure_path(posixpath.dirname(self._path))
@@ -381,14 +389,14 @@ class ZkFencedConnection(fencing.PathFencedConnection):
             if stored == self._fence.token:
                 return
             try:
+                # Made again across a reconnection: a write that was applied
+                # before its answer was lost then fails as Duplicate or
+                # BadVersion, and the next look finds our token there.
                 with self._zk._errors():
-                    if version < 0:
-                        self._zk._client.create(self._path, self._ours())
-                    else:
-                        self._zk._client.set(self._path, self._ours(), version=version)
+                    self._zk._riding_out(functools.partial(self._raise_to_ours, version))
                 return
             except exc.Duplicate:
-                continue  # another claimer created it first: look again
+                continue  # another claimer (or our own cut-off try) created it: look again
             except exc.StorageFailure as e:
                 if isinstance(e.cause, k_exc.BadVersionError):
                     continue  # moved meanwhile: look again
