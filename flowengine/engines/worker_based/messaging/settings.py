@@ -37,8 +37,8 @@ AMQP_HEARTBEAT_S = 20.0
 #: Transport option keys whose values are never shown (banner, logs).
 _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
 
-#: URL schemes served by flowengine's Redis transport.
-_REDIS_SCHEMES = ("redis", "rediss")
+#: URL schemes served by flowengine's Redis transport (directly, or through Sentinel).
+_REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 
 
 def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -187,7 +187,8 @@ class BrokerSettings:
             has_password = bool(urlsplit(full.partition(";")[0]).password)
         except ValueError:
             has_password = True
-        return transports.public_uri(conn.as_uri(include_password=not has_password))
+        return transports.public_uri(conn.as_uri(include_password=not has_password),
+                                     tls=bool(conn.ssl))
 
     def __repr__(self) -> str:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"

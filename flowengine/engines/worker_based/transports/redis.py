@@ -47,7 +47,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.transports import contract
+from flowengine.engines.worker_based.transports import contract, redis_replicas
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 from flowengine.engines.worker_based.transports.envelope import read_envelope
 from flowengine.utils import redis_identity
@@ -104,8 +104,8 @@ class QoS(kombu_redis.QoS):
             return
         try:
             with self.channel.conn_or_acquire() as client:
-                settled = rc.settle(client, held.inflight, held.raw, delivery_tag,
-                                    held.nonce, [])
+                settled = rc.settle(self.channel.replicated(client), held.inflight,
+                                    held.raw, delivery_tag, held.nonce, [])
         finally:
             virtual.QoS.ack(self, delivery_tag)
         if not settled:
@@ -150,6 +150,9 @@ class Channel(kombu_redis.Channel):
     QoS = QoS
     # One list per queue: BLMOVE has a single source.
     priority_steps = [0]
+    #: Replicas a publication or settlement waits for unless the transport
+    #: options say otherwise (see redis_replicas.py): none for a lone server.
+    default_wait_replicas = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -160,6 +163,11 @@ class Channel(kombu_redis.Channel):
         options = self.connection.client.transport_options or {}
         self.consumer_id = str(options.get(rc.CONSUMER_OPTION) or uuid.uuid4().hex)
         self.lease_ms = int(float(options.get(rc.LEASE_OPTION, rc.DEFAULT_LEASE_S)) * 1000)
+        self.replica_wait = redis_replicas.shared(
+            self.where,
+            int(options.get(redis_replicas.REPLICAS_OPTION, self.default_wait_replicas)),
+            float(options.get(redis_replicas.TIMEOUT_OPTION,
+                              redis_replicas.DEFAULT_TIMEOUT_S)))
         #: Deliveries taken and not settled yet, by delivery tag.
         self.held: dict[str, Held] = {}
         self._reliable: set[str] = set()
@@ -223,6 +231,16 @@ class Channel(kombu_redis.Channel):
             # Not the cached ``client``: consuming pins its connection.
             pooled = self._pooled_client = self._create_client(asynchronous=True)
         yield pooled
+
+    def replicated(self, client: Any) -> Any:
+        """``client``, its publishing and settling scripts waiting for replicas if asked."""
+        return redis_replicas.replicated(client, self.replica_wait, self.where)
+
+    @property
+    def where(self) -> str:
+        """The server, as logs name it (never a password)."""
+        conninfo = self.connection.client
+        return f"{conninfo.hostname}:{conninfo.port or self.connection.default_port}"
 
     # --- queues ---
 
@@ -397,7 +415,7 @@ class Channel(kombu_redis.Channel):
             self._captured.append(push)
             return None
         with self.conn_or_acquire() as client:
-            rc.publish(client, [push])
+            rc.publish(self.replicated(client), [push])
         return None
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
@@ -430,7 +448,7 @@ class Channel(kombu_redis.Channel):
             yield
         if pushes:
             with self.conn_or_acquire() as client:
-                rc.publish(client, pushes)
+                rc.publish(self.replicated(client), pushes)
 
     # --- settling with a reply ---
 
@@ -447,8 +465,8 @@ class Channel(kombu_redis.Channel):
         if held is None:
             raise exc.DeliveryNotSettled(f"Message {delivery_tag} is not held by this"
                                          f" channel (already settled?)")
-        settled = rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
-                            pushes)
+        settled = rc.settle(self.replicated(client), held.inflight, held.raw, delivery_tag,
+                            held.nonce, pushes)
         del self.held[delivery_tag]
         virtual.QoS.ack(self.qos, delivery_tag)
         if not settled:
@@ -464,3 +482,28 @@ class Transport(kombu_redis.Transport):
     flowengine_implements = contract.Capabilities(
         leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True,
         batch_publish=True, batch_take=True)
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """The reliable channel above, reaching the master through Redis Sentinel.
+
+    kombu's ``sentinel://`` spelling and options (``master_name``,
+    ``sentinel_kwargs``, ``min_other_sentinels``): every Sentinel of the URL
+    list is asked for the master, again after each broken connection, so
+    consumers and publishers follow a failover. Its publications and
+    settlements wait for one replica by default (see redis_replicas.py).
+    """
+
+    default_wait_replicas = 1
+
+    @property
+    def where(self) -> str:
+        """The service, as logs name it: its master moves."""
+        return f"the master of {getattr(self, 'master_name', None)!r} (Redis Sentinel)"
+
+
+class SentinelTransport(Transport):
+    """flowengine's Redis transport through Redis Sentinel (``sentinel://`` URLs)."""
+
+    Channel = SentinelChannel
+    default_port = kombu_redis.SentinelTransport.default_port  # type: ignore[assignment]
