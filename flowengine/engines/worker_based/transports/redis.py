@@ -47,10 +47,10 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.transports import contract, redis_replicas
+from flowengine.engines.worker_based.transports import contract
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 from flowengine.engines.worker_based.transports.envelope import read_envelope
-from flowengine.utils import redis_identity
+from flowengine.utils import redis_identity, redis_replicas
 
 LOG = logging.getLogger(__name__)
 

@@ -6,13 +6,15 @@ Sentinel promotes the replica. For flowengine's transport that moment can
 cost a request (an engine's publication gone: no worker ever sees it, and
 its engine would only learn of it at its transition timeout) or, worse,
 a second run of one (a worker's take and acceptance gone: the request is
-back in its queue on the new master while the first worker runs it).
+back in its queue on the new master while the first worker runs it); for
+the Redis jobboard, a job posted, or a claim (another conductor claims the
+job again while the first runs it).
 
-:class:`ReplicaWait` makes the transport's server-side scripts that publish
-and settle wait for ``replicas`` replicas (``WAIT``, sent in the same round
-trip, on the same connection, as the script): a publication or acceptance
-is only reported done once a replica has it, and Sentinel promotes the
-replica with the most data, so a failover no longer takes it away.
+:func:`replicated` makes server-side scripts (the transport's that publish
+and settle, all of the board's) wait for ``replicas`` replicas (``WAIT``,
+sent in the same round trip, on the same connection, as the script): a
+write is only reported done once a replica has it, and Sentinel promotes
+the replica with the most data, so a failover no longer takes it away.
 
 When no replica acknowledges within ``timeout_ms`` (none is attached, e.g.
 right after a failover promoted the only one) the write stands on the
@@ -39,10 +41,11 @@ __all__ = ["DEFAULT_TIMEOUT_S", "PAUSE_AFTER_SHORT_S", "REPLICAS_OPTION", "TIMEO
 
 #: Transport option: replicas a publication or settlement must reach before
 #: it counts as done (0: do not wait). The Sentinel transport waits for 1 by
-#: default, ``redis://`` for none.
+#: default, ``redis://`` for none. (The board's key: ``wait_replicas``.)
 REPLICAS_OPTION = "flowengine_wait_replicas"
 
-#: Transport option: the longest wait (s) for those replicas per write.
+#: Transport option: the longest wait (s) for those replicas per write
+#: (the board's key: ``wait_replicas_timeout_s``).
 TIMEOUT_OPTION = "flowengine_wait_replicas_timeout_s"
 
 #: A replica on the same network acknowledges within milliseconds; one that
