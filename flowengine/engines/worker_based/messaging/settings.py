@@ -42,8 +42,12 @@ _REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 
 
 def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Copy transport options with values of secret-looking keys replaced by '**'."""
+    """Copy transport options with values of secret-looking keys replaced by '**'.
+
+    Nested options too (``sentinel_kwargs``' password).
+    """
     return {key: "**" if any(word in str(key).lower() for word in _SECRET_OPTION_WORDS)
+            else mask_options(value) if isinstance(value, Mapping)
             else value
             for key, value in (options or {}).items()}
 

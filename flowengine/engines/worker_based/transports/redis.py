@@ -45,9 +45,10 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps
+from kombu.utils.url import url_to_parts
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.transports import contract
+from flowengine.engines.worker_based.transports import contract, redis_tls
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 from flowengine.engines.worker_based.transports.envelope import read_envelope
 from flowengine.utils import redis_identity, redis_replicas
@@ -155,7 +156,13 @@ class Channel(kombu_redis.Channel):
     default_wait_replicas = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        try:
+            super().__init__(*args, **kwargs)  # connects (PING)
+        except Exception as e:
+            problem = redis_tls.tls_problem(e, self.where, self.through_sentinel)
+            if problem is not None:
+                raise problem from e
+            raise
         if self.global_keyprefix:
             raise ValueError("flowengine's Redis transport does not support"
                              " global_keyprefix; use transport"
@@ -236,11 +243,15 @@ class Channel(kombu_redis.Channel):
         """``client``, its publishing and settling scripts waiting for replicas if asked."""
         return redis_replicas.replicated(client, self.replica_wait, self.where)
 
+    #: Whether the master is looked up through Sentinels.
+    through_sentinel = False
+
     @property
     def where(self) -> str:
-        """The server, as logs name it (never a password)."""
+        """The server, as logs and errors name it (never a password)."""
         conninfo = self.connection.client
-        return f"{conninfo.hostname}:{conninfo.port or self.connection.default_port}"
+        scheme = "rediss" if conninfo.ssl else "redis"
+        return f"{scheme}://{conninfo.hostname}:{conninfo.port or self.connection.default_port}"
 
     # --- queues ---
 
@@ -495,11 +506,30 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
     """
 
     default_wait_replicas = 1
+    through_sentinel = True
+
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        conninfo = connection.client
+        sentinels = []
+        for url in conninfo.alt or [conninfo.as_uri(include_password=True)]:
+            parts = url_to_parts(url)
+            sentinels.append((parts.hostname or "127.0.0.1",
+                              int(parts.port or _sentinel_default_port())))
+        options = conninfo.transport_options or {}
+        redis_tls.check_sentinels(sentinels, options.get("sentinel_kwargs"),
+                                  str(options.get("master_name")))
+        super().__init__(connection, **kwargs)
 
     @property
     def where(self) -> str:
-        """The service, as logs name it: its master moves."""
-        return f"the master of {getattr(self, 'master_name', None)!r} (Redis Sentinel)"
+        """The service, as logs and errors name it: its master moves."""
+        master = self.connection.client.transport_options.get("master_name")
+        return f"the master of {master!r} (Redis Sentinel)"
+
+
+def _sentinel_default_port() -> int:
+    """A Sentinel's port when its URL names none."""
+    return int(kombu_redis.SentinelTransport.default_port)
 
 
 class SentinelTransport(Transport):
