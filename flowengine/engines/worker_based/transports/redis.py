@@ -29,6 +29,12 @@ about one round trip per batch instead of two per reply. Until then an
 acknowledged reply stays in the in-flight list (at most one poll interval
 when the queue is idle): if the connection breaks meanwhile, the consumer
 gets it again, which replies tolerate (at least once, as before).
+
+``rediss://`` URLs get this transport over TLS (a certificate that does not
+verify fails at once: redis_tls.py); ``sentinel://`` URLs its Sentinel
+variant (:class:`SentinelTransport`, kombu's spelling and options), whose
+publications and settlements return once a replica has them
+(flowengine.utils.redis_replicas), so that a failover loses none of them.
 """
 
 from __future__ import annotations
