@@ -112,7 +112,7 @@ class QoS(kombu_redis.QoS):
         try:
             with self.channel.conn_or_acquire() as client:
                 settled = rc.settle(self.channel.replicated(client), held.inflight,
-                                    held.raw, delivery_tag, held.nonce, [])
+                                    held.raw, delivery_tag, held.nonce, [], held.queue)
         finally:
             virtual.QoS.ack(self, delivery_tag)
         if not settled:
@@ -130,7 +130,7 @@ class QoS(kombu_redis.QoS):
                     rc.restore_one(client, held.inflight, held.queue, held.raw)
                 else:
                     rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
-                              [])
+                              [], held.queue)
         finally:
             virtual.QoS.ack(self, delivery_tag)
 
@@ -435,6 +435,18 @@ class Channel(kombu_redis.Channel):
             rc.publish(self.replicated(client), [push])
         return None
 
+    def _inplace_augment_message(self, message: Any, exchange: str,
+                                 routing_key: str) -> None:
+        """kombu's, keeping a delivery tag the publisher chose (the same when sending again).
+
+        A copy sent again after a lost answer then carries the first one's
+        tag, and only one copy is ever settled (see redis_consumers.py).
+        """
+        tag = message["properties"].get("delivery_tag")
+        super()._inplace_augment_message(message, exchange, routing_key)
+        if tag:
+            message["properties"]["delivery_tag"] = tag
+
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         if self._captured is not None:
             self._captured.append(rc.Push("", self._q_for_pri(queue, 0), dumps(message)))
@@ -483,7 +495,7 @@ class Channel(kombu_redis.Channel):
             raise exc.DeliveryNotSettled(f"Message {delivery_tag} is not held by this"
                                          f" channel (already settled?)")
         settled = rc.settle(self.replicated(client), held.inflight, held.raw, delivery_tag,
-                            held.nonce, pushes)
+                            held.nonce, pushes, held.queue)
         del self.held[delivery_tag]
         virtual.QoS.ack(self.qos, delivery_tag)
         if not settled:
