@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ssl
 
+import pytest
+
+from flowengine import exceptions as exc
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings, mask_options
 
@@ -41,3 +44,10 @@ def test_nested_secret_options_are_masked():
     assert mask_options(options) == {"master_name": "m",
                                      "sentinel_kwargs": {"password": "**", "ssl": True}}
     assert "s3" not in repr(BrokerSettings("sentinel://h1", transport_options=options))
+
+
+def test_a_sentinel_url_without_the_service_name_is_refused_at_once():
+    broker = BrokerSettings("sentinel://h1:26379;sentinel://h2:26379")
+    with pytest.raises(exc.BrokerConfigError, match="master_name"):
+        broker.connection()
+    assert broker.public_uri.startswith("sentinel://h1:26379")

@@ -21,6 +21,7 @@ from typing import Any
 from kombu import transport as kombu_transport
 from kombu.connection import Connection
 
+from flowengine import exceptions as exc
 from flowengine.engines.worker_based.transports import errors as broker_errors
 
 MEMORY = "flowengine-memory"
@@ -99,6 +100,19 @@ def _tls_default(url: str | None, kwargs: dict[str, Any]) -> None:
         kwargs["ssl"] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
+def _check_sentinel_options(url: str | None, transport: str | None,
+                            options: Mapping[str, Any] | None) -> None:
+    """BrokerConfigError for Sentinel without a service name (kombu fails later, vaguely).
+
+    ``options`` None: a connection only looked at (its URI), never connected.
+    """
+    if options is not None and resolve(url, transport) == SENTINEL \
+            and not options.get("master_name"):
+        raise exc.BrokerConfigError(
+            "a sentinel:// URL needs the transport option master_name, the service its"
+            " Sentinels monitor (e.g. --transport-option master_name=mymaster)")
+
+
 def connection(url: str | None, transport: str | None,
                transport_options: Mapping[str, Any] | None = None,
                **kwargs: Any) -> Connection:
@@ -113,6 +127,7 @@ def connection(url: str | None, transport: str | None,
         # kombu warns without a hostname; name the transport instead.
         url = f"{transport}://" if transport and transport.isidentifier() else "localhost"
     _tls_default(url, kwargs)
+    _check_sentinel_options(url, transport, transport_options)
     try:
         conn = _Connection(url, transport=resolve(url, transport),  # type: ignore[no-untyped-call]
                            transport_options=transport_options, **kwargs)
