@@ -308,8 +308,8 @@ def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, st
     real_settle = rc.settle
 
     def settle(client: Any, held_in: str, raw: bytes, tag: str, nonce: str,
-               pushes: list) -> bool:
-        settled = real_settle(client, held_in, raw, tag, nonce, pushes)
+               pushes: list, queue: str = "") -> bool:
+        settled = real_settle(client, held_in, raw, tag, nonce, pushes, queue)
         if b"request-1" in raw:
             settles.append(settled)
             if lose_first_answer and len(settles) == 1:
@@ -406,6 +406,75 @@ def test_a_stale_holder_cannot_settle_what_another_consumer_settled(redis_url, n
         stale.channel.settle_with(stale.delivery_tag, [(names.reply, b'{"reply": 1}')],
                                   stale.channel.client)
     assert r.llen(names.reply) == 0
+
+
+def test_of_two_copies_of_one_message_only_the_first_settled_is_handled(redis_url, names,
+                                                                       stack):
+    r = inspector(stack, redis_url)
+    first_conn = connect(stack, redis_url, f"{names.consumer}-1")
+    second_conn = connect(stack, redis_url, f"{names.consumer}-2")
+    declare(first_conn, names.queue("work"), names.queue("reply"))
+    # Given one message queued twice, as a publication sent again after its
+    # answer was lost (a failed-over master) leaves it: same bytes, same tag
+    publish(first_conn, names, {"n": 1})
+    r.rpush(names.work, r.lindex(names.work, 0))
+    # When two consumers each take a copy and settle it with their reply
+    first = Taker(first_conn, names.queue("work")).next()
+    second = Taker(second_conn, names.queue("work")).next()
+    assert first.delivery_tag == second.delivery_tag
+    first.channel.settle_with(first.delivery_tag, [(names.reply, b'{"reply": 1}')],
+                              first.channel.client)
+    # Then the second is refused (it must not run it too), pushes nothing and
+    # holds nothing more
+    with pytest.raises(exc.DeliveryNotSettled):
+        second.channel.settle_with(second.delivery_tag, [(names.reply, b'{"reply": 2}')],
+                                   second.channel.client)
+    assert r.lrange(names.reply, 0, -1) == [b'{"reply": 1}']
+    assert r.llen(inflight(f"{names.consumer}-2", names.work)) == 0
+
+
+def test_a_message_routed_to_two_queues_is_settled_in_each(redis_url, names, stack):
+    other = kombu.Queue(f"{names.exchange}.other", names.kombu_exchange(),
+                        routing_key=WORK_KEY)
+    first_conn = connect(stack, redis_url, f"{names.consumer}-1")
+    second_conn = connect(stack, redis_url, f"{names.consumer}-2")
+    declare(first_conn, names.queue("work"), other)
+    # Given one publication that reached two queues (one tag in both)
+    publish(first_conn, names, {"n": 1})
+    first = Taker(first_conn, names.queue("work")).next()
+    second = Taker(second_conn, other).next()
+    assert first.delivery_tag == second.delivery_tag
+    # When each queue's consumer settles its message, Then both are settled
+    first.ack()
+    second.ack()
+
+
+def test_a_publication_sent_again_after_a_lost_answer_keeps_its_delivery_tag(
+        redis_url, names, stack, monkeypatch):
+    from flowengine.engines.worker_based.messaging.publisher import Publisher
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+
+    r = inspector(stack, redis_url)
+    declare(connect(stack, redis_url), names.queue("work"))
+    real_publish = rc.publish
+    answers_lost: list[int] = []
+
+    def publish_losing_the_first_answer(client: Any, pushes: Any) -> int:
+        made = real_publish(client, pushes)
+        if not answers_lost:
+            answers_lost.append(made)
+            raise redis.exceptions.ConnectionError("answer lost (test)")
+        return made
+
+    monkeypatch.setattr(rc, "publish", publish_losing_the_first_answer)
+    publisher = Publisher(BrokerSettings(redis_url, secret=False), names.kombu_exchange())
+    stack.callback(publisher.close_if_idle)
+    # When a publication's answer is lost after Redis queued it, and it is sent again
+    publisher.publish(TEST_TYPE, {"n": 1}, WORK_KEY)
+    # Then both copies carry one delivery tag (so only one is ever handled)
+    copies = [json.loads(raw) for raw in r.lrange(names.work, 0, -1)]
+    assert answers_lost == [1] and len(copies) == 2
+    assert copies[0]["properties"]["delivery_tag"] == copies[1]["properties"]["delivery_tag"]
 
 
 # --- 3. plain kombu and ours share queues ---
@@ -795,13 +864,13 @@ def test_a_worker_does_not_run_a_request_whose_message_was_given_away(
     real_settle = rc.settle
 
     def settle(client: Any, held_in: str, raw: bytes, tag: str, nonce: str,
-               pushes: list) -> bool:
+               pushes: list, queue: str = "") -> bool:
         if SABOTAGE.encode() in raw and not r.exists(thief):
             # The worker's lease lapsed before it settled: the message went
             # back and another consumer took it.
             with r.pipeline() as pipe:
                 pipe.lrem(held_in, 1, raw).lpush(thief, raw).execute()
-        return real_settle(client, held_in, raw, tag, nonce, pushes)
+        return real_settle(client, held_in, raw, tag, nonce, pushes, queue)
 
     monkeypatch.setattr(rc, "settle", settle)
     stack.callback(r.delete, thief)

@@ -36,6 +36,7 @@ from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import compat, event_thread, redis_client, redis_scripts
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
+from flowengine.utils import redis_replicas
 
 __all__ = ["RedisJob", "RedisJobBoard", "RedisStore", "raw_command"]
 
@@ -107,6 +108,9 @@ class RedisStore(BoardStore):
         self._reopen = reopen
         self._client_closed = False
         self._scripts: dict[str, Any] = {}
+        #: Replicas each script's writes must reach before it returns (see
+        #: flowengine.utils.redis_replicas); None: do not wait.
+        self.replicas: redis_replicas.ReplicaWait | None = None
         self._events: event_thread.EventThread | None = None
         self._unreadable: set[tuple[str, str]] = set()  # postings already warned about
         self.channel = self._key(self.CHANNEL)
@@ -140,7 +144,10 @@ class RedisStore(BoardStore):
             if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
                 raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
                                      f" {self._where} runs {version}")
-            self._scripts = {name: self._client.register_script(getattr(self.SCRIPTS, name))
+            # Posts, claims, renewals and outcomes count once a replica has
+            # them: a failover then loses none (see redis_replicas).
+            scripted = redis_replicas.replicated(self._client, self.replicas, self._where)
+            self._scripts = {name: scripted.register_script(getattr(self.SCRIPTS, name))
                              for name in self.SCRIPTS.__all__}
             if self.LEGACY_LISTED_KEY:
                 moved = self._client.register_script(redis_scripts.MOVE_JSON_POSTINGS)(
@@ -433,6 +440,7 @@ class RedisJobBoard(board.LeasedJobBoard):
         else:
             store = store_class(redis_client.make_client(conf), str(namespace), where,
                                 owns_client=True, reopen=lambda: redis_client.make_client(conf))
+        store.replicas = redis_client.replica_wait(conf, where)
         super().__init__(name, conf, store, persistence=persistence)
         self._namespace = store.namespace
 

@@ -17,6 +17,10 @@ TaskFlow 6.5's configuration keys and meaning:
 
 flowengine's own connection defaults (text replies, 5 s socket bounds,
 RESP2) apply where the configuration does not say otherwise.
+Through Sentinel, every write of the board's scripts returns only once a
+replica has it (``wait_replicas``, default 1; ``wait_replicas_timeout_s``,
+see :mod:`flowengine.utils.redis_replicas`): a failover loses no post,
+claim or outcome the board reported done.
 ``translated(where)`` turns redis-py's errors into flowengine's (an
 unreachable server is the recoverable BoardUnavailable; a TLS certificate
 that does not verify is a JobFailure naming the cause).
@@ -38,7 +42,7 @@ from redis import sentinel as redis_sentinel
 
 from flowengine import exceptions as exc
 from flowengine.jobs.backends import safe_url
-from flowengine.utils import redis_utils
+from flowengine.utils import redis_replicas, redis_utils
 
 try:  # redis-py 7+: its probe for maintenance notifications, off as in TaskFlow
     from redis import maint_notifications
@@ -46,7 +50,7 @@ except ImportError:  # older redis-py has no such probe
     maint_notifications = None  # type: ignore[assignment]
 
 __all__ = ["CLIENT_KEYS", "SENTINEL_PORT", "check_certificates", "client_kwargs",
-           "close_client", "describe", "make_client", "translated"]
+           "close_client", "describe", "make_client", "replica_wait", "translated"]
 
 #: The default port of a Redis Sentinel (``host``/``port`` name one with ``sentinel``).
 SENTINEL_PORT = 26379
@@ -170,6 +174,16 @@ def _through_sentinels(conf: dict[str, Any]) -> TextClient:
         pool_kwargs["retry"] = retry.Retry(backoff.NoBackoff(), 0)
     client: TextClient = manager.master_for(conf["sentinel"])  # type: ignore[no-untyped-call]
     return client
+
+
+def replica_wait(conf: dict[str, Any], where: str) -> redis_replicas.ReplicaWait | None:
+    """How many replicas the board's writes wait for: ``wait_replicas`` (1 through Sentinel)."""
+    through_sentinel = conf.get("sentinel") is not None
+    replicas = int(conf.get("wait_replicas", 1 if through_sentinel else 0))
+    if replicas <= 0:
+        return None
+    return redis_replicas.shared(where, replicas, float(
+        conf.get("wait_replicas_timeout_s", redis_replicas.DEFAULT_TIMEOUT_S)))
 
 
 def make_client(conf: dict[str, Any]) -> TextClient:

@@ -360,7 +360,9 @@ class Consumer:
                     if self._consumed_since_failure:
                         failures = 0
                     self._consumed_since_failure = False
-                    if isinstance(e, tuple(self._conn.channel_errors)) \
+                    # A transport may say itself that waiting cannot help
+                    # (a TLS certificate that does not verify): reported as such.
+                    if isinstance(e, (exc.BrokerConfigError, *self._conn.channel_errors)) \
                             or is_connection_error(e, self._conn):
                         self._back_off(e, failures)
                         failures += 1

@@ -37,13 +37,17 @@ AMQP_HEARTBEAT_S = 20.0
 #: Transport option keys whose values are never shown (banner, logs).
 _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
 
-#: URL schemes served by flowengine's Redis transport.
-_REDIS_SCHEMES = ("redis", "rediss")
+#: URL schemes served by flowengine's Redis transport (directly, or through Sentinel).
+_REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 
 
 def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Copy transport options with values of secret-looking keys replaced by '**'."""
+    """Copy transport options with values of secret-looking keys replaced by '**'.
+
+    Nested options too (``sentinel_kwargs``' password).
+    """
     return {key: "**" if any(word in str(key).lower() for word in _SECRET_OPTION_WORDS)
+            else mask_options(value) if isinstance(value, Mapping)
             else value
             for key, value in (options or {}).items()}
 
@@ -187,7 +191,8 @@ class BrokerSettings:
             has_password = bool(urlsplit(full.partition(";")[0]).password)
         except ValueError:
             has_password = True
-        return transports.public_uri(conn.as_uri(include_password=not has_password))
+        return transports.public_uri(conn.as_uri(include_password=not has_password),
+                                     tls=bool(conn.ssl))
 
     def __repr__(self) -> str:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"

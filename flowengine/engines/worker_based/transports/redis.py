@@ -29,6 +29,12 @@ about one round trip per batch instead of two per reply. Until then an
 acknowledged reply stays in the in-flight list (at most one poll interval
 when the queue is idle): if the connection breaks meanwhile, the consumer
 gets it again, which replies tolerate (at least once, as before).
+
+``rediss://`` URLs get this transport over TLS (a certificate that does not
+verify fails at once: redis_tls.py); ``sentinel://`` URLs its Sentinel
+variant (:class:`SentinelTransport`, kombu's spelling and options), whose
+publications and settlements return once a replica has them
+(flowengine.utils.redis_replicas), so that a failover loses none of them.
 """
 
 from __future__ import annotations
@@ -45,12 +51,13 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps
+from kombu.utils.url import url_to_parts
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based.transports import contract
+from flowengine.engines.worker_based.transports import contract, redis_tls
 from flowengine.engines.worker_based.transports import redis_consumers as rc
 from flowengine.engines.worker_based.transports.envelope import read_envelope
-from flowengine.utils import redis_identity
+from flowengine.utils import redis_identity, redis_replicas
 
 LOG = logging.getLogger(__name__)
 
@@ -104,8 +111,8 @@ class QoS(kombu_redis.QoS):
             return
         try:
             with self.channel.conn_or_acquire() as client:
-                settled = rc.settle(client, held.inflight, held.raw, delivery_tag,
-                                    held.nonce, [])
+                settled = rc.settle(self.channel.replicated(client), held.inflight,
+                                    held.raw, delivery_tag, held.nonce, [], held.queue)
         finally:
             virtual.QoS.ack(self, delivery_tag)
         if not settled:
@@ -123,7 +130,7 @@ class QoS(kombu_redis.QoS):
                     rc.restore_one(client, held.inflight, held.queue, held.raw)
                 else:
                     rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
-                              [])
+                              [], held.queue)
         finally:
             virtual.QoS.ack(self, delivery_tag)
 
@@ -150,9 +157,18 @@ class Channel(kombu_redis.Channel):
     QoS = QoS
     # One list per queue: BLMOVE has a single source.
     priority_steps = [0]
+    #: Replicas a publication or settlement waits for unless the transport
+    #: options say otherwise (see redis_replicas.py): none for a lone server.
+    default_wait_replicas = 0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        try:
+            super().__init__(*args, **kwargs)  # connects (PING)
+        except Exception as e:
+            problem = redis_tls.tls_problem(e, self.where, self.through_sentinel)
+            if problem is not None:
+                raise problem from e
+            raise
         if self.global_keyprefix:
             raise ValueError("flowengine's Redis transport does not support"
                              " global_keyprefix; use transport"
@@ -160,6 +176,11 @@ class Channel(kombu_redis.Channel):
         options = self.connection.client.transport_options or {}
         self.consumer_id = str(options.get(rc.CONSUMER_OPTION) or uuid.uuid4().hex)
         self.lease_ms = int(float(options.get(rc.LEASE_OPTION, rc.DEFAULT_LEASE_S)) * 1000)
+        self.replica_wait = redis_replicas.shared(
+            self.where,
+            int(options.get(redis_replicas.REPLICAS_OPTION, self.default_wait_replicas)),
+            float(options.get(redis_replicas.TIMEOUT_OPTION,
+                              redis_replicas.DEFAULT_TIMEOUT_S)))
         #: Deliveries taken and not settled yet, by delivery tag.
         self.held: dict[str, Held] = {}
         self._reliable: set[str] = set()
@@ -223,6 +244,20 @@ class Channel(kombu_redis.Channel):
             # Not the cached ``client``: consuming pins its connection.
             pooled = self._pooled_client = self._create_client(asynchronous=True)
         yield pooled
+
+    def replicated(self, client: Any) -> Any:
+        """``client``, its publishing and settling scripts waiting for replicas if asked."""
+        return redis_replicas.replicated(client, self.replica_wait, self.where)
+
+    #: Whether the master is looked up through Sentinels.
+    through_sentinel = False
+
+    @property
+    def where(self) -> str:
+        """The server, as logs and errors name it (never a password)."""
+        conninfo = self.connection.client
+        scheme = "rediss" if conninfo.ssl else "redis"
+        return f"{scheme}://{conninfo.hostname}:{conninfo.port or self.connection.default_port}"
 
     # --- queues ---
 
@@ -397,8 +432,20 @@ class Channel(kombu_redis.Channel):
             self._captured.append(push)
             return None
         with self.conn_or_acquire() as client:
-            rc.publish(client, [push])
+            rc.publish(self.replicated(client), [push])
         return None
+
+    def _inplace_augment_message(self, message: Any, exchange: str,
+                                 routing_key: str) -> None:
+        """kombu's, keeping a delivery tag the publisher chose (the same when sending again).
+
+        A copy sent again after a lost answer then carries the first one's
+        tag, and only one copy is ever settled (see redis_consumers.py).
+        """
+        tag = message["properties"].get("delivery_tag")
+        super()._inplace_augment_message(message, exchange, routing_key)
+        if tag:
+            message["properties"]["delivery_tag"] = tag
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         if self._captured is not None:
@@ -430,7 +477,7 @@ class Channel(kombu_redis.Channel):
             yield
         if pushes:
             with self.conn_or_acquire() as client:
-                rc.publish(client, pushes)
+                rc.publish(self.replicated(client), pushes)
 
     # --- settling with a reply ---
 
@@ -447,8 +494,8 @@ class Channel(kombu_redis.Channel):
         if held is None:
             raise exc.DeliveryNotSettled(f"Message {delivery_tag} is not held by this"
                                          f" channel (already settled?)")
-        settled = rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
-                            pushes)
+        settled = rc.settle(self.replicated(client), held.inflight, held.raw, delivery_tag,
+                            held.nonce, pushes, held.queue)
         del self.held[delivery_tag]
         virtual.QoS.ack(self.qos, delivery_tag)
         if not settled:
@@ -464,3 +511,47 @@ class Transport(kombu_redis.Transport):
     flowengine_implements = contract.Capabilities(
         leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True,
         batch_publish=True, batch_take=True)
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """The reliable channel above, reaching the master through Redis Sentinel.
+
+    kombu's ``sentinel://`` spelling and options (``master_name``,
+    ``sentinel_kwargs``, ``min_other_sentinels``): every Sentinel of the URL
+    list is asked for the master, again after each broken connection, so
+    consumers and publishers follow a failover. Its publications and
+    settlements wait for one replica by default (see redis_replicas.py).
+    """
+
+    default_wait_replicas = 1
+    through_sentinel = True
+
+    def __init__(self, connection: Any, **kwargs: Any) -> None:
+        conninfo = connection.client
+        sentinels = []
+        for url in conninfo.alt or [conninfo.as_uri(include_password=True)]:
+            parts = url_to_parts(url)
+            sentinels.append((parts.hostname or "127.0.0.1",
+                              int(parts.port or _sentinel_default_port())))
+        options = conninfo.transport_options or {}
+        redis_tls.check_sentinels(sentinels, options.get("sentinel_kwargs"),
+                                  str(options.get("master_name")))
+        super().__init__(connection, **kwargs)
+
+    @property
+    def where(self) -> str:
+        """The service, as logs and errors name it: its master moves."""
+        master = self.connection.client.transport_options.get("master_name")
+        return f"the master of {master!r} (Redis Sentinel)"
+
+
+def _sentinel_default_port() -> int:
+    """A Sentinel's port when its URL names none."""
+    return int(kombu_redis.SentinelTransport.default_port)
+
+
+class SentinelTransport(Transport):
+    """flowengine's Redis transport through Redis Sentinel (``sentinel://`` URLs)."""
+
+    Channel = SentinelChannel
+    default_port = kombu_redis.SentinelTransport.default_port  # type: ignore[assignment]

@@ -26,7 +26,10 @@ declares its queues again; what it takes meanwhile can still be reclaimed.
 Settling is fenced by a nonce drawn when the message was taken: a settle
 retried after a lost answer recognises its own earlier success, while a
 frozen holder whose message went to another consumer (same delivery tag,
-same bytes) is refused.
+same bytes) is refused. So is a second copy of a message in its queue (a
+publication sent again after its answer was lost with a failed-over
+master: publishers keep the delivery tag when they send again): the first
+consumer to settle a copy wins, the others' copies are settled away unhandled.
 """
 
 from __future__ import annotations
@@ -97,9 +100,14 @@ def inflight_key(consumer: str, queue: str) -> str:
     return f"{CONSUMER_PREFIX}{consumer}.inflight.{queue}"
 
 
-def settle_token_key(delivery_tag: str) -> str:
-    """Key saying that the delivery ``delivery_tag`` was settled by its holder."""
-    return f"flowengine.settled.{delivery_tag}"
+def settle_token_key(delivery_tag: str, queue: str = "") -> str:
+    """Key saying that the delivery ``delivery_tag`` from ``queue`` was settled by its holder.
+
+    Per queue: a message routed to several queues (a broadcast) is settled
+    once in each.
+    """
+    return f"flowengine.settled.{queue}.{delivery_tag}" if queue else \
+        f"flowengine.settled.{delivery_tag}"
 
 
 # Shared by the scripts below: put back everything consumer ``c`` holds and
@@ -228,9 +236,11 @@ end
 # (ms), the taker's nonce, binding separator, Push triples. 1: settled now
 # (pushed), 2: settled earlier by this same taker (a retry after a lost
 # answer), 0: not ours any more (reclaimed, possibly settled by the consumer
-# that got it next).
+# that got it next; or a copy of a message another taker settled: removed).
 _SETTLE = _ROUTE_FN + """
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
+  local holder = redis.call('GET', KEYS[2])
+  if holder and holder ~= ARGV[3] then return 0 end
   route_all(ARGV[4], 5)
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[2])
   return 1
@@ -332,13 +342,14 @@ def _push_args(pushes: Sequence[Push | tuple[str, bytes]]) -> list[Any]:
 
 
 def settle(client: Any, inflight: str, raw: bytes, delivery_tag: str, nonce: str,
-           pushes: Sequence[Push | tuple[str, bytes]]) -> bool:
+           pushes: Sequence[Push | tuple[str, bytes]], queue: str = "") -> bool:
     """Remove a held message and make ``pushes`` (Push, or (queue, payload)) atomically.
 
-    ``nonce`` is drawn when the message was taken. False when the message is
-    no longer held by us (another consumer got it).
+    ``nonce`` is drawn when the message was taken; ``queue`` is where it was
+    taken from. False when the message is no longer held by us (another
+    consumer got it), or another copy of it was settled first.
     """
-    keys = [inflight, settle_token_key(delivery_tag)]
+    keys = [inflight, settle_token_key(delivery_tag, queue)]
     args = [raw, SETTLE_TOKEN_TTL_MS, nonce, BINDING_SEP, *_push_args(pushes)]
     return int(_script(client, "settle")(keys=keys, args=args)) != 0
 
