@@ -6,6 +6,9 @@ import uuid
 
 import pytest
 
+# Without kazoo (the zookeeper extra) flowengine.utils.kazoo_utils raises
+# MissingExtra, which is no ImportError: skip on kazoo itself first.
+pytest.importorskip("kazoo", reason="needs kazoo (pip install 'flowengine[zookeeper]')")
 kazoo_utils = pytest.importorskip("flowengine.utils.kazoo_utils")
 
 from flowengine import exceptions as exc  # noqa: E402
