@@ -24,7 +24,7 @@ from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
-from flowengine.engines.worker_based.transports import inotify, tags
+from flowengine.engines.worker_based.transports import inotify
 from flowengine.engines.worker_based.transports import memory as mem
 from tests import waiting
 
@@ -251,16 +251,19 @@ def test_a_private_queues_messages_land_in_its_own_folder_and_wake_nobody_else(t
     assert not (tmp_path / ".own" / "mine").exists()
 
 
-def test_a_message_an_older_release_wrote_for_a_private_queue_is_delivered(tmp_path):
-    # Given a private queue, and a message for it in the message folder
-    # (where a publisher of an earlier release writes it),
-    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+def test_a_message_kombus_own_transport_wrote_for_a_private_queue_is_delivered(tmp_path):
+    # Given a private queue, and a message for it that kombu's own
+    # filesystem transport (a TaskFlow process's) wrote in the message
+    # folder, knowing nothing of the queue's folder,
+    kombus = kombu.Connection("filesystem://", transport="kombu.transport.filesystem:Transport",
+                              transport_options={"data_folder_in": str(tmp_path),
+                                                 "data_folder_out": str(tmp_path),
+                                                 "control_folder": str(tmp_path / "control")})
+    with fs_conn(tmp_path) as owner, kombus as producer:
         got: list[str] = []
         _own_queue(owner, "mine-too", got)
         _send(producer, "mine-too", "old")
-        own = tmp_path / ".own" / "mine-too"
-        name = next(n for n in os.listdir(own) if n.endswith(".msg"))
-        os.rename(own / name, tmp_path / name)
+        assert [n for n in os.listdir(tmp_path) if n.endswith(".mine-too.msg")]
         # when its owner drains,
         deadline = time.monotonic() + WAIT_S
         while not got and time.monotonic() < deadline:
@@ -920,23 +923,3 @@ def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
     parts = [name.partition("_")[2].partition(".")[0]
              for name in os.listdir(tmp_path) if name.endswith(".forked.msg")]
     assert len(parts) == 3 and len(set(parts)) == 3
-
-
-def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(tmp_path):
-    # Given a message claimed the way earlier releases did (renamed inside
-    # the message folder) by a process that is gone,
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait(timeout=WAIT_S)
-    with fs_conn(tmp_path) as conn:
-        conn.SimpleQueue("legacy").put({"n": 3})
-        name = next(n for n in os.listdir(tmp_path) if n.endswith(".legacy.msg"))
-        os.rename(tmp_path / name,
-                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{tags.next_tag()}@{name}")
-        # When a consumer of the folder looks,
-        queue = conn.SimpleQueue("legacy")
-        message = queue.get(timeout=WAIT_S)
-        # then it gets the message back, and no claim is left in that folder.
-        assert message.payload == {"n": 3}
-        message.ack()
-        queue.close()
-    assert not claims_in(tmp_path)

@@ -29,8 +29,10 @@ polls every second. This subclass keeps kombu's options and folder layout
   queue, ``Channel.take_in_batches``) is read without claim files;
 * a private queue's messages are written in a subfolder of its own,
   ``.own/<queue>``, which only its owner lists and watches: the replies to
-  one engine wake neither the workers nor the other engines. Messages an
-  older release wrote for it into the message folder are moved there.
+  one engine wake neither the workers nor the other engines. Messages a
+  publisher that knows no such folders (kombu's own filesystem transport,
+  as a TaskFlow process uses) wrote for it into the message folder are
+  moved there.
 
 Extra option ``data_folder``: one folder holding everything (messages/,
 control/, processed/) for all processes that share it. Folders are created
@@ -242,8 +244,8 @@ class Channel(filesystem.Channel):
         """Write ``payload`` atomically under a name that sorts in write order."""
         data = str_to_bytes(dumps(payload))
         folder = self.data_folder_out
-        # A private queue's own folder, if its owner made one (an owner of an
-        # earlier release reads the message folder, and made none).
+        # A private queue's own folder, if its owner made one (a shared queue,
+        # or a private one whose name cannot name a folder, has none).
         own = _own_folder(folder, queue)
         if own is not None and os.path.isdir(own):
             folder = own
@@ -298,24 +300,22 @@ class Channel(filesystem.Channel):
 
         ``listed``: the message folder's names, when just listed.
         """
-        self._reclaim(self._claims_folder, _list_claims(self._claims_folder))
-        if listed is None:
-            try:
-                listed = os.listdir(self.data_folder_in)
-            except OSError as e:
-                raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
-        # So do claims made in the message folder itself, as earlier
-        # flowengine releases did: a process of one may have died.
-        self._reclaim(self.data_folder_in, [n for n in listed if n.startswith(_CLAIM_PREFIX)])
+        self._reclaim(_list_claims(self._claims_folder))
         if self._own:
+            if listed is None:
+                try:
+                    listed = os.listdir(self.data_folder_in)
+                except OSError as e:
+                    raise ChannelError(f"Cannot list {self.data_folder_in!r}: {e}") from e
             self._adopt_strays(listed)
         self._reap_private()
 
     def _adopt_strays(self, listed: list[str]) -> None:
         """Move our private queues' messages found in the message folder into their own folders.
 
-        An earlier release writes them there; the rename keeps their names,
-        so they keep their place in write order.
+        A publisher that knows no such folders (kombu's own filesystem
+        transport, which a TaskFlow process uses) writes them there; the
+        rename keeps their names, so they keep their place in write order.
         """
         for name in listed:
             own = self._own.get(_queue_of(name) or "")
@@ -329,15 +329,15 @@ class Channel(filesystem.Channel):
                 LOG.error("Could not move message %s into its private queue's folder: %s",
                           name, e)
 
-    def _reclaim(self, claims_folder: str, claims: list[str]) -> None:
-        """Put back in their queues the messages dead processes claimed into ``claims_folder``."""
+    def _reclaim(self, claims: list[str]) -> None:
+        """Put back in their queues the messages dead processes claimed (``.claims``)."""
         folder = self.data_folder_in
         for claim in claims:
             target = _dead_claim_target(claim)
             if target is None:
                 continue
             try:
-                os.rename(os.path.join(claims_folder, claim), os.path.join(folder, target))
+                os.rename(os.path.join(self._claims_folder, claim), os.path.join(folder, target))
             except FileNotFoundError:
                 continue  # another consumer put it back first
             except OSError as e:
@@ -847,7 +847,7 @@ def _purge_files(folder: str, queue: str) -> int:
                             ((claims_folder, name) for name in _list_claims(claims_folder)))
     count = 0
     for where, name in files:
-        if name.startswith(_CLAIM_PREFIX):
+        if where == claims_folder:
             target = _dead_claim_target(name)
             if target is None or _queue_of(target) != queue:
                 continue
