@@ -24,6 +24,8 @@ from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
+from flowengine.engines.worker_based.transports import filesystem_bindings as fs_bindings
+from flowengine.engines.worker_based.transports import filesystem_layout as fs_layout
 from flowengine.engines.worker_based.transports import inotify
 from flowengine.engines.worker_based.transports import memory as mem
 from tests import waiting
@@ -449,10 +451,10 @@ def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_pat
     with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
         reader, writer = reader_conn.channel(), writer_conn.channel()
         writer._queue_bind("tbl", "k1", "", "queue1")
-        table = reader._exchange_path("tbl")
+        table = reader._bindings.path("tbl")
         changed_ns = os.stat(table).st_mtime_ns
         # Read one microsecond after its change,
-        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 1_000)
+        monkeypatch.setattr(fs_bindings, "_wall_ns", lambda: changed_ns + 1_000)
         assert [q.queue for q in reader.get_table("tbl")] == ["queue1"]
         # then changed again within the same tick: same size, same mtime.
         writer._delete("queue1", "tbl", "k1", "")
@@ -460,7 +462,8 @@ def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_pat
         os.utime(table, ns=(changed_ns, changed_ns))
         # Long after, the stat key is the one the cached table was read under,
         # but that read was racy: the table is read again.
-        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 2 * fs.TABLE_RACY_WINDOW_NS)
+        monkeypatch.setattr(fs_bindings, "_wall_ns",
+                            lambda: changed_ns + 2 * fs_bindings.TABLE_RACY_WINDOW_NS)
         assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
 
 
@@ -543,7 +546,7 @@ def test_a_consumer_wakes_only_for_messages_of_its_queues(tmp_path):
         pytest.skip("no inotify on this system")
     try:
         watcher.watch(str(tmp_path))
-        wanted = fs._message_of({"mine"})
+        wanted = fs_layout.message_of({"mine"})
         # When what every process writes there lands: temporary files, claims,
         # other queues' messages
         (tmp_path / ".tmp-1").write_bytes(b"{}")
