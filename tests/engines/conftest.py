@@ -28,6 +28,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from flowengine import engines  # noqa: E402
+from tests import fast_tier  # noqa: E402
 
 
 def _load(engine: str, **fixed: Any) -> Callable[[Any, Any, dict], Any]:
@@ -79,6 +80,7 @@ for _kind in KIND_FIXTURES:
 def _pool_fixture(kind: str, make: Callable[[pytest.FixtureRequest], Any]) -> Any:
     @pytest.fixture(scope="session")
     def fixture(request: pytest.FixtureRequest) -> Any:
+        fast_tier.refuse(f"worker processes ({kind})")
         pool = make(request)
         pool.start()
         process_pool.ACTIVE[kind] = pool

@@ -13,8 +13,6 @@ kazoo_utils = pytest.importorskip("flowengine.utils.kazoo_utils")
 
 from flowengine import exceptions as exc  # noqa: E402
 
-pytestmark = pytest.mark.broker
-
 
 @pytest.fixture
 def client(zk_hosts):

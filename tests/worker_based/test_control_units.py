@@ -155,6 +155,7 @@ def test_a_loop_waiting_for_its_turn_gives_up_when_the_worker_stops():
     assert result == [None]
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
     # A worker of several topics holding more than its capacity waits for
     # room in its consume loop (which keeps the AMQP connection alive); at

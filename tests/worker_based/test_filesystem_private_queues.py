@@ -21,6 +21,9 @@ from flowengine.engines.worker_based.transports import filesystem as fs
 from flowengine.engines.worker_based.transports import filesystem_housekeeping as housekeeping
 from flowengine.engines.worker_based.transports import filesystem_private as fp
 
+# Out of the fast tier (tests/fast_tier.py): runs consumer processes.
+pytestmark = pytest.mark.broker
+
 #: Bound (s) on every wait: reached only when the behaviour is broken.
 WAIT_S = 10.0
 

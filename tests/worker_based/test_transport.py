@@ -63,6 +63,7 @@ def test_resolve_picks_flowengine_transports():
 
 # --- filesystem ---
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_many_fast_messages_arrive_whole_and_in_order(tmp_path):
     # Given one producer writing 1,000 messages as fast as it can (many share
     # a millisecond), some of them large,
@@ -831,6 +832,7 @@ def claims_in(folder) -> list[str]:
     return [n for n in os.listdir(folder) if n.startswith(".claim-")]
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
     # Given a message taken by a consumer process that never acknowledges it,
     with fs_conn(tmp_path) as conn:
@@ -913,6 +915,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
     # Given a process that writes a message, forks a child that writes one,
     # then writes one more (in a process of its own: forking this
