@@ -65,7 +65,12 @@ def refuse(what: str) -> None:
 
 def _is_forbidden_command(args: Any) -> str | None:
     """What ``args`` (Popen's) would start that the fast tier may not, else None."""
-    argv: Sequence[str] = [args] if isinstance(args, (str, bytes, os.PathLike)) else args
+    if isinstance(args, (str, bytes)):  # a shell command line (shell=True)
+        line = os.fsdecode(args)
+        if "python" in line or "flowengine" in line:
+            return "a shell running Python: " + line[:200]
+        args = line.split()
+    argv: Sequence[str] = [args] if isinstance(args, os.PathLike) else args
     words = [os.fsdecode(a) for a in argv]
     if not words:
         return None
