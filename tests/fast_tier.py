@@ -32,7 +32,7 @@ SERVER_FIXTURES = frozenset({
     "private_redis", "persistent_redis", "private_rabbitmq", "private_zookeeper",
     "private_etcd", "private_pg", "sentinel_cluster", "tls_sentinel_cluster", "tls_redis",
     "real_broker", "browser",
-    "worker_pool_filesystem", "worker_pool_redis", "worker_pool_amqp",
+    "worker_pool_filesystem", "worker_pool_redis", "worker_pool_amqp", "traced_worker",
 })
 
 #: Parameter values of parametrised fixtures (the engine, board, backend or
