@@ -37,7 +37,10 @@ Fixtures
 - ``private_zookeeper`` (function): a ZooKeeper of the test's own, with
   ``kill()`` / ``start()`` / ``restart()`` (data kept), for outage tests.
 
-Markers: ``broker`` (needs a real broker server), ``slow``.
+Markers: ``broker`` (out of the fast tier: starts a server or a process, or
+is slow; see tests/fast_tier.py), ``slow``. ``pytest -m "not broker"`` (``tox
+-e unit``) runs the fast tier; with ``FLOWENGINE_NO_SERVERS=1`` a test of it
+that starts a server or a process fails.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)  # make `tests.persistence` importable
 
+from tests import fast_tier  # noqa: E402
 from tests.persistence import pg_server  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
@@ -105,11 +109,39 @@ def _root_logging_restored():
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "broker: needs a real message broker server (redis-server or rabbitmq-server)")
-    config.addinivalue_line("markers", "slow: takes more than a couple of seconds")
+        "markers", "broker: out of the fast tier: starts a server (broker, database, ZooKeeper,"
+        " etcd) or a process, or is slow (tests/fast_tier.py)")
+    config.addinivalue_line(
+        "markers", "slow: takes half a second or more (waits on real timeouts, leases, retries)")
     # Used at import time by tests/engines/conftest.py, before its own hooks run.
     config.addinivalue_line(
         "markers", "worker_processes: runs on `flowengine worker` processes over a broker")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Not in pytest-xdist's controller: it starts its workers as Python
+    # processes; each worker installs the guard for the tests it runs.
+    config = session.config
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+        return
+    fast_tier.install()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``broker`` each test out of the fast tier, before -m selects (tests/fast_tier.py).
+
+    A test is out when it uses a fixture of SERVER_FIXTURES, runs with a
+    parameter of SERVER_PARAMETERS (an engine, board, backend or broker
+    kind that starts a server or processes), or is marked ``slow``.
+    """
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        if (fast_tier.SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+                or any(isinstance(v, str) and v in fast_tier.SERVER_PARAMETERS for v in params)
+                or item.get_closest_marker("slow") is not None):
+            item.add_marker(pytest.mark.broker)
 
 
 def _unavailable(reason: str) -> None:
@@ -124,6 +156,7 @@ def _session_broker(request: pytest.FixtureRequest, env_var: str, starter) -> st
     url = os.environ.get(env_var)
     if url:
         return url
+    fast_tier.refuse(f"a server ({starter.__name__})")
     try:
         proc = starter()
     except brokers.BrokerUnavailable as exc:
@@ -175,6 +208,7 @@ def pg_url(request: pytest.FixtureRequest) -> str:
     url = os.environ.get("FLOWENGINE_TEST_PG_URL")
     if url:
         return url
+    fast_tier.refuse("a PostgreSQL server")
     if "error" not in _PG_STATE and "server" not in _PG_STATE:
         try:
             server = pg_server.start()
@@ -197,6 +231,7 @@ def amqp_url(request: pytest.FixtureRequest) -> str:
 
 
 def _private_broker(starter):
+    fast_tier.refuse(f"a server of its own ({getattr(starter, '__name__', starter)})")
     try:
         return starter()
     except brokers.BrokerUnavailable as exc:
@@ -313,6 +348,7 @@ def private_pg():
 
     Durable: a commit that returned survives the crash restart() makes.
     """
+    fast_tier.refuse("a PostgreSQL server of its own")
     try:
         server = pg_server.start(durable=True)
     except pg_server.PgUnavailable as e:

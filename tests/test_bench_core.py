@@ -34,6 +34,7 @@ def _child(*args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_scale_case_reports_every_phase_with_cpu_time():
     # Given the smallest scale case, when its child runs it on flowengine
     result = _child("--lib", "flowengine", "--case", "graph-1000", "--engine", "serial")
@@ -45,6 +46,7 @@ def test_scale_case_reports_every_phase_with_cpu_time():
     assert result["peak_rss_mb"] >= result["base_rss_mb"] > 0
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_child_stops_after_the_phase_asked_for():
     result = _child("--lib", "flowengine", "--case", "graph-1000", "--engine", "serial",
                     "--stop-after", "compile")

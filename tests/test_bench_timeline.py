@@ -13,6 +13,9 @@ import sys
 
 import pytest
 
+# Out of the fast tier (tests/fast_tier.py): runs the benchmark in processes of its own.
+pytestmark = pytest.mark.broker
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO_ROOT, "tools", "bench", "bench_timeline.py")
 

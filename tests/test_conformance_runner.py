@@ -126,6 +126,7 @@ def _fake_cache(root: Path) -> Path:
     return root
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_whole_run_expands_scenarios_and_reports(tmp_path):
     pytest.importorskip("testscenarios")
     pytest.importorskip("pytest_timeout")

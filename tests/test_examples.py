@@ -41,6 +41,7 @@ def test_every_example_is_checked():
     assert on_disk == set(EXPECTED), "add new examples to EXPECTED (or remove stale ones)"
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name):
     proc = subprocess.run(

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFORMANCE = REPO_ROOT / "tools" / "conformance"
 RUN_TIMEOUT_S = 60
@@ -84,6 +86,7 @@ ALIAS_PROBE = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_alias_makes_taskflow_modules_the_flowengine_modules():
     # Given an interpreter where real TaskFlow may be installed too
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(CONFORMANCE), str(REPO_ROOT)]))

@@ -11,6 +11,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO_ROOT, "tools", "bench", "bench_core.py")
 
@@ -22,6 +24,7 @@ def _load_bench():
     return module
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_bench_child_runs_a_case_on_flowengine():
     proc = subprocess.run(
         [sys.executable, BENCH, "--child", "--lib", "flowengine", "--case", "linear-50",
@@ -60,6 +63,7 @@ def test_bench_table_prints_ratios():
     assert ratio_line[2:] == ["0.50x", "0.050x", "0.25x", "0.50x"]
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_readme_commands_prints_the_quick_start_exactly_as_the_readme_shows_it():
     tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
     proc = subprocess.run([sys.executable, tool, "quick-start"], capture_output=True,
@@ -70,6 +74,7 @@ def test_readme_commands_prints_the_quick_start_exactly_as_the_readme_shows_it()
     assert f"<!-- ci: quick-start -->\n```sh\n{proc.stdout}```" in readme
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_readme_commands_fails_on_an_unknown_block():
     tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
     proc = subprocess.run([sys.executable, tool, "no-such-block"], capture_output=True,
@@ -78,6 +83,7 @@ def test_readme_commands_fails_on_an_unknown_block():
     assert "no '<!-- ci: no-such-block -->' marker" in proc.stderr
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_check_imports_imports_every_module_here():
     # This environment has every extra: nothing may fail or need one.
     tool = os.path.join(REPO_ROOT, "tools", "check_imports.py")

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TUTORIAL = os.path.join(ROOT, "doc", "source", "tutorial.rst")
 SHOP = os.path.join(ROOT, "doc", "examples", "tutorial", "shop")
@@ -39,6 +41,7 @@ def test_the_tutorial_names_the_commands_this_test_runs():
     assert commands[-1] == "kill %1 %2"
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_the_tutorial_runs_literally(tmp_path):
     # Given the tutorial's files in a fresh folder
     shutil.copytree(SHOP, tmp_path / "shop", ignore=shutil.ignore_patterns("__pycache__"))

@@ -190,9 +190,14 @@ class BoardStore(abc.ABC):
         Its outcome is forgotten; NotFound if it is in neither place.
         """
 
-    @abc.abstractmethod
     def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the lease of the claim ``token`` to ``lease_s`` from now; False if lost."""
+        """Set the lease of the claim ``token`` to ``lease_s`` from now; False if lost.
+
+        One claim renewed as :meth:`renew` renews many. A store whose
+        renew() cannot give a lease another length (etcd keeps a lease alive
+        at the length it was granted with) overrides this.
+        """
+        return not self.renew([(uuid, token)], lease_s)
 
     @abc.abstractmethod
     def lease_remaining(self, uuid: str) -> float | None:

@@ -38,9 +38,9 @@ __all__ = [
 FORMAT_VERSION = 1
 #: Key of a layout version in data given to ``from_dict``. ``to_dict`` never
 #: writes it (TaskFlow's dicts have no such key; absent means version 1, its
-#: layout). flowengine's SQL backend keeps the version in a column of its own;
-#: older flowengine releases wrote it into every dict, which still reads, and a
-#: future incompatible layout records its version here so this one refuses it.
+#: layout). flowengine's SQL backend keeps the version in a column of its own
+#: and hands it in under this key; a future incompatible layout records its
+#: version here so this one refuses it.
 FORMAT_VERSION_KEY = "format_version"
 
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -76,6 +76,7 @@ def test_worker_refuses_tasks_that_name_no_task(item, message, capsys):
     assert err.startswith(f"flowengine worker: {message}") and len(err.splitlines()) == 1
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_worker_finds_task_modules_in_the_current_directory(tmp_path):
     # Given a task module in the directory `flowengine worker` starts in
     (tmp_path / "mytasks.py").write_text(textwrap.dedent("""
@@ -152,6 +153,7 @@ def test_events_refuses_memory_as_run_and_worker_do(capsys):
     ("foo://localhost", "unknown broker transport 'foo'"),
     ("unreachable", "cannot reach the broker at redis://"),
 ])
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_events_says_why_it_cannot_listen_and_draws_no_empty_view(url, words):
     if url == "unreachable":
         url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
@@ -199,6 +201,7 @@ def _no_worker_run(tmp_path, *extra: str) -> subprocess.CompletedProcess:
         env=_env(), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_took(tmp_path):
     proc = _no_worker_run(tmp_path)
     assert proc.returncode == 1
@@ -208,6 +211,7 @@ def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_too
     assert 'File "' not in proc.stderr, proc.stderr
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_with_verbose_shows_how_the_request_expired(tmp_path):
     proc = _no_worker_run(tmp_path, "-v")
     assert proc.returncode == 1
@@ -252,6 +256,7 @@ def _graph_of_steps(tmp_path) -> list[str]:
     lambda tmp_path: ["flows", "list", "--backend", _flows_store(tmp_path)],
     _graph_of_steps,
 ], ids=["jobs-list", "jobs-list-json", "flows-list", "graph"])
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
     # Given a listing command whose reader went away before it wrote (`... | head -0`)
     args = argv(tmp_path)
@@ -268,6 +273,7 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
     assert proc.returncode == cli.EXIT_STDOUT_CLOSED == 1
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_stdout_closed_midway_ends_the_command_quietly(tmp_path):
     # Given `flowengine jobs list | head -2` over more than a pipe holds
     from flowengine.jobs import backends

@@ -66,6 +66,7 @@ def test_state_follows_a_request_and_a_worker():
     assert state.workers["w1"].status(time.time()) == "offline"
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_json_prints_one_event_per_line(tmp_path):
     # Given `flowengine events --json` listening
     exchange = unique()
@@ -120,6 +121,7 @@ def _read_until(fd: int, needles: list[str], timeout: float = WAIT_S) -> str:
     pytest.fail(f"did not see {needles} in:\n{_ANSI.sub('', text)[-3000:]}")
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_live_view_in_a_pseudo_terminal(tmp_path):
     # Given `flowengine events` running in a 160x50 pseudo-terminal
     exchange = unique()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.commands.flows_helpers import flowengine, ledger, listed, run_flow, saved_uuid
+
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine` commands in processes of their own.
+pytestmark = pytest.mark.broker
 
 
 def _two_flows(backend, tmp_path, book="tests"):

@@ -13,6 +13,9 @@ import pytest
 from flowengine.persistence import backends, models
 from tests.commands.flows_helpers import ROOT, env, flowengine
 
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine` commands in processes of their own.
+pytestmark = pytest.mark.broker
+
 
 @pytest.mark.parametrize("url, says", [
     ("memory://", "the memory backend lives inside one process"),

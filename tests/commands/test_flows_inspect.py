@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.commands import ledger_flows
 from tests.commands.flows_helpers import flowengine, listed, run_flow, saved_uuid, shown
+
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine` commands in processes of their own.
+pytestmark = pytest.mark.broker
 
 
 def _run_three(backend, tmp_path):

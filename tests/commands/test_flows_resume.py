@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.commands.flows_helpers import (
     FLOWS_MODULE,
     Background,
@@ -14,6 +16,9 @@ from tests.commands.flows_helpers import (
     shown,
 )
 from tests.worker_based.executor_helpers import unique
+
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine` commands in processes of their own.
+pytestmark = pytest.mark.broker
 
 
 def _killed_mid_flow(backend, ledger_path, *engine_args):

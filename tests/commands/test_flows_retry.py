@@ -8,6 +8,9 @@ import pytest
 
 from tests.commands.flows_helpers import flowengine, ledger, run_flow, saved_uuid, shown
 
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine` commands in processes of their own.
+pytestmark = pytest.mark.broker
+
 
 @pytest.mark.parametrize("factory, first_state, first_run", [
     # a's revert fails too: FAILURE, which TaskFlow's engine would not reset

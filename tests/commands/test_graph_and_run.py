@@ -47,6 +47,7 @@ def test_dot_shows_clusters_atoms_edges_and_the_retry():
     assert dot.count("->") >= 8
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_graph_command_writes_dot_without_graphviz(tmp_path):
     # Given no Graphviz on PATH
     env = dict(_env(), PATH=str(tmp_path))
@@ -70,6 +71,7 @@ def test_graph_command_rejects_a_bad_factory(capsys):
     assert "module:flow_factory" in capsys.readouterr().err
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_graph_command_writes_a_valid_svg_for_nested_flows(tmp_path):
     _need_dot()
     out = tmp_path / "flow.svg"
@@ -94,6 +96,7 @@ def test_engine_draw_colours_atoms_by_state(tmp_path):
         assert ET.parse(tmp_path / "run.svg").getroot().tag == f"{SVG_NS}svg"
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_command_prints_results():
     proc = _flowengine("run", "tests.commands.sample_flows:steps", "--store", "v0=40")
     assert proc.returncode == 0, proc.stderr
@@ -102,12 +105,14 @@ def test_run_command_prints_results():
     assert "steps" in proc.stderr  # the progress bar's description
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_command_fails_with_the_flow():
     proc = _flowengine("run", "tests.commands.sample_flows:steps", "--no-progress")
     assert proc.returncode == 1  # v0 is missing
     assert "flow failed" in proc.stderr
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_command_on_a_worker_prints_results_and_remote_timings(tmp_path):
     # Given a worker serving Step over the filesystem transport
     exchange = unique()

@@ -8,6 +8,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine run` in a process of its own.
+pytestmark = pytest.mark.broker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: Bounds the whole run (three one-second steps); a hang fails.

@@ -7,8 +7,13 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from flowengine.engines.action_engine import graph_draw
 from tests.worker_based.test_cli import ROOT, _env
+
+# Out of the fast tier (tests/fast_tier.py): runs tools/screenshots.py in a process of its own.
+pytestmark = pytest.mark.broker
 
 
 def test_screenshots_script_writes_the_events_view_the_flow_graph_and_the_dashboard(tmp_path):

@@ -42,6 +42,10 @@ KINDS = {
 }
 
 
+# Each test runs conductors that wait on their board (about a second a test on
+# memory and SQLite): out of the fast tier (tests/fast_tier.py).
+pytestmark = pytest.mark.slow
+
 #: Every conductor kind on the memory board; the nonblocking one (threads,
 #: the board shared between them) on every other board.
 COMBINATIONS = [pytest.param(c, b, id=f"{c}-{b}", marks=[pytest.mark.broker] if b == "redis"

@@ -28,6 +28,7 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from flowengine import engines  # noqa: E402
+from tests import fast_tier  # noqa: E402
 
 
 def _load(engine: str, **fixed: Any) -> Callable[[Any, Any, dict], Any]:
@@ -44,7 +45,7 @@ ENGINE_LOADERS: dict[str, Callable[[Any, Any, dict], Any]] = {
     "parallel-processes": _load("parallel", executor="processes", max_workers=2),
 }
 
-# --- worker-based engine (owned by H7; see tests/worker_based/behaviour_pool.py) ---
+# --- worker-based engine (see tests/worker_based/behaviour_pool.py) ---
 # Tasks run on a shared pool of in-process workers over the memory transport;
 # broker transports are added by the broker fixtures. Kept above the fixtures
 # because pytest copies ENGINE_KINDS when @pytest.fixture(params=...) runs.
@@ -55,7 +56,7 @@ OUT_OF_PROCESS_KINDS.add("worker-based")
 ENGINE_LOADERS["worker-based"] = load_worker_based
 # --- end of the worker-based section ---
 
-# --- worker-based engine on real worker processes (H13; tests/worker_based/process_pool.py) ---
+# --- worker-based engine on real worker processes (tests/worker_based/process_pool.py) ---
 # Two `flowengine worker` processes per broker, started once per session by
 # the fixture named in KIND_FIXTURES the first time a test of that kind runs.
 from tests.worker_based import process_pool  # noqa: E402
@@ -79,6 +80,7 @@ for _kind in KIND_FIXTURES:
 def _pool_fixture(kind: str, make: Callable[[pytest.FixtureRequest], Any]) -> Any:
     @pytest.fixture(scope="session")
     def fixture(request: pytest.FixtureRequest) -> Any:
+        fast_tier.refuse(f"worker processes ({kind})")
         pool = make(request)
         pool.start()
         process_pool.ACTIVE[kind] = pool

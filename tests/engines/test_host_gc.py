@@ -15,6 +15,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# Out of the fast tier (tests/fast_tier.py): runs its host in a fresh Python process.
+pytestmark = pytest.mark.broker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _HOST = textwrap.dedent("""

@@ -17,6 +17,7 @@ from tests.interop import shared_tasks as st
 from tests.interop.test_memory import EXPECTED, _fast_taskflow, memory_options  # noqa: F401
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_taskflow_workers_never_answer_nor_suffer_control_requests(tmp_path):
     # Given a TaskFlow worker and a flowengine worker (compat) on one exchange and topic
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"

@@ -107,6 +107,7 @@ def test_taskflow_engine_discovers_flowengine_worker():
             executor.stop()
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_flowengine_engine_discovers_taskflow_worker(caplog):
     # Given a TaskFlow worker and a flowengine executor (compat='taskflow')
     from flowengine.engines.worker_based.executor_side import executor as fe_executor
@@ -130,6 +131,7 @@ def test_flowengine_engine_discovers_taskflow_worker(caplog):
             executor.stop()
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_mixed_runs_warn_once_about_what_is_lost(tmp_path, caplog):
     # Given a flowengine engine on a TaskFlow worker, then a TaskFlow engine on a
     # flowengine worker
@@ -150,6 +152,7 @@ def test_all_flowengine_run_warns_about_nothing(tmp_path, caplog):
     assert not caplog.records
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 @pytest.mark.parametrize("engine_lib", ["taskflow", "flowengine"])
 def test_both_kinds_of_worker_on_one_topic(engine_lib, tmp_path):
     # Given a TaskFlow and a flowengine worker consuming the same topic queue

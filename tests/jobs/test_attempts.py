@@ -134,6 +134,7 @@ def test_consume_refuses_an_unknown_outcome(boards):
         board.consume(job, "me", outcome="dead")
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_waiting_for_an_outcome_does_not_poll(boards):
     # Given a poster waiting for its job's outcome, counting its reads
     poster, conductor = boards.make(), boards.make()

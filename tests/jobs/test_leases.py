@@ -23,6 +23,7 @@ def _die(board) -> None:
     board._keeper.stop()
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_the_keeper_keeps_a_claim_alive(boards):
     # Given a job claimed on a board with a short lease
     board = boards.make(lease_s=LEASE_S)
@@ -34,6 +35,7 @@ def test_the_keeper_keeps_a_claim_alive(boards):
     assert job.state == states.CLAIMED and board.find_owner(job) == "me"
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_dead_claimers_lease_runs_out(boards):
     # Given a job claimed by a board that then dies
     dead = boards.make(lease_s=LEASE_S)
@@ -46,6 +48,7 @@ def test_a_dead_claimers_lease_runs_out(boards):
     assert rival.find_owner(job) is None
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_explicit_expiry_is_not_renewed(boards):
     # TaskFlow's Redis board: claim(..., expiry=s) simply runs out
     board = boards.make()
@@ -77,6 +80,7 @@ def test_tokens_grow_with_every_claim_on_the_board(boards):
     assert second.token > token_before and first.token > second.token
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_reclaim_fences_out_the_old_claimer(boards):
     # Given a claimer paused past its lease and another that claimed the job since
     old = boards.make(lease_s=LEASE_S)
@@ -100,6 +104,7 @@ def test_reclaim_fences_out_the_old_claimer(boards):
     assert job.outcome.who == "new" and job.outcome.token == theirs.token
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_lapsed_lease_nobody_took_is_taken_back(boards):
     # Given a claim whose renewals stopped long enough for its lease to lapse
     board = boards.make(lease_s=LEASE_S)
@@ -114,6 +119,7 @@ def test_a_lapsed_lease_nobody_took_is_taken_back(boards):
     assert job.outcome.outcome == "succeeded"
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_the_keeper_reports_a_lost_lease(boards):
     # Given a board holding a claim whose renewals are cut off (partition)
     board = boards.make(lease_s=LEASE_S)

@@ -10,6 +10,9 @@ import pytest
 
 from tests.ops.helpers import ROOT, WAIT_S, broker_args, env, flowengine, wait_until, worker_process
 
+# Out of the fast tier (tests/fast_tier.py): runs Python processes (and a browser).
+pytestmark = pytest.mark.broker
+
 #: Playwright timeouts are in milliseconds.
 WAIT_MS = int(WAIT_S * 1000)
 

@@ -130,6 +130,7 @@ def _dashboard(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]
                           env=env(**extra_env))
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_public_address_without_credentials_is_refused_in_one_line():
     proc = _dashboard("--url", "redis://127.0.0.1:1/0", "--host", "0.0.0.0")
     assert proc.returncode == 2
@@ -151,6 +152,7 @@ def test_insecure_public_or_credentials_pass_the_check(redis_url, tmp_path):
             stop_dashboard(proc)
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_token_too_short_or_a_missing_file_is_one_line(tmp_path):
     proc = _dashboard("--url", "redis://127.0.0.1:1/0", **{auth.TOKEN_ENV: "short"})
     assert proc.returncode == 2 and "at least 16" in proc.stderr

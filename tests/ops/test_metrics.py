@@ -8,12 +8,17 @@ import sys
 import urllib.request
 import uuid
 
+import pytest
+
 from flowengine import engines
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.patterns import linear_flow
 from tests.ops import ops_tasks
 from tests.ops.helpers import ROOT, WAIT_S, worker_process
+
+# Out of the fast tier (tests/fast_tier.py): runs Python processes.
+pytestmark = pytest.mark.broker
 
 
 def _free_port() -> int:

@@ -9,6 +9,8 @@ import sys
 import threading
 import uuid
 
+import pytest
+
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
@@ -16,6 +18,9 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.worker_side import worker as wk
 from tests.ops import ops_tasks
 from tests.ops.helpers import ROOT, WAIT_S, env, flowengine, wait_until, worker_process
+
+# Out of the fast tier (tests/fast_tier.py): runs `flowengine worker` processes.
+pytestmark = pytest.mark.broker
 
 
 def _publish(proxy: px.Proxy, topic: str, tag: str, block: bool = False) -> None:

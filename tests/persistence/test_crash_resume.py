@@ -6,10 +6,15 @@ import contextlib
 import json
 import os
 
+import pytest
+
 from flowengine import states
 from tests.persistence import child, flows
 from tests.persistence.procs import Child
 from tests.persistence.stores import Store, store_url
+
+# Out of the fast tier (tests/fast_tier.py): runs engines in processes it kills.
+pytestmark = pytest.mark.broker
 
 
 def _stored_states(store, flow_uuid):

@@ -129,6 +129,7 @@ def _lockstep_flow(prefix: str, barrier: threading.Barrier, length: int) -> lf.F
     return flow
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql", "dir", "zookeeper"])
 def test_two_engines_share_one_backend(kind, tmp_path, request):
     # Given one backend object (SQL, directory, ZooKeeper) and two flows in lockstep
@@ -165,6 +166,7 @@ def test_two_engines_share_one_backend(kind, tmp_path, request):
         store.close()
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind", ["dir", "sqlite", "zookeeper"])
 def test_two_processes_write_one_store_at_once(kind, tmp_path, request):
     # Given two engine processes writing to the same store

@@ -68,6 +68,7 @@ def test_validate_ignores_the_schema_check_schema_reports_it(tmp_path):
         be.close()
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_validate_tries_a_refused_connection_max_retries_times():
     # Given a PostgreSQL URL where nothing listens (port 1 on loopback: refused at once)
     be = backends.fetch("postgresql://user:s3cret@127.0.0.1:1/db?connect_timeout=5")

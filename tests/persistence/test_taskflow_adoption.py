@@ -181,6 +181,7 @@ def _is_sql(conf: dict[str, Any]) -> bool:
     return "://" in conf["connection"]
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_taskflow_first_flowengine_resumes_taskflow_reads_last(shared):
     # Given TaskFlow 6.5 created the store, ran one flow to the end and was
     # stopped in the middle of another (its second task RUNNING)
@@ -442,6 +443,7 @@ with open(item + '/lock', 'a') as lock:
 READER_CHANCE_S = 1.0
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_dir_reads_wait_for_taskflows_item_lock(tmp_path):
     # Given a flow detail TaskFlow wrote, being rewritten in place by a
     # TaskFlow process that holds the item's lock half-way through
@@ -475,6 +477,7 @@ def test_dir_reads_wait_for_taskflows_item_lock(tmp_path):
 BARRIER_TIMEOUT_S = 20.0
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_engines_starting_at_once_adopt_a_taskflow_database_once(sql_url):
     # Given a database TaskFlow 6.5 created and wrote a flow to
     _taskflow_database(sql_url)

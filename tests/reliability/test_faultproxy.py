@@ -61,6 +61,7 @@ def _echo(sock: socket.socket, data: bytes) -> bytes:
     return got
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_forwards_and_counts_connections(echo_port):
     with faultproxy.running(echo_port) as proxy:
         with _client(proxy) as a, _client(proxy) as b:
@@ -72,6 +73,7 @@ def test_forwards_and_counts_connections(echo_port):
         wait_until(lambda: proxy.closed == 2, what="both connections counted closed")
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_latency_delays_each_direction(echo_port):
     with faultproxy.running(echo_port) as proxy:
         proxy.set_latency(0.1)
@@ -82,6 +84,7 @@ def test_latency_delays_each_direction(echo_port):
             assert time.monotonic() - started >= 0.2
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_blackhole_holds_traffic_without_closing_then_heals(echo_port):
     with faultproxy.running(echo_port) as proxy:
         with _client(proxy) as sock:
@@ -99,6 +102,7 @@ def test_blackhole_holds_traffic_without_closing_then_heals(echo_port):
             assert sock.recv(16) == b"held"
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_cut_resets_every_connection(echo_port):
     with faultproxy.running(echo_port) as proxy:
         with _client(proxy) as sock:

@@ -18,8 +18,7 @@ from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.engines.worker_based.worker_side import context
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import context, held
 from flowengine.types import failure as ft
 from tests.reliability import fault_tasks
 from tests.worker_based import executor_tasks as et
@@ -38,36 +37,36 @@ ECHO = "tests.worker_based.executor_tasks.Echo"
 
 # --- the worker's memory of requests ---
 
-def _finish(memory: rm.RequestMemory, key: rm.Key, body: dict) -> None:
+def _finish(memory: held.RequestMemory, key: held.Key, body: dict) -> None:
     """Finish ``key`` with ``body`` and its size as a worker sends it (JSON)."""
     memory.finish(key, body, len(json.dumps(body)))
 
 
 def test_memory_answers_duplicates_of_held_and_finished_requests():
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     key = ("u", pr.EXECUTE, "sub-1")
-    assert memory.admit(key, "r", 0).kind == rm.NEW
-    assert memory.admit(key, "r", 0).kind == rm.HELD
+    assert memory.admit(key, "r", 0).kind == held.NEW
+    assert memory.admit(key, "r", 0).kind == held.HELD
     # A newer attempt of a held request is adopted (its replies carry it)...
     assert memory.admit(key, "r", 1).held.attempt == 1
     # ...an older one is stale
-    assert memory.admit(key, "r", 0).kind == rm.STALE
+    assert memory.admit(key, "r", 0).kind == held.STALE
     _finish(memory, key, {"state": pr.SUCCESS, "data": {"result": 5}})
     verdict = memory.admit(key, "r", 2)
-    assert verdict.kind == rm.FINISHED and verdict.finished.outcome["data"]["result"] == 5
+    assert verdict.kind == held.FINISHED and verdict.finished.outcome["data"]["result"] == 5
     # The revert of the same task uuid, or a Retry's new submission, is new
-    assert memory.admit(("u", pr.REVERT, "sub-1"), "r", 0).kind == rm.NEW
-    assert memory.admit(("u", pr.EXECUTE, "sub-2"), "r", 0).kind == rm.NEW
+    assert memory.admit(("u", pr.REVERT, "sub-1"), "r", 0).kind == held.NEW
+    assert memory.admit(("u", pr.EXECUTE, "sub-2"), "r", 0).kind == held.NEW
 
 
 def test_memory_is_bounded_in_count_time_and_size():
-    memory = rm.RequestMemory(max_finished=2, keep_s=60.0, max_outcome_bytes=50)
+    memory = held.RequestMemory(max_finished=2, keep_s=60.0, max_outcome_bytes=50)
     for i in range(3):
         key = (f"u{i}", pr.EXECUTE, "s")
         memory.admit(key, "r", 0)
         _finish(memory, key, {"state": pr.SUCCESS, "data": {"result": i}})
     assert memory.finished_count() == 2
-    assert memory.admit(("u0", pr.EXECUTE, "s"), "r", 0).kind == rm.NEW  # evicted
+    assert memory.admit(("u0", pr.EXECUTE, "s"), "r", 0).kind == held.NEW  # evicted
     big = ("big", pr.EXECUTE, "s")
     memory.admit(big, "r", 0)
     _finish(memory, big, {"state": pr.SUCCESS, "data": {"result": "x" * 100}})
@@ -76,12 +75,12 @@ def test_memory_is_bounded_in_count_time_and_size():
     anon = ("anon", pr.EXECUTE, None)
     memory.admit(anon, "r", None)
     _finish(memory, anon, {"state": pr.SUCCESS, "data": {"result": 1}})
-    assert memory.admit(anon, "r", None).kind == rm.NEW
-    expiring = rm.RequestMemory(keep_s=0.0)
+    assert memory.admit(anon, "r", None).kind == held.NEW
+    expiring = held.RequestMemory(keep_s=0.0)
     key = ("e", pr.EXECUTE, "s")
     expiring.admit(key, "r", 0)
     _finish(expiring, key, {"state": pr.SUCCESS, "data": {"result": 1}})
-    assert expiring.admit(key, "r", 0).kind == rm.NEW
+    assert expiring.admit(key, "r", 0).kind == held.NEW
 
 
 def test_liveness_helpers():

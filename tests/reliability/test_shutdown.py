@@ -112,6 +112,7 @@ def _started_on(folder: str, pid: int, pids: set[int]) -> list[str]:
             if e["event"] == "start" and _worker_of(e, pids) == pid]
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind,executor", CASES)
 def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, tmp_path,
                                                                  request):
@@ -147,6 +148,7 @@ def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, t
     assert verdict == {"done once": run.names, "duplicated": [], "lost": []}, verdict
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind,executor", CASES)
 def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
         kind, executor, tmp_path, request):
@@ -187,6 +189,7 @@ def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
     assert verdict == {"done once": run.names, "duplicated": [], "lost": []}, verdict
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_stopping_an_idle_worker_is_not_a_warning(tmp_path, request):
     conn = wp.conn_for("filesystem", tmp_path, request)
     with wp.workers(1, wp.unique(), TOPIC, str(tmp_path), conn) as (worker,):

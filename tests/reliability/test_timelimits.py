@@ -89,6 +89,7 @@ def test_executor_sends_the_task_instance_limits():
 # --- process executor, real worker processes ------------------------------------
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind", ["filesystem", pytest.param("redis", marks=pytest.mark.broker)])
 def test_hard_limit_kills_the_task_process_and_the_worker_keeps_serving(kind, tmp_path,
                                                                         request):
@@ -122,6 +123,7 @@ def test_hard_limit_kills_the_task_process_and_the_worker_keeps_serving(kind, tm
     _check_ledger(folder, {"blocker": 0, "echo": 1}, {"blocker", "echo"})
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_soft_limit_raises_inside_the_task_process(tmp_path, request):
     # Given a process-executor worker and a task with a soft and a hard limit
     folder = str(tmp_path)
@@ -141,6 +143,7 @@ def test_soft_limit_raises_inside_the_task_process(tmp_path, request):
     assert [e["event"] for e in lt.read_ledger(folder)] == ["start", "soft-limit"]
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_path,
                                                                           request):
     # Given a process-executor worker
@@ -178,6 +181,7 @@ def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_p
 # --- thread executor (in-process worker: interruption, not killing) --------------
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_thread_executor_interrupts_at_soft_and_hard_limits():
     from tests.worker_based.executor_helpers import running_executor, running_worker, unique
 

@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# Out of the fast tier (tests/fast_tier.py): runs the tracing benchmark in processes of its own.
+pytestmark = pytest.mark.broker
+
 pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed"
                     " (pip install -e .[test])")
 

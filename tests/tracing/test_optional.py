@@ -10,6 +10,9 @@ import pytest
 
 from tests.ops import helpers
 
+# Out of the fast tier (tests/fast_tier.py): runs flows in fresh Python processes.
+pytestmark = pytest.mark.broker
+
 
 def run_untraced(*args: str, **environ: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "tests.tracing.untraced_run", *args],

@@ -34,6 +34,7 @@ def taskflow_options() -> dict:
             "transport_options": {"polling_interval": harness.TASKFLOW_MEMORY_POLL_S}}
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_taskflow_worker_runs_traced_requests_and_ignores_their_headers(tmp_path,
                                                                          monkeypatch):
     from taskflow.engines.worker_based import server

@@ -32,7 +32,9 @@ class Broken(task.Task):
         raise ValueError("broken")
 
 
-@pytest.fixture(params=["serial", "threads", "processes"])
+@pytest.fixture(params=["serial", "threads",
+                        # a process pool: out of the fast tier (tests/fast_tier.py)
+                        pytest.param("processes", marks=pytest.mark.broker)])
 def executor(request):
     chosen = {"serial": ex.SerialTaskExecutor,
               "threads": lambda: ex.ParallelThreadTaskExecutor(max_workers=2),
@@ -91,6 +93,7 @@ def test_thread_executor_restarts_after_stop():
         executor.stop()
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_unpicklable_task_fails_cleanly_in_processes():
     executor = pe.ParallelProcessTaskExecutor(max_workers=1)
     executor.start()

@@ -62,6 +62,7 @@ def test_unknown_engine_lists_known_ones():
         engines.load(make_flow(), engine="warp-drive")
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_local_engines_do_not_import_kombu():
     import os
     import subprocess

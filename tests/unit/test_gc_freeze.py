@@ -40,6 +40,7 @@ def test_nested_blocks_release_the_heap_when_the_outer_one_ends():
     assert gc.get_freeze_count() == 0
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_cycle_made_garbage_inside_is_collected_after_the_block():
     # Given a reference cycle that exists before the block
     a, b = _Node(), _Node()

@@ -7,6 +7,11 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+# Out of the fast tier (tests/fast_tier.py): runs Python processes with other hash seeds.
+pytestmark = pytest.mark.broker
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _DRAW = textwrap.dedent("""

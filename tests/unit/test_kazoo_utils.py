@@ -6,11 +6,12 @@ import uuid
 
 import pytest
 
+# Without kazoo (the zookeeper extra) flowengine.utils.kazoo_utils raises
+# MissingExtra, which is no ImportError: skip on kazoo itself first.
+pytest.importorskip("kazoo", reason="needs kazoo (pip install 'flowengine[zookeeper]')")
 kazoo_utils = pytest.importorskip("flowengine.utils.kazoo_utils")
 
 from flowengine import exceptions as exc  # noqa: E402
-
-pytestmark = pytest.mark.broker
 
 
 @pytest.fixture

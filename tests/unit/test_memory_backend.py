@@ -7,8 +7,7 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine import states
-from flowengine.persistence import backends, models
-from flowengine.persistence import helpers as pu
+from flowengine.persistence import backends, helpers, models
 from flowengine.persistence.backends import impl_memory
 from flowengine.types import failure as ft
 
@@ -189,7 +188,7 @@ def test_backend_context_manager_upgrades_and_closes():
 
 def test_persistence_utils():
     backend = impl_memory.MemoryBackend()
-    book, fd = pu.temporary_flow_detail(backend, meta={"m": 1})
+    book, fd = helpers.temporary_flow_detail(backend, meta={"m": 1})
     assert (book.name, fd.name, fd.meta) == ("tmp", "tmp-flow-detail", {"m": 1})
     with contextlib.closing(backend.get_connection()) as c:
         assert c.get_logbook(book.uuid).find(fd.uuid) is not None
@@ -197,13 +196,13 @@ def test_persistence_utils():
     class Named:
         name = "my-flow"
 
-    created = pu.create_flow_detail(Named(), backend=backend)
+    created = helpers.create_flow_detail(Named(), backend=backend)
     assert created.name == "my-flow"
     with contextlib.closing(backend.get_connection()) as c:
         assert len(list(c.get_logbooks())) == 2
-    alone = pu.create_flow_detail(Named())
+    alone = helpers.create_flow_detail(Named())
     assert alone.name == "my-flow"
-    assert pu.temporary_log_book().name == "tmp"
+    assert helpers.temporary_log_book().name == "tmp"
 
 
 def test_the_private_backend_of_a_storage_reads_back_what_the_engine_saved():

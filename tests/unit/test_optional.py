@@ -9,6 +9,9 @@ import textwrap
 
 import pytest
 
+# Out of the fast tier (tests/fast_tier.py): runs Python processes without the extras.
+pytestmark = pytest.mark.broker
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Runs in a child: hiding a package from this process would leak into others.

@@ -7,8 +7,7 @@ import pytest
 
 from flowengine import exceptions as exc
 from flowengine import retry, states, storage, task
-from flowengine.persistence import helpers as pu
-from flowengine.persistence import models
+from flowengine.persistence import helpers, models
 from flowengine.persistence.backends import impl_memory
 from flowengine.types import failure as ft
 
@@ -26,7 +25,7 @@ def _failure(msg="Woot!"):
 
 
 def _storage(backend=None):
-    _book, fd = pu.temporary_flow_detail(backend)
+    _book, fd = helpers.temporary_flow_detail(backend)
     return storage.Storage(fd, backend=backend)
 
 
@@ -227,7 +226,7 @@ def test_fetch_mapped_args_respects_scope(s):
 
 
 def test_scope_fetcher_is_used():
-    _book, fd = pu.temporary_flow_detail()
+    _book, fd = helpers.temporary_flow_detail()
     s = storage.Storage(fd, scope_fetcher=lambda name: [["b"]])
     s.ensure_atoms([Noop("a", provides="x"), Noop("b", provides="x"), Noop("c")])
     s.save("a", 1)

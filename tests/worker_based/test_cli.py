@@ -53,6 +53,7 @@ def test_demo_flow_shape():
     assert demo_flow.task_count(3) == 3 * 3 + 2 + 1
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_worker_command_serves_until_sigterm(tmp_path):
     # Given `flowengine worker` running over the filesystem transport
     exchange = unique()
@@ -78,6 +79,7 @@ def test_worker_command_serves_until_sigterm(tmp_path):
     assert "u-1" in out and "finished in" in out  # the per-request INFO line
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_demo_succeeds():
     proc = subprocess.run([sys.executable, "-m", "flowengine", "demo", "--workers", "2"],
                           capture_output=True, text=True, env=_env(), timeout=DEMO_TIMEOUT_S)

@@ -13,8 +13,7 @@ from flowengine.engines.worker_based.wire import control as wc
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import activity as act
 from flowengine.engines.worker_based.worker_side import exception_handlers as eh
-from flowengine.engines.worker_based.worker_side import held as rm
-from flowengine.engines.worker_based.worker_side import priority
+from flowengine.engines.worker_based.worker_side import held, priority
 from flowengine.engines.worker_based.worker_side.performer import Job
 from flowengine.types import failure as ft
 
@@ -120,9 +119,9 @@ def test_the_room_gives_the_freed_place_to_the_highest_waiting_topic():
     assert room.admit(0, high, never, ("busy", "execute", None), "r", 0, None, True)
     order: list[str] = []
 
-    def take(rank: int, memory: rm.RequestMemory, key: str) -> None:
+    def take(rank: int, memory: held.RequestMemory, key: str) -> None:
         verdict = room.admit(rank, memory, never, (key, "execute", None), "r", 0, None, True)
-        assert verdict is not None and verdict.kind == rm.NEW
+        assert verdict is not None and verdict.kind == held.NEW
         order.append(key)
 
     low_thread = threading.Thread(target=take, args=(1, low, "low"))
@@ -156,6 +155,7 @@ def test_a_loop_waiting_for_its_turn_gives_up_when_the_worker_stops():
     assert result == [None]
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
     # A worker of several topics holding more than its capacity waits for
     # room in its consume loop (which keeps the AMQP connection alive); at
@@ -178,7 +178,7 @@ def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
     assert pauses.acquire(timeout=WAIT_S)  # paused at least once while full
     memory.forget(("busy", "execute", None))
     waiter.join(WAIT_S)
-    assert result[0].kind == rm.NEW and result[0].held.loss_bound == (3, 9.0)
+    assert result[0].kind == held.NEW and result[0].held.loss_bound == (3, 9.0)
     memory.forget(("k", "execute", None))
     assert room.wait_for_space(never, WAIT_S) is True
 

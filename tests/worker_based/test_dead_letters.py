@@ -139,6 +139,7 @@ def test_an_oversized_request_is_refused_naming_the_limit(broker, unique_name):
 @pytest.mark.parametrize("broker", ["filesystem", pytest.param("redis", marks=pytest.mark.broker),
                                     pytest.param("amqp", marks=pytest.mark.broker)],
                          indirect=True)
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
         broker, unique_name, monkeypatch, caplog):
     # Given a consume loop whose dead-lettering fails unexpectedly three

@@ -74,6 +74,8 @@ def states(client: Client, cid: str) -> list[str]:
     return client.states(cid)
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
         broker, unique_name, monkeypatch, capsys):
     run = Commands(broker, unique_name, monkeypatch, capsys)
@@ -225,6 +227,7 @@ def test_requeue_sends_a_message_back_as_it_was_and_keeps_what_it_cannot_send(
         conn.release()
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("broker", ["memory", "filesystem"], indirect=True)
 def test_mistakes_are_one_line_and_change_nothing(broker, unique_name, monkeypatch, capsys):
     run = Commands(broker, unique_name, monkeypatch, capsys)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
@@ -81,6 +83,7 @@ def test_declined_request_a_live_worker_holds_is_left_to_it():
         assert len(holder.requests) == 1 and other.requests == []
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_declined_request_with_an_outcome_already_in_is_not_sent_again():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]) as fake, running_executor(

@@ -7,6 +7,7 @@ import threading
 import uuid
 
 import kombu
+import pytest
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.transports import tags
@@ -39,6 +40,7 @@ def _child_tags(queue: multiprocessing.Queue) -> None:
     queue.put((tags.process_tag(), tags.next_tag()))
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_forked_child_draws_tags_of_its_own():
     # Given a tag drawn here, then one drawn in a forked child (same counter state)
     mine = tags.next_tag()

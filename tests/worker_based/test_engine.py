@@ -155,6 +155,7 @@ def test_worker_started_after_the_engine():
     assert [engine.storage.fetch(f"o{i}") for i in range(5)] == ["v"] * 5
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_demo_flow_on_a_worker_process_over_filesystem(tmp_path):
     # Given a real worker process on flowengine's filesystem transport
     exchange = unique()

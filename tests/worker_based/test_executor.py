@@ -285,6 +285,7 @@ def test_worker_expiry_after_silence():
         assert 0.25 < time.monotonic() - started < 3.0
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_live_worker_does_not_expire():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]), \
@@ -371,6 +372,7 @@ def test_lost_running_request_is_dispatched_again_elsewhere():
             cm.__exit__(None, None, None)
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_lost_request_fails_after_max_attempts():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]) as fake:
@@ -392,6 +394,7 @@ def test_lost_request_fails_after_max_attempts():
             cm.__exit__(None, None, None)
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_heartbeats_keep_a_long_request_alive():
     exchange = unique()
     with FakeWorker(exchange, "t", [ECHO]) as fake:

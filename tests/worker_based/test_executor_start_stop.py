@@ -68,6 +68,7 @@ def test_a_stopped_executor_on_redis_has_its_reply_queue_deleted_with_its_lease(
     client.close()
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_connecting_the_publisher_early_never_raises():
     # Given a broker nobody listens on, Then connecting early is quiet
     proxy = px.Proxy("t", unique(), url=f"redis://127.0.0.1:{_dead_port()}/0",

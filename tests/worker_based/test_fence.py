@@ -6,7 +6,7 @@ import types
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging.keepalive import Keepalive
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held
 from flowengine.engines.worker_based.worker_side.fence import FENCE_AT_FRACTION, Fence
 
 INTERVAL_S = 0.2
@@ -23,8 +23,8 @@ class _Runner:
         return True
 
 
-def _held(memory: rm.RequestMemory, name: str, announced: bool = True,
-          misses: int | None = 5) -> rm.Held:
+def _held(memory: held.RequestMemory, name: str, announced: bool = True,
+          misses: int | None = 5) -> held.Held:
     verdict = memory.admit((name, pr.EXECUTE, "sub"), "reply", 0, announced=announced,
                            loss_bound=(misses, None))
     assert verdict.held is not None
@@ -34,12 +34,12 @@ def _held(memory: rm.RequestMemory, name: str, announced: bool = True,
 def test_unconfirmed_requests_are_stopped_before_the_engines_bound():
     # Given a running and a queued request, last confirmed at t=100, whose
     # engine allows 5 misses of 0.2 s (a 1 s bound)
-    memory, runner = rm.RequestMemory(), _Runner()
+    memory, runner = held.RequestMemory(), _Runner()
     fence = Fence(memory, runner, INTERVAL_S, "w1")  # type: ignore[arg-type]
     running, queued = _held(memory, "run"), _held(memory, "queue")
     memory.start(running.key)
-    for held in (running, queued):
-        held.confirmed_at = 100.0
+    for entry in (running, queued):
+        entry.confirmed_at = 100.0
     # When less than the fence's share of the bound has passed, nothing happens
     assert fence.check(100.0 + FENCE_AT_FRACTION - 0.01) == []
     # When more has, both are fenced: the running body is stopped, the queued
@@ -54,7 +54,7 @@ def test_unconfirmed_requests_are_stopped_before_the_engines_bound():
 
 
 def test_taskflow_requests_and_a_failing_broker_are_left_alone():
-    memory, runner = rm.RequestMemory(), _Runner()
+    memory, runner = held.RequestMemory(), _Runner()
     failing = [True]
     fence = Fence(memory, runner, INTERVAL_S, "w1",  # type: ignore[arg-type]
                   broker_failing=lambda: failing[0])

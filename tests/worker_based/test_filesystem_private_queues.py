@@ -18,7 +18,11 @@ import pytest
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.transports import filesystem as fs
+from flowengine.engines.worker_based.transports import filesystem_housekeeping as housekeeping
 from flowengine.engines.worker_based.transports import filesystem_private as fp
+
+# Out of the fast tier (tests/fast_tier.py): runs consumer processes.
+pytestmark = pytest.mark.broker
 
 #: Bound (s) on every wait: reached only when the behaviour is broken.
 WAIT_S = 10.0
@@ -137,7 +141,7 @@ def test_private_queue_of_a_killed_consumer_is_deleted_with_its_bindings(
         publish(conn, names, names["broadcast"], {"n": 3})
         assert len(message_files(tmp_path, names)) == 3
         # then a live consumer deletes the queue: bindings, marker and messages,
-        with caplog.at_level(logging.WARNING, logger=fs.LOG.name):
+        with caplog.at_level(logging.WARNING, logger=housekeeping.LOG.name):
             assert consume_until(conn, lambda: not bindings(tmp_path, names)
                                  and not markers(tmp_path, names))
     assert message_files(tmp_path, names) == []
@@ -151,13 +155,13 @@ def test_private_queue_of_a_live_consumer_is_kept(tmp_path, names, spawn, monkey
     # Given a live consumer process with a private queue,
     spawn()
     passes = []
-    reap = fs.Channel._reap_private
+    reap = housekeeping.reap_private
 
-    def counted(channel):
-        reap(channel)
+    def counted(control, messages):
+        reap(control, messages)
         passes.append(1)
 
-    monkeypatch.setattr(fs.Channel, "_reap_private", counted)
+    monkeypatch.setattr(housekeeping, "reap_private", counted)
     monkeypatch.setattr(fs, "RECLAIM_PERIOD_S", 0.0)  # a pass on every look
     # when another consumer makes several passes over the private queues,
     with connect(tmp_path) as conn:

@@ -11,7 +11,7 @@ from automaton import exceptions as automaton_exc
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held
 
 #: Bounded wait (s) used only to fail instead of hanging.
 WAIT_S = 10.0
@@ -21,61 +21,61 @@ KEY = ("u-1", pr.EXECUTE, "sub-1")
 OUTCOME_BYTES = 20
 
 
-def _held(memory: rm.RequestMemory, key: rm.Key = KEY) -> rm.Held:
+def _held(memory: held.RequestMemory, key: held.Key = KEY) -> held.Held:
     verdict = memory.admit(key, "reply", 0, announced=True)
-    assert verdict.kind == rm.NEW and verdict.held is not None
+    assert verdict.kind == held.NEW and verdict.held is not None
     return verdict.held
 
 
 def test_the_machine_is_frozen_and_says_every_move():
-    assert set(rm.TRANSITIONS.items()) == {
-        ((rm.QUEUED, "on_running"), rm.RUNNING),
-        ((rm.RUNNING, "on_answered"), rm.ANSWERED),
-        ((rm.QUEUED, "on_answered"), rm.ANSWERED),
+    assert set(held.TRANSITIONS.items()) == {
+        ((held.QUEUED, "on_running"), held.RUNNING),
+        ((held.RUNNING, "on_answered"), held.ANSWERED),
+        ((held.QUEUED, "on_answered"), held.ANSWERED),
     }
     # QUEUED is what a heartbeat of a queued request says on the wire
-    assert rm.QUEUED == pr.PENDING
+    assert held.QUEUED == pr.PENDING
     with pytest.raises(automaton_exc.FrozenMachine):
-        rm.MACHINE.add_state("LOST")
+        held.MACHINE.add_state("LOST")
 
 
 def test_a_request_runs_then_is_answered_once():
-    memory = rm.RequestMemory()
-    held = _held(memory)
-    assert held.state == rm.QUEUED
-    assert memory.start(KEY) is held and held.state == rm.RUNNING
-    assert memory.answer(held, {"state": pr.SUCCESS}) is True
+    memory = held.RequestMemory()
+    entry = _held(memory)
+    assert entry.state == held.QUEUED
+    assert memory.start(KEY) is entry and entry.state == held.RUNNING
+    assert memory.answer(entry, {"state": pr.SUCCESS}) is True
     # Answered again (its outcome became a FAILURE on the way): no move, new body kept
-    assert memory.answer(held, {"state": pr.FAILURE}) is False
-    assert (held.state, held.outcome) == (rm.ANSWERED, {"state": pr.FAILURE})
+    assert memory.answer(entry, {"state": pr.FAILURE}) is False
+    assert (entry.state, entry.outcome) == (held.ANSWERED, {"state": pr.FAILURE})
 
 
 def test_a_move_the_machine_does_not_allow_is_refused_naming_it():
-    memory = rm.RequestMemory()
-    held = _held(memory)
+    memory = held.RequestMemory()
+    entry = _held(memory)
     memory.start(KEY)
     with pytest.raises(exc.InvalidState, match="from RUNNING to PENDING"):
-        held.transition(rm.QUEUED)
-    memory.answer(held)
+        entry.transition(held.QUEUED)
+    memory.answer(entry)
     with pytest.raises(exc.InvalidState, match="from ANSWERED to RUNNING"):
-        held.transition(rm.RUNNING)
+        entry.transition(held.RUNNING)
 
 
 def test_a_request_given_back_before_it_started_is_never_started(caplog):
     # Given a queued request a cold shutdown answered (gave back)
-    memory = rm.RequestMemory()
-    held = _held(memory)
-    assert memory.answer(held) is True
+    memory = held.RequestMemory()
+    entry = _held(memory)
+    assert memory.answer(entry) is True
     # When a thread would start it, then it is not started (and it says so)
     with caplog.at_level(logging.INFO):
         assert memory.start(KEY) is None
-    assert held.state == rm.ANSWERED
+    assert entry.state == held.ANSWERED
     assert "given back before a thread could start it" in caplog.text
 
 
 def test_waiting_for_room_ends_when_a_request_stops_being_held():
     # Given two requests held and a thread waiting until at most one is
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     _held(memory)
     _held(memory, ("u-2", pr.EXECUTE, "sub-1"))
     never = threading.Event()
@@ -88,7 +88,7 @@ def test_waiting_for_room_ends_when_a_request_stops_being_held():
 
 
 def test_waiting_for_room_ends_when_given_up():
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     _held(memory)
     give_up = threading.Event()
     waiting = threading.Thread(target=memory.wait_until_at_most, args=(0, give_up))
@@ -101,7 +101,7 @@ def test_waiting_for_room_ends_when_given_up():
 
 def test_waiting_until_none_held_ends_when_the_last_of_those_is_finished():
     # Given two requests to wait for and an unrelated one, all held
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     second = ("u-2", pr.EXECUTE, "sub-1")
     for key in (KEY, second, ("u-3", pr.EXECUTE, "sub-1")):
         _held(memory, key)
@@ -121,7 +121,7 @@ def test_waiting_until_none_held_ends_when_the_last_of_those_is_finished():
 
 
 def test_waiting_until_none_held_gives_up_at_its_deadline():
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     _held(memory)
     assert memory.wait_until_none_held({KEY[:2]}, deadline=time.monotonic() - 1) is False
     assert memory.wait_until_none_held(set(), deadline=time.monotonic() - 1) is True

@@ -115,6 +115,7 @@ def test_an_exchange_declared_by_taskflow_names_the_compat_option(amqp_url):
     assert "compat='taskflow'" in message
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_no_worker_serving_the_task_warns_early_and_times_out_once(caplog):
     # Given a worker that serves Echo but not Other
     exchange = unique()
@@ -182,6 +183,7 @@ def _env() -> dict[str, str]:
         p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_run_names_the_failed_task_with_its_remote_traceback(tmp_path):
     # Given a worker process serving a task that raises
     (tmp_path / "failing.py").write_text(textwrap.dedent("""
@@ -246,6 +248,7 @@ def test_a_worker_without_its_broker_retries_quietly_and_stops_on_sigterm():
     assert proc.returncode == 0
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_the_executor_gives_up_on_an_unreachable_broker_without_leftovers():
     port = _free_port()
     executor = wex.WorkerTaskExecutor(unique(), unique(), ["t"],

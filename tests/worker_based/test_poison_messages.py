@@ -1032,6 +1032,8 @@ def test_the_oracle_judges_amqp_messages_by_the_properties_the_wire_carries():
     assert must_refuse(poison, "amqp") is None
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig, caplog):
     # Each Hypothesis example is one message (small examples: Hypothesis
     # explores each field); every PER_BATCH of them form a batch, flooded

@@ -347,6 +347,7 @@ response_like = st.fixed_dictionaries(
                   | json_values, "data": json_values, "event_type": json_values})
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 @settings(max_examples=150)
 @given(body=json_values | request_like)
 def test_request_validation_only_raises_invalid_format(body):

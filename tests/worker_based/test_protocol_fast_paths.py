@@ -8,6 +8,7 @@ the usual shapes must take the fast path.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -45,6 +46,7 @@ REQUESTS = st.one_of(
     JSON)
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 @settings(max_examples=400)
 @given(RESPONSES)
 def test_response_fast_path_accepts_only_schema_valid_bodies(body):
@@ -52,6 +54,7 @@ def test_response_fast_path_accepts_only_schema_valid_bodies(body):
         assert schemas.RESPONSE_VALIDATOR.is_valid(body), body
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 @settings(max_examples=400)
 @given(REQUESTS)
 def test_request_fast_path_accepts_only_schema_valid_bodies(body):

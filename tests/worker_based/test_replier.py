@@ -23,7 +23,7 @@ from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire.headers import Headers
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 
 TOPIC = "t"
@@ -34,12 +34,12 @@ INTERVAL_S = 0.5
 @contextlib.contextmanager
 def replier_and_client(announce_period_s: float = pr.NOTIFY_PERIOD_S,
                        interval_s: float = INTERVAL_S, **conn: Any
-                       ) -> Iterator[tuple[Replier, rm.RequestMemory, Client]]:
+                       ) -> Iterator[tuple[Replier, held.RequestMemory, Client]]:
     exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
     conn = conn or {"transport": "memory"}
     broker = as_broker(conn)["broker"]
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A", "tasks.B"))
-    memory = rm.RequestMemory()
+    memory = held.RequestMemory()
     events = WorkerEvents.create(exchange, identity.worker_id, TOPIC, identity.tasks, broker,
                                  enabled=False)
     proxy = Proxy(TOPIC, exchange, broker=broker)
@@ -56,8 +56,8 @@ def replier_and_client(announce_period_s: float = pr.NOTIFY_PERIOD_S,
             replier.stop()
             proxy.stop()
             loop.join(WAIT_S)
-            for held in memory.held():
-                memory.forget(held.key)
+            for entry in memory.held():
+                memory.forget(entry.key)
 
 
 def _sent_before_marker(replier: Replier, client: Client, cid: str) -> list[str]:
@@ -68,7 +68,7 @@ def _sent_before_marker(replier: Replier, client: Client, cid: str) -> list[str]
     return client.states(cid)
 
 
-def _hold(memory: rm.RequestMemory, client: Client, attempt: int | None = 0) -> rm.Held:
+def _hold(memory: held.RequestMemory, client: Client, attempt: int | None = 0) -> held.Held:
     verdict = memory.admit(KEY, client.uuid, attempt, announced=attempt is not None)
     assert verdict.held is not None
     return verdict.held
@@ -86,12 +86,12 @@ def test_replies_name_the_worker_its_heartbeat_and_the_attempt():
 def test_heartbeats_stop_once_a_request_is_answered():
     with replier_and_client() as (replier, memory, client):
         # Given a request held for a flowengine executor: queued, then running
-        held = _hold(memory, client)
+        entry = _hold(memory, client)
         assert replier.send_heartbeats() == 1
         memory.start(KEY)
         assert replier.send_heartbeats() == 1
         # When its outcome is about to be sent
-        replier.answering(held, {"state": pr.SUCCESS, "data": {"result": 1}})
+        replier.answering(entry, {"state": pr.SUCCESS, "data": {"result": 1}})
         # Then no heartbeat follows it
         assert replier.send_heartbeats() == 0
         assert _sent_before_marker(replier, client, "u-1") == [pr.PENDING, pr.RUNNING]
@@ -108,10 +108,10 @@ def test_a_taskflow_executor_hears_no_pending_heartbeat():
 
 def test_a_taskflow_executor_hears_running_as_its_request_starts():
     with replier_and_client() as (replier, memory, client):
-        held = _hold(memory, client, attempt=None)
+        entry = _hold(memory, client, attempt=None)
         memory.start(KEY)
         # No heartbeat thread runs: RUNNING goes out from the caller, at once
-        assert replier.started(held)
+        assert replier.started(entry)
         assert _sent_before_marker(replier, client, "u-1") == [pr.RUNNING]
 
 
@@ -139,10 +139,10 @@ def test_a_flowengine_executor_hears_running_only_from_a_request_still_running()
 
 def test_an_outcome_says_how_long_its_body_ran():
     with replier_and_client() as (replier, memory, client):
-        held = _hold(memory, client)
+        entry = _hold(memory, client)
         memory.start(KEY)
         work = pr.WorkUnit("tasks.A", "a", pr.EXECUTE, {})
-        assert replier.send_outcome(held, work, pr.SUCCESS, 7, run_s=0.25) is not None
+        assert replier.send_outcome(entry, work, pr.SUCCESS, 7, run_s=0.25) is not None
         assert _sent_before_marker(replier, client, "u-1") == [pr.SUCCESS]
         _data, headers = client.responses["u-1"][0]
         assert Headers.parse(headers).run_s == 0.25
@@ -150,12 +150,12 @@ def test_an_outcome_says_how_long_its_body_ran():
 
 def test_give_back_answers_once_with_the_attempt():
     with replier_and_client() as (replier, memory, client):
-        held = _hold(memory, client, attempt=2)
+        entry = _hold(memory, client, attempt=2)
         error = exc.WorkerShutdown("stopped")
         assert replier.give_back(KEY[:2], error) is True
         # A second give-back (or one racing the outcome) sends nothing more
         assert replier.give_back(KEY[:2], error) is True
-        assert held.state == rm.ANSWERED
+        assert entry.state == held.ANSWERED
         assert replier.give_back(("other", pr.EXECUTE), error) is False
         assert _sent_before_marker(replier, client, "u-1") == [pr.FAILURE]
         data, headers = client.responses["u-1"][0]
@@ -168,19 +168,19 @@ def test_give_back_answers_once_with_the_attempt():
 def test_a_duplicate_of_a_queued_request_hears_pending_only_from_flowengine(pending_too,
                                                                            expected):
     with replier_and_client() as (replier, memory, client):
-        held = _hold(memory, client)
-        state, outcome = replier.repeat_state(held, client.uuid, "u-1", pending_too)
-        assert (state, outcome) == (rm.QUEUED, None)
+        entry = _hold(memory, client)
+        state, outcome = replier.repeat_state(entry, client.uuid, "u-1", pending_too)
+        assert (state, outcome) == (held.QUEUED, None)
         assert _sent_before_marker(replier, client, "u-1") == expected
 
 
 def test_a_duplicate_of_an_answered_request_gets_its_outcome_not_its_state():
     with replier_and_client() as (replier, memory, client):
-        held = _hold(memory, client)
+        entry = _hold(memory, client)
         memory.start(KEY)
         body = {"state": pr.SUCCESS, "data": {"result": 5}}
-        replier.answering(held, body)
-        assert replier.repeat_state(held, client.uuid, "u-1", True) == (rm.ANSWERED, body)
+        replier.answering(entry, body)
+        assert replier.repeat_state(entry, client.uuid, "u-1", True) == (held.ANSWERED, body)
         assert _sent_before_marker(replier, client, "u-1") == []
 
 
@@ -209,7 +209,7 @@ def test_the_heartbeat_thread_repeats_what_is_held_and_reannounces(broker):
     # a request for a flowengine executor
     with replier_and_client(announce_period_s=0.0, interval_s=lv.MIN_HEARTBEAT_INTERVAL_S,
                             **conn_kwargs(broker)) as (replier, memory, client):
-        held = _hold(memory, client)
+        entry = _hold(memory, client)
         # When its heartbeat thread runs
         replier.start()
         # Then the request is heartbeated (PENDING) and the worker re-announced,
@@ -217,7 +217,7 @@ def test_the_heartbeat_thread_repeats_what_is_held_and_reannounces(broker):
         assert client.wait_for(lambda: client.states("u-1").count(pr.PENDING) >= 2)
         assert client.wait_for(lambda: announcements(client) >= 2)
         # And once it is answered (every heartbeat sent before has arrived),
-        replier.answering(held)
+        replier.answering(entry)
         before = _sent_before_marker(replier, client, "u-1")
         # whole rounds later no heartbeat followed
         rounds = announcements(client)
@@ -236,7 +236,7 @@ def test_no_announcement_while_the_proxy_is_not_consuming():
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A",))
     events = WorkerEvents.create(exchange, identity.worker_id, TOPIC, identity.tasks, broker,
                                  enabled=False)
-    replier = Replier(Proxy(TOPIC, exchange, broker=broker), rm.RequestMemory(), identity,
+    replier = Replier(Proxy(TOPIC, exchange, broker=broker), held.RequestMemory(), identity,
                       INTERVAL_S, events, announce_period_s=0.0)
     with Client(exchange, transport="memory") as client:
         # When a heartbeat round finds an announcement due

@@ -249,6 +249,7 @@ def test_worker_events_are_signed_with_the_worker_keyring():
 # --- flowengine events --------------------------------------------------------
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_events_command_shows_only_events_signed_with_its_keys(tmp_path):
     # Given `flowengine events --json --secret-file` on the filesystem transport
     exchange = unique()
@@ -282,6 +283,7 @@ def test_events_command_shows_only_events_signed_with_its_keys(tmp_path):
     assert "Dropped an event" in err and "not signed" in err
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_events_command_refuses_a_key_file_without_keys(tmp_path):
     empty = tmp_path / "keys"
     empty.write_text("# nothing here\n")

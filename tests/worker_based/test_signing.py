@@ -133,6 +133,7 @@ def test_signed_worker_and_executor_run_a_task():
         assert executor._proxy.unverified_count == 0
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_worker_with_key_refuses_unsigned_requests_unanswered(caplog):
     # Given a worker with a key and a client without one
     exchange, topic = unique(), unique("t")
@@ -155,6 +156,7 @@ def test_worker_with_key_refuses_unsigned_requests_unanswered(caplog):
         assert worker.server.proxy.unverified_count == 1
 
 
+@pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_executor_with_key_refuses_unsigned_replies():
     # Given an executor with a key and a worker without it
     exchange, topic = unique(), unique("t")
@@ -167,6 +169,7 @@ def test_executor_with_key_refuses_unsigned_replies():
         assert executor._proxy.unverified_count >= 1
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_password_never_logged_on_connection_failures(caplog):
     # Given a proxy whose broker is unreachable, with a password in its URL
     secret_pw = "s3cr3t-pw-value"

@@ -41,6 +41,7 @@ def test_broker_errors_say_whether_to_retry():
     assert not issubclass(exc.UnverifiedMessage, exc.RecoverableError)
 
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_publish_to_a_dead_broker_ends_in_publish_timeout_within_its_bound():
     # Given a broker port nobody listens on
     import socket

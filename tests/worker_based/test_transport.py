@@ -24,7 +24,9 @@ from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.transports import filesystem as fs
-from flowengine.engines.worker_based.transports import inotify, tags
+from flowengine.engines.worker_based.transports import filesystem_bindings as fs_bindings
+from flowengine.engines.worker_based.transports import filesystem_layout as fs_layout
+from flowengine.engines.worker_based.transports import inotify
 from flowengine.engines.worker_based.transports import memory as mem
 from tests import waiting
 
@@ -61,6 +63,7 @@ def test_resolve_picks_flowengine_transports():
 
 # --- filesystem ---
 
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_many_fast_messages_arrive_whole_and_in_order(tmp_path):
     # Given one producer writing 1,000 messages as fast as it can (many share
     # a millisecond), some of them large,
@@ -251,16 +254,19 @@ def test_a_private_queues_messages_land_in_its_own_folder_and_wake_nobody_else(t
     assert not (tmp_path / ".own" / "mine").exists()
 
 
-def test_a_message_an_older_release_wrote_for_a_private_queue_is_delivered(tmp_path):
-    # Given a private queue, and a message for it in the message folder
-    # (where a publisher of an earlier release writes it),
-    with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
+def test_a_message_kombus_own_transport_wrote_for_a_private_queue_is_delivered(tmp_path):
+    # Given a private queue, and a message for it that kombu's own
+    # filesystem transport (a TaskFlow process's) wrote in the message
+    # folder, knowing nothing of the queue's folder,
+    kombus = kombu.Connection("filesystem://", transport="kombu.transport.filesystem:Transport",
+                              transport_options={"data_folder_in": str(tmp_path),
+                                                 "data_folder_out": str(tmp_path),
+                                                 "control_folder": str(tmp_path / "control")})
+    with fs_conn(tmp_path) as owner, kombus as producer:
         got: list[str] = []
         _own_queue(owner, "mine-too", got)
         _send(producer, "mine-too", "old")
-        own = tmp_path / ".own" / "mine-too"
-        name = next(n for n in os.listdir(own) if n.endswith(".msg"))
-        os.rename(own / name, tmp_path / name)
+        assert [n for n in os.listdir(tmp_path) if n.endswith(".mine-too.msg")]
         # when its owner drains,
         deadline = time.monotonic() + WAIT_S
         while not got and time.monotonic() < deadline:
@@ -446,10 +452,10 @@ def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_pat
     with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
         reader, writer = reader_conn.channel(), writer_conn.channel()
         writer._queue_bind("tbl", "k1", "", "queue1")
-        table = reader._exchange_path("tbl")
+        table = reader._bindings.path("tbl")
         changed_ns = os.stat(table).st_mtime_ns
         # Read one microsecond after its change,
-        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 1_000)
+        monkeypatch.setattr(fs_bindings, "_wall_ns", lambda: changed_ns + 1_000)
         assert [q.queue for q in reader.get_table("tbl")] == ["queue1"]
         # then changed again within the same tick: same size, same mtime.
         writer._delete("queue1", "tbl", "k1", "")
@@ -457,7 +463,8 @@ def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_pat
         os.utime(table, ns=(changed_ns, changed_ns))
         # Long after, the stat key is the one the cached table was read under,
         # but that read was racy: the table is read again.
-        monkeypatch.setattr(fs, "_wall_ns", lambda: changed_ns + 2 * fs.TABLE_RACY_WINDOW_NS)
+        monkeypatch.setattr(fs_bindings, "_wall_ns",
+                            lambda: changed_ns + 2 * fs_bindings.TABLE_RACY_WINDOW_NS)
         assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
 
 
@@ -540,7 +547,7 @@ def test_a_consumer_wakes_only_for_messages_of_its_queues(tmp_path):
         pytest.skip("no inotify on this system")
     try:
         watcher.watch(str(tmp_path))
-        wanted = fs._message_of({"mine"})
+        wanted = fs_layout.message_of({"mine"})
         # When what every process writes there lands: temporary files, claims,
         # other queues' messages
         (tmp_path / ".tmp-1").write_bytes(b"{}")
@@ -825,6 +832,7 @@ def claims_in(folder) -> list[str]:
     return [n for n in os.listdir(folder) if n.startswith(".claim-")]
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
     # Given a message taken by a consumer process that never acknowledges it,
     with fs_conn(tmp_path) as conn:
@@ -907,6 +915,7 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
     # Given a process that writes a message, forks a child that writes one,
     # then writes one more (in a process of its own: forking this
@@ -920,23 +929,3 @@ def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
     parts = [name.partition("_")[2].partition(".")[0]
              for name in os.listdir(tmp_path) if name.endswith(".forked.msg")]
     assert len(parts) == 3 and len(set(parts)) == 3
-
-
-def test_a_claim_left_in_the_message_folder_by_a_dead_older_process_is_put_back(tmp_path):
-    # Given a message claimed the way earlier releases did (renamed inside
-    # the message folder) by a process that is gone,
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait(timeout=WAIT_S)
-    with fs_conn(tmp_path) as conn:
-        conn.SimpleQueue("legacy").put({"n": 3})
-        name = next(n for n in os.listdir(tmp_path) if n.endswith(".legacy.msg"))
-        os.rename(tmp_path / name,
-                  tmp_path / f".claim-{gone.pid}@{fs._HOST}@{tags.next_tag()}@{name}")
-        # When a consumer of the folder looks,
-        queue = conn.SimpleQueue("legacy")
-        message = queue.get(timeout=WAIT_S)
-        # then it gets the message back, and no claim is left in that folder.
-        assert message.payload == {"n": 3}
-        message.ack()
-        queue.close()
-    assert not claims_in(tmp_path)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import discovery
 
 # Seconds a test waits for something that should happen at once (bounded
 # only so that a bug fails the test instead of hanging it).
@@ -70,7 +70,7 @@ def proxy():
 
 @pytest.fixture
 def finder(proxy, clock):
-    f = wt.ProxyWorkerFinder("executor-1", proxy, ["t1", "t2"], beat_periodicity=5,
+    f = discovery.ProxyWorkerFinder("executor-1", proxy, ["t1", "t2"], beat_periodicity=5,
                              worker_expiry=60)
     f._clock = clock
     return f
@@ -78,29 +78,29 @@ def finder(proxy, clock):
 
 class TestTopicWorker:
     def test_is_read_only(self):
-        w = wt.TopicWorker("t1", [ALPHA], identity=1)
+        w = discovery.TopicWorker("t1", [ALPHA], identity=1)
         with pytest.raises(AttributeError):
             w.topic = "other"
         assert w.tasks == (ALPHA,)
 
     def test_performs_accepts_class_instance_and_name(self):
-        w = wt.TopicWorker("t1", [Alpha])
+        w = discovery.TopicWorker("t1", [Alpha])
         assert w.performs(Alpha)
         assert w.performs(Alpha())
         assert w.performs(ALPHA)
         assert not w.performs(Beta)
 
     def test_equality_with_wildcard_identity(self):
-        a = wt.TopicWorker("t1", [ALPHA, BETA], identity=1)
-        b = wt.TopicWorker("t1", [BETA, ALPHA])
-        c = wt.TopicWorker("t1", [ALPHA, BETA], identity=2)
+        a = discovery.TopicWorker("t1", [ALPHA, BETA], identity=1)
+        b = discovery.TopicWorker("t1", [BETA, ALPHA])
+        c = discovery.TopicWorker("t1", [ALPHA, BETA], identity=2)
         assert a == b and b == c
         assert a != c
-        assert a != wt.TopicWorker("t2", [ALPHA, BETA], identity=1)
+        assert a != discovery.TopicWorker("t2", [ALPHA, BETA], identity=1)
 
     def test_routing_key_only_with_worker_id(self):
-        assert wt.TopicWorker("t1", [ALPHA], worker_id="h:1:ab").routing_key == "t1.h:1:ab"
-        assert wt.TopicWorker("t1", [ALPHA]).routing_key is None
+        assert discovery.TopicWorker("t1", [ALPHA], worker_id="h:1:ab").routing_key == "t1.h:1:ab"
+        assert discovery.TopicWorker("t1", [ALPHA]).routing_key is None
 
 
 class TestFinder:
@@ -177,7 +177,7 @@ class TestFinder:
         assert finder.total_workers == 0
 
     def test_clean_disabled_without_expiry(self, proxy, clock):
-        f = wt.ProxyWorkerFinder("e", proxy, ["t1"], worker_expiry=None)
+        f = discovery.ProxyWorkerFinder("e", proxy, ["t1"], worker_expiry=None)
         f._clock = clock
         notify(f, "t1", [ALPHA], worker_id="w1")
         clock.now += 10_000

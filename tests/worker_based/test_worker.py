@@ -194,6 +194,7 @@ w.run(display_banner=False)
 """
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_worker_in_another_process_over_the_filesystem(tmp_path, unique_name):
     import os
     import subprocess

@@ -12,8 +12,8 @@ keeps two counters, updated only when a neighbour's status flips:
 
 Each counter is stored doubled, its lowest bit holding whether the node is
 done (clear) itself: one dict per counter instead of two per node state. At
-100,000 atoms a name-keyed dict costs 5 MB, and the run's peak memory is
-what issue 16 bounds.
+100,000 atoms a name-keyed dict costs 5 MB, so every dict saved lowers the
+run's peak memory.
 
 Flow nodes are done/clear exactly when their counter is zero, so they pass
 status through without the O(n*m) edges flattening them away would cost. A

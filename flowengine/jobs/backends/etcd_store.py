@@ -320,7 +320,12 @@ class EtcdStore(BoardStore):
         return ok
 
     def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the claim ``token``'s lease to ``lease_s`` from now (a new etcd lease)."""
+        """Set the claim ``token``'s lease to ``lease_s`` from now (a new etcd lease).
+
+        Not BoardStore's renew() of one claim: renew() keeps a live etcd
+        lease alive at the length it was granted with, and this one may ask
+        for another length.
+        """
         job, lock = self._pair(uuid)
         if job is None or not job.json().get("owner") or job.mod_revision != token:
             return False

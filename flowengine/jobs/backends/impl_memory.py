@@ -209,10 +209,6 @@ class MemoryStore(BoardStore):
                     entry.lease_until = time.monotonic() + lease_s
         return lost
 
-    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the claim ``token``'s lease to ``lease_s`` from now."""
-        return not self.renew([(uuid, token)], lease_s)
-
     def lease_remaining(self, uuid: str) -> float | None:
         """Seconds left on the current lease, or None."""
         with self._shared.lock:

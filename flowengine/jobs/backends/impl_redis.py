@@ -86,8 +86,6 @@ class RedisStore(BoardStore):
     #: The hash of listed jobs. Not TaskFlow's ``listings``: TaskFlow's boards
     #: read that hash and delete every posting in it they cannot decode.
     LISTED_KEY = "listed"
-    #: Where flowengine 0.1.0 listed jobs: connect() moves its postings out.
-    LEGACY_LISTED_KEY: str | None = "listings"
     #: Who may have written a posting this store cannot read (for the warning).
     FOREIGN = ("another program (TaskFlow's board, whose postings are msgpack?); give it a"
                " namespace of its own, or share its jobs with compat='taskflow'")
@@ -149,13 +147,6 @@ class RedisStore(BoardStore):
             scripted = redis_replicas.replicated(self._client, self.replicas, self._where)
             self._scripts = {name: scripted.register_script(getattr(self.SCRIPTS, name))
                              for name in self.SCRIPTS.__all__}
-            if self.LEGACY_LISTED_KEY:
-                moved = self._client.register_script(redis_scripts.MOVE_JSON_POSTINGS)(
-                    keys=[self._key(self.LEGACY_LISTED_KEY), self._listed])
-                if moved:
-                    LOG.info("Moved %s job posting(s) of an older flowengine from %s to %s",
-                             moved, self._key(self.LEGACY_LISTED_KEY),
-                             self._listed)
 
     def close(self) -> None:
         """Stop the event thread; close the client if this store made it."""
@@ -358,10 +349,6 @@ class RedisStore(BoardStore):
             args += [uuid, str(token)]
         keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
-
-    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the claim ``token``'s lease to ``lease_s`` from now."""
-        return not self.renew([(uuid, token)], lease_s)
 
     def finish(self, uuid: str, who: str, token: int, action: Action, *,
                outcome: str | None = None, reason: str | None = None,

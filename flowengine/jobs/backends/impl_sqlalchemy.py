@@ -304,10 +304,6 @@ class SQLStore(BoardStore):
                     lost.add(uuid)
         return lost
 
-    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the claim ``token``'s lease to ``lease_s`` from now."""
-        return not self.renew([(uuid, token)], lease_s)
-
     def finish(self, uuid: str, who: str, token: int, action: Action, *,
                outcome: str | None = None, reason: str | None = None,
                backoff_s: float = 0.0, max_attempts: int = 1,

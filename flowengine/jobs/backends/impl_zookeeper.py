@@ -194,10 +194,6 @@ class ZkStore(ZkReader):
 
         return self._commit(build) is not None
 
-    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Set the claim ``token``'s lease to ``lease_s`` from now."""
-        return not self.renew([(uuid, token)], lease_s)
-
     def finish(self, uuid: str, who: str, token: int, action: Action, *,
                outcome: str | None = None, reason: str | None = None,
                backoff_s: float = 0.0, max_attempts: int = 1,

@@ -10,7 +10,8 @@ Keys (``<ns>`` is the board's namespace):
 
 ===================================  ================================================
 ``<ns>:listed``                      hash uuid -> posting JSON (the listed jobs; not
-                                     TaskFlow's ``listings``, see MOVE_JSON_POSTINGS)
+                                     TaskFlow's ``listings``, whose undecodable
+                                     postings TaskFlow's board deletes)
 ``<ns>:trash``, ``<ns>:dead``        hash uuid -> posting JSON (parked jobs)
 ``<ns>:state:<uuid>``                hash: sequence, attempts, token, owner, not_before (ms)
 ``<ns>:owner:<uuid>``                hash who, token; expires with the lease (PEXPIRE)
@@ -24,24 +25,6 @@ Keys (``<ns>`` is the board's namespace):
 from __future__ import annotations
 
 __all__ = ["CLAIM", "FINISH", "POST", "RENEW", "REQUEUE"]
-
-#: KEYS legacy listings, listed -> how many postings moved. flowengine 0.1.0
-#: listed jobs in ``<ns>:listings``, TaskFlow's key: a TaskFlow board on the
-#: same namespace deleted them (they are not msgpack). connect() moves the
-#: JSON ones (a JSON object starts with "{", msgpack's map never does) and
-#: leaves TaskFlow's where they are.
-MOVE_JSON_POSTINGS = """
-local moved = 0
-local fields = redis.call('HGETALL', KEYS[1])
-for i = 1, #fields, 2 do
-  if string.sub(fields[i + 1], 1, 1) == '{' then
-    redis.call('HSETNX', KEYS[2], fields[i], fields[i + 1])
-    redis.call('HDEL', KEYS[1], fields[i])
-    moved = moved + 1
-  end
-end
-return moved
-"""
 
 _NOW = """
 local t = redis.call('TIME')

@@ -59,7 +59,6 @@ class TaskflowRedisStore(RedisStore):
     SCRIPTS = redis_taskflow_scripts
     CHANNEL = "flowengine.events"
     LISTED_KEY = "listings"  # TaskFlow's
-    LEGACY_LISTED_KEY = None
     FOREIGN = ("another program (a flowengine board without compat='taskflow', whose"
                " postings are JSON?); give it a namespace of its own")
 

@@ -166,10 +166,6 @@ class TaskflowZkStore(TaskflowZkReader):
 
         return self._commit(build) is not None
 
-    def extend_lease(self, uuid: str, token: int, lease_s: float) -> bool:
-        """Whether the claim ``token`` still holds (its session is its lease)."""
-        return not self.renew([(uuid, token)], lease_s)
-
     def finish(self, uuid: str, who: str, token: int, action: Action, *,
                outcome: str | None = None, reason: str | None = None,
                backoff_s: float = 0.0, max_attempts: int = 1,

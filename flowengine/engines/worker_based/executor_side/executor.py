@@ -30,11 +30,11 @@ from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import (
     cancelling,
+    discovery,
     remote_stats,
     reply_queue,
     unserved,
 )
-from flowengine.engines.worker_based.executor_side import discovery as wt
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.housekeeper import (
     CONSUMER_TICK_S,
@@ -94,7 +94,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
                  retry_options: Mapping[str, Any] | None = None,
-                 worker_expiry: float | None = wt.WORKER_EXPIRY_S, *,
+                 worker_expiry: float | None = discovery.WORKER_EXPIRY_S, *,
                  broker: BrokerSettings | None = None, policy: RequestPolicy | None = None,
                  root_id: str | None = None, parent_id: str | None = None) -> None:
         self._uuid = uuid
@@ -115,12 +115,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
                                consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
                                                          # start() raises the problem
                                                          quiet_until_started=True))
-        beat = wt.NOTIFY_PERIOD_S
+        beat = discovery.NOTIFY_PERIOD_S
         if worker_expiry is not None and worker_expiry > 0:
             # Three beats per expiry period: a worker must miss three NOTIFY
             # requests in a row before it is forgotten.
             beat = min(beat, worker_expiry / 3.0)
-        self._finder = wt.ProxyWorkerFinder(uuid, self._proxy, topics,
+        self._finder = discovery.ProxyWorkerFinder(uuid, self._proxy, topics,
                                             beat_periodicity=beat,
                                             worker_expiry=worker_expiry,
                                             on_change=self._workers_changed)
@@ -151,7 +151,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         return self._uuid
 
     @property
-    def finder(self) -> wt.ProxyWorkerFinder:
+    def finder(self) -> discovery.ProxyWorkerFinder:
         """The worker finder (discovery state) this executor routes with."""
         return self._finder
 

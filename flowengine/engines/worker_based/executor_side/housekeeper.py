@@ -16,9 +16,8 @@ import time
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import discovery, unserved
 from flowengine.engines.worker_based.executor_side import tracking as tr
-from flowengine.engines.worker_based.executor_side import unserved
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
 from flowengine.engines.worker_based.wire.request import Request
@@ -55,7 +54,7 @@ class Housekeeper:
     """
 
     def __init__(self, executor_uuid: str, book: tr.RequestBook,
-                 finder: wt.ProxyWorkerFinder, policy: RequestPolicy,
+                 finder: discovery.ProxyWorkerFinder, policy: RequestPolicy,
                  requests: RequestPublisher, unserved_watch: unserved.UnservedWatch) -> None:
         self._uuid = executor_uuid
         self._book = book
@@ -176,7 +175,7 @@ class Housekeeper:
     def _timeout_error(self, tracked: tr.Tracked) -> exc.RequestTimeout:
         """RequestTimeout with a message saying what it means for the user."""
         waited = self._policy.transition_timeout or 0.0
-        where = (self._unserved.describe(wt.task_class_name(tracked.request.task))
+        where = (self._unserved.describe(discovery.task_class_name(tracked.request.task))
                  if tracked.routing_key is None
                  else f"it was sent to {tracked.routing_key!r}"
                       f" {_times(tracked.attempt + 1)} and no worker started it")

@@ -17,8 +17,7 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery as wt
-from flowengine.engines.worker_based.executor_side import remote_stats
+from flowengine.engines.worker_based.executor_side import discovery, remote_stats
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.messaging import compat as compat_mod
@@ -40,7 +39,7 @@ class ReplyHandler:
     """
 
     def __init__(self, executor_uuid: str, book: tr.RequestBook,
-                 finder: wt.ProxyWorkerFinder, policy: RequestPolicy,
+                 finder: discovery.ProxyWorkerFinder, policy: RequestPolicy,
                  statistics: remote_stats.RemoteStatistics, *,
                  probe: Callable[[str, str], None],
                  wake_housekeeper: Callable[[], None],
@@ -209,7 +208,7 @@ class ReplyHandler:
         now = time.monotonic()
         with self._book.lock:
             last = self._probed.get(worker_id)
-            if last is not None and now - last < wt.NOTIFY_PERIOD_S:
+            if last is not None and now - last < discovery.NOTIFY_PERIOD_S:
                 return
             self._probed[worker_id] = now
         self._probe(topic, worker_id)
@@ -243,7 +242,7 @@ class ReplyHandler:
             return False
         LOG.warning("A worker on topic %r cannot run %s; routing request %s again once"
                     " its task list is known", tracked.topic,
-                    wt.task_class_name(tracked.request.task), tracked.request)
+                    discovery.task_class_name(tracked.request.task), tracked.request)
         _, wake = self._book.new_attempt(tracked, route_now=False, after_worker=worker_id)
         if wake:
             self._wake_housekeeper()

@@ -10,14 +10,14 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import discovery
 
 LOG = logging.getLogger(__name__)
 
 # Request states in which a request can still time out (seed 002).
 TIMEOUT_STATES = pr.WAITING_STATES
 
-Route = tuple[wt.TopicWorker, str]
+Route = tuple[discovery.TopicWorker, str]
 
 
 class Tracked:
@@ -100,7 +100,8 @@ class RequestBook:
     to hold it, the others take it themselves.
     """
 
-    def __init__(self, finder: wt.ProxyWorkerFinder, transition_timeout: float | None) -> None:
+    def __init__(self, finder: discovery.ProxyWorkerFinder,
+                 transition_timeout: float | None) -> None:
         self.lock = threading.Lock()
         self._finder = finder
         self._timeout = transition_timeout
@@ -164,7 +165,7 @@ class RequestBook:
             self._route(tracked, route)
             if route is None:
                 LOG.debug("No worker known that can run %s; %s waits for one",
-                          wt.task_class_name(tracked.request.task), tracked.request)
+                          discovery.task_class_name(tracked.request.task), tracked.request)
             return route, self._schedule(tracked.deadline)
 
     def new_attempt(self, tracked: Tracked, route_now: bool = True,

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterable
 
-from flowengine.engines.worker_based.executor_side import discovery as wt
+from flowengine.engines.worker_based.executor_side import discovery
 from flowengine.engines.worker_based.executor_side import tracking as tr
 
 LOG = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ UNSERVED_WARNING_AFTER_S = 1.0
 class UnservedWatch:
     """Warns once per task class whose requests wait with no capable worker known."""
 
-    def __init__(self, exchange: str, finder: wt.ProxyWorkerFinder) -> None:
+    def __init__(self, exchange: str, finder: discovery.ProxyWorkerFinder) -> None:
         self._exchange = exchange
         self._finder = finder
         self._warned: set[str] = set()
@@ -49,7 +49,7 @@ class UnservedWatch:
         """Warn about requests waiting too long; seconds until the next one is due (None: none)."""
         next_due: float | None = None
         for tracked in waiting:
-            name = wt.task_class_name(tracked.request.task)
+            name = discovery.task_class_name(tracked.request.task)
             if name in self._warned or tracked.waiting_since is None:
                 continue
             due = tracked.waiting_since + UNSERVED_WARNING_AFTER_S

@@ -20,7 +20,7 @@ of the last :data:`WINDOW_S`:
   in milliseconds), so a request is dropped at most that late after its
   ``expires``, which the engine's expiry margin (1 s) absorbs.
 
-A sender whose messages carry no send time (TaskFlow, older flowengine)
+A sender whose messages carry no send time (a TaskFlow process)
 leaves only the receiver's own clock: then ``expires`` is compared with it,
 and skew must stay within the expiry margin.
 """

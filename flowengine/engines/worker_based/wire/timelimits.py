@@ -22,7 +22,7 @@ import logging
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
-from flowengine.engines.worker_based import protocol as pr
+from flowengine.engines.worker_based.wire.names import HEADER_TIMELIMIT
 
 LOG = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def parse_header(value: Any) -> TimeLimits:
     if value is None:
         return NO_LIMITS
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise exc.InvalidFormat(f"Header '{pr.HEADER_TIMELIMIT}' must be [soft, hard],"
+        raise exc.InvalidFormat(f"Header '{HEADER_TIMELIMIT}' must be [soft, hard],"
                                 f" not {value!r}")
     return make(value[0], value[1])
 
