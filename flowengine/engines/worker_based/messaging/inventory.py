@@ -177,7 +177,8 @@ def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
     exchange = compat.make_exchange(exchange_name, durable=broker.durable,
                                     compat=broker.compat)
     queue = topology.make_queue(queue_name, exchange, tuple(routing_keys),
-                                auto_delete=auto_delete, durable=broker.durable)
+                                auto_delete=auto_delete, durable=broker.durable,
+                                queue_type=broker.queue_type)
     try:
         with broker.connection() as conn:
             conn.ensure_connection(max_retries=1)

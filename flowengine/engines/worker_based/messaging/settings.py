@@ -6,7 +6,8 @@ instead of each taking a URL, a transport, transport and retry options,
 durability, a signing secret and a compatibility mode. It is built once at
 the public boundary (engine options, ``Worker(...)``, ``Proxy(...)`` with
 TaskFlow's arguments, the command line) and checked there: a combination
-that cannot work (``compat='taskflow'`` with ``durable=True`` or signing)
+that cannot work (``compat='taskflow'`` with ``durable=True`` or signing,
+``queue_type='quorum'`` without the durable topology or off RabbitMQ)
 fails at construction, not at the first message.
 """
 
@@ -24,6 +25,7 @@ from kombu.connection import Connection
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
+from flowengine.engines.worker_based.transports import topology
 from flowengine.engines.worker_based.wire import names, signing
 
 __all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
@@ -39,6 +41,10 @@ _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
 
 #: URL schemes served by flowengine's Redis transport.
 _REDIS_SCHEMES = ("redis", "rediss")
+
+#: URL schemes and transport names that reach RabbitMQ (AMQP 0-9-1), the only
+#: broker with quorum queues; no scheme at all is kombu's default, AMQP.
+_AMQP_SCHEMES = ("", "amqp", "amqps", "pyamqp", "flowengine-amqp")
 
 
 def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -69,9 +75,13 @@ class BrokerSettings:
     naming the limit where it is a request) and when published (None: no
     limit). ``max_redeliveries``: how many times a message may be in hand
     when a consume loop fails before it is dead-lettered unread (see
-    :mod:`.strikes`).
+    :mod:`.strikes`). ``queue_type='quorum'`` declares the durable
+    topology's queues as RabbitMQ quorum queues (see
+    :mod:`..transports.topology`); ``'classic'`` (default) as classic ones.
 
-    Raises ValueError for a combination ``compat`` cannot follow, and
+    Raises ValueError for a combination ``compat`` cannot follow, or a
+    ``queue_type`` that is unknown, or quorum without ``durable=True`` or
+    off AMQP; and
     BrokerConfigError (from :meth:`connection`) for a malformed URL or an
     unknown transport. Its ``repr`` never shows a password.
     """
@@ -86,6 +96,7 @@ class BrokerSettings:
     heartbeat_s: float = AMQP_HEARTBEAT_S
     max_body_bytes: int | None = names.MAX_BODY_BYTES
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    queue_type: str = topology.CLASSIC
 
     def __post_init__(self) -> None:
         # Frozen copies: a caller mutating its dict later changes nothing here.
@@ -101,6 +112,31 @@ class BrokerSettings:
                              f" {self.max_redeliveries!r}")
         object.__setattr__(self, "compat", compat.check(
             self.compat, durable=self.durable, signed=self.keyring is not None))
+        object.__setattr__(self, "queue_type", self._checked_queue_type())
+
+    def _checked_queue_type(self) -> str:
+        """``queue_type`` normalised (None: classic); ValueError where it cannot work."""
+        queue_type = self.queue_type or topology.CLASSIC
+        if queue_type not in topology.QUEUE_TYPES:
+            raise ValueError(f"queue_type must be one of {', '.join(topology.QUEUE_TYPES)},"
+                             f" not {queue_type!r}")
+        if queue_type == topology.QUORUM:
+            if not self.durable:
+                raise ValueError("queue_type='quorum' needs the durable topology"
+                                 " (durable=True, flowengine worker --durable): RabbitMQ's"
+                                 " quorum queues are always durable")
+            if self._scheme not in _AMQP_SCHEMES:
+                raise ValueError(f"queue_type='quorum' needs RabbitMQ (an amqp:// or"
+                                 f" amqps:// URL), not {self._scheme}://: only RabbitMQ has"
+                                 f" quorum queues")
+        return queue_type
+
+    @property
+    def _scheme(self) -> str:
+        """The transport name or URL scheme (of the first URL of a failover list)."""
+        if self.transport:
+            return self.transport
+        return self.url.split("://", 1)[0] if self.url and "://" in self.url else ""
 
     @classmethod
     def given(cls, broker: BrokerSettings | None, url: str | None = None,
@@ -127,8 +163,8 @@ class BrokerSettings:
         """The settings engine options (or command-line options) ask for.
 
         Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
-        ``durable``, ``secret``, ``compat``, ``max_body_bytes`` and
-        ``max_redeliveries``; ignores everything else.
+        ``durable``, ``secret``, ``compat``, ``max_body_bytes``,
+        ``max_redeliveries`` and ``queue_type``; ignores everything else.
         """
         return cls(url=options.get("url"), transport=options.get("transport"),
                    transport_options=options.get("transport_options") or {},
@@ -137,7 +173,8 @@ class BrokerSettings:
                    secret=options.get("secret"), compat=options.get("compat"),
                    max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
                    max_redeliveries=options.get("max_redeliveries",
-                                                DEFAULT_MAX_REDELIVERIES))
+                                                DEFAULT_MAX_REDELIVERIES),
+                   queue_type=options.get("queue_type") or topology.CLASSIC)
 
     @functools.cached_property
     def keyring(self) -> signing.Keyring | None:
@@ -150,9 +187,7 @@ class BrokerSettings:
     @property
     def is_redis(self) -> bool:
         """True when this reaches Redis (flowengine's Redis transport)."""
-        scheme = self.transport or (self.url.split("://", 1)[0]
-                                    if self.url and "://" in self.url else "")
-        return scheme in _REDIS_SCHEMES
+        return self._scheme in _REDIS_SCHEMES
 
     def with_transport_options(self, **options: Any) -> BrokerSettings:
         """A copy whose transport options also hold ``options`` (these win)."""
@@ -193,4 +228,4 @@ class BrokerSettings:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
                 f" transport_options={mask_options(self.transport_options)!r},"
                 f" durable={self.durable}, signed={self.keyring is not None},"
-                f" compat={self.compat!r})")
+                f" compat={self.compat!r}, queue_type={self.queue_type!r})")

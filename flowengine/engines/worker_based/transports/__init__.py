@@ -5,7 +5,8 @@ and ``filesystem`` names its files by millisecond, so messages written in the
 same millisecond are read out of order and a file can be read half-written;
 kombu's ``redis`` transport loses a message taken by a consumer that dies
 before recording it (see redis.py); its ``amqp`` transport makes nine system
-calls to read one message (see amqp.py). flowengine registers drop-in
+calls to read one message, and its TLS connections check the server's
+certificate but not its host name (see amqp.py). flowengine registers drop-in
 subclasses under their own names and uses them whenever ``memory``,
 ``filesystem``, ``redis`` or ``amqp`` (the default) is asked for through
 flowengine. Pass a dotted path (``kombu.transport.redis:Transport``) to get
@@ -26,6 +27,7 @@ MEMORY = "flowengine-memory"
 FILESYSTEM = "flowengine-filesystem"
 REDIS = "flowengine-redis"
 AMQP = "flowengine-amqp"
+AMQPS = "flowengine-amqps"
 
 #: kombu transport name (or URL scheme) -> the flowengine transport used instead.
 TRANSPORT_OVERRIDES = {
@@ -34,6 +36,7 @@ TRANSPORT_OVERRIDES = {
     "redis": REDIS,
     "amqp": AMQP,
     "pyamqp": AMQP,
+    "amqps": AMQPS,
 }
 
 _ALIASES = {
@@ -41,6 +44,7 @@ _ALIASES = {
     FILESYSTEM: "flowengine.engines.worker_based.transports.filesystem:Transport",
     REDIS: "flowengine.engines.worker_based.transports.redis:Transport",
     AMQP: "flowengine.engines.worker_based.transports.amqp:Transport",
+    AMQPS: "flowengine.engines.worker_based.transports.amqp:SSLTransport",
 }
 
 
