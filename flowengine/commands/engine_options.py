@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
     p.add_argument("--queue-type", default=None, choices=["classic", "quorum"],
                    help="the workers run with --queue-type (quorum: RabbitMQ quorum"
                         " queues, with --durable; worker-based engine)")
+    p.add_argument("--failover-strategy", default=None, choices=["round-robin", "shuffle"],
+                   help="order in which the URLs of a failover list (--url"
+                        " 'amqp://h1//;amqp://h2//') are tried (worker-based engine)")
     p.add_argument("--transition-timeout", type=float, default=None, metavar="SECONDS",
                    help="fail a remote task no worker takes within this many seconds"
                         " (worker-based engine; default 60)")
@@ -52,7 +55,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
                                "remote_exceptions": "original",
                                "transition_timeout": args.transition_timeout,
                                "durable": args.durable or None,
-                               "queue_type": args.queue_type}
+                               "queue_type": args.queue_type,
+                               "failover_strategy": args.failover_strategy}
     if args.transport_options:
         options["transport_options"] = dict(args.transport_options)
     return {k: v for k, v in options.items() if v not in (None, [])}

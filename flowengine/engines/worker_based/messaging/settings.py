@@ -25,7 +25,7 @@ from kombu.connection import Connection
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
-from flowengine.engines.worker_based.transports import topology
+from flowengine.engines.worker_based.transports import failover, topology
 from flowengine.engines.worker_based.wire import names, signing
 
 __all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
@@ -78,10 +78,14 @@ class BrokerSettings:
     :mod:`.strikes`). ``queue_type='quorum'`` declares the durable
     topology's queues as RabbitMQ quorum queues (see
     :mod:`..transports.topology`); ``'classic'`` (default) as classic ones.
+    ``failover_strategy``: the order in which the URLs of a failover list
+    (``amqp://h1//;amqp://h2//``) are tried, ``'round-robin'`` (default:
+    the one that answered last first) or ``'shuffle'`` (see
+    :mod:`..transports.failover`).
 
     Raises ValueError for a combination ``compat`` cannot follow, or a
     ``queue_type`` that is unknown, or quorum without ``durable=True`` or
-    off AMQP; and
+    off AMQP, or an unknown ``failover_strategy``; and
     BrokerConfigError (from :meth:`connection`) for a malformed URL or an
     unknown transport. Its ``repr`` never shows a password.
     """
@@ -97,6 +101,7 @@ class BrokerSettings:
     max_body_bytes: int | None = names.MAX_BODY_BYTES
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
     queue_type: str = topology.CLASSIC
+    failover_strategy: str = failover.ROUND_ROBIN
 
     def __post_init__(self) -> None:
         # Frozen copies: a caller mutating its dict later changes nothing here.
@@ -113,6 +118,10 @@ class BrokerSettings:
         object.__setattr__(self, "compat", compat.check(
             self.compat, durable=self.durable, signed=self.keyring is not None))
         object.__setattr__(self, "queue_type", self._checked_queue_type())
+        if self.failover_strategy not in failover.FAILOVER_STRATEGIES:
+            raise ValueError(f"failover_strategy must be one of"
+                             f" {', '.join(failover.FAILOVER_STRATEGIES)}, not"
+                             f" {self.failover_strategy!r}")
 
     def _checked_queue_type(self) -> str:
         """``queue_type`` normalised (None: classic); ValueError where it cannot work."""
@@ -164,7 +173,8 @@ class BrokerSettings:
 
         Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
         ``durable``, ``secret``, ``compat``, ``max_body_bytes``,
-        ``max_redeliveries`` and ``queue_type``; ignores everything else.
+        ``max_redeliveries``, ``queue_type`` and ``failover_strategy``;
+        ignores everything else.
         """
         return cls(url=options.get("url"), transport=options.get("transport"),
                    transport_options=options.get("transport_options") or {},
@@ -174,7 +184,9 @@ class BrokerSettings:
                    max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
                    max_redeliveries=options.get("max_redeliveries",
                                                 DEFAULT_MAX_REDELIVERIES),
-                   queue_type=options.get("queue_type") or topology.CLASSIC)
+                   queue_type=options.get("queue_type") or topology.CLASSIC,
+                   failover_strategy=(options.get("failover_strategy")
+                                      or failover.ROUND_ROBIN))
 
     @functools.cached_property
     def keyring(self) -> signing.Keyring | None:
@@ -202,6 +214,7 @@ class BrokerSettings:
         for this connection only: a consumer's lease, a publisher's confirms.
         """
         kwargs.setdefault("heartbeat", self.heartbeat_s)
+        kwargs.setdefault("failover_strategy", self.failover_strategy)
         return transports.connection(self.url, self.transport,
                                      {**self.transport_options, **(extra_options or {})},
                                      **kwargs)
