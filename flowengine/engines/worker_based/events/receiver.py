@@ -156,11 +156,10 @@ class EventReceiver:
 
         while True:
             try:
-                conn = channel.connection(self._broker)
                 # One attempt (each node of a failover list once), raised as
                 # it is: kombu would retry a refused login or an unreachable
                 # broker for its connect timeout first.
-                failover.connect_any(conn)
+                conn = failover.connect_any(channel.connection(self._broker))
                 events_channel = conn.channel()
                 guarded.guard(events_channel)
                 with Consumer(events_channel, [bounded], on_message=on_message,

@@ -35,18 +35,14 @@ SHUFFLE = "shuffle"
 FAILOVER_STRATEGIES = (ROUND_ROBIN, SHUFFLE)
 
 
-def connect_any(conn: Connection) -> Connection:
-    """Connect a fresh (never switched) ``conn``, trying each of its URLs once in order.
+def connect_any(template: Connection) -> Connection:
+    """A connected clone of ``template`` at the first of its URLs that accepts.
 
-    For one-off connections (a command's, an event stream's). Raises the last
-    URL's error, as kombu's ``ensure_connection`` raises it.
+    For one-off connections (a command's, an event stream's): each URL once,
+    in order, without pausing, each through flowengine's transport. Raises
+    the last URL's error (as kombu's OperationalError where kombu wraps it).
     """
-    tries = max(1, len(conn.alt or ()))
-    # kombu switches to the next URL after each failure; a pause only after a
-    # whole round, and here there is no second round.
-    conn.ensure_connection(max_retries=tries - 1, interval_start=0, interval_step=0,
-                           interval_max=0)
-    return conn
+    return Failover(template).connect()
 
 
 class Failover:
