@@ -1,9 +1,12 @@
 """One throwaway 3-node RabbitMQ cluster per test module (``tests/rabbitmq_cluster.py``),
 and a TLS-only RabbitMQ with throwaway certificates (``tests/rabbitmq_tls.py``).
 
-Every test module here is marked ``xdist_group("rabbitmq_cluster")`` so that under
+The cluster tests are marked ``xdist_group("rabbitmq_cluster")`` so that under
 ``-n 2 --dist loadgroup`` they run in one process, one after the other: the
-cluster (three Erlang VMs) is started once per module, never twice at once.
+cluster (three Erlang VMs) is started once, never twice at once. The TLS
+tests are a group of their own (``rabbitmq_tls``): one group spanning two
+modules may be run interleaved, and each module would then start its broker
+again for every switch.
 """
 
 from __future__ import annotations
@@ -24,6 +27,31 @@ def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"CI=true and {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give this folder's ``xdist_group`` tests their group suffix where xdist could not.
+
+    pytest-xdist 3.8 marks a grouped test by setting ``item._nodeid`` (its
+    id plus ``@group``); pytest 9 keeps the id in ``item._id`` and no longer
+    reads ``_nodeid``, so ``--dist loadgroup`` sent the tests of one group to
+    both workers, and each started a cluster. Here (only for the tests of
+    this folder, in an xdist worker with loadgroup) the suffix is put where
+    pytest reads it. Harmless where xdist already did it.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import NodeId
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None or "@" in item.nodeid or not str(item.path).startswith(here):
+            continue
+        if not hasattr(item, "_id"):
+            continue
+        item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from flowengine.patterns import unordered_flow as uf
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import ROOT, Conn, Workers, env
 
-pytestmark = [pytest.mark.xdist_group("rabbitmq_cluster"), pytest.mark.broker]
+pytestmark = [pytest.mark.xdist_group("rabbitmq_tls"), pytest.mark.broker]
 
 #: A refused certificate must be reported this fast (s): no retrying for the
 #: engine's start timeout, nor for kombu's connect retries.
