@@ -66,3 +66,9 @@ def test_each_attempt_tries_every_url_and_remembers_the_one_that_answered(dead_f
 def test_an_unknown_failover_strategy_is_refused():
     with pytest.raises(ValueError, match="failover_strategy"):
         BrokerSettings("amqp://h1//;amqp://h2//", failover_strategy="random")
+
+
+def test_the_broker_is_shown_as_every_node_without_passwords():
+    broker = BrokerSettings("amqp://app:s3cret@h1:5672/prod;amqp://app:s3cret@h2:5672/prod")
+    assert broker.public_uri == "amqp://app:**@h1:5672/prod;amqp://app:**@h2:5672/prod"
+    assert "s3cret" not in repr(broker)

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kombu.connection import Connection
+from kombu.utils.url import maybe_sanitize_url
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
@@ -223,10 +224,16 @@ class BrokerSettings:
     def public_uri(self) -> str:
         """The broker's URI without its password, with the scheme the user wrote.
 
+        Every URL of a failover list, ``;``-separated.
+
         Worked out once (from a kombu connection object, no I/O): every
         publisher and consumer of an engine asks for it when made.
         """
         conn = transports.connection(self.url, self.transport)
+        if len(conn.alt or ()) > 1:
+            # A failover list: every node, each without its password (kombu's
+            # own URI names the first node only).
+            return ";".join(maybe_sanitize_url(url) for url in conn.alt)
         # kombu writes ``:**@`` even where there is no password (redis://:**@h):
         # that reads as a hidden secret, so a password-less URL is shown as is.
         # (The full URI is the one to look at: kombu fills in defaults, guest's.)
