@@ -113,3 +113,13 @@ def test_the_command_line_says_a_wrong_ca_in_one_line(tls_rabbitmq, unique_name)
     assert len(lines) == 1, result.stderr
     assert "certificate is not trusted" in lines[0], result.stderr
     assert "guest:guest" not in result.stderr
+
+
+def test_no_client_certificate_fails_fast_with_one_line(tls_rabbitmq, unique_name):
+    server, certs = tls_rabbitmq
+    # When the client trusts the right CA but has no certificate of its own
+    options = {"ca_certs": certs.ca, "cert_reqs": ssl.CERT_REQUIRED}
+    text = _fails_fast("no-client-cert", unique_name, server.url, options)
+    print(f"\n[rabbitmq tls] no client certificate: {text}")
+    # Then the engine says that the broker wants one, in one line
+    assert "client certificate" in text and "certfile" in text, text

@@ -115,10 +115,17 @@ def tls_problem(error: BaseException, uri: str) -> exc.BrokerConfigError | None:
             f"TLS to the broker at {uri} failed: its certificate is not trusted ({why});"
             f" check the CA file (ssl option ca_certs)")
     reason = tls.reason or str(tls)
+    if isinstance(tls, ssl.SSLEOFError):
+        # RabbitMQ (Erlang's TLS) hangs up without an alert on a client that
+        # brought no certificate, or one its CA did not sign.
+        return exc.BrokerConfigError(
+            f"TLS to the broker at {uri} failed: the broker closed the connection during"
+            f" the TLS handshake ({tls}); it may require a client certificate its CA"
+            f" signed: check the ssl options certfile and keyfile")
     if "CERTIFICATE" in reason.upper() or "UNKNOWN_CA" in reason.upper():
         return exc.BrokerConfigError(
-            f"TLS to the broker at {uri} failed: the broker refused this client's"
-            f" certificate ({reason}); check the ssl options certfile and keyfile")
+            f"TLS to the broker at {uri} failed: the broker refused the client certificate,"
+            f" or got none ({reason}); check the ssl options certfile and keyfile")
     return exc.BrokerConfigError(f"TLS to the broker at {uri} failed ({reason}): check the"
                                  f" URL's scheme and port (amqps:// and the TLS listener)"
                                  f" and the ssl options")
