@@ -10,8 +10,7 @@ DEFAULT_EXCHANGE = "default"
 
 
 def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
-    """Add --url, --exchange, --transport(-option), --secret-file, --durable, --queue-type,
-    --compat."""
+    """Add --url, --exchange, --transport(-option), --secret-file, --durable, --compat."""
     p.add_argument("--url", default=None, help="broker URL (redis://..., amqp://...)")
     p.add_argument("--exchange", default=DEFAULT_EXCHANGE,
                    help=f"the workers' exchange (default {DEFAULT_EXCHANGE!r})")

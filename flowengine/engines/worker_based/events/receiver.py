@@ -1,7 +1,10 @@
 """Receiving the event stream: every event of an exchange, handed to a callback.
 
 Each receiver consumes from its own auto-deleted queue, bounded where the
-broker supports it, and deletes it when done. A receiver given a secret
+broker supports it, and deletes it when done. A receiver whose connection
+breaks once it consumes connects again (to another node of a failover URL
+list when there is one) and consumes a new queue: the events published
+meanwhile are missed, as a live view may miss them. A receiver given a secret
 verifies every event's signature before decoding it and drops (and counts)
 those that are unsigned, signed with an unknown key or altered.
 
