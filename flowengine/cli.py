@@ -93,6 +93,14 @@ def _build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--durable", action="store_true",
                         help="durable exchange/queues and persistent messages (every"
                              " executor on the exchange must agree)")
+    worker.add_argument("--failover-strategy", default="round-robin",
+                        choices=["round-robin", "shuffle"],
+                        help="order in which the URLs of a failover list (--url"
+                             " 'amqp://h1//;amqp://h2//') are tried (default round-robin)")
+    worker.add_argument("--queue-type", default="classic", choices=["classic", "quorum"],
+                        help="RabbitMQ queue type: quorum (with --durable) replicates the"
+                             " queues across a cluster's nodes (every executor on the"
+                             " exchange must agree; default classic)")
     worker.add_argument("--secret-file", default=None, metavar="PATH",
                         help="file of shared signing keys, one a line, the signing key"
                              " first (default: $FLOWENGINE_SECRET_FILE/$FLOWENGINE_SECRET)")
@@ -288,6 +296,8 @@ def run_worker(args: argparse.Namespace) -> int:
                         compat=args.compat,  # mixed fleets with TaskFlow
                         max_body_bytes=args.max_body_bytes,
                         max_redeliveries=args.max_redeliveries,
+                        queue_type=args.queue_type,
+                        failover_strategy=args.failover_strategy,
                         events=args.events, exception_handlers=handlers, metrics=metrics)
     if metrics is not None:
         from flowengine import metrics as metrics_mod

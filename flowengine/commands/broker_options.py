@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
                         "$FLOWENGINE_SECRET)")
     p.add_argument("--durable", action="store_true",
                    help="the workers run with --durable (the exchange is declared so)")
+    p.add_argument("--queue-type", default="classic", choices=["classic", "quorum"],
+                   help="the workers run with --queue-type (their queues are declared so)")
     p.add_argument("--compat", default=None, choices=["taskflow"],
                    help="the exchange is shared with TaskFlow (declared as it does)")
 
@@ -37,7 +39,8 @@ def broker_settings(args: argparse.Namespace, why: str) -> Any:
     broker_errors.check_shared(args.url, args.transport, why)
     secret = None if args.secret_file is None else signing.read_key_file(args.secret_file)
     return BrokerSettings(args.url, args.transport, dict(args.transport_options), None,
-                          durable=args.durable, secret=secret, compat=args.compat)
+                          durable=args.durable, secret=secret, compat=args.compat,
+                          queue_type=args.queue_type)
 
 
 def broker_uri(args: argparse.Namespace) -> str:

@@ -21,6 +21,15 @@ def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
     p.add_argument("--transport-option", dest="transport_options", default=[],
                    action="append", type=parse_option, metavar="KEY=VALUE",
                    help="transport option (repeatable; values parsed as JSON)")
+    p.add_argument("--durable", action="store_true",
+                   help="the workers run with --durable (durable exchange and queues,"
+                        " persistent messages; worker-based engine)")
+    p.add_argument("--queue-type", default=None, choices=["classic", "quorum"],
+                   help="the workers run with --queue-type (quorum: RabbitMQ quorum"
+                        " queues, with --durable; worker-based engine)")
+    p.add_argument("--failover-strategy", default=None, choices=["round-robin", "shuffle"],
+                   help="order in which the URLs of a failover list (--url"
+                        " 'amqp://h1//;amqp://h2//') are tried (worker-based engine)")
     p.add_argument("--transition-timeout", type=float, default=None, metavar="SECONDS",
                    help="fail a remote task no worker takes within this many seconds"
                         " (worker-based engine; default 60)")
@@ -45,7 +54,10 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
                                # A task's failure is reported by name,
                                # as on the local engines.
                                "remote_exceptions": "original",
-                               "transition_timeout": args.transition_timeout}
+                               "transition_timeout": args.transition_timeout,
+                               "durable": args.durable or None,
+                               "queue_type": args.queue_type,
+                               "failover_strategy": args.failover_strategy}
     if args.transport_options:
         options["transport_options"] = dict(args.transport_options)
     return {k: v for k, v in options.items() if v not in (None, [])}

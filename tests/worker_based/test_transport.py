@@ -52,7 +52,8 @@ def test_resolve_picks_flowengine_transports():
     assert transports.resolve("pyamqp://h//", None) == "flowengine-amqp"
     assert transports.resolve(None, "pyamqp") == "flowengine-amqp"
     assert transports.resolve("localhost", None) == "flowengine-amqp"  # kombu's default
-    assert transports.resolve("amqps://h//", None) is None  # TLS: kombu's own
+    # TLS: ours too, so that the server's host name is checked (see amqp.py)
+    assert transports.resolve("amqps://h//", None) == "flowengine-amqps"
     original = "kombu.transport.filesystem:Transport"
     assert transports.resolve(None, original) == original  # opt-out stays possible
     aliases = kombu.transport.TRANSPORT_ALIASES

@@ -29,6 +29,7 @@ from flowengine.engines.worker_based.events.model import (
     make_event,
 )
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import failover
 from flowengine.engines.worker_based.wire import signing
 
 LOG = logging.getLogger(__name__)
@@ -160,25 +161,44 @@ class EventPublisher:
                 event.set()
                 continue
             try:
-                if producer is None:
-                    conn = channel.connection(self._broker)
-                    producer = Producer(conn.channel(), exchange=exchange, auto_declare=True)
                 body = json.dumps(event).encode("utf-8")
                 # Signed here, on the publishing thread: send() stays as cheap
                 # with a key as without one.
                 headers = None if keyring is None else event_signing.sign(keyring, body)
-                producer.publish(body, routing_key=event["type"], headers=headers,
-                                 content_type="application/json",
-                                 content_encoding="utf-8", delivery_mode=1)
             except Exception as e:
                 self.dropped += 1
-                LOG.warning("Event %s of %s dropped: the events exchange is unreachable"
-                            " (%s); retrying in %.1f s", event["type"], self.hostname, e,
-                            RECONNECT_DELAY_S)
-                producer = None
-                if conn is not None:
-                    channel.release(conn)
-                    conn = None
-                time.sleep(RECONNECT_DELAY_S)  # back off from a broker that is down
+                LOG.warning("Event %s of %s dropped: it cannot be encoded (%s)",
+                            event.get("type"), self.hostname, e)
+                continue
+            # A connection that broke since the last event (its broker node
+            # died) gets one fresh one at once (another node of a failover
+            # list): only a broker that refuses a new connection drops events.
+            fresh = producer is None
+            while True:
+                try:
+                    if producer is None:
+                        conn = failover.connect_any(channel.connection(self._broker))
+                        producer = Producer(conn.channel(), exchange=exchange,
+                                            auto_declare=True)
+                    producer.publish(body, routing_key=event["type"], headers=headers,
+                                     content_type="application/json",
+                                     content_encoding="utf-8", delivery_mode=1)
+                    break
+                except Exception as e:
+                    producer = None
+                    if conn is not None:
+                        channel.release(conn)
+                        conn = None
+                    if not fresh:
+                        fresh = True
+                        LOG.info("Events connection of %s lost (%s); reconnecting",
+                                 self.hostname, e)
+                        continue
+                    self.dropped += 1
+                    LOG.warning("Event %s of %s dropped: the events exchange is unreachable"
+                                " (%s); retrying in %.1f s", event["type"], self.hostname, e,
+                                RECONNECT_DELAY_S)
+                    time.sleep(RECONNECT_DELAY_S)  # back off from a broker that is down
+                    break
         if conn is not None:
             channel.release(conn)

@@ -1,7 +1,10 @@
 """Receiving the event stream: every event of an exchange, handed to a callback.
 
 Each receiver consumes from its own auto-deleted queue, bounded where the
-broker supports it, and deletes it when done. A receiver given a secret
+broker supports it, and deletes it when done. A receiver whose connection
+breaks once it consumes connects again (to another node of a failover URL
+list when there is one) and consumes a new queue: the events published
+meanwhile are missed, as a live view may miss them. A receiver given a secret
 verifies every event's signature before decoding it and drops (and counts)
 those that are unsigned, signed with an unknown key or altered.
 
@@ -35,6 +38,7 @@ from flowengine.engines.worker_based.events import signing as event_signing
 from flowengine.engines.worker_based.events.model import LamportClock
 from flowengine.engines.worker_based.messaging import guarded
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import failover
 from flowengine.engines.worker_based.wire import signing
 
 LOG = logging.getLogger(__name__)
@@ -49,6 +53,10 @@ RECEIVER_MESSAGE_TTL_MS = 60_000
 
 #: Seconds a receiver's loop waits for a message before checking for stop().
 RECEIVE_POLL_S = 0.2
+
+#: Seconds a receiver waits before consuming again after its connection broke
+#: (and between attempts while no broker node answers).
+RECONNECT_PAUSE_S = 1.0
 
 #: Seconds between warnings about dropped unverified events: the first one
 #: is logged at once, then at most one per period (with the running count),
@@ -149,28 +157,40 @@ class EventReceiver:
             self.unreadable_count += 1
             self._warn_dropped(f"unreadable ({error})", self.unreadable_count)
 
-        try:
-            conn = channel.connection(self._broker)
-            # One attempt, raised as it is: kombu would retry a refused login
-            # or an unreachable broker for its connect timeout first.
-            conn.ensure_connection(max_retries=0)
-            events_channel = conn.channel()
-            guarded.guard(events_channel)
-            with Consumer(events_channel, [bounded], on_message=on_message,
-                          on_decode_error=on_unreadable, accept=["json"]):
-                self._ready.set()
+        while True:
+            try:
+                # One attempt (each node of a failover list once), raised as
+                # it is: kombu would retry a refused login or an unreachable
+                # broker for its connect timeout first.
+                conn = failover.connect_any(channel.connection(self._broker))
+                events_channel = conn.channel()
+                guarded.guard(events_channel)
+                with Consumer(events_channel, [bounded], on_message=on_message,
+                              on_decode_error=on_unreadable, accept=["json"]):
+                    self._ready.set()
+                    self._started_or_failed.set()
+                    while not self._stop.is_set():
+                        try:
+                            conn.drain_events(timeout=RECEIVE_POLL_S)
+                        except TimeoutError:  # socket.timeout too: an alias since 3.10
+                            continue
+                forget_queue(conn, bounded)
+                return count
+            except Exception as e:
+                # Lost after it was consuming (its node died): consume again,
+                # on another node of a failover list if there is one. Before
+                # that, the caller hears why it never started.
+                if not self._ready.is_set() or self._stop.is_set():
+                    raise
+                LOG.warning("Event stream of %s lost (%s); reconnecting in %.1f s",
+                            channel.events_exchange_name(self._exchange_name), e,
+                            RECONNECT_PAUSE_S)
+                self._stop.wait(RECONNECT_PAUSE_S)
+            finally:
                 self._started_or_failed.set()
-                while not self._stop.is_set():
-                    try:
-                        conn.drain_events(timeout=RECEIVE_POLL_S)
-                    except TimeoutError:  # socket.timeout too: an alias since 3.10
-                        continue
-            forget_queue(conn, bounded)
-        finally:
-            self._started_or_failed.set()
-            if conn is not None:
-                channel.release(conn)
-        return count
+                if conn is not None:
+                    channel.release(conn)
+                    conn = None
 
     def _refuse(self, reason: str) -> None:
         """Count an event that failed verification; warn now and then, saying why."""

@@ -52,6 +52,13 @@ class WorkerBasedActionEngine(engine.ActionEngine):
     - ``durable``: True for a durable exchange and queues and persistent
       messages (queued requests survive a broker restart); every worker on
       the exchange must use the same setting
+    - ``queue_type``: ``'quorum'`` (with ``durable``, RabbitMQ only) declares
+      the queues as quorum queues, replicated across the nodes of a RabbitMQ
+      cluster; ``'classic'`` (default); every worker on the exchange must use
+      the same (see doc/source/deployment.rst)
+    - ``failover_strategy``: ``'round-robin'`` (default) or ``'shuffle'``, the
+      order in which the URLs of a failover list (``amqp://h1//;amqp://h2//``)
+      are tried when connecting again
     - ``secret``: shared key (or list of keys, the first signs) to sign and
       verify every message; default: ``$FLOWENGINE_SECRET_FILE`` /
       ``$FLOWENGINE_SECRET``, none if unset

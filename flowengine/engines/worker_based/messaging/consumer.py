@@ -39,6 +39,7 @@ from kombu.entity import Exchange
 from kombu.messaging import Consumer as KombuConsumer
 
 from flowengine import exceptions as exc
+from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import guarded
 from flowengine.engines.worker_based.messaging.dead_letters import (
     DeadLetters,
@@ -53,6 +54,7 @@ from flowengine.engines.worker_based.messaging.strikes import Strikes
 from flowengine.engines.worker_based.transports import (
     contract,
     errors,
+    failover,
     leases,
     recovery,
     redis_consumers,
@@ -221,6 +223,8 @@ class Consumer:
         self._hooks = hooks
         self._conn = broker.connection()  # no I/O: a template to clone
         self._uri = broker.public_uri
+        # The node consumed from (one URL of a failover list), for logs.
+        self._node_uri = self._uri
         self._caps = contract.capabilities(self._conn)
         self._lease: leases.LeaseKeeper | None = None
         if self._caps.leases:
@@ -229,6 +233,9 @@ class Consumer:
                                             redis_consumers.LEASE_OPTION: options.lease.lease_s})
             self._lease = leases.LeaseKeeper(self._conn, consumer_id, options.lease.lease_s,
                                              options.lease.reclaim)
+        # Each (re)connection tries the URL that answered last, then the other
+        # nodes of a failover list (see transports/failover.py).
+        self._failover = failover.Failover(self._conn)
         self._wake_token = uuidlib.uuid4().hex
         self._running = threading.Event()
         self._stopping = threading.Event()
@@ -262,7 +269,7 @@ class Consumer:
         self._dead_letters = DeadLetters(
             exchange, broker.durable, routes,
             (first.name, dead_letter_queue_name(first.name, exchange_name, first.private)),
-            f"{name} on {names.make_origin()}")
+            f"{name} on {names.make_origin()}", broker.queue_type)
         self._strikes = Strikes(broker.max_redeliveries)
         self._max_body_bytes = options.body_limit(broker)
         # The message being handled, while it is (see _rounds: a loop error
@@ -420,9 +427,14 @@ class Consumer:
         """
         problem = self._report_problem(error)
         pause = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2 ** failures)
-        if self._has_consumed and isinstance(problem, exc.BrokerUnavailable):
+        lost = self._has_consumed and isinstance(problem, exc.BrokerUnavailable)
+        if lost and failures == 0 and self._failover.size > 1:
+            # The node we consumed from went away: the other nodes of the
+            # failover list are tried at once (one pass), not after a pause.
+            pause = 0.0
+        if lost:
             LOG.error("Consumer connection to %s lost (%s); reconnecting in %.0f s",
-                      self._uri, error, pause)
+                      self._node_uri, error, pause)
         else:
             quiet = self._options.quiet_until_started and not self._has_consumed
             LOG.log(logging.DEBUG if quiet else logging.ERROR,
@@ -483,7 +495,8 @@ class Consumer:
 
     def _report_problem(self, error: BaseException) -> exc.FlowEngineError:
         """Classify ``error`` and wake wait_started(); the classified error."""
-        problem = errors.classify(error, self._uri, self._exchange.name, self._broker.durable)
+        problem = errors.classify(error, self._uri, self._exchange.name, self._broker.durable,
+                                  self._broker.queue_type)
         with self._started_or_failed:
             self._problem = problem
             self._started_or_failed.notify_all()
@@ -493,12 +506,13 @@ class Consumer:
 
     def _consume_until_stopped(self) -> Iterator[None]:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
-        conn = self._conn.clone()
         consumers: list[KombuConsumer] = []
         self._own_queues_dropped = False
+        # One attempt (each URL of a failover list once): the loop's own
+        # pause (stop() ends it) comes next.
+        conn = self._failover.connect()
+        self._node_uri = transports.public_uri(conn.as_uri())
         try:
-            # One attempt: the loop's own pause (stop() ends it) comes next.
-            conn.ensure_connection(max_retries=0)
             self._dead_letters.use(conn)
             if self._lease is None:
                 # kombu's own Redis transport (chosen by a dotted path): put
@@ -571,13 +585,13 @@ class Consumer:
             self._has_consumed = True
             self._started_or_failed.notify_all()
         names_ = [q.name for q in self._queues]
-        LOG.debug("Consuming %s from %s", names_, self._uri)
+        LOG.debug("Consuming %s from %s", names_, self._node_uri)
         if self._lost_at is not None:
             self.last_outage_s = time.monotonic() - self._lost_at
             self.reconnect_count += 1
             self._lost_at = None
             LOG.warning("Consuming %s from %s again after %.1f s without a broker"
-                        " connection", names_, self._uri, self.last_outage_s)
+                        " connection", names_, self._node_uri, self.last_outage_s)
         self._call_safely(self._hooks.on_start, "on_start")
 
     def _drain(self, conn: Connection) -> Iterator[None]:
@@ -635,7 +649,8 @@ class Consumer:
         """Declare and consume the queues: on one channel, or one channel each."""
         queues = [topology.make_queue(spec.name, self._exchange, spec.routing_keys,
                                       auto_delete=spec.auto_delete,
-                                      durable=self._broker.durable)
+                                      durable=self._broker.durable,
+                                      queue_type=self._broker.queue_type)
                   for spec in self._queues]
         groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
         private = {spec.name for spec in self._queues if spec.private}

@@ -50,6 +50,7 @@ from flowengine.engines.worker_based.messaging.dead_letters import (
     original_message,
 )
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import failover
 
 LOG = logging.getLogger(__name__)
 
@@ -397,8 +398,7 @@ def _reader(broker: BrokerSettings, exchange: str, queue: str,
     options: dict[str, Any] = {}
     if publishing and broker.connection().transport.driver_type == "amqp":
         options["confirm_publish"] = True  # removed only once the broker has the copy
-    with broker.connection(options or None) as conn:
-        conn.ensure_connection(max_retries=1)
+    with failover.connect_any(broker.connection(options or None)) as conn:
         channel, depth = inventory.ready_in(conn, conn.channel(), exchange, queue,
                                             broker.public_uri)
         kind = _RedisReader if _reads_by_looking(channel) else _Reader

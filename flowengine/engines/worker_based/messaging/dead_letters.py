@@ -11,8 +11,8 @@ those of a process's private queues (a worker's own, an engine's or a
 control client's reply queue, an event receiver's), whose names are one-off
 ids, go to one ``<exchange>.dead`` per exchange. Each dead-letter queue is
 bound to the exchange with its own name as routing key, durable when the
-broker settings are, never auto-deleted, declared the first time it is
-needed.
+broker settings are (and a quorum queue when they say so), never
+auto-deleted, declared the first time it is needed.
 
 A dead letter keeps the body as received (not decompressed, not decoded;
 cut to :data:`MAX_KEPT_BODY_BYTES`) and says in its headers why it was
@@ -32,6 +32,7 @@ from kombu.entity import Exchange, Queue
 from kombu.messaging import Producer
 
 from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.transports import topology
 from flowengine.engines.worker_based.wire import clock
 
 LOG = logging.getLogger(__name__)
@@ -90,9 +91,10 @@ class DeadLetters:
 
     def __init__(self, exchange: Exchange, durable: bool,
                  routes: Mapping[str, tuple[str, str]], default: tuple[str, str],
-                 refused_by: str) -> None:
+                 refused_by: str, queue_type: str = topology.CLASSIC) -> None:
         self._exchange = exchange
         self._durable = durable
+        self._queue_type = queue_type
         self._routes = dict(routes)
         self._default = default
         self._refused_by = refused_by
@@ -153,15 +155,21 @@ class DeadLetters:
             self._exchange.declare(channel=channel)
             self._producer = Producer(channel, exchange=self._exchange, auto_declare=False)
         if dead_queue not in self._declared:
-            declare_queue(self._producer.channel, self._exchange, dead_queue, self._durable)
+            declare_queue(self._producer.channel, self._exchange, dead_queue, self._durable,
+                          self._queue_type)
             self._declared.add(dead_queue)
         return self._producer
 
 
-def declare_queue(channel: Any, exchange: Exchange, name: str, durable: bool) -> Queue:
-    """Declare dead-letter queue ``name`` bound to ``exchange`` with its name as routing key."""
+def declare_queue(channel: Any, exchange: Exchange, name: str, durable: bool,
+                  queue_type: str = topology.CLASSIC) -> Queue:
+    """Declare dead-letter queue ``name`` bound to ``exchange`` with its name as routing key.
+
+    A quorum queue with ``queue_type='quorum'`` (durable): see :mod:`..transports.topology`.
+    """
     queue = Queue(name, exchange=exchange, routing_key=name, durable=durable,
-                  auto_delete=False)
+                  auto_delete=False,
+                  queue_arguments=topology.queue_type_arguments(durable, queue_type) or None)
     bound = queue(channel)
     bound.declare()
     return bound

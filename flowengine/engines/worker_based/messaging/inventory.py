@@ -28,7 +28,7 @@ from kombu.transport import virtual
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.transports import topology
+from flowengine.engines.worker_based.transports import failover, topology
 
 LOG = logging.getLogger(__name__)
 
@@ -96,8 +96,7 @@ def describe_queues(broker: BrokerSettings, exchange: str, known: Iterable[str],
     ``consumers_seen``: queue -> live workers consuming it (the count shown
     where the broker keeps none). Raises the broker's connection errors.
     """
-    with broker.connection() as conn:
-        conn.ensure_connection(max_retries=1)
+    with failover.connect_any(broker.connection()) as conn:
         channel = conn.channel()
         from_broker = not isinstance(channel, virtual.Channel)
         bound = _bound_queues(channel, exchange)
@@ -130,16 +129,14 @@ def ready_in(conn: Connection, channel: Any, exchange: str, name: str,
 
 def queue_depth(broker: BrokerSettings, exchange: str, name: str) -> int:
     """Messages ready in queue ``name`` (of ``exchange``); QueueNotFound when there is none."""
-    with broker.connection() as conn:
-        conn.ensure_connection(max_retries=1)
+    with failover.connect_any(broker.connection()) as conn:
         _channel, depth = ready_in(conn, conn.channel(), exchange, name, broker.public_uri)
     return depth
 
 
 def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     """Remove the messages ready in queue ``name``; how many (QueueNotFound: none such)."""
-    with broker.connection() as conn:
-        conn.ensure_connection(max_retries=1)
+    with failover.connect_any(broker.connection()) as conn:
         channel, _depth = ready_in(conn, conn.channel(), exchange, name, broker.public_uri)
         purged = channel.queue_purge(queue=name)
     return int(purged or 0)
@@ -177,10 +174,10 @@ def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
     exchange = compat.make_exchange(exchange_name, durable=broker.durable,
                                     compat=broker.compat)
     queue = topology.make_queue(queue_name, exchange, tuple(routing_keys),
-                                auto_delete=auto_delete, durable=broker.durable)
+                                auto_delete=auto_delete, durable=broker.durable,
+                                queue_type=broker.queue_type)
     try:
-        with broker.connection() as conn:
-            conn.ensure_connection(max_retries=1)
+        with failover.connect_any(broker.connection()) as conn:
             bound = queue(conn.default_channel)
             bound.declare()
             bound.delete()

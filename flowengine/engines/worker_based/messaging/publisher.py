@@ -30,7 +30,7 @@ from flowengine.engines.worker_based.messaging.delivery import (
     Delivery,
 )
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.transports import contract, topology
+from flowengine.engines.worker_based.transports import contract, failover, topology
 from flowengine.engines.worker_based.wire import names
 
 LOG = logging.getLogger(__name__)
@@ -129,6 +129,9 @@ class Publisher:
             # once RabbitMQ has taken the message (publisher confirms).
             self._conn = broker.connection({"confirm_publish": True})
         self._confirms = bool((self._conn.transport_options or {}).get("confirm_publish"))
+        # Each new connection tries the URL that answered last, then the
+        # other nodes of a failover list (see transports/failover.py).
+        self._failover = failover.Failover(self._conn)
         self._uri = broker.public_uri
         # What kombu's Producer would put in every message (see _put()).
         self._delivery_mode = maybe_delivery_mode(
@@ -316,9 +319,10 @@ class Publisher:
         """The producer, connecting (one bounded attempt) if needed (lock held)."""
         if self._producer is None:
             remaining = max(0.1, deadline - time.monotonic())
-            conn = self._conn.clone(connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining))
+            conn = self._failover.connect(
+                library_errors=False,
+                connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining))
             try:
-                conn.connect()
                 # The exchange is declared again on every new connection (it
                 # is gone after a restart of a transient broker); _put() does
                 # not go through Producer.publish, which declared it lazily.

@@ -6,7 +6,8 @@ instead of each taking a URL, a transport, transport and retry options,
 durability, a signing secret and a compatibility mode. It is built once at
 the public boundary (engine options, ``Worker(...)``, ``Proxy(...)`` with
 TaskFlow's arguments, the command line) and checked there: a combination
-that cannot work (``compat='taskflow'`` with ``durable=True`` or signing)
+that cannot work (``compat='taskflow'`` with ``durable=True`` or signing,
+``queue_type='quorum'`` without the durable topology or off RabbitMQ)
 fails at construction, not at the first message.
 """
 
@@ -20,10 +21,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from kombu.connection import Connection
+from kombu.utils.url import maybe_sanitize_url
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
+from flowengine.engines.worker_based.transports import failover, topology
 from flowengine.engines.worker_based.wire import names, signing
 
 __all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
@@ -39,6 +42,10 @@ _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
 
 #: URL schemes served by flowengine's Redis transport (directly, or through Sentinel).
 _REDIS_SCHEMES = ("redis", "rediss", "sentinel")
+
+#: URL schemes and transport names that reach RabbitMQ (AMQP 0-9-1), the only
+#: broker with quorum queues; no scheme at all is kombu's default, AMQP.
+_AMQP_SCHEMES = ("", "amqp", "amqps", "pyamqp", "flowengine-amqp")
 
 
 def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -73,9 +80,17 @@ class BrokerSettings:
     naming the limit where it is a request) and when published (None: no
     limit). ``max_redeliveries``: how many times a message may be in hand
     when a consume loop fails before it is dead-lettered unread (see
-    :mod:`.strikes`).
+    :mod:`.strikes`). ``queue_type='quorum'`` declares the durable
+    topology's queues as RabbitMQ quorum queues (see
+    :mod:`..transports.topology`); ``'classic'`` (default) as classic ones.
+    ``failover_strategy``: the order in which the URLs of a failover list
+    (``amqp://h1//;amqp://h2//``) are tried, ``'round-robin'`` (default:
+    the one that answered last first) or ``'shuffle'`` (see
+    :mod:`..transports.failover`).
 
-    Raises ValueError for a combination ``compat`` cannot follow, and
+    Raises ValueError for a combination ``compat`` cannot follow, or a
+    ``queue_type`` that is unknown, or quorum without ``durable=True`` or
+    off AMQP, or an unknown ``failover_strategy``; and
     BrokerConfigError (from :meth:`connection`) for a malformed URL or an
     unknown transport. Its ``repr`` never shows a password.
     """
@@ -90,6 +105,8 @@ class BrokerSettings:
     heartbeat_s: float = AMQP_HEARTBEAT_S
     max_body_bytes: int | None = names.MAX_BODY_BYTES
     max_redeliveries: int = DEFAULT_MAX_REDELIVERIES
+    queue_type: str = topology.CLASSIC
+    failover_strategy: str = failover.ROUND_ROBIN
 
     def __post_init__(self) -> None:
         # Frozen copies: a caller mutating its dict later changes nothing here.
@@ -105,6 +122,35 @@ class BrokerSettings:
                              f" {self.max_redeliveries!r}")
         object.__setattr__(self, "compat", compat.check(
             self.compat, durable=self.durable, signed=self.keyring is not None))
+        object.__setattr__(self, "queue_type", self._checked_queue_type())
+        if self.failover_strategy not in failover.FAILOVER_STRATEGIES:
+            raise ValueError(f"failover_strategy must be one of"
+                             f" {', '.join(failover.FAILOVER_STRATEGIES)}, not"
+                             f" {self.failover_strategy!r}")
+
+    def _checked_queue_type(self) -> str:
+        """``queue_type`` normalised (None: classic); ValueError where it cannot work."""
+        queue_type = self.queue_type or topology.CLASSIC
+        if queue_type not in topology.QUEUE_TYPES:
+            raise ValueError(f"queue_type must be one of {', '.join(topology.QUEUE_TYPES)},"
+                             f" not {queue_type!r}")
+        if queue_type == topology.QUORUM:
+            if not self.durable:
+                raise ValueError("queue_type='quorum' needs the durable topology"
+                                 " (durable=True, flowengine worker --durable): RabbitMQ's"
+                                 " quorum queues are always durable")
+            if self._scheme not in _AMQP_SCHEMES:
+                raise ValueError(f"queue_type='quorum' needs RabbitMQ (an amqp:// or"
+                                 f" amqps:// URL), not {self._scheme}://: only RabbitMQ has"
+                                 f" quorum queues")
+        return queue_type
+
+    @property
+    def _scheme(self) -> str:
+        """The transport name or URL scheme (of the first URL of a failover list)."""
+        if self.transport:
+            return self.transport
+        return self.url.split("://", 1)[0] if self.url and "://" in self.url else ""
 
     @classmethod
     def given(cls, broker: BrokerSettings | None, url: str | None = None,
@@ -131,8 +177,9 @@ class BrokerSettings:
         """The settings engine options (or command-line options) ask for.
 
         Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
-        ``durable``, ``secret``, ``compat``, ``max_body_bytes`` and
-        ``max_redeliveries``; ignores everything else.
+        ``durable``, ``secret``, ``compat``, ``max_body_bytes``,
+        ``max_redeliveries``, ``queue_type`` and ``failover_strategy``;
+        ignores everything else.
         """
         return cls(url=options.get("url"), transport=options.get("transport"),
                    transport_options=options.get("transport_options") or {},
@@ -141,7 +188,10 @@ class BrokerSettings:
                    secret=options.get("secret"), compat=options.get("compat"),
                    max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
                    max_redeliveries=options.get("max_redeliveries",
-                                                DEFAULT_MAX_REDELIVERIES))
+                                                DEFAULT_MAX_REDELIVERIES),
+                   queue_type=options.get("queue_type") or topology.CLASSIC,
+                   failover_strategy=(options.get("failover_strategy")
+                                      or failover.ROUND_ROBIN))
 
     @functools.cached_property
     def keyring(self) -> signing.Keyring | None:
@@ -154,9 +204,7 @@ class BrokerSettings:
     @property
     def is_redis(self) -> bool:
         """True when this reaches Redis (flowengine's Redis transport)."""
-        scheme = self.transport or (self.url.split("://", 1)[0]
-                                    if self.url and "://" in self.url else "")
-        return scheme in _REDIS_SCHEMES
+        return self._scheme in _REDIS_SCHEMES
 
     def with_transport_options(self, **options: Any) -> BrokerSettings:
         """A copy whose transport options also hold ``options`` (these win)."""
@@ -171,6 +219,7 @@ class BrokerSettings:
         for this connection only: a consumer's lease, a publisher's confirms.
         """
         kwargs.setdefault("heartbeat", self.heartbeat_s)
+        kwargs.setdefault("failover_strategy", self.failover_strategy)
         return transports.connection(self.url, self.transport,
                                      {**self.transport_options, **(extra_options or {})},
                                      **kwargs)
@@ -179,10 +228,16 @@ class BrokerSettings:
     def public_uri(self) -> str:
         """The broker's URI without its password, with the scheme the user wrote.
 
+        Every URL of a failover list, ``;``-separated.
+
         Worked out once (from a kombu connection object, no I/O): every
         publisher and consumer of an engine asks for it when made.
         """
         conn = transports.connection(self.url, self.transport)
+        if len(conn.alt or ()) > 1:
+            # A failover list: every node, each without its password (kombu's
+            # own URI names the first node only).
+            return ";".join(maybe_sanitize_url(url) for url in conn.alt)
         # kombu writes ``:**@`` even where there is no password (redis://:**@h):
         # that reads as a hidden secret, so a password-less URL is shown as is.
         # (The full URI is the one to look at: kombu fills in defaults, guest's.)
@@ -198,4 +253,4 @@ class BrokerSettings:
         return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
                 f" transport_options={mask_options(self.transport_options)!r},"
                 f" durable={self.durable}, signed={self.keyring is not None},"
-                f" compat={self.compat!r})")
+                f" compat={self.compat!r}, queue_type={self.queue_type!r})")

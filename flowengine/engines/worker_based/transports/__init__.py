@@ -5,7 +5,8 @@ and ``filesystem`` names its files by millisecond, so messages written in the
 same millisecond are read out of order and a file can be read half-written;
 kombu's ``redis`` transport loses a message taken by a consumer that dies
 before recording it (see redis.py); its ``amqp`` transport makes nine system
-calls to read one message (see amqp.py). flowengine registers drop-in
+calls to read one message, and its TLS connections check the server's
+certificate but not its host name (see amqp.py). flowengine registers drop-in
 subclasses under their own names and uses them whenever ``memory``,
 ``filesystem``, ``redis`` or ``amqp`` (the default) is asked for through
 flowengine. Pass a dotted path (``kombu.transport.redis:Transport``) to get
@@ -29,6 +30,7 @@ FILESYSTEM = "flowengine-filesystem"
 REDIS = "flowengine-redis"
 SENTINEL = "flowengine-sentinel"
 AMQP = "flowengine-amqp"
+AMQPS = "flowengine-amqps"
 
 #: kombu transport name (or URL scheme) -> the flowengine transport used instead.
 TRANSPORT_OVERRIDES = {
@@ -39,6 +41,7 @@ TRANSPORT_OVERRIDES = {
     "sentinel": SENTINEL,
     "amqp": AMQP,
     "pyamqp": AMQP,
+    "amqps": AMQPS,
 }
 
 _ALIASES = {
@@ -47,6 +50,7 @@ _ALIASES = {
     REDIS: "flowengine.engines.worker_based.transports.redis:Transport",
     SENTINEL: "flowengine.engines.worker_based.transports.redis:SentinelTransport",
     AMQP: "flowengine.engines.worker_based.transports.amqp:Transport",
+    AMQPS: "flowengine.engines.worker_based.transports.amqp:SSLTransport",
 }
 
 

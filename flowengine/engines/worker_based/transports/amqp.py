@@ -14,6 +14,14 @@ buffered. Measured with a backlog of 20,000 small messages on RabbitMQ:
 this one. The bytes on the wire are py-amqp's; TLS connections
 (``amqps://``, ``ssl=...``) keep py-amqp's own reader.
 
+TLS (``amqps://``, or ``transport_options={"ssl": {...}}`` with py-amqp's
+keys ``ca_certs``, ``certfile``, ``keyfile``, ``cert_reqs``...): py-amqp
+checks the server's certificate against the CA but its host name only
+when told the name to expect (``server_hostname``). flowengine's
+connections always tell it: the host of the URL, unless the options name
+another (or bring their own ``context``), so a certificate issued for
+another host is refused as a browser would refuse it.
+
 A read with a timeout (py-amqp's ``drain_events(timeout)``: a consume
 loop's wait, and the poll for broker notices py-amqp makes before every
 publication) leaves the socket's timeout alone too: py-amqp switches the
@@ -46,7 +54,8 @@ from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
-__all__ = ["READ_CHUNK_BYTES", "FrameReader", "Transport", "tolerate_undecodable_properties"]
+__all__ = ["READ_CHUNK_BYTES", "FrameReader", "SSLTransport", "Transport",
+           "checking_host_name", "tolerate_undecodable_properties"]
 
 #: Most bytes one receive call asks for: a burst of replies (hundreds of
 #: small messages) in one call, while a buffer no bigger than this plus one
@@ -209,6 +218,20 @@ class _Waiting:
         self._transport._wait_s = None
 
 
+def checking_host_name(ssl: Any, host: str) -> dict[str, Any]:
+    """py-amqp's TLS options ``ssl`` (True or a dict) that also check the server's name.
+
+    ``host`` is the ``host[:port]`` connected to; its host part is the name
+    expected unless ``ssl`` names one (``server_hostname``) or brings its
+    own ``context`` (whose ``check_hostname`` then decides).
+    """
+    options: dict[str, Any] = dict(ssl) if isinstance(ssl, dict) else {}
+    if "context" not in options and not options.get("server_hostname"):
+        name: str = amqp_transport.to_host_port(host)[0]  # type: ignore[attr-defined]
+        options["server_hostname"] = name
+    return options
+
+
 class Connection(pyamqp.Connection):
     """kombu's py-amqp connection with plain TCP read by a FrameReader."""
 
@@ -216,7 +239,8 @@ class Connection(pyamqp.Connection):
                   read_timeout: float | None = None, write_timeout: float | None = None,
                   socket_settings: Any = None, **kwargs: Any) -> Any:
         if ssl:
-            return super().Transport(host, connect_timeout, ssl=ssl,
+            return super().Transport(host, connect_timeout,
+                                     ssl=checking_host_name(ssl, host),
                                      read_timeout=read_timeout, write_timeout=write_timeout,
                                      socket_settings=socket_settings, **kwargs)
         return _TCPTransport(host, connect_timeout=connect_timeout,
@@ -228,6 +252,15 @@ class Transport(pyamqp.Transport):
     """kombu's ``amqp`` transport whose connections read a burst per receive call."""
 
     Connection = Connection
+
+
+class SSLTransport(Transport):
+    """The same over TLS (``amqps://``): port 5671 by default, the server's name checked."""
+
+    def __init__(self, client: Any, **kwargs: Any) -> None:
+        super().__init__(client, **kwargs)  # type: ignore[no-untyped-call]
+        if not client.ssl:  # amqps:// without options: TLS with the system's CAs
+            client.ssl = True
 
 
 def tolerate_undecodable_properties() -> None:

@@ -12,7 +12,9 @@ cannot help: fix the configuration) or
 
 from __future__ import annotations
 
+import re
 import socket
+import ssl
 
 from kombu.utils.url import maybe_sanitize_url
 
@@ -27,6 +29,12 @@ _NOT_ALLOWED = 530
 #: Words in an error's text by which Redis says a password is wrong or missing.
 _REDIS_AUTH_WORDS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password",
                      "Authentication required")
+
+#: OpenSSL's verify codes for "the certificate names another host / IP address".
+_HOST_MISMATCH_CODES = (62, 64)
+
+#: How RabbitMQ names the queue whose declaration conflicts ("... for queue 'q' in vhost").
+_CONFLICTING_QUEUE = re.compile(r"for queue '([^']*)'")
 
 #: Transports flowengine's messages name when the scheme is unknown.
 _KNOWN_SCHEMES = "memory://, filesystem://, redis:// or amqp://"
@@ -75,16 +83,78 @@ def _reply_code(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def classify(error: BaseException, uri: str, exchange: str,
-             durable: bool) -> exc.BrokerConfigError | exc.BrokerUnavailable:
+def _tls_error(error: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind ``error`` (kombu wraps it in its own), if any."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ssl.SSLError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def tls_problem(error: BaseException, uri: str) -> exc.BrokerConfigError | None:
+    """One line saying why TLS to ``uri`` failed, or None when ``error`` is not about TLS.
+
+    Waiting cannot help (a certificate does not change by itself), so it is a
+    BrokerConfigError: engines fail at once instead of retrying.
+    """
+    tls = _tls_error(error)
+    if tls is None:
+        return None
+    if isinstance(tls, ssl.SSLCertVerificationError):
+        why = tls.verify_message or tls.reason or str(tls)
+        if tls.verify_code in _HOST_MISMATCH_CODES:
+            return exc.BrokerConfigError(
+                f"TLS to the broker at {uri} failed: its certificate does not name the host"
+                f" connected to ({why}); connect by a name the certificate holds, or set"
+                f" the ssl option server_hostname to the one it holds")
+        return exc.BrokerConfigError(
+            f"TLS to the broker at {uri} failed: its certificate is not trusted ({why});"
+            f" check the CA file (ssl option ca_certs)")
+    reason = tls.reason or str(tls)
+    if isinstance(tls, ssl.SSLEOFError):
+        # RabbitMQ (Erlang's TLS) hangs up without an alert on a client that
+        # brought no certificate, or one its CA did not sign.
+        return exc.BrokerConfigError(
+            f"TLS to the broker at {uri} failed: the broker closed the connection during"
+            f" the TLS handshake ({tls}); it may require a client certificate its CA"
+            f" signed: check the ssl options certfile and keyfile")
+    if "CERTIFICATE" in reason.upper() or "UNKNOWN_CA" in reason.upper():
+        return exc.BrokerConfigError(
+            f"TLS to the broker at {uri} failed: the broker refused the client certificate,"
+            f" or got none ({reason}); check the ssl options certfile and keyfile")
+    return exc.BrokerConfigError(f"TLS to the broker at {uri} failed ({reason}): check the"
+                                 f" URL's scheme and port (amqps:// and the TLS listener)"
+                                 f" and the ssl options")
+
+
+def classify(error: BaseException, uri: str, exchange: str, durable: bool,
+             queue_type: str = "classic") -> exc.BrokerConfigError | exc.BrokerUnavailable:
     """The precise error for ``error``, met on ``uri`` while using ``exchange``.
 
-    ``uri`` must already be free of passwords (Proxy keeps it so).
+    ``uri`` must already be free of passwords (Proxy keeps it so);
+    ``durable`` and ``queue_type`` are this process's settings.
     """
     if isinstance(error, (exc.BrokerConfigError, exc.BrokerUnavailable)):
         return error
+    tls = tls_problem(error, uri)
+    if tls is not None:
+        return tls
     code = _reply_code(error)
     text = str(error)
+    if (code == _PRECONDITION_FAILED or "PRECONDITION_FAILED" in text) \
+            and "x-queue-type" in text:
+        queue = _CONFLICTING_QUEUE.search(text)
+        name = repr(queue.group(1)) if queue else "of this process"
+        return exc.BrokerConfigError(
+            f"queue {name} on {uri} is declared with another queue type than this"
+            f" process's queue_type={queue_type!r} ({text}): every process on exchange"
+            f" {exchange!r} must use the same queue_type (flowengine worker --queue-type);"
+            f" a queue that exists keeps its type: delete it (rabbitmqctl delete_queue)"
+            f" to change it")
     if code == _PRECONDITION_FAILED or "PRECONDITION_FAILED" in text:
         return exc.BrokerConfigError(
             f"exchange {exchange!r} on {uri} is declared with other settings than this"

@@ -13,9 +13,23 @@ cannot be both durable and auto-deleted in a useful way, so they are durable
 and, on RabbitMQ, expire after ``IDLE_QUEUE_EXPIRES_S`` without consumers;
 their owners delete them on a clean stop.
 
+Quorum (``durable=True, queue_type='quorum'``, RabbitMQ only): every queue
+of the durable topology is declared a quorum queue (``x-queue-type``): the
+topic queues, a worker's private and control queues, an executor's or a
+control client's reply queue and the dead-letter queues. A quorum queue is
+replicated on (by default) every node of the cluster and a majority of them
+holds each message before the publisher's confirm comes back, so a queue,
+with what it holds, survives the loss of any minority of the nodes; a
+classic durable queue lives on one node and cannot even be declared again
+while that node is down. Quorum queues are durable, never exclusive nor
+auto-deleted: the durable topology already declares no such queue (the idle
+expiry ``x-expires`` works on both types). The events queues (``events/``)
+stay transient classic ones: a subscriber's queue is exclusive and events
+are fire-and-forget.
+
 Every participant on one exchange (executors and workers) must use the same
-setting: RabbitMQ refuses to re-declare an exchange or queue with another
-durability (PRECONDITION_FAILED).
+settings: RabbitMQ refuses to re-declare an exchange or queue with another
+durability or queue type (PRECONDITION_FAILED).
 """
 
 from __future__ import annotations
@@ -30,6 +44,12 @@ from kombu.transport import virtual
 #: AMQP delivery mode of messages in the durable topology (written to disk).
 PERSISTENT_DELIVERY_MODE = 2
 
+#: Queue types (``BrokerSettings.queue_type``): RabbitMQ's classic queues (the
+#: only ones the other brokers have) and its replicated quorum queues.
+CLASSIC = "classic"
+QUORUM = "quorum"
+QUEUE_TYPES = (CLASSIC, QUORUM)
+
 #: Seconds a durable reply/private queue may stay without a consumer before
 #: RabbitMQ deletes it (``x-expires``): long enough to outlive any broker or
 #: network outage its owner would still come back from, short enough that a
@@ -43,17 +63,33 @@ def make_exchange(name: str, durable: bool = False) -> Exchange:
 
 
 def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
-               auto_delete: bool = False, durable: bool = False) -> Queue:
-    """A queue bound to ``exchange`` with each of ``routing_keys``."""
+               auto_delete: bool = False, durable: bool = False,
+               queue_type: str = CLASSIC) -> Queue:
+    """A queue bound to ``exchange`` with each of ``routing_keys``.
+
+    ``queue_type`` counts only with ``durable`` (BrokerSettings checks that
+    quorum comes with it).
+    """
     bindings = [binding(exchange, routing_key=key) for key in routing_keys]
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, Any] = queue_type_arguments(durable, queue_type)
     if durable and auto_delete:
         # Durable and auto-deleted would be gone after the restart it was
         # meant to survive: durable, with an idle expiry instead.
         auto_delete = False
-        arguments = {"x-expires": int(IDLE_QUEUE_EXPIRES_S * 1000)}
+        arguments["x-expires"] = int(IDLE_QUEUE_EXPIRES_S * 1000)
     return Queue(name, exchange=exchange, bindings=bindings, durable=durable,
-                       auto_delete=auto_delete, queue_arguments=arguments)
+                       auto_delete=auto_delete, queue_arguments=arguments or None)
+
+
+def queue_type_arguments(durable: bool, queue_type: str) -> dict[str, Any]:
+    """The declaration arguments that make a durable queue of ``queue_type`` (a new dict).
+
+    None for a classic queue: the arguments stay what they were before
+    quorum queues existed, so a classic deployment declares exactly as before.
+    """
+    if durable and queue_type == QUORUM:
+        return {"x-queue-type": QUORUM}
+    return {}
 
 
 def declare_without_waiting(queue: Queue) -> None:

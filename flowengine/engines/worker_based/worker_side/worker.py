@@ -74,9 +74,15 @@ class Worker:
     refused unread, dead-lettered and answered with a FAILURE naming the
     limit. ``max_redeliveries`` (default 3): how many times a message may be
     in hand when a consume loop fails before it is dead-lettered unread
-    (see doc/source/reliability.rst). Raises
-    ValueError for no topic, a repeated one, or a pool of unknown size
-    shared by several topics.
+    (see doc/source/reliability.rst). ``queue_type='quorum'`` (with
+    ``durable=True``, RabbitMQ only) declares the queues as quorum queues,
+    replicated across a RabbitMQ cluster (see doc/source/deployment.rst);
+    every process on the exchange must use the same. ``failover_strategy``
+    (``'round-robin'`` or ``'shuffle'``) orders the URLs of a failover list
+    (``amqp://h1//;amqp://h2//``) when the worker reconnects. Raises
+    ValueError for no
+    topic, a repeated one, a pool of unknown size shared by several topics,
+    or a ``queue_type`` the broker settings cannot follow.
     """
 
     def __init__(self, exchange: str, topic: str | Sequence[str],
@@ -96,7 +102,9 @@ class Worker:
                  control: bool = True,
                  metrics: supervision.RequestMetrics | None = None,
                  max_body_bytes: int | None = names.MAX_BODY_BYTES,
-                 max_redeliveries: int = DEFAULT_MAX_REDELIVERIES) -> None:
+                 max_redeliveries: int = DEFAULT_MAX_REDELIVERIES,
+                 queue_type: str = "classic",
+                 failover_strategy: str = "round-robin") -> None:
         topics = [topic] if isinstance(topic, str) else list(topic)
         if not topics or len(set(topics)) != len(topics):
             raise ValueError(f"a worker needs one or more distinct topics, got {topics!r}")
@@ -127,7 +135,9 @@ class Worker:
         broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
                                 durable=durable, secret=secret, compat=compat,
                                 max_body_bytes=max_body_bytes,
-                                max_redeliveries=max_redeliveries)
+                                max_redeliveries=max_redeliveries,
+                                queue_type=queue_type,
+                                failover_strategy=failover_strategy)
         self._broker = broker
         worker_id = worker_id or names.make_worker_id()
         self._activity = activity_mod.Activity(
