@@ -116,6 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # Used at import time by tests/engines/conftest.py, before its own hooks run.
     config.addinivalue_line(
         "markers", "worker_processes: runs on `flowengine worker` processes over a broker")
+    config.pluginmanager.register(_GroupsInOneProcess(), "flowengine-xdist-groups")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -407,3 +408,31 @@ def broker_url(broker: Broker) -> str:
 def unique_name() -> str:
     """A fresh name (exchange, topic) so tests on a shared broker never collide."""
     return f"fe-test-{uuid.uuid4().hex[:12]}"
+
+
+
+class _GroupsInOneProcess:
+    """Keep the tests of one ``xdist_group`` in one process (``--dist loadgroup``).
+
+    A group shares a cluster its tests start (3 RabbitMQ nodes, a ZooKeeper
+    ensemble, Redis Sentinels): split across processes, each starts its own.
+    pytest-xdist 3.8 marks a grouped test by setting ``item._nodeid`` (its id
+    plus ``@group``), which pytest 9 no longer reads (it keeps the id in
+    ``item._id``), so the groups were spread over both processes. The suffix
+    is put where pytest reads it; where xdist already did, nothing changes.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        try:
+            from _pytest.nodeid import NodeId
+        except ImportError:  # a pytest before 9: xdist's own marking works there
+            return
+        for item in items:
+            mark = item.get_closest_marker("xdist_group")
+            if mark is None or "@" in item.nodeid or not hasattr(item, "_id"):
+                continue
+            item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")

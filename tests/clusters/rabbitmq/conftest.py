@@ -29,31 +29,6 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give this folder's ``xdist_group`` tests their group suffix where xdist could not.
-
-    pytest-xdist 3.8 marks a grouped test by setting ``item._nodeid`` (its
-    id plus ``@group``); pytest 9 keeps the id in ``item._id`` and no longer
-    reads ``_nodeid``, so ``--dist loadgroup`` sent the tests of one group to
-    both workers, and each started a cluster. Here (only for the tests of
-    this folder, in an xdist worker with loadgroup) the suffix is put where
-    pytest reads it. Harmless where xdist already did it.
-    """
-    if not getattr(config.option, "loadgroup", False):
-        return
-    from _pytest.nodeid import NodeId
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark is None or "@" in item.nodeid or not str(item.path).startswith(here):
-            continue
-        if not hasattr(item, "_id"):
-            continue
-        item._id = NodeId.parse(f"{item.nodeid}@{mark.args[0]}")
-
-
 @pytest.fixture(scope="module")
 def rabbit_cluster():
     """Three rabbitmq-server nodes joined in one cluster; stopped after the module."""
