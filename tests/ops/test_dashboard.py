@@ -84,6 +84,9 @@ def test_the_page_shows_workers_a_running_flow_and_its_failure(
             page.click("button.traceback-toggle")
             assert page.is_visible("pre.traceback")
             assert "raise_if_cancelled" in page.inner_text("pre.traceback")
+            # naming the worker whose frames it shows
+            assert page.inner_text("pre.traceback").startswith("Raised on worker ")
+            assert f":{worker.pid}:" in page.inner_text("pre.traceback").splitlines()[0]
             page.wait_for_selector("#workers tbody tr td:nth-child(9):has-text('1')",
                                    timeout=WAIT_MS)
             assert run.wait(WAIT_S) == 1  # the flow failed

@@ -284,10 +284,13 @@ async function showFlow(uuid, scroll = true) {
   flow.atoms.forEach((a, i) => {
     const cell = el("td", {});
     const failure = a.failure || a.revert_failure;
+    const run = a.run || {};
     if (failure) {
       cell.append(`${failure.exc_type_names[0]}: ${failure.message}`);
+      // A remote traceback's frames are the worker's: say which worker.
+      const where = run.worker ? `Raised on worker ${run.worker}\n\n` : "";
       const pre = el("pre", { class: "traceback", "data-atom": a.name },
-                     failure.traceback || "(no traceback)");
+                     where + (failure.traceback || "(no traceback)"));
       pre.hidden = !open.has(a.name);
       const button = el("button", { class: "traceback-toggle", "data-atom": a.name },
                         "traceback");
@@ -300,7 +303,6 @@ async function showFlow(uuid, scroll = true) {
     const badge = a.failure ? el("span", {}, stateBadge(a.state), " ",
                                  el("span", { class: "state state-FAILED" }, "failed here"))
                             : stateBadge(a.state);
-    const run = a.run || {};
     const took = run.duration_s === null || run.duration_s === undefined
       ? "-" : `${run.duration_s.toFixed(3)} s`;
     body.append(el("tr", { "data-atom": a.name, class: a.failure ? "failed" : "" },
