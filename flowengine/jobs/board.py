@@ -33,6 +33,11 @@ ENTITY_TTL_S = 3600.0
 #: While the board's server is unreachable, a blocking wait reads again at
 #: least this often (s) -- sooner when the store reports it reconnected.
 UNREACHABLE_RETRY_S = 0.5
+
+#: How many finished jobs :meth:`LeasedJobBoard.finished` gives by default:
+#: a page's worth; outcomes are kept ``outcome_ttl_s`` (a week by default),
+#: so a busy board may hold many more.
+FINISHED_LIMIT = 100
 _Job = job_mod.BoardJob
 
 
@@ -342,6 +347,16 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     def trashed(self) -> list[_Job]:
         """Jobs in the trash."""
         return sorted(self._job(r) for r in self._store_op().parked(records.IN_TRASH))
+
+    def finished(self, limit: int = FINISHED_LIMIT) -> list[tuple[_Job, records.Outcome]]:
+        """Consumed jobs whose outcome is still kept, with it; newest first, at most ``limit``.
+
+        A consumed job (succeeded, reverted, failed) leaves the listing and
+        is kept ``outcome_ttl_s`` after it finished, then forgotten. Jobs
+        TaskFlow's own conductors consumed on a ``compat='taskflow'`` board
+        leave no record, so they are never among them.
+        """
+        return [(self._job(rec), done) for rec, done in self._store_op().finished(limit)]
 
     def requeue(self, job: base.Job | str) -> _Job:
         """Post a dead-lettered or trashed job again (same uuid, attempts reset)."""

@@ -28,9 +28,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from flowengine import exceptions as exc
+from flowengine.jobs import records
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 
-__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "check_finisher", "held"]
+__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "check_finisher", "held",
+           "Finished", "newest_first"]
+
+#: A consumed job as the finished listing gives it: what it was, how it ended.
+Finished = tuple[JobRecord, Outcome]
+
+
+def newest_first(found: Sequence[Finished], limit: int) -> list[Finished]:
+    """The ``limit`` most recently finished of ``found`` (by outcome time), newest first."""
+    if limit < 0:
+        raise ValueError(f"limit must be 0 or more, not {limit}")
+    return sorted(found, key=lambda pair: (pair[1].at, pair[0].sequence), reverse=True)[:limit]
 
 
 def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:
@@ -181,7 +193,27 @@ class BoardStore(abc.ABC):
 
     @abc.abstractmethod
     def parked(self, where: str) -> list[JobRecord]:
-        """The jobs in the trash (``records.IN_TRASH``) or dead letter (``IN_DEAD_LETTER``)."""
+        """The jobs in the trash (``records.IN_TRASH``) or dead letter (``IN_DEAD_LETTER``).
+
+        A store that keeps consumed jobs in a place of their own also lists
+        them for ``records.CONSUMED`` (expired ones may still be among them).
+        """
+
+    def finished(self, limit: int) -> list[Finished]:
+        """The consumed jobs whose outcome is still kept, newest first, at most ``limit``.
+
+        A consumed job (outcome succeeded, reverted or failed) is kept as
+        long as its outcome (the board's ``outcome_ttl_s``), then forgotten.
+        This default reads ``parked(CONSUMED)`` and each job's outcome; a
+        store that reads both at once, or keeps consumed jobs elsewhere,
+        overrides it.
+        """
+        found = []
+        for rec in self.parked(records.CONSUMED):
+            done = self.outcome(rec.uuid)
+            if done is not None:  # None: expired between the two reads
+                found.append((rec, done))
+        return newest_first(found, limit)
 
     @abc.abstractmethod
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:

@@ -32,7 +32,15 @@ from flowengine.jobs import records
 from flowengine.jobs.backends import etcd_client, etcd_events
 from flowengine.jobs.backends.etcd_client import EtcdGateway, Kv
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, check_finisher, held
+from flowengine.jobs.store import (
+    Action,
+    BoardEvent,
+    BoardStore,
+    Finished,
+    check_finisher,
+    held,
+    newest_first,
+)
 
 __all__ = ["EtcdStore"]
 
@@ -177,6 +185,19 @@ class EtcdStore(BoardStore):
     def parked(self, where: str) -> list[JobRecord]:
         """Jobs in the trash or the dead letter."""
         return self._records(where)
+
+    def finished(self, limit: int) -> list[Finished]:
+        """Consumed jobs whose outcome is kept, newest first (one read of their keys)."""
+        _rev, (jobs,) = self._g.read(_G.get(self._k(records.CONSUMED), prefix=True))
+        found = []
+        for kv in jobs:
+            data = kv.json()
+            # etcd deletes the key when its lease ends; the time check covers the gap.
+            if data.get("outcome") and float(data.get("outcome_until") or 0) >= time.time():
+                found.append((self._record(kv.key.rsplit("/", 1)[-1], kv, None,
+                                           records.CONSUMED),
+                              Outcome.from_dict(data["outcome"])))
+        return newest_first(found, limit)
 
     def _find(self, uuid: str) -> tuple[str, Kv, Kv | None] | None:
         places = ("listed", *PARKED)

@@ -35,7 +35,15 @@ from flowengine.jobs import board, records
 from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import compat, event_thread, redis_client, redis_scripts
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
+from flowengine.jobs.store import (
+    Action,
+    BoardEvent,
+    BoardStore,
+    EventKind,
+    Finished,
+    held,
+    newest_first,
+)
 from flowengine.utils import redis_replicas
 
 __all__ = ["RedisJob", "RedisJobBoard", "RedisStore", "raw_command"]
@@ -55,6 +63,11 @@ EVENT_BLOCK_S = 5.0
 def raw_command(client: Any, *command: str) -> Any:
     """Run ``command`` with its reply left as bytes (the board's client decodes text)."""
     return client.execute_command(*command, **{NEVER_DECODE: True})
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally in a SCAN/KEYS pattern (a namespace may hold ``*``, ``[``)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def claim_from_reply(uuid: str, who: str, reply: list[Any]) -> Claim:
@@ -300,6 +313,35 @@ class RedisStore(BoardStore):
                 if posting is not None:
                     return self._record(uuid, posting, state, owner, pttl, where, server_now)
         return None
+
+    def finished(self, limit: int) -> list[Finished]:
+        """Consumed jobs whose outcome is kept, newest first.
+
+        Redis indexes them nowhere: their ``done`` keys are found with SCAN
+        (a walk over the whole database, in steps), then every outcome is
+        read in one round trip and the newest ``limit`` jobs are read as
+        :meth:`get` does. Jobs TaskFlow's own conductors consumed
+        (``compat='taskflow'``) leave no key, so they are not among them.
+        """
+        head, _, tail = self._job_keys("\0")["done"].partition("\0")
+        pattern = f"{_glob_escape(head)}*{_glob_escape(tail)}"
+        with redis_client.translated(self._where):
+            uuids = sorted({key[len(head):len(key) - len(tail)]
+                            for key in self._client.scan_iter(match=pattern, count=500)})
+            if not uuids:
+                return []
+            pipe = self._client.pipeline(transaction=False)
+            for uuid in uuids:
+                pipe.get(self._job_keys(uuid)["outcome"])
+            outcomes = [Outcome.from_dict(json.loads(raw)) for raw in pipe.execute()
+                        if raw is not None]  # None: expired since the scan
+        newest = sorted(outcomes, key=lambda done: done.at, reverse=True)[:limit]
+        found = []
+        for done in newest:
+            rec = self.get(done.uuid)
+            if rec is not None and rec.where == records.CONSUMED:
+                found.append((rec, done))
+        return newest_first(found, limit)
 
     def outcome(self, uuid: str) -> Outcome | None:
         """The recorded outcome, or None."""

@@ -42,7 +42,15 @@ from flowengine.jobs import board, policy, records
 from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import sql_events
 from flowengine.jobs.records import Claim, JobRecord, Outcome
-from flowengine.jobs.store import Action, BoardEvent, BoardStore, EventKind, held
+from flowengine.jobs.store import (
+    Action,
+    BoardEvent,
+    BoardStore,
+    EventKind,
+    Finished,
+    held,
+    newest_first,
+)
 from flowengine.persistence.backends import impl_sqlalchemy
 from flowengine.persistence.backends.sql import pg_errors, tables
 
@@ -208,6 +216,16 @@ class SQLStore(BoardStore):
             rows = conn.execute(sa.select(_J).where(_J.c.namespace == self._ns,
                                                     _J.c.location == where)).all()
         return [self._record(r, now) for r in rows]
+
+    def finished(self, limit: int) -> list[Finished]:
+        """Consumed jobs whose outcome is kept, newest first (one query, database clock)."""
+        with self._txn() as conn:
+            now = self._now(conn)
+            rows = conn.execute(sa.select(_J).where(
+                _J.c.namespace == self._ns, _J.c.location == records.CONSUMED,
+                _J.c.outcome.is_not(None), _J.c.outcome_until >= now)).all()
+        return newest_first([(self._record(r, now), Outcome.from_dict(json.loads(r.outcome)))
+                             for r in rows], limit)
 
     def count(self) -> int:
         """How many jobs are listed."""

@@ -54,7 +54,7 @@ from flowengine import exceptions as exc
 from flowengine.jobs import records
 from flowengine.jobs.backends import zk_events
 from flowengine.jobs.records import JobRecord, Outcome
-from flowengine.jobs.store import BoardEvent, BoardStore
+from flowengine.jobs.store import BoardEvent, BoardStore, Finished, newest_first
 
 __all__ = ["OP_TIMEOUT_S", "RACE_ATTEMPTS", "ZkReader"]
 
@@ -297,6 +297,20 @@ class ZkReader(BoardStore):
     def parked(self, where: str) -> list[JobRecord]:
         """Jobs in the trash or the dead letter."""
         return self._records(where)
+
+    def finished(self, limit: int) -> list[Finished]:
+        """Consumed jobs whose outcome is kept, newest first (their znodes hold both)."""
+        folder = self._p(records.CONSUMED)
+        names = sorted(self._wait(self._client.get_children_async(folder)))
+        now = self._now_ms()
+        found = []
+        for name, read in zip(names, self._reads([posixpath.join(folder, n) for n in names])):
+            if read is None or not read[0].get("outcome"):
+                continue  # gone between the listing and the read
+            if float(read[0].get("outcome_until") or 0) >= now:
+                found.append((self._record(name, read, None, records.CONSUMED),
+                              Outcome.from_dict(read[0]["outcome"])))
+        return newest_first(found, limit)
 
     def _find(self, uuid: str) -> tuple[str, Read, Read] | None:
         places = (records.LISTED, *PARKED)

@@ -45,7 +45,7 @@ from flowengine.jobs import records
 from flowengine.jobs.backends import zk_events
 from flowengine.jobs.backends.zk_store import ZkReader
 from flowengine.jobs.records import JobRecord, Outcome
-from flowengine.jobs.store import BoardEvent
+from flowengine.jobs.store import BoardEvent, Finished, newest_first
 
 __all__ = ["JOB_PREFIX", "LOCK_POSTFIX", "SIDE", "Found", "TaskflowZkEvents",
            "TaskflowZkReader", "iso_time"]
@@ -231,6 +231,28 @@ class TaskflowZkReader(ZkReader):
                 self._now_ms():
             return None
         return JobRecord({**done[0]["posting"], "sequence": 0}, where=records.CONSUMED)
+
+    def finished(self, limit: int) -> list[Finished]:
+        """Jobs flowengine consumed whose outcome is kept, newest first.
+
+        They are in flowengine's ``done`` folder; a job TaskFlow's own
+        conductors consumed is deleted by them with no record, so it is
+        never among them.
+        """
+        folder = self._place(records.CONSUMED, "")
+        with self._zk():
+            names = sorted(self._client.get_children(folder))
+        now = self._now_ms()
+        found = []
+        for read in self._found([posixpath.join(folder, n) for n in names]):
+            data = read[0] if read is not None else None
+            if not data or not data.get("outcome") or not isinstance(data.get("posting"), dict) \
+                    or float(data.get("outcome_until") or 0) < now:
+                continue  # gone, unreadable (warned once) or expired
+            done = Outcome.from_dict(data["outcome"])
+            found.append((JobRecord({**data["posting"], "sequence": 0}, attempts=done.attempts,
+                                    token=done.token, where=records.CONSUMED), done))
+        return newest_first(found, limit)
 
     def outcome(self, uuid: str) -> Outcome | None:
         """The outcome flowengine recorded (TaskFlow records none), unless it expired."""
