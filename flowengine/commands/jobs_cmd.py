@@ -1,5 +1,9 @@
 """``flowengine jobs post|list|show|wait|trash|requeue``: a jobboard from the shell.
 
+``list`` shows the jobs on the board, or with ``--dead`` / ``--trash`` /
+``--finished`` the dead-lettered, trashed, or consumed ones (the latter
+newest first, while the board keeps their outcome).
+
 ``post`` saves a flow factory and its inputs to persistence and posts a job
 naming them (conductors rebuild the flow from the factory); ``wait`` blocks
 on the board's notifications until the job has an outcome; exit codes: 0
@@ -15,7 +19,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 #: Exit code of ``jobs wait`` when the timeout passes first (as timeout(1)).
@@ -62,10 +66,14 @@ def add_parser(sub: Any, parse_option: Any) -> None:
                       type=parse_option, metavar="KEY=VALUE", help="engine option for this job")
     post.add_argument("--wait", action="store_true", help="then wait for its outcome")
     post.add_argument("--timeout", type=float, default=None, help="bound on --wait, seconds")
-    listing = common("list", "list the jobs on the board (or in the dead letter / trash)")
+    listing = common("list", "list the jobs on the board (or dead-lettered, trashed, finished)")
     where = listing.add_mutually_exclusive_group()
     where.add_argument("--dead", action="store_true", help="the dead letter")
     where.add_argument("--trash", action="store_true", help="the trash")
+    where.add_argument("--finished", action="store_true",
+                       help="consumed jobs whose outcome the board still keeps, newest first")
+    listing.add_argument("--limit", type=_count, default=None, metavar="N",
+                         help="with --finished: at most N jobs (default 100)")
     common("show", "one job: posting, claim, attempts, outcome").add_argument(
         "uuid", help="job uuid or its first characters")
     wait = common("wait", "wait (without polling) for a job's outcome")
@@ -77,6 +85,14 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     common("requeue", "post a dead-lettered or trashed job again").add_argument("uuid")
 
 
+def _count(text: str) -> int:
+    """A ``--limit``: a whole number, 0 or more."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 @contextlib.contextmanager
 def _board(args: argparse.Namespace, persistence: Any = None) -> Iterator[Any]:
     from flowengine.jobs import backends
@@ -86,10 +102,13 @@ def _board(args: argparse.Namespace, persistence: Any = None) -> Iterator[Any]:
         yield board
 
 
-def describe(board: Any, job: Any) -> dict[str, Any]:
-    """A job as `jobs show/list --json` print it (the dashboard lists the same)."""
+def describe(board: Any, job: Any, outcome: Any = None) -> dict[str, Any]:
+    """A job as `jobs show/list --json` print it (the dashboard lists the same).
+
+    ``outcome``: the job's, when the caller read it already (else read now).
+    """
     rec = job.record
-    outcome = board.outcome(job)
+    outcome = board.outcome(job) if outcome is None else outcome
     return {"uuid": job.uuid, "name": job.name, "priority": job.priority.value,
             "sequence": job.sequence, "where": rec.where, "state": board.job_state(job),
             "owner": rec.owner if rec.leased else None, "token": rec.token,
@@ -159,9 +178,23 @@ def _show_text(data: dict[str, Any]) -> str:
 
 
 def _list_text(rows: list[dict[str, Any]]) -> str:
-    header = ("UUID", "STATE", "ATTEMPTS", "NAME", "OWNER")
-    lines = [(r["uuid"], r["state"], str(r["attempts"]), r["name"], r["owner"] or "-")
-             for r in rows]
+    return _table(("UUID", "STATE", "ATTEMPTS", "NAME", "OWNER"),
+                  [(r["uuid"], r["state"], str(r["attempts"]), r["name"], r["owner"] or "-")
+                   for r in rows])
+
+
+def _finished_text(rows: list[dict[str, Any]]) -> str:
+    """``jobs list --finished`` for a person: how, when and by whom each job ended."""
+    lines = []
+    for r in rows:
+        done = r["outcome"]
+        lines.append((r["uuid"], done["outcome"], _when(done.get("at")), str(done["attempts"]),
+                      r["name"], done.get("who") or "-", done.get("reason") or "-"))
+    return _table(("UUID", "OUTCOME", "FINISHED", "ATTEMPTS", "NAME", "WHO", "REASON"), lines)
+
+
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    """Columns left-aligned under ``header``, two spaces apart."""
     widths = [max(len(x) for x in column) for column in zip(header, *lines)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
                      for line in (header, *lines))
@@ -217,6 +250,33 @@ def _post(args: argparse.Namespace) -> int:
             return _wait(args, board, job.uuid)
 
 
+def _list(args: argparse.Namespace, board: Any) -> int:
+    if args.limit is not None and not args.finished:
+        raise ValueError("--limit applies to --finished only")
+    if args.finished:
+        from flowengine.jobs.board import FINISHED_LIMIT
+
+        found = board.finished(FINISHED_LIMIT if args.limit is None else args.limit)
+        rows = [describe(board, job, done) for job, done in found]
+    else:
+        jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
+                else board.listing())
+        rows = [describe(board, j) for j in jobs]
+    if not rows and not args.json:
+        if args.finished:
+            print("No finished jobs kept on this board: a consumed job is kept for the"
+                  " board's outcome_ttl_s after it ends (jobs TaskFlow's own conductors"
+                  " consume are not kept).", file=sys.stderr)
+            return 0
+        where = "dead letter" if args.dead else "trash" if args.trash else "board"
+        print(f"No jobs in the {where}. Finished jobs leave the listing; --finished lists"
+              f" them while their outcome is kept (and --dead / --trash the jobs parked"
+              f" there).", file=sys.stderr)
+        return 0
+    _print(args, rows, _finished_text(rows) if args.finished else _list_text(rows))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``flowengine jobs <subcommand>``; returns the exit code."""
     command = args.jobs_command
@@ -224,17 +284,7 @@ def run(args: argparse.Namespace) -> int:
         return _post(args)
     with _board(args) as board:
         if command == "list":
-            jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
-                    else board.listing())
-            rows = [describe(board, j) for j in jobs]
-            if not rows and not args.json:
-                where = "dead letter" if args.dead else "trash" if args.trash else "board"
-                print(f"No jobs in the {where}. Finished jobs leave the listing; their"
-                      f" outcome stays readable with `flowengine jobs show UUID` (and"
-                      f" --dead / --trash list the jobs parked there).", file=sys.stderr)
-                return 0
-            _print(args, rows, _list_text(rows))
-            return 0
+            return _list(args, board)
         if command == "show":
             data = describe(board, _find(board, args.uuid))
             _print(args, data, _show_text(data))

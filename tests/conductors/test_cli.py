@@ -84,6 +84,16 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
     outcome = [line for line in cli("show", uuid).stdout.splitlines()
                if line.startswith("Outcome")]
     assert len(outcome) == 1 and " succeeded by c1 at 20" in outcome[0]  # an ISO date
+    # And the finished listing shows how, when and by whom it ended
+    finished = cli("list", "--finished").stdout.splitlines()
+    assert finished[0].split() == ["UUID", "OUTCOME", "FINISHED", "ATTEMPTS", "NAME", "WHO",
+                                   "REASON"]
+    job_id, how, when, attempts, _name, who, reason = finished[1].split()
+    assert (job_id, how, attempts, who, reason) == (uuid, "succeeded", "1", "c1", "-")
+    assert when.startswith("20") and when.endswith("+00:00")  # ISO, UTC
+    [row] = json.loads(cli("list", "--finished", "--json").stdout)
+    assert row["uuid"] == uuid and row["where"] == "consumed"
+    assert row["outcome"]["outcome"] == "succeeded" and row["outcome"]["who"] == "c1"
 
 
 def test_a_conductors_flows_read_like_flowengine_runs(cli):
