@@ -1,10 +1,10 @@
 """What the dashboard shows of a jobboard: the jobs it can list, filtered as the flow history.
 
 A board lists its jobs on the board (UNCLAIMED or CLAIMED), in its dead
-letter and in its trash; a job that finished otherwise leaves it (its
-outcome stays readable by uuid for a while, but no board lists it), so the
-flow history is where finished work is found. Each row is what ``flowengine
-jobs list --json`` prints, read from the board on each request.
+letter (DEAD), in its trash (TRASHED), and the jobs it consumed while it
+keeps their outcome (``outcome_ttl_s``; their state is the outcome:
+SUCCEEDED, REVERTED or FAILED). Each row is what ``flowengine jobs list
+--json`` prints, read from the board on each request.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from flowengine.dashboard.history import HistoryFilter
 MAX_JOBS = 200
 
 #: The job states the history's filter knows (as ``jobs list`` shows them,
-#: plus where a parked job is).
-JOB_STATES = ("UNCLAIMED", "CLAIMED", "DEAD", "TRASHED")
+#: plus where a parked job is, and how a consumed one ended).
+JOB_STATES = ("UNCLAIMED", "CLAIMED", "DEAD", "TRASHED", "SUCCEEDED", "REVERTED", "FAILED")
 
 
 class JobsSource:
@@ -37,16 +37,24 @@ class JobsSource:
         self.list(HistoryFilter())  # fails now, naming the problem, rather than on every page
 
     def list(self, only: HistoryFilter) -> list[dict[str, Any]]:
-        """The jobs ``only`` matches (state, name, creation time, owner), newest first."""
+        """The jobs ``only`` matches (state, name, creation time, owner), newest first.
+
+        A finished job's owner, for the worker filter, is who finished it.
+        """
         from flowengine.commands import jobs_cmd
         from flowengine.jobs import backends, records
 
         parked = {records.IN_DEAD_LETTER: "DEAD", records.IN_TRASH: "TRASHED"}
         rows = []
         with backends.backend(self._name, self._conf) as board:
-            for job in (*board.listing(), *board.dead_letters(), *board.trashed()):
-                row = jobs_cmd.describe(board, job)
+            found = [(job, None) for job in (*board.listing(), *board.dead_letters(),
+                                             *board.trashed())]
+            for job, done in (*found, *board.finished(MAX_JOBS)):
+                row = jobs_cmd.describe(board, job, done)
                 row["state"] = parked.get(row["where"], row["state"])
+                if done is not None:
+                    row["state"] = done.outcome.upper()
+                    row["owner"] = done.who
                 row["created_at"] = _iso(row.get("created_on"))
                 if _matches(only, row):
                     rows.append(row)

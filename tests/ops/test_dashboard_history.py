@@ -85,7 +85,7 @@ def test_jobs_a_redis_board_lists_are_filtered_like_flows(redis_url):
     from tests.ops.dashboard_helpers import http, serving
 
     url = Boards("redis", redis_url).url
-    # Given a board with two jobs waiting, one claimed, one trashed
+    # Given a board with two jobs waiting, one claimed, one trashed, one finished
     with boards.backend("flowengine", {"board": url}) as board:
         waiting = board.post("nightly-report")
         claimed = board.post("order-7")
@@ -93,6 +93,9 @@ def test_jobs_a_redis_board_lists_are_filtered_like_flows(redis_url):
         trashed = board.post("order-8")
         board.claim(trashed, "cli")
         board.trash(trashed, "cli", reason="posted twice")
+        finished = board.post("order-9")
+        board.claim(finished, "conductor-b")
+        board.consume(finished, "conductor-b", outcome="reverted", reason="card declined")
     live = LiveState("nowhere", BrokerSettings(redis_url), events=False)
     with serving(app_mod.build_app(live, None, jobs=JobsSource(url))) as address:
         def listed(query: str = "") -> list[tuple[str, str]]:
@@ -102,12 +105,14 @@ def test_jobs_a_redis_board_lists_are_filtered_like_flows(redis_url):
 
         # When the page filters them, each filter lists the right jobs
         assert listed() == [("nightly-report", "UNCLAIMED"), ("order-7", "CLAIMED"),
-                            ("order-8", "TRASHED")]
+                            ("order-8", "TRASHED"), ("order-9", "REVERTED")]
         assert listed("?state=TRASHED") == [("order-8", "TRASHED")]
+        assert listed("?state=REVERTED&worker=conductor-b") == [("order-9", "REVERTED")]
+        assert listed("?state=SUCCEEDED") == []
         assert listed("?name=order&state=CLAIMED") == [("order-7", "CLAIMED")]
         assert listed("?worker=conductor-a") == [("order-7", "CLAIMED")]
         assert listed("?since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z") == []
-        assert len(listed("?since=2000-01-01T00:00:00Z")) == 3
+        assert len(listed("?since=2000-01-01T00:00:00Z")) == 4
         status, _, body = http("GET", address + "api/jobs?state=SUCCESS")
         assert status == 400 and "not a job state" in body["error"]
-    assert {waiting.uuid, claimed.uuid, trashed.uuid}  # three distinct jobs
+    assert len({waiting.uuid, claimed.uuid, trashed.uuid, finished.uuid}) == 4
