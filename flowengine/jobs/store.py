@@ -32,17 +32,26 @@ from flowengine.jobs import records
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 
 __all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "check_finisher", "held",
-           "Finished", "newest_first"]
+           "Finished", "finish_order", "newest_first"]
 
 #: A consumed job as the finished listing gives it: what it was, how it ended.
 Finished = tuple[JobRecord, Outcome]
 
 
+def finish_order(done: Outcome) -> tuple[float, int]:
+    """Sorts outcomes by when they were recorded; two in one millisecond by claim token.
+
+    Tokens grow with every claim on a board, so the later claim of a tie
+    comes later (the finish times themselves cannot tell them apart).
+    """
+    return (done.at, done.token)
+
+
 def newest_first(found: Sequence[Finished], limit: int) -> list[Finished]:
-    """The ``limit`` most recently finished of ``found`` (by outcome time), newest first."""
+    """The ``limit`` most recently finished of ``found``, newest first."""
     if limit < 0:
         raise ValueError(f"limit must be 0 or more, not {limit}")
-    return sorted(found, key=lambda pair: (pair[1].at, pair[0].sequence), reverse=True)[:limit]
+    return sorted(found, key=lambda pair: finish_order(pair[1]), reverse=True)[:limit]
 
 
 def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import waiting
 from tests.jobs.boards import Boards
 
 
@@ -44,6 +45,18 @@ def test_a_board_with_nothing_finished_lists_nothing(boards):
     board = boards.make()
     board.post("waiting")
     assert board.finished() == []
+
+
+def test_a_finished_job_is_listed_only_while_its_outcome_is_kept(boards):
+    # Given one job consumed with an outcome kept a minute, one kept a second
+    kept, brief = boards.make(outcome_ttl_s=60), boards.make(outcome_ttl_s=1)
+    for board, name in ((kept, "kept"), (brief, "brief")):
+        job = board.post(name)
+        board.claim(job, "me")
+        board.consume(job, "me")
+    # When the short one's outcome expires, then only the other is listed
+    waiting.wait_until(lambda: [j.name for j, _ in kept.finished()] == ["kept"],
+                       "the expired job to leave the finished listing", poll_s=0.1)
 
 
 @pytest.mark.broker

@@ -41,6 +41,7 @@ from flowengine.jobs.store import (
     BoardStore,
     EventKind,
     Finished,
+    finish_order,
     held,
     newest_first,
 )
@@ -335,7 +336,7 @@ class RedisStore(BoardStore):
                 pipe.get(self._job_keys(uuid)["outcome"])
             outcomes = [Outcome.from_dict(json.loads(raw)) for raw in pipe.execute()
                         if raw is not None]  # None: expired since the scan
-        newest = sorted(outcomes, key=lambda done: done.at, reverse=True)[:limit]
+        newest = sorted(outcomes, key=finish_order, reverse=True)[:limit]
         found = []
         for done in newest:
             rec = self.get(done.uuid)
