@@ -108,9 +108,12 @@ def describe(board: Any, job: Any, outcome: Any = None) -> dict[str, Any]:
     ``outcome``: the job's, when the caller read it already (else read now).
     """
     rec = job.record
-    outcome = board.outcome(job) if outcome is None else outcome
+    if outcome is None:
+        outcome, state = board.outcome(job), board.job_state(job)
+    else:  # read with the job: it left the board
+        state = "COMPLETE"
     return {"uuid": job.uuid, "name": job.name, "priority": job.priority.value,
-            "sequence": job.sequence, "where": rec.where, "state": board.job_state(job),
+            "sequence": job.sequence, "where": rec.where, "state": state,
             "owner": rec.owner if rec.leased else None, "token": rec.token,
             "attempts": rec.attempts, "lease_expires_at": rec.lease_expires_at,
             "not_before": rec.not_before, "created_on": rec.posting.get("created_on"),
@@ -252,7 +255,9 @@ def _post(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace, board: Any) -> int:
     if args.limit is not None and not args.finished:
-        raise ValueError("--limit applies to --finished only")
+        from flowengine.commands.errors import CommandError
+
+        raise CommandError("--limit applies to --finished only")
     if args.finished:
         from flowengine.jobs.board import FINISHED_LIMIT
 
