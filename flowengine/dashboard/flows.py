@@ -82,21 +82,24 @@ class FlowsSource:
         with self._conn() as conn:
             _book, fd = lookup.find_flow(conn, ref, self.url.safe)
             states = {ad.name: ad.state for ad in fd}
+            # Reverted, the atom that failed is coloured like the others:
+            # outlined, it stands out (as "failed here" does in the atoms table).
+            failed = {ad.name for ad in fd if getattr(ad, "failure", None) is not None}
             try:
                 flow = engines.flow_from_detail(fd)
             except Exception as e:
                 LOG.info("Flow %s drawn as a chain of its atoms: %s", fd.uuid, e)
-                return _chain_dot(fd, states)
+                return _chain_dot(fd, states, failed)
             if not isinstance(flow, flow_mod.Flow):  # a lone task
-                return _chain_dot(fd, states)
-            return graph_draw.to_dot(flow, states, title=fd.name)
+                return _chain_dot(fd, states, failed)
+            return graph_draw.to_dot(flow, states, title=fd.name, failed_atoms=failed)
 
     def graph_svg(self, ref: str) -> bytes:
         """The graph as SVG (GraphvizMissing without Graphviz's dot)."""
         return graph_draw.render(self.graph_dot(ref), "svg")
 
 
-def _chain_dot(fd: Any, states: dict[str, Any]) -> str:
+def _chain_dot(fd: Any, states: dict[str, Any], failed: set[str]) -> str:
     """A flow whose shape is unknown here: its atoms in execution order, coloured."""
     lines = ["digraph flow {", '  rankdir=TB; fontname="Helvetica";',
              f'  label="{fd.name} (atoms in execution order)"; labelloc=t;',
@@ -105,8 +108,12 @@ def _chain_dot(fd: Any, states: dict[str, Any]) -> str:
     for i, ad in enumerate(atoms):
         state = states.get(ad.name)
         colour = graph_draw.STATE_COLOURS.get(state or "", "#ffffff")
-        label = f"{ad.name}\\n[{state}]".replace('"', '\\"')
-        lines.append(f'  a{i} [label="{label}", fillcolor="{colour}"];')
+        label = f"{ad.name}\\n[{state}]"
+        if ad.name in failed:
+            attrs = ", ".join(graph_draw.failed_here(label))
+            lines.append(f'  a{i} [{attrs}, fillcolor="{colour}"];')
+        else:
+            lines.append(f'  a{i} [label={graph_draw.dot_label(label)}, fillcolor="{colour}"];')
     lines.extend(f"  a{i} -> a{i + 1};" for i in range(len(atoms) - 1))
     lines.append("}")
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from flowengine import flow as flow_mod
@@ -44,12 +44,21 @@ STATE_COLOURS = {
 }
 
 
+#: The outline and label line of an atom whose own execution failed.
+FAILED_OUTLINE = "#c62828"
+FAILED_HERE = "\\nfailed here"
+
 #: Atom name -> state (None: the atom has no state in storage yet).
 AtomStates = Mapping[str, str | None]
 
 
 class GraphvizMissing(RuntimeError):
     """Graphviz's ``dot`` program is needed for this output format and not installed."""
+
+
+def dot_label(text: str) -> str:
+    """A label quoted for DOT, keeping its own "\\n" line breaks: only quotes are escaped."""
+    return '"' + text.replace('"', '\\"') + '"'
 
 
 def _quote(text: str) -> str:
@@ -63,8 +72,13 @@ def _compile(flow_or_compilation: flow_mod.Flow | compiler.Compilation) -> compi
 
 
 def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
-           atom_states: AtomStates | None = None, title: str | None = None) -> str:
-    """DOT text for a flow (or its Compilation), atoms coloured by ``atom_states``."""
+           atom_states: AtomStates | None = None, title: str | None = None,
+           failed_atoms: Collection[str] = ()) -> str:
+    """DOT text for a flow (or its Compilation), atoms coloured by ``atom_states``.
+
+    ``failed_atoms``: atoms whose own execution failed, outlined in red and
+    labelled so (once reverted, they are coloured like every reverted atom).
+    """
     compilation = _compile(flow_or_compilation)
     graph = compilation.execution_graph
     kinds = {name: data["kind"] for name, data in graph.nodes(data=True)}
@@ -101,16 +115,16 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
             if kind == compilation.FLOW:
                 emit_cluster(member, depth + 1)
             elif kind in (compilation.TASK, compilation.RETRY):
-                lines.append(f"{pad}  {_atom_line(member, kind, compilation, atom_states)}"
-                             .replace("@ID@", ids[member]))
+                line = _atom_line(member, kind, compilation, atom_states, failed_atoms)
+                lines.append(f"{pad}  {line}".replace("@ID@", ids[member]))
         lines.append(f"{pad}}}")
 
     for root in members.get(None, ()):
         if kinds[root] == compilation.FLOW:
             emit_cluster(root, 1)
         elif kinds[root] in (compilation.TASK, compilation.RETRY):
-            lines.append("  " + _atom_line(root, kinds[root], compilation, atom_states)
-                         .replace("@ID@", ids[root]))
+            lines.append("  " + _atom_line(root, kinds[root], compilation, atom_states,
+                                           failed_atoms).replace("@ID@", ids[root]))
     for a, b, data in graph.edges(data=True):
         style = ' [style=dashed, label="decider"]' if data.get("decider") else ""
         lines.append(f"  {ids[a]} -> {ids[b]}{style};")
@@ -118,8 +132,14 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
     return "\n".join(lines) + "\n"
 
 
+def failed_here(label: str) -> list[str]:
+    """The DOT attributes of an atom whose own execution failed (``label`` completed)."""
+    return [f"label={dot_label(label + FAILED_HERE)}", f"color={_quote(FAILED_OUTLINE)}",
+            "penwidth=3"]
+
+
 def _atom_line(name: str, kind: str, compilation: compiler.Compilation,
-               atom_states: AtomStates | None) -> str:
+               atom_states: AtomStates | None, failed_atoms: Collection[str] = ()) -> str:
     atom = compilation.atoms[name]
     label = name
     cls = type(atom).__name__
@@ -134,9 +154,9 @@ def _atom_line(name: str, kind: str, compilation: compiler.Compilation,
     else:
         attrs.append('fillcolor="#ffffff"' if kind == compilation.TASK
                      else 'fillcolor="#f2d0f7"')
-    # Labels keep DOT's own "\\n" line breaks: only quotes are escaped.
-    quoted = '"' + label.replace('"', '\\"') + '"'
-    return f"@ID@ [label={quoted}, {', '.join(attrs)}];"
+    if name in failed_atoms:
+        return f"@ID@ [{', '.join(failed_here(label) + attrs)}];"
+    return f"@ID@ [label={dot_label(label)}, {', '.join(attrs)}];"
 
 
 def dot_program() -> str | None:
