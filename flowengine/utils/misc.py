@@ -9,11 +9,31 @@ import os
 import socket
 import string
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib import parse as urlparse
 
 # Characters allowed in a URI scheme (RFC 3986, section 3.1).
 _SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+-.")
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def find_cause(error: BaseException, kind: type[_E]) -> _E | None:
+    """The exception of ``kind`` that is ``error`` or lies behind it, or None.
+
+    Follows the explicit ``__cause__`` first, then the implicit
+    ``__context__`` (a client library wrapping a TLS error in its own, say),
+    and stops at a cycle.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 def get_version_string(obj: Any) -> str | None:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Callable, Iterator
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 from urllib import parse
 
 import redis
@@ -42,7 +42,7 @@ from redis import sentinel as redis_sentinel
 
 from flowengine import exceptions as exc
 from flowengine.jobs.backends import safe_url
-from flowengine.utils import redis_replicas, redis_utils
+from flowengine.utils import misc, redis_replicas, redis_utils
 
 try:  # redis-py 7+: its probe for maintenance notifications, off as in TaskFlow
     from redis import maint_notifications
@@ -55,7 +55,6 @@ __all__ = ["CLIENT_KEYS", "SENTINEL_PORT", "check_certificates", "client_kwargs"
 #: The default port of a Redis Sentinel (``host``/``port`` name one with ``sentinel``).
 SENTINEL_PORT = 26379
 _TRUE_WORDS = frozenset(("1", "t", "true", "on", "y", "yes"))
-_E = TypeVar("_E", bound=BaseException)
 
 
 def _flag(value: Any) -> bool:
@@ -224,20 +223,10 @@ def check_certificates(client: TextClient) -> None:
     try:
         connection.connect()
     except redis_exc.ConnectionError as e:
-        if _cause(e, ssl.SSLCertVerificationError) is not None:
+        if misc.find_cause(e, ssl.SSLCertVerificationError) is not None:
             raise
     finally:
         connection.disconnect()
-
-
-def _cause(error: BaseException, kind: type[_E]) -> _E | None:
-    """The exception of ``kind`` behind a redis-py error (its causes and contexts), or None."""
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, kind):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
 
 
 @contextlib.contextmanager
@@ -246,14 +235,14 @@ def translated(where: str) -> Iterator[None]:
     try:
         yield
     except (redis_exc.ConnectionError, redis_exc.TimeoutError) as e:
-        problem = _cause(e, ssl.SSLCertVerificationError)
+        problem = misc.find_cause(e, ssl.SSLCertVerificationError)
         if problem is not None:  # a wrong CA or name does not go away by retrying
             raise exc.JobFailure(
                 f"Redis at {where}: TLS certificate verification failed"
                 f" ({problem.verify_message or problem.reason}); check ssl_ca_certs (the CA"
                 f" that signed the server's certificate) and the host name", cause=e) from e
         hint = ""
-        if _cause(e, ssl.SSLError) is not None:  # may also be a server that went away
+        if misc.find_cause(e, ssl.SSLError) is not None:  # may also be a server that went away
             hint = (" (TLS: if the server requires client certificates, check ssl_certfile"
                     " and ssl_keyfile)")
         raise exc.BoardUnavailable(f"Redis at {where} is unreachable: {e}{hint}",

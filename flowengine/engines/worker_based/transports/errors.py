@@ -19,6 +19,7 @@ import ssl
 from kombu.utils.url import maybe_sanitize_url
 
 from flowengine import exceptions as exc
+from flowengine.utils import misc
 
 #: AMQP reply codes that mean "what you asked for is configured otherwise".
 _PRECONDITION_FAILED = 406
@@ -83,25 +84,13 @@ def _reply_code(error: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-def _tls_error(error: BaseException) -> ssl.SSLError | None:
-    """The TLS error behind ``error`` (kombu wraps it in its own), if any."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, ssl.SSLError):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
-
-
 def tls_problem(error: BaseException, uri: str) -> exc.BrokerConfigError | None:
     """One line saying why TLS to ``uri`` failed, or None when ``error`` is not about TLS.
 
     Waiting cannot help (a certificate does not change by itself), so it is a
     BrokerConfigError: engines fail at once instead of retrying.
     """
-    tls = _tls_error(error)
+    tls = misc.find_cause(error, ssl.SSLError)
     if tls is None:
         return None
     if isinstance(tls, ssl.SSLCertVerificationError):

@@ -21,6 +21,7 @@ from redis import backoff, retry
 from redis import exceptions as redis_exc
 
 from flowengine import exceptions as exc
+from flowengine.utils import misc
 
 __all__ = ["check_sentinels", "tls_problem"]
 
@@ -36,15 +37,6 @@ _VERIFIED_LOCK = threading.Lock()
 _VERIFY_FAILED = "CERTIFICATE_VERIFY_FAILED"
 
 
-def _cause(error: BaseException, kind: type[BaseException]) -> BaseException | None:
-    seen: BaseException | None = error
-    while seen is not None:
-        if isinstance(seen, kind):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
-
-
 def tls_problem(error: BaseException, where: str, sentinel: bool = False
                 ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
     """The error to raise for ``error`` met connecting to Redis at ``where``; None if not TLS.
@@ -52,7 +44,7 @@ def tls_problem(error: BaseException, where: str, sentinel: bool = False
     ``sentinel``: the master was looked up through Sentinels (their TLS
     options are ``sentinel_kwargs``'s).
     """
-    verify = _cause(error, ssl.SSLCertVerificationError)
+    verify = misc.find_cause(error, ssl.SSLCertVerificationError)
     if verify is not None or _VERIFY_FAILED in str(error):
         why = (getattr(verify, "verify_message", None) or getattr(verify, "reason", None)
                if verify is not None else "see the Sentinels' answers below")
@@ -63,7 +55,7 @@ def tls_problem(error: BaseException, where: str, sentinel: bool = False
         return exc.BrokerConfigError(
             f"Redis at {where}: TLS certificate verification failed ({why}); check"
             f" {check} and the host name{detail}")
-    if _cause(error, ssl.SSLError) is not None:
+    if misc.find_cause(error, ssl.SSLError) is not None:
         return exc.BrokerUnavailable(
             f"Redis at {where}: the TLS handshake failed ({error}); if the server requires"
             f" client certificates, check ssl_certfile and ssl_keyfile")
