@@ -32,6 +32,17 @@ class Verdict:
     #: Starts without an end per key: [(pid, start)].
     cut: dict[tuple[str, str], list[tuple[int, float]]] = field(default_factory=dict)
 
+    def overlapping(self) -> list[tuple[str, str]]:
+        """Keys two of whose runs overlapped in time (a cut run counts until now)."""
+        found = []
+        for key in {*self.runs, *self.cut}:
+            spans = [(start, end) for _, start, end in self.runs.get(key, [])]
+            spans += [(start, float("inf")) for _, start in self.cut.get(key, [])]
+            spans.sort()
+            if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+                found.append(key)
+        return found
+
     def summary(self) -> str:
         return (f"done once {len(self.done_once)}, duplicated {len(self.duplicated)}"
                 f" {self.duplicated[:5]}, lost {len(self.lost)} {self.lost[:5]}")

@@ -43,18 +43,6 @@ WAIT_S = 90.0
 TASKS = ("t0", "t1", "t2")
 
 
-def _concurrent(verdict: checker.Verdict) -> list[tuple[str, str]]:
-    """Keys two of whose runs overlapped in time (cut runs count until now)."""
-    overlapping = []
-    for key in {*verdict.runs, *verdict.cut}:
-        spans = [(start, end) for _, start, end in verdict.runs.get(key, [])]
-        spans += [(start, float("inf")) for _, start in verdict.cut.get(key, [])]
-        spans.sort()
-        if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False)):
-            overlapping.append(key)
-    return overlapping
-
-
 def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(cluster, tmp_path):
     # Given three conductors on a board reached through the Sentinels, and 50 jobs
     namespace = f"t{uuid.uuid4().hex[:8]}"
@@ -101,7 +89,7 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(clus
         # And each task ran once: none lost, none re-run, none run twice at once
         keys = [(f"j{i}", t) for i in range(JOBS) for t in TASKS]
         verdict = checker.check(ledger, keys)
-        concurrent = _concurrent(verdict)
+        concurrent = verdict.overlapping()
         after = [o.at for o in outcomes.values() if o is not None and o.at > kill_wall]
         first_new_s = min(after) - kill_wall if after else float("nan")
         sys.stderr.write(

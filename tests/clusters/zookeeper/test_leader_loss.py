@@ -105,16 +105,6 @@ def test_a_board_and_its_persistence_keep_session_and_claims_across_a_leader_los
         kazoo_utils.finalize_client(client)
 
 
-def _concurrent(verdict: checker.Verdict) -> list[tuple[str, str]]:
-    """Keys two of whose completed runs overlapped in time."""
-    found = []
-    for key, runs in verdict.runs.items():
-        spans = sorted((start, end) for _pid, start, end in runs)
-        if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
-            found.append(key)
-    return found
-
-
 def _first_consume_after(hosts: str, consumed_path: str, jobs, wall_time: float) -> float:
     """Seconds from ``wall_time`` to the first job consumed after it.
 
@@ -173,7 +163,7 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
         # And each task ran once: none lost, none re-run, none run twice at once
         keys = [(f"j{i}", t) for i in range(JOBS) for t in ("t0", "t1", "t2")]
         verdict = checker.check(ledger, keys)
-        concurrent = _concurrent(verdict)
+        concurrent = verdict.overlapping()
         first_new_s = _first_consume_after(e.hosts, f"{board.path}/consumed", jobs, kill_wall)
         sys.stderr.write(
             f"\n[zookeeper ensemble fault] {JOBS} jobs x 3 tasks on 3 conductors; leader node"
