@@ -59,9 +59,6 @@ CONF_TRANSFERS: tuple[tuple[str, Callable[[Any, Any], Any], Any], ...] = (
     ("keyfile", _same, None),
     ("keyfile_password", _same, None),
     ("certfile", _same, None),
-    # Not one of TaskFlow 6.5's keys (it never hands kazoo a CA, so its TLS
-    # clients trust the system's CAs only): the CA file of a private PKI.
-    ("ca", _same, None),
     ("use_ssl", _flag, False),
     ("verify_certs", _flag, True),
 )
@@ -92,7 +89,10 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
     kwargs: dict[str, Any] = {"logger": LOG}
     for key, convert, default in CONF_TRANSFERS:
         kwargs[key] = convert(conf[key], default) if key in conf else default
-    for key in ("command_retry", "connection_retry", "handler"):
+    # 'ca' is not one of TaskFlow 6.5's keys (it never hands kazoo a CA, so
+    # its TLS clients trust the system's CAs only): the CA file of a private
+    # PKI, passed only when given so kazoo sees the call TaskFlow makes.
+    for key in ("ca", "command_retry", "connection_retry", "handler"):
         if key in conf:
             kwargs[key] = conf[key]
     hosts = parse_hosts(conf.get("hosts", DEFAULT_HOSTS))
