@@ -271,7 +271,7 @@ def tolerate_undecodable_properties() -> None:
     consumer sees the message: one that is not UTF-8 raised there, the
     connection was lost with the message unacknowledged, and the broker
     gave it back to the next connection for ever, so one published message
-    stopped a consume loop for good (issue 35). Read as bytes, as py-amqp
+    stopped a consume loop for good. Read as bytes, as py-amqp
     reads such table values, the property reaches the consume loop, which
     refuses a message whose properties are not strings (dead-lettered).
     """
