@@ -366,7 +366,7 @@ def test_default_retry_options_and_properties():
 
 def test_broker_settings_and_loose_arguments_are_not_both_given():
     with pytest.raises(ValueError, match="not both"):
-        BrokerSettings.given(BrokerSettings(transport="memory"), url="memory://")
+        px.Proxy("t", "ex", url="memory://", broker=BrokerSettings(transport="memory"))
 
 
 def test_broker_settings_never_show_the_password():

@@ -8,6 +8,7 @@ into them. Engines and conductors take the same BrokerSettings as the
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import dataclasses
 import inspect
 import types
@@ -107,6 +108,21 @@ def test_server_and_proxy_take_at_most_seven_parameters():
     for cls in (sv.Server, px.Proxy):
         params = list(inspect.signature(cls.__init__).parameters)[1:]
         assert len(params) <= 7, (cls.__name__, params)
+
+
+def test_server_and_proxy_still_take_taskflows_broker_keywords():
+    # TaskFlow's own tests build them so: keywords only, and only those four
+    proxy = px.Proxy("t", unique(), None, transport="memory",
+                     transport_options={"polling_interval": 0.01})
+    assert proxy.broker.transport == "memory"
+    assert proxy.broker.transport_options == {"polling_interval": 0.01}
+    with cf.ThreadPoolExecutor(1) as pool:
+        server = sv.Server("t", unique(), pool, [], transport="memory")
+        assert server.proxy.broker.transport == "memory"
+    with pytest.raises(TypeError, match="Proxy.*queues"):
+        px.Proxy("t", "ex", transport="memory", queues=[])
+    with pytest.raises(TypeError, match="Server.*worker_id"):
+        sv.Server("t", "ex", pool, [], transport="memory", worker_id="w")
 
 
 # --- broker= everywhere: engine option, events, conductor ----------------------

@@ -73,6 +73,8 @@ class Proxy:
     BrokerSettings; None: kombu's default broker) and ``options`` (a
     :class:`~.proxy_options.ProxyOptions`: the queues consumed, the wake-up
     routing key, the loop's other callbacks, how long publishing retries).
+    TaskFlow's ``url``, ``transport``, ``transport_options`` and
+    ``retry_options`` are still taken as keywords, instead of ``broker``.
 
     By default it consumes the queue ``<exchange>_<topic>`` bound with routing
     key ``topic`` (auto-deleted), plus the extra routing keys in
@@ -89,8 +91,9 @@ class Proxy:
                  type_handlers: Mapping[str, dispatcher_mod.Handler] | None = None,
                  on_wait: Callable[[], Any] | None = None, *,
                  broker: BrokerSettings | None = None,
-                 options: ProxyOptions = ProxyOptions()) -> None:
-        broker = broker if broker is not None else BrokerSettings()
+                 options: ProxyOptions = ProxyOptions(),
+                 **taskflow_broker: Any) -> None:
+        broker = BrokerSettings.given_keywords("Proxy", broker, taskflow_broker)
         queues, wake_routing_key = options.queues, options.wake_routing_key
         self._topic = topic
         self._broker = broker

@@ -29,7 +29,8 @@ from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELI
 from flowengine.engines.worker_based.transports import failover, topology
 from flowengine.engines.worker_based.wire import names, signing
 
-__all__ = ["AMQP_HEARTBEAT_S", "BROKER_OPTION_KEYS", "BrokerSettings", "mask_options"]
+__all__ = ["AMQP_HEARTBEAT_S", "BROKER_OPTION_KEYS", "TASKFLOW_BROKER_ARGS", "BrokerSettings",
+           "mask_options"]
 
 #: AMQP heartbeat (s) negotiated with the broker: a silently dead peer (half
 #: open TCP, network partition) is noticed within two periods instead of the
@@ -42,6 +43,9 @@ AMQP_HEARTBEAT_S = 20.0
 BROKER_OPTION_KEYS = ("url", "transport", "transport_options", "retry_options", "durable",
                       "secret", "compat", "max_body_bytes", "max_redeliveries", "queue_type",
                       "failover_strategy")
+
+#: TaskFlow's four broker arguments (of its Worker, Server, Proxy, executor).
+TASKFLOW_BROKER_ARGS = ("url", "transport", "transport_options", "retry_options")
 
 #: Transport option keys whose values are never shown (banner, logs).
 _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
@@ -177,6 +181,22 @@ class BrokerSettings:
             raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
                              "transport/transport_options/retry_options, not both")
         return broker
+
+    @classmethod
+    def given_keywords(cls, owner: str, broker: BrokerSettings | None,
+                       keywords: Mapping[str, Any]) -> BrokerSettings:
+        """``broker``, or the settings TaskFlow's broker keywords describe.
+
+        For internal classes whose TaskFlow counterparts took ``url``,
+        ``transport``, ``transport_options`` and ``retry_options``: those
+        are still accepted as keywords. TypeError naming any other keyword
+        (``owner`` names the class); ValueError when ``broker`` is also given.
+        """
+        unknown = sorted(set(keywords) - set(TASKFLOW_BROKER_ARGS))
+        if unknown:
+            raise TypeError(f"{owner}() got unexpected keyword argument(s)"
+                            f" {', '.join(unknown)}")
+        return cls.given(broker, **keywords)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BrokerSettings:

@@ -38,6 +38,7 @@ import concurrent.futures as cf
 import functools
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import hooks as event_hooks
@@ -95,13 +96,16 @@ class Server:
     ``options`` (a :class:`~.server_options.ServerOptions`: worker id,
     events, task runner, heartbeat interval, capacity, request hooks and,
     for a worker of several topics, the priority room and this topic's rank).
+    TaskFlow's ``url``, ``transport``, ``transport_options`` and
+    ``retry_options`` are still taken as keywords, instead of ``broker``.
     """
 
     def __init__(self, topic: str, exchange: str, executor: cf.Executor,
                  endpoints: Iterable[endpoint_mod.Endpoint], *,
                  broker: BrokerSettings | None = None,
-                 options: ServerOptions = ServerOptions()) -> None:
-        broker = broker if broker is not None else BrokerSettings()
+                 options: ServerOptions = ServerOptions(),
+                 **taskflow_broker: Any) -> None:
+        broker = BrokerSettings.given_keywords("Server", broker, taskflow_broker)
         worker_id, events, task_runner = options.worker_id, options.events, options.task_runner
         capacity, hooks, room, rank = options.capacity, options.hooks, options.room, options.rank
         lease_id = options.lease_id
