@@ -286,19 +286,11 @@ def run_worker(args: argparse.Namespace) -> int:
         from flowengine import metrics as metrics_mod
 
         metrics = metrics_mod.WorkerMetrics()
-    worker = wkr.Worker(exchange=args.exchange, topic=args.topic, tasks=task_classes,
-                        executor=args.executor, threads_count=threads, url=args.url,
-                        transport=args.transport,
-                        transport_options=dict(args.transport_options) or None,
-                        soft_time_limit=args.soft_time_limit, time_limit=args.time_limit,
-                        durable=args.durable, secret=_read_secret_file(args.secret_file),
-                        heartbeat_interval=args.heartbeat_interval,
-                        compat=args.compat,  # mixed fleets with TaskFlow
-                        max_body_bytes=args.max_body_bytes,
-                        max_redeliveries=args.max_redeliveries,
-                        queue_type=args.queue_type,
-                        failover_strategy=args.failover_strategy,
-                        events=args.events, exception_handlers=handlers, metrics=metrics)
+    worker = wkr.Worker(args.exchange, args.topic, task_classes, executor=args.executor,
+                        threads_count=threads,
+                        broker=worker_setup.broker_settings(
+                            args, _read_secret_file(args.secret_file)),
+                        settings=worker_setup.worker_settings(args, handlers, metrics))
     if metrics is not None:
         from flowengine import metrics as metrics_mod
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+    from flowengine.engines.worker_based.worker_side.settings import WorkerSettings
 
 #: --loglevel names accepted (any case).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -122,3 +127,29 @@ def exception_handlers(specs: Sequence[str]) -> list[Any]:
         except (ImportError, ValueError) as e:
             raise SetupError(f"--exception-handler {spec}: {e}") from e
     return handlers
+
+
+def broker_settings(args: argparse.Namespace, secret: Any) -> BrokerSettings:
+    """The broker ``flowengine worker``'s options name (``secret``: the keys read)."""
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+
+    return BrokerSettings(args.url, args.transport, dict(args.transport_options), None,
+                          durable=args.durable, secret=secret,
+                          compat=args.compat,  # mixed fleets with TaskFlow
+                          max_body_bytes=args.max_body_bytes,
+                          max_redeliveries=args.max_redeliveries,
+                          queue_type=args.queue_type,
+                          failover_strategy=args.failover_strategy)
+
+
+def worker_settings(args: argparse.Namespace, handlers: Sequence[Any],
+                    metrics: Any) -> WorkerSettings:
+    """The worker settings ``flowengine worker``'s options ask for (ValueError: a bad one)."""
+    from flowengine.engines.worker_based.worker_side.settings import WorkerSettings
+
+    # --heartbeat-interval absent: the settings' default, said in one place.
+    interval = ({} if args.heartbeat_interval is None
+                else {"heartbeat_interval": args.heartbeat_interval})
+    return WorkerSettings(events=args.events, soft_time_limit=args.soft_time_limit,
+                          time_limit=args.time_limit, exception_handlers=tuple(handlers),
+                          metrics=metrics, **interval)

@@ -124,6 +124,10 @@ class Conductor(abc.ABC):
             if not isinstance(job_options, dict):
                 raise excp.JobFailure(f"Job {job.uuid}: details['engine_options'] must be a"
                                       f" dict, not {type(job_options).__name__}")
+            if any(key in job_options for key in _broker_option_keys()):
+                # The job names its broker: the conductor's BrokerSettings
+                # yields, as every other option of the conductor does.
+                options.pop("broker", None)
             options.update(job_options)
         return engine, options
 
@@ -183,3 +187,10 @@ class Conductor(abc.ABC):
     @abc.abstractmethod
     def _dispatch_job(self, job: Any) -> Any:
         """Run one claimed job; returns whether to consume it (TaskFlow's contract)."""
+
+
+def _broker_option_keys() -> tuple[str, ...]:
+    """Engine options naming the broker (imported late: kombu only when jobs run)."""
+    from flowengine.engines.worker_based.messaging.settings import BROKER_OPTION_KEYS
+
+    return BROKER_OPTION_KEYS

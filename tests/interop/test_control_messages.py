@@ -33,7 +33,8 @@ def test_taskflow_workers_never_answer_nor_suffer_control_requests(tmp_path):
         assert [a.worker_id for a in answers] == [ours.worker_id]
         # When, ours stopped, a CONTROL message reaches the TaskFlow worker's own queue
         ours.stop()
-        sender = px.Proxy("sender", exchange, None, broker=broker, queues=[])
+        sender = px.Proxy("sender", exchange, None, broker=broker,
+                          options=px.ProxyOptions(queues=[]))
         sender.publish(wc.ControlRequest(wc.PING), topic, reply_to="nobody")
         # Then it rejects it and goes on running flows
         outcome = harness.run_flow("taskflow", "linear", st.build("taskflow"),

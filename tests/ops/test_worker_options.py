@@ -15,6 +15,7 @@ from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.worker_side import worker as wk
 from tests.ops import ops_tasks
 from tests.ops.helpers import ROOT, WAIT_S, env, flowengine, wait_until, worker_process
@@ -42,7 +43,8 @@ def test_a_worker_takes_the_higher_topic_first_when_both_have_work(real_broker, 
     thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
                               daemon=True)
     thread.start()
-    sender = px.Proxy("sender", exchange, None, url=real_broker, queues=[])
+    sender = px.Proxy("sender", exchange, None, broker=BrokerSettings(real_broker),
+                      options=px.ProxyOptions(queues=[]))
     room = worker.priority_room
     assert room is not None and worker.wait(WAIT_S)
     try:

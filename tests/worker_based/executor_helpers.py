@@ -109,8 +109,8 @@ class FakeWorker:
             queues.append(px.QueueSpec(pr.worker_queue_name(exchange, topic, self.worker_id),
                                        (key,), auto_delete=True))
         wake = (pr.worker_routing_key(topic, self.worker_id) if private else topic)
-        self.proxy = px.Proxy(topic, exchange, handlers, queues=queues,
-                              wake_routing_key=wake, **as_broker(conn))
+        self.proxy = px.Proxy(topic, exchange, handlers, **as_broker(conn),
+                              options=px.ProxyOptions(queues=queues, wake_routing_key=wake))
         self._thread: threading.Thread | None = None
 
     def _headers(self) -> dict[str, Any]:

@@ -71,13 +71,13 @@ def test_a_stopped_executor_on_redis_has_its_reply_queue_deleted_with_its_lease(
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_connecting_the_publisher_early_never_raises():
     # Given a broker nobody listens on, Then connecting early is quiet
-    proxy = px.Proxy("t", unique(), url=f"redis://127.0.0.1:{_dead_port()}/0",
-                     publish_timeout_s=0.3)
+    proxy = px.Proxy("t", unique(), broker=BrokerSettings(f"redis://127.0.0.1:{_dead_port()}/0"),
+                     options=px.ProxyOptions(publish_timeout_s=0.3))
     proxy.connect_publisher()
 
 
 def test_a_publisher_connected_early_publishes_on_that_connection():
-    proxy = px.Proxy("t", unique(), transport="memory")
+    proxy = px.Proxy("t", unique(), broker=BrokerSettings(transport="memory"))
     proxy.connect_publisher()
     publishing = proxy._publisher._pub_conn
     assert publishing is not None and publishing.connected

@@ -9,7 +9,7 @@ import time
 import amqp
 import kombu
 import pytest
-from wire_helpers import RawSender, conn_kwargs
+from wire_helpers import RawSender, as_broker, conn_kwargs
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
@@ -73,7 +73,7 @@ class Running:
 
 def _proxy(broker, unique_name, handler, topic="t", **kwargs):
     return px.Proxy(topic, unique_name, {pr.REQUEST: dispatcher.Handler(handler)},
-                    **conn_kwargs(broker), **kwargs)
+                    **as_broker(conn_kwargs(broker)), options=px.ProxyOptions(**kwargs))
 
 
 def test_publish_and_consume(broker, unique_name):
@@ -162,7 +162,7 @@ def test_handler_publishing_from_the_consumer_thread(broker, unique_name):
     # publisher connection (py-amqp would recurse if it reused the consumer's).
     rec = Recorder()
     replies = px.Proxy("replies", unique_name, {pr.RESPONSE: dispatcher.Handler(rec)},
-                       **conn_kwargs(broker))
+                       **as_broker(conn_kwargs(broker)))
 
     def echo(data, message):
         proxy.publish(pr.Response(pr.SUCCESS, result=data["i"]), "replies",
@@ -191,7 +191,7 @@ def test_declares_once_and_keeps_one_producer(unique_name, monkeypatch):
 
     monkeypatch.setattr(kombu.Producer, "__init__", counting_init)
     monkeypatch.setattr(kombu.Exchange, "declare", counting_declare)
-    proxy = px.Proxy("t", unique_name, transport="memory")
+    proxy = px.Proxy("t", unique_name, broker=BrokerSettings(transport="memory"))
     proxy.publish(Body({}), "t")
     first_made, first_declared = len(made), len(declared)
     for _ in range(100):
@@ -201,14 +201,14 @@ def test_declares_once_and_keeps_one_producer(unique_name, monkeypatch):
 
 
 def test_unencodable_body_is_a_serialization_failure(unique_name):
-    proxy = px.Proxy("t", unique_name, transport="memory")
+    proxy = px.Proxy("t", unique_name, broker=BrokerSettings(transport="memory"))
     with pytest.raises(exc.SerializationFailure, match="not JSON serializable"):
         proxy.publish(Body({"x": object()}), "t")
 
 
 def test_oversized_body_is_refused_before_sending(unique_name):
-    proxy = px.Proxy("t", unique_name, transport="memory",
-                     consume=px.ConsumeOptions(max_body_bytes=100))
+    proxy = px.Proxy("t", unique_name, broker=BrokerSettings(transport="memory"),
+                     options=px.ProxyOptions(consume=px.ConsumeOptions(max_body_bytes=100)))
     proxy.publish(Body({"small": "x" * 10}), "t")
     with pytest.raises(exc.SerializationFailure, match="exceeds the limit of 100 bytes"):
         proxy.publish(Body({"big": "x" * 200}), "t")
@@ -258,7 +258,8 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
     rec = Recorder()
     starts = []
     proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     transport="memory", on_start=lambda: starts.append(1))
+                     broker=BrokerSettings(transport="memory"),
+                     options=px.ProxyOptions(on_start=lambda: starts.append(1)))
     from flowengine.engines.worker_based.transports import memory as mem
     real_drain = mem.Transport.drain_events
     broken = threading.Event()
@@ -282,8 +283,8 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
 
 def test_on_wait_runs_while_idle(unique_name):
     calls = threading.Event()
-    proxy = px.Proxy("t", unique_name, transport="memory", on_wait=calls.set,
-                     consume=px.ConsumeOptions(wait_period_s=0.02))
+    proxy = px.Proxy("t", unique_name, on_wait=calls.set, broker=BrokerSettings(transport="memory"),
+                     options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.02)))
     with Running(proxy):
         assert calls.wait(WAIT_S)
 
@@ -295,8 +296,8 @@ def test_failing_callbacks_are_contained(unique_name, caplog):
         ticks.append(1)
         raise RuntimeError("on_wait exploded")
 
-    proxy = px.Proxy("t", unique_name, transport="memory", on_wait=on_wait,
-                     consume=px.ConsumeOptions(wait_period_s=0.01))
+    proxy = px.Proxy("t", unique_name, on_wait=on_wait, broker=BrokerSettings(transport="memory"),
+                     options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.01)))
     with Running(proxy):
         deadline = time.monotonic() + WAIT_S
         while len(ticks) < 3 and time.monotonic() < deadline:
@@ -319,7 +320,7 @@ def test_stop_is_prompt(broker, unique_name):
 
 
 def test_cannot_start_twice_at_once(unique_name):
-    proxy = px.Proxy("t", unique_name, transport="memory")
+    proxy = px.Proxy("t", unique_name, broker=BrokerSettings(transport="memory"))
     with Running(proxy):
         with pytest.raises(RuntimeError, match="already running"):
             proxy.start()
@@ -328,7 +329,7 @@ def test_cannot_start_twice_at_once(unique_name):
 def test_can_restart_after_stop(unique_name):
     rec = Recorder()
     proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     transport="memory")
+                     broker=BrokerSettings(transport="memory"))
     with Running(proxy):
         proxy.publish(Body({"round": 1}), "t")
         assert rec.wait_count(1)
@@ -340,8 +341,9 @@ def test_can_restart_after_stop(unique_name):
 
 
 def test_connection_details_never_show_the_password():
-    proxy = px.Proxy("t", "ex", url="amqp://user:s3cret@broker.invalid:5672//",
-                     transport_options={"sentinel_password": "s3cret", "region": "x"})
+    proxy = px.Proxy("t", "ex", broker=BrokerSettings(
+        "amqp://user:s3cret@broker.invalid:5672//",
+        transport_options={"sentinel_password": "s3cret", "region": "x"}))
     details = proxy.connection_details
     assert "s3cret" not in repr(details)
     assert details.uri.startswith("amqp://user:**@broker.invalid")
@@ -353,7 +355,8 @@ def test_connection_details_never_show_the_password():
 def test_default_retry_options_and_properties():
     assert px.Proxy.DEFAULT_RETRY_OPTIONS == {"max_retries": 3, "interval_start": 1,
                                               "interval_step": 1, "interval_max": 1}
-    proxy = px.Proxy("t", "ex", transport="memory", retry_options={"max_retries": 1})
+    proxy = px.Proxy("t", "ex", broker=BrokerSettings(transport="memory",
+                                                      retry_options={"max_retries": 1}))
     assert proxy.broker.retry_options == {"max_retries": 1}
     assert (proxy.topic, proxy.exchange) == ("t", "ex")
     assert isinstance(proxy.dispatcher, dispatcher.TypeDispatcher)
@@ -394,7 +397,7 @@ def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_nam
 
     proxy = px.Proxy("t", unique_name,
                      {pr.REQUEST: dispatcher.Handler(handler, settles=True)},
-                     transport="memory")
+                     broker=BrokerSettings(transport="memory"))
     with Running(proxy):
         # When one message arrives
         proxy.publish(Body({"n": 1}), "t")
@@ -423,8 +426,8 @@ def test_amqp_reply_queues_are_consumed_without_acknowledgements(amqp_url, uniqu
     queues = [px.QueueSpec(f"{unique_name}_replies", ("r",), auto_delete=True, private=True,
                            batched=batched)]
     proxy = px.Proxy("r", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     broker=BrokerSettings(url=amqp_url, durable=durable), queues=queues,
-                     wake_routing_key="r")
+                     broker=BrokerSettings(url=amqp_url, durable=durable),
+                     options=px.ProxyOptions(queues=queues, wake_routing_key="r"))
     with Running(proxy):
         # When messages arrive
         for n in range(5):

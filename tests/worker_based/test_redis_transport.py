@@ -38,6 +38,7 @@ from flowengine import task
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import leases
 from flowengine.engines.worker_based.transports import redis as redis_transport
 from flowengine.engines.worker_based.transports import redis_consumers as rc
@@ -336,11 +337,12 @@ def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, st
         handled.set()
 
     handler = dispatcher.Handler(on_request, settles=True)
-    proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler}, url=redis_url,
-                     queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                     wake_routing_key=WORK_KEY,
-                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                  LONG_LEASE_S)))
+    proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler},
+                     broker=BrokerSettings(redis_url), options=px.ProxyOptions(
+                         queues=[px.QueueSpec(names.work, (WORK_KEY,))],
+                         wake_routing_key=WORK_KEY,
+                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                      LONG_LEASE_S))))
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -627,9 +629,10 @@ def test_a_message_taken_before_a_redis_restart_is_put_back_on_reconnect(
 
     handler = dispatcher.Handler(on_message, settles=True)  # held while it is handled
     proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler},
-                     url=url, queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                  LONG_LEASE_S)))
+                     broker=BrokerSettings(url), options=px.ProxyOptions(
+                         queues=[px.QueueSpec(names.work, (WORK_KEY,))],
+                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                      LONG_LEASE_S))))
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -785,10 +788,11 @@ def test_a_consumer_reclaimed_while_frozen_still_gives_back_what_it_takes_later(
 def test_a_proxy_whose_lease_lapsed_declares_its_private_queue_again(redis_url, names, stack):
     r = inspector(stack, redis_url)
     private = names.queue("private")
-    proxy = px.Proxy("t", names.exchange, url=redis_url,
-                     consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                  SHORT_LEASE_S)),
-                     queues=[px.QueueSpec(private.name, (PRIVATE_KEY,), private=True)])
+    proxy = px.Proxy("t", names.exchange, broker=BrokerSettings(redis_url),
+                     options=px.ProxyOptions(
+                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
+                                                                      SHORT_LEASE_S)),
+                         queues=[px.QueueSpec(private.name, (PRIVATE_KEY,), private=True)]))
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)

@@ -9,6 +9,7 @@ import pytest
 from flowengine import exceptions as exc
 from flowengine.engines.action_engine import executor as base
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
 from tests.worker_based import worker_tasks
 from tests.worker_based.executor_helpers import WAIT_S, running_executor, unique
@@ -177,10 +178,11 @@ def test_password_never_logged_on_connection_failures(caplog):
     port.bind(("127.0.0.1", 0))
     free = port.getsockname()[1]
     port.close()
-    proxy = px.Proxy("t", unique(), url=f"amqp://user:{secret_pw}@127.0.0.1:{free}//",
-                     publish_timeout_s=0.5,
-                     retry_options={"max_retries": 1, "interval_start": 0,
-                                    "interval_step": 0, "interval_max": 0})
+    proxy = px.Proxy("t", unique(), broker=BrokerSettings(
+        f"amqp://user:{secret_pw}@127.0.0.1:{free}//",
+        retry_options={"max_retries": 1, "interval_start": 0,
+                       "interval_step": 0, "interval_max": 0}),
+                     options=px.ProxyOptions(publish_timeout_s=0.5))
     from flowengine.engines.worker_based import protocol as pr
 
     # When publishing fails

@@ -50,7 +50,8 @@ def test_publish_to_a_dead_broker_ends_in_publish_timeout_within_its_bound():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    proxy = px.Proxy("t", unique(), url=f"redis://127.0.0.1:{port}/0", publish_timeout_s=0.3)
+    proxy = px.Proxy("t", unique(), broker=BrokerSettings(f"redis://127.0.0.1:{port}/0"),
+                     options=px.ProxyOptions(publish_timeout_s=0.3))
     # When publishing, Then a typed, recoverable error (not a hang, not kombu's)
     with pytest.raises(exc.PublishTimeout, match="broker unreachable"):
         proxy.publish(pr.Notify(), "t")

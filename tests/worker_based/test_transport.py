@@ -23,6 +23,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging import proxy as px
+from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.transports import filesystem as fs
 from flowengine.engines.worker_based.transports import filesystem_bindings as fs_bindings
 from flowengine.engines.worker_based.transports import filesystem_layout as fs_layout
@@ -738,10 +739,10 @@ def _round_trips(transport, options, count=200):
                        correlation_id=message.properties["correlation_id"])
 
     server = px.Proxy("server", exchange, {pr.REQUEST: dispatcher.Handler(on_request)},
-                      transport=transport, transport_options=options)
+                      broker=BrokerSettings(transport=transport, transport_options=options))
     client = px.Proxy("client", exchange,
                       {pr.RESPONSE: dispatcher.Handler(lambda d, m: replied.set())},
-                      transport=transport, transport_options=options)
+                      broker=BrokerSettings(transport=transport, transport_options=options))
     threads = [threading.Thread(target=p.start, daemon=True) for p in (server, client)]
     for t in threads:
         t.start()

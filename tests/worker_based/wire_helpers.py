@@ -63,8 +63,8 @@ class Client:
                 self._on_notify, validator=functools.partial(pr.Notify.validate,
                                                              response=True)),
         }
-        self.proxy = px.Proxy(self.uuid, exchange, handlers,
-                              bindings=[pr.ANNOUNCE_ROUTING_KEY], **as_broker(conn))
+        self.proxy = px.Proxy(self.uuid, exchange, handlers, **as_broker(conn),
+                              options=px.ProxyOptions(bindings=(pr.ANNOUNCE_ROUTING_KEY,)))
         self._thread: threading.Thread | None = None
 
     def _on_response(self, data: dict[str, Any], message: Any) -> None:

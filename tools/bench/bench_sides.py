@@ -82,6 +82,7 @@ def measure_worker(requests: int, rounds: int) -> list[float]:
 
     from flowengine.engines.worker_based import protocol as pr
     from flowengine.engines.worker_based.messaging import proxy as px
+    from flowengine.engines.worker_based.messaging.settings import BrokerSettings
     from flowengine.engines.worker_based.wire import clock
     from flowengine.engines.worker_based.worker_side import worker as worker_mod
 
@@ -93,7 +94,7 @@ def measure_worker(requests: int, rounds: int) -> list[float]:
     thread.start()
     if not worker.wait(ROUND_TIMEOUT_S):
         raise RuntimeError("worker did not start")
-    client = px.Proxy("client", exchange, None, transport="memory")
+    client = px.Proxy("client", exchange, None, broker=BrokerSettings(transport="memory"))
     task = bench_remote_tasks.Noop("t0")
     totals = worker.activity.totals
     per_request = []
@@ -132,6 +133,7 @@ class _FakeWorker:
         from flowengine.engines.worker_based import protocol as pr
         from flowengine.engines.worker_based.messaging import dispatcher
         from flowengine.engines.worker_based.messaging import proxy as px
+        from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
         self._pr = pr
         self._task_cls = task_cls
@@ -139,7 +141,8 @@ class _FakeWorker:
                          pr.HEADER_ORIGIN: "bench:2", "heartbeat": 2.0}
         handlers = {pr.REQUEST: dispatcher.Handler(self._request, settles=True),
                     pr.NOTIFY: dispatcher.Handler(self._notify)}
-        self.proxy = px.Proxy(TOPIC, exchange, handlers, transport="memory")
+        self.proxy = px.Proxy(TOPIC, exchange, handlers,
+                              broker=BrokerSettings(transport="memory"))
         #: Its thread's CPU time (s) when it first took a request this round, and last.
         self.first_cpu: float | None = None
         self.last_cpu = 0.0

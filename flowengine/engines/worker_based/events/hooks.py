@@ -9,6 +9,7 @@ disabled every call returns at once. When the sender signs its messages
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -195,9 +196,16 @@ class FlowEvents:
         """
         enabled = options.get("events")
         enabled = EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
-        broker = BrokerSettings(url=options.get("url"), transport=options.get("transport"),
-                                transport_options=options.get("transport_options") or {},
-                                secret=options.get("secret") if enabled else False)
+        if options.get("broker") is not None:
+            # The engine's own broker settings (checked by its executor);
+            # their keys are read only when events are on.
+            broker = BrokerSettings.from_options(options)
+            if not enabled:
+                broker = dataclasses.replace(broker, secret=False)
+        else:
+            broker = BrokerSettings(url=options.get("url"), transport=options.get("transport"),
+                                    transport_options=options.get("transport_options") or {},
+                                    secret=options.get("secret") if enabled else False)
         publisher = EventPublisher(
             exchange,
             hostname=f"engine:{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}",

@@ -33,6 +33,12 @@ class WorkerBasedActionEngine(engine.ActionEngine):
     - ``exchange``: broker exchange name in which executor / worker
       communication is performed (default ``'default'``)
     - ``url``: broker connection url (see kombu's documentation for its format)
+    - ``broker``: a :class:`~..messaging.settings.BrokerSettings` standing for
+      every broker option below (``url``, ``transport``, ``transport_options``,
+      ``retry_options``, ``durable``, ``secret``, ``compat``,
+      ``max_body_bytes``, ``max_redeliveries``, ``queue_type``,
+      ``failover_strategy``): the same value a Worker takes; ValueError when
+      given with any of them
     - ``topics``: list of worker topics to communicate with; only workers of
       these topics run the flow's tasks (none given: every worker that
       announces itself on the exchange is used)

@@ -108,13 +108,14 @@ class WorkerTaskExecutor(base.TaskExecutor):
         reply_queue_spec = px.QueueSpec(pr.reply_queue_name(exchange, uuid),
                                         (uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True,
                                         private=True, batched=True)
-        self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, url, transport,
-                               transport_options, retry_options, broker=broker,
-                               queues=[reply_queue_spec], wake_routing_key=uuid,
-                               on_start=self._consumer_started,
-                               consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
-                                                         # start() raises the problem
-                                                         quiet_until_started=True))
+        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
+        self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, broker=broker,
+                               options=px.ProxyOptions(
+                                   queues=[reply_queue_spec], wake_routing_key=uuid,
+                                   on_start=self._consumer_started,
+                                   consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
+                                                             # start() raises the problem
+                                                             quiet_until_started=True)))
         beat = discovery.NOTIFY_PERIOD_S
         if worker_expiry is not None and worker_expiry > 0:
             # Three beats per expiry period: a worker must miss three NOTIFY

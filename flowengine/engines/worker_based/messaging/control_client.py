@@ -60,9 +60,10 @@ class ControlClient:
                                           (self._id,), auto_delete=True, private=True,
                                           batched=True)
         self._proxy = proxy_mod.Proxy(
-            self._id, exchange, None, broker=broker, queues=[self._queue],
-            wake_routing_key=self._id,
-            consume=proxy_mod.ConsumeOptions(quiet_until_started=True))
+            self._id, exchange, None, broker=broker,
+            options=proxy_mod.ProxyOptions(
+                queues=[self._queue], wake_routing_key=self._id,
+                consume=proxy_mod.ConsumeOptions(quiet_until_started=True)))
         self._proxy.dispatcher.type_handlers[wc.CONTROL_REPLY] = dispatcher.Handler(
             self._on_reply, validator=wc.ControlReply.validate,
             required_properties=("correlation_id",))

@@ -11,7 +11,7 @@ message received is verified before it is decoded (see ``wire/signing.py``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kombu.connection import Connection
@@ -29,8 +29,8 @@ from flowengine.engines.worker_based.messaging.consumer import (
     QueueSpec,
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
+from flowengine.engines.worker_based.messaging.proxy_options import ProxyOptions
 from flowengine.engines.worker_based.messaging.publisher import (
-    PUBLISH_TIMEOUT_S,
     BatchNotSent,
     Outgoing,
     Publisher,
@@ -41,7 +41,7 @@ from flowengine.engines.worker_based.wire import messages, names, signing
 LOG = logging.getLogger(__name__)
 
 __all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Outgoing",
-           "Proxy", "QueueSpec", "TransportDetails", "mask_options"]
+           "Proxy", "ProxyOptions", "QueueSpec", "TransportDetails", "mask_options"]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -67,24 +67,20 @@ class ConnectionDetails(NamedTuple):
 class Proxy:
     """Handles messages to/from a named exchange (internal use, not public API).
 
-    By default it consumes the queue ``<exchange>_<topic>`` bound with routing
-    key ``topic`` (auto-deleted), plus the extra routing keys in ``bindings``
-    (an executor adds ``ANNOUNCE_ROUTING_KEY``). ``queues`` replaces that with
-    an explicit list (a worker consumes its topic queue and its private queue).
-    ``wake_routing_key`` must reach only this proxy's queues; stop() sends a
-    wake-up there so the loop ends at once (default: ``topic`` when ``queues``
-    is not given, none otherwise).
+    TaskFlow's first arguments (``topic``, ``exchange``, ``type_handlers``:
+    the handler of each message type, ``on_wait()``: run in the loop at least
+    every ``consume.wait_period_s``), then where the broker is (``broker``, a
+    BrokerSettings; None: kombu's default broker) and ``options`` (a
+    :class:`~.proxy_options.ProxyOptions`: the queues consumed, the wake-up
+    routing key, the loop's other callbacks, how long publishing retries).
+    TaskFlow's ``url``, ``transport``, ``transport_options`` and
+    ``retry_options`` are still taken as keywords, instead of ``broker``.
 
-    Where the broker is: ``broker`` (a BrokerSettings), or TaskFlow's ``url``,
-    ``transport``, ``transport_options`` and ``retry_options`` (not both).
-    ``on_wait()`` runs in the loop at least every ``consume.wait_period_s``,
-    ``on_start()`` each time consuming (re)starts, ``on_reject(message,
-    reason)`` for each message refused (see TypeDispatcher); their errors are
-    logged, never fatal. ``publish_timeout_s`` bounds how long publish()
-    retries an unreachable broker. ``wait_for_room(seconds)`` (a worker's):
-    the loop takes no message while it returns False (see LoopHooks).
-    ``on_failing(reason)``: the consume loop keeps failing (``reason``) or
-    works again (None), see LoopHooks.
+    By default it consumes the queue ``<exchange>_<topic>`` bound with routing
+    key ``topic`` (auto-deleted), plus the extra routing keys in
+    ``options.bindings``; ``options.queues`` replaces that with an explicit
+    list (a worker consumes its topic queue and its private queue).
+    Callbacks' errors are logged, never fatal.
     """
 
     #: Reconnection settings (kombu ``ensure_connection`` options) used unless
@@ -93,42 +89,37 @@ class Proxy:
 
     def __init__(self, topic: str, exchange: str,
                  type_handlers: Mapping[str, dispatcher_mod.Handler] | None = None,
-                 on_wait: Any = None, url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None, *,
+                 on_wait: Callable[[], Any] | None = None, *,
                  broker: BrokerSettings | None = None,
-                 queues: Sequence[QueueSpec] | None = None, bindings: Iterable[str] = (),
-                 wake_routing_key: str | None = None, on_start: Any = None,
-                 on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
-                 publish_timeout_s: float = PUBLISH_TIMEOUT_S,
-                 wait_for_room: Callable[[float], bool] | None = None,
-                 on_failing: Callable[[str | None], None] | None = None) -> None:
-        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
+                 options: ProxyOptions = ProxyOptions(),
+                 **taskflow_broker: Any) -> None:
+        broker = BrokerSettings.given_keywords("Proxy", broker, taskflow_broker)
+        queues, wake_routing_key = options.queues, options.wake_routing_key
         self._topic = topic
         self._broker = broker
         if queues is None:
-            keys = (topic, *[b for b in bindings if b != topic])
+            keys = (topic, *[b for b in options.bindings if b != topic])
             queues = [QueueSpec(names.topic_queue_name(exchange, topic), keys,
                                 auto_delete=True)]
             if wake_routing_key is None:
                 wake_routing_key = topic
         self._wake_routing_key = wake_routing_key
         self._dispatcher = dispatcher_mod.TypeDispatcher(type_handlers=type_handlers,
-                                                         on_reject=on_reject)
+                                                         on_reject=options.on_reject)
         # compat='taskflow': declared as TaskFlow does (see compat.py).
         self._exchange = compat.make_exchange(exchange, durable=broker.durable,
                                               compat=broker.compat,
                                               signed=broker.keyring is not None)
         self._publisher = Publisher(broker, self._exchange,
-                                    max_body_bytes=consume.body_limit(broker),
-                                    timeout_s=publish_timeout_s)
+                                    max_body_bytes=options.consume.body_limit(broker),
+                                    timeout_s=options.publish_timeout_s)
         self._consumer = Consumer(topic, broker, self._exchange, queues, self._dispatcher,
-                                  options=consume,
-                                  hooks=LoopHooks(on_start=on_start, on_wait=on_wait,
+                                  options=options.consume,
+                                  hooks=LoopHooks(on_start=options.on_start, on_wait=on_wait,
                                                   on_tick=self._publisher.heartbeat_if_idle,
                                                   on_exit=self._publisher.close_if_idle,
-                                                  wait_for_room=wait_for_room,
-                                                  on_failing=on_failing))
+                                                  wait_for_room=options.wait_for_room,
+                                                  on_failing=options.on_failing))
 
     # --- read-only facts ---
 

@@ -29,13 +29,23 @@ from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELI
 from flowengine.engines.worker_based.transports import failover, topology
 from flowengine.engines.worker_based.wire import names, signing
 
-__all__ = ["AMQP_HEARTBEAT_S", "BrokerSettings", "mask_options"]
+__all__ = ["AMQP_HEARTBEAT_S", "BROKER_OPTION_KEYS", "TASKFLOW_BROKER_ARGS", "BrokerSettings",
+           "mask_options"]
 
 #: AMQP heartbeat (s) negotiated with the broker: a silently dead peer (half
 #: open TCP, network partition) is noticed within two periods instead of the
 #: OS keepalive's hours; generous enough that a loaded 2-core machine never
 #: misses one. Transports without heartbeats ignore it.
 AMQP_HEARTBEAT_S = 20.0
+
+#: Engine options (and loose keywords) that describe the broker: a
+#: BrokerSettings given as the ``broker`` option stands for all of them.
+BROKER_OPTION_KEYS = ("url", "transport", "transport_options", "retry_options", "durable",
+                      "secret", "compat", "max_body_bytes", "max_redeliveries", "queue_type",
+                      "failover_strategy")
+
+#: TaskFlow's four broker arguments (of its Worker, Server, Proxy, executor).
+TASKFLOW_BROKER_ARGS = ("url", "transport", "transport_options", "retry_options")
 
 #: Transport option keys whose values are never shown (banner, logs).
 _SECRET_OPTION_WORDS = ("password", "secret", "token", "key")
@@ -173,14 +183,42 @@ class BrokerSettings:
         return broker
 
     @classmethod
+    def given_keywords(cls, owner: str, broker: BrokerSettings | None,
+                       keywords: Mapping[str, Any]) -> BrokerSettings:
+        """``broker``, or the settings TaskFlow's broker keywords describe.
+
+        For internal classes whose TaskFlow counterparts took ``url``,
+        ``transport``, ``transport_options`` and ``retry_options``: those
+        are still accepted as keywords. TypeError naming any other keyword
+        (``owner`` names the class); ValueError when ``broker`` is also given.
+        """
+        unknown = sorted(set(keywords) - set(TASKFLOW_BROKER_ARGS))
+        if unknown:
+            raise TypeError(f"{owner}() got unexpected keyword argument(s)"
+                            f" {', '.join(unknown)}")
+        return cls.given(broker, **keywords)
+
+    @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> BrokerSettings:
         """The settings engine options (or command-line options) ask for.
 
-        Reads ``url``, ``transport``, ``transport_options``, ``retry_options``,
-        ``durable``, ``secret``, ``compat``, ``max_body_bytes``,
-        ``max_redeliveries``, ``queue_type`` and ``failover_strategy``;
-        ignores everything else.
+        ``broker`` (a BrokerSettings) when given; else reads ``url``,
+        ``transport``, ``transport_options``, ``retry_options``, ``durable``,
+        ``secret``, ``compat``, ``max_body_bytes``, ``max_redeliveries``,
+        ``queue_type`` and ``failover_strategy``; ignores everything else.
+        Raises TypeError for a ``broker`` that is no BrokerSettings, and
+        ValueError when ``broker`` comes with any of those loose options.
         """
+        given = options.get("broker")
+        if given is not None:
+            if not isinstance(given, BrokerSettings):
+                raise TypeError(f"the 'broker' option must be a BrokerSettings, not"
+                                f" {type(given).__name__}")
+            loose = sorted(key for key in BROKER_OPTION_KEYS if options.get(key) is not None)
+            if loose:
+                raise ValueError(f"give the broker as the 'broker' option or as the"
+                                 f" option(s) {', '.join(loose)}, not both")
+            return given
         return cls(url=options.get("url"), transport=options.get("transport"),
                    transport_options=options.get("transport_options") or {},
                    retry_options=options.get("retry_options"),

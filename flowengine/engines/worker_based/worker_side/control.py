@@ -59,14 +59,15 @@ class ControlServer:
                                     (wc.CONTROL_ROUTING_KEY, own_key), auto_delete=True,
                                     private=True)
         self._proxy = proxy_mod.Proxy(
-            f"control.{worker_id}", exchange, None, broker=broker, queues=[queue],
-            wake_routing_key=own_key,
-            consume=proxy_mod.ConsumeOptions(
-                # A broker the worker cannot reach is said by its request
-                # loops, once per back-off step; this loop says it at DEBUG.
-                quiet_until_started=True,
-                # A lease of its own: it must not retire the request loops' holdings.
-                lease=proxy_mod.LeaseSpec(f"{worker_id}.control")))
+            f"control.{worker_id}", exchange, None, broker=broker,
+            options=proxy_mod.ProxyOptions(
+                queues=[queue], wake_routing_key=own_key,
+                consume=proxy_mod.ConsumeOptions(
+                    # A broker the worker cannot reach is said by its request
+                    # loops, once per back-off step; this loop says it at DEBUG.
+                    quiet_until_started=True,
+                    # A lease of its own: it must not retire the request loops' holdings.
+                    lease=proxy_mod.LeaseSpec(f"{worker_id}.control"))))
         self._proxy.dispatcher.type_handlers[wc.CONTROL] = dispatcher.Handler(
             self._on_control, validator=wc.ControlRequest.validate)
         self.answered = 0

@@ -37,7 +37,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
@@ -54,9 +54,9 @@ from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
-from flowengine.engines.worker_based.worker_side.performer import Performer, RequestHooks
-from flowengine.engines.worker_based.worker_side.priority import PriorityRoom
+from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
+from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
 
 LOG = logging.getLogger(__name__)
 
@@ -90,44 +90,32 @@ def pool_size(executor: cf.Executor) -> int | None:
 class Server:
     """Serves task requests for one topic from one exchange, using ``executor``.
 
-    TaskFlow's arguments (``topic``, ``exchange``, ``executor``: the pool
-    requests run on, ``endpoints``, ``url``, ``transport``,
-    ``transport_options``, ``retry_options``) plus: ``broker`` (a
-    BrokerSettings, instead of the four broker arguments; ValueError when
-    both are given), ``worker_id``, ``events`` (publish events, see
-    :mod:`..events`), ``task_runner`` (how bodies run),
-    ``heartbeat_interval`` (s; how often each held request is repeated to
-    its executor, advertised in the ``heartbeat`` header; ValueError when
-    too short) and ``capacity`` (how many requests may be held at once;
-    default HELD_PER_THREAD per thread of ``executor``, unbounded when its
-    size is unknown). A worker serving several topics runs one Server per
-    topic, all sharing its ``room`` (a :class:`~.priority.PriorityRoom`,
-    which then bounds what they hold together, ``rank`` 0 first) and
-    ``hooks`` (what hears of each request, see :class:`~.performer.RequestHooks`);
-    ``lease_id`` names its Redis lease (default: the worker id; unique per
-    consume loop).
+    TaskFlow's first arguments (``topic``, ``exchange``, ``executor``: the
+    pool requests run on, ``endpoints``), then where the broker is
+    (``broker``, a BrokerSettings; None: kombu's default broker) and
+    ``options`` (a :class:`~.server_options.ServerOptions`: worker id,
+    events, task runner, heartbeat interval, capacity, request hooks and,
+    for a worker of several topics, the priority room and this topic's rank).
+    TaskFlow's ``url``, ``transport``, ``transport_options`` and
+    ``retry_options`` are still taken as keywords, instead of ``broker``.
     """
 
     def __init__(self, topic: str, exchange: str, executor: cf.Executor,
-                 endpoints: Iterable[endpoint_mod.Endpoint], url: str | None = None,
-                 transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None, *,
-                 broker: BrokerSettings | None = None, worker_id: str | None = None,
-                 events: bool | None = None,
-                 task_runner: running_mod.TaskRunner | None = None,
-                 heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
-                 capacity: int | None = None, hooks: RequestHooks | None = None,
-                 room: PriorityRoom | None = None, rank: int = 0,
-                 lease_id: str | None = None) -> None:
-        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
+                 endpoints: Iterable[endpoint_mod.Endpoint], *,
+                 broker: BrokerSettings | None = None,
+                 options: ServerOptions = ServerOptions(),
+                 **taskflow_broker: Any) -> None:
+        broker = BrokerSettings.given_keywords("Server", broker, taskflow_broker)
+        worker_id, events, task_runner = options.worker_id, options.events, options.task_runner
+        capacity, hooks, room, rank = options.capacity, options.hooks, options.room, options.rank
+        lease_id = options.lease_id
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
         by_name = {ep.name: ep for ep in endpoints}
         identity = Identity(worker_id or pr.make_worker_id(), pr.make_origin(), topic,
                             tuple(sorted(by_name)))
         self._identity = identity
-        self._interval = lv.check_interval(heartbeat_interval)
+        self._interval = options.heartbeat_interval
         if room is not None:
             capacity = room.capacity
         elif capacity is None:
@@ -146,10 +134,10 @@ class Server:
                                 (private_key, lv.broadcast_routing_key(topic)),
                                 auto_delete=True, private=True),
         ]
-        self._proxy = proxy_mod.Proxy(
-            topic, exchange, None, self._on_wait, broker=broker, queues=queues,
-            wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
-            wait_for_room=self._wait_for_room, on_failing=self._on_failing,
+        proxy_options = proxy_mod.ProxyOptions(
+            queues=queues, wake_routing_key=private_key, on_reject=self._on_reject,
+            on_start=self._on_start, wait_for_room=self._wait_for_room,
+            on_failing=self._on_failing,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
@@ -160,6 +148,8 @@ class Server:
                                           reclaim=True),
                 # A crew runs each request on the thread that took it.
                 driver=executor.drive if isinstance(executor, Crew) else None))
+        self._proxy = proxy_mod.Proxy(topic, exchange, None, self._on_wait, broker=broker,
+                                      options=proxy_options)
         self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
                                                        identity.tasks, broker, enabled=events)
         self._memory = rm.RequestMemory() if room is None else room.memory()

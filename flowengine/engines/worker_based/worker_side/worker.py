@@ -15,10 +15,7 @@ from typing import Any
 
 import flowengine
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
-from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELIVERIES
 from flowengine.engines.worker_based.wire import clock, names
-from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.engines.worker_based.wire import timelimits as tl
 from flowengine.engines.worker_based.worker_side import activity as activity_mod
 from flowengine.engines.worker_based.worker_side import control as control_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
@@ -27,6 +24,8 @@ from flowengine.engines.worker_based.worker_side import priority, supervision
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
 from flowengine.engines.worker_based.worker_side.crew import Crew
+from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
+from flowengine.engines.worker_based.worker_side.settings import WorkerSettings, split_options
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
@@ -43,11 +42,12 @@ STOP_JOIN_TIMEOUT_S = 10.0
 class Worker:
     """A worker that can be started on a remote host to serve task requests.
 
+    TaskFlow's arguments, as TaskFlow takes them:
+
     ``tasks`` items may be module names (every concrete Task subclass defined
     in the module), ``"module:Class"``/``"module.Class"`` strings, modules or
     Task classes. Only these tasks can ever run here: a request naming any
-    other class gets an UnknownTask failure. ``events=True`` publishes worker
-    and task events on ``<exchange>.events`` (see :mod:`.events`).
+    other class gets an UnknownTask failure.
 
     ``topic`` is one topic, or several in priority order (``["high",
     "low"]``): one consume loop each, one pool; when several have work the
@@ -57,32 +57,24 @@ class Worker:
     ``threads_count`` threads), ``"processes"`` (each body runs in a child
     forked for it, at most ``threads_count`` at once; a hard time limit kills
     the child) or a futures executor of your own (threads semantics).
-    ``soft_time_limit``/``time_limit`` (seconds) apply to tasks whose request
-    and class set none (see :mod:`.timelimits`). ``heartbeat_interval``
-    (seconds, default 2) is how often each held request is heartbeated; its
-    executors declare a request lost after a few missed heartbeats (see
-    doc/source/reliability.rst). ``compat='taskflow'`` declares the exchange
-    and topic queue as TaskFlow does, for a fleet shared with TaskFlow (see
-    doc/source/migration.rst).
+    ``url``, ``transport``, ``transport_options`` and ``retry_options`` say
+    where the broker is.
 
-    ``exception_handlers`` are called with each failed request before the
-    default handler (a WARNING log line; ``default_exception_handler=False``
-    drops it), see :mod:`.exception_handlers`. ``control`` (default True)
-    answers ``flowengine inspect``/``control`` (see :mod:`.control`).
-    ``metrics`` counts requests (see :mod:`flowengine.metrics`).
-    ``max_body_bytes`` (default 8 MiB; None: no limit): a larger request is
-    refused unread, dead-lettered and answered with a FAILURE naming the
-    limit. ``max_redeliveries`` (default 3): how many times a message may be
-    in hand when a consume loop fails before it is dead-lettered unread
-    (see doc/source/reliability.rst). ``queue_type='quorum'`` (with
-    ``durable=True``, RabbitMQ only) declares the queues as quorum queues,
-    replicated across a RabbitMQ cluster (see doc/source/deployment.rst);
-    every process on the exchange must use the same. ``failover_strategy``
-    (``'round-robin'`` or ``'shuffle'``) orders the URLs of a failover list
-    (``amqp://h1//;amqp://h2//``) when the worker reconnects. Raises
-    ValueError for no
-    topic, a repeated one, a pool of unknown size shared by several topics,
-    or a ``queue_type`` the broker settings cannot follow.
+    Then flowengine's, keyword-only: ``broker`` (a
+    :class:`~..messaging.settings.BrokerSettings`, instead of the four broker
+    arguments: durability, signing, compat, body and redelivery limits,
+    queue type, failover) and ``settings`` (a
+    :class:`~.settings.WorkerSettings`: worker id, events, time limits,
+    heartbeat interval, exception handlers, control, metrics). For older
+    callers, their fields may also be given as loose keywords
+    (``Worker(..., durable=True, soft_time_limit=30)``), not together with
+    ``settings=`` or (for the broker's) ``broker=``.
+
+    Raises TypeError for an unknown keyword or one given twice (loose and in
+    an object); ValueError for no topic, a repeated one, a pool of unknown
+    size shared by several topics, a value a settings object refuses, or
+    ``broker`` together with ``url``/``transport``/``transport_options``/
+    ``retry_options``.
     """
 
     def __init__(self, exchange: str, topic: str | Sequence[str],
@@ -90,21 +82,13 @@ class Worker:
                  executor: str | cf.Executor | None = None, threads_count: int | None = None,
                  url: str | None = None, transport: str | None = None,
                  transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None,
-                 worker_id: str | None = None, events: bool | None = None, *,
-                 durable: bool = False, secret: Any = None,
-                 soft_time_limit: float | None = None,
-                 time_limit: float | None = None,
-                 heartbeat_interval: float | None = None,
-                 compat: str | None = None,
-                 exception_handlers: Sequence[eh.ExceptionHandler] = (),
-                 default_exception_handler: bool = True,
-                 control: bool = True,
-                 metrics: supervision.RequestMetrics | None = None,
-                 max_body_bytes: int | None = names.MAX_BODY_BYTES,
-                 max_redeliveries: int = DEFAULT_MAX_REDELIVERIES,
-                 queue_type: str = "classic",
-                 failover_strategy: str = "round-robin") -> None:
+                 retry_options: Mapping[str, Any] | None = None, *,
+                 broker: BrokerSettings | None = None,
+                 settings: WorkerSettings | None = None,
+                 **options: Any) -> None:
+        settings, broker = _settings_from(settings, broker, options, url, transport,
+                                          transport_options, retry_options)
+        self._settings = settings
         topics = [topic] if isinstance(topic, str) else list(topic)
         if not topics or len(set(topics)) != len(topics):
             raise ValueError(f"a worker needs one or more distinct topics, got {topics!r}")
@@ -114,8 +98,7 @@ class Worker:
         kind = running_mod.THREADS
         if isinstance(executor, str):
             kind, executor = running_mod.executor_kind(executor), None
-        self._task_runner = running_mod.TaskRunner(
-            kind, default_limits=tl.make(soft_time_limit, time_limit))
+        self._task_runner = running_mod.TaskRunner(kind, default_limits=settings.time_limits)
         self._owns_executor = executor is None
         self._threads_count = -1
         if executor is None:
@@ -132,17 +115,12 @@ class Worker:
             executor = Crew(threads_count, thread_name_prefix=f"flowengine-worker-{topics[0]}")
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
-        broker = BrokerSettings(url, transport, transport_options or {}, retry_options,
-                                durable=durable, secret=secret, compat=compat,
-                                max_body_bytes=max_body_bytes,
-                                max_redeliveries=max_redeliveries,
-                                queue_type=queue_type,
-                                failover_strategy=failover_strategy)
         self._broker = broker
-        worker_id = worker_id or names.make_worker_id()
+        worker_id = settings.worker_id or names.make_worker_id()
         self._activity = activity_mod.Activity(
             kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None))
-        chain = eh.HandlerChain(exception_handlers, default=default_exception_handler)
+        chain = eh.HandlerChain(settings.exception_handlers,
+                                default=settings.default_exception_handler)
         room: priority.PriorityRoom | None = None
         if len(topics) > 1:
             size = server_mod.pool_size(self._executor)
@@ -150,22 +128,21 @@ class Worker:
                 raise ValueError("a worker of several topics needs a pool of known size"
                                  " (threads_count, or a ThreadPoolExecutor)")
             room = priority.PriorityRoom(size * server_mod.HELD_PER_THREAD, len(topics))
-        interval = (lv.HEARTBEAT_INTERVAL_S if heartbeat_interval is None
-                    else heartbeat_interval)
         self._servers = [
             server_mod.Server(
                 name, exchange, self._executor, self._endpoints, broker=broker,
-                worker_id=worker_id, events=events, task_runner=self._task_runner,
-                heartbeat_interval=interval, room=room, rank=rank,
-                # One Redis lease per consume loop: each puts back only its own.
-                lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
-                hooks=supervision.Supervision(self._activity, name, worker_id, chain,
-                                              metrics))
+                options=ServerOptions(
+                    worker_id=worker_id, events=settings.events, task_runner=self._task_runner,
+                    heartbeat_interval=settings.heartbeat_interval, room=room, rank=rank,
+                    # One Redis lease per consume loop: each puts back only its own.
+                    lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
+                    hooks=supervision.Supervision(self._activity, name, worker_id, chain,
+                                                  settings.metrics)))
             for rank, name in enumerate(topics)]
         self._server = self._servers[0]
         self._room = room
         self._control = (control_mod.ControlServer(exchange, worker_id, broker, self)
-                         if control else None)
+                         if settings.control else None)
         self._threads: list[threading.Thread] = []
         #: Called by a ``control shutdown`` request (default: :meth:`stop` in
         #: a thread); ``flowengine worker`` makes it a warm shutdown.
@@ -177,6 +154,16 @@ class Worker:
     def worker_id(self) -> str:
         """Unique id of this worker."""
         return self._server.worker_id
+
+    @property
+    def settings(self) -> WorkerSettings:
+        """How this worker behaves (the options it was given, checked)."""
+        return self._settings
+
+    @property
+    def broker(self) -> BrokerSettings:
+        """Where the broker is and how this worker talks to it."""
+        return self._broker
 
     @property
     def topic(self) -> str:
@@ -379,3 +366,27 @@ class Worker:
             return
         threading.Thread(target=self.stop, name="flowengine-control-stop",
                          daemon=True).start()
+
+
+def _settings_from(settings: WorkerSettings | None, broker: BrokerSettings | None,
+                   options: dict[str, Any], url: str | None, transport: str | None,
+                   transport_options: Mapping[str, Any] | None,
+                   retry_options: Mapping[str, Any] | None
+                   ) -> tuple[WorkerSettings, BrokerSettings]:
+    """The worker's settings and broker from its arguments (loose keywords folded in).
+
+    TypeError for an unknown keyword, or one also said by ``settings``/``broker``.
+    """
+    worker_fields, broker_fields = split_options(options)
+    if settings is not None and options:
+        raise TypeError(f"Worker() got settings= and the loose option(s)"
+                        f" {', '.join(sorted(options))}: put worker options in the"
+                        f" WorkerSettings and broker options in broker=BrokerSettings(...)")
+    if broker is not None and broker_fields:
+        raise TypeError(f"Worker() got broker= and the loose broker option(s)"
+                        f" {', '.join(sorted(broker_fields))}: give them in the BrokerSettings")
+    if settings is None:
+        settings = WorkerSettings(**worker_fields)
+    broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options,
+                                  **broker_fields)
+    return settings, broker
