@@ -25,7 +25,7 @@ from flowengine.engines.worker_based.messaging.consumer import (
     ConsumeOptions,
     Consumer,
     LeaseSpec,
-    LoopHooks,
+    LoopObserver,
     QueueSpec,
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
@@ -40,8 +40,8 @@ from flowengine.engines.worker_based.wire import messages, names, signing
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Outgoing",
-           "Proxy", "QueueSpec", "TransportDetails", "mask_options"]
+__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "LoopObserver",
+           "Outgoing", "Proxy", "QueueSpec", "TransportDetails", "mask_options"]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -64,6 +64,29 @@ class ConnectionDetails(NamedTuple):
     transport: TransportDetails
 
 
+class _PublisherUpkeep(LoopObserver):
+    """Keeps the proxy's publisher alive while idle, and closes it with the loop."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+
+    def after_round(self) -> None:
+        self._publisher.heartbeat_if_idle()
+
+    def after_loop_exit(self) -> None:
+        self._publisher.close_if_idle()
+
+
+class _OnWait(LoopObserver):
+    """TaskFlow's ``on_wait`` callback, run every wait period."""
+
+    def __init__(self, on_wait: Callable[[], object]) -> None:
+        self._on_wait = on_wait
+
+    def every_wait_period(self) -> None:
+        self._on_wait()
+
+
 class Proxy:
     """Handles messages to/from a named exchange (internal use, not public API).
 
@@ -77,14 +100,13 @@ class Proxy:
 
     Where the broker is: ``broker`` (a BrokerSettings), or TaskFlow's ``url``,
     ``transport``, ``transport_options`` and ``retry_options`` (not both).
-    ``on_wait()`` runs in the loop at least every ``consume.wait_period_s``,
-    ``on_start()`` each time consuming (re)starts, ``on_reject(message,
-    reason)`` for each message refused (see TypeDispatcher); their errors are
-    logged, never fatal. ``publish_timeout_s`` bounds how long publish()
-    retries an unreachable broker. ``wait_for_room(seconds)`` (a worker's):
-    the loop takes no message while it returns False (see LoopHooks).
-    ``on_failing(reason)``: the consume loop keeps failing (``reason``) or
-    works again (None), see LoopHooks.
+    ``on_wait()`` (TaskFlow's) runs in the loop at least every
+    ``consume.wait_period_s``; ``observer`` hears of the loop's life (see
+    :class:`~.consumer.LoopObserver`); ``on_reject(message, reason)`` runs
+    for each message refused (see TypeDispatcher); their errors are logged,
+    never fatal. ``publish_timeout_s`` bounds how long publish() retries an
+    unreachable broker. ``wait_for_room(seconds)`` (a worker's): the loop
+    takes no message while it returns False (see Consumer).
     """
 
     #: Reconnection settings (kombu ``ensure_connection`` options) used unless
@@ -98,11 +120,10 @@ class Proxy:
                  retry_options: Mapping[str, Any] | None = None, *,
                  broker: BrokerSettings | None = None,
                  queues: Sequence[QueueSpec] | None = None, bindings: Iterable[str] = (),
-                 wake_routing_key: str | None = None, on_start: Any = None,
+                 wake_routing_key: str | None = None, observer: LoopObserver | None = None,
                  on_reject: Any = None, consume: ConsumeOptions = ConsumeOptions(),
                  publish_timeout_s: float = PUBLISH_TIMEOUT_S,
-                 wait_for_room: Callable[[float], bool] | None = None,
-                 on_failing: Callable[[str | None], None] | None = None) -> None:
+                 wait_for_room: Callable[[float], bool] | None = None) -> None:
         broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         self._topic = topic
         self._broker = broker
@@ -124,11 +145,10 @@ class Proxy:
                                     timeout_s=publish_timeout_s)
         self._consumer = Consumer(topic, broker, self._exchange, queues, self._dispatcher,
                                   options=consume,
-                                  hooks=LoopHooks(on_start=on_start, on_wait=on_wait,
-                                                  on_tick=self._publisher.heartbeat_if_idle,
-                                                  on_exit=self._publisher.close_if_idle,
-                                                  wait_for_room=wait_for_room,
-                                                  on_failing=on_failing))
+                                  observers=[_PublisherUpkeep(self._publisher),
+                                             *([] if on_wait is None else [_OnWait(on_wait)]),
+                                             *([] if observer is None else [observer])],
+                                  wait_for_room=wait_for_room)
 
     # --- read-only facts ---
 

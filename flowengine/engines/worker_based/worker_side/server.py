@@ -29,7 +29,9 @@ consumer and worker threads:
 * a :class:`~.performer.Performer` (each request on a pool thread),
 * a :class:`~.replier.Replier` (everything said to executors, and the
   heartbeat thread),
-* the :class:`~.held.RequestMemory` they share, and the proxy they talk through.
+* the :class:`~.held.RequestMemory` they share, and the proxy they talk through,
+* the worker's middleware (:mod:`.middleware`): what hears of each request
+  and of the consume loop, and may act on them.
 """
 
 from __future__ import annotations
@@ -37,11 +39,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.messaging import compat as compat_mod
 from flowengine.engines.worker_based.messaging import proxy as proxy_mod
 from flowengine.engines.worker_based.messaging.delivery import Delivery
@@ -54,9 +55,15 @@ from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
-from flowengine.engines.worker_based.worker_side.performer import Performer, RequestHooks
+from flowengine.engines.worker_based.worker_side.middleware import Middleware, MiddlewareChain
+from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.priority import PriorityRoom
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
+from flowengine.engines.worker_based.worker_side.standard_middleware import (
+    ExceptionHandlersMiddleware,
+    FencingMiddleware,
+)
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 
 LOG = logging.getLogger(__name__)
 
@@ -81,6 +88,15 @@ PREFETCH_COUNT = 1
 REDIS_VISIBILITY_TIMEOUT_S = 20.0
 
 
+def default_middleware(exchange: str, identity: Identity, broker: BrokerSettings,
+                       events: bool | None) -> list[Middleware]:
+    """What a Server made on its own (not by a Worker) calls: fencing, failure logging, events."""
+    return [FencingMiddleware(identity.worker_id),
+            ExceptionHandlersMiddleware(identity.worker_id),
+            EventsMiddleware.create(exchange, identity.worker_id, [identity.topic],
+                                    identity.tasks, broker, enabled=events)]
+
+
 def pool_size(executor: cf.Executor) -> int | None:
     """How many threads/processes ``executor`` runs at once (None: unknown)."""
     size = getattr(executor, "_max_workers", None)
@@ -102,8 +118,9 @@ class Server:
     default HELD_PER_THREAD per thread of ``executor``, unbounded when its
     size is unknown). A worker serving several topics runs one Server per
     topic, all sharing its ``room`` (a :class:`~.priority.PriorityRoom`,
-    which then bounds what they hold together, ``rank`` 0 first) and
-    ``hooks`` (what hears of each request, see :class:`~.performer.RequestHooks`);
+    which then bounds what they hold together, ``rank`` 0 first) and its
+    ``middleware`` (the worker's ordered list, see :mod:`.middleware`;
+    default: :func:`default_middleware`, events per ``events``);
     ``lease_id`` names its Redis lease (default: the worker id; unique per
     consume loop).
     """
@@ -117,7 +134,7 @@ class Server:
                  events: bool | None = None,
                  task_runner: running_mod.TaskRunner | None = None,
                  heartbeat_interval: float = lv.HEARTBEAT_INTERVAL_S,
-                 capacity: int | None = None, hooks: RequestHooks | None = None,
+                 capacity: int | None = None, middleware: Sequence[Middleware] | None = None,
                  room: PriorityRoom | None = None, rank: int = 0,
                  lease_id: str | None = None) -> None:
         broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
@@ -147,9 +164,9 @@ class Server:
                                 auto_delete=True, private=True),
         ]
         self._proxy = proxy_mod.Proxy(
-            topic, exchange, None, self._on_wait, broker=broker, queues=queues,
-            wake_routing_key=private_key, on_reject=self._on_reject, on_start=self._on_start,
-            wait_for_room=self._wait_for_room, on_failing=self._on_failing,
+            topic, exchange, None, broker=broker, queues=queues,
+            wake_routing_key=private_key, on_reject=self._on_reject,
+            observer=_ConsumeLoop(self), wait_for_room=self._wait_for_room,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
@@ -160,17 +177,18 @@ class Server:
                                           reclaim=True),
                 # A crew runs each request on the thread that took it.
                 driver=executor.drive if isinstance(executor, Crew) else None))
-        self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
-                                                       identity.tasks, broker, enabled=events)
+        if middleware is None:
+            middleware = default_middleware(exchange, identity, broker, events)
+        self._middleware = MiddlewareChain(middleware)
         self._memory = rm.RequestMemory() if room is None else room.memory()
         # Each engine's clock, read off its messages: expiry never compares
         # two hosts' clocks (see wire/peer_clock.py).
         clocks = PeerClocks()
         self._replier = Replier(self._proxy, self._memory, identity, self._interval,
-                                self._events)
+                                self._middleware)
         runner = task_runner or running_mod.TaskRunner()
-        self._performer = Performer(executor, self._memory, self._replier, self._events,
-                                    runner, identity.worker_id, clocks, hooks)
+        self._performer = Performer(executor, self._memory, self._replier, self._middleware,
+                                    runner, identity.worker_id, clocks)
         admit, room_wait = None, None
         if room is not None:
             # Waiting for its turn holding a message, the loop keeps its
@@ -228,9 +246,14 @@ class Server:
         return self._memory
 
     @property
-    def events(self) -> event_hooks.WorkerEvents:
-        """This worker's event stream (a no-op unless events are on)."""
-        return self._events
+    def events(self) -> EventsMiddleware | None:
+        """This worker's event stream (a no-op unless events are on; None: not in its list)."""
+        return next((m for m in self._middleware if isinstance(m, EventsMiddleware)), None)
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """The middleware this server calls, in order (the worker's list)."""
+        return list(self._middleware)
 
     @property
     def running_count(self) -> int:
@@ -258,7 +281,7 @@ class Server:
         if self._proxy.is_running:
             self._replier.announce(leaving=True)
         self._proxy.stop()
-        self._events.offline()
+        self._middleware.after_server_stop(self.topic)
 
     # --- held requests (shutdown) ---
 
@@ -290,11 +313,11 @@ class Server:
                      len(self._identity.tasks), self._interval, self._capacity or "unbounded")
         if self._proxy.failing is None:
             self._replier.announce()
-        self._events.online()
+        self._middleware.after_consumer_start(self.topic)
 
     def _on_wait(self) -> None:
         """Periodic work of the consume loop (heartbeats have their own thread)."""
-        self._events.heartbeat()
+        self._middleware.on_consumer_period(self.topic)
 
     def _on_failing(self, reason: str | None) -> None:
         """The consume loop keeps failing (stop announcing us), or works again."""
@@ -309,9 +332,26 @@ class Server:
                         self.worker_id, self.topic)
             self._replier.silence(False)
             self._replier.announce()
+        self._middleware.after_consumer_failing(self.topic, reason)
 
     def _wait_for_room(self, timeout_s: float) -> bool:
         return self._intake.wait_for_room(timeout_s)
 
     def _on_reject(self, message: Delivery, reason: str) -> None:
         self._intake.reject(message, reason)
+
+
+class _ConsumeLoop(proxy_mod.LoopObserver):
+    """Hands the consume loop's life to its server (which announces, then tells the middleware)."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def after_consume_start(self) -> None:
+        self._server._on_start()
+
+    def every_wait_period(self) -> None:
+        self._server._on_wait()
+
+    def after_failing_change(self, reason: str | None) -> None:
+        self._server._on_failing(reason)

@@ -23,11 +23,14 @@ from flowengine.engines.worker_based.worker_side import activity as activity_mod
 from flowengine.engines.worker_based.worker_side import control as control_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import exception_handlers as eh
-from flowengine.engines.worker_based.worker_side import priority, supervision
+from flowengine.engines.worker_based.worker_side import priority
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side import standard_middleware as standard
 from flowengine.engines.worker_based.worker_side.crew import Crew
+from flowengine.engines.worker_based.worker_side.middleware import Middleware
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
@@ -70,6 +73,8 @@ class Worker:
     drops it), see :mod:`.exception_handlers`. ``control`` (default True)
     answers ``flowengine inspect``/``control`` (see :mod:`.control`).
     ``metrics`` counts requests (see :mod:`flowengine.metrics`).
+    ``middleware`` (your own :class:`~.middleware.Middleware`) is called
+    after the built-in ones, in the order given (see :attr:`middleware`).
     ``max_body_bytes`` (default 8 MiB; None: no limit): a larger request is
     refused unread, dead-lettered and answered with a FAILURE naming the
     limit. ``max_redeliveries`` (default 3): how many times a message may be
@@ -100,11 +105,12 @@ class Worker:
                  exception_handlers: Sequence[eh.ExceptionHandler] = (),
                  default_exception_handler: bool = True,
                  control: bool = True,
-                 metrics: supervision.RequestMetrics | None = None,
+                 metrics: standard.RequestMetrics | None = None,
                  max_body_bytes: int | None = names.MAX_BODY_BYTES,
                  max_redeliveries: int = DEFAULT_MAX_REDELIVERIES,
                  queue_type: str = "classic",
-                 failover_strategy: str = "round-robin") -> None:
+                 failover_strategy: str = "round-robin",
+                 middleware: Sequence[Middleware] = ()) -> None:
         topics = [topic] if isinstance(topic, str) else list(topic)
         if not topics or len(set(topics)) != len(topics):
             raise ValueError(f"a worker needs one or more distinct topics, got {topics!r}")
@@ -143,6 +149,18 @@ class Worker:
         self._activity = activity_mod.Activity(
             kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None))
         chain = eh.HandlerChain(exception_handlers, default=default_exception_handler)
+        # One list, walked in this order at every hook point (see middleware.py):
+        # the activity counts a request before its event says it ended.
+        self._middleware: list[Middleware] = [
+            *standard.tracing_middleware(worker_id),
+            self._activity,
+            *([] if metrics is None else [standard.MetricsMiddleware(metrics)]),
+            standard.FencingMiddleware(worker_id),
+            standard.ExceptionHandlersMiddleware(worker_id, chain),
+            EventsMiddleware.create(exchange, worker_id, topics,
+                                    sorted(ep.name for ep in self._endpoints), broker,
+                                    enabled=events),
+            *middleware]
         room: priority.PriorityRoom | None = None
         if len(topics) > 1:
             size = server_mod.pool_size(self._executor)
@@ -159,8 +177,7 @@ class Worker:
                 heartbeat_interval=interval, room=room, rank=rank,
                 # One Redis lease per consume loop: each puts back only its own.
                 lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
-                hooks=supervision.Supervision(self._activity, name, worker_id, chain,
-                                              metrics))
+                middleware=self._middleware)
             for rank, name in enumerate(topics)]
         self._server = self._servers[0]
         self._room = room
@@ -217,6 +234,11 @@ class Worker:
     def activity(self) -> activity_mod.Activity:
         """The requests held here and the counters ``inspect`` reports."""
         return self._activity
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """Every middleware of this worker, in the order each hook point calls them."""
+        return list(self._middleware)
 
     @property
     def task_runner(self) -> running_mod.TaskRunner:
