@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra
     raise optional.missing_extra("metrics", e) from e
 
 if TYPE_CHECKING:
-    from flowengine.engines.worker_based.worker_side.performer import Job
+    from flowengine.engines.worker_based.worker_side.middleware import Job
     from flowengine.engines.worker_based.worker_side.worker import Worker
 
 #: Run-time histogram buckets (s): from a trivial task's few milliseconds to
@@ -56,7 +56,7 @@ _ENGINE_STATES = ("SUCCESS", "FAILURE", "REVERTED", "RETRYING")
 
 
 class WorkerMetrics:
-    """A worker's metrics; implements the performer hooks' RequestMetrics."""
+    """A worker's metrics; the RequestMetrics its MetricsMiddleware counts into."""
 
     def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
         self.registry = registry or prometheus_client.CollectorRegistry()

@@ -1,9 +1,9 @@
 """A worker's spans: one per request body it runs, a child of the engine's atom span.
 
-Made by the worker's request hooks (:mod:`flowengine.engines.worker_based.
-worker_side.supervision`), on the pool thread that runs the body: opened
-when the body starts, current while it runs (spans the task makes itself
-are its children), closed when the request is no longer held. The parent
+Made by the worker's tracing middleware (:mod:`flowengine.engines.
+worker_based.worker_side.standard_middleware`), on the pool thread that runs
+the body: opened when the body starts, current while it runs (spans the
+task makes itself are its children), closed once it ended. The parent
 comes from the request's ``traceparent``/``tracestate`` headers; a request
 without them (from a TaskFlow engine, or an untraced one) starts a trace of
 its own. Requests dropped before they start (cancelled, expired) make no span.
@@ -28,7 +28,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra
     raise optional.missing_extra("otel", e) from e
 
 if TYPE_CHECKING:
-    from flowengine.engines.worker_based.worker_side import performer
+    from flowengine.engines.worker_based.worker_side import middleware
 
 #: Outcome of a request whose body was cancelled (RequestCancelled).
 CANCELLED = "CANCELLED"
@@ -44,7 +44,7 @@ class RequestSpans:
         # Held request key -> its span and the token that made it current.
         self._open: dict[Any, tuple[Span, Any]] = {}
 
-    def started(self, job: performer.Job) -> None:
+    def started(self, job: middleware.Job) -> None:
         """``job``'s body starts on this thread: open its span and make it current."""
         headers, work = job.headers, job.work
         carrier = {}
@@ -72,7 +72,7 @@ class RequestSpans:
         with self._lock:
             self._open[job.key] = (span, token)
 
-    def finished(self, job: performer.Job, result: Any) -> None:
+    def finished(self, job: middleware.Job, result: Any) -> None:
         """``job``'s body ended with ``result`` (a Failure if it failed): its outcome."""
         with self._lock:
             opened = self._open.get(job.key)
@@ -86,7 +86,7 @@ class RequestSpans:
         span.set_attribute(spans.OUTCOME, CANCELLED if cancelled else "FAILURE")
         spans.record_failure(span, result)
 
-    def done(self, job: performer.Job) -> None:
+    def done(self, job: middleware.Job) -> None:
         """``job`` is no longer held: close its span (once; called on the body's thread)."""
         with self._lock:
             opened = self._open.pop(job.key, None)

@@ -16,7 +16,7 @@ from flowengine import engines, task, tracing  # noqa: E402
 from flowengine.engines.worker_based import protocol as pr  # noqa: E402
 from flowengine.engines.worker_based.wire.headers import Headers  # noqa: E402
 from flowengine.engines.worker_based.worker_side import worker as wk  # noqa: E402
-from flowengine.engines.worker_based.worker_side.performer import Job  # noqa: E402
+from flowengine.engines.worker_based.worker_side.middleware import Job  # noqa: E402
 from flowengine.patterns import linear_flow  # noqa: E402
 from flowengine.tracing import worker_spans  # noqa: E402
 from tests.tracing import recording  # noqa: E402

@@ -14,7 +14,7 @@ from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import activity as act
 from flowengine.engines.worker_based.worker_side import exception_handlers as eh
 from flowengine.engines.worker_based.worker_side import held, priority
-from flowengine.engines.worker_based.worker_side.performer import Job
+from flowengine.engines.worker_based.worker_side.middleware import Job
 from flowengine.types import failure as ft
 
 #: Bounded wait (s) in these tests: only so that a bug fails instead of hanging.
@@ -57,18 +57,18 @@ def test_a_control_reply_round_trips_and_is_validated():
 def _job(uuid: str = "r-1", action: str = pr.EXECUTE, name: str = "t") -> Job:
     work = pr.WorkUnit(task_cls="m.T", task_name=name, action=action, arguments={})
     return Job(endpoint=None, task=None, work=work, key=(uuid, action, "s-1"),  # type: ignore[arg-type]
-               headers=Headers.parse({}))
+               headers=Headers.parse({}), topic="topic")
 
 
 def test_cancelling_a_queued_request_refuses_it_when_a_thread_would_start_it():
     activity = act.Activity()
     job = _job()
-    activity.received(job, "topic")
+    activity.after_receive(job)
     assert activity.snapshot()[0]["state"] == act.QUEUED
     found = activity.cancel("r-1")
     assert found == {"request": "r-1", "held": True, "states": [act.QUEUED],
                      "process_killed": False}
-    refusal = activity.refusal(job)
+    refusal = activity.refuse_start(job)
     assert isinstance(refusal, exc.RequestCancelled)
     assert "before it started" in str(refusal)
     assert activity.totals.cancelled == 1
@@ -78,13 +78,14 @@ def test_cancelling_a_running_request_sets_its_flag_and_kills_its_child_if_any()
     killed: list[int] = []
     activity = act.Activity(kill_child=lambda thread_id: killed.append(thread_id) or True)
     job = _job()
-    activity.received(job, "topic")
-    flag = activity.started(job)
+    activity.after_receive(job)
+    activity.before_execute(job)
+    flag = job.cancelled
     found = activity.cancel("r-1")
     assert flag.is_set() and found["process_killed"] is True
     assert killed == [threading.get_ident()]
-    activity.finished(job, failed=True, elapsed_s=0.5)
-    activity.done(job)
+    activity.after_execute(job, ft.Failure.from_exception(exc.RequestCancelled("x")), 0.5)
+    activity.after_release(job)
     assert activity.totals.cancelled == 1 and activity.totals.failed == 0
     assert activity.snapshot() == []
 
@@ -93,21 +94,21 @@ def test_a_request_not_held_is_dropped_if_its_execute_arrives_later_but_its_reve
     activity = act.Activity()
     assert activity.cancel("r-2")["held"] is False
     revert = _job("r-2", pr.REVERT)
-    activity.received(revert, "topic")
-    assert activity.refusal(revert) is None
+    activity.after_receive(revert)
+    assert activity.refuse_start(revert) is None
     execute = _job("r-2", pr.EXECUTE)
-    activity.received(execute, "topic")
-    assert isinstance(activity.refusal(execute), exc.RequestCancelled)
+    activity.after_receive(execute)
+    assert isinstance(activity.refuse_start(execute), exc.RequestCancelled)
     # remembered once: a later redelivery of it is not refused again
-    assert activity.refusal(execute) is None
+    assert activity.refuse_start(execute) is None
 
 
 def test_cancellations_are_forgotten_after_their_keep_period():
     activity = act.Activity(keep_s=0.0)
     activity.cancel("r-3")
     job = _job("r-3")
-    activity.received(job, "topic")
-    assert activity.refusal(job) is None
+    activity.after_receive(job)
+    assert activity.refuse_start(job) is None
 
 
 # --- several topics ---

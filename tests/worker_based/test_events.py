@@ -14,6 +14,7 @@ from flowengine.engines.worker_based import events as ev
 from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.events import receiver
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
 from tests.worker_based.event_helpers import (
@@ -95,7 +96,7 @@ def test_full_buffer_drops_and_counts():
 
 def test_events_are_off_by_default():
     assert event_hooks.EVENTS_BY_DEFAULT is False
-    hooks = event_hooks.WorkerEvents.create("x", "w", "t", [],
+    hooks = EventsMiddleware.create("x", "w", ["t"], [],
                                             BrokerSettings(transport="memory"))
     assert hooks.enabled is False
 

@@ -257,9 +257,14 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
     monkeypatch.setattr(consumer, "RECONNECT_BACKOFF_S", 0.01)
     rec = Recorder()
     starts = []
+
+    class CountStarts(px.LoopObserver):
+        def after_consume_start(self):
+            starts.append(1)
+
     proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
                      broker=BrokerSettings(transport="memory"),
-                     options=px.ProxyOptions(on_start=lambda: starts.append(1)))
+                     options=px.ProxyOptions(observer=CountStarts()))
     from flowengine.engines.worker_based.transports import memory as mem
     real_drain = mem.Transport.drain_events
     broken = threading.Event()

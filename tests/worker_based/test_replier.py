@@ -19,11 +19,11 @@ from wire_helpers import WAIT_S, Client, as_broker, conn_kwargs
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held
+from flowengine.engines.worker_based.worker_side.middleware import MiddlewareChain
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 
 TOPIC = "t"
@@ -40,10 +40,8 @@ def replier_and_client(announce_period_s: float = pr.NOTIFY_PERIOD_S,
     broker = as_broker(conn)["broker"]
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A", "tasks.B"))
     memory = held.RequestMemory()
-    events = WorkerEvents.create(exchange, identity.worker_id, TOPIC, identity.tasks, broker,
-                                 enabled=False)
     proxy = Proxy(TOPIC, exchange, broker=broker)
-    replier = Replier(proxy, memory, identity, interval_s, events,
+    replier = Replier(proxy, memory, identity, interval_s, MiddlewareChain(),
                       announce_period_s=announce_period_s)
     # Consuming, as a server's proxy is: the replier announces only then.
     loop = threading.Thread(target=proxy.start, daemon=True)
@@ -234,10 +232,8 @@ def test_no_announcement_while_the_proxy_is_not_consuming():
     exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
     broker = as_broker({"transport": "memory"})["broker"]
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A",))
-    events = WorkerEvents.create(exchange, identity.worker_id, TOPIC, identity.tasks, broker,
-                                 enabled=False)
     replier = Replier(Proxy(TOPIC, exchange, broker=broker), held.RequestMemory(), identity,
-                      INTERVAL_S, events, announce_period_s=0.0)
+                      INTERVAL_S, MiddlewareChain(), announce_period_s=0.0)
     with Client(exchange, transport="memory") as client:
         # When a heartbeat round finds an announcement due
         replier.beat()

@@ -21,11 +21,11 @@ import pytest
 from flowengine import engines, retry
 from flowengine.engines.worker_based import events as ev
 from flowengine.engines.worker_based.events import channel as event_channel
-from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.events import receiver as event_receiver
 from flowengine.engines.worker_based.events import signing as event_signing
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import signing
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 from flowengine.patterns import linear_flow
 from tests.worker_based import event_tasks
 from tests.worker_based.event_helpers import WAIT_S, Collector, collecting, flow_finished
@@ -167,8 +167,8 @@ def test_publishers_sign_only_when_given_a_key():
         signing.key_id(KEY.encode())]
     # A worker's events are signed with the worker's keyring, and only when on
     broker = BrokerSettings(transport="memory", secret=[KEY])
-    on = event_hooks.WorkerEvents.create("x", "w", "t", [], broker, enabled=True)
-    off = event_hooks.WorkerEvents.create("x", "w", "t", [], broker, enabled=False)
+    on = EventsMiddleware.create("x", "w", ["t"], [], broker, enabled=True)
+    off = EventsMiddleware.create("x", "w", ["t"], [], broker, enabled=False)
     assert on.publisher.keyring is broker.keyring and off.publisher.keyring is None
     with pytest.raises(ValueError, match="at least 16 bytes"):
         ev.EventReceiver("x", print, secret="short", **MEMORY)

@@ -24,7 +24,7 @@ every event, so do not act on what it shows.
 # The package's public face: the names users reach for, each defined in one
 # module of the package (model: event types, fields, clock, timings; channel:
 # the events exchange; publisher; receiver; signing: what a signature covers;
-# hooks: what workers and engines say, from one-line calls).
+# hooks: what engines say; a worker's events come from its middleware).
 
 from __future__ import annotations
 

@@ -77,6 +77,16 @@ def _loss_bound_headers(policy: RequestPolicy) -> dict[str, Any]:
     return headers
 
 
+class _ReplyLoop(px.LoopObserver):
+    """Tells the executor each time its reply queue's loop (re)starts consuming."""
+
+    def __init__(self, started: Callable[[], None]) -> None:
+        self._started = started
+
+    def after_consume_start(self) -> None:
+        self._started()
+
+
 class WorkerTaskExecutor(base.TaskExecutor):
     """Executes tasks on remote workers.
 
@@ -112,7 +122,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, broker=broker,
                                options=px.ProxyOptions(
                                    queues=[reply_queue_spec], wake_routing_key=uuid,
-                                   on_start=self._consumer_started,
+                                   observer=_ReplyLoop(self._consumer_started),
                                    consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
                                                              # start() raises the problem
                                                              quiet_until_started=True)))

@@ -14,7 +14,7 @@ is copied into a dead-letter queue with its reason, then acknowledged
 (:mod:`.dead_letters`). A message in hand when the loop itself failed is
 remembered (:mod:`.strikes`) and dead-lettered unread once it made the loop
 fail ``max_redeliveries`` times. A loop that keeps failing says so
-(``LoopHooks.on_failing``, :attr:`Consumer.failing`): a worker then stops
+(``LoopObserver.after_failing_change``, :attr:`Consumer.failing`): a worker then stops
 announcing itself, so engines route around it.
 
 On a leasing transport (flowengine's Redis transport) each queue is consumed
@@ -64,12 +64,12 @@ from flowengine.engines.worker_based.wire import names
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["ON_WAIT_PERIOD_S", "ConsumeOptions", "Consumer", "LeaseSpec", "LoopHooks",
+__all__ = ["ON_WAIT_PERIOD_S", "ConsumeOptions", "Consumer", "LeaseSpec", "LoopObserver",
            "QueueSpec"]
 
 #: Longest time (s) the consume loop blocks in drain_events before it checks
-#: for stop() and runs on_wait. Messages never wait on it: drain_events
-#: returns as soon as one arrives. Short so on_wait-driven work (request
+#: for stop() and runs every_wait_period. Messages never wait on it: drain_events
+#: returns as soon as one arrives. Short so periodic work (request
 #: expiry) stays timely and stop() is prompt even when no wake-up gets through.
 ON_WAIT_PERIOD_S = 0.5
 
@@ -158,7 +158,8 @@ class ConsumeOptions:
     """How a consume loop behaves; the defaults suit an engine's reply queue.
 
     ``prefetch_count``: unacknowledged messages the broker may push per
-    queue (None: no limit). ``wait_period_s``: how often ``on_wait`` runs.
+    queue (None: no limit). ``wait_period_s``: how often the observers'
+    ``every_wait_period`` runs.
     ``max_body_bytes``: larger messages are refused unread (default: the
     broker settings' limit; None there is no limit).
     ``quiet_until_started``: broker problems before the first start are
@@ -182,45 +183,57 @@ class ConsumeOptions:
         return self.max_body_bytes
 
 
-class LoopHooks(NamedTuple):
-    """Callbacks of the loop (run in its thread; their errors are logged, never fatal).
+class LoopObserver:
+    """Hears of a consume loop's life; every method is a no-op here.
 
-    ``on_start`` each time consuming (re)starts, after the queues are
-    declared; ``on_wait`` at least every ``wait_period_s``; ``on_tick`` on
-    every round (the owner's idle publisher heartbeat); ``on_exit`` once the
-    loop has ended. ``wait_for_room(seconds)``: waits up to that long for
-    room to take another message, True when there is; while it says False
-    the loop takes no message but keeps its connection alive (see
-    :mod:`.keepalive`) and keeps calling the other hooks.
-    ``on_failing(reason)``: the loop started failing (``reason``: its last
-    error), or recovered (None); see :attr:`Consumer.failing`.
+    All are called in the loop's thread; their errors are logged, never
+    fatal. A worker's observer hands them to its middleware
+    (:mod:`..worker_side.middleware`).
     """
 
-    on_start: Callable[[], None] | None = None
-    on_wait: Callable[[], None] | None = None
-    on_tick: Callable[[], None] | None = None
-    on_exit: Callable[[], None] | None = None
-    wait_for_room: Callable[[float], bool] | None = None
-    on_failing: Callable[[str | None], None] | None = None
+    def after_consume_start(self) -> None:
+        """Consuming (re)started: the queues are declared and consumed."""
+
+    def every_wait_period(self) -> None:
+        """The loop ran for another ``wait_period_s`` (called at least that often)."""
+
+    def after_round(self) -> None:
+        """The loop finished one round (a wait for messages and their handling)."""
+
+    def after_loop_exit(self) -> None:
+        """The loop has ended (once per start())."""
+
+    def after_failing_change(self, reason: str | None) -> None:
+        """The loop started failing (``reason``: its last error), or recovered (None).
+
+        See :attr:`Consumer.failing`.
+        """
 
 
 class Consumer:
     """Consumes ``queues`` bound to ``exchange`` and hands each message to ``dispatcher``.
 
-    ``name`` says whose loop it is in logs (a topic or an executor id).
+    ``name`` says whose loop it is in logs (a topic or an executor id);
+    ``observers`` hear of the loop's life, in order (see LoopObserver).
+    ``wait_for_room(seconds)`` (flow control, a worker's): waits up to that
+    long for room to take another message, True when there is; while it
+    says False the loop takes no message but keeps its connection alive
+    (see :mod:`.keepalive`) and keeps calling the observers.
     """
 
     def __init__(self, name: str, broker: BrokerSettings, exchange: Exchange,
                  queues: Sequence[QueueSpec], dispatcher: TypeDispatcher, *,
                  options: ConsumeOptions = ConsumeOptions(),
-                 hooks: LoopHooks = LoopHooks()) -> None:
+                 observers: Sequence[LoopObserver] = (),
+                 wait_for_room: Callable[[float], bool] | None = None) -> None:
         self._name = name
         self._broker = broker
         self._exchange = exchange
         self._queues = list(queues)
         self._dispatcher = dispatcher
         self._options = options
-        self._hooks = hooks
+        self._observers = list(observers)
+        self._wait_for_room = wait_for_room
         self._conn = broker.connection()  # no I/O: a template to clone
         self._uri = broker.public_uri
         # The node consumed from (one URL of a failover list), for logs.
@@ -380,7 +393,7 @@ class Consumer:
             if self._lease is not None:
                 # Nothing is consumed any more: holdings back, private queues gone.
                 self._lease.stop(retire=True)
-            self._call_safely(self._hooks.on_exit, "on_exit")
+            self._notify("after_loop_exit")
             self._loop_lock.release()
 
     def _unexpected_error(self, error: Exception, in_hand: Delivery | None) -> None:
@@ -402,8 +415,7 @@ class Consumer:
             self.failing = f"{type(error).__name__}: {error}"
             LOG.error("The consume loop of topic %r keeps failing (%d errors in a row, the"
                       " last: %s)", self._name, self._unexpected_errors, self.failing)
-            self._call_safely(functools.partial(self._hooks.on_failing, self.failing)
-                              if self._hooks.on_failing else None, "on_failing")
+            self._notify("after_failing_change", self.failing)
         pause = min(RECONNECT_BACKOFF_MAX_S,
                     UNEXPECTED_ERROR_BACKOFF_S * 2 ** (self._unexpected_errors - 1))
         self._stopping.wait(pause)
@@ -415,8 +427,7 @@ class Consumer:
             LOG.warning("The consume loop of topic %r works again (it failed with %s)",
                         self._name, self.failing)
             self.failing = None
-            self._call_safely(functools.partial(self._hooks.on_failing, None)
-                              if self._hooks.on_failing else None, "on_failing")
+            self._notify("after_failing_change", None)
 
     def _back_off(self, error: BaseException, failures: int) -> None:
         """Say what keeps the broker away, once per back-off step, and wait it out.
@@ -577,7 +588,7 @@ class Consumer:
         self._own_queues_dropped = dropped
 
     def _started(self) -> None:
-        """Consuming (again): wake wait_started(), log a recovery, call on_start."""
+        """Consuming (again): wake wait_started(), log a recovery, tell the observers."""
         with self._started_or_failed:
             self._running.set()
             self._problem = None
@@ -592,13 +603,13 @@ class Consumer:
             self._lost_at = None
             LOG.warning("Consuming %s from %s again after %.1f s without a broker"
                         " connection", names_, self._node_uri, self.last_outage_s)
-        self._call_safely(self._hooks.on_start, "on_start")
+        self._notify("after_consume_start")
 
     def _drain(self, conn: Connection) -> Iterator[None]:
         """Deliver messages as they come, do the periodic work, until stop(); a round each."""
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
-        room = self._hooks.wait_for_room
+        room = self._wait_for_room
         keepalive = Keepalive(conn)
         # While full, wait for room in slices short enough for the heartbeats.
         room_slice = min(period, keepalive.period_s or period)
@@ -623,13 +634,13 @@ class Consumer:
                     # broker raises here (the loop reconnects).
                     next_heartbeat_check = time.monotonic() + check_period(conn)
                     conn.heartbeat_check()
-            self._call_safely(self._hooks.on_tick, "on_tick")
+            self._notify("after_round")
             now = time.monotonic()
             if now - last_wait >= period:
                 last_wait = now
                 if self._unexpected_errors:
                     self._working()
-                self._call_safely(self._hooks.on_wait, "on_wait")
+                self._notify("every_wait_period")
             yield
 
     def _check_connection(self, conn: Connection) -> None:
@@ -691,14 +702,13 @@ class Consumer:
             consumers.append(consumer)
         return consumers
 
-    def _call_safely(self, callback: Callable[[], None] | None, what: str) -> None:
-        """Run a loop callback; its errors are logged, never fatal."""
-        if callback is None:
-            return
-        try:
-            callback()
-        except Exception:
-            LOG.exception("%s callback of topic %r failed", what, self._name)
+    def _notify(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every observer, in order; their errors are logged, never fatal."""
+        for observer in self._observers:
+            try:
+                getattr(observer, hook)(*args)
+            except Exception:
+                LOG.exception("%s of %r (topic %r) failed", hook, observer, self._name)
 
     def _on_unacked_message(self, message: Any) -> None:
         """Receive a message its broker needs no acknowledgement of (see QueueSpec)."""

@@ -25,7 +25,7 @@ from flowengine.engines.worker_based.messaging.consumer import (
     ConsumeOptions,
     Consumer,
     LeaseSpec,
-    LoopHooks,
+    LoopObserver,
     QueueSpec,
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
@@ -40,8 +40,8 @@ from flowengine.engines.worker_based.wire import messages, names, signing
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "Outgoing",
-           "Proxy", "ProxyOptions", "QueueSpec", "TransportDetails", "mask_options"]
+__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "LoopObserver",
+           "Outgoing", "Proxy", "ProxyOptions", "QueueSpec", "TransportDetails", "mask_options"]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -62,6 +62,29 @@ class ConnectionDetails(NamedTuple):
 
     uri: str
     transport: TransportDetails
+
+
+class _PublisherUpkeep(LoopObserver):
+    """Keeps the proxy's publisher alive while idle, and closes it with the loop."""
+
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+
+    def after_round(self) -> None:
+        self._publisher.heartbeat_if_idle()
+
+    def after_loop_exit(self) -> None:
+        self._publisher.close_if_idle()
+
+
+class _OnWait(LoopObserver):
+    """TaskFlow's ``on_wait`` callback, run every wait period."""
+
+    def __init__(self, on_wait: Callable[[], object]) -> None:
+        self._on_wait = on_wait
+
+    def every_wait_period(self) -> None:
+        self._on_wait()
 
 
 class Proxy:
@@ -113,13 +136,14 @@ class Proxy:
         self._publisher = Publisher(broker, self._exchange,
                                     max_body_bytes=options.consume.body_limit(broker),
                                     timeout_s=options.publish_timeout_s)
+        observers: list[LoopObserver] = [_PublisherUpkeep(self._publisher)]
+        if on_wait is not None:
+            observers.append(_OnWait(on_wait))
+        if options.observer is not None:
+            observers.append(options.observer)
         self._consumer = Consumer(topic, broker, self._exchange, queues, self._dispatcher,
-                                  options=options.consume,
-                                  hooks=LoopHooks(on_start=options.on_start, on_wait=on_wait,
-                                                  on_tick=self._publisher.heartbeat_if_idle,
-                                                  on_exit=self._publisher.close_if_idle,
-                                                  wait_for_room=options.wait_for_room,
-                                                  on_failing=options.on_failing))
+                                  options=options.consume, observers=observers,
+                                  wait_for_room=options.wait_for_room)
 
     # --- read-only facts ---
 

@@ -12,7 +12,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flowengine.engines.worker_based.messaging.consumer import ConsumeOptions, QueueSpec
+from flowengine.engines.worker_based.messaging.consumer import (
+    ConsumeOptions,
+    LoopObserver,
+    QueueSpec,
+)
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.publisher import PUBLISH_TIMEOUT_S
 
@@ -37,8 +41,9 @@ class ProxyOptions:
     #: wake-up there so the loop ends at once (default: the topic when
     #: ``queues`` is None, none otherwise).
     wake_routing_key: str | None = None
-    #: Called each time consuming (re)starts, after the queues are declared.
-    on_start: Callable[[], Any] | None = None
+    #: Hears of the consume loop's life: each (re)start, each wait period,
+    #: failing and recovering (see LoopObserver).
+    observer: LoopObserver | None = None
     #: Called with each message refused and why (see TypeDispatcher).
     on_reject: Callable[[Delivery, str], Any] | None = None
     #: How the consume loop behaves (prefetch, wait period, lease, body limit...).
@@ -46,10 +51,8 @@ class ProxyOptions:
     #: How long publish() keeps retrying an unreachable broker (s).
     publish_timeout_s: float = PUBLISH_TIMEOUT_S
     #: A worker's: waits up to that many seconds for room to take another
-    #: message; the loop takes none while it returns False (see LoopHooks).
+    #: message; the loop takes none while it returns False (see Consumer).
     wait_for_room: Callable[[float], bool] | None = None
-    #: The loop keeps failing (its last error), or works again (None).
-    on_failing: Callable[[str | None], None] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bindings", tuple(self.bindings))

@@ -1,12 +1,12 @@
 """What a worker is doing: the requests it holds, its counters, and cancellations.
 
-:class:`Activity` is fed by the performer's hooks (see
-:mod:`.supervision`) and read by the control server (``flowengine
-inspect``). It is also where a cancellation lands: a request held here is
-marked (a queued one is dropped when a thread would start it; a running
-one sees its context's cancellation flag, and the process executor kills
-its child), and a request not held yet is remembered for a while so that it
-is dropped unrun if it arrives later.
+:class:`Activity` is one of the worker's middleware (see :mod:`.middleware`):
+it hears of each request's life and is read by the control server
+(``flowengine inspect``). It is also where a cancellation lands: a request
+held here is marked (a queued one is vetoed when a thread would start it; a
+running one sees its context's cancellation flag, and the process executor
+kills its child), and a request not held yet is remembered for a while so
+that it is dropped unrun if it arrives later.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based.wire import clock, names
-from flowengine.engines.worker_based.worker_side.performer import Job
+from flowengine.engines.worker_based.worker_side.middleware import Job, Middleware
+from flowengine.types import failure as ft
 
 #: Seconds a cancellation of a request this worker does not hold is remembered:
 #: longer than a request waits in a queue before its engine gives up on it
@@ -45,7 +46,11 @@ class Entry:
     state: str = QUEUED
     started_at: float | None = None
     thread_id: int | None = None
-    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set once the request is cancelled (the flag its body reads)."""
+        return self.job.cancelled
 
     def describe(self, now: float) -> dict[str, Any]:
         """JSON-ready view: task, uuid, action, attempt, state and ages (s)."""
@@ -75,7 +80,7 @@ class Counters:
         return dataclasses.asdict(self) | {"run_time_s": round(self.run_time_s, 3)}
 
 
-class Activity:
+class Activity(Middleware):
     """The requests a worker holds and what happened to the others; thread-safe.
 
     ``kill_child(thread_id)`` (optional) stops the process running the body
@@ -95,19 +100,19 @@ class Activity:
         self.by_task: dict[str, Counters] = collections.defaultdict(Counters)
         self.started_at = clock.wall()
 
-    # --- the performer's side ---
+    # --- the middleware hooks ---
 
-    def received(self, job: Job, topic: str) -> None:
+    def after_receive(self, job: Job) -> None:
         """``job`` was taken (held, waiting for a thread)."""
         with self._lock:
-            self._entries[job.key] = Entry(job, topic, clock.wall())
+            self._entries[job.key] = Entry(job, job.topic, clock.wall())
             for counters in (self.totals, self.by_task[job.work.task_name]):
                 counters.received += 1
                 if job.headers.attempt:
                     counters.retried += 1
 
-    def refusal(self, job: Job) -> BaseException | None:
-        """RequestCancelled when ``job`` was cancelled before it could start."""
+    def refuse_start(self, job: Job) -> BaseException | None:
+        """Veto: RequestCancelled when ``job`` was cancelled before it could start."""
         with self._lock:
             entry = self._entries.get(job.key)
             self._forget_old(time.monotonic())
@@ -120,20 +125,24 @@ class Activity:
                                     f" {job.work.task_name!r}) was cancelled before it"
                                     f" started")
 
-    def started(self, job: Job) -> threading.Event:
-        """``job``'s body starts on this thread; its cancellation flag."""
+    def before_execute(self, job: Job) -> None:
+        """``job``'s body starts on this thread: shown as running."""
         with self._lock:
             entry = self._entries.get(job.key)
             if entry is None:  # not received through us (a test's direct call)
-                entry = self._entries[job.key] = Entry(job, "", clock.wall())
+                entry = self._entries[job.key] = Entry(job, job.topic, clock.wall())
             entry.state, entry.started_at = RUNNING, clock.wall()
             entry.thread_id = threading.get_ident()
-            return entry.cancelled
 
-    def finished(self, job: Job, failed: bool, elapsed_s: float) -> None:
-        """``job``'s body ended."""
+    def after_execute(self, job: Job, result: Any, elapsed_s: float) -> None:
+        """``job``'s body ended: counted, and no longer shown as held.
+
+        Both before its event and outcome leave: whoever asks the worker
+        after hearing of its end sees it counted.
+        """
+        failed = isinstance(result, ft.Failure)
         with self._lock:
-            entry = self._entries.get(job.key)
+            entry = self._entries.pop(job.key, None)
             cancelled = entry is not None and entry.cancelled.is_set() and failed
             for counters in (self.totals, self.by_task[job.work.task_name]):
                 counters.run_time_s += elapsed_s
@@ -144,7 +153,7 @@ class Activity:
                 else:
                     counters.succeeded += 1
 
-    def done(self, job: Job) -> None:
+    def after_release(self, job: Job) -> None:
         """``job`` is no longer held."""
         with self._lock:
             self._entries.pop(job.key, None)

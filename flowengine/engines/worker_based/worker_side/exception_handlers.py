@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from flowengine.types import failure as ft
 
 if TYPE_CHECKING:
-    from flowengine.engines.worker_based.worker_side.performer import Job
+    from flowengine.engines.worker_based.worker_side.middleware import Job
 
 LOG = logging.getLogger("flowengine.engines.worker_based.worker_side.performer")
 

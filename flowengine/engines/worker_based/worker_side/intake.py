@@ -27,7 +27,8 @@ from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
-from flowengine.engines.worker_based.worker_side.performer import Job, Performer
+from flowengine.engines.worker_based.worker_side.middleware import Job
+from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.replier import Replier
 
 LOG = logging.getLogger(__name__)
@@ -184,7 +185,8 @@ class Intake:
             self._memory.forget(key)
             return
         try:
-            self._performer.submit(Job(endpoint, task, work, key, headers))
+            self._performer.submit(Job(endpoint, task, work, key, headers,
+                                       self._identity.topic, verdict.held))
         except Exception as e:
             self._memory.forget(key)
             self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(

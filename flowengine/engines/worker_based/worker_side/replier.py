@@ -18,13 +18,13 @@ from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.events.hooks import WorkerEvents
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire import names
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side.middleware import MiddlewareChain
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -78,19 +78,20 @@ class Replier:
     repeated every ``announce_period_s`` (default: as often as executors
     poll with NOTIFY; they forget a worker after some silence, and the
     heartbeat thread sends them, so a consume loop waiting for room never
-    makes a worker look dead). Task progress is also told to ``events``. Publishing
+    makes a worker look dead). A request dropped as expired is also told to
+    ``middleware`` (:meth:`~.middleware.Middleware.after_expire`). Publishing
     errors are logged (and reported as False where the caller decides what
     follows), never raised, except by :meth:`accept`.
     """
 
     def __init__(self, proxy: Proxy, memory: rm.RequestMemory, identity: Identity,
-                 heartbeat_interval: float, events: WorkerEvents, *,
+                 heartbeat_interval: float, middleware: MiddlewareChain, *,
                  announce_period_s: float = pr.NOTIFY_PERIOD_S) -> None:
         self._proxy = proxy
         self._memory = memory
         self._identity = identity
         self._interval = heartbeat_interval
-        self._events = events
+        self._middleware = middleware
         self._announce_period_s = announce_period_s
         # Held while a heartbeat decides and sends, and while a request turns
         # ANSWERED: a heartbeat goes out before its request's outcome or not at all.
@@ -214,13 +215,13 @@ class Replier:
 
     def drop_expired(self, reply_to: str, task_uuid: str, task_name: str | None,
                      late: float, headers: Headers) -> None:
-        """Say (log, event, FAILURE reply) that a request ``late`` s past expiry is dropped unrun.
+        """Say (log, middleware, FAILURE reply) that a request ``late`` s past expiry is dropped.
 
         ``late`` is measured on its engine's clock (see :mod:`..wire.peer_clock`).
         """
         LOG.info("Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
                  " waits for it any more", task_uuid, task_name, late)
-        self._events.expired(task_uuid, task_name, headers)
+        self._middleware.after_expire(self._identity.topic, task_uuid, task_name, headers)
         # Its executor has normally given up already (within its expiry
         # margin) and ignores this reply.
         self.reply_failure(reply_to, task_uuid, exc.RequestExpired(
@@ -231,7 +232,6 @@ class Replier:
     def forward_event(self, held: rm.Held, event_type: str, details: dict[str, Any]) -> None:
         """Forward a task notification (progress) to the executor as an EVENT."""
         task_uuid = held.key[0]
-        self._events.progress(task_uuid, event_type, details)
         try:
             self._proxy.publish(pr.Response(pr.EVENT, event_type=event_type,
                                             details=dict(details or {})),

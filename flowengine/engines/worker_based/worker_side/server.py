@@ -29,7 +29,9 @@ consumer and worker threads:
 * a :class:`~.performer.Performer` (each request on a pool thread),
 * a :class:`~.replier.Replier` (everything said to executors, and the
   heartbeat thread),
-* the :class:`~.held.RequestMemory` they share, and the proxy they talk through.
+* the :class:`~.held.RequestMemory` they share, and the proxy they talk through,
+* the worker's middleware (:mod:`.middleware`): what hears of each request
+  and of the consume loop, and may act on them.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.events import hooks as event_hooks
 from flowengine.engines.worker_based.messaging import compat as compat_mod
 from flowengine.engines.worker_based.messaging import proxy as proxy_mod
 from flowengine.engines.worker_based.messaging.delivery import Delivery
@@ -54,9 +55,15 @@ from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
+from flowengine.engines.worker_based.worker_side.middleware import Middleware, MiddlewareChain
 from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
+from flowengine.engines.worker_based.worker_side.standard_middleware import (
+    ExceptionHandlersMiddleware,
+    FencingMiddleware,
+)
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 
 LOG = logging.getLogger(__name__)
 
@@ -81,6 +88,15 @@ PREFETCH_COUNT = 1
 REDIS_VISIBILITY_TIMEOUT_S = 20.0
 
 
+def default_middleware(exchange: str, identity: Identity, broker: BrokerSettings,
+                       events: bool | None) -> list[Middleware]:
+    """What a Server made on its own (not by a Worker) calls: fencing, failure logging, events."""
+    return [FencingMiddleware(identity.worker_id),
+            ExceptionHandlersMiddleware(identity.worker_id),
+            EventsMiddleware.create(exchange, identity.worker_id, [identity.topic],
+                                    identity.tasks, broker, enabled=events)]
+
+
 def pool_size(executor: cf.Executor) -> int | None:
     """How many threads/processes ``executor`` runs at once (None: unknown)."""
     size = getattr(executor, "_max_workers", None)
@@ -94,7 +110,7 @@ class Server:
     pool requests run on, ``endpoints``), then where the broker is
     (``broker``, a BrokerSettings; None: kombu's default broker) and
     ``options`` (a :class:`~.server_options.ServerOptions`: worker id,
-    events, task runner, heartbeat interval, capacity, request hooks and,
+    events, task runner, heartbeat interval, capacity, the worker's middleware list and,
     for a worker of several topics, the priority room and this topic's rank).
     TaskFlow's ``url``, ``transport``, ``transport_options`` and
     ``retry_options`` are still taken as keywords, instead of ``broker``.
@@ -107,7 +123,8 @@ class Server:
                  **taskflow_broker: Any) -> None:
         broker = BrokerSettings.given_keywords("Server", broker, taskflow_broker)
         worker_id, events, task_runner = options.worker_id, options.events, options.task_runner
-        capacity, hooks, room, rank = options.capacity, options.hooks, options.room, options.rank
+        capacity, middleware, room, rank = (options.capacity, options.middleware, options.room,
+                                            options.rank)
         lease_id = options.lease_id
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
@@ -136,8 +153,7 @@ class Server:
         ]
         proxy_options = proxy_mod.ProxyOptions(
             queues=queues, wake_routing_key=private_key, on_reject=self._on_reject,
-            on_start=self._on_start, wait_for_room=self._wait_for_room,
-            on_failing=self._on_failing,
+            observer=_ConsumeLoop(self), wait_for_room=self._wait_for_room,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
@@ -148,19 +164,20 @@ class Server:
                                           reclaim=True),
                 # A crew runs each request on the thread that took it.
                 driver=executor.drive if isinstance(executor, Crew) else None))
-        self._proxy = proxy_mod.Proxy(topic, exchange, None, self._on_wait, broker=broker,
+        self._proxy = proxy_mod.Proxy(topic, exchange, None, broker=broker,
                                       options=proxy_options)
-        self._events = event_hooks.WorkerEvents.create(exchange, identity.worker_id, topic,
-                                                       identity.tasks, broker, enabled=events)
+        if middleware is None:
+            middleware = default_middleware(exchange, identity, broker, events)
+        self._middleware = MiddlewareChain(middleware)
         self._memory = rm.RequestMemory() if room is None else room.memory()
         # Each engine's clock, read off its messages: expiry never compares
         # two hosts' clocks (see wire/peer_clock.py).
         clocks = PeerClocks()
         self._replier = Replier(self._proxy, self._memory, identity, self._interval,
-                                self._events)
+                                self._middleware)
         runner = task_runner or running_mod.TaskRunner()
-        self._performer = Performer(executor, self._memory, self._replier, self._events,
-                                    runner, identity.worker_id, clocks, hooks)
+        self._performer = Performer(executor, self._memory, self._replier, self._middleware,
+                                    runner, identity.worker_id, clocks)
         admit, room_wait = None, None
         if room is not None:
             # Waiting for its turn holding a message, the loop keeps its
@@ -218,9 +235,14 @@ class Server:
         return self._memory
 
     @property
-    def events(self) -> event_hooks.WorkerEvents:
-        """This worker's event stream (a no-op unless events are on)."""
-        return self._events
+    def events(self) -> EventsMiddleware | None:
+        """This worker's event stream (a no-op unless events are on; None: not in its list)."""
+        return next((m for m in self._middleware if isinstance(m, EventsMiddleware)), None)
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """The middleware this server calls, in order (the worker's list)."""
+        return list(self._middleware)
 
     @property
     def running_count(self) -> int:
@@ -248,7 +270,7 @@ class Server:
         if self._proxy.is_running:
             self._replier.announce(leaving=True)
         self._proxy.stop()
-        self._events.offline()
+        self._middleware.after_server_stop(self.topic)
 
     # --- held requests (shutdown) ---
 
@@ -280,11 +302,11 @@ class Server:
                      len(self._identity.tasks), self._interval, self._capacity or "unbounded")
         if self._proxy.failing is None:
             self._replier.announce()
-        self._events.online()
+        self._middleware.after_consumer_start(self.topic)
 
     def _on_wait(self) -> None:
         """Periodic work of the consume loop (heartbeats have their own thread)."""
-        self._events.heartbeat()
+        self._middleware.on_consumer_period(self.topic)
 
     def _on_failing(self, reason: str | None) -> None:
         """The consume loop keeps failing (stop announcing us), or works again."""
@@ -299,9 +321,26 @@ class Server:
                         self.worker_id, self.topic)
             self._replier.silence(False)
             self._replier.announce()
+        self._middleware.after_consumer_failing(self.topic, reason)
 
     def _wait_for_room(self, timeout_s: float) -> bool:
         return self._intake.wait_for_room(timeout_s)
 
     def _on_reject(self, message: Delivery, reason: str) -> None:
         self._intake.reject(message, reason)
+
+
+class _ConsumeLoop(proxy_mod.LoopObserver):
+    """Hands the consume loop's life to its server (which announces, then tells the middleware)."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def after_consume_start(self) -> None:
+        self._server._on_start()
+
+    def every_wait_period(self) -> None:
+        self._server._on_wait()
+
+    def after_failing_change(self, reason: str | None) -> None:
+        self._server._on_failing(reason)

@@ -4,16 +4,17 @@ A :class:`~.server.Server` takes TaskFlow's first arguments (topic,
 exchange, executor, endpoints), a BrokerSettings and one ServerOptions. A
 :class:`~.worker.Worker` fills it from its
 :class:`~.settings.WorkerSettings` and the parts its topics share (the
-priority room, the request hooks, the task runner).
+priority room, the middleware list, the task runner).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.worker_side import runner as running_mod
-from flowengine.engines.worker_based.worker_side.performer import RequestHooks
+from flowengine.engines.worker_based.worker_side.middleware import Middleware
 from flowengine.engines.worker_based.worker_side.priority import PriorityRoom
 
 __all__ = ["ServerOptions"]
@@ -41,8 +42,10 @@ class ServerOptions:
     #: thread of the executor (unbounded when its size is unknown). Ignored
     #: with a ``room``, whose capacity wins.
     capacity: int | None = None
-    #: What hears of each request (see :class:`~.performer.RequestHooks`).
-    hooks: RequestHooks | None = None
+    #: The worker's ordered middleware list, shared by its topics (see
+    #: :mod:`.middleware`); None: :func:`~.server.default_middleware`, with
+    #: events as ``events`` says.
+    middleware: Sequence[Middleware] | None = None
     #: Shared by the servers of a worker of several topics: bounds what they
     #: hold together and lets ``rank`` 0 go first (see :mod:`.priority`).
     room: PriorityRoom | None = None

@@ -23,7 +23,8 @@ from typing import Any
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire import timelimits as tl
 from flowengine.engines.worker_based.worker_side import exception_handlers as eh
-from flowengine.engines.worker_based.worker_side.supervision import RequestMetrics
+from flowengine.engines.worker_based.worker_side.middleware import Middleware
+from flowengine.engines.worker_based.worker_side.standard_middleware import RequestMetrics
 
 __all__ = ["BROKER_FIELDS", "WorkerSettings", "split_options"]
 
@@ -65,6 +66,9 @@ class WorkerSettings:
     control: bool = True
     #: Where requests are counted (see :mod:`flowengine.metrics`); None: nowhere.
     metrics: RequestMetrics | None = None
+    #: Your own middleware, called after the built-in ones in this order (see
+    #: :mod:`.middleware` and doc/source/workers.rst, "Middleware").
+    middleware: tuple[Middleware, ...] = ()
 
     def __post_init__(self) -> None:
         if self.worker_id is not None and (not isinstance(self.worker_id, str)
@@ -88,6 +92,11 @@ class WorkerSettings:
             if not callable(handler):
                 raise ValueError(f"exception_handlers must be callables, got {handler!r}")
         object.__setattr__(self, "exception_handlers", handlers)
+        middleware = tuple(self.middleware)
+        for each in middleware:
+            if not isinstance(each, Middleware):
+                raise ValueError(f"middleware must be Middleware instances, got {each!r}")
+        object.__setattr__(self, "middleware", middleware)
 
     @property
     def time_limits(self) -> tl.TimeLimits:

@@ -20,13 +20,16 @@ from flowengine.engines.worker_based.worker_side import activity as activity_mod
 from flowengine.engines.worker_based.worker_side import control as control_mod
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import exception_handlers as eh
-from flowengine.engines.worker_based.worker_side import priority, supervision
+from flowengine.engines.worker_based.worker_side import priority
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
+from flowengine.engines.worker_based.worker_side import standard_middleware as standard
 from flowengine.engines.worker_based.worker_side.crew import Crew
+from flowengine.engines.worker_based.worker_side.middleware import Middleware
 from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
 from flowengine.engines.worker_based.worker_side.settings import WorkerSettings, split_options
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
@@ -65,7 +68,9 @@ class Worker:
     arguments: durability, signing, compat, body and redelivery limits,
     queue type, failover) and ``settings`` (a
     :class:`~.settings.WorkerSettings`: worker id, events, time limits,
-    heartbeat interval, exception handlers, control, metrics). For older
+    heartbeat interval, exception handlers, control, metrics, your own
+    :class:`~.middleware.Middleware`, called after the built-in ones in
+    the order given: see :attr:`middleware`). For older
     callers, their fields may also be given as loose keywords
     (``Worker(..., durable=True, soft_time_limit=30)``), not together with
     ``settings=`` or (for the broker's) ``broker=``.
@@ -121,6 +126,19 @@ class Worker:
             kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None))
         chain = eh.HandlerChain(settings.exception_handlers,
                                 default=settings.default_exception_handler)
+        # One list, walked in this order at every hook point (see middleware.py):
+        # the activity counts a request before its event says it ended.
+        self._middleware: list[Middleware] = [
+            *standard.tracing_middleware(worker_id),
+            self._activity,
+            *([] if settings.metrics is None
+               else [standard.MetricsMiddleware(settings.metrics)]),
+            standard.FencingMiddleware(worker_id),
+            standard.ExceptionHandlersMiddleware(worker_id, chain),
+            EventsMiddleware.create(exchange, worker_id, topics,
+                                    sorted(ep.name for ep in self._endpoints), broker,
+                                    enabled=settings.events),
+            *settings.middleware]
         room: priority.PriorityRoom | None = None
         if len(topics) > 1:
             size = server_mod.pool_size(self._executor)
@@ -136,8 +154,7 @@ class Worker:
                     heartbeat_interval=settings.heartbeat_interval, room=room, rank=rank,
                     # One Redis lease per consume loop: each puts back only its own.
                     lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
-                    hooks=supervision.Supervision(self._activity, name, worker_id, chain,
-                                                  settings.metrics)))
+                    middleware=self._middleware))
             for rank, name in enumerate(topics)]
         self._server = self._servers[0]
         self._room = room
@@ -204,6 +221,11 @@ class Worker:
     def activity(self) -> activity_mod.Activity:
         """The requests held here and the counters ``inspect`` reports."""
         return self._activity
+
+    @property
+    def middleware(self) -> list[Middleware]:
+        """Every middleware of this worker, in the order each hook point calls them."""
+        return list(self._middleware)
 
     @property
     def task_runner(self) -> running_mod.TaskRunner:
