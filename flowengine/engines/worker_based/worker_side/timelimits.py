@@ -68,6 +68,21 @@ class _Alarms:
                     self._cond.notify()  # the thread may end, or wait for another
                     return
 
+    def join_if_idle(self, timeout_s: float) -> bool:
+        """With no alarm pending, wait for the thread to end (``timeout_s`` at most).
+
+        True when no alarm thread runs any more; False at once while alarms
+        are pending (another worker's bodies may still run).
+        """
+        with self._cond:
+            thread = self._thread
+            if thread is None:
+                return True
+            if self._heap:
+                return False
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
     def _loop(self) -> None:
         while True:
             with self._cond:
@@ -84,6 +99,11 @@ class _Alarms:
 
 
 _ALARMS = _Alarms()
+
+
+def join_alarm_thread(timeout_s: float) -> bool:
+    """Wait until the time-limit thread ended, when no time limit is pending; see _Alarms."""
+    return _ALARMS.join_if_idle(timeout_s)
 
 
 def _raise_in_thread(thread_id: int, error_cls: type[BaseException]) -> bool:

@@ -28,6 +28,7 @@ from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
 from flowengine.engines.worker_based.worker_side.serving import ServingThreads
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
+from flowengine.engines.worker_based.worker_side.timelimits import join_alarm_thread
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
 
@@ -336,6 +337,8 @@ class Worker:
             deadline = time.monotonic() + STOP_JOIN_TIMEOUT_S
             for server in self._servers:
                 server.join_helpers(max(0.0, deadline - time.monotonic()))
+            # The process's time-limit thread, once no body has a limit pending.
+            join_alarm_thread(max(0.0, deadline - time.monotonic()))
 
     # --- held requests, over every topic (shutdown) ---
 
