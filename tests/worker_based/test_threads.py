@@ -113,6 +113,26 @@ def test_time_limits_and_events_add_their_threads_and_none_is_left_after_stop():
             assert [t.name for t in running if t.is_alive()] == []
 
 
+def test_a_request_that_stops_its_worker_is_answered_and_its_threads_end():
+    exchange = unique()
+    # Given a worker whose request stops it from its own pool thread
+    with Client(exchange, **MEMORY) as client:
+        before = set(threading.enumerate())
+        worker = tt.WORKER = wk.Worker(exchange, "a", [tt.StopsItsWorker],
+                                       threads_count=POOL, **MEMORY)
+        with serving(worker) as runner:
+            cid = client.request(tt.StopsItsWorker(), routing_key="a")
+            # Then the request is answered and the worker's run() returns
+            assert client.final(cid)["state"] == "SUCCESS"
+            runner.join(WAIT_S)
+            assert not runner.is_alive()
+        # And every thread it started ends (the last ones once that request
+        # was answered, which its stop() could not wait for)
+        for thread in started_since(before):
+            thread.join(WAIT_S)
+        assert [t.name for t in started_since(before)] == []
+
+
 def test_an_engine_runs_named_threads_and_none_is_left_after_its_run():
     exchange = unique()
     worker = wk.Worker(exchange, "t", [tt.Hold], threads_count=1, **MEMORY)

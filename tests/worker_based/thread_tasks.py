@@ -41,3 +41,15 @@ class Hold(task.Task):
             CHANGED.notify_all()
         RELEASE.wait(WAIT_S)
         return 1
+
+
+#: The worker StopsItsWorker stops (set by the test).
+WORKER = None
+
+
+class StopsItsWorker(task.Task):
+    """Stops the worker it runs on (WORKER), then returns 1."""
+
+    def execute(self):
+        WORKER.stop()
+        return 1

@@ -331,9 +331,12 @@ class Worker:
             # Before the pool shuts: a request being handed over reaches it.
             serving.join(STOP_JOIN_TIMEOUT_S)
         if self._owns_executor:
-            # A body that stops its own worker cannot wait for itself.
+            # A body that stops its own worker cannot wait for itself: its
+            # request's threads end after it, once it was answered.
             on_pool = threading.current_thread() in getattr(self._executor, "_threads", ())
             self._executor.shutdown(wait=not on_pool)
+            if on_pool:
+                return
             deadline = time.monotonic() + STOP_JOIN_TIMEOUT_S
             for server in self._servers:
                 server.join_helpers(max(0.0, deadline - time.monotonic()))
