@@ -183,8 +183,8 @@ class LoopHooks(NamedTuple):
     """Callbacks of the loop (run in its thread; their errors are logged, never fatal).
 
     ``on_start`` each time consuming (re)starts, after the queues are
-    declared; ``on_wait`` at least every ``wait_period_s``; ``on_tick`` after
-    every wait for messages (the owner's idle publisher heartbeat); ``on_exit`` once the
+    declared; ``on_wait`` at least every ``wait_period_s``; ``on_tick`` on
+    every round (the owner's idle publisher heartbeat); ``on_exit`` once the
     loop has ended. ``wait_for_room(seconds)``: waits up to that long for
     room to take another message, True when there is; while it says False
     the loop takes no message but keeps its connection alive (see
@@ -574,7 +574,10 @@ class Consumer:
         self._call_safely(self._hooks.on_start, "on_start")
 
     def _drain(self, conn: Connection) -> None:
-        """Deliver messages as they come, do the periodic work, until stop()."""
+        """Deliver messages as they come, do the periodic work, until stop().
+
+        A round: one wait for messages (or for room) and what it delivered.
+        """
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
         room = self._hooks.wait_for_room
