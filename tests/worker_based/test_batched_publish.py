@@ -293,7 +293,7 @@ def test_on_redis_a_request_alone_is_published_by_submit_and_a_burst_by_the_send
         _burst(executor, 1)
     # Then the sender thread published them all (in as many batches as it woke)
     burst = senders[1:]
-    assert all(name.startswith("wbe-sender") for name, _ in burst)
+    assert all(name.startswith("flowengine-sender-") for name, _ in burst)
     assert sum(n for _, n in burst) == BATCH
 
 

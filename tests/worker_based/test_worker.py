@@ -84,7 +84,7 @@ def test_banner_shows_what_and_where_but_no_password():
     for needle in ("WBE worker", "Exchange = bank", "Topic = payments",
                    "Transport = amqp", "Uri = amqp://bob:**@mq.invalid:5672//",
                    "Thread count = 3", "- worker_tasks.Add", "- worker_tasks.Fail",
-                   "Executor = flowengine.engines.worker_based.worker_side.crew.Crew",
+                   "Executor = concurrent.futures.thread.ThreadPoolExecutor",
                    f"Worker id = {worker.worker_id}"):
         assert needle in banner, needle
     worker.stop()  # never started: stopping is harmless

@@ -196,7 +196,7 @@ def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
         return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
                              **conn), pool
     from flowengine.engines.worker_based.worker_side import worker
-    # flowengine's own pool (a crew of WORKER_THREADS threads), as a worker
+    # flowengine's own pool (WORKER_THREADS threads), as a worker
     # made without an executor has; stop() shuts it down.
     return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop],
                          threads_count=WORKER_THREADS, **conn), None

@@ -80,7 +80,8 @@ def _wrap(cls: Any, name: str, label: Callable[[], str] | str,
 
 def _side() -> str:
     """``w`` on a worker's thread, ``e`` elsewhere (workers in this process: memory)."""
-    return "w" if threading.current_thread().name.startswith("flowengine-worker") else "e"
+    worker_threads = ("flowengine-consume-", "flowengine-pool-")
+    return "w" if threading.current_thread().name.startswith(worker_threads) else "e"
 
 
 def instrument(side: str | None) -> None:

@@ -21,6 +21,7 @@ one, refreshing discovery and forgetting silent workers.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent import futures
 from typing import Any
@@ -48,7 +49,6 @@ from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.utils import helper_threads
 
 __all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
            "WorkerTaskExecutor"]
@@ -64,8 +64,8 @@ START_TIMEOUT_S = 30.0
 #: enough that a wrong host or port is reported while the user still waits.
 UNREACHABLE_GIVE_UP_S = 5.0
 
-#: Seconds stop() waits for each helper thread to finish before giving up on it
-#: (they are daemons, so a stuck broker call cannot keep the process alive).
+#: Seconds stop() waits for each of its threads to finish before giving up on
+#: it (they are daemons, so a stuck broker call cannot keep the process alive).
 STOP_JOIN_TIMEOUT_S = 10.0
 
 
@@ -151,8 +151,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
                                      wake_housekeeper=self._wake_housekeeper,
                                      release_waiting=self._workers_changed)
         self._proxy.dispatcher.type_handlers.update(self._replies.handlers())
-        # The helper threads' jobs (see flowengine.utils.helper_threads).
-        self._jobs: list[helper_threads.Job] = []
+        # The threads start() started, which stop() joins.
+        self._threads: list[threading.Thread] = []
 
     # -- public API ---------------------------------------------------------
 
@@ -230,20 +230,15 @@ class WorkerTaskExecutor(base.TaskExecutor):
         login or exchange settings), BrokerUnavailable when the broker stayed
         unreachable for UNREACHABLE_GIVE_UP_S (or START_TIMEOUT_S passed).
         """
-        if self._jobs:
+        if self._threads:
             return
         self._housekeeper.arm()
         self._spawn(self._consume, "replies")
-        # The publishing connection is opened while the consumer connects and
-        # declares (both are round trips to the broker), not after: NOTIFY
-        # and the first requests then go out at once. Not joined: a broker
-        # that is away is reported by wait_started(), not by this thread.
-        helper_threads.start(self._proxy.connect_publisher, f"wbe-connect-{self._uuid}")
+        self._spawn(self._connect_then_send, "sender")
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
             self.stop()
             raise problem
-        self._spawn(self._requests.run_sender, "sender")
         try:
             self._finder.publish()
         except Exception:
@@ -259,7 +254,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         Workers holding requests still in flight are asked to cancel them
         first (best effort, see :mod:`.cancelling`).
         """
-        if self._jobs:
+        if self._threads:
             cancelling.cancel_held(self._proxy, self._book.holders())
         self._housekeeper.stop()
         self._requests.stop()
@@ -267,11 +262,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
             self._proxy.stop()
         except Exception:
             LOG.warning("Failed to stop the reply consumer", exc_info=True)
-        started = bool(self._jobs)
-        for job in self._jobs:
-            if not job.is_current():
-                job.join(STOP_JOIN_TIMEOUT_S)
-        self._jobs = []
+        started = bool(self._threads)
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                thread.join(STOP_JOIN_TIMEOUT_S)
+        self._threads = []
         if (started and self._proxy.has_consumed  # else no reply queue was declared
                 and inventory.needs_dropping(self._proxy.broker,
                                              self._proxy.private_queues_deleted,
@@ -311,12 +307,32 @@ class WorkerTaskExecutor(base.TaskExecutor):
         except Exception:
             LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
 
-    # -- helper threads -----------------------------------------------------
+    # -- threads ------------------------------------------------------------
 
-    def _spawn(self, target: Callable[[], None], name: str) -> None:
-        # A reused thread: an engine started after another need not wait
-        # for new threads to be scheduled (Thread.start waits for that).
-        self._jobs.append(helper_threads.start(target, f"wbe-{name}-{self._uuid}"))
+    def _spawn(self, target: Callable[[], None], role: str) -> None:
+        """Run ``target`` in a daemon thread named ``flowengine-<role>-<executor id>``."""
+        thread = threading.Thread(target=self._logged, args=(target,), daemon=True,
+                                  name=f"flowengine-{role}-{self._uuid}")
+        thread.start()
+        self._threads.append(thread)
+
+    @staticmethod
+    def _logged(target: Callable[[], None]) -> None:
+        try:
+            target()
+        except BaseException:
+            LOG.exception("Thread %s ended on an error", threading.current_thread().name)
+
+    def _connect_then_send(self) -> None:
+        """Open the publishing connection, then publish queued requests until stop().
+
+        The connection is opened while the reply consumer connects and
+        declares (both are round trips to the broker), not after: NOTIFY
+        and the first requests then go out at once. A broker that is away is
+        reported by wait_started(), not here (one bounded attempt).
+        """
+        self._proxy.connect_publisher()
+        self._requests.run_sender()
 
     def _consume(self) -> None:
         """Run the proxy's message loop (it supervises its own handlers)."""

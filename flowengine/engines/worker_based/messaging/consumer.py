@@ -1,7 +1,8 @@
 """The consume loop: connect, declare, consume, dispatch; survive everything until stopped.
 
-The loop runs in the thread that calls :meth:`Consumer.start` (or, a round
-at a time, on its driver's threads: see ``ConsumeOptions.driver``) and is
+The loop is a plain loop in the thread that calls :meth:`Consumer.start`
+(a worker gives each topic a thread of its own for it, an engine its reply
+consumer's thread); only that thread uses its connection. It is
 supervised: a failing handler, an undecodable message or a broken
 connection is logged and survived (reconnect, re-declare, re-consume) until
 :meth:`Consumer.stop`. Every received message is size-checked, verified
@@ -31,7 +32,7 @@ import logging
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from kombu.connection import Connection
@@ -94,7 +95,7 @@ FAILING_AFTER_ERRORS = 3
 #: TaskFlow's reconnection settings (kombu ``ensure`` options), kept by name
 #: for TaskFlow programs that read or pass them. flowengine's consume loop
 #: does not wait inside kombu (kombu's pauses cannot be interrupted, so a
-#: stop() would wait them out): it makes one attempt per round and pauses
+#: stop() would wait them out): it makes one attempt at a time and pauses
 #: itself (RECONNECT_BACKOFF_S), and publishing retries for its own timeout.
 DEFAULT_RETRY_OPTIONS = {
     # The maximum number of times to retry (None: forever).
@@ -164,9 +165,6 @@ class ConsumeOptions:
     broker settings' limit; None there is no limit).
     ``quiet_until_started``: broker problems before the first start are
     logged at DEBUG (the owner raises them, see :meth:`Consumer.wait_started`).
-    ``driver``: runs the loop's rounds on threads of its own and returns once
-    they ended (a worker's :class:`~..worker_side.crew.Crew`); None: the
-    thread that calls :meth:`Consumer.start` runs them.
     """
 
     prefetch_count: int | None = None
@@ -174,7 +172,6 @@ class ConsumeOptions:
     max_body_bytes: int | None | DefaultLimit = DefaultLimit.BROKER
     quiet_until_started: bool = False
     lease: LeaseSpec = LeaseSpec()
-    driver: Callable[[Iterator[None]], None] | None = None
 
     def body_limit(self, broker: BrokerSettings) -> int | None:
         """The largest body (bytes) taken: ``max_body_bytes``, or the broker settings' limit."""
@@ -271,8 +268,8 @@ class Consumer:
         self._lost_at: float | None = None
         # Which Redis server process we last consumed from (None off Redis).
         self._broker_run_id: str | None = None
-        # The draining connection's keepalive and the thread running the
-        # loop's round: only that thread may use the connection (see keep_alive()).
+        # The draining connection's keepalive and the loop's thread: only
+        # that thread may use the connection (see keep_alive()).
         self._keepalive: tuple[int, Keepalive] | None = None
         exchange_name = str(exchange.name)
         routes = {key: (spec.name, dead_letter_queue_name(spec.name, exchange_name,
@@ -285,7 +282,7 @@ class Consumer:
             f"{name} on {names.make_origin()}", broker.queue_type)
         self._strikes = Strikes(broker.max_redeliveries)
         self._max_body_bytes = options.body_limit(broker)
-        # The message being handled, while it is (see _rounds: a loop error
+        # The message being handled, while it is (see _loop: a loop error
         # with a message in hand counts against that message).
         self._in_hand: Delivery | None = None
         # Unexpected errors in a row, and why the loop counts as failing.
@@ -337,39 +334,21 @@ class Consumer:
     # --- life cycle ---
 
     def start(self) -> None:
-        """Run the loop until stop() is called.
-
-        In the calling thread, or with ``options.driver`` on the driver's
-        threads (start() returns once the loop has ended).
-        """
+        """Run the loop in the calling thread until stop() is called."""
         if not self._loop_lock.acquire(blocking=False):
             raise RuntimeError(f"the consumer of {self._name!r} is already running")
         self._stopping.clear()
-        drive = self._options.driver
-        if drive is None:
-            for _ in self._rounds():
-                pass
-            return
-        try:
-            drive(self._rounds())
-        except BaseException:
-            # E.g. KeyboardInterrupt while waiting: the driver's threads end the loop.
-            self.stop()
-            raise
+        self._loop()
 
-    def _rounds(self) -> Iterator[None]:
-        """The loop, one round (a wait for messages and their handling) per step.
-
-        Any thread may run the next round, never two at once (see
-        ConsumeOptions.driver); the rounds end once stop() was called.
-        """
+    def _loop(self) -> None:
+        """Consume, reconnecting after each failure (paused), until stop()."""
         if self._lease is not None:
             self._lease.start()
         failures = 0  # in a row: each doubles the pause before the next attempt
         try:
             while not self._stopping.is_set():
                 try:
-                    yield from self._consume_until_stopped()
+                    self._consume_until_stopped()
                 except Exception as e:
                     self._running.clear()
                     in_hand, self._in_hand = self._in_hand, None
@@ -515,7 +494,7 @@ class Consumer:
 
     # --- one connection's worth of consuming ---
 
-    def _consume_until_stopped(self) -> Iterator[None]:
+    def _consume_until_stopped(self) -> None:
         """Connect, declare, consume and drain until stop() (raises on failures)."""
         consumers: list[KombuConsumer] = []
         self._own_queues_dropped = False
@@ -536,7 +515,7 @@ class Consumer:
             consumers = self._start_consumers(conn)
             try:
                 self._started()
-                yield from self._drain(conn)
+                self._drain(conn)
             finally:
                 self._running.clear()
                 # On a real AMQP broker, closing the connection (next) cancels
@@ -605,8 +584,11 @@ class Consumer:
                         " connection", names_, self._node_uri, self.last_outage_s)
         self._notify("after_consume_start")
 
-    def _drain(self, conn: Connection) -> Iterator[None]:
-        """Deliver messages as they come, do the periodic work, until stop(); a round each."""
+    def _drain(self, conn: Connection) -> None:
+        """Deliver messages as they come, do the periodic work, until stop().
+
+        A round: one wait for messages (or for room) and what it delivered.
+        """
         heartbeats = conn.supports_heartbeats and bool(conn.heartbeat)
         period = self._options.wait_period_s
         room = self._wait_for_room
@@ -614,9 +596,9 @@ class Consumer:
         # While full, wait for room in slices short enough for the heartbeats.
         room_slice = min(period, keepalive.period_s or period)
         last_wait = next_heartbeat_check = time.monotonic()
+        # This thread may use the connection (see keep_alive()).
+        self._keepalive = (threading.get_ident(), keepalive)
         while not self._stopping.is_set():
-            # Whoever runs this round may use the connection (see keep_alive()).
-            self._keepalive = (threading.get_ident(), keepalive)
             if room is not None and not room(0.0):
                 # Full: take nothing (drain_events would deliver), keep the
                 # connection alive meanwhile.
@@ -641,7 +623,6 @@ class Consumer:
                 if self._unexpected_errors:
                     self._working()
                 self._notify("every_wait_period")
-            yield
 
     def _check_connection(self, conn: Connection) -> None:
         """Raise (the loop reconnects) when the lease lapsed or the connection broke."""

@@ -62,7 +62,8 @@ class Fence:
     """
 
     def __init__(self, memory: rm.RequestMemory, runner: TaskRunner, interval_s: float,
-                 worker_id: str, broker_failing: Callable[[], bool] = lambda: False) -> None:
+                 worker_id: str, broker_failing: Callable[[], bool] = lambda: False, *,
+                 thread_name: str = "flowengine-fence") -> None:
         self._broker_failing = broker_failing
         self._forgive = False
         self._memory = memory
@@ -70,6 +71,7 @@ class Fence:
         self._interval = interval_s
         self._worker_id = worker_id
         self._stopping = threading.Event()
+        self._thread_name = thread_name
         self._thread: threading.Thread | None = None
         # Fenced requests whose body was interrupted already.
         self._interrupted: set[rm.Key] = set()
@@ -122,7 +124,7 @@ class Fence:
         """Start the checking thread (again, after stop())."""
         self._stopping.clear()
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="flowengine-fence",
+            self._thread = threading.Thread(target=self._loop, name=self._thread_name,
                                             daemon=True)
             self._thread.start()
 
@@ -130,9 +132,25 @@ class Fence:
         """Let the checking thread end once nothing is held (held requests stay guarded)."""
         self._stopping.set()
 
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the checking thread ended, ``timeout_s`` at most; True if it did."""
+        thread = self._thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        thread.join(timeout_s)
+        return not thread.is_alive()
+
     def _loop(self) -> None:
+        period_s = self._interval / CHECKS_PER_INTERVAL
+        never = threading.Event()
         while not (self._stopping.is_set() and len(self._memory) == 0):
-            time.sleep(self._interval / CHECKS_PER_INTERVAL)
+            if self._stopping.is_set():
+                # Stopped, guarding what is still held: the last request
+                # answered ends the wait (and the thread).
+                if self._memory.wait_until_at_most(0, never, period_s):
+                    continue
+            elif self._stopping.wait(period_s):
+                continue  # stop() ends the wait: with nothing held, the thread too
             try:
                 self.check(time.monotonic())
             except Exception:

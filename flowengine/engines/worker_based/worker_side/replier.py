@@ -371,6 +371,22 @@ class Replier:
     def stop(self) -> None:
         """Let the heartbeat thread end once nothing is held (held requests keep beating)."""
         self._stopping.set()
+        with self._beat_wake:
+            # Not a heartbeat interval later: with nothing held it ends now.
+            self._beat_wake.notify()
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait until the heartbeat thread ended, ``timeout_s`` at most; True if it did.
+
+        It ends once stopped and nothing is held: called then, at once.
+        """
+        thread = self._beat_thread
+        if thread is None or thread is threading.current_thread():
+            return True
+        with self._beat_wake:
+            self._beat_wake.notify()  # to look again whether it may end
+        thread.join(timeout_s)
+        return not thread.is_alive()
 
     def _beat_loop(self) -> None:
         """Heartbeat every held request and re-announce, until stopped and idle.

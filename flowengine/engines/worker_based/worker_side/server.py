@@ -39,6 +39,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -52,7 +54,6 @@ from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
 from flowengine.engines.worker_based.worker_side import held as rm
 from flowengine.engines.worker_based.worker_side import runner as running_mod
-from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
 from flowengine.engines.worker_based.worker_side.middleware import Middleware, MiddlewareChain
@@ -161,9 +162,7 @@ class Server:
                 # puts back what dead consumers held.
                 lease=proxy_mod.LeaseSpec(lease_id or identity.worker_id,
                                           lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
-                                          reclaim=True),
-                # A crew runs each request on the thread that took it.
-                driver=executor.drive if isinstance(executor, Crew) else None))
+                                          reclaim=True)))
         self._proxy = proxy_mod.Proxy(topic, exchange, None, broker=broker,
                                       options=proxy_options)
         if middleware is None:
@@ -189,7 +188,8 @@ class Server:
                               None if room is not None else capacity, clocks, admit,
                               room_wait)
         self._fence = Fence(self._memory, runner, self._interval, identity.worker_id,
-                            lambda: self._proxy.publishing_fails)
+                            lambda: self._proxy.publishing_fails,
+                            thread_name=f"flowengine-fence-{topic}")
         self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---
@@ -271,6 +271,16 @@ class Server:
             self._replier.announce(leaving=True)
         self._proxy.stop()
         self._middleware.after_server_stop(self.topic)
+
+    def join_helpers(self, timeout_s: float) -> bool:
+        """Wait until the heartbeat and fence threads ended (once stopped and nothing is held).
+
+        ``timeout_s`` at most; True if both did.
+        """
+        deadline = time.monotonic() + timeout_s
+        self._memory.wait_until_at_most(0, threading.Event(), timeout_s)
+        beat_ended = self._replier.join(max(0.0, deadline - time.monotonic()))
+        return self._fence.join(max(0.0, deadline - time.monotonic())) and beat_ended
 
     # --- held requests (shutdown) ---
 

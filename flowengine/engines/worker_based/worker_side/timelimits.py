@@ -32,12 +32,16 @@ from flowengine.types import failure as ft
 LOG = logging.getLogger(__name__)
 
 class _Alarms:
-    """One daemon thread firing callbacks at deadlines (no thread per request)."""
+    """One daemon thread firing callbacks at deadlines (no thread per request).
+
+    The thread runs while an alarm is pending and ends once none is (a
+    worker that stopped leaves no alarm thread behind); the next alarm
+    starts it again.
+    """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._cancelled: set[int] = set()
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
 
@@ -56,19 +60,38 @@ class _Alarms:
     def cancel(self, alarm_id: int) -> None:
         """Forget an alarm (no effect once it fired)."""
         with self._cond:
-            if any(entry[1] == alarm_id for entry in self._heap):
-                self._cancelled.add(alarm_id)
+            for i, entry in enumerate(self._heap):
+                if entry[1] == alarm_id:
+                    self._heap[i] = self._heap[-1]
+                    self._heap.pop()
+                    heapq.heapify(self._heap)
+                    self._cond.notify()  # the thread may end, or wait for another
+                    return
+
+    def join_if_idle(self, timeout_s: float) -> bool:
+        """With no alarm pending, wait for the thread to end (``timeout_s`` at most).
+
+        True when no alarm thread runs any more; False at once while alarms
+        are pending (another worker's bodies may still run).
+        """
+        with self._cond:
+            thread = self._thread
+            if thread is None:
+                return True
+            if self._heap:
+                return False
+        thread.join(timeout_s)
+        return not thread.is_alive()
 
     def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._heap or self._heap[0][0] > time.monotonic():
-                    timeout = None if not self._heap else self._heap[0][0] - time.monotonic()
-                    self._cond.wait(timeout)
-                _, alarm_id, callback = heapq.heappop(self._heap)
-                if alarm_id in self._cancelled:
-                    self._cancelled.discard(alarm_id)
-                    continue
+                    if not self._heap:
+                        self._thread = None  # under the lock: schedule() starts another
+                        return
+                    self._cond.wait(self._heap[0][0] - time.monotonic())
+                _, _, callback = heapq.heappop(self._heap)
             try:
                 callback()
             except Exception:
@@ -76,6 +99,11 @@ class _Alarms:
 
 
 _ALARMS = _Alarms()
+
+
+def join_alarm_thread(timeout_s: float) -> bool:
+    """Wait until the time-limit thread ended, when no time limit is pending; see _Alarms."""
+    return _ALARMS.join_if_idle(timeout_s)
 
 
 def _raise_in_thread(thread_id: int, error_cls: type[BaseException]) -> bool:

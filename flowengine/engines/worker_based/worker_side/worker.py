@@ -24,11 +24,12 @@ from flowengine.engines.worker_based.worker_side import priority
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side import server as server_mod
 from flowengine.engines.worker_based.worker_side import standard_middleware as standard
-from flowengine.engines.worker_based.worker_side.crew import Crew
 from flowengine.engines.worker_based.worker_side.middleware import Middleware
 from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
+from flowengine.engines.worker_based.worker_side.serving import ServingThreads
 from flowengine.engines.worker_based.worker_side.settings import WorkerSettings, split_options
 from flowengine.engines.worker_based.worker_side.task_list import TaskItem, derive_endpoints
+from flowengine.engines.worker_based.worker_side.timelimits import join_alarm_thread
 from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware
 from flowengine.utils import reflection
 from flowengine.utils import threading_utils as tu
@@ -38,8 +39,9 @@ LOG = logging.getLogger(__name__)
 # derive_endpoints and TaskItem live in task_list; importable from here as before.
 __all__ = ["STOP_JOIN_TIMEOUT_S", "TaskItem", "Worker", "derive_endpoints"]
 
-#: Seconds run() waits for each other consume loop (other topics, control)
-#: to end once the first one has (they were all asked to stop together).
+#: Seconds run() and stop() wait for the worker's threads to end once they
+#: were asked to (consume loops end within their wait period; heartbeat and
+#: fence threads once nothing is held): a bound, not a pause.
 STOP_JOIN_TIMEOUT_S = 10.0
 
 class Worker:
@@ -113,11 +115,10 @@ class Worker:
             if threads_count <= 0:
                 raise ValueError("threads_count provided must be > 0")
             self._threads_count = threads_count
-            # Not futurist's pool, whose idle threads poll every second (every
-            # shutdown would cost up to a second): a crew, whose free threads
-            # also run the consume loops, so each request runs on the thread
-            # that took it (see crew.py).
-            executor = Crew(threads_count, thread_name_prefix=f"flowengine-worker-{topics[0]}")
+            # The stdlib's pool, not futurist's, whose idle threads poll every
+            # second (every shutdown would cost up to a second).
+            executor = cf.ThreadPoolExecutor(threads_count,
+                                             thread_name_prefix=f"flowengine-pool-{topics[0]}")
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         self._broker = broker
@@ -160,7 +161,7 @@ class Worker:
         self._room = room
         self._control = (control_mod.ControlServer(exchange, worker_id, broker, self)
                          if settings.control else None)
-        self._threads: list[threading.Thread] = []
+        self._serving: ServingThreads | None = None
         #: Called by a ``control shutdown`` request (default: :meth:`stop` in
         #: a thread); ``flowengine worker`` makes it a warm shutdown.
         self.on_shutdown_request: Callable[[], None] | None = None
@@ -270,27 +271,39 @@ class Worker:
 
     def run(self, display_banner: bool = True,
             banner_writer: Callable[[str], object] | None = None) -> None:
-        """Run the worker until stop() is called (blocks the calling thread)."""
+        """Run the worker until stop() is called (blocks the calling thread).
+
+        Each topic's consume loop runs in a thread of its own
+        (``flowengine-consume-<topic>``), control requests in another; this
+        thread waits for them. Raises what made a consume loop end before
+        stop() was called, once the other loops were stopped.
+        """
         if display_banner:
             if banner_writer is None:
                 for line in self.banner.splitlines():
                     LOG.info(line)
             else:
                 banner_writer(self.banner)
-        threads = []
+        serving = ServingThreads()
+        loops = [(f"flowengine-consume-{server.topic}", server.start)
+                 for server in self._servers]
         if self._control is not None:
-            threads.append(self._control.start_thread())
-        for server in self._servers[1:]:
-            thread = threading.Thread(target=server.start, daemon=True,
-                                      name=f"flowengine-consume-{server.topic}")
-            thread.start()
-            threads.append(thread)
-        self._threads = threads
+            loops.append((f"flowengine-control-{self.worker_id}", self._control.start))
+        self._serving = serving
+        serving.start(loops)
         try:
-            self._server.start()
-        finally:
-            for thread in threads:
-                thread.join(STOP_JOIN_TIMEOUT_S)
+            error = serving.wait_first()
+        except BaseException:
+            # E.g. KeyboardInterrupt in the main thread: the loops end too.
+            self.stop_serving()
+            raise
+        if error is not None:
+            self.stop_serving()
+        # Every loop was asked to stop: a request being handed over still
+        # reaches the pool before run() returns.
+        serving.join(STOP_JOIN_TIMEOUT_S)
+        if error is not None:
+            raise error
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until every consume loop is serving; False if ``timeout`` passed first."""
@@ -312,10 +325,32 @@ class Worker:
             self._control.stop()
 
     def stop(self) -> None:
-        """Stop taking requests; finish (and answer) running ones if we own the executor."""
+        """Stop taking requests; finish (and answer) running ones if we own the executor.
+
+        Returns once the worker's threads ended (each waited for
+        STOP_JOIN_TIMEOUT_S at most): its consume and control loops, and,
+        with a pool of its own, the pool's threads and each topic's
+        heartbeat and fence threads, which end once every request held was
+        answered. With an executor of yours, the requests it still runs keep
+        their heartbeat and fence threads until they are answered.
+        """
         self.stop_serving()
+        serving = self._serving
+        if serving is not None:
+            # Before the pool shuts: a request being handed over reaches it.
+            serving.join(STOP_JOIN_TIMEOUT_S)
         if self._owns_executor:
-            self._executor.shutdown()
+            # A body that stops its own worker cannot wait for itself: its
+            # request's threads end after it, once it was answered.
+            on_pool = threading.current_thread() in getattr(self._executor, "_threads", ())
+            self._executor.shutdown(wait=not on_pool)
+            if on_pool:
+                return
+            deadline = time.monotonic() + STOP_JOIN_TIMEOUT_S
+            for server in self._servers:
+                server.join_helpers(max(0.0, deadline - time.monotonic()))
+            # The process's time-limit thread, once no body has a limit pending.
+            join_alarm_thread(max(0.0, deadline - time.monotonic()))
 
     # --- held requests, over every topic (shutdown) ---
 
