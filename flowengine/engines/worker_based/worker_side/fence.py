@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 
 from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.runner import TaskRunner
 
 LOG = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class Fence:
     it in logs.
     """
 
-    def __init__(self, memory: rm.RequestMemory, runner: TaskRunner, interval_s: float,
+    def __init__(self, memory: held_mod.RequestMemory, runner: TaskRunner, interval_s: float,
                  worker_id: str, broker_failing: Callable[[], bool] = lambda: False, *,
                  thread_name: str = "flowengine-fence") -> None:
         self._broker_failing = broker_failing
@@ -74,18 +74,18 @@ class Fence:
         self._thread_name = thread_name
         self._thread: threading.Thread | None = None
         # Fenced requests whose body was interrupted already.
-        self._interrupted: set[rm.Key] = set()
+        self._interrupted: set[held_mod.Key] = set()
 
-    def bound_s(self, held: rm.Held) -> float:
+    def bound_s(self, held: held_mod.Held) -> float:
         """The engine's loss bound for ``held`` (s)."""
         misses, lost_after = held.loss_bound
         if lost_after is not None:
             return lost_after
         return lv.lost_after(self._interval, misses or lv.HEARTBEAT_MISSES)
 
-    def check(self, now: float) -> list[rm.Held]:
+    def check(self, now: float) -> list[held_mod.Held]:
         """Stop every request unconfirmed for too long at ``now`` (monotonic); those stopped."""
-        stopped: list[rm.Held] = []
+        stopped: list[held_mod.Held] = []
         held_now = self._memory.held()
         if self._broker_failing():
             # The broker is down for everyone (it answers with errors, where a
@@ -115,7 +115,7 @@ class Fence:
                             bound)
             # Until its body is stopped: it may start a moment after it was
             # fenced (its thread was sending RUNNING), so look again each round.
-            if (held.state == rm.RUNNING and held.key not in self._interrupted
+            if (held.state == held_mod.RUNNING and held.key not in self._interrupted
                     and self._runner.interrupt(held.key[:2])):
                 self._interrupted.add(held.key)
         return stopped

@@ -25,7 +25,7 @@ from flowengine.engines.worker_based.messaging import dispatcher
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
 from flowengine.engines.worker_based.worker_side.middleware import Job
 from flowengine.engines.worker_based.worker_side.performer import Performer
@@ -50,10 +50,10 @@ class Intake:
     another message (``capacity`` is None).
     """
 
-    def __init__(self, endpoints: Mapping[str, Endpoint], memory: rm.RequestMemory,
+    def __init__(self, endpoints: Mapping[str, Endpoint], memory: held_mod.RequestMemory,
                  replier: Replier, performer: Performer, capacity: int | None,
                  clocks: PeerClocks | None = None,
-                 admit: Callable[..., rm.Verdict | None] | None = None,
+                 admit: Callable[..., held_mod.Verdict | None] | None = None,
                  room: Callable[[threading.Event, float], bool] | None = None) -> None:
         self._clocks = clocks or PeerClocks()
         self._admit = admit
@@ -162,7 +162,7 @@ class Intake:
                 message.requeue()
                 return
             verdict = waited
-        if verdict.kind != rm.NEW:
+        if verdict.kind != held_mod.NEW:
             self._answer_duplicate(verdict, reply_to, task_uuid, work, attempt)
             return
         if message.redelivered and attempt is not None:
@@ -245,22 +245,23 @@ class Intake:
                  " waits for it", task_uuid, work.action, work.task_name, attempt,
                  self._identity.worker_id)
 
-    def _answer_duplicate(self, verdict: rm.Verdict, reply_to: str, task_uuid: str,
+    def _answer_duplicate(self, verdict: held_mod.Verdict, reply_to: str, task_uuid: str,
                           work: pr.WorkUnit, attempt: int | None) -> None:
         """Answer a request already held or finished here from memory (never run it again)."""
         what = f"{work.action} of {work.task_name!r}"
         held, done = verdict.held, verdict.finished
-        if verdict.kind == rm.STALE and held is not None:
+        if verdict.kind == held_mod.STALE and held is not None:
             LOG.warning("Ignored request %s (%s), attempt %s: attempt %s of it is already"
                         " held here", task_uuid, what, attempt, held.attempt)
             return
-        if verdict.kind == rm.HELD and held is not None:
+        if verdict.kind == held_mod.HELD and held is not None:
             state, outcome = self._replier.repeat_state(held, reply_to, task_uuid,
                                                         pending_too=attempt is not None)
             LOG.warning("Duplicate of request %s (%s, attempt %s): it is already %s here;"
                         " not running it again", task_uuid, what, attempt,
-                        {rm.RUNNING: "running", rm.ANSWERED: "answered"}.get(state, "queued"))
-            if state == rm.ANSWERED and outcome is not None:
+                        {held_mod.RUNNING: "running",
+                         held_mod.ANSWERED: "answered"}.get(state, "queued"))
+            if state == held_mod.ANSWERED and outcome is not None:
                 # Its outcome is on its way to the earlier sender; this one
                 # (maybe a newer attempt) gets it too, as from the finished ones.
                 self._replier.send_remembered(outcome, reply_to, task_uuid, attempt)

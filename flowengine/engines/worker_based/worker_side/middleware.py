@@ -38,7 +38,7 @@ from typing import Any
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire.headers import Headers
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
 
 LOG = logging.getLogger(__name__)
@@ -53,12 +53,12 @@ class Job:
     endpoint: Endpoint
     task: task_mod.BaseTask
     work: pr.WorkUnit
-    key: rm.Key
+    key: held_mod.Key
     headers: Headers
     #: The topic it came from.
     topic: str = ""
     #: Its entry in the worker's memory (None: not admitted through one).
-    held: rm.Held | None = dataclasses.field(default=None, compare=False, repr=False)
+    held: held_mod.Held | None = dataclasses.field(default=None, compare=False, repr=False)
     #: Set when it is cancelled (see :mod:`.activity`); the body reads it
     #: from its request context.
     cancelled: threading.Event = dataclasses.field(default_factory=threading.Event,

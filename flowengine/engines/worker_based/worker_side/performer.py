@@ -24,7 +24,7 @@ from typing import Any
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import context as context_mod
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.middleware import Job, MiddlewareChain
 from flowengine.engines.worker_based.worker_side.replier import Replier, SentOutcome
 from flowengine.engines.worker_based.worker_side.runner import TaskRunner
@@ -46,7 +46,7 @@ class Performer:
     with the intake).
     """
 
-    def __init__(self, pool: cf.Executor, memory: rm.RequestMemory, replier: Replier,
+    def __init__(self, pool: cf.Executor, memory: held_mod.RequestMemory, replier: Replier,
                  middleware: MiddlewareChain, task_runner: TaskRunner, worker_id: str,
                  clocks: PeerClocks | None = None) -> None:
         self._clocks = clocks or PeerClocks()
@@ -127,7 +127,7 @@ class Performer:
             else:
                 self._memory.finish(job.key, outcome.body, outcome.size)
 
-    def _progress(self, job: Job, held: rm.Held, event_type: str,
+    def _progress(self, job: Job, held: held_mod.Held, event_type: str,
                   details: dict[str, Any]) -> None:
         """The body reported progress: tell the middleware, forward it as an EVENT."""
         self._middleware.on_progress(job, event_type, details)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 
 #: Longest single wait (s) of a loop waiting for its turn: it re-checks its
 #: give-up event at least this often even if nobody wakes it.
@@ -41,11 +41,11 @@ class PriorityRoom:
         self.capacity = capacity
         self.condition = threading.Condition()
         self._waiting = [0] * ranks
-        self._memories: list[rm.RequestMemory] = []
+        self._memories: list[held_mod.RequestMemory] = []
 
-    def memory(self) -> rm.RequestMemory:
+    def memory(self) -> held_mod.RequestMemory:
         """A new request memory counted by this room (one per topic)."""
-        memory = rm.RequestMemory(condition=self.condition)
+        memory = held_mod.RequestMemory(condition=self.condition)
         self._memories.append(memory)
         return memory
 
@@ -81,10 +81,10 @@ class PriorityRoom:
                 self.condition.wait(min(left, TURN_WAIT_SLICE_S))
             return True
 
-    def admit(self, rank: int, memory: rm.RequestMemory, give_up: threading.Event,
-              key: rm.Key, reply_to: str, attempt: int | None, expires: float | None,
+    def admit(self, rank: int, memory: held_mod.RequestMemory, give_up: threading.Event,
+              key: held_mod.Key, reply_to: str, attempt: int | None, expires: float | None,
               announced: bool, *, loss_bound: tuple[int | None, float | None] = (None, None),
-              pause: Callable[[], None] | None = None) -> rm.Verdict | None:
+              pause: Callable[[], None] | None = None) -> held_mod.Verdict | None:
         """Wait for the turn of ``rank``, then admit the request into ``memory``.
 
         Admitted under the room's lock, so two loops can never both take the

@@ -23,7 +23,7 @@ from flowengine.engines.worker_based.messaging.proxy import Proxy
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire import names
 from flowengine.engines.worker_based.wire.headers import Headers
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.middleware import MiddlewareChain
 from flowengine.types import failure as ft
 
@@ -84,7 +84,7 @@ class Replier:
     follows), never raised, except by :meth:`accept`.
     """
 
-    def __init__(self, proxy: Proxy, memory: rm.RequestMemory, identity: Identity,
+    def __init__(self, proxy: Proxy, memory: held_mod.RequestMemory, identity: Identity,
                  heartbeat_interval: float, middleware: MiddlewareChain, *,
                  announce_period_s: float = pr.NOTIFY_PERIOD_S) -> None:
         self._proxy = proxy
@@ -100,7 +100,7 @@ class Replier:
         self._beat_thread: threading.Thread | None = None
         # Started requests whose RUNNING is due (deadline, held), oldest
         # first; the condition wakes the heartbeat thread for the first.
-        self._running_due: collections.deque[tuple[float, rm.Held]] = collections.deque()
+        self._running_due: collections.deque[tuple[float, held_mod.Held]] = collections.deque()
         self._beat_wake = threading.Condition()
         self._last_announce = time.monotonic()
         # True while the worker must not announce itself (its consume loop keeps failing).
@@ -179,7 +179,7 @@ class Replier:
         self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
                             headers=headers, settles=delivery)
 
-    def started(self, held: rm.Held) -> bool:
+    def started(self, held: held_mod.Held) -> bool:
         """``held`` starts running: tell its executor RUNNING, now or soon.
 
         A flowengine executor hears it from the heartbeat thread, and only
@@ -229,7 +229,7 @@ class Replier:
             f" {task_name!r} unrun: it expired {late:.3f} s before it could start"),
             headers.attempt)
 
-    def forward_event(self, held: rm.Held, event_type: str, details: dict[str, Any]) -> None:
+    def forward_event(self, held: held_mod.Held, event_type: str, details: dict[str, Any]) -> None:
         """Forward a task notification (progress) to the executor as an EVENT."""
         task_uuid = held.key[0]
         try:
@@ -241,7 +241,7 @@ class Replier:
             LOG.warning("Failed to send %s event for request %s", event_type, task_uuid,
                         exc_info=True)
 
-    def send_outcome(self, held: rm.Held, work: pr.WorkUnit, state: str,
+    def send_outcome(self, held: held_mod.Held, work: pr.WorkUnit, state: str,
                      result: Any, run_s: float | None = None) -> SentOutcome | None:
         """Publish SUCCESS/FAILURE; return what was sent (None if nothing was).
 
@@ -273,7 +273,7 @@ class Replier:
                       held.reply_to, exc_info=True)
             return None
 
-    def _send_body(self, held: rm.Held, body: dict[str, Any], run_s: float | None) -> int:
+    def _send_body(self, held: held_mod.Held, body: dict[str, Any], run_s: float | None) -> int:
         """Publish an outcome body; its encoded size (bytes)."""
         headers = self.headers(held.attempt)
         if run_s is not None:
@@ -291,7 +291,7 @@ class Replier:
             LOG.error("Failed to send the remembered outcome of request %s to %s",
                       task_uuid, reply_to, exc_info=True)
 
-    def repeat_state(self, held: rm.Held, reply_to: str, task_uuid: str,
+    def repeat_state(self, held: held_mod.Held, reply_to: str, task_uuid: str,
                      pending_too: bool) -> tuple[str, dict[str, Any] | None]:
         """Tell a duplicate's sender where ``held`` is; (its state, its outcome if ANSWERED).
 
@@ -302,11 +302,11 @@ class Replier:
         """
         with self._answer_lock:
             state, outcome = held.state, held.outcome
-            if state == rm.RUNNING or (state == rm.QUEUED and pending_too):
+            if state == held_mod.RUNNING or (state == held_mod.QUEUED and pending_too):
                 self.reply(reply_to, task_uuid, state, held.attempt)
         return state, outcome
 
-    def answering(self, held: rm.Held, outcome: dict[str, Any] | None = None) -> None:
+    def answering(self, held: held_mod.Held, outcome: dict[str, Any] | None = None) -> None:
         """``held``'s outcome is about to be sent: no heartbeat for it from now on.
 
         ``outcome`` (the reply body) is kept for duplicates that arrive before
@@ -333,14 +333,14 @@ class Replier:
 
     def send_heartbeats(self) -> int:
         """Repeat PENDING/RUNNING for every held request now; how many were sent."""
-        sent: list[tuple[rm.Held, float]] = []
+        sent: list[tuple[held_mod.Held, float]] = []
         for held in self._memory.held():
             # Under the lock answering() takes: a heartbeat is either sent
             # before the outcome or not at all, never after it.
             with self._answer_lock:
-                if held.state == rm.ANSWERED or held.fenced:
+                if held.state == held_mod.ANSWERED or held.fenced:
                     continue
-                if held.state == rm.RUNNING or held.announced:
+                if held.state == held_mod.RUNNING or held.announced:
                     started = time.monotonic()
                     if self.reply(held.reply_to, held.key[0], held.state, held.attempt):
                         sent.append((held, started))
@@ -408,7 +408,7 @@ class Replier:
                 LOG.exception("Heartbeat of worker %s failed; retrying",
                               self._identity.worker_id)
 
-    def _wait_for_due(self, next_beat: float) -> list[rm.Held]:
+    def _wait_for_due(self, next_beat: float) -> list[held_mod.Held]:
         """Wait for the next heartbeat or RUNNING due; the requests whose RUNNING is due.
 
         Those due within half the delay come along: one wake-up serves a
@@ -427,9 +427,9 @@ class Replier:
                 due.append(self._running_due.popleft()[1])
             return due
 
-    def _send_running(self, due: list[rm.Held]) -> None:
+    def _send_running(self, due: list[held_mod.Held]) -> None:
         """Tell RUNNING about each of ``due`` still running (see started())."""
         for held in due:
             with self._answer_lock:
-                if held.state == rm.RUNNING and not held.fenced:
+                if held.state == held_mod.RUNNING and not held.fenced:
                     self.reply(held.reply_to, held.key[0], pr.RUNNING, held.attempt)

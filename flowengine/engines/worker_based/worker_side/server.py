@@ -52,7 +52,7 @@ from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import liveness as lv
 from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import endpoint as endpoint_mod
-from flowengine.engines.worker_based.worker_side import held as rm
+from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side import runner as running_mod
 from flowengine.engines.worker_based.worker_side.fence import Fence
 from flowengine.engines.worker_based.worker_side.intake import Intake
@@ -168,7 +168,7 @@ class Server:
         if middleware is None:
             middleware = default_middleware(exchange, identity, broker, events)
         self._middleware = MiddlewareChain(middleware)
-        self._memory = rm.RequestMemory() if room is None else room.memory()
+        self._memory = held_mod.RequestMemory() if room is None else room.memory()
         # Each engine's clock, read off its messages: expiry never compares
         # two hosts' clocks (see wire/peer_clock.py).
         clocks = PeerClocks()
@@ -230,7 +230,7 @@ class Server:
         return self._capacity
 
     @property
-    def memory(self) -> rm.RequestMemory:
+    def memory(self) -> held_mod.RequestMemory:
         """The requests held and recently finished (duplicate detection)."""
         return self._memory
 
@@ -290,7 +290,7 @@ class Server:
 
     def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
         """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
-        return [(held.key[:2], held.reply_to, held.state != rm.QUEUED)
+        return [(held.key[:2], held.reply_to, held.state != held_mod.QUEUED)
                 for held in self._memory.held()]
 
     def wait_until_sent(self, keys: set[tuple[str, str]], deadline: float) -> bool:
