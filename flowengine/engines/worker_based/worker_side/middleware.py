@@ -139,17 +139,40 @@ class Middleware:
         """Thread calling stop(): ``topic`` stopped consuming (held requests go on)."""
 
 
+#: The hook points of :class:`Middleware`, by name.
+_HOOKS = tuple(name for name, value in vars(Middleware).items()
+               if callable(value) and not name.startswith("_"))
+
+
+def _overrides(item: Middleware, hook: str) -> bool:
+    """Whether ``item`` does anything at ``hook`` (its method is not the base class's no-op)."""
+    method = getattr(item, hook)
+    return getattr(method, "__func__", method) is not getattr(Middleware, hook)
+
+
 class MiddlewareChain:
-    """Walks an ordered list of middleware at each hook point, logging (never raising) errors."""
+    """Walks an ordered list of middleware at each hook point, logging (never raising) errors.
+
+    The list is fixed when the chain is made; at each hook point only the
+    middleware that override that hook are called (most hear of a few
+    points only, and this runs several times per request).
+    """
 
     def __init__(self, middleware: Iterable[Middleware] = ()) -> None:
-        self.middleware: list[Middleware] = list(middleware)
+        self._middleware: tuple[Middleware, ...] = tuple(middleware)
+        self._by_hook: dict[str, tuple[Middleware, ...]] = {
+            hook: tuple(m for m in self._middleware if _overrides(m, hook)) for hook in _HOOKS}
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """The middleware, in the order they are called."""
+        return self._middleware
 
     def __iter__(self) -> Iterator[Middleware]:
-        return iter(self.middleware)
+        return iter(self._middleware)
 
     def _each(self, what: str, call: Callable[[Middleware], object]) -> None:
-        for item in self.middleware:
+        for item in self._by_hook[what]:
             try:
                 call(item)
             except Exception:
@@ -161,7 +184,7 @@ class MiddlewareChain:
 
     def refuse_start(self, job: Job) -> BaseException | None:
         """The first veto of the list (see :meth:`Middleware.refuse_start`), or None."""
-        for item in self.middleware:
+        for item in self._by_hook["refuse_start"]:
             try:
                 error = item.refuse_start(job)
             except Exception:
@@ -185,7 +208,7 @@ class MiddlewareChain:
 
     def override_result(self, job: Job, result: Any) -> Any:
         """The result once every middleware had its say (see Middleware.override_result)."""
-        for item in self.middleware:
+        for item in self._by_hook["override_result"]:
             try:
                 result = item.override_result(job, result)
             except Exception:
