@@ -202,9 +202,10 @@ def test_worker_in_another_process_over_the_filesystem(tmp_path, unique_name):
 
     options = {"data_folder": str(tmp_path)}
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))]
         + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # worker_tasks.py
     with Client(unique_name, transport="filesystem", transport_options=options) as client:
         proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, unique_name,
                                  str(tmp_path), here], env=env)

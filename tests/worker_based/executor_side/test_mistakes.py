@@ -28,7 +28,8 @@ from flowengine.patterns import linear_flow as lf
 from tests.worker_based import executor_tasks as et
 from tests.worker_based.executor_helpers import MEMORY, WAIT_S, running_worker, unique
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 #: Bounds a command that must fail at once (a broken setup would hang instead).
 COMMAND_TIMEOUT_S = 60

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.broker
 #: Bound (s) on every wait: reached only when the behaviour is broken.
 WAIT_S = 10.0
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent  # tests/worker_based
 ROOT = HERE.parent.parent
 CHILD = HERE / "fs_private_consumer.py"
 

@@ -60,8 +60,8 @@ SHORT_LEASE_S = 0.3
 #: A lease (s) no test outlives: nobody is reclaimed by accident.
 LONG_LEASE_S = 30.0
 
-ROOT = Path(__file__).resolve().parents[2]
-CONSUMER_SCRIPT = Path(__file__).with_name("redis_transport_consumer.py")
+ROOT = Path(__file__).resolve().parents[3]
+CONSUMER_SCRIPT = Path(__file__).resolve().parent.parent / "redis_transport_consumer.py"
 SEP = "\x06\x16"  # kombu's separator inside a binding entry
 WORK_KEY = "work"
 REPLY_KEY = "reply"

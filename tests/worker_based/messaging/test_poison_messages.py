@@ -85,7 +85,8 @@ from tests import waiting
 from tests.proc_utils import stop_processes
 from tests.worker_based import poison_tasks as pt
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 
 TOPIC = "poison"
 
