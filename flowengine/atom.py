@@ -39,8 +39,7 @@ def _save_as_to_mapping(provides: Any) -> dict[Any, Any]:
         return {symbol: index for index, symbol in enumerate(provides)}
     if isinstance(provides, AbstractSet):
         return {symbol: symbol for symbol in provides}
-    raise TypeError("Atom provides parameter should be str, set or tuple/list,"
-                    f" not {provides!r}")
+    raise TypeError(f"Atom provides parameter should be str, set or tuple/list, not {provides!r}")
 
 
 def _rebind_to_dict(required_args: list[str], rebind: Any) -> dict[str, Any]:
@@ -50,16 +49,21 @@ def _rebind_to_dict(required_args: list[str], rebind: Any) -> dict[str, Any]:
         # Positional: the i-th symbol feeds the i-th required argument; any
         # extra symbols are passed under their own name (to **kwargs).
         mapping = dict(zip(required_args, rebind))
-        mapping.update((s, s) for s in rebind[len(required_args):])
+        mapping.update((s, s) for s in rebind[len(required_args) :])
         return mapping
     if isinstance(rebind, Mapping):
         return dict(rebind)
     raise TypeError(f"Invalid rebind value '{rebind}' ({type(rebind)})")
 
 
-def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
-                      function: Callable[..., Any], auto_extract: bool,
-                      ignore_list: Iterable[str] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
+def build_arg_mapping(
+    atom_name: str,
+    requires: Any,
+    rebind: Any,
+    function: Callable[..., Any],
+    auto_extract: bool,
+    ignore_list: Iterable[str] = (),
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Return (required, optional) dicts of argument name -> symbol for function.
 
     Raises ValueError naming the atom when rebind/requires name arguments the
@@ -67,8 +71,9 @@ def build_arg_mapping(atom_name: str, requires: Any, rebind: Any,
     """
     ignored = set(ignore_list)
     all_args, required_names, takes_kwargs = reflection.arg_info(function)
-    required_args = [a for a in required_names if a not in ignored] if ignored \
-        else list(required_names)
+    required_args = (
+        [a for a in required_names if a not in ignored] if ignored else list(required_names)
+    )
     required: dict[str, Any] = {}
     if auto_extract:
         required.update((a, a) for a in required_args)
@@ -101,14 +106,18 @@ def _same_or(first: _Mapping, second: _Mapping) -> _Mapping:
     An atom's revert usually takes what its execute takes; sharing the
     (never changed) mapping and sets halves what every atom holds.
     """
-    if first[0] == second[0] and tuple(first[1]) == tuple(second[1]) \
-            and tuple(first[2]) == tuple(second[2]):
+    if (
+        first[0] == second[0]
+        and tuple(first[1]) == tuple(second[1])
+        and tuple(first[2]) == tuple(second[2])
+    ):
         return first
     return second
 
 
-def _revert_takes_what_execute_takes(execute: Callable[..., Any],
-                                     revert: Callable[..., Any]) -> bool:
+def _revert_takes_what_execute_takes(
+    execute: Callable[..., Any], revert: Callable[..., Any]
+) -> bool:
     """Whether revert's mapping is bound to equal execute's, given the same requires/rebind.
 
     True when revert's parameters, less the engine's own revert arguments,
@@ -135,9 +144,14 @@ _Mapped = tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]
 _MAPPINGS: dict[tuple[Any, ...], _Mapped] = {}
 
 
-def _mapping_key(executor: Callable[..., Any], requires: Any, rebind: Any,
-                 auto_extract: bool, ignore_list: Iterable[str] | None,
-                 inject: Mapping[str, Any] | None) -> tuple[Any, ...] | None:
+def _mapping_key(
+    executor: Callable[..., Any],
+    requires: Any,
+    rebind: Any,
+    auto_extract: bool,
+    ignore_list: Iterable[str] | None,
+    inject: Mapping[str, Any] | None,
+) -> tuple[Any, ...] | None:
     """The key of an atom mapped by its function's signature alone; None for any other.
 
     Only atoms given no ``requires``, ``rebind`` or ``inject`` are
@@ -148,8 +162,12 @@ def _mapping_key(executor: Callable[..., Any], requires: Any, rebind: Any,
         return None
     function = getattr(executor, "__func__", None)
     bound = function is not None and getattr(executor, "__self__", None) is not None
-    key = (function if bound else executor, bound, auto_extract,
-           tuple(ignore_list) if ignore_list else ())
+    key = (
+        function if bound else executor,
+        bound,
+        auto_extract,
+        tuple(ignore_list) if ignore_list else (),
+    )
     try:
         hash(key)
     except TypeError:
@@ -166,11 +184,18 @@ class Atom(metaclass=abc.ABCMeta):
     #: What the atom provides when the ``provides`` argument is not given.
     default_provides: Any = None
 
-    def __init__(self, name: str | None = None, provides: Any = None,
-                 requires: Any = None, auto_extract: bool = True, rebind: Any = None,
-                 inject: Mapping[str, Any] | None = None,
-                 ignore_list: Iterable[str] | None = None,
-                 revert_rebind: Any = None, revert_requires: Any = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        inject: Mapping[str, Any] | None = None,
+        ignore_list: Iterable[str] | None = None,
+        revert_rebind: Any = None,
+        revert_requires: Any = None,
+    ) -> None:
         if provides is None:
             provides = self.default_provides
         # Tasks default to their class name (BaseTask); a retry stays unnamed
@@ -184,27 +209,45 @@ class Atom(metaclass=abc.ABCMeta):
         self.provides = OrderedSet.over_keys(self.save_as)
         ignore = list(ignore_list or ())
         executing = self._build_arg_mapping(
-            self.execute, requires=requires, rebind=rebind,
-            auto_extract=auto_extract, ignore_list=ignore)
+            self.execute,
+            requires=requires,
+            rebind=rebind,
+            auto_extract=auto_extract,
+            ignore_list=ignore,
+        )
         self.rebind, exec_requires, self.optional = executing
         # The engine passes 'result' and 'flow_failures' to revert itself.
-        if not revert_requires and not revert_rebind \
-                and _revert_takes_what_execute_takes(self.execute, self.revert):
+        if (
+            not revert_requires
+            and not revert_rebind
+            and _revert_takes_what_execute_takes(self.execute, self.revert)
+        ):
             reverting = executing
         else:
-            reverting = _same_or(executing, self._build_arg_mapping(
-                self.revert, requires=revert_requires or requires,
-                rebind=revert_rebind or rebind, auto_extract=auto_extract,
-                ignore_list=ignore + list(_ENGINE_REVERT_ARGS)))
+            reverting = _same_or(
+                executing,
+                self._build_arg_mapping(
+                    self.revert,
+                    requires=revert_requires or requires,
+                    rebind=revert_rebind or rebind,
+                    auto_extract=auto_extract,
+                    ignore_list=ignore + list(_ENGINE_REVERT_ARGS),
+                ),
+            )
         self.revert_rebind, self.revert_requires, self.revert_optional = reverting
         #: Symbols needed to execute or revert (TaskFlow's union of both).
-        self.requires = exec_requires if reverting is executing \
-            else exec_requires.union(self.revert_requires)
+        self.requires = (
+            exec_requires if reverting is executing else exec_requires.union(self.revert_requires)
+        )
 
-    def _build_arg_mapping(self, executor: Callable[..., Any], requires: Any = None,
-                           rebind: Any = None, auto_extract: bool = True,
-                           ignore_list: Iterable[str] | None = None,
-                           ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
+    def _build_arg_mapping(
+        self,
+        executor: Callable[..., Any],
+        requires: Any = None,
+        rebind: Any = None,
+        auto_extract: bool = True,
+        ignore_list: Iterable[str] | None = None,
+    ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
         """Return (arg name -> symbol, required symbols, optional symbols) for executor.
 
         The same function with the same arguments always maps the same way:
@@ -227,13 +270,19 @@ class Atom(metaclass=abc.ABCMeta):
         _MAPPINGS[key] = built
         return dict(built[0]), built[1], built[2]
 
-    def _map_arguments(self, executor: Callable[..., Any], requires: Any, rebind: Any,
-                       auto_extract: bool, ignore_list: Iterable[str] | None,
-                       ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
+    def _map_arguments(
+        self,
+        executor: Callable[..., Any],
+        requires: Any,
+        rebind: Any,
+        auto_extract: bool,
+        ignore_list: Iterable[str] | None,
+    ) -> tuple[dict[str, Any], OrderedSet[str], OrderedSet[str]]:
         """_build_arg_mapping's work, done once per distinct key."""
         owner = self.name or reflection.get_class_name(self)
-        required, optional = build_arg_mapping(owner, requires, rebind, executor,
-                                               auto_extract, ignore_list or ())
+        required, optional = build_arg_mapping(
+            owner, requires, rebind, executor, auto_extract, ignore_list or ()
+        )
         if not required:
             needed: OrderedSet[str] = OrderedSet.EMPTY
         elif not optional and all(arg == symbol for arg, symbol in required.items()):

@@ -61,95 +61,199 @@ def _parse_option(text: str) -> tuple[str, Any]:
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="flowengine", description="flowengine: TaskFlow-compatible workflow engine.")
+        prog="flowengine", description="flowengine: TaskFlow-compatible workflow engine."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     worker = sub.add_parser("worker", help="run a worker until SIGINT/SIGTERM")
-    worker.add_argument("--url", default=None,
-                        help="broker URL (kombu format; default: $FLOWENGINE_BROKER_URL)")
+    worker.add_argument(
+        "--url", default=None, help="broker URL (kombu format; default: $FLOWENGINE_BROKER_URL)"
+    )
     worker.add_argument("--exchange", required=True, help="exchange name")
-    worker.add_argument("--topic", required=True, action="append",
-                        help="topic this worker consumes (repeatable: several topics, the"
-                             " first one's requests taken first when several have work)")
-    worker.add_argument("--tasks", required=True, nargs="+", action="extend",
-                        metavar="module[:Class]",
-                        help="modules or task classes this worker may run")
-    worker.add_argument("--threads", "--concurrency", dest="threads", type=int,
-                        default=None, help="how many requests run at once")
-    worker.add_argument("--executor", default="threads",
-                        choices=["threads", "thread", "processes", "process"],
-                        help="where task bodies run: pool threads (default), or a child"
-                             " process forked per task (hard time limits kill it)")
-    worker.add_argument("--soft-time-limit", type=float, default=None, metavar="SECONDS",
-                        help="default soft limit: SoftTimeLimitExceeded is raised in the task")
-    worker.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                        help="default hard limit: the task is stopped and fails")
+    worker.add_argument(
+        "--topic",
+        required=True,
+        action="append",
+        help="topic this worker consumes (repeatable: several topics, the"
+        " first one's requests taken first when several have work)",
+    )
+    worker.add_argument(
+        "--tasks",
+        required=True,
+        nargs="+",
+        action="extend",
+        metavar="module[:Class]",
+        help="modules or task classes this worker may run",
+    )
+    worker.add_argument(
+        "--threads",
+        "--concurrency",
+        dest="threads",
+        type=int,
+        default=None,
+        help="how many requests run at once",
+    )
+    worker.add_argument(
+        "--executor",
+        default="threads",
+        choices=["threads", "thread", "processes", "process"],
+        help="where task bodies run: pool threads (default), or a child"
+        " process forked per task (hard time limits kill it)",
+    )
+    worker.add_argument(
+        "--soft-time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="default soft limit: SoftTimeLimitExceeded is raised in the task",
+    )
+    worker.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="default hard limit: the task is stopped and fails",
+    )
     worker.add_argument("--transport", default=None, help="kombu transport name")
-    worker.add_argument("--transport-option", dest="transport_options", default=[],
-                        action="append", type=_parse_option, metavar="KEY=VALUE",
-                        help="transport option (repeatable; values parsed as JSON)")
-    worker.add_argument("--durable", action="store_true",
-                        help="durable exchange/queues and persistent messages (every"
-                             " executor on the exchange must agree)")
-    worker.add_argument("--failover-strategy", default="round-robin",
-                        choices=["round-robin", "shuffle"],
-                        help="order in which the URLs of a failover list (--url"
-                             " 'amqp://h1//;amqp://h2//') are tried (default round-robin)")
-    worker.add_argument("--queue-type", default="classic", choices=["classic", "quorum"],
-                        help="RabbitMQ queue type: quorum (with --durable) replicates the"
-                             " queues across a cluster's nodes (every executor on the"
-                             " exchange must agree; default classic)")
-    worker.add_argument("--secret-file", default=None, metavar="PATH",
-                        help="file of shared signing keys, one a line, the signing key"
-                             " first (default: $FLOWENGINE_SECRET_FILE/$FLOWENGINE_SECRET)")
-    worker.add_argument("--heartbeat-interval", type=float, default=None, metavar="SECONDS",
-                        help="seconds between heartbeats of each held request (default 2;"
-                             " executors declare it lost after 3 missed ones)")
-    worker.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
-                        metavar="BYTES",
-                        help="largest message body taken; a larger request is refused"
-                             f" with a FAILURE and dead-lettered (default {MAX_BODY_BYTES})")
-    worker.add_argument("--max-redeliveries", type=int, default=3, metavar="N",
-                        help="times a message may be in hand when a consume loop fails"
-                             " before it is dead-lettered unread (default 3)")
-    worker.add_argument("--compat", default=None, choices=["taskflow"],
-                        help="share the exchange with TaskFlow engines/workers: declare"
-                             " what TaskFlow declares (see the migration guide)")
-    worker.add_argument("--loglevel", default=None, metavar="LEVEL",
-                        help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL")
-    worker.add_argument("--logfile", default=None, metavar="PATH",
-                        help="append the log to this file instead of stderr")
-    worker.add_argument("--pidfile", default=None, metavar="PATH",
-                        help="write the pid here while running (refused while the pid"
-                             " it holds runs)")
-    worker.add_argument("--exception-handler", dest="exception_handlers", default=[],
-                        action="append", metavar="module:function",
-                        help="called with each failed request before the default WARNING"
-                             " log line (repeatable; returning False stops the chain)")
-    worker.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
-                        help="serve Prometheus metrics on this port (needs"
-                             " pip install 'flowengine[metrics]')")
-    worker.add_argument("--metrics-address", default=None, metavar="ADDRESS",
-                        help="address the metrics server listens on (default 0.0.0.0)")
+    worker.add_argument(
+        "--transport-option",
+        dest="transport_options",
+        default=[],
+        action="append",
+        type=_parse_option,
+        metavar="KEY=VALUE",
+        help="transport option (repeatable; values parsed as JSON)",
+    )
+    worker.add_argument(
+        "--durable",
+        action="store_true",
+        help="durable exchange/queues and persistent messages (every"
+        " executor on the exchange must agree)",
+    )
+    worker.add_argument(
+        "--failover-strategy",
+        default="round-robin",
+        choices=["round-robin", "shuffle"],
+        help="order in which the URLs of a failover list (--url"
+        " 'amqp://h1//;amqp://h2//') are tried (default round-robin)",
+    )
+    worker.add_argument(
+        "--queue-type",
+        default="classic",
+        choices=["classic", "quorum"],
+        help="RabbitMQ queue type: quorum (with --durable) replicates the"
+        " queues across a cluster's nodes (every executor on the"
+        " exchange must agree; default classic)",
+    )
+    worker.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="file of shared signing keys, one a line, the signing key"
+        " first (default: $FLOWENGINE_SECRET_FILE/$FLOWENGINE_SECRET)",
+    )
+    worker.add_argument(
+        "--heartbeat-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between heartbeats of each held request (default 2;"
+        " executors declare it lost after 3 missed ones)",
+    )
+    worker.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=MAX_BODY_BYTES,
+        metavar="BYTES",
+        help="largest message body taken; a larger request is refused"
+        f" with a FAILURE and dead-lettered (default {MAX_BODY_BYTES})",
+    )
+    worker.add_argument(
+        "--max-redeliveries",
+        type=int,
+        default=3,
+        metavar="N",
+        help="times a message may be in hand when a consume loop fails"
+        " before it is dead-lettered unread (default 3)",
+    )
+    worker.add_argument(
+        "--compat",
+        default=None,
+        choices=["taskflow"],
+        help="share the exchange with TaskFlow engines/workers: declare"
+        " what TaskFlow declares (see the migration guide)",
+    )
+    worker.add_argument(
+        "--loglevel",
+        default=None,
+        metavar="LEVEL",
+        help="DEBUG, INFO (default), WARNING, ERROR or CRITICAL",
+    )
+    worker.add_argument(
+        "--logfile",
+        default=None,
+        metavar="PATH",
+        help="append the log to this file instead of stderr",
+    )
+    worker.add_argument(
+        "--pidfile",
+        default=None,
+        metavar="PATH",
+        help="write the pid here while running (refused while the pid it holds runs)",
+    )
+    worker.add_argument(
+        "--exception-handler",
+        dest="exception_handlers",
+        default=[],
+        action="append",
+        metavar="module:function",
+        help="called with each failed request before the default WARNING"
+        " log line (repeatable; returning False stops the chain)",
+    )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port (needs pip install 'flowengine[metrics]')",
+    )
+    worker.add_argument(
+        "--metrics-address",
+        default=None,
+        metavar="ADDRESS",
+        help="address the metrics server listens on (default 0.0.0.0)",
+    )
 
     demo = sub.add_parser("demo", help="run a sample flow on worker processes")
     demo.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
-    demo.add_argument("--url", default=None,
-                      help="broker URL (redis://..., amqp://...); default: a temporary"
-                           " folder with the filesystem transport")
-    demo.add_argument("--sources", type=int, default=None,
-                      help="width of the sample flow (8 gives 32 tasks)")
-    worker.add_argument("--events", action="store_true",
-                        help="publish worker/task events on <exchange>.events (for"
-                             " `flowengine events`; off by default: it costs latency)")
+    demo.add_argument(
+        "--url",
+        default=None,
+        help="broker URL (redis://..., amqp://...); default: a temporary"
+        " folder with the filesystem transport",
+    )
+    demo.add_argument(
+        "--sources", type=int, default=None, help="width of the sample flow (8 gives 32 tasks)"
+    )
+    worker.add_argument(
+        "--events",
+        action="store_true",
+        help="publish worker/task events on <exchange>.events (for"
+        " `flowengine events`; off by default: it costs latency)",
+    )
     commands.add_parsers(sub, _parse_option)  # events, graph, run
     for subparser in sub.choices.values():
         # `flowengine worker -v ...` as well as `flowengine -v worker ...`;
         # SUPPRESS keeps an absent sub-level flag from undoing the top-level one.
-        subparser.add_argument("-v", "--verbose", action="store_true",
-                               default=argparse.SUPPRESS, help="log at DEBUG level")
+        subparser.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="log at DEBUG level",
+        )
     return parser
 
 
@@ -167,8 +271,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # are its log. The other commands talk to a person, who wants results
     # and warnings, not the engine's chatter.
     quiet = logging.INFO if args.command in ("worker", "conductor") else logging.WARNING
-    logging.basicConfig(level=logging.DEBUG if args.verbose else quiet,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else quiet,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         try:
             code = _dispatch(args)
@@ -245,8 +351,11 @@ def _describe(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     if not text:
         return type(error).__name__
-    return text[0] if isinstance(error, exc.FlowEngineError) else (
-        f"{type(error).__name__}: {text[0]}")
+    return (
+        text[0]
+        if isinstance(error, exc.FlowEngineError)
+        else (f"{type(error).__name__}: {text[0]}")
+    )
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -257,15 +366,16 @@ def run_worker(args: argparse.Namespace) -> int:
     from flowengine.engines.worker_based.worker_side import worker as wkr
     from flowengine.utils import threading_utils as tu
 
-    broker_errors.check_shared(args.url, args.transport,
-                               "no engine in another process could reach this worker")
+    broker_errors.check_shared(
+        args.url, args.transport, "no engine in another process could reach this worker"
+    )
     if len(set(args.topic)) != len(args.topic):
-        print(f"flowengine worker: --topic given twice ({', '.join(args.topic)})",
-              file=sys.stderr)
+        print(f"flowengine worker: --topic given twice ({', '.join(args.topic)})", file=sys.stderr)
         return 2
     try:
-        worker_setup.configure_logging(worker_setup.log_level(args.loglevel, args.verbose),
-                                       args.logfile)
+        worker_setup.configure_logging(
+            worker_setup.log_level(args.loglevel, args.verbose), args.logfile
+        )
         task_classes = _task_classes(args.tasks)
         handlers = worker_setup.exception_handlers(args.exception_handlers)
     except (_NoTasks, worker_setup.SetupError) as e:
@@ -278,19 +388,22 @@ def run_worker(args: argparse.Namespace) -> int:
     for option in ("soft_time_limit", "time_limit"):
         value = getattr(args, option)
         if value is not None and not value > 0:
-            print(f"flowengine worker: --{option.replace('_', '-')} must be > 0",
-                  file=sys.stderr)
+            print(f"flowengine worker: --{option.replace('_', '-')} must be > 0", file=sys.stderr)
             return 2
     metrics = None
     if args.metrics_port is not None:
         from flowengine import metrics as metrics_mod
 
         metrics = metrics_mod.WorkerMetrics()
-    worker = wkr.Worker(args.exchange, args.topic, task_classes, executor=args.executor,
-                        threads_count=threads,
-                        broker=worker_setup.broker_settings(
-                            args, _read_secret_file(args.secret_file)),
-                        settings=worker_setup.worker_settings(args, handlers, metrics))
+    worker = wkr.Worker(
+        args.exchange,
+        args.topic,
+        task_classes,
+        executor=args.executor,
+        threads_count=threads,
+        broker=worker_setup.broker_settings(args, _read_secret_file(args.secret_file)),
+        settings=worker_setup.worker_settings(args, handlers, metrics),
+    )
     if metrics is not None:
         from flowengine import metrics as metrics_mod
 
@@ -299,8 +412,10 @@ def run_worker(args: argparse.Namespace) -> int:
         try:
             metrics_mod.serve(args.metrics_port, metrics.registry, address)
         except OSError as e:
-            print(f"flowengine worker: --metrics-port {args.metrics_port}: {e.strerror or e}",
-                  file=sys.stderr)
+            print(
+                f"flowengine worker: --metrics-port {args.metrics_port}: {e.strerror or e}",
+                file=sys.stderr,
+            )
             return 2
         LOG.info("Prometheus metrics on http://%s:%d/metrics", address, args.metrics_port)
     # SIGINT/SIGTERM: warm shutdown; a second one: cold (see shutdown.py).
@@ -342,8 +457,10 @@ def _task_classes(items: Sequence[str]) -> list[type]:
         except (ImportError, TypeError, AttributeError) as e:
             raise _NoTasks(f"--tasks {item}: {e}") from e
         if not found:
-            raise _NoTasks(f"--tasks {item}: the module defines no task class (a concrete"
-                           f" Task subclass defined in it, not imported into it)")
+            raise _NoTasks(
+                f"--tasks {item}: the module defines no task class (a concrete"
+                f" Task subclass defined in it, not imported into it)"
+            )
         classes.extend(found)
     return classes
 
@@ -382,8 +499,10 @@ class _Progress:
             self._done += 1
             width = 30
             filled = width * self._done // self._total
-            line = (f"[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total}"
-                    f" tasks done (last: {details['task_name']})")
+            line = (
+                f"[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total}"
+                f" tasks done (last: {details['task_name']})"
+            )
             if self._live:
                 self._stream.write("\r" + line.ljust(79))
             elif self._done * 10 // self._total != (self._done - 1) * 10 // self._total:
@@ -401,10 +520,21 @@ class _Progress:
             self._stream.flush()
 
 
-def _worker_command(exchange: str, topic: str, url: str | None, transport: str | None,
-                    options: dict[str, Any]) -> list[str]:
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-           "--topic", topic, "--tasks", "flowengine.demo.tasks"]
+def _worker_command(
+    exchange: str, topic: str, url: str | None, transport: str | None, options: dict[str, Any]
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--exchange",
+        exchange,
+        "--topic",
+        topic,
+        "--tasks",
+        "flowengine.demo.tasks",
+    ]
     if url:
         cmd += ["--url", url]
     if transport:
@@ -467,8 +597,7 @@ def run_demo(args: argparse.Namespace) -> int:
             options = {"data_folder": tmp}
         # A fresh exchange per run: old queues on a real broker cannot interfere.
         exchange = f"{DEMO_EXCHANGE}-{uuid.uuid4().hex[:8]}"
-        where = (maybe_sanitize_url(args.url) if args.url
-                 else f"filesystem transport in {tmp}")
+        where = maybe_sanitize_url(args.url) if args.url else f"filesystem transport in {tmp}"
         print(f"Starting {args.workers} worker processes ({where})...", flush=True)
         procs: list[subprocess.Popen[bytes]] = []
         logs: list[str] = []
@@ -477,21 +606,31 @@ def run_demo(args: argparse.Namespace) -> int:
             # Listening before the workers start: each one's announcement
             # reaches us (a NOTIFY to their shared topic would reach only one).
             executor = wbe.WorkerTaskExecutor(
-                uuid=uuid.uuid4().hex, exchange=exchange, topics=[DEMO_TOPIC],
-                url=args.url, transport=transport, transport_options=options or None)
+                uuid=uuid.uuid4().hex,
+                exchange=exchange,
+                topics=[DEMO_TOPIC],
+                url=args.url,
+                transport=transport,
+                transport_options=options or None,
+            )
             executor.start()
             cmd = _worker_command(exchange, DEMO_TOPIC, args.url, transport, options)
             for i in range(args.workers):
                 log_path = os.path.join(tmp, f"worker-{i}.log")
                 logs.append(log_path)
                 with open(log_path, "wb") as log:
-                    procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                                  env=_child_env()))
+                    procs.append(
+                        subprocess.Popen(
+                            cmd, stdout=log, stderr=subprocess.STDOUT, env=_child_env()
+                        )
+                    )
             missing = executor.wait_for_workers(args.workers, DEMO_WORKER_START_TIMEOUT_S)
             if missing:
-                print(f"flowengine demo: {missing} of {args.workers} workers did not"
-                      f" announce themselves within {DEMO_WORKER_START_TIMEOUT_S:.0f} s",
-                      file=sys.stderr)
+                print(
+                    f"flowengine demo: {missing} of {args.workers} workers did not"
+                    f" announce themselves within {DEMO_WORKER_START_TIMEOUT_S:.0f} s",
+                    file=sys.stderr,
+                )
                 for path in logs:
                     print(f"--- {os.path.basename(path)} ---\n{_tail(path)}", file=sys.stderr)
                 return 1
@@ -524,8 +663,10 @@ def run_demo(args: argparse.Namespace) -> int:
             runner.join(DEMO_RUN_TIMEOUT_S)
             progress.finish()
             if runner.is_alive():
-                print(f"flowengine demo: the flow did not finish within"
-                      f" {DEMO_RUN_TIMEOUT_S:.0f} s", file=sys.stderr)
+                print(
+                    f"flowengine demo: the flow did not finish within {DEMO_RUN_TIMEOUT_S:.0f} s",
+                    file=sys.stderr,
+                )
                 return 1
             if errors:
                 print(f"flowengine demo: the flow failed: {errors[0]}", file=sys.stderr)
@@ -535,12 +676,17 @@ def run_demo(args: argparse.Namespace) -> int:
             print(f"Result: {report}")
             expected = demo_flow.expected_total(sources)
             if report != f"{sources} sources, sum of squares = {expected}":
-                print(f"flowengine demo: unexpected result (expected total {expected})",
-                      file=sys.stderr)
+                print(
+                    f"flowengine demo: unexpected result (expected total {expected})",
+                    file=sys.stderr,
+                )
                 return 1
-            print(f"Ran {total} tasks on {args.workers} workers in {took:.2f} s"
-                  f" ({1000 * took / total:.1f} ms per task); total"
-                  f" {time.monotonic() - started:.2f} s", flush=True)
+            print(
+                f"Ran {total} tasks on {args.workers} workers in {took:.2f} s"
+                f" ({1000 * took / total:.1f} ms per task); total"
+                f" {time.monotonic() - started:.2f} s",
+                flush=True,
+            )
             return 0
         finally:
             if executor is not None:

@@ -29,15 +29,18 @@ class Depth(enum.StrEnum):
         if isinstance(desired_depth, cls):
             return desired_depth
         if not isinstance(desired_depth, str):
-            raise TypeError("Unexpected desired depth type, string type expected,"
-                            f" not {type(desired_depth)}")
+            raise TypeError(
+                f"Unexpected desired depth type, string type expected, not {type(desired_depth)}"
+            )
         try:
             return cls(desired_depth.upper())
         except ValueError:
             names = sorted(d.name for d in cls)
-            raise ValueError(f"Unexpected decider depth value, one of {names}"
-                             f" (case-insensitive) is expected and not"
-                             f" '{desired_depth}'") from None
+            raise ValueError(
+                f"Unexpected decider depth value, one of {names}"
+                f" (case-insensitive) is expected and not"
+                f" '{desired_depth}'"
+            ) from None
 
 
 # Widest influence first.

@@ -72,12 +72,14 @@ class TaskFlowException(Exception):
         # Never route through __str__ here: it calls pformat, which calls us.
         return str(self.args[0]) if self.args else ""
 
-    def pformat(self, indent: int = 2, indent_text: str = " ",
-                show_root_class: bool = False) -> str:
+    def pformat(
+        self, indent: int = 2, indent_text: str = " ", show_root_class: bool = False
+    ) -> str:
         """Format this error and its chain of causes, one indented line each."""
         if indent < 0:
-            raise ValueError(f"Provided 'indent' must be greater than or equal"
-                             f" to zero instead of {indent}")
+            raise ValueError(
+                f"Provided 'indent' must be greater than or equal to zero instead of {indent}"
+            )
         parts = []
         if show_root_class:
             parts.append(type(self).__name__ + ": ")
@@ -108,6 +110,7 @@ FlowEngineError = TaskFlowException
 
 # Storage, conductor and job errors.
 
+
 class StorageFailure(FlowEngineError):
     """A persistence backend could not read, save or delete something."""
 
@@ -134,6 +137,7 @@ class FencedOut(StorageFailure):
 
 # Errors while running.
 
+
 class ExecutionFailure(FlowEngineError):
     """The engine failed while executing a flow."""
 
@@ -148,6 +152,7 @@ class InvalidState(ExecutionFailure):
 
 # Dependency and compilation errors.
 
+
 class DependencyFailure(FlowEngineError):
     """Some dependency between atoms or flows could not be satisfied."""
 
@@ -159,13 +164,18 @@ class AmbiguousDependency(DependencyFailure):
 class MissingDependencies(DependencyFailure):
     """An atom (or one of its methods) requires symbols nothing provides."""
 
-    MESSAGE_TPL = ("'%(who)s' requires %(requirements)s but no other entity"
-                   " produces said requirements")
+    MESSAGE_TPL = (
+        "'%(who)s' requires %(requirements)s but no other entity produces said requirements"
+    )
     METHOD_TPL = "'%(method)s' method on "
 
-    def __init__(self, who: Any, requirements: Any,
-                 cause: BaseException | None = None,
-                 method: str | None = None) -> None:
+    def __init__(
+        self,
+        who: Any,
+        requirements: Any,
+        cause: BaseException | None = None,
+        method: str | None = None,
+    ) -> None:
         message = self.MESSAGE_TPL % {"who": who, "requirements": requirements}
         if method:
             message = (self.METHOD_TPL % {"method": method}) + message
@@ -180,6 +190,7 @@ class CompilationFailure(FlowEngineError):
 
 
 # Miscellaneous errors.
+
 
 class IncompatibleVersion(FlowEngineError):
     """Two versions (of an atom, a format...) are incompatible."""
@@ -220,8 +231,9 @@ class InvalidFormat(FlowEngineError):
 class DisallowedAccess(FlowEngineError):
     """Access is not allowed in the current state."""
 
-    def __init__(self, message: Any, cause: BaseException | None = None,
-                 state: str | None = None) -> None:
+    def __init__(
+        self, message: Any, cause: BaseException | None = None, state: str | None = None
+    ) -> None:
         super().__init__(message, cause=cause)
         self.state = state
 
@@ -280,8 +292,9 @@ class WrappedFailure(Exception):
         return "WrappedFailure: [" + ", ".join(str(c) for c in self._causes) + "]"
 
 
-def raise_with_cause(exc_cls: type[FlowEngineError], message: Any, *args: Any,
-                     **kwargs: Any) -> NoReturn:
+def raise_with_cause(
+    exc_cls: type[FlowEngineError], message: Any, *args: Any, **kwargs: Any
+) -> NoReturn:
     """Raise ``exc_cls(message, ...)`` chained to ``cause`` (or the active exception)."""
     if not (isinstance(exc_cls, type) and issubclass(exc_cls, FlowEngineError)):
         raise ValueError("Subclass of flowengine exception is required")
@@ -294,20 +307,23 @@ def raise_with_cause(exc_cls: type[FlowEngineError], message: Any, *args: Any,
 
 # Worker time limits and shutdown (worker-based engine).
 
+
 class SoftTimeLimitExceeded(TimeoutFailure):
     """Raised inside a task body when its soft time limit passes (it may clean up)."""
 
     # A default message: a worker may raise the class itself inside a thread.
-    def __init__(self, message: Any = "soft time limit exceeded",
-                 cause: BaseException | None = None) -> None:
+    def __init__(
+        self, message: Any = "soft time limit exceeded", cause: BaseException | None = None
+    ) -> None:
         super().__init__(message, cause=cause)
 
 
 class TimeLimitExceeded(TimeoutFailure):
     """A task body ran past its hard time limit and was stopped (killed or interrupted)."""
 
-    def __init__(self, message: Any = "hard time limit exceeded",
-                 cause: BaseException | None = None) -> None:
+    def __init__(
+        self, message: Any = "hard time limit exceeded", cause: BaseException | None = None
+    ) -> None:
         super().__init__(message, cause=cause)
 
 
@@ -336,6 +352,7 @@ class RequestExpired(RequestTimeout):
 
 
 # Broker connections and message authenticity (worker-based engine).
+
 
 class RecoverableError(FlowEngineError):
     """Base of errors that may go away by themselves: the same call can succeed later."""

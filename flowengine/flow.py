@@ -39,8 +39,10 @@ def check_item(flow: Flow, item: object) -> None:
     if item is flow:
         raise ValueError(f"Flow {flow} can not be added to itself")
     if not isinstance(item, (Flow, atom.Atom)):
-        raise TypeError(f"Flow '{flow.name}' can only contain atoms and flows,"
-                        f" not {item!r} ({type(item).__name__})")
+        raise TypeError(
+            f"Flow '{flow.name}' can only contain atoms and flows,"
+            f" not {item!r} ({type(item).__name__})"
+        )
 
 
 class Flow(abc.ABC):
@@ -114,10 +116,9 @@ class Flow(abc.ABC):
     def __str__(self) -> str:
         cls_name = reflection.get_class_name(self)
         if cls_name.startswith(_CHOP_PREFIX):
-            cls_name = cls_name[len(_CHOP_PREFIX):]
+            cls_name = cls_name[len(_CHOP_PREFIX) :]
         # Quoted, as TaskFlow 6.5 prints flows (code may compare the text).
         return f'"{cls_name}: {self.name}(len={len(self)})"'
-
 
 
 class ItemListFlow(Flow):

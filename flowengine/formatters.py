@@ -79,8 +79,9 @@ def _predecessor_tree(graph: Any, atom_name: str) -> _TreeNode:
     return root
 
 
-def _render_tree(top: _TreeNode, stringify: Callable[[_TreeNode], str],
-                 starting_prefix: str = "") -> str:
+def _render_tree(
+    top: _TreeNode, stringify: Callable[[_TreeNode], str], starting_prefix: str = ""
+) -> str:
     """Draw ``top`` and its subtree with ``|__`` connectors, one line per node."""
     lines = [starting_prefix + stringify(top)]
     # Each stack entry carries the column prefix its children inherit.
@@ -93,8 +94,9 @@ def _render_tree(top: _TreeNode, stringify: Callable[[_TreeNode], str],
         lines.append(starting_prefix + columns + "|__" + stringify(node))
         below = columns + (" " if is_last else "|") + "  "
         last_index = len(node.children) - 1
-        stack.extend((child, below, i == last_index)
-                     for i, child in reversed(list(enumerate(node.children))))
+        stack.extend(
+            (child, below, i == last_index) for i, child in reversed(list(enumerate(node.children)))
+        )
     return os.linesep.join(lines)
 
 
@@ -117,8 +119,13 @@ class FailureFormatter:
     # Only failures while executing have a meaningful "what ran before" story.
     _BUILDERS = {states.EXECUTE: (_predecessor_tree, "predecessors")}
 
-    def __init__(self, engine: Any, hide_inputs_outputs_of: Any = (),
-                 mask_inputs_keys: Any = (), mask_outputs_keys: Any = ()) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        hide_inputs_outputs_of: Any = (),
+        mask_inputs_keys: Any = (),
+        mask_outputs_keys: Any = (),
+    ) -> None:
         self._engine = engine
         self._hide_inputs_outputs_of = hide_inputs_outputs_of
         self._mask_inputs_keys = frozenset(mask_inputs_keys)
@@ -131,8 +138,10 @@ class FailureFormatter:
         returned as it is.
         """
         if isinstance(data, dict):
-            return {key: MASK if key in mask_keys else self._mask_keys(value, mask_keys)
-                    for key, value in data.items()}
+            return {
+                key: MASK if key in mask_keys else self._mask_keys(value, mask_keys)
+                for key, value in data.items()
+            }
         if isinstance(data, list):
             return [self._mask_keys(item, mask_keys) for item in data]
         return data
@@ -149,8 +158,7 @@ class FailureFormatter:
             cache[atom_name] = value
             return value
 
-    def _format_node(self, storage: Any, caches: dict[str, dict[str, Any]],
-                     node: _TreeNode) -> str:
+    def _format_node(self, storage: Any, caches: dict[str, dict[str, Any]], node: _TreeNode) -> str:
         kind = node.data.get("kind")
         if kind == FLOW:
             return f"Flow '{_flow_name(node)}'"
@@ -165,8 +173,14 @@ class FailureFormatter:
         ]
         if name not in self._hide_inputs_outputs_of:
             if atom is not None:
-                fetchers.append(("requires", lambda: storage.fetch_mapped_args(
-                    atom.rebind, atom_name=name, optional_args=atom.optional)))
+                fetchers.append(
+                    (
+                        "requires",
+                        lambda: storage.fetch_mapped_args(
+                            atom.rebind, atom_name=name, optional_args=atom.optional
+                        ),
+                    )
+                )
             fetchers.append(("provides", lambda: storage.get_execute_result(name)))
         masks = {"requires": self._mask_inputs_keys, "provides": self._mask_outputs_keys}
         for key, fetch in fetchers:
@@ -198,8 +212,7 @@ class FailureFormatter:
                 return str(name)
         return None
 
-    def format(self, fail: Any, atom_matcher: str | Callable[[Any], bool]
-               ) -> tuple[Any, str]:
+    def format(self, fail: Any, atom_matcher: str | Callable[[Any], bool]) -> tuple[Any, str]:
         """Return ``(exc_info, details)`` for a failure of a task.
 
         ``atom_matcher`` is the task's name, or (as in TaskFlow) a callable
@@ -226,14 +239,21 @@ class FailureFormatter:
             return fail.exc_info, "".join(parts)
         builder, kind = self._BUILDERS[intention]
         root = builder(graph, atom_name)
-        caches: dict[str, dict[str, Any]] = {"intention": {}, "state": {}, "requires": {},
-                                             "provides": {}}
+        caches: dict[str, dict[str, Any]] = {
+            "intention": {},
+            "state": {},
+            "requires": {},
+            "provides": {},
+        }
         total = sum(1 for _ in root.descendants())
         parts.append(f"{total} {kind} (most recent first):" + os.linesep)
 
         def stringify(node: _TreeNode) -> str:
             return self._format_node(storage, caches, node)
 
-        parts.append(os.linesep.join(_render_tree(child, stringify, starting_prefix="  ")
-                                     for child in root.children))
+        parts.append(
+            os.linesep.join(
+                _render_tree(child, stringify, starting_prefix="  ") for child in root.children
+            )
+        )
         return fail.exc_info, "".join(parts)

@@ -36,7 +36,9 @@ class _TracingAdapter(logging.LoggerAdapter[logging.Logger]):
     blather = trace
 
 
-def getLogger(name: str = "flowengine",  # noqa: N802
-              extra: Any = None) -> logging.LoggerAdapter[logging.Logger]:
+def getLogger(
+    name: str = "flowengine",  # noqa: N802
+    extra: Any = None,
+) -> logging.LoggerAdapter[logging.Logger]:
     """The logger ``name`` with ``trace()``; ``extra`` as for logging.LoggerAdapter."""
     return _TracingAdapter(logging.getLogger(name), extra or {})

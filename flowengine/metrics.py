@@ -44,8 +44,22 @@ if TYPE_CHECKING:
 
 #: Run-time histogram buckets (s): from a trivial task's few milliseconds to
 #: the minutes a long body runs; Prometheus adds +Inf.
-RUN_TIME_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                      60.0, 300.0)
+RUN_TIME_BUCKETS_S = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 
 #: Address the metrics server listens on unless told: every interface, as
 #: exporters do (Prometheus scrapes from another host).
@@ -62,18 +76,30 @@ class WorkerMetrics:
         self.registry = registry or prometheus_client.CollectorRegistry()
         labels = ("topic", "task")
         self.received_total = prometheus_client.Counter(
-            "flowengine_worker_requests_received", "Requests taken by this worker",
-            labels, registry=self.registry)
+            "flowengine_worker_requests_received",
+            "Requests taken by this worker",
+            labels,
+            registry=self.registry,
+        )
         self.retried_total = prometheus_client.Counter(
             "flowengine_worker_requests_retried",
-            "Requests taken that were dispatched before (attempt > 0)", labels,
-            registry=self.registry)
+            "Requests taken that were dispatched before (attempt > 0)",
+            labels,
+            registry=self.registry,
+        )
         self.outcomes = prometheus_client.Counter(
-            "flowengine_worker_requests_finished", "Requests finished, by outcome",
-            (*labels, "outcome"), registry=self.registry)
+            "flowengine_worker_requests_finished",
+            "Requests finished, by outcome",
+            (*labels, "outcome"),
+            registry=self.registry,
+        )
         self.run_time = prometheus_client.Histogram(
-            "flowengine_worker_request_run_seconds", "Run time of request bodies",
-            labels, buckets=RUN_TIME_BUCKETS_S, registry=self.registry)
+            "flowengine_worker_request_run_seconds",
+            "Run time of request bodies",
+            labels,
+            buckets=RUN_TIME_BUCKETS_S,
+            registry=self.registry,
+        )
         self._worker: Worker | None = None
 
     def received(self, job: Job, topic: str) -> None:
@@ -104,13 +130,17 @@ class _WorkerGauges(Collector):
 
     def collect(self) -> Iterator[Any]:
         held = self._worker.requests()
-        gauge = GaugeMetricFamily("flowengine_worker_held_requests",
-                                  "Requests held (taken, queued or running)", labels=["state"])
+        gauge = GaugeMetricFamily(
+            "flowengine_worker_held_requests",
+            "Requests held (taken, queued or running)",
+            labels=["state"],
+        )
         for state in ("queued", "running"):
             gauge.add_metric([state], sum(1 for r in held if r["state"] == state))
         yield gauge
-        reconnects = CounterMetricFamily("flowengine_worker_broker_reconnects",
-                                         "Consumer reconnections to the broker")
+        reconnects = CounterMetricFamily(
+            "flowengine_worker_broker_reconnects", "Consumer reconnections to the broker"
+        )
         reconnects.add_metric([], sum(s.proxy.reconnect_count for s in self._worker.servers))
         yield reconnects
 
@@ -121,20 +151,31 @@ class EngineMetrics:
     def __init__(self, registry: prometheus_client.CollectorRegistry | None = None) -> None:
         self.registry = registry or prometheus_client.CollectorRegistry()
         self.tasks = prometheus_client.Counter(
-            "flowengine_engine_tasks", "Task state changes, by task and state",
-            ("task", "state"), registry=self.registry)
+            "flowengine_engine_tasks",
+            "Task state changes, by task and state",
+            ("task", "state"),
+            registry=self.registry,
+        )
         self.run_time = prometheus_client.Histogram(
             "flowengine_engine_remote_run_seconds",
-            "Run time of remote tasks (from RUNNING to the outcome)", ("task",),
-            buckets=RUN_TIME_BUCKETS_S, registry=self.registry)
+            "Run time of remote tasks (from RUNNING to the outcome)",
+            ("task",),
+            buckets=RUN_TIME_BUCKETS_S,
+            registry=self.registry,
+        )
         self.queue_time = prometheus_client.Histogram(
             "flowengine_engine_remote_queue_seconds",
-            "Time remote tasks waited for a worker (first dispatch to RUNNING)", ("task",),
-            buckets=RUN_TIME_BUCKETS_S, registry=self.registry)
+            "Time remote tasks waited for a worker (first dispatch to RUNNING)",
+            ("task",),
+            buckets=RUN_TIME_BUCKETS_S,
+            registry=self.registry,
+        )
         self.redispatches = prometheus_client.Counter(
             "flowengine_engine_redispatches",
             "Requests sent again because their worker fell silent or gave them back",
-            ("task",), registry=self.registry)
+            ("task",),
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._executors: list[Any] = []
         self._classes: dict[str, str] = {}
@@ -185,22 +226,24 @@ class _EngineGauges(Collector):
         self._executors = executors
 
     def collect(self) -> Iterator[Any]:
-        in_flight = GaugeMetricFamily("flowengine_engine_requests_in_flight",
-                                      "Remote requests sent and not answered")
+        in_flight = GaugeMetricFamily(
+            "flowengine_engine_requests_in_flight", "Remote requests sent and not answered"
+        )
         in_flight.add_metric([], sum(len(e.book) for e in self._executors))
         yield in_flight
-        reconnects = CounterMetricFamily("flowengine_engine_broker_reconnects",
-                                         "Reply consumer reconnections to the broker")
+        reconnects = CounterMetricFamily(
+            "flowengine_engine_broker_reconnects", "Reply consumer reconnections to the broker"
+        )
         reconnects.add_metric([], sum(e.proxy.reconnect_count for e in self._executors))
         yield reconnects
 
 
-def serve(port: int, registry: prometheus_client.CollectorRegistry,
-          address: str = DEFAULT_ADDRESS) -> Any:
+def serve(
+    port: int, registry: prometheus_client.CollectorRegistry, address: str = DEFAULT_ADDRESS
+) -> Any:
     """Serve ``registry`` on http://address:port/metrics in a daemon thread; the server.
 
     Raises OSError when the port cannot be bound.
     """
-    server, _thread = prometheus_client.start_http_server(port, addr=address,
-                                                          registry=registry)
+    server, _thread = prometheus_client.start_http_server(port, addr=address, registry=registry)
     return server

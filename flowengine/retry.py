@@ -41,8 +41,9 @@ REVERT_FLOW_FAILURES = atom.REVERT_FLOW_FAILURES
 class History:
     """The attempts of a retry controller: (result, {atom name: Failure}) per try."""
 
-    def __init__(self, contents: Sequence[tuple[Any, dict[str, Failure]]],
-                 failure: Failure | None = None) -> None:
+    def __init__(
+        self, contents: Sequence[tuple[Any, dict[str, Failure]]], failure: Failure | None = None
+    ) -> None:
         self._contents = contents
         self._failure = failure
 
@@ -62,8 +63,9 @@ class History:
         for provided, _outcomes in self._contents:
             yield provided
 
-    def caused_by(self, exception_cls: Any, index: int | None = None,
-                  include_retry: bool = False) -> bool:
+    def caused_by(
+        self, exception_cls: Any, index: int | None = None, include_retry: bool = False
+    ) -> bool:
         """Return whether a failure (of attempt index, or any) matches exception_cls."""
         for _name, failure in self.outcomes_iter(index=index):
             if failure.check(exception_cls):
@@ -93,11 +95,24 @@ class Retry(atom.Atom, metaclass=abc.ABCMeta):
     arguments as execute.
     """
 
-    def __init__(self, name: str | None = None, provides: Any = None, requires: Any = None,
-                 auto_extract: bool = True, rebind: Any = None, inject: Any = None) -> None:
-        super().__init__(name=name, provides=provides, requires=requires, rebind=rebind,
-                         auto_extract=auto_extract, inject=inject,
-                         ignore_list=[EXECUTE_REVERT_HISTORY])
+    def __init__(
+        self,
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        inject: Any = None,
+    ) -> None:
+        super().__init__(
+            name=name,
+            provides=provides,
+            requires=requires,
+            rebind=rebind,
+            auto_extract=auto_extract,
+            inject=inject,
+            ignore_list=[EXECUTE_REVERT_HISTORY],
+        )
 
     @abc.abstractmethod
     def execute(self, history: History, *args: Any, **kwargs: Any) -> Any:
@@ -114,6 +129,7 @@ class Retry(atom.Atom, metaclass=abc.ABCMeta):
 # The subclasses below keep TaskFlow's signatures, narrower or wider than
 # Retry's: an atom's signature is what it requires, and the engine calls it
 # with keyword arguments only, so the overrides are deliberate.
+
 
 class AlwaysRevert(Retry):
     """Retry controller that always reverts its subflow."""
@@ -144,9 +160,16 @@ def _give_up_decision(revert_all: bool) -> Decision:
 class Times(Retry):
     """Retry the subflow until it has run ``attempts`` times; provides the attempt number."""
 
-    def __init__(self, attempts: int = 1, name: str | None = None, provides: Any = None,
-                 requires: Any = None, auto_extract: bool = True, rebind: Any = None,
-                 revert_all: bool = False) -> None:
+    def __init__(
+        self,
+        attempts: int = 1,
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        revert_all: bool = False,
+    ) -> None:
         super().__init__(name, provides, requires, auto_extract, rebind)
         self._attempts = attempts
         self._revert_action = _give_up_decision(revert_all)
@@ -165,9 +188,15 @@ class Times(Retry):
 class ForEachBase(Retry):
     """Base of retries that try each value of a collection in turn."""
 
-    def __init__(self, name: str | None = None, provides: Any = None, requires: Any = None,
-                 auto_extract: bool = True, rebind: Any = None,
-                 revert_all: bool = False) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        revert_all: bool = False,
+    ) -> None:
         super().__init__(name, provides, requires, auto_extract, rebind)
         self._revert_action = _give_up_decision(revert_all)
 
@@ -175,8 +204,9 @@ class ForEachBase(Retry):
         # Values already provided on earlier attempts are not tried again.
         remaining = misc.sequence_minus(values, history.provided_iter())
         if not remaining:
-            raise exc.NotFound("No elements left in collection of iterable retry"
-                               f" controller {self.name}")
+            raise exc.NotFound(
+                f"No elements left in collection of iterable retry controller {self.name}"
+            )
         return remaining[0]
 
     def _on_failure(self, values: Sequence[Any], history: History) -> Decision:
@@ -190,9 +220,16 @@ class ForEachBase(Retry):
 class ForEach(ForEachBase):
     """Provide each of a fixed collection of values in turn, one per attempt."""
 
-    def __init__(self, values: Sequence[Any], name: str | None = None,
-                 provides: Any = None, requires: Any = None, auto_extract: bool = True,
-                 rebind: Any = None, revert_all: bool = False) -> None:
+    def __init__(
+        self,
+        values: Sequence[Any],
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        revert_all: bool = False,
+    ) -> None:
         super().__init__(name, provides, requires, auto_extract, rebind, revert_all)
         self._values = values
 
@@ -208,12 +245,22 @@ class ForEach(ForEachBase):
 class ParameterizedForEach(ForEachBase):
     """Like ForEach, but the values come from the ``values`` requirement at run time."""
 
-    def on_failure(self, values: Sequence[Any], history: History,  # type: ignore[override]
-                   *args: Any, **kwargs: Any) -> Decision:
+    def on_failure(  # type: ignore[override]
+        self,
+        values: Sequence[Any],
+        history: History,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Decision:
         """RETRY while untried values remain, then revert."""
         return self._on_failure(values, history)
 
-    def execute(self, values: Sequence[Any], history: History,  # type: ignore[override]
-                *args: Any, **kwargs: Any) -> Any:
+    def execute(  # type: ignore[override]
+        self,
+        values: Sequence[Any],
+        history: History,
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
         """Return the next untried value (NotFound when none remain)."""
         return self._get_next_value(values, history)

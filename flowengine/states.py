@@ -42,33 +42,37 @@ ANALYZING = "ANALYZING"
 GAME_OVER = "GAME_OVER"
 UNDEFINED = "UNDEFINED"
 
-_JOB_TRANSITIONS = frozenset((
-    (UNCLAIMED, CLAIMED),
-    (CLAIMED, UNCLAIMED),   # lost or abandoned
-    (CLAIMED, COMPLETE),
-))
+_JOB_TRANSITIONS = frozenset(
+    (
+        (UNCLAIMED, CLAIMED),
+        (CLAIMED, UNCLAIMED),  # lost or abandoned
+        (CLAIMED, COMPLETE),
+    )
+)
 
-_FLOW_TRANSITIONS = frozenset((
-    (PENDING, RUNNING),
-    (RUNNING, SUCCESS),
-    (RUNNING, FAILURE),
-    (RUNNING, REVERTED),
-    (RUNNING, SUSPENDING),
-    (RUNNING, RESUMING),
-    # A finished flow may be run again after its definition or details change.
-    (SUCCESS, RUNNING),
-    (FAILURE, RUNNING),
-    (REVERTED, PENDING),
-    (SUCCESS, PENDING),
-    # While suspending, atoms still running finish and decide the outcome.
-    (SUSPENDING, SUSPENDED),
-    (SUSPENDING, SUCCESS),
-    (SUSPENDING, FAILURE),
-    (SUSPENDING, REVERTED),
-    (SUSPENDING, RESUMING),
-    (SUSPENDED, RUNNING),
-    (RESUMING, SUSPENDED),
-))
+_FLOW_TRANSITIONS = frozenset(
+    (
+        (PENDING, RUNNING),
+        (RUNNING, SUCCESS),
+        (RUNNING, FAILURE),
+        (RUNNING, REVERTED),
+        (RUNNING, SUSPENDING),
+        (RUNNING, RESUMING),
+        # A finished flow may be run again after its definition or details change.
+        (SUCCESS, RUNNING),
+        (FAILURE, RUNNING),
+        (REVERTED, PENDING),
+        (SUCCESS, PENDING),
+        # While suspending, atoms still running finish and decide the outcome.
+        (SUSPENDING, SUSPENDED),
+        (SUSPENDING, SUCCESS),
+        (SUSPENDING, FAILURE),
+        (SUSPENDING, REVERTED),
+        (SUSPENDING, RESUMING),
+        (SUSPENDED, RUNNING),
+        (RESUMING, SUSPENDED),
+    )
+)
 
 # Asking a flow that is not running to suspend or resume is harmless: ignore.
 _IGNORED_FLOW_TRANSITIONS = frozenset(
@@ -78,23 +82,27 @@ _IGNORED_FLOW_TRANSITIONS = frozenset(
     if a != b
 )
 
-_TASK_TRANSITIONS = frozenset((
-    (PENDING, RUNNING),
-    (PENDING, IGNORE),
-    (RUNNING, SUCCESS),
-    (RUNNING, FAILURE),
-    (FAILURE, REVERTING),
-    (SUCCESS, REVERTING),
-    (REVERTING, REVERTED),
-    (REVERTING, REVERT_FAILURE),   # terminal
-    (REVERTED, PENDING),
-    (IGNORE, PENDING),
-))
+_TASK_TRANSITIONS = frozenset(
+    (
+        (PENDING, RUNNING),
+        (PENDING, IGNORE),
+        (RUNNING, SUCCESS),
+        (RUNNING, FAILURE),
+        (FAILURE, REVERTING),
+        (SUCCESS, REVERTING),
+        (REVERTING, REVERTED),
+        (REVERTING, REVERT_FAILURE),  # terminal
+        (REVERTED, PENDING),
+        (IGNORE, PENDING),
+    )
+)
 
-_RETRY_TRANSITIONS = _TASK_TRANSITIONS | frozenset((
-    (SUCCESS, RETRYING),
-    (RETRYING, RUNNING),
-))
+_RETRY_TRANSITIONS = _TASK_TRANSITIONS | frozenset(
+    (
+        (SUCCESS, RETRYING),
+        (RETRYING, RUNNING),
+    )
+)
 
 
 def check_job_transition(old_state: str, new_state: str) -> bool:
@@ -103,8 +111,7 @@ def check_job_transition(old_state: str, new_state: str) -> bool:
         return False
     if (old_state, new_state) in _JOB_TRANSITIONS:
         return True
-    raise exc.InvalidState(f"Job transition from '{old_state}' to '{new_state}'"
-                           " is not allowed")
+    raise exc.InvalidState(f"Job transition from '{old_state}' to '{new_state}' is not allowed")
 
 
 def check_flow_transition(old_state: str, new_state: str) -> bool:
@@ -116,8 +123,7 @@ def check_flow_transition(old_state: str, new_state: str) -> bool:
         return True
     if pair in _IGNORED_FLOW_TRANSITIONS:
         return False
-    raise exc.InvalidState(f"Flow transition from '{old_state}' to '{new_state}'"
-                           " is not allowed")
+    raise exc.InvalidState(f"Flow transition from '{old_state}' to '{new_state}' is not allowed")
 
 
 def check_task_transition(old_state: str, new_state: str) -> bool:

@@ -30,16 +30,31 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
     #: Events callbacks may be registered for on ``task.notifier``.
     TASK_EVENTS: tuple[str, ...] = (EVENT_UPDATE_PROGRESS,)
 
-    def __init__(self, name: str | None = None, provides: Any = None,
-                 requires: Any = None, auto_extract: bool = True, rebind: Any = None,
-                 inject: Mapping[str, Any] | None = None, ignore_list: Any = None,
-                 revert_rebind: Any = None, revert_requires: Any = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        inject: Mapping[str, Any] | None = None,
+        ignore_list: Any = None,
+        revert_rebind: Any = None,
+        revert_requires: Any = None,
+    ) -> None:
         if name is None:
             name = reflection.get_class_name(self)
-        super().__init__(name, provides=provides, requires=requires,
-                         auto_extract=auto_extract, rebind=rebind, inject=inject,
-                         ignore_list=ignore_list, revert_rebind=revert_rebind,
-                         revert_requires=revert_requires)
+        super().__init__(
+            name,
+            provides=provides,
+            requires=requires,
+            auto_extract=auto_extract,
+            rebind=rebind,
+            inject=inject,
+            ignore_list=ignore_list,
+            revert_rebind=revert_rebind,
+            revert_requires=revert_requires,
+        )
         self._notifier = notifier.RestrictedNotifier(self.TASK_EVENTS)
 
     @property
@@ -63,8 +78,12 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
             return
 
         def on_clamped() -> None:
-            LOG.warning("Progress value must be greater or equal to 0.0 or less"
-                        " than or equal to 1.0 instead of being '%s'", progress)
+            LOG.warning(
+                "Progress value must be greater or equal to 0.0 or less"
+                " than or equal to 1.0 instead of being '%s'",
+                progress,
+            )
+
         cleaned = misc.clamp(progress, 0.0, 1.0, on_clamped=on_clamped)
         self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": cleaned})
 
@@ -76,10 +95,18 @@ class Task(BaseTask, metaclass=abc.ABCMeta):
 class FunctorTask(Task):
     """A task made from a callable (and an optional revert callable)."""
 
-    def __init__(self, execute: Callable[..., Any], name: str | None = None,
-                 provides: Any = None, requires: Any = None, auto_extract: bool = True,
-                 rebind: Any = None, revert: Callable[..., Any] | None = None,
-                 version: Any = None, inject: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        execute: Callable[..., Any],
+        name: str | None = None,
+        provides: Any = None,
+        requires: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        revert: Callable[..., Any] | None = None,
+        version: Any = None,
+        inject: Mapping[str, Any] | None = None,
+    ) -> None:
         if not callable(execute):
             raise ValueError("Function to use for executing must be callable")
         if revert is not None and not callable(revert):
@@ -93,12 +120,14 @@ class FunctorTask(Task):
             self.version = version
         # Map the callables' own signatures, not this class's *args methods.
         self.rebind, exec_requires, self.optional = self._build_arg_mapping(
-            execute, requires, rebind, auto_extract)
+            execute, requires, rebind, auto_extract
+        )
         if revert is not None:
-            (self.revert_rebind, self.revert_requires,
-             self.revert_optional) = self._build_arg_mapping(
-                revert, requires, rebind, auto_extract,
-                ignore_list=atom._ENGINE_REVERT_ARGS)
+            (self.revert_rebind, self.revert_requires, self.revert_optional) = (
+                self._build_arg_mapping(
+                    revert, requires, rebind, auto_extract, ignore_list=atom._ENGINE_REVERT_ARGS
+                )
+            )
         else:
             self.revert_rebind = self.rebind
             self.revert_requires = exec_requires
@@ -116,30 +145,47 @@ class FunctorTask(Task):
         return self._revert(*args, **kwargs)
 
 
-def _check_functor_inputs(functor: Callable[..., Any], requires: Any, kind: str,
-                          arg_count: int) -> None:
+def _check_functor_inputs(
+    functor: Callable[..., Any], requires: Any, kind: str, arg_count: int
+) -> None:
     if not callable(functor):
         raise ValueError(f"Function to use for {kind} must be callable")
     f_args = reflection.get_callable_args(functor)
     if len(f_args) != arg_count:
         plural = "argument" if arg_count == 1 else "arguments"
-        raise ValueError(f"{len(f_args)} arguments were provided. {kind.capitalize()}"
-                         f" functor must take exactly {arg_count} {plural}.")
+        raise ValueError(
+            f"{len(f_args)} arguments were provided. {kind.capitalize()}"
+            f" functor must take exactly {arg_count} {plural}."
+        )
     if not misc.is_iterable(requires):
-        raise TypeError(f"{type(requires)} type was provided for requires. Requires"
-                        " must be an iterable.")
+        raise TypeError(
+            f"{type(requires)} type was provided for requires. Requires must be an iterable."
+        )
 
 
 class _CollectionFunctorTask(Task):
     """Common part of map/reduce tasks: the inputs are the ``requires`` symbols, in order."""
 
-    def __init__(self, functor: Callable[..., Any], requires: Any, name: str | None,
-                 provides: Any, auto_extract: bool, rebind: Any,
-                 inject: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        functor: Callable[..., Any],
+        requires: Any,
+        name: str | None,
+        provides: Any,
+        auto_extract: bool,
+        rebind: Any,
+        inject: Mapping[str, Any] | None,
+    ) -> None:
         if name is None:
             name = reflection.get_callable_name(functor)
-        super().__init__(name=name, provides=provides, inject=inject, requires=requires,
-                         rebind=rebind, auto_extract=auto_extract)
+        super().__init__(
+            name=name,
+            provides=provides,
+            inject=inject,
+            requires=requires,
+            rebind=rebind,
+            auto_extract=auto_extract,
+        )
         self._functor = functor
         # execute receives one keyword per requirement (its argument name).
         self._input_args = [a for a in requires if a in self.rebind]
@@ -151,13 +197,21 @@ class _CollectionFunctorTask(Task):
 class ReduceFunctorTask(_CollectionFunctorTask):
     """Reduce the values of the required symbols with a two-argument callable."""
 
-    def __init__(self, functor: Callable[..., Any], requires: Any, name: str | None = None,
-                 provides: Any = None, auto_extract: bool = True, rebind: Any = None,
-                 inject: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        functor: Callable[..., Any],
+        requires: Any,
+        name: str | None = None,
+        provides: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        inject: Mapping[str, Any] | None = None,
+    ) -> None:
         _check_functor_inputs(functor, requires, "reduce", 2)
         if len(requires) < 2:
-            raise ValueError(f"{len(requires)} elements were provided. Requires must"
-                             " have at least 2 elements.")
+            raise ValueError(
+                f"{len(requires)} elements were provided. Requires must have at least 2 elements."
+            )
         super().__init__(functor, requires, name, provides, auto_extract, rebind, inject)
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
@@ -168,9 +222,16 @@ class ReduceFunctorTask(_CollectionFunctorTask):
 class MapFunctorTask(_CollectionFunctorTask):
     """Map a one-argument callable over the values of the required symbols."""
 
-    def __init__(self, functor: Callable[..., Any], requires: Any, name: str | None = None,
-                 provides: Any = None, auto_extract: bool = True, rebind: Any = None,
-                 inject: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        functor: Callable[..., Any],
+        requires: Any,
+        name: str | None = None,
+        provides: Any = None,
+        auto_extract: bool = True,
+        rebind: Any = None,
+        inject: Mapping[str, Any] | None = None,
+    ) -> None:
         _check_functor_inputs(functor, requires, "map", 1)
         super().__init__(functor, requires, name, provides, auto_extract, rebind, inject)
 

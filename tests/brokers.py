@@ -130,7 +130,7 @@ class BrokerProcess:
     def start(self) -> None:
         """Start (or restart, same port and data) every process; wait until ready."""
         started = time.monotonic()
-        for launch in self.launches[len(self.procs):]:
+        for launch in self.launches[len(self.procs) :]:
             proc = _popen(launch.cmd, launch.log_path, launch.env, self.workdir)
             self.procs.append(proc)
             self._watch(proc)
@@ -138,7 +138,8 @@ class BrokerProcess:
                 what = "exited" if proc.poll() is not None else f"not ready in {launch.timeout_s} s"
                 raise BrokerUnavailable(
                     f"{self.name}: {os.path.basename(launch.cmd[0])} {what}; log:\n"
-                    + self.log_tail())
+                    + self.log_tail()
+                )
         self.start_time_s = time.monotonic() - started
 
     def kill(self) -> None:
@@ -184,8 +185,11 @@ class BrokerProcess:
     def _watch(self, proc: subprocess.Popen) -> None:
         if self._reaper is None:
             self._reaper = subprocess.Popen(
-                [sys.executable, "-c", _REAPER_CODE], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, start_new_session=True)
+                [sys.executable, "-c", _REAPER_CODE],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self._reaper.stdin.write(f"{proc.pid}\n".encode())
         self._reaper.stdin.flush()
 
@@ -207,9 +211,15 @@ def _terminate_group(proc: subprocess.Popen) -> None:
 
 def _popen(cmd: list[str], log_path: str, env: dict | None, cwd: str) -> subprocess.Popen:
     with open(log_path, "ab") as log:  # the child keeps its own copy of the fd
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                                start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
 
 
 def _wait_until(ready: Callable[[], bool], alive: Callable[[], bool], timeout_s: float) -> bool:
@@ -328,27 +338,54 @@ def _start_with_retries(make: Callable[[], BrokerProcess]) -> BrokerProcess:
     raise BrokerUnavailable("\n---\n".join(errors))
 
 
-def start_redis(timeout_s: float = REDIS_START_TIMEOUT_S, *,
-                persistent: bool = False, extra_args: Sequence[str] = ()) -> BrokerProcess:
+def start_redis(
+    timeout_s: float = REDIS_START_TIMEOUT_S,
+    *,
+    persistent: bool = False,
+    extra_args: Sequence[str] = (),
+) -> BrokerProcess:
     """Start redis-server on a free loopback port; raise BrokerUnavailable.
 
     ``persistent=True`` turns on the append-only file with an fsync per write,
     so what was written survives ``kill()`` (for durable-topology tests).
     ``extra_args`` end its command line (``--replicaof 127.0.0.1 6379``...).
     """
+
     def command(binary: str, port: int, wd: str) -> list[str]:
-        return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", wd,
-                # no persistence (a throwaway broker) unless asked for
-                "--save", "", "--appendonly", "yes" if persistent else "no",
-                "--appendfsync", "always",
-                "--daemonize", "no", "--protected-mode", "yes", "--logfile", "", *extra_args]
+        return [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            wd,
+            # no persistence (a throwaway broker) unless asked for
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if persistent else "no",
+            "--appendfsync",
+            "always",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--logfile",
+            "",
+            *extra_args,
+        ]
 
     return start_redis_like("redis", command, timeout_s=timeout_s)
 
 
-def start_redis_like(name: str, command: Callable[[str, int, str], list[str]], *,
-                     ready: Callable[[int], bool] | None = None,
-                     timeout_s: float = REDIS_START_TIMEOUT_S) -> BrokerProcess:
+def start_redis_like(
+    name: str,
+    command: Callable[[str, int, str], list[str]],
+    *,
+    ready: Callable[[int], bool] | None = None,
+    timeout_s: float = REDIS_START_TIMEOUT_S,
+) -> BrokerProcess:
     """Start a redis-server of some kind (replica, Sentinel, TLS) on a free loopback port.
 
     ``command(binary, port, workdir)`` gives its command line; it is ready when
@@ -363,8 +400,16 @@ def start_redis_like(name: str, command: Callable[[str, int, str], list[str]], *
         wd = tempfile.mkdtemp(prefix=f"flowengine-{name}-")
         port = free_port()
         log = os.path.join(wd, f"{name}.log")
-        return BrokerProcess(name, f"redis://127.0.0.1:{port}/0", port, wd, log, launches=[
-            _Launch(command(binary, port, wd), log, None, lambda: is_ready(port), timeout_s)])
+        return BrokerProcess(
+            name,
+            f"redis://127.0.0.1:{port}/0",
+            port,
+            wd,
+            log,
+            launches=[
+                _Launch(command(binary, port, wd), log, None, lambda: is_ready(port), timeout_s)
+            ],
+        )
 
     return _start_with_retries(make)
 
@@ -380,25 +425,34 @@ def start_zookeeper(timeout_s: float = ZOOKEEPER_START_TIMEOUT_S) -> BrokerProce
     """
     base = zookeeper_command()
     if base is None:
-        raise BrokerUnavailable("ZooKeeper not found (apt-get install zookeeper: it needs"
-                                " java and /usr/share/java/zookeeper.jar)")
+        raise BrokerUnavailable(
+            "ZooKeeper not found (apt-get install zookeeper: it needs"
+            " java and /usr/share/java/zookeeper.jar)"
+        )
 
     def make() -> BrokerProcess:
         wd = tempfile.mkdtemp(prefix="flowengine-zookeeper-")
         port = free_port()
         conf = os.path.join(wd, "zoo.cfg")
         with open(conf, "w") as f:
-            f.write(f"tickTime=500\n"  # sessions may time out in 1-10 s (2..20 ticks)
-                    f"dataDir={wd}/data\n"
-                    f"clientPort={port}\nclientPortAddress=127.0.0.1\n"
-                    "admin.enableServer=false\n"  # no HTTP admin port to collide on
-                    "4lw.commands.whitelist=srvr,ruok,envi\n"  # readiness; kazoo server_version()
-                    "maxClientCnxns=0\n")  # the fault tests open many sessions
+            f.write(
+                f"tickTime=500\n"  # sessions may time out in 1-10 s (2..20 ticks)
+                f"dataDir={wd}/data\n"
+                f"clientPort={port}\nclientPortAddress=127.0.0.1\n"
+                "admin.enableServer=false\n"  # no HTTP admin port to collide on
+                "4lw.commands.whitelist=srvr,ruok,envi\n"  # readiness; kazoo server_version()
+                "maxClientCnxns=0\n"
+            )  # the fault tests open many sessions
         log = os.path.join(wd, "zookeeper.log")
         cmd = [*base, "org.apache.zookeeper.server.ZooKeeperServerMain", conf]
-        return BrokerProcess("zookeeper", f"zookeeper://127.0.0.1:{port}", port, wd, log,
-                             launches=[_Launch(cmd, log, None, lambda: _zookeeper_serving(port),
-                                               timeout_s)])
+        return BrokerProcess(
+            "zookeeper",
+            f"zookeeper://127.0.0.1:{port}",
+            port,
+            wd,
+            log,
+            launches=[_Launch(cmd, log, None, lambda: _zookeeper_serving(port), timeout_s)],
+        )
 
     return _start_with_retries(make)
 
@@ -419,13 +473,33 @@ def start_etcd(timeout_s: float = ETCD_START_TIMEOUT_S) -> BrokerProcess:
         port, peer = free_port(), free_port()
         client_url, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
         log = os.path.join(wd, "etcd.log")
-        cmd = [binary, "--name", "test", "--data-dir", os.path.join(wd, "data"),
-               "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
-               "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-               "--initial-cluster", f"test={peer_url}", "--log-level", "warn"]
-        return BrokerProcess("etcd", f"etcd://127.0.0.1:{port}", port, wd, log,
-                             launches=[_Launch(cmd, log, None, lambda: _etcd_serving(port),
-                                               timeout_s)])
+        cmd = [
+            binary,
+            "--name",
+            "test",
+            "--data-dir",
+            os.path.join(wd, "data"),
+            "--listen-client-urls",
+            client_url,
+            "--advertise-client-urls",
+            client_url,
+            "--listen-peer-urls",
+            peer_url,
+            "--initial-advertise-peer-urls",
+            peer_url,
+            "--initial-cluster",
+            f"test={peer_url}",
+            "--log-level",
+            "warn",
+        ]
+        return BrokerProcess(
+            "etcd",
+            f"etcd://127.0.0.1:{port}",
+            port,
+            wd,
+            log,
+            launches=[_Launch(cmd, log, None, lambda: _etcd_serving(port), timeout_s)],
+        )
 
     return _start_with_retries(make)
 
@@ -433,40 +507,44 @@ def start_etcd(timeout_s: float = ETCD_START_TIMEOUT_S) -> BrokerProcess:
 def _rabbitmq_env(wd: str, port: int, dist_port: int, epmd_port: int) -> dict[str, str]:
     conf = os.path.join(wd, "rabbitmq.conf")
     with open(conf, "w") as f:
-        f.write(f"listeners.tcp.default = 127.0.0.1:{port}\n"
-                # guest may log in, but only over loopback (the default, kept explicit).
-                "loopback_users.guest = true\n"
-                # Tests use little disk; don't block publishers on a small tmpfs.
-                "disk_free_limit.absolute = 1MB\n")
+        f.write(
+            f"listeners.tcp.default = 127.0.0.1:{port}\n"
+            # guest may log in, but only over loopback (the default, kept explicit).
+            "loopback_users.guest = true\n"
+            # Tests use little disk; don't block publishers on a small tmpfs.
+            "disk_free_limit.absolute = 1MB\n"
+        )
     plugins = os.path.join(wd, "enabled_plugins")
     with open(plugins, "w") as f:
         f.write("[].\n")  # no management plugin: faster boot, no extra ports
     conf_env = os.path.join(wd, "rabbitmq-env.conf")
     open(conf_env, "w").close()  # so /etc/rabbitmq/rabbitmq-env.conf is not read
     env = dict(os.environ)
-    env.update({
-        # Erlang writes its cookie to $HOME: keep it in the temp dir.
-        "HOME": wd,
-        "RABBITMQ_NODENAME": f"flowengine-test-{port}@localhost",
-        "RABBITMQ_USE_LONGNAME": "",
-        "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-        "RABBITMQ_NODE_PORT": str(port),
-        "RABBITMQ_DIST_PORT": str(dist_port),
-        "RABBITMQ_CONFIG_FILE": conf,
-        "RABBITMQ_ADVANCED_CONFIG_FILE": os.path.join(wd, "advanced.config"),
-        "RABBITMQ_CONF_ENV_FILE": conf_env,
-        "RABBITMQ_ENABLED_PLUGINS_FILE": plugins,
-        "RABBITMQ_MNESIA_BASE": os.path.join(wd, "mnesia"),
-        "RABBITMQ_LOG_BASE": os.path.join(wd, "log"),
-        "RABBITMQ_PID_FILE": os.path.join(wd, "rabbitmq.pid"),
-        "RABBITMQ_PLUGINS_EXPAND_DIR": os.path.join(wd, "plugins-expand"),
-        "RABBITMQ_FEATURE_FLAGS_FILE": os.path.join(wd, "feature_flags"),
-        # A private epmd (started by us) so we neither need nor disturb a
-        # system one on 4369, and Erlang distribution stays on loopback.
-        "ERL_EPMD_PORT": str(epmd_port),
-        "ERL_EPMD_ADDRESS": "127.0.0.1",
-        "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-    })
+    env.update(
+        {
+            # Erlang writes its cookie to $HOME: keep it in the temp dir.
+            "HOME": wd,
+            "RABBITMQ_NODENAME": f"flowengine-test-{port}@localhost",
+            "RABBITMQ_USE_LONGNAME": "",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(port),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_CONFIG_FILE": conf,
+            "RABBITMQ_ADVANCED_CONFIG_FILE": os.path.join(wd, "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": conf_env,
+            "RABBITMQ_ENABLED_PLUGINS_FILE": plugins,
+            "RABBITMQ_MNESIA_BASE": os.path.join(wd, "mnesia"),
+            "RABBITMQ_LOG_BASE": os.path.join(wd, "log"),
+            "RABBITMQ_PID_FILE": os.path.join(wd, "rabbitmq.pid"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": os.path.join(wd, "plugins-expand"),
+            "RABBITMQ_FEATURE_FLAGS_FILE": os.path.join(wd, "feature_flags"),
+            # A private epmd (started by us) so we neither need nor disturb a
+            # system one on 4369, and Erlang distribution stays on loopback.
+            "ERL_EPMD_PORT": str(epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+    )
     return env
 
 
@@ -476,7 +554,8 @@ def start_rabbitmq(timeout_s: float = RABBITMQ_START_TIMEOUT_S) -> BrokerProcess
     epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
     if script is None or not os.access(epmd, os.X_OK):
         raise BrokerUnavailable(
-            "rabbitmq-server (or Erlang's epmd) not found (apt-get install rabbitmq-server)")
+            "rabbitmq-server (or Erlang's epmd) not found (apt-get install rabbitmq-server)"
+        )
 
     def make() -> BrokerProcess:
         wd = tempfile.mkdtemp(prefix="flowengine-rabbitmq-")
@@ -484,13 +563,23 @@ def start_rabbitmq(timeout_s: float = RABBITMQ_START_TIMEOUT_S) -> BrokerProcess
         env = _rabbitmq_env(wd, port, dist_port, epmd_port)
         log = os.path.join(wd, "rabbitmq.out")
         return BrokerProcess(
-            "rabbitmq", f"amqp://guest:guest@127.0.0.1:{port}//", port, wd, log, launches=[
+            "rabbitmq",
+            f"amqp://guest:guest@127.0.0.1:{port}//",
+            port,
+            wd,
+            log,
+            launches=[
                 # epmd in the foreground (no -daemon): our child, stopped with us.
-                _Launch([epmd, "-port", str(epmd_port), "-address", "127.0.0.1"],
-                        os.path.join(wd, "epmd.log"), env, lambda: tcp_open(epmd_port),
-                        EPMD_START_TIMEOUT_S),
+                _Launch(
+                    [epmd, "-port", str(epmd_port), "-address", "127.0.0.1"],
+                    os.path.join(wd, "epmd.log"),
+                    env,
+                    lambda: tcp_open(epmd_port),
+                    EPMD_START_TIMEOUT_S,
+                ),
                 _Launch([script], log, env, lambda: _amqp_login(port), timeout_s),
-            ])
+            ],
+        )
 
     return _start_with_retries(make)
 
@@ -526,17 +615,22 @@ def running_zookeeper() -> Iterator[BrokerProcess]:
 
 
 #: The environment variables TaskFlow's own tests read for each server's port.
-TASKFLOW_PORT_VARS = {"redis": "TASKFLOW_TEST_REDIS_PORT",
-                      "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT",
-                      "etcd": "TASKFLOW_TEST_ETCD_PORT"}
-_STARTERS: dict[str, Callable[[], BrokerProcess]] = {"redis": start_redis,
-                                                     "zookeeper": start_zookeeper,
-                                                     "etcd": start_etcd}
+TASKFLOW_PORT_VARS = {
+    "redis": "TASKFLOW_TEST_REDIS_PORT",
+    "zookeeper": "TASKFLOW_TEST_ZOOKEEPER_PORT",
+    "etcd": "TASKFLOW_TEST_ETCD_PORT",
+}
+_STARTERS: dict[str, Callable[[], BrokerProcess]] = {
+    "redis": start_redis,
+    "zookeeper": start_zookeeper,
+    "etcd": start_etcd,
+}
 
 
 @contextlib.contextmanager
-def taskflow_test_servers(kinds: tuple[str, ...] = ("redis", "zookeeper", "etcd")
-                          ) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+def taskflow_test_servers(
+    kinds: tuple[str, ...] = ("redis", "zookeeper", "etcd"),
+) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
     """Throwaway servers for TaskFlow's own unit tests (tools/conformance).
 
     Yields ``(env, unavailable)``: the ``TASKFLOW_TEST_*_PORT`` variables of

@@ -77,12 +77,17 @@ try:
 
     # No per-example deadline: timings on a shared 2-core machine are noise.
     settings.register_profile(
-        "flowengine", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        "flowengine", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     # CI: the same examples every run (a red CI is then reproducible) and no
     # example database left in the clone.
     settings.register_profile(
-        "ci", parent=settings.get_profile("flowengine"), derandomize=True, database=None,
-        print_blob=True)
+        "ci",
+        parent=settings.get_profile("flowengine"),
+        derandomize=True,
+        database=None,
+        print_blob=True,
+    )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if IN_CI else "flowengine"))
 except ImportError:  # pragma: no cover - hypothesis is in the test extra
     pass
@@ -109,13 +114,17 @@ def _root_logging_restored():
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "broker: out of the fast tier: starts a server (broker, database, ZooKeeper,"
-        " etcd) or a process, or is slow (tests/fast_tier.py)")
+        "markers",
+        "broker: out of the fast tier: starts a server (broker, database, ZooKeeper,"
+        " etcd) or a process, or is slow (tests/fast_tier.py)",
+    )
     config.addinivalue_line(
-        "markers", "slow: takes half a second or more (waits on real timeouts, leases, retries)")
+        "markers", "slow: takes half a second or more (waits on real timeouts, leases, retries)"
+    )
     # Used at import time by tests/engines/conftest.py, before its own hooks run.
     config.addinivalue_line(
-        "markers", "worker_processes: runs on `flowengine worker` processes over a broker")
+        "markers", "worker_processes: runs on `flowengine worker` processes over a broker"
+    )
     config.pluginmanager.register(_GroupsInOneProcess(), "flowengine-xdist-groups")
 
 
@@ -139,9 +148,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()
-        if (fast_tier.SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-                or any(isinstance(v, str) and v in fast_tier.SERVER_PARAMETERS for v in params)
-                or item.get_closest_marker("slow") is not None):
+        if (
+            fast_tier.SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+            or any(isinstance(v, str) and v in fast_tier.SERVER_PARAMETERS for v in params)
+            or item.get_closest_marker("slow") is not None
+        ):
             item.add_marker(pytest.mark.broker)
 
 
@@ -165,8 +176,7 @@ def _session_broker(request: pytest.FixtureRequest, env_var: str, starter) -> st
     else:
         request.addfinalizer(proc.stop)
         # Shown with -s or in a failing run's captured output; handy for CI timing.
-        sys.stderr.write(
-            f"\n[brokers] {proc.name} up at {proc.url} in {proc.start_time_s:.2f} s\n")
+        sys.stderr.write(f"\n[brokers] {proc.name} up at {proc.url} in {proc.start_time_s:.2f} s\n")
         return proc.url
     _unavailable(reason)  # outside `except`: no chained traceback in the report
     raise AssertionError("unreachable")
@@ -218,8 +228,7 @@ def pg_url(request: pytest.FixtureRequest) -> str:
         else:
             _PG_STATE["server"] = server
             request.addfinalizer(server.stop)
-            sys.stderr.write(f"\n[postgresql] up at {server.url} in"
-                             f" {server.start_time_s:.2f} s\n")
+            sys.stderr.write(f"\n[postgresql] up at {server.url} in {server.start_time_s:.2f} s\n")
     if "error" in _PG_STATE:
         _unavailable(_PG_STATE["error"])
     return _PG_STATE["server"].url
@@ -290,7 +299,8 @@ def tls_sentinel_cluster(tmp_path):
     import redis_tls
 
     cluster = _private_broker(
-        lambda: redis_sentinel.start_cluster(redis_tls.make_certificates(tmp_path)))
+        lambda: redis_sentinel.start_cluster(redis_tls.make_certificates(tmp_path))
+    )
     yield cluster
     cluster.stop()
 
@@ -388,11 +398,15 @@ def broker(request: pytest.FixtureRequest, tmp_path) -> Broker:
         folder = tmp_path / "broker"
         folder.mkdir()
         # One folder for in and out: every producer and consumer shares it.
-        return Broker(kind, "filesystem://", {
-            "data_folder_in": str(folder),
-            "data_folder_out": str(folder),
-            "store_processed": False,
-        })
+        return Broker(
+            kind,
+            "filesystem://",
+            {
+                "data_folder_in": str(folder),
+                "data_folder_out": str(folder),
+                "store_processed": False,
+            },
+        )
     if kind == "redis":
         return Broker(kind, request.getfixturevalue("redis_url"))
     return Broker(kind, request.getfixturevalue("amqp_url"))
@@ -410,7 +424,6 @@ def unique_name() -> str:
     return f"fe-test-{uuid.uuid4().hex[:12]}"
 
 
-
 class _GroupsInOneProcess:
     """Keep the tests of one ``xdist_group`` in one process (``--dist loadgroup``).
 
@@ -423,8 +436,9 @@ class _GroupsInOneProcess:
     """
 
     @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, config: pytest.Config,
-                                      items: list[pytest.Item]) -> None:
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
         if not getattr(config.option, "loadgroup", False):
             return
         try:

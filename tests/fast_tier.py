@@ -27,20 +27,47 @@ ENV = "FLOWENGINE_NO_SERVERS"
 
 #: Fixtures (tests/conftest.py and the directories' conftest.py) that start a
 #: server or worker processes, or hand out one that runs.
-SERVER_FIXTURES = frozenset({
-    "redis_url", "amqp_url", "zookeeper_url", "zk_hosts", "etcd_url", "pg_url",
-    "private_redis", "persistent_redis", "private_rabbitmq", "private_zookeeper",
-    "private_etcd", "private_pg", "sentinel_cluster", "tls_sentinel_cluster", "tls_redis",
-    "real_broker", "browser",
-    "worker_pool_filesystem", "worker_pool_redis", "worker_pool_amqp", "traced_worker",
-})
+SERVER_FIXTURES = frozenset(
+    {
+        "redis_url",
+        "amqp_url",
+        "zookeeper_url",
+        "zk_hosts",
+        "etcd_url",
+        "pg_url",
+        "private_redis",
+        "persistent_redis",
+        "private_rabbitmq",
+        "private_zookeeper",
+        "private_etcd",
+        "private_pg",
+        "sentinel_cluster",
+        "tls_sentinel_cluster",
+        "tls_redis",
+        "real_broker",
+        "browser",
+        "worker_pool_filesystem",
+        "worker_pool_redis",
+        "worker_pool_amqp",
+        "traced_worker",
+    }
+)
 
 #: Parameter values of parametrised fixtures (the engine, board, backend or
 #: broker kinds) that start a server or processes when a test runs with them.
-SERVER_PARAMETERS = frozenset({
-    "redis", "amqp", "postgresql", "zookeeper", "etcd",
-    "parallel-processes", "worker-based-filesystem", "worker-based-redis", "worker-based-amqp",
-})
+SERVER_PARAMETERS = frozenset(
+    {
+        "redis",
+        "amqp",
+        "postgresql",
+        "zookeeper",
+        "etcd",
+        "parallel-processes",
+        "worker-based-filesystem",
+        "worker-based-redis",
+        "worker-based-amqp",
+    }
+)
 
 #: Executables that are servers (as tests/brokers.py and pg_server.py start them).
 _SERVER_PROGRAMS = ("redis-server", "rabbitmq-server", "java", "etcd", "postgres", "initdb")
@@ -60,7 +87,8 @@ def refuse(what: str) -> None:
     if forbidden():
         raise ServersForbidden(
             f"{ENV}=1 (the fast tier) and this test starts {what}: mark it"
-            f" `broker` (see tests/fast_tier.py)")
+            f" `broker` (see tests/fast_tier.py)"
+        )
 
 
 def _is_forbidden_command(args: Any) -> str | None:

@@ -162,8 +162,7 @@ class FaultProxy:
             link.abort()
         return len(links)
 
-    async def _accept(self, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
         link = _Link(self)
         link.writers.append(writer)
@@ -178,11 +177,14 @@ class FaultProxy:
             self._links.discard(link)
             return
         link.writers.append(up_writer)
-        link.tasks = [asyncio.ensure_future(self._pump(reader, up_writer, link)),
-                      asyncio.ensure_future(self._pump(up_reader, writer, link))]
+        link.tasks = [
+            asyncio.ensure_future(self._pump(reader, up_writer, link)),
+            asyncio.ensure_future(self._pump(up_reader, writer, link)),
+        ]
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    link: _Link) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: _Link
+    ) -> None:
         """Copy one direction: read as it comes, deliver after the latency and the gate."""
         queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         deliver = asyncio.ensure_future(self._deliver(queue, writer, link))
@@ -199,8 +201,9 @@ class FaultProxy:
         except asyncio.CancelledError:
             deliver.cancel()
 
-    async def _deliver(self, queue: asyncio.Queue[tuple[float, bytes]],
-                       writer: asyncio.StreamWriter, link: _Link) -> None:
+    async def _deliver(
+        self, queue: asyncio.Queue[tuple[float, bytes]], writer: asyncio.StreamWriter, link: _Link
+    ) -> None:
         assert self._open is not None
         try:
             while True:

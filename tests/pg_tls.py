@@ -35,10 +35,32 @@ def _client_certificate(directory: str, certs: redis_tls.Certificates) -> tuple[
     key, csr = os.path.join(directory, "pg-client.key"), os.path.join(directory, "pg-client.csr")
     cert = os.path.join(directory, "pg-client.crt")
     ca_key = os.path.join(os.path.dirname(certs.ca), "ca.key")
-    redis_tls._run("req", "-new", *redis_tls._EC_KEY, "-keyout", key, "-out", csr,
-                   "-subj", f"/CN={pg_server.PG_USER}")
-    redis_tls._run("x509", "-req", "-in", csr, "-CA", certs.ca, "-CAkey", ca_key,
-                   "-CAcreateserial", "-out", cert, "-days", str(redis_tls.DAYS))
+    redis_tls._run(
+        "req",
+        "-new",
+        *redis_tls._EC_KEY,
+        "-keyout",
+        key,
+        "-out",
+        csr,
+        "-subj",
+        f"/CN={pg_server.PG_USER}",
+    )
+    redis_tls._run(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        certs.ca,
+        "-CAkey",
+        ca_key,
+        "-CAcreateserial",
+        "-out",
+        cert,
+        "-days",
+        str(redis_tls.DAYS),
+    )
     os.chmod(key, 0o600)  # libpq refuses a key others can read
     return cert, key
 
@@ -53,20 +75,32 @@ def make_certificates(directory: str | os.PathLike) -> PgCertificates:
 def _configure(certs: PgCertificates):
     def configure(data: str, as_user: dict) -> list[str]:
         files = {}
-        for name, src in (("server.crt", certs.base.server_cert),
-                          ("server.key", certs.base.server_key), ("root.crt", certs.base.ca)):
+        for name, src in (
+            ("server.crt", certs.base.server_cert),
+            ("server.key", certs.base.server_key),
+            ("root.crt", certs.base.ca),
+        ):
             files[name] = os.path.join(data, name)
             shutil.copyfile(src, files[name])
             if as_user:
                 os.chown(files[name], as_user["user"], as_user["group"])
             os.chmod(files[name], 0o600)  # postgres refuses a key others can read
         with open(os.path.join(data, "pg_hba.conf"), "w") as fh:
-            fh.write("local all all trust\n"
-                     "hostssl all all 127.0.0.1/32 trust clientcert=verify-full\n"
-                     "hostnossl all all 127.0.0.1/32 reject\n")
-        return ["-c", "ssl=on", "-c", f"ssl_cert_file={files['server.crt']}",
-                "-c", f"ssl_key_file={files['server.key']}",
-                "-c", f"ssl_ca_file={files['root.crt']}"]
+            fh.write(
+                "local all all trust\n"
+                "hostssl all all 127.0.0.1/32 trust clientcert=verify-full\n"
+                "hostnossl all all 127.0.0.1/32 reject\n"
+            )
+        return [
+            "-c",
+            "ssl=on",
+            "-c",
+            f"ssl_cert_file={files['server.crt']}",
+            "-c",
+            f"ssl_key_file={files['server.key']}",
+            "-c",
+            f"ssl_ca_file={files['root.crt']}",
+        ]
 
     return configure
 
@@ -77,8 +111,14 @@ def start(directory: str | os.PathLike) -> tuple[PgCertificates, pg_server.PgSer
     return certs, pg_server.start(configure=_configure(certs))
 
 
-def url(server: pg_server.PgServer, certs: PgCertificates, *, ca: str | None = None,
-        client_cert: bool = True, sslmode: str = "verify-full") -> str:
+def url(
+    server: pg_server.PgServer,
+    certs: PgCertificates,
+    *,
+    ca: str | None = None,
+    client_cert: bool = True,
+    sslmode: str = "verify-full",
+) -> str:
     """The server's URL with libpq's TLS parameters (``ca`` overrides the test CA)."""
     params = {"sslmode": sslmode, "sslrootcert": ca or certs.base.ca}
     if client_cert:

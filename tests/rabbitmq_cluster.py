@@ -67,8 +67,9 @@ class Node:
 class RabbitCluster:
     """Three RabbitMQ nodes joined in one cluster; kill -9 any of them."""
 
-    def __init__(self, workdir: str, epmd: brokers.BrokerProcess, nodes: list[Node],
-                 ctl_port: int) -> None:
+    def __init__(
+        self, workdir: str, epmd: brokers.BrokerProcess, nodes: list[Node], ctl_port: int
+    ) -> None:
         self.workdir = workdir
         self.epmd = epmd
         self.nodes = nodes
@@ -92,15 +93,24 @@ class RabbitCluster:
         node = self.nodes[via]
         # The CLI's own distribution port: ours (the default range is shared
         # with any other rabbitmqctl on the machine).
-        env = dict(node.env, RABBITMQ_CTL_DIST_PORT_MIN=self._ctl_port,
-                   RABBITMQ_CTL_DIST_PORT_MAX=self._ctl_port)
-        result = subprocess.run([_ctl_binary(), "-n", node.name, *args], env=env,
-                                capture_output=True, text=True, timeout=timeout_s,
-                                cwd=node.process.workdir)
+        env = dict(
+            node.env,
+            RABBITMQ_CTL_DIST_PORT_MIN=self._ctl_port,
+            RABBITMQ_CTL_DIST_PORT_MAX=self._ctl_port,
+        )
+        result = subprocess.run(
+            [_ctl_binary(), "-n", node.name, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=node.process.workdir,
+        )
         if result.returncode != 0:
             raise brokers.BrokerUnavailable(
                 f"rabbitmqctl {' '.join(args)} on {node.name} failed ({result.returncode}):"
-                f" {result.stdout}{result.stderr}")
+                f" {result.stdout}{result.stderr}"
+            )
         return result.stdout
 
     def alive_nodes(self) -> list[int]:
@@ -161,8 +171,9 @@ def distinct_free_ports(count: int) -> list[int]:
         return [sock.getsockname()[1] for sock in sockets]
 
 
-def _make_node(index: int, base: str, epmd_port: int, cookie: str, port: int,
-               dist_port: int) -> Node:
+def _make_node(
+    index: int, base: str, epmd_port: int, cookie: str, port: int, dist_port: int
+) -> Node:
     wd = os.path.join(base, f"node{index}")
     os.makedirs(wd)
     env = brokers._rabbitmq_env(wd, port, dist_port, epmd_port)
@@ -176,10 +187,18 @@ def _make_node(index: int, base: str, epmd_port: int, cookie: str, port: int,
     log = os.path.join(wd, "rabbitmq.out")
     script = brokers.rabbitmq_binary()
     assert script is not None
-    launch = brokers._Launch([script], log, env, lambda: brokers._amqp_login(port),
-                             NODE_START_TIMEOUT_S)
-    process = brokers.BrokerProcess(f"rabbitmq-node{index}", f"amqp://127.0.0.1:{port}",
-                                    port, wd, log, launches=[launch], owns_workdir=False)
+    launch = brokers._Launch(
+        [script], log, env, lambda: brokers._amqp_login(port), NODE_START_TIMEOUT_S
+    )
+    process = brokers.BrokerProcess(
+        f"rabbitmq-node{index}",
+        f"amqp://127.0.0.1:{port}",
+        port,
+        wd,
+        log,
+        launches=[launch],
+        owns_workdir=False,
+    )
     return Node(index, port, env["RABBITMQ_NODENAME"], env, process)
 
 
@@ -191,7 +210,8 @@ def start_cluster() -> RabbitCluster:
     """
     if brokers.rabbitmq_binary() is None or not os.access(_epmd_binary(), os.X_OK):
         raise brokers.BrokerUnavailable(
-            "rabbitmq-server (or Erlang's epmd) not found (apt-get install rabbitmq-server)")
+            "rabbitmq-server (or Erlang's epmd) not found (apt-get install rabbitmq-server)"
+        )
     errors = []
     for _ in range(brokers.START_ATTEMPTS):
         try:
@@ -206,20 +226,32 @@ def _start_cluster_once() -> RabbitCluster:
     base = tempfile.mkdtemp(prefix="flowengine-rabbitmq-cluster-")
     # epmd, rabbitmqctl, and an AMQP and a distribution port per node.
     epmd_port, ctl_port, *node_ports = distinct_free_ports(2 + 2 * NODES)
-    epmd = brokers.BrokerProcess("epmd", "", epmd_port, base, os.path.join(base, "epmd.log"),
-                                 launches=[brokers._Launch(
-                                     [_epmd_binary(), "-port", str(epmd_port), "-address",
-                                      "127.0.0.1"], os.path.join(base, "epmd.log"), None,
-                                     lambda: brokers.tcp_open(epmd_port),
-                                     brokers.EPMD_START_TIMEOUT_S)],
-                                 owns_workdir=False)
+    epmd = brokers.BrokerProcess(
+        "epmd",
+        "",
+        epmd_port,
+        base,
+        os.path.join(base, "epmd.log"),
+        launches=[
+            brokers._Launch(
+                [_epmd_binary(), "-port", str(epmd_port), "-address", "127.0.0.1"],
+                os.path.join(base, "epmd.log"),
+                None,
+                lambda: brokers.tcp_open(epmd_port),
+                brokers.EPMD_START_TIMEOUT_S,
+            )
+        ],
+        owns_workdir=False,
+    )
     cookie = uuid.uuid4().hex
     nodes: list[Node] = []
     cluster = RabbitCluster(base, epmd, nodes, ctl_port)
     try:
         epmd.start()
-        nodes.extend(_make_node(i, base, epmd_port, cookie, node_ports[2 * i],
-                                node_ports[2 * i + 1]) for i in range(NODES))
+        nodes.extend(
+            _make_node(i, base, epmd_port, cookie, node_ports[2 * i], node_ports[2 * i + 1])
+            for i in range(NODES)
+        )
         with concurrent.futures.ThreadPoolExecutor(NODES) as pool:
             for future in [pool.submit(node.process.start) for node in nodes]:
                 future.result()
@@ -238,10 +270,13 @@ def _join(cluster: RabbitCluster, index: int, first: str) -> None:
     cluster.ctl(index, "join_cluster", first)
     cluster.ctl(index, "start_app")
     port = cluster.nodes[index].port
-    if not brokers._wait_until(lambda: brokers._amqp_login(port), cluster.nodes[index].alive,
-                               NODE_START_TIMEOUT_S):
-        raise brokers.BrokerUnavailable(f"node {index} did not serve again after joining:\n"
-                                        + cluster.nodes[index].process.log_tail())
+    if not brokers._wait_until(
+        lambda: brokers._amqp_login(port), cluster.nodes[index].alive, NODE_START_TIMEOUT_S
+    ):
+        raise brokers.BrokerUnavailable(
+            f"node {index} did not serve again after joining:\n"
+            + cluster.nodes[index].process.log_tail()
+        )
 
 
 @contextlib.contextmanager

@@ -49,28 +49,44 @@ POLL_S = 0.05
 
 
 def _client(port: int, tls: redis_tls.Certificates | None = None) -> redis.Redis:
-    return redis.Redis("127.0.0.1", port, socket_timeout=2.0, decode_responses=True,
-                       **(redis_tls.client_kwargs(tls) if tls else {}))
+    return redis.Redis(
+        "127.0.0.1",
+        port,
+        socket_timeout=2.0,
+        decode_responses=True,
+        **(redis_tls.client_kwargs(tls) if tls else {}),
+    )
 
 
 def _tls_options(tls: redis_tls.Certificates | None) -> list[str]:
     """TLS only, on every link (clients, replication, Sentinels): port 0, tls-port."""
     if tls is None:
         return []
-    return ["--tls-cert-file", tls.server_cert, "--tls-key-file", tls.server_key,
-            "--tls-ca-cert-file", tls.ca, "--tls-auth-clients", "yes",
-            "--tls-replication", "yes"]
+    return [
+        "--tls-cert-file",
+        tls.server_cert,
+        "--tls-key-file",
+        tls.server_key,
+        "--tls-ca-cert-file",
+        tls.ca,
+        "--tls-auth-clients",
+        "yes",
+        "--tls-replication",
+        "yes",
+    ]
 
 
 def _sentinel_conf(master_port: int, port: int, wd: str, tls: bool) -> str:
     path = os.path.join(wd, "sentinel.conf")  # a Sentinel rewrites its conf: its own file
     listen = f"port 0\ntls-port {port}\n" if tls else f"port {port}\n"
     with open(path, "w") as fh:
-        fh.write(f"{listen}bind 127.0.0.1\ndir {wd}\n"
-                 f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
-                 f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
-                 f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
-                 f"sentinel parallel-syncs {SERVICE} 1\n")
+        fh.write(
+            f"{listen}bind 127.0.0.1\ndir {wd}\n"
+            f"sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n"
+            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
+            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
+            f"sentinel parallel-syncs {SERVICE} 1\n"
+        )
     return path
 
 
@@ -78,24 +94,49 @@ def _ready(tls: redis_tls.Certificates | None):
     return (lambda port: brokers.tcp_open(port)) if tls else None
 
 
-def _start_server(tls: redis_tls.Certificates | None, extra: list[str]
-                  ) -> brokers.BrokerProcess:
+def _start_server(tls: redis_tls.Certificates | None, extra: list[str]) -> brokers.BrokerProcess:
     if tls is None:
         return brokers.start_redis(extra_args=[*NO_SYNC_DELAY, *extra])
 
     def command(binary: str, port: int, wd: str) -> list[str]:
-        return [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-                "--dir", wd, "--save", "", "--appendonly", "no", "--daemonize", "no",
-                "--logfile", "", *_tls_options(tls), *NO_SYNC_DELAY, *extra]
+        return [
+            binary,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            wd,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            *_tls_options(tls),
+            *NO_SYNC_DELAY,
+            *extra,
+        ]
 
     return brokers.start_redis_like("redis-tls", command, ready=_ready(tls))
 
 
-def _start_sentinel(master_port: int, tls: redis_tls.Certificates | None
-                    ) -> brokers.BrokerProcess:
+def _start_sentinel(master_port: int, tls: redis_tls.Certificates | None) -> brokers.BrokerProcess:
     def command(binary: str, port: int, wd: str) -> list[str]:
-        return [binary, _sentinel_conf(master_port, port, wd, tls is not None), "--sentinel",
-                "--daemonize", "no", "--logfile", "", *_tls_options(tls)]
+        return [
+            binary,
+            _sentinel_conf(master_port, port, wd, tls is not None),
+            "--sentinel",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            *_tls_options(tls),
+        ]
 
     return brokers.start_redis_like("redis-sentinel", command, ready=_ready(tls))
 
@@ -104,8 +145,9 @@ def _wait(what: str, done, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         if time.monotonic() > deadline:
-            raise brokers.BrokerUnavailable(f"Redis Sentinel setup: {what} not within"
-                                            f" {timeout_s} s")
+            raise brokers.BrokerUnavailable(
+                f"Redis Sentinel setup: {what} not within {timeout_s} s"
+            )
         time.sleep(POLL_S)
 
 
@@ -134,8 +176,13 @@ class SentinelCluster:
 
         With TLS: the ssl keys for the master, and the same in ``sentinel_kwargs``.
         """
-        conf = {"board": "redis", "host": "127.0.0.1", "port": self.sentinel_ports[0],
-                "sentinel": self.service, "sentinel_fallbacks": self.fallbacks}
+        conf = {
+            "board": "redis",
+            "host": "127.0.0.1",
+            "port": self.sentinel_ports[0],
+            "sentinel": self.service,
+            "sentinel_fallbacks": self.fallbacks,
+        }
         if self.tls is not None:
             conf.update(redis_tls.client_kwargs(self.tls))
             conf["sentinel_kwargs"] = redis_tls.client_kwargs(self.tls)
@@ -171,8 +218,7 @@ class SentinelCluster:
                 peers = c.sentinel_sentinels(self.service)
             if len(peers) != len(self.sentinels) - 1:
                 return False
-            if not any(r["port"] == self.replica.port and not r["is_sdown"]
-                       for r in replicas):
+            if not any(r["port"] == self.replica.port and not r["is_sdown"] for r in replicas):
                 return False
         return True
 
@@ -185,6 +231,7 @@ class SentinelCluster:
 
     def wait_for_new_master(self, old_port: int, timeout_s: float = FAILOVER_WAIT_S) -> int:
         """Wait until every Sentinel names another master, and it says it is one."""
+
         def promoted() -> bool:
             ports = set()
             for port in self.sentinel_ports:
@@ -218,13 +265,19 @@ def start_cluster(tls: redis_tls.Certificates | None = None) -> SentinelCluster:
         replica = _start_server(tls, ["--replicaof", "127.0.0.1", str(primary.port)])
         started.append(replica)
         cluster = SentinelCluster(primary, replica, tls=tls)
-        _wait("the replica's sync", lambda: cluster._replication(replica.port).get(
-            "master_link_status") == "up", DISCOVERY_TIMEOUT_S)
+        _wait(
+            "the replica's sync",
+            lambda: cluster._replication(replica.port).get("master_link_status") == "up",
+            DISCOVERY_TIMEOUT_S,
+        )
         for _ in range(3):
             cluster.sentinels.append(_start_sentinel(primary.port, tls))
             started.append(cluster.sentinels[-1])
-        _wait("the Sentinels' discovery of the replica and of each other",
-              cluster._sentinels_know_everyone, DISCOVERY_TIMEOUT_S)
+        _wait(
+            "the Sentinels' discovery of the replica and of each other",
+            cluster._sentinels_know_everyone,
+            DISCOVERY_TIMEOUT_S,
+        )
         return cluster
     except BaseException:
         for server in reversed(started):

@@ -54,10 +54,23 @@ def _run(*args: str) -> None:
 
 def _make_ca(directory: str, name: str) -> tuple[str, str]:
     cert, key = os.path.join(directory, f"{name}.crt"), os.path.join(directory, f"{name}.key")
-    _run("req", "-x509", *_EC_KEY, "-keyout", key, "-out", cert, "-days", str(DAYS),
-         "-subj", f"/CN=flowengine test {name}",
-         "-addext", "basicConstraints=critical,CA:TRUE",
-         "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    _run(
+        "req",
+        "-x509",
+        *_EC_KEY,
+        "-keyout",
+        key,
+        "-out",
+        cert,
+        "-days",
+        str(DAYS),
+        "-subj",
+        f"/CN=flowengine test {name}",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    )
     return cert, key
 
 
@@ -66,10 +79,26 @@ def _sign(directory: str, name: str, ca: tuple[str, str], extensions: str) -> tu
     csr, ext = os.path.join(directory, f"{name}.csr"), os.path.join(directory, f"{name}.ext")
     with open(ext, "w") as fh:
         fh.write(extensions)
-    _run("req", "-new", *_EC_KEY, "-keyout", key, "-out", csr,
-         "-subj", f"/CN=flowengine test {name}")
-    _run("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
-         "-out", cert, "-days", str(DAYS), "-extfile", ext)
+    _run(
+        "req", "-new", *_EC_KEY, "-keyout", key, "-out", csr, "-subj", f"/CN=flowengine test {name}"
+    )
+    _run(
+        "x509",
+        "-req",
+        "-in",
+        csr,
+        "-CA",
+        ca[0],
+        "-CAkey",
+        ca[1],
+        "-CAcreateserial",
+        "-out",
+        cert,
+        "-days",
+        str(DAYS),
+        "-extfile",
+        ext,
+    )
     return cert, key
 
 
@@ -77,29 +106,62 @@ def make_certificates(directory: str | os.PathLike) -> Certificates:
     """A CA, a server certificate for 127.0.0.1/localhost, a client one, and another CA."""
     d = os.fspath(directory)
     ca = _make_ca(d, "ca")
-    server = _sign(d, "server", ca, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                                    "keyUsage=critical,digitalSignature\n"
-                                    "extendedKeyUsage=serverAuth,clientAuth\n")
-    client = _sign(d, "client", ca, "keyUsage=critical,digitalSignature\n"
-                                    "extendedKeyUsage=clientAuth\n")
+    server = _sign(
+        d,
+        "server",
+        ca,
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    client = _sign(
+        d, "client", ca, "keyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n"
+    )
     other_ca, _ = _make_ca(d, "other-ca")
     return Certificates(ca[0], server[0], server[1], client[0], client[1], other_ca)
 
 
 def client_kwargs(certs: Certificates) -> dict:
     """TaskFlow's ssl keys (also redis-py's arguments) for a client with its certificate."""
-    return {"ssl": True, "ssl_ca_certs": certs.ca, "ssl_certfile": certs.client_cert,
-            "ssl_keyfile": certs.client_key}
+    return {
+        "ssl": True,
+        "ssl_ca_certs": certs.ca,
+        "ssl_certfile": certs.client_cert,
+        "ssl_keyfile": certs.client_key,
+    }
 
 
 def start_tls_redis(certs: Certificates, *, auth_clients: bool) -> brokers.BrokerProcess:
     """A redis-server on a free loopback port that speaks TLS only."""
+
     def command(binary: str, port: int, wd: str) -> list[str]:
-        return [binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
-                "--dir", wd, "--save", "", "--appendonly", "no", "--daemonize", "no",
-                "--logfile", "", "--tls-cert-file", certs.server_cert,
-                "--tls-key-file", certs.server_key, "--tls-ca-cert-file", certs.ca,
-                "--tls-auth-clients", "yes" if auth_clients else "no"]
+        return [
+            binary,
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            wd,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--logfile",
+            "",
+            "--tls-cert-file",
+            certs.server_cert,
+            "--tls-key-file",
+            certs.server_key,
+            "--tls-ca-cert-file",
+            certs.ca,
+            "--tls-auth-clients",
+            "yes" if auth_clients else "no",
+        ]
 
     # PING needs a TLS handshake: listening is enough to call it started.
     server = brokers.start_redis_like("redis-tls", command, ready=brokers.tcp_open)

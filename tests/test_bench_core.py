@@ -28,8 +28,13 @@ def _load(name: str):
 
 
 def _child(*args: str) -> dict:
-    proc = subprocess.run([sys.executable, BENCH, "--child", *args], capture_output=True,
-                          text=True, timeout=CHILD_TIMEOUT_S, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--child", *args],
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -48,16 +53,36 @@ def test_scale_case_reports_every_phase_with_cpu_time():
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_child_stops_after_the_phase_asked_for():
-    result = _child("--lib", "flowengine", "--case", "graph-1000", "--engine", "serial",
-                    "--stop-after", "compile")
+    result = _child(
+        "--lib",
+        "flowengine",
+        "--case",
+        "graph-1000",
+        "--engine",
+        "serial",
+        "--stop-after",
+        "compile",
+    )
     assert result == {"stopped_after": "compile"}
 
 
 def test_repetitions_are_summarised_as_median_min_and_max():
     bench = _load("bench_core")
-    runs = [{"lib": "flowengine", "case": "graph-1000", "engine": "serial",
-             "build_s": b, "compile_s": 0.1, "prepare_s": 0.1, "run_s": 0.1, "total_s": 0.3,
-             "per_task_ms": 0.1, "peak_rss_mb": 50.0} for b in (0.3, 0.1, 0.2, 0.5, 0.4)]
+    runs = [
+        {
+            "lib": "flowengine",
+            "case": "graph-1000",
+            "engine": "serial",
+            "build_s": b,
+            "compile_s": 0.1,
+            "prepare_s": 0.1,
+            "run_s": 0.1,
+            "total_s": 0.3,
+            "per_task_ms": 0.1,
+            "peak_rss_mb": 50.0,
+        }
+        for b in (0.3, 0.1, 0.2, 0.5, 0.4)
+    ]
     merged = bench.summarise(runs + [{"lib": "flowengine", "error": "timeout"}])
     assert merged["repeats"] == 5
     assert (merged["build_s"], merged["build_s_min"], merged["build_s_max"]) == (0.3, 0.1, 0.5)
@@ -79,8 +104,11 @@ def test_taskflow_is_skipped_only_where_the_output_says_why():
 def test_callgrind_counts_the_difference_between_phases():
     callgrind = _load("callgrind")
     # A child that does more work in its second phase than in its first.
-    child = [sys.executable, "-c",
-             "import sys; n = 1 if sys.argv[-1] == 'a' else 200000; sum(range(n))"]
+    child = [
+        sys.executable,
+        "-c",
+        "import sys; n = 1 if sys.argv[-1] == 'a' else 200000; sum(range(n))",
+    ]
     rows = callgrind.count(child, ("a", "b"), tasks=1, timeout_s=CHILD_TIMEOUT_S, cwd=REPO_ROOT)
     assert "error" not in rows, rows
     assert rows["phases"] == ["b"] and rows["b_instr_per_task"] > 200000

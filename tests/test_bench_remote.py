@@ -28,9 +28,26 @@ RUN_TIMEOUT_S = 120
 @pytest.mark.slow
 def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     proc = subprocess.run(
-        [sys.executable, BENCH, "--tiny", "--transport", "memory", "--transport", "filesystem",
-         "--lib", "floor", "--lib", "flowengine", "--repeat", "2"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            BENCH,
+            "--tiny",
+            "--transport",
+            "memory",
+            "--transport",
+            "filesystem",
+            "--lib",
+            "floor",
+            "--lib",
+            "flowengine",
+            "--repeat",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "Per-task latency" in out and "Throughput" in out
@@ -64,28 +81,62 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
 def test_cpu_option_runs_every_case_on_that_cpu_only():
     cpu = min(os.sched_getaffinity(0))
     proc = subprocess.run(
-        [sys.executable, BENCH, "--tiny", "--transport", "memory", "--lib", "floor",
-         "--lib", "flowengine", "--repeat", "1", "--cpu", str(cpu), "--json"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            BENCH,
+            "--tiny",
+            "--transport",
+            "memory",
+            "--lib",
+            "floor",
+            "--lib",
+            "flowengine",
+            "--repeat",
+            "1",
+            "--cpu",
+            str(cpu),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"Every case ran on CPU {cpu} only" in proc.stdout
-    results = json.loads(proc.stdout[proc.stdout.index("\n[") + 1:])
-    assert {r["case"] for r in results} == {"floor", "floor-3", "latency", "throughput",
-                                            "one-task", "serial"}
+    results = json.loads(proc.stdout[proc.stdout.index("\n[") + 1 :])
+    assert {r["case"] for r in results} == {
+        "floor",
+        "floor-3",
+        "latency",
+        "throughput",
+        "one-task",
+        "serial",
+    }
     assert all(r["cpus"] == [cpu] for r in results), results
 
 
 def test_cpu_option_refuses_a_cpu_this_process_cannot_use():
     unusable = max(os.sched_getaffinity(0)) + 1
-    proc = subprocess.run([sys.executable, BENCH, "--tiny", "--cpu", str(unusable)],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--tiny", "--cpu", str(unusable)],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 2
     assert f"--cpu {unusable}: not one of the CPUs this process may use" in proc.stderr
 
 
 def test_startup_diagnostic_splits_a_one_task_run_into_its_phases():
-    proc = subprocess.run([sys.executable, STARTUP, "--transport", "memory", "--runs", "3"],
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, STARTUP, "--transport", "memory", "--runs", "3"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = _rows(proc.stdout)
     assert list(rows) == ["memory"], proc.stdout

@@ -22,9 +22,25 @@ RUN_TIMEOUT_S = 300
 def test_a_tiny_run_against_this_tree_prints_both_sides_and_their_ratio():
     # Given this tree measured against itself (as --baseline), tiny rounds
     proc = subprocess.run(
-        [sys.executable, BENCH, "--baseline", REPO_ROOT, "--repeat", "1", "--rounds", "2",
-         "--requests", "40", "--tasks", "20"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            BENCH,
+            "--baseline",
+            REPO_ROOT,
+            "--repeat",
+            "1",
+            "--rounds",
+            "2",
+            "--requests",
+            "40",
+            "--tasks",
+            "20",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # Then each side has a row with a positive figure per tree and a ratio
     rows = dict(re.findall(r"^\| (worker|engine) \| (.*) \|$", proc.stdout, re.MULTILINE))
@@ -36,7 +52,12 @@ def test_a_tiny_run_against_this_tree_prints_both_sides_and_their_ratio():
 
 
 def test_a_cpu_this_process_may_not_use_is_refused():
-    proc = subprocess.run([sys.executable, BENCH, "--cpu", "4096"], capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, BENCH, "--cpu", "4096"],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 2
     assert "--cpu 4096" in proc.stderr

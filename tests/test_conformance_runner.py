@@ -68,8 +68,10 @@ def test_private_name_tests_are_internal_in_public_modules():
     test = "test_states.py::TestStates::test_valid_flow_states"
     assert classification.kind_of("test_states") == classification.PUBLIC
     assert classification.kind_of_test("test_states", test) == classification.INTERNAL
-    assert classification.kind_of_test(
-        "test_states", "test_states.py::TestStates::test_states") == classification.PUBLIC
+    assert (
+        classification.kind_of_test("test_states", "test_states.py::TestStates::test_states")
+        == classification.PUBLIC
+    )
     assert classification.kind_of("not_classified_yet") == classification.INTERNAL
 
 
@@ -118,8 +120,12 @@ def _fake_cache(root: Path) -> Path:
     tree = root / "taskflow-6.5.0-tests" / "taskflow"
     (tree / "tests" / "unit").mkdir(parents=True)
     (tree / "test.py").write_text(_FAKE_TEST_PY)
-    for name in ("tests/__init__.py", "tests/utils.py", "tests/fixtures.py",
-                 "tests/unit/__init__.py"):
+    for name in (
+        "tests/__init__.py",
+        "tests/utils.py",
+        "tests/fixtures.py",
+        "tests/unit/__init__.py",
+    ):
         (tree / name).write_text("")
     (tree / "tests" / "unit" / "test_fake.py").write_text(_FAKE_UNIT_MODULE)
     (root / "taskflow-6.5.0-tests" / ".complete").write_text("fake\n")
@@ -131,11 +137,15 @@ def test_whole_run_expands_scenarios_and_reports(tmp_path):
     pytest.importorskip("testscenarios")
     pytest.importorskip("pytest_timeout")
     cache = _fake_cache(tmp_path / "cache")
-    env = dict(os.environ, FLOWENGINE_CONFORMANCE_CACHE=str(cache),
-               PYTHONPATH=str(REPO_ROOT))
+    env = dict(os.environ, FLOWENGINE_CONFORMANCE_CACHE=str(cache), PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run(
         [sys.executable, str(CONFORMANCE / "run.py"), "--keep-work"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env, cwd=tmp_path)
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"flowengine from {REPO_ROOT / 'flowengine'}"
@@ -155,5 +165,7 @@ def test_whole_run_expands_scenarios_and_reports(tmp_path):
         "test_fake.py::WithScenarios[one]::test_value",
         "test_fake.py::WithScenarios[two]::test_value",
     ]
-    assert "no_such_module.Thing is unavailable" in (
-        outcomes["test_fake.py::UsesMissing::test_missing"]["longrepr"])
+    assert (
+        "no_such_module.Thing is unavailable"
+        in (outcomes["test_fake.py::UsesMissing::test_missing"]["longrepr"])
+    )

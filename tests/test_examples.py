@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-EXAMPLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                            "doc", "examples")
+EXAMPLES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "doc", "examples"
+)
 # Each example is a handful of trivial tasks; 60 s only guards against a hang.
 EXAMPLE_TIMEOUT_S = 60
 
@@ -46,7 +47,10 @@ def test_every_example_is_checked():
 def test_example_runs(name):
     proc = subprocess.run(
         [sys.executable, os.path.join(EXAMPLES_DIR, name)],
-        capture_output=True, text=True, timeout=EXAMPLE_TIMEOUT_S, cwd=EXAMPLES_DIR,
+        capture_output=True,
+        text=True,
+        timeout=EXAMPLE_TIMEOUT_S,
+        cwd=EXAMPLES_DIR,
     )
     assert proc.returncode == 0, f"{name} exited {proc.returncode}:\n{proc.stderr}"
     lines = [line.strip() for line in proc.stdout.splitlines()]

@@ -36,11 +36,17 @@ def test_selection_rule_on_a_stand_in_project(tmp_path):
     _write(tmp_path, "svc/other.py", "from svc import glue\n")
     unit = "svc/tests/unit/"
     _write(tmp_path, unit + "test_direct.py", "import taskflow.engines\n")
-    _write(tmp_path, unit + "test_patch.py",
-           "from unittest import mock\n@mock.patch('taskflow.engines.load')\ndef f(m): pass\n")
+    _write(
+        tmp_path,
+        unit + "test_patch.py",
+        "from unittest import mock\n@mock.patch('taskflow.engines.load')\ndef f(m): pass\n",
+    )
     _write(tmp_path, unit + "sub/test_user.py", "from svc import glue\n")
-    _write(tmp_path, unit + "test_patch_user.py",
-           "from unittest import mock\nP = mock.patch('svc.glue.Thing.method')\n")
+    _write(
+        tmp_path,
+        unit + "test_patch_user.py",
+        "from unittest import mock\nP = mock.patch('svc.glue.Thing.method')\n",
+    )
     _write(tmp_path, unit + "test_two_away.py", "from svc import other\n")
     _write(tmp_path, unit + "test_unrelated.py", "import json\nX = 'not.taskflow.here'\n")
 
@@ -52,10 +58,10 @@ def test_selection_rule_on_a_stand_in_project(tmp_path):
     assert selected == {
         "svc.tests.unit.test_direct": real_users_selection.IMPORTS_TASKFLOW,
         "svc.tests.unit.test_patch": real_users_selection.PATCHES_TASKFLOW,
-        "svc.tests.unit.sub.test_user":
-            real_users_selection.IMPORTS_USER.format(module="svc.glue"),
-        "svc.tests.unit.test_patch_user":
-            real_users_selection.IMPORTS_USER.format(module="svc.glue"),
+        "svc.tests.unit.sub.test_user": real_users_selection.IMPORTS_USER.format(module="svc.glue"),
+        "svc.tests.unit.test_patch_user": real_users_selection.IMPORTS_USER.format(
+            module="svc.glue"
+        ),
     }
 
 
@@ -91,7 +97,14 @@ def test_alias_makes_taskflow_modules_the_flowengine_modules():
     # Given an interpreter where real TaskFlow may be installed too
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(CONFORMANCE), str(REPO_ROOT)]))
     # When the alias is installed and taskflow modules are imported and patched
-    proc = subprocess.run([sys.executable, "-c", ALIAS_PROBE], env=env, capture_output=True,
-                          text=True, timeout=RUN_TIMEOUT_S, check=False, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", ALIAS_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+        cwd=REPO_ROOT,
+    )
     # Then each taskflow.X is the flowengine.X module object itself
     assert proc.returncode == 0 and proc.stdout.strip() == "alias ok", proc.stderr

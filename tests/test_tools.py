@@ -27,9 +27,22 @@ def _load_bench():
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_bench_child_runs_a_case_on_flowengine():
     proc = subprocess.run(
-        [sys.executable, BENCH, "--child", "--lib", "flowengine", "--case", "linear-50",
-         "--engine", "serial"],
-        capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            BENCH,
+            "--child",
+            "--lib",
+            "flowengine",
+            "--case",
+            "linear-50",
+            "--engine",
+            "serial",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["lib"] == "flowengine" and result["tasks"] == 50
@@ -48,8 +61,15 @@ def test_bench_graph_is_the_same_for_every_run():
 
 def test_bench_table_prints_ratios():
     bench = _load_bench()
-    row = {"case": "linear-50", "engine": "serial", "tasks": 50, "build_s": 0.01,
-           "prepare_s": 0.01, "per_task_ms": 0.1, "peak_rss_mb": 40.0}
+    row = {
+        "case": "linear-50",
+        "engine": "serial",
+        "tasks": 50,
+        "build_s": 0.01,
+        "prepare_s": 0.01,
+        "per_task_ms": 0.1,
+        "peak_rss_mb": 40.0,
+    }
     results = [
         {**row, "lib": "flowengine", "compile_s": 0.01, "run_s": 0.005},
         {**row, "lib": "taskflow", "compile_s": 0.02, "run_s": 0.1, "peak_rss_mb": 80.0},
@@ -66,8 +86,13 @@ def test_bench_table_prints_ratios():
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_readme_commands_prints_the_quick_start_exactly_as_the_readme_shows_it():
     tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
-    proc = subprocess.run([sys.executable, tool, "quick-start"], capture_output=True,
-                          text=True, timeout=60, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, tool, "quick-start"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
@@ -77,8 +102,13 @@ def test_readme_commands_prints_the_quick_start_exactly_as_the_readme_shows_it()
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_readme_commands_fails_on_an_unknown_block():
     tool = os.path.join(REPO_ROOT, "tools", "readme_commands.py")
-    proc = subprocess.run([sys.executable, tool, "no-such-block"], capture_output=True,
-                          text=True, timeout=60, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, tool, "no-such-block"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 1
     assert "no '<!-- ci: no-such-block -->' marker" in proc.stderr
 
@@ -87,8 +117,13 @@ def test_readme_commands_fails_on_an_unknown_block():
 def test_check_imports_imports_every_module_here():
     # This environment has every extra: nothing may fail or need one.
     tool = os.path.join(REPO_ROOT, "tools", "check_imports.py")
-    proc = subprocess.run([sys.executable, tool, "--require-all"], capture_output=True,
-                          text=True, timeout=120, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, tool, "--require-all"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 need an extra, 0 failed" in proc.stdout
 

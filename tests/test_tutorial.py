@@ -46,15 +46,23 @@ def test_the_tutorial_runs_literally(tmp_path):
     # Given the tutorial's files in a fresh folder
     shutil.copytree(SHOP, tmp_path / "shop", ignore=shutil.ignore_patterns("__pycache__"))
     script = "set -e\n" + "\n".join(tutorial_commands()) + "\nwait\n"
-    env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.pathsep.join(
-        [os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=ROOT,
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]),
+    )
     # When a reader runs its commands in order
-    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, text=True,
-                          capture_output=True, timeout=WALKTHROUGH_TIMEOUT_S)
+    proc = subprocess.run(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=WALKTHROUGH_TIMEOUT_S,
+    )
     # Then every step succeeds, locally and on the workers, with the same result
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count('"confirmation": "Confirmed 12A for ada, charged 120 EUR"') == 2
     assert (tmp_path / "order.dot").read_text().startswith("digraph")
-    ran_remotely = re.findall(r"Task 'shop\.tasks\.(\w+)'.*finished in .*: SUCCESS",
-                              proc.stderr)
+    ran_remotely = re.findall(r"Task 'shop\.tasks\.(\w+)'.*finished in .*: SUCCESS", proc.stderr)
     assert sorted(ran_remotely) == ["ChargeCard", "ReserveSeat", "SendConfirmation"]

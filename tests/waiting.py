@@ -33,8 +33,9 @@ def _first_truthy(predicate: Callable[[], Any], timeout: float, poll_s: float) -
         time.sleep(poll_s)
 
 
-def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S,
-               poll_s: float = POLL_S) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], what: str, timeout: float = WAIT_S, poll_s: float = POLL_S
+) -> Any:
     """Poll ``predicate`` until it returns something truthy; return that.
 
     Fails (AssertionError naming ``what``) once ``timeout`` s passed.
@@ -45,8 +46,9 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = WAIT_S,
     return value
 
 
-def holds_within(predicate: Callable[[], Any], timeout: float = WAIT_S,
-                 poll_s: float = POLL_S) -> bool:
+def holds_within(
+    predicate: Callable[[], Any], timeout: float = WAIT_S, poll_s: float = POLL_S
+) -> bool:
     """Whether ``predicate`` returned something truthy within ``timeout`` s.
 
     For ``assert holds_within(...), details`` where the failure message

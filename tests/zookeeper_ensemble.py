@@ -113,8 +113,9 @@ class Ensemble:
         found = [i for i, r in enumerate(self.roles()) if r == "leader"]
         return found[0] if found else None
 
-    def wait_for_leader(self, excluding: int | None = None,
-                        timeout_s: float = ELECTION_TIMEOUT_S) -> int:
+    def wait_for_leader(
+        self, excluding: int | None = None, timeout_s: float = ELECTION_TIMEOUT_S
+    ) -> int:
         """Index of the leader once there is one (not ``excluding``) and a follower serves."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -138,27 +139,41 @@ class Ensemble:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def _write_conf(path: str, data_dir: str, port: int, peers: list[tuple[int, int]],
-                secure_port: int, tls: NodeTls | None) -> None:
+def _write_conf(
+    path: str,
+    data_dir: str,
+    port: int,
+    peers: list[tuple[int, int]],
+    secure_port: int,
+    tls: NodeTls | None,
+) -> None:
     lines = [
-        f"tickTime={TICK_MS}", f"initLimit={INIT_LIMIT_TICKS}", f"syncLimit={SYNC_LIMIT_TICKS}",
+        f"tickTime={TICK_MS}",
+        f"initLimit={INIT_LIMIT_TICKS}",
+        f"syncLimit={SYNC_LIMIT_TICKS}",
         f"maxSessionTimeout={MAX_SESSION_TICKS * TICK_MS}",
-        f"dataDir={data_dir}", f"clientPort={port}", "clientPortAddress=127.0.0.1",
+        f"dataDir={data_dir}",
+        f"clientPort={port}",
+        "clientPortAddress=127.0.0.1",
         "admin.enableServer=false",  # no HTTP port to collide on; srvr tells the role
         "4lw.commands.whitelist=srvr,ruok,envi,mntr",  # role; kazoo's server_version()
         "maxClientCnxns=0",  # the fault tests open many sessions
         # Followers report a dead leader fast; the election then takes a second.
         "cnxTimeout=1000",
     ]
-    lines += [f"server.{i + 1}=127.0.0.1:{peer}:{election}"
-              for i, (peer, election) in enumerate(peers)]
+    lines += [
+        f"server.{i + 1}=127.0.0.1:{peer}:{election}" for i, (peer, election) in enumerate(peers)
+    ]
     if tls is not None:
         lines += [
-            f"secureClientPort={secure_port}", "secureClientPortAddress=127.0.0.1",
+            f"secureClientPort={secure_port}",
+            "secureClientPortAddress=127.0.0.1",
             # TLS for clients is Netty's: the NIO factory has none.
             "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
-            "ssl.keyStore.type=PEM", f"ssl.keyStore.location={tls.cert}",
-            "ssl.trustStore.type=PEM", f"ssl.trustStore.location={tls.ca}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.keyStore.location={tls.cert}",
+            "ssl.trustStore.type=PEM",
+            f"ssl.trustStore.location={tls.ca}",
             f"ssl.clientAuth={'need' if tls.need_client_auth else 'none'}",
             # The client certificate is checked against the CA, not its address.
             "ssl.hostnameVerification=false",
@@ -201,10 +216,15 @@ def _make(base: list[str], tls: NodeTls | None, timeout_s: float) -> Ensemble:
         def ready(p: int = port) -> bool:  # serving: a quorum has a leader
             return role(p) in ("leader", "follower")
 
-        node = brokers.BrokerProcess(f"zookeeper-{i + 1}", f"zookeeper://127.0.0.1:{port}",
-                                     port, wd, log, owns_workdir=False,
-                                     launches=[brokers._Launch(cmd, log, None, ready,
-                                                               timeout_s)])
+        node = brokers.BrokerProcess(
+            f"zookeeper-{i + 1}",
+            f"zookeeper://127.0.0.1:{port}",
+            port,
+            wd,
+            log,
+            owns_workdir=False,
+            launches=[brokers._Launch(cmd, log, None, ready, timeout_s)],
+        )
         nodes.append(node)
     return Ensemble(nodes, workdir, secure)
 
@@ -227,8 +247,7 @@ def _start_all(ensemble: Ensemble) -> None:
         raise brokers.BrokerUnavailable("\n---\n".join(errors))
 
 
-def start(tls: NodeTls | None = None,
-          timeout_s: float = ENSEMBLE_START_TIMEOUT_S) -> Ensemble:
+def start(tls: NodeTls | None = None, timeout_s: float = ENSEMBLE_START_TIMEOUT_S) -> Ensemble:
     """Start three nodes on free loopback ports, all at once; raise BrokerUnavailable.
 
     With ``tls``, each node also serves TLS clients on ``secure_ports``.
@@ -237,13 +256,16 @@ def start(tls: NodeTls | None = None,
     """
     base = brokers.zookeeper_command()
     if base is None:
-        raise brokers.BrokerUnavailable("ZooKeeper not found (apt-get install zookeeper: it"
-                                        " needs java and /usr/share/java/zookeeper.jar)")
+        raise brokers.BrokerUnavailable(
+            "ZooKeeper not found (apt-get install zookeeper: it"
+            " needs java and /usr/share/java/zookeeper.jar)"
+        )
     if tls is not None:
         missing = [jar for jar in NETTY_EXTRA_JARS if not os.path.isfile(jar)]
         if missing:
-            raise brokers.BrokerUnavailable(f"ZooKeeper TLS needs Netty: {missing} not found"
-                                            " (apt-get install libnetty-java)")
+            raise brokers.BrokerUnavailable(
+                f"ZooKeeper TLS needs Netty: {missing} not found (apt-get install libnetty-java)"
+            )
     errors = []
     for _ in range(brokers.START_ATTEMPTS):
         began = time.monotonic()
@@ -264,6 +286,8 @@ if __name__ == "__main__":  # manual check: start, show roles, kill the leader, 
     print(f"up in {e.start_time_s:.1f} s: {e.hosts} roles {e.roles()}")
     killed, at = e.kill_leader()
     new = e.wait_for_leader(excluding=killed)
-    print(f"killed node {killed + 1}; node {new + 1} leads after"
-          f" {time.monotonic() - at:.2f} s; roles {e.roles()}")
+    print(
+        f"killed node {killed + 1}; node {new + 1} leads after"
+        f" {time.monotonic() - at:.2f} s; roles {e.roles()}"
+    )
     e.stop()

@@ -39,8 +39,11 @@ def module_names(package: str = "flowengine") -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--require-all", action="store_true",
-                        help="fail when any module needs an extra that is missing")
+    parser.add_argument(
+        "--require-all",
+        action="store_true",
+        help="fail when any module needs an extra that is missing",
+    )
     args = parser.parse_args(argv)
 
     from flowengine import exceptions as exc
@@ -57,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: FAILED\n{traceback.format_exc()}", file=sys.stderr)
         else:
             imported += 1
-    print(f"check_imports: {imported} imported, {len(needs_extra)} need an extra,"
-          f" {len(broken)} failed")
+    print(
+        f"check_imports: {imported} imported, {len(needs_extra)} need an extra,"
+        f" {len(broken)} failed"
+    )
     if broken or (args.require_all and needs_extra):
         return 1
     return 0

@@ -54,4 +54,5 @@ def make_shop() -> graph_flow.Flow:
         Reserve("reserve", provides="reservation"),
         Charge("charge", provides="charge"),
         Ship("ship", provides="parcel"),
-        Notify("notify", provides="mail"))
+        Notify("notify", provides="mail"),
+    )

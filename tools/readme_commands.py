@@ -33,7 +33,7 @@ def command(name: str, text: str) -> str:
     if start + 1 >= len(lines) or not lines[start + 1].startswith("```"):
         raise ValueError(f"{marker!r} is not followed by a fenced block")
     body = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if line.startswith("```"):
             break
         body.append(line)

@@ -82,14 +82,24 @@ def summarize(codes: set[CodeType], under: str) -> tuple[int, int, int, int]:
     lines: dict[str, set[int]] = collections.defaultdict(set)
     for code in chosen:
         lines[code.co_filename] |= body_lines(code)
-    return (len(files), sum(file_lines(f) for f in files), len(chosen),
-            sum(len(v) for v in lines.values()))
+    return (
+        len(files),
+        sum(file_lines(f) for f in files),
+        len(chosen),
+        sum(len(v) for v in lines.values()),
+    )
 
 
 def run_flow(exchange: str, topic: str) -> None:
     flow = linear_flow.Flow("one").add(Echo("echo"))
-    result = engines.run(flow, engine="worker-based", exchange=exchange, topics=[topic],
-                         transport="memory", store={"value": 7})
+    result = engines.run(
+        flow,
+        engine="worker-based",
+        exchange=exchange,
+        topics=[topic],
+        transport="memory",
+        store={"value": 7},
+    )
     assert result["value"] == 7, result
 
 
@@ -115,8 +125,9 @@ def main() -> int:
     sys.setprofile(recorder.hook)
     exchange, topic = f"path-{uuid.uuid4().hex[:8]}", "path"
     worker = worker_mod.Worker(exchange, topic, [Echo], threads_count=2, transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              name="request-path-worker", daemon=True)
+    thread = threading.Thread(
+        target=worker.run, kwargs={"display_banner": False}, name="request-path-worker", daemon=True
+    )
     thread.start()
     if not worker.wait(WAIT_S):
         print("the worker did not start", file=sys.stderr)
@@ -137,10 +148,14 @@ def main() -> int:
     print(f"flowengine at {PACKAGE_DIR}")
     print(f"{'part':<34} {'files':>6} {'file lines':>11} {'functions':>10} {'body lines':>11}")
     parts = [("all of flowengine", PACKAGE_DIR), ("engines/worker_based", WORKER_BASED)]
-    subpackages = sorted({os.path.relpath(c.co_filename, WORKER_BASED).split(os.sep)[0]
-                          for c in recorder.codes if c.co_filename.startswith(WORKER_BASED)})
-    parts += [(f"  worker_based/{name}", os.path.join(WORKER_BASED, name))
-              for name in subpackages]
+    subpackages = sorted(
+        {
+            os.path.relpath(c.co_filename, WORKER_BASED).split(os.sep)[0]
+            for c in recorder.codes
+            if c.co_filename.startswith(WORKER_BASED)
+        }
+    )
+    parts += [(f"  worker_based/{name}", os.path.join(WORKER_BASED, name)) for name in subpackages]
     for label, under in parts:
         files, lines, functions, body = summarize(recorder.codes, under)
         print(f"{label:<34} {files:>6} {lines:>11} {functions:>10} {body:>11}")

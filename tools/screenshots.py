@@ -73,16 +73,21 @@ def events_view_svg(path: str) -> None:
     for topic in ("demo", "demo"):
         pool = futures.ThreadPoolExecutor(max_workers=2)
         worker = wk.Worker(exchange, topic, [demo_tasks], executor=pool, events=True, **conn)
-        t = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                             daemon=True)
+        t = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
         t.start()
         assert worker.wait(WAIT_S)
         workers.append(worker)
         pools.append(pool)
         threads.append(t)
     try:
-        engine = engines.load(demo_flow.make_flow(SOURCES), engine="worker-based",
-                              exchange=exchange, topics=["demo"], events=True, **conn)
+        engine = engines.load(
+            demo_flow.make_flow(SOURCES),
+            engine="worker-based",
+            exchange=exchange,
+            topics=["demo"],
+            events=True,
+            **conn,
+        )
         engine.run()
         assert done.wait(WAIT_S), "no flow-finished event"
         # Heartbeats make the view's worker lines current.
@@ -92,8 +97,9 @@ def events_view_svg(path: str) -> None:
             worker.server._events.publisher.flush()
         for _ in workers:
             assert beats.acquire(timeout=WAIT_S), "no heartbeat after the run"
-        console = Console(record=True, width=VIEW_COLUMNS, force_terminal=True,
-                          file=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the script
+        console = Console(
+            record=True, width=VIEW_COLUMNS, force_terminal=True, file=open(os.devnull, "w")
+        )  # noqa: SIM115 - lives as long as the script
         console.print(events_view.render(state, "memory:// / screenshot"))
         console.save_svg(path, title="flowengine events")
     finally:
@@ -124,15 +130,22 @@ def request_path(out: str) -> None:
     if dot is None:
         print("dot not installed: request-path.svg not redrawn", file=sys.stderr)
         return
-    subprocess.run([dot, "-Tsvg", REQUEST_PATH_DOT, "-o",
-                    os.path.join(out, "request-path.svg")], check=True)
+    subprocess.run(
+        [dot, "-Tsvg", REQUEST_PATH_DOT, "-o", os.path.join(out, "request-path.svg")], check=True
+    )
 
 
 #: Debian's Chromium and the flags of a headless one that talks only to the page.
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 #: Orders run before the pictures (even ones succeed, odd ones fail): the
 #: throughput chart needs a few rounds of them.
@@ -155,11 +168,14 @@ def _serve_dashboard(live, flows):  # -> (server, thread, url)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = app_mod.build_app(live, flows, auth.Credentials(token=DEMO_TOKEN),
-                            Actions(live.exchange, live.broker, flows))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
-                                           port=port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
+    app = app_mod.build_app(
+        live, flows, auth.Credentials(token=DEMO_TOKEN), Actions(live.exchange, live.broker, flows)
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     done = threading.Event()
@@ -196,13 +212,23 @@ def dashboard_pictures(out: str) -> None:
         with contextlib.closing(backend.get_connection()) as c:
             c.upgrade()
         book = models.LogBook("shop")
-        workers = [wk.Worker(exchange, topics, [dashboard_shop], threads_count=2,
-                             worker_id=f"shop-{i}", events=True,
-                             default_exception_handler=False,  # declined cards: expected
-                             **conn)
-                   for i, topics in enumerate((["billing", "shipping"], ["billing"]))]
-        threads = [threading.Thread(target=w.run, kwargs={"display_banner": False},
-                                    daemon=True) for w in workers]
+        workers = [
+            wk.Worker(
+                exchange,
+                topics,
+                [dashboard_shop],
+                threads_count=2,
+                worker_id=f"shop-{i}",
+                events=True,
+                default_exception_handler=False,  # declined cards: expected
+                **conn,
+            )
+            for i, topics in enumerate((["billing", "shipping"], ["billing"]))
+        ]
+        threads = [
+            threading.Thread(target=w.run, kwargs={"display_banner": False}, daemon=True)
+            for w in workers
+        ]
         for t in threads:
             t.start()
         for w in workers:
@@ -212,9 +238,16 @@ def dashboard_pictures(out: str) -> None:
 
         def order(number: int, hold: bool = False) -> None:
             engine = engines.load_from_factory(
-                dashboard_shop.make_shop, store={"order_id": number, "hold": hold},
-                book=book, backend=backend, engine="worker-based", exchange=exchange,
-                topics=["billing"], remote_exceptions="original", **conn)
+                dashboard_shop.make_shop,
+                store={"order_id": number, "hold": hold},
+                book=book,
+                backend=backend,
+                engine="worker-based",
+                exchange=exchange,
+                topics=["billing"],
+                remote_exceptions="original",
+                **conn,
+            )
             # As `flowengine run` does: times, workers and the timeline recorded.
             run_records.Recorder(engine, "worker-based").start()
             try:
@@ -224,8 +257,7 @@ def dashboard_pictures(out: str) -> None:
 
         for number in range(2, 2 + SHOP_ORDERS):
             order(number)
-        held = threading.Thread(target=order, args=(1000,), kwargs={"hold": True},
-                                daemon=True)
+        held = threading.Thread(target=order, args=(1000,), kwargs={"hold": True}, daemon=True)
         server, server_thread, url = _serve_dashboard(live, FlowsSource(backend_conf))
         wait_ms = WAIT_S * 1000
         try:
@@ -234,11 +266,13 @@ def dashboard_pictures(out: str) -> None:
                 page = browser.new_page(viewport={"width": 1400, "height": 900})
                 # Signed in: the token the page would ask for, given beforehand.
                 page.add_init_script(
-                    f"sessionStorage.setItem('flowengine-dashboard-token', {DEMO_TOKEN!r})")
+                    f"sessionStorage.setItem('flowengine-dashboard-token', {DEMO_TOKEN!r})"
+                )
                 page.goto(url)
                 page.wait_for_selector("#workers tbody tr[data-worker-id]", timeout=wait_ms)
-                page.wait_for_selector(f"#flows-count:has-text('{SHOP_ORDERS} flow(s)')",
-                                       timeout=wait_ms)
+                page.wait_for_selector(
+                    f"#flows-count:has-text('{SHOP_ORDERS} flow(s)')", timeout=wait_ms
+                )
                 page.screenshot(path=os.path.join(out, "dashboard-idle.png"))
                 held.start()
                 page.wait_for_selector("#requests tbody tr[data-uuid]", timeout=wait_ms)
@@ -247,16 +281,19 @@ def dashboard_pictures(out: str) -> None:
                 page.click("#flows tbody tr:has-text('REVERTED')")
                 page.wait_for_selector("#atoms tbody tr[data-atom='charge']", timeout=wait_ms)
                 page.wait_for_selector("#timeline .lane", timeout=wait_ms)
-                page.wait_for_function("document.querySelector('#graph').naturalWidth > 0",
-                                       timeout=wait_ms)
+                page.wait_for_function(
+                    "document.querySelector('#graph').naturalWidth > 0", timeout=wait_ms
+                )
                 page.click("#atoms tr[data-atom='charge'] button.traceback-toggle")
-                page.locator("#persisted").screenshot(
-                    path=os.path.join(out, "dashboard-flow.png"))
+                page.locator("#persisted").screenshot(path=os.path.join(out, "dashboard-flow.png"))
                 page.select_option("#filter-state", "REVERTED")
                 page.fill("#filter-name", "order")
                 page.dispatch_event("#filter-name", "change")
-                page.wait_for_function("document.querySelector('#flows-count').dataset.query"
-                                       " === 'state=REVERTED&name=order'", timeout=wait_ms)
+                page.wait_for_function(
+                    "document.querySelector('#flows-count').dataset.query"
+                    " === 'state=REVERTED&name=order'",
+                    timeout=wait_ms,
+                )
                 # The filtered list only (the flow shown below it is the picture before).
                 clip = page.evaluate("""() => {
                     const top = document.querySelector('#persisted').getBoundingClientRect();
@@ -264,8 +301,9 @@ def dashboard_pictures(out: str) -> None:
                     return {x: top.left + scrollX, y: top.top + scrollY, width: top.width,
                             height: end.bottom - top.top + 8};
                 }""")
-                page.screenshot(path=os.path.join(out, "dashboard-history.png"), full_page=True,
-                                clip=clip)
+                page.screenshot(
+                    path=os.path.join(out, "dashboard-history.png"), full_page=True, clip=clip
+                )
                 browser.close()
         finally:
             dashboard_shop.HOLD.set()

@@ -64,10 +64,10 @@ class Ship(task.Task):
 def make_flow(workdir: str, order_id: int) -> lf.Flow:
     """The flow factory: saved by name so a new process can rebuild the flow."""
     return lf.Flow("order").add(
-        Reserve("reserve", provides="reservation", inject={"workdir": workdir,
-                                                           "order_id": order_id}),
-        Charge("charge", provides="receipt", inject={"workdir": workdir,
-                                                     "order_id": order_id}),
+        Reserve(
+            "reserve", provides="reservation", inject={"workdir": workdir, "order_id": order_id}
+        ),
+        Charge("charge", provides="receipt", inject={"workdir": workdir, "order_id": order_id}),
         Ship("ship", provides="shipment", inject={"workdir": workdir}),
     )
 
@@ -75,8 +75,9 @@ def make_flow(workdir: str, order_id: int) -> lf.Flow:
 def engine_process(db_url: str, workdir: str) -> None:
     """Child: start the flow, saving every step to the database."""
     with backends.backend(db_url) as backend:
-        engine = engines.load_from_factory(make_flow, factory_args=[workdir, 42],
-                                           backend=backend, book=models.LogBook("orders"))
+        engine = engines.load_from_factory(
+            make_flow, factory_args=[workdir, 42], backend=backend, book=models.LogBook("orders")
+        )
         print(f"flow {engine.storage.flow_uuid}", flush=True)
         engine.run()
 
@@ -84,9 +85,12 @@ def engine_process(db_url: str, workdir: str) -> None:
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="resume-example-")
     db_url = f"sqlite:///{workdir}/flows.db"
-    child = subprocess.Popen([sys.executable, __file__, "--engine-process", db_url, workdir],
-                             stdout=subprocess.PIPE, text=True,
-                             env=dict(os.environ, **{ENGINE_PROCESS_ENV: "1"}))
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--engine-process", db_url, workdir],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, **{ENGINE_PROCESS_ENV: "1"}),
+    )
     # Watchdog: if the child never reaches 'charge', kill it so readline returns.
     watchdog = threading.Timer(WAIT_LIMIT_S, child.kill)
     watchdog.start()
@@ -105,8 +109,7 @@ def main() -> None:
         with contextlib.closing(backend.get_connection()) as conn:
             flow_detail = conn.get_flow_details(flow_uuid)
         saved = {ad.name: ad.state for ad in flow_detail}
-        print("saved states: " + " ".join(f"{n}={saved[n]}"
-                                          for n in ("reserve", "charge", "ship")))
+        print("saved states: " + " ".join(f"{n}={saved[n]}" for n in ("reserve", "charge", "ship")))
         engine = engines.load_from_detail(flow_detail, backend=backend)
         engine.run()
         print(f"resumed flow ended {engine.storage.get_flow_state()}")
@@ -114,8 +117,7 @@ def main() -> None:
 
     with open(os.path.join(workdir, "executions.log")) as fp:
         runs = fp.read().split()
-    print("executions: " + " ".join(f"{n}={runs.count(n)}"
-                                    for n in ("reserve", "charge", "ship")))
+    print("executions: " + " ".join(f"{n}={runs.count(n)}" for n in ("reserve", "charge", "ship")))
     shutil.rmtree(workdir)
 
 

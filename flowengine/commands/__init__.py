@@ -20,10 +20,20 @@ from flowengine.commands import (
 )
 
 #: Subcommand name -> module with add_parser(sub, parse_option) and run(args).
-COMMANDS = {"events": events_view, "flows": flows, "graph": graph_cmd, "run": run_flow,
-            "conductor": conductor_cmd, "jobs": jobs_cmd, "inspect": inspect_cmd,
-            "control": inspect_cmd, "queues": queues_cmd, "purge": queues_cmd,
-            "deadletters": deadletters_cmd, "dashboard": dashboard_cmd}
+COMMANDS = {
+    "events": events_view,
+    "flows": flows,
+    "graph": graph_cmd,
+    "run": run_flow,
+    "conductor": conductor_cmd,
+    "jobs": jobs_cmd,
+    "inspect": inspect_cmd,
+    "control": inspect_cmd,
+    "queues": queues_cmd,
+    "purge": queues_cmd,
+    "deadletters": deadletters_cmd,
+    "dashboard": dashboard_cmd,
+}
 
 
 def add_parsers(sub: Any, parse_option: Any) -> None:

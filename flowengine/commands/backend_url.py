@@ -48,19 +48,22 @@ def parse_url(url: str | None) -> BackendURL:
     """Check ``url`` (or ``$FLOWENGINE_BACKEND``); CommandError saying what is wrong."""
     url = url or os.environ.get(BACKEND_ENV)
     if not url:
-        raise CommandError(f"no backend: pass --backend URL ({_EXAMPLES}) or set"
-                           f" ${BACKEND_ENV}")
+        raise CommandError(f"no backend: pass --backend URL ({_EXAMPLES}) or set ${BACKEND_ENV}")
     safe = mask_password(url)
     scheme, sep, rest = url.partition(":")
     scheme = scheme.lower()
     if not sep or not scheme.replace("+", "").isalnum():
-        raise CommandError(f"{safe!r} is not a backend URL: use {_EXAMPLES}"
-                           + (f" (dir:{url} for a directory)" if "/" in url else ""))
+        raise CommandError(
+            f"{safe!r} is not a backend URL: use {_EXAMPLES}"
+            + (f" (dir:{url} for a directory)" if "/" in url else "")
+        )
     family = scheme.split("+", 1)[0]
     if family == "memory":
-        raise CommandError("the memory backend lives inside one process and each"
-                           " flowengine command is a new one: use a durable backend"
-                           f" ({_EXAMPLES})")
+        raise CommandError(
+            "the memory backend lives inside one process and each"
+            " flowengine command is a new one: use a durable backend"
+            f" ({_EXAMPLES})"
+        )
     if family in _PATH_SCHEMES:
         return _dir_url(url, safe)
     if family in _SQL_SCHEMES:
@@ -74,8 +77,7 @@ def _dir_url(url: str, safe: str) -> BackendURL:
     path = parse.unquote(parts.netloc + parts.path)
     if not path:
         raise CommandError(f"{safe!r} names no directory: use dir:PATH")
-    conf: dict[str, Any] = {key: values[-1]
-                            for key, values in parse.parse_qs(parts.query).items()}
+    conf: dict[str, Any] = {key: values[-1] for key, values in parse.parse_qs(parts.query).items()}
     path = os.path.abspath(path)
     conf.update(connection="dir", path=path)
     return BackendURL("dir", conf, safe, local_path=path)
@@ -88,15 +90,16 @@ def _sql_url(url: str, safe: str, family: str) -> BackendURL:
         return BackendURL("sql", {"connection": url}, safe)
     parts = parse.urlsplit(url)
     if "://" not in url or parts.netloc:
-        raise CommandError(f"{safe!r} is not an SQLite file URL: use sqlite:///PATH"
-                           " (three slashes, then the path)")
+        raise CommandError(
+            f"{safe!r} is not an SQLite file URL: use sqlite:///PATH (three slashes, then the path)"
+        )
     # 'sqlite:///rel.db' -> 'rel.db', 'sqlite:////abs.db' -> '/abs.db', 'sqlite://' -> ''.
     database = parse.unquote(parts.path[1:])
     if database in _SQLITE_IN_MEMORY or database.startswith("file::memory:"):
-        raise CommandError(f"{safe!r} is an in-memory database, gone when the process"
-                           " ends: use sqlite:///PATH")
-    return BackendURL("sql", {"connection": url}, safe,
-                      local_path=os.path.abspath(database))
+        raise CommandError(
+            f"{safe!r} is an in-memory database, gone when the process ends: use sqlite:///PATH"
+        )
+    return BackendURL("sql", {"connection": url}, safe, local_path=os.path.abspath(database))
 
 
 @contextlib.contextmanager

@@ -11,23 +11,49 @@ DEFAULT_EXCHANGE = "default"
 
 def add_arguments(p: argparse.ArgumentParser, parse_option: Any) -> None:
     """Add --url, --exchange, --transport(-option), --secret-file, --durable, --compat."""
-    p.add_argument("--url", default=None, help="broker URL (redis://..., amqp://...; default:"
-                        " $FLOWENGINE_BROKER_URL)")
-    p.add_argument("--exchange", default=DEFAULT_EXCHANGE,
-                   help=f"the workers' exchange (default {DEFAULT_EXCHANGE!r})")
+    p.add_argument(
+        "--url",
+        default=None,
+        help="broker URL (redis://..., amqp://...; default: $FLOWENGINE_BROKER_URL)",
+    )
+    p.add_argument(
+        "--exchange",
+        default=DEFAULT_EXCHANGE,
+        help=f"the workers' exchange (default {DEFAULT_EXCHANGE!r})",
+    )
     p.add_argument("--transport", default=None, help="kombu transport name")
-    p.add_argument("--transport-option", dest="transport_options", default=[],
-                   action="append", type=parse_option, metavar="KEY=VALUE",
-                   help="transport option (repeatable; values parsed as JSON)")
-    p.add_argument("--secret-file", default=None, metavar="PATH",
-                   help="signing keys, as the workers' (default: $FLOWENGINE_SECRET_FILE/"
-                        "$FLOWENGINE_SECRET)")
-    p.add_argument("--durable", action="store_true",
-                   help="the workers run with --durable (the exchange is declared so)")
-    p.add_argument("--queue-type", default="classic", choices=["classic", "quorum"],
-                   help="the workers run with --queue-type (their queues are declared so)")
-    p.add_argument("--compat", default=None, choices=["taskflow"],
-                   help="the exchange is shared with TaskFlow (declared as it does)")
+    p.add_argument(
+        "--transport-option",
+        dest="transport_options",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="transport option (repeatable; values parsed as JSON)",
+    )
+    p.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="signing keys, as the workers' (default: $FLOWENGINE_SECRET_FILE/$FLOWENGINE_SECRET)",
+    )
+    p.add_argument(
+        "--durable",
+        action="store_true",
+        help="the workers run with --durable (the exchange is declared so)",
+    )
+    p.add_argument(
+        "--queue-type",
+        default="classic",
+        choices=["classic", "quorum"],
+        help="the workers run with --queue-type (their queues are declared so)",
+    )
+    p.add_argument(
+        "--compat",
+        default=None,
+        choices=["taskflow"],
+        help="the exchange is shared with TaskFlow (declared as it does)",
+    )
 
 
 def broker_settings(args: argparse.Namespace, why: str) -> Any:
@@ -38,9 +64,16 @@ def broker_settings(args: argparse.Namespace, why: str) -> Any:
 
     broker_errors.check_shared(args.url, args.transport, why)
     secret = None if args.secret_file is None else signing.read_key_file(args.secret_file)
-    return BrokerSettings(args.url, args.transport, dict(args.transport_options), None,
-                          durable=args.durable, secret=secret, compat=args.compat,
-                          queue_type=args.queue_type)
+    return BrokerSettings(
+        args.url,
+        args.transport,
+        dict(args.transport_options),
+        None,
+        durable=args.durable,
+        secret=secret,
+        compat=args.compat,
+        queue_type=args.queue_type,
+    )
 
 
 def broker_uri(args: argparse.Namespace) -> str:
@@ -53,8 +86,9 @@ def broker_uri(args: argparse.Namespace) -> str:
     from flowengine.utils.misc import mask_password
 
     try:
-        return str(BrokerSettings(args.url, args.transport,
-                                  dict(args.transport_options)).public_uri)
+        return str(
+            BrokerSettings(args.url, args.transport, dict(args.transport_options)).public_uri
+        )
     except Exception:  # a URL kombu cannot read: shown as given, password masked
         return mask_password(args.url) if args.url else str(args.transport)
 

@@ -25,36 +25,75 @@ LOG = logging.getLogger("flowengine.conductor")
 #: its jobs are already back on the board, so nothing waits on this.
 STOP_GRACE_S = 30.0
 #: Conductor events logged at INFO (the rest at DEBUG).
-_LOGGED_EVENTS = ("job_claimed", "job_consumed", "job_abandoned", "job_trashed",
-                  "job_lost", "job_dead")
+_LOGGED_EVENTS = (
+    "job_claimed",
+    "job_consumed",
+    "job_abandoned",
+    "job_trashed",
+    "job_lost",
+    "job_dead",
+)
 
 
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``conductor`` subcommand to the ``flowengine`` parser."""
     p = sub.add_parser("conductor", help="run the jobs of a jobboard until SIGTERM")
-    p.add_argument("--board", default=None, metavar="URL",
-                   help="jobboard URL: redis://host:6379/0, postgresql://..., sqlite:///f.db"
-                        " (default: $FLOWENGINE_BOARD)")
-    p.add_argument("--persistence", default=None, metavar="URL",
-                   help="where the jobs' logbooks are: postgresql://..., sqlite:///f.db,"
-                        " dir:///path (default: $FLOWENGINE_PERSISTENCE)")
+    p.add_argument(
+        "--board",
+        default=None,
+        metavar="URL",
+        help="jobboard URL: redis://host:6379/0, postgresql://..., sqlite:///f.db"
+        " (default: $FLOWENGINE_BOARD)",
+    )
+    p.add_argument(
+        "--persistence",
+        default=None,
+        metavar="URL",
+        help="where the jobs' logbooks are: postgresql://..., sqlite:///f.db,"
+        " dir:///path (default: $FLOWENGINE_PERSISTENCE)",
+    )
     p.set_defaults(needs_urls=("board", "persistence"))
-    p.add_argument("--name", default="conductor",
-                   help="conductor name (claims are made under it; default 'conductor')")
+    p.add_argument(
+        "--name",
+        default="conductor",
+        help="conductor name (claims are made under it; default 'conductor')",
+    )
     p.add_argument("--board-name", default="flowengine", help="jobboard name")
-    p.add_argument("--concurrency", type=int, default=1,
-                   help="jobs at once (default 1: the blocking conductor)")
-    p.add_argument("--engine", default=None,
-                   help="engine for every job (serial, parallel, worker-based); a job's"
-                        " details may choose another")
-    p.add_argument("--engine-option", dest="engine_options", default=[], action="append",
-                   type=parse_option, metavar="KEY=VALUE",
-                   help="engine option (repeatable; values parsed as JSON)")
-    p.add_argument("--board-option", dest="board_options", default=[], action="append",
-                   type=parse_option, metavar="KEY=VALUE",
-                   help="jobboard option, e.g. lease_s=10, max_attempts=5 (repeatable)")
-    p.add_argument("--no-job-engine-options", action="store_true",
-                   help="ignore 'engine'/'engine_options' in jobs' details")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="jobs at once (default 1: the blocking conductor)",
+    )
+    p.add_argument(
+        "--engine",
+        default=None,
+        help="engine for every job (serial, parallel, worker-based); a job's"
+        " details may choose another",
+    )
+    p.add_argument(
+        "--engine-option",
+        dest="engine_options",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="engine option (repeatable; values parsed as JSON)",
+    )
+    p.add_argument(
+        "--board-option",
+        dest="board_options",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="jobboard option, e.g. lease_s=10, max_attempts=5 (repeatable)",
+    )
+    p.add_argument(
+        "--no-job-engine-options",
+        action="store_true",
+        help="ignore 'engine'/'engine_options' in jobs' details",
+    )
 
 
 def _log_event(board: Any, event: str, details: dict[str, Any]) -> None:
@@ -67,9 +106,13 @@ def _log_event(board: Any, event: str, details: dict[str, Any]) -> None:
             outcome = found.outcome if found is not None else None
         except Exception:  # the line matters more than the detail
             outcome = None
-    LOG.log(logging.INFO if event in _LOGGED_EVENTS else logging.DEBUG,
-            "%s%s (%s)", what, f" {outcome}" if outcome else "",
-            getattr(job, "name", ""))
+    LOG.log(
+        logging.INFO if event in _LOGGED_EVENTS else logging.DEBUG,
+        "%s%s (%s)",
+        what,
+        f" {outcome}" if outcome else "",
+        getattr(job, "name", ""),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,15 +132,17 @@ def run(args: argparse.Namespace) -> int:
     with persistence.backend(args.persistence) as store:
         board = boards.fetch(args.board_name, conf, persistence=store)
         kind = "blocking" if args.concurrency == 1 else "nonblocking"
-        options: dict[str, Any] = {"persistence": store, "engine": args.engine,
-                                   "engine_options": dict(args.engine_options),
-                                   "allow_job_engine_options": not args.no_job_engine_options}
+        options: dict[str, Any] = {
+            "persistence": store,
+            "engine": args.engine,
+            "engine_options": dict(args.engine_options),
+            "allow_job_engine_options": not args.no_job_engine_options,
+        }
         if kind == "nonblocking":
             options["max_simultaneous_jobs"] = args.concurrency
         conductor = conductors.fetch(kind, args.name, board, **options)
         conductor.connect()
-        conductor.notifier.register("*", lambda event, details: _log_event(board, event,
-                                                                         details))
+        conductor.notifier.register("*", lambda event, details: _log_event(board, event, details))
         try:
             return _serve(conductor, board, args)
         finally:
@@ -112,8 +157,10 @@ def _serve(conductor: Any, board: Any, args: argparse.Namespace) -> int:
     def stop() -> None:
         conductor.stop()
         if not done.wait(STOP_GRACE_S):
-            LOG.warning("engines still busy %.0f s after the stop; exiting (their jobs were"
-                        " abandoned)", STOP_GRACE_S)
+            LOG.warning(
+                "engines still busy %.0f s after the stop; exiting (their jobs were abandoned)",
+                STOP_GRACE_S,
+            )
             logging.shutdown()
             os._exit(1)
 
@@ -124,8 +171,7 @@ def _serve(conductor: Any, board: Any, args: argparse.Namespace) -> int:
             LOG.warning("%s again: exiting without waiting for running tasks", name)
             logging.shutdown()
             os._exit(1)
-        LOG.info("%s: stopping; abandoning the jobs in progress (send it again to exit"
-                 " now)", name)
+        LOG.info("%s: stopping; abandoning the jobs in progress (send it again to exit now)", name)
         # Not in the handler: it interrupts the main thread mid-bytecode.
         threading.Thread(target=stop, daemon=True, name="flowengine-conductor-stop").start()
 
@@ -139,8 +185,12 @@ def _serve(conductor: Any, board: Any, args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    LOG.info("conductor %s ready on board %s (%s jobs at once)", conductor.conductor.name,
-             board.name, args.concurrency)
+    LOG.info(
+        "conductor %s ready on board %s (%s jobs at once)",
+        conductor.conductor.name,
+        board.name,
+        args.concurrency,
+    )
     threading.Thread(target=conduct, name="flowengine-conductor", daemon=True).start()
     done.wait()  # signal handlers still run on this thread while it waits
     if errors:

@@ -24,28 +24,55 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     """Add ``dashboard`` to the ``flowengine`` parser."""
     p = sub.add_parser("dashboard", help="web page of live workers, throughput and flows")
     broker_options.add_arguments(p, parse_option)
-    p.add_argument("--backend", default=None, metavar="URL",
-                   help="also show the flows this persistence backend holds (as"
-                        " `flowengine flows --backend`)")
-    p.add_argument("--host", default=DEFAULT_HOST,
-                   help=f"address to listen on (default {DEFAULT_HOST}: this machine only)")
-    p.add_argument("--port", type=int, default=DEFAULT_PORT,
-                   help=f"port to listen on (default {DEFAULT_PORT}; 0: any free port)")
-    p.add_argument("--no-events", action="store_true",
-                   help="do not follow the event stream (inspect answers only)")
-    p.add_argument("--board", default=None, metavar="URL",
-                   help="also list the jobs this jobboard holds (as `flowengine jobs"
-                        " --board`)")
+    p.add_argument(
+        "--backend",
+        default=None,
+        metavar="URL",
+        help="also show the flows this persistence backend holds (as `flowengine flows --backend`)",
+    )
+    p.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}: this machine only)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to listen on (default {DEFAULT_PORT}; 0: any free port)",
+    )
+    p.add_argument(
+        "--no-events",
+        action="store_true",
+        help="do not follow the event stream (inspect answers only)",
+    )
+    p.add_argument(
+        "--board",
+        default=None,
+        metavar="URL",
+        help="also list the jobs this jobboard holds (as `flowengine jobs --board`)",
+    )
     p.add_argument("--board-name", default="flowengine", help="jobboard name")
-    p.add_argument("--token-file", default=None, metavar="PATH",
-                   help="require this file's bearer token (its first line) and allow"
-                        " actions (default: $FLOWENGINE_DASHBOARD_TOKEN)")
-    p.add_argument("--basic-auth-file", default=None, metavar="PATH",
-                   help="require a user:password of this file (one a line) and allow"
-                        " actions (default: $FLOWENGINE_DASHBOARD_BASIC_AUTH)")
-    p.add_argument("--insecure-public", action="store_true",
-                   help="serve on a non-loopback --host without credentials (anyone who"
-                        " reaches it sees task arguments, results and tracebacks)")
+    p.add_argument(
+        "--token-file",
+        default=None,
+        metavar="PATH",
+        help="require this file's bearer token (its first line) and allow"
+        " actions (default: $FLOWENGINE_DASHBOARD_TOKEN)",
+    )
+    p.add_argument(
+        "--basic-auth-file",
+        default=None,
+        metavar="PATH",
+        help="require a user:password of this file (one a line) and allow"
+        " actions (default: $FLOWENGINE_DASHBOARD_BASIC_AUTH)",
+    )
+    p.add_argument(
+        "--insecure-public",
+        action="store_true",
+        help="serve on a non-loopback --host without credentials (anyone who"
+        " reaches it sees task arguments, results and tracebacks)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,20 +102,31 @@ def run(args: argparse.Namespace) -> int:
 
     live = LiveState(args.exchange, broker, events=not args.no_events)
     live.start()  # a broker problem is one line from main(), before anything listens
-    actions = (Actions(args.exchange, broker, flows, secret_file=args.secret_file)
-               if credentials.enabled else None)
+    actions = (
+        Actions(args.exchange, broker, flows, secret_file=args.secret_file)
+        if credentials.enabled
+        else None
+    )
     # Actions are logged at WARNING (seen whatever the level): who did what, and how it ended.
-    config = uvicorn.Config(app_mod.build_app(live, flows, credentials, actions, jobs),
-                            host=args.host, port=args.port, log_level="warning",
-                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    config = uvicorn.Config(
+        app_mod.build_app(live, flows, credentials, actions, jobs),
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+    )
     server = uvicorn.Server(config)
     shown = f" (flows of {flows.url.safe})" if flows is not None else ""
     shown += f" (jobs of {jobs.safe_url})" if jobs is not None else ""
-    shown += (f"; actions allowed with {credentials.describe}" if credentials.enabled
-              else "; read-only")
-    threading.Thread(target=_announce, args=(server, broker_options.where(args), shown),
-                     daemon=True,
-                     name="flowengine-dashboard-announce").start()
+    shown += (
+        f"; actions allowed with {credentials.describe}" if credentials.enabled else "; read-only"
+    )
+    threading.Thread(
+        target=_announce,
+        args=(server, broker_options.where(args), shown),
+        daemon=True,
+        name="flowengine-dashboard-announce",
+    ).start()
     try:
         server.run()
     finally:
@@ -103,10 +141,12 @@ def _check_exposure(host: str, credentials: Any, insecure_public: bool) -> None:
 
     if credentials.enabled or insecure_public or auth.is_loopback(host):
         return
-    raise CommandError(f"refusing to serve on {host} without authentication (anyone who"
-                       f" reaches it would see task arguments, results and tracebacks):"
-                       f" give --token-file or --basic-auth-file (or"
-                       f" ${auth.TOKEN_ENV}), or --insecure-public to serve it anyway")
+    raise CommandError(
+        f"refusing to serve on {host} without authentication (anyone who"
+        f" reaches it would see task arguments, results and tracebacks):"
+        f" give --token-file or --basic-auth-file (or"
+        f" ${auth.TOKEN_ENV}), or --insecure-public to serve it anyway"
+    )
 
 
 def _announce(server: Any, where: str, shown: str) -> None:
@@ -119,5 +159,4 @@ def _announce(server: Any, where: str, shown: str) -> None:
     if not server.started:
         return
     host, port = server.servers[0].sockets[0].getsockname()[:2]
-    print(f"Dashboard of {where} on http://{host}:{port}/{shown}", file=sys.stderr,
-          flush=True)
+    print(f"Dashboard of {where} on http://{host}:{port}/{shown}", file=sys.stderr, flush=True)

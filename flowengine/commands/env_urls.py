@@ -32,8 +32,11 @@ def fill(args: argparse.Namespace) -> str | None:
     says which broker is meant). ``--board`` and ``--persistence``, where a
     command needs them, must come from one place or the other.
     """
-    if (args.command not in _OWN_BROKER and getattr(args, "url", "") is None
-            and getattr(args, "transport", None) is None):
+    if (
+        args.command not in _OWN_BROKER
+        and getattr(args, "url", "") is None
+        and getattr(args, "transport", None) is None
+    ):
         args.url = os.environ.get(BROKER_ENV) or None
     for attr, env in (("board", BOARD_ENV), ("persistence", PERSISTENCE_ENV)):
         if getattr(args, attr, "") is None:

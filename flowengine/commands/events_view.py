@@ -41,8 +41,12 @@ MISSED_HEARTBEATS_LOST = 3
 
 #: Request state shown for each task event type.
 STATE_OF_EVENT = {
-    "task-received": "RECEIVED", "task-started": "STARTED", "task-progress": "STARTED",
-    "task-succeeded": "SUCCESS", "task-failed": "FAILURE", "task-expired": "EXPIRED",
+    "task-received": "RECEIVED",
+    "task-started": "STARTED",
+    "task-progress": "STARTED",
+    "task-succeeded": "SUCCESS",
+    "task-failed": "FAILURE",
+    "task-expired": "EXPIRED",
     "task-retried": "RETRIED",
 }
 
@@ -50,8 +54,16 @@ STATE_OF_EVENT = {
 class WorkerView:
     """What the view knows about one worker."""
 
-    __slots__ = ("hostname", "topic", "online", "active", "processed", "running",
-                 "last_heard", "freq")
+    __slots__ = (
+        "hostname",
+        "topic",
+        "online",
+        "active",
+        "processed",
+        "running",
+        "last_heard",
+        "freq",
+    )
 
     def __init__(self, hostname: str) -> None:
         self.hostname = hostname
@@ -75,8 +87,17 @@ class WorkerView:
 class RequestView:
     """What the view knows about one request."""
 
-    __slots__ = ("uuid", "name", "state", "worker", "attempt", "runtime", "progress",
-                 "started", "updated")
+    __slots__ = (
+        "uuid",
+        "name",
+        "state",
+        "worker",
+        "attempt",
+        "runtime",
+        "progress",
+        "started",
+        "updated",
+    )
 
     def __init__(self, uuid: str) -> None:
         self.uuid = uuid
@@ -111,7 +132,8 @@ class EventsState:
                 self._task_event(kind, event)
             elif kind.startswith("flow-") and event.get("root_id"):
                 self.flows[event["root_id"]] = (
-                    f"{event.get('flow_name', '?')}: {event.get('state', kind)}")
+                    f"{event.get('flow_name', '?')}: {event.get('state', kind)}"
+                )
 
     def _worker(self, event: dict[str, Any]) -> WorkerView:
         name = str(event.get("hostname", "?"))
@@ -176,33 +198,69 @@ def render(state: EventsState, source: str, unverified: int = 0) -> Any:
         events = state.count
         flows = list(state.flows.items())[-3:]
         dropped = f", {unverified} unverified dropped" if unverified else ""
-        header = Text(f"flowengine events - {source} - {events} events{dropped},"
-                      f" {len(workers)} workers, {count} requests", style="bold")
+        header = Text(
+            f"flowengine events - {source} - {events} events{dropped},"
+            f" {len(workers)} workers, {count} requests",
+            style="bold",
+        )
         wtable = Table(title="Workers", expand=True, title_justify="left")
-        for column in ("worker", "topic", "status", "active", "processed", "running",
-                       "last heartbeat"):
+        for column in (
+            "worker",
+            "topic",
+            "status",
+            "active",
+            "processed",
+            "running",
+            "last heartbeat",
+        ):
             wtable.add_column(column)
         colours = {"idle": "green", "busy": "yellow", "lost": "red", "offline": "dim"}
         for w in workers:
             status = w.status(now)
-            names = sorted(state.requests[u].name if u in state.requests else _short(u)
-                           for u in w.running)
+            names = sorted(
+                state.requests[u].name if u in state.requests else _short(u) for u in w.running
+            )
             running = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "") or "-"
-            wtable.add_row(w.hostname, w.topic, Text(status, style=colours[status]),
-                           str(len(w.running)), str(w.processed), running,
-                           f"{max(0.0, now - w.last_heard):.1f} s ago")
+            wtable.add_row(
+                w.hostname,
+                w.topic,
+                Text(status, style=colours[status]),
+                str(len(w.running)),
+                str(w.processed),
+                running,
+                f"{max(0.0, now - w.last_heard):.1f} s ago",
+            )
         rtable = Table(title="Requests", expand=True, title_justify="left")
         for column in ("request", "task", "state", "worker", "attempt", "runtime"):
             rtable.add_column(column)
-        scolours = {"SUCCESS": "green", "FAILURE": "red", "STARTED": "yellow",
-                    "EXPIRED": "magenta", "RECEIVED": "cyan"}
+        scolours = {
+            "SUCCESS": "green",
+            "FAILURE": "red",
+            "STARTED": "yellow",
+            "EXPIRED": "magenta",
+            "RECEIVED": "cyan",
+        }
         for r in reversed(requests):
-            runtime = (f"{r.runtime:.3f} s" if r.runtime is not None
-                       else f"{now - r.started:.1f} s..." if r.started else "-")
-            shown = r.state if r.progress is None or r.state != "STARTED" \
+            runtime = (
+                f"{r.runtime:.3f} s"
+                if r.runtime is not None
+                else f"{now - r.started:.1f} s..."
+                if r.started
+                else "-"
+            )
+            shown = (
+                r.state
+                if r.progress is None or r.state != "STARTED"
                 else f"STARTED {r.progress:.0%}"
-            rtable.add_row(_short(r.uuid), r.name, Text(shown, style=scolours.get(r.state, "")),
-                           r.worker, str(r.attempt), runtime)
+            )
+            rtable.add_row(
+                _short(r.uuid),
+                r.name,
+                Text(shown, style=scolours.get(r.state, "")),
+                r.worker,
+                str(r.attempt),
+                runtime,
+            )
     parts: list[Any] = [header, wtable, rtable]
     for root_id, text in flows:
         parts.append(Text(f"flow {_short(root_id)} {text}"))
@@ -216,20 +274,37 @@ def _short(uuid: str) -> str:
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``events`` subcommand to the ``flowengine`` parser."""
     p = sub.add_parser("events", help="watch workers and requests live (or --json)")
-    p.add_argument("--url", default=None, help="broker URL (kombu format; default:"
-                        " $FLOWENGINE_BROKER_URL)")
-    p.add_argument("--exchange", default="default",
-                   help="task exchange whose events to follow (default: 'default')")
+    p.add_argument(
+        "--url", default=None, help="broker URL (kombu format; default: $FLOWENGINE_BROKER_URL)"
+    )
+    p.add_argument(
+        "--exchange",
+        default="default",
+        help="task exchange whose events to follow (default: 'default')",
+    )
     p.add_argument("--transport", default=None, help="kombu transport name")
-    p.add_argument("--transport-option", dest="transport_options", default=[],
-                   action="append", type=parse_option, metavar="KEY=VALUE",
-                   help="transport option (repeatable; values parsed as JSON)")
-    p.add_argument("--json", action="store_true",
-                   help="print each event as one JSON line on stdout, nothing else")
-    p.add_argument("--secret-file", default=None, metavar="PATH",
-                   help="file of shared signing keys, one a line: show only events"
-                        " signed with one of them (default: $FLOWENGINE_SECRET_FILE/"
-                        "$FLOWENGINE_SECRET; neither set: show every event, unverified)")
+    p.add_argument(
+        "--transport-option",
+        dest="transport_options",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="transport option (repeatable; values parsed as JSON)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print each event as one JSON line on stdout, nothing else",
+    )
+    p.add_argument(
+        "--secret-file",
+        default=None,
+        metavar="PATH",
+        help="file of shared signing keys, one a line: show only events"
+        " signed with one of them (default: $FLOWENGINE_SECRET_FILE/"
+        "$FLOWENGINE_SECRET; neither set: show every event, unverified)",
+    )
 
 
 def _keyring(secret_file: str | None) -> Any:
@@ -260,11 +335,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"flowengine events: cannot read the signing keys: {e}", file=sys.stderr)
         return 2
     # memory:// would show an empty view for ever: no worker can publish there.
-    broker_errors.check_shared(args.url, args.transport,
-                               "the workers whose events it shows are other processes")
+    broker_errors.check_shared(
+        args.url, args.transport, "the workers whose events it shows are other processes"
+    )
     stop = threading.Event()
     state = EventsState()
     if args.json:
+
         def handle(event: dict[str, Any]) -> None:
             sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
             sys.stdout.flush()
@@ -276,10 +353,14 @@ def run(args: argparse.Namespace) -> int:
         heard.set()
         handle(event)
 
-    receiver = ev.EventReceiver(args.exchange, on_event, url=args.url,
-                                transport=args.transport,
-                                transport_options=dict(args.transport_options) or None,
-                                secret=keyring)
+    receiver = ev.EventReceiver(
+        args.exchange,
+        on_event,
+        url=args.url,
+        transport=args.transport,
+        transport_options=dict(args.transport_options) or None,
+        secret=keyring,
+    )
     errors: list[BaseException] = []
 
     def consume() -> None:
@@ -301,12 +382,22 @@ def run(args: argparse.Namespace) -> int:
     source = broker_options.where(args)
     if _wait_ready(receiver, stop, READY_TIMEOUT_S):
         # On stderr: stdout stays pure JSON with --json.
-        checked = ("" if keyring is None else
-                   f"; verifying signatures (key ids {', '.join(keyring.key_ids)})")
-        print(f"Listening for events on {ev.events_exchange_name(args.exchange)}{checked}",
-              file=sys.stderr, flush=True)
-        threading.Thread(target=_notice_silence, args=(heard, stop, args.exchange),
-                         name="flowengine-events-quiet", daemon=True).start()
+        checked = (
+            ""
+            if keyring is None
+            else f"; verifying signatures (key ids {', '.join(keyring.key_ids)})"
+        )
+        print(
+            f"Listening for events on {ev.events_exchange_name(args.exchange)}{checked}",
+            file=sys.stderr,
+            flush=True,
+        )
+        threading.Thread(
+            target=_notice_silence,
+            args=(heard, stop, args.exchange),
+            name="flowengine-events-quiet",
+            daemon=True,
+        ).start()
     try:
         if errors:
             pass  # the receiver failed before consuming: no empty view, just why
@@ -320,8 +411,9 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         error = errors[0]
         if not isinstance(error, exc.FlowEngineError):
-            error = broker_errors.classify(error, broker_options.broker_uri(args), args.exchange,
-                                           durable=False)
+            error = broker_errors.classify(
+                error, broker_options.broker_uri(args), args.exchange, durable=False
+            )
         print(f"flowengine events: {error}", file=sys.stderr)
         return 1
     return 0
@@ -343,25 +435,31 @@ def _wait_ready(receiver: Any, stop: threading.Event, timeout_s: float) -> bool:
     return False
 
 
-def _notice_silence(heard: threading.Event, stop: threading.Event, exchange: str,
-                    after_s: float = QUIET_NOTICE_S) -> None:
+def _notice_silence(
+    heard: threading.Event, stop: threading.Event, exchange: str, after_s: float = QUIET_NOTICE_S
+) -> None:
     """Say once, on stderr, why nothing shows when no event came in ``after_s``."""
     if not heard.wait(after_s) and not stop.is_set():
-        print(f"flowengine events: no event in {after_s:.0f} s: no worker on"
-              f" exchange {exchange!r} was started with --events (flowengine worker"
-              f" --events ...), or the URL/exchange is not the workers' one",
-              file=sys.stderr, flush=True)
+        print(
+            f"flowengine events: no event in {after_s:.0f} s: no worker on"
+            f" exchange {exchange!r} was started with --events (flowengine worker"
+            f" --events ...), or the URL/exchange is not the workers' one",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def _live(state: EventsState, source: str, stop: threading.Event,
-          unverified: Callable[[], int]) -> None:
+def _live(
+    state: EventsState, source: str, stop: threading.Event, unverified: Callable[[], int]
+) -> None:
     """Redraw the view in place until ``stop`` is set."""
     from rich.console import Console
     from rich.live import Live
 
     console = Console()
-    with Live(render(state, source, unverified()), console=console, auto_refresh=False,
-              transient=False) as live:
+    with Live(
+        render(state, source, unverified()), console=console, auto_refresh=False, transient=False
+    ) as live:
         while not stop.wait(REFRESH_PERIOD_S):
             live.update(render(state, source, unverified()), refresh=True)
         live.update(render(state, source, unverified()), refresh=True)

@@ -10,11 +10,16 @@ from typing import Any
 def add_parser(sub: Any, parse_option: Any) -> None:
     """Add the ``graph`` subcommand to the ``flowengine`` parser."""
     p = sub.add_parser("graph", help="draw a flow (DOT text, or SVG/PNG with Graphviz)")
-    p.add_argument("flow", metavar="module:flow_factory",
-                   help="a function returning a flow (or a flow object)")
-    p.add_argument("-o", "--output", default=None, metavar="PATH",
-                   help="flow.svg, flow.png (need Graphviz's dot) or flow.dot;"
-                        " default: DOT text on stdout")
+    p.add_argument(
+        "flow", metavar="module:flow_factory", help="a function returning a flow (or a flow object)"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="PATH",
+        help="flow.svg, flow.png (need Graphviz's dot) or flow.dot; default: DOT text on stdout",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,10 +29,13 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     from flowengine.engines.worker_based.wire import control as wc
 
     inspect = sub.add_parser("inspect", help="ask live workers what they do")
-    inspect.add_argument("what", choices=list(wc.INSPECT_COMMANDS),
-                         help="ping: who is there; active: running requests; reserved:"
-                              " requests taken, waiting for a thread; stats: counters;"
-                              " registered: tasks")
+    inspect.add_argument(
+        "what",
+        choices=list(wc.INSPECT_COMMANDS),
+        help="ping: who is there; active: running requests; reserved:"
+        " requests taken, waiting for a thread; stats: counters;"
+        " registered: tasks",
+    )
     _common(inspect, parse_option)
     control = sub.add_parser("control", help="cancel a request, or shut a worker down")
     actions = control.add_subparsers(dest="action", required=True)
@@ -40,17 +43,26 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     cancel.add_argument("request", metavar="REQUEST_UUID")
     _common(cancel, parse_option)
     shutdown = actions.add_parser("shutdown", help="warm shutdown of one worker")
-    shutdown.add_argument("worker", metavar="WORKER",
-                          help="worker id (as `inspect ping` shows it) or its first characters")
+    shutdown.add_argument(
+        "worker",
+        metavar="WORKER",
+        help="worker id (as `inspect ping` shows it) or its first characters",
+    )
     _common(shutdown, parse_option)
 
 
 def _common(p: argparse.ArgumentParser, parse_option: Any) -> None:
     broker_options.add_arguments(p, parse_option)
-    p.add_argument("--timeout", type=float, default=1.0, metavar="SECONDS",
-                   help="how long to wait for answers (default 1)")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
-                   help="stop waiting once N workers answered")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how long to wait for answers (default 1)",
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="stop waiting once N workers answered"
+    )
     p.add_argument("--json", action="store_true", help="print the answers as JSON")
 
 
@@ -78,17 +90,21 @@ def _answers(replies: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def _none_answered(args: argparse.Namespace) -> int:
-    print(f"flowengine {args.command}: no worker answered within {args.timeout:g} s on"
-          f" {broker_options.where(args)}: no flowengine worker runs there, or the"
-          f" URL/exchange differ from the workers'", file=sys.stderr)
+    print(
+        f"flowengine {args.command}: no worker answered within {args.timeout:g} s on"
+        f" {broker_options.where(args)}: no flowengine worker runs there, or the"
+        f" URL/exchange differ from the workers'",
+        file=sys.stderr,
+    )
     return EXIT_NO_ANSWER
 
 
 def _inspect(client: Any, args: argparse.Namespace) -> int:
     from flowengine.commands import inspect_render
 
-    answers = _answers(client.ask(args.what, timeout_s=args.timeout, limit=args.limit,
-                                   expect=args.expect))
+    answers = _answers(
+        client.ask(args.what, timeout_s=args.timeout, limit=args.limit, expect=args.expect)
+    )
     if args.json:
         print(json.dumps(answers, indent=2, sort_keys=True))
     elif answers:
@@ -99,11 +115,13 @@ def _inspect(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def cancel_request(client: Any, request: str, timeout_s: float, limit: int | None = None,
-                   expect: Any = None) -> list[dict[str, Any]]:
+def cancel_request(
+    client: Any, request: str, timeout_s: float, limit: int | None = None, expect: Any = None
+) -> list[dict[str, Any]]:
     """Ask every worker to cancel ``request``; their answers (``control cancel``, the dashboard)."""
-    return _answers(client.ask("cancel", {"request": request}, timeout_s=timeout_s,
-                               limit=limit, expect=expect))
+    return _answers(
+        client.ask("cancel", {"request": request}, timeout_s=timeout_s, limit=limit, expect=expect)
+    )
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
@@ -131,14 +149,20 @@ def describe_cancel(request: str, answers: Sequence[dict[str, Any]]) -> str:
             what = "running: its task sees the cancellation flag"
         else:
             what = "queued: dropped before it starts"
-        lines.append(f"Request {request}: cancelled on worker {answer['worker_id']} ({what});"
-                     f" its engine gets a RequestCancelled failure")
+        lines.append(
+            f"Request {request}: cancelled on worker {answer['worker_id']} ({what});"
+            f" its engine gets a RequestCancelled failure"
+        )
     if not lines:
-        keep = max((a.get("result", {}).get("cancel", {}).get("remembered_s", 0)
-                    for a in answers), default=0)
-        lines.append(f"Request {request} is held by none of the {len(answers)} worker(s)"
-                     f" that answered; they drop it unrun if it reaches them within"
-                     f" {keep:g} s")
+        keep = max(
+            (a.get("result", {}).get("cancel", {}).get("remembered_s", 0) for a in answers),
+            default=0,
+        )
+        lines.append(
+            f"Request {request} is held by none of the {len(answers)} worker(s)"
+            f" that answered; they drop it unrun if it reaches them within"
+            f" {keep:g} s"
+        )
     return "\n".join(lines)
 
 
@@ -147,8 +171,9 @@ def pick_worker(client: Any, ref: str, timeout_s: float, expect: Any = None) -> 
     from flowengine.commands.errors import CommandError
 
     pongs = _answers(client.ask("ping", timeout_s=timeout_s, expect=expect))
-    matches = [a["worker_id"] for a in pongs
-               if a["worker_id"] == ref or a["worker_id"].startswith(ref)]
+    matches = [
+        a["worker_id"] for a in pongs if a["worker_id"] == ref or a["worker_id"].startswith(ref)
+    ]
     exact = [m for m in matches if m == ref]
     if exact:
         matches = exact
@@ -167,8 +192,10 @@ def shutdown_worker(client: Any, worker_id: str, timeout_s: float) -> list[dict[
 def describe_shutdown(worker_id: str, answers: Sequence[dict[str, Any]]) -> str:
     """What the worker now does, in one line."""
     held = answers[0]["result"]["worker"].get("held", 0)
-    return (f"Worker {worker_id}: warm shutdown started: no new requests; it finishes"
-            f" the {held} request(s) it holds, then exits")
+    return (
+        f"Worker {worker_id}: warm shutdown started: no new requests; it finishes"
+        f" the {held} request(s) it holds, then exits"
+    )
 
 
 def _shutdown(client: Any, args: argparse.Namespace) -> int:

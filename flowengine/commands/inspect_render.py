@@ -24,8 +24,10 @@ def _where(worker: dict[str, Any]) -> str:
 def _topics(worker: dict[str, Any]) -> str:
     """The worker's topics, each whose consume loop keeps failing marked with why."""
     failing = worker.get("failing") or {}
-    return ", ".join(f"{topic} (FAILING: {failing[topic]})" if topic in failing else topic
-                     for topic in worker.get("topics", []))
+    return ", ".join(
+        f"{topic} (FAILING: {failing[topic]})" if topic in failing else topic
+        for topic in worker.get("topics", [])
+    )
 
 
 def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
@@ -35,8 +37,14 @@ def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
 
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     if what in ("active", "reserved"):
-        for col in ("WORKER", "TASK", "REQUEST", "ACTION", "ATTEMPT",
-                    "RUNNING FOR" if what == "active" else "WAITING FOR"):
+        for col in (
+            "WORKER",
+            "TASK",
+            "REQUEST",
+            "ACTION",
+            "ATTEMPT",
+            "RUNNING FOR" if what == "active" else "WAITING FOR",
+        ):
             t.add_column(col)
         for answer in answers:
             worker = answer["result"].get("worker", {})
@@ -46,26 +54,53 @@ def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
             for r in requests:
                 age = r["running_for_s"] if what == "active" else r["held_for_s"]
                 flag = " (cancelling)" if r.get("cancel_requested") else ""
-                t.add_row(worker.get("worker_id", answer["worker_id"]), r["task"],
-                          r["uuid"], r["action"], str(r["attempt"]), _age(age) + flag)
+                t.add_row(
+                    worker.get("worker_id", answer["worker_id"]),
+                    r["task"],
+                    r["uuid"],
+                    r["action"],
+                    str(r["attempt"]),
+                    _age(age) + flag,
+                )
         return t
     if what == "stats":
-        cols = ("WORKER", "HOST:PID", "TOPICS", "THREADS", "EXECUTOR", "UPTIME", "HELD",
-                "RECEIVED", "SUCCEEDED", "FAILED", "CANCELLED", "RETRIED", "RECONNECTS",
-                "DEAD-LETTERED")
+        cols = (
+            "WORKER",
+            "HOST:PID",
+            "TOPICS",
+            "THREADS",
+            "EXECUTOR",
+            "UPTIME",
+            "HELD",
+            "RECEIVED",
+            "SUCCEEDED",
+            "FAILED",
+            "CANCELLED",
+            "RETRIED",
+            "RECONNECTS",
+            "DEAD-LETTERED",
+        )
         for col in cols:
             t.add_column(col)
         for answer in answers:
             worker = answer["result"].get("worker", {})
             stats = answer["result"].get("stats", {})
             totals = stats.get("totals", {})
-            t.add_row(answer["worker_id"], _where(worker), _topics(worker),
-                      str(worker.get("threads", "?")), str(worker.get("executor", "?")),
-                      _age(stats.get("uptime_s")),
-                      f"{worker.get('held', 0)} ({worker.get('running', 0)} running)",
-                      *(str(totals.get(k, 0)) for k in ("received", "succeeded", "failed",
-                                                        "cancelled", "retried")),
-                      str(stats.get("reconnects", 0)), str(stats.get("dead_lettered", 0)))
+            t.add_row(
+                answer["worker_id"],
+                _where(worker),
+                _topics(worker),
+                str(worker.get("threads", "?")),
+                str(worker.get("executor", "?")),
+                _age(stats.get("uptime_s")),
+                f"{worker.get('held', 0)} ({worker.get('running', 0)} running)",
+                *(
+                    str(totals.get(k, 0))
+                    for k in ("received", "succeeded", "failed", "cancelled", "retried")
+                ),
+                str(stats.get("reconnects", 0)),
+                str(stats.get("dead_lettered", 0)),
+            )
         return t
     if what == "registered":
         for col in ("WORKER", "TOPICS", "TASKS"):
@@ -78,9 +113,15 @@ def table(what: str, answers: Sequence[dict[str, Any]]) -> Any:
         t.add_column(col)
     for answer in answers:
         worker = answer["result"].get("worker", {})
-        t.add_row(answer["worker_id"], _where(worker), _topics(worker),
-                  str(len(worker.get("tasks", []))), str(worker.get("threads", "?")),
-                  str(worker.get("held", 0)), str(worker.get("running", 0)))
+        t.add_row(
+            answer["worker_id"],
+            _where(worker),
+            _topics(worker),
+            str(len(worker.get("tasks", []))),
+            str(worker.get("threads", "?")),
+            str(worker.get("held", 0)),
+            str(worker.get("running", 0)),
+        )
     return t
 
 

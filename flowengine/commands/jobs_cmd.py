@@ -35,47 +35,89 @@ def add_parser(sub: Any, parse_option: Any) -> None:
 
     def common(name: str, help_text: str) -> argparse.ArgumentParser:
         q: argparse.ArgumentParser = jobs.add_parser(name, help=help_text)
-        q.add_argument("--board", default=None, metavar="URL",
-                       help="jobboard URL (default: $FLOWENGINE_BOARD)")
+        q.add_argument(
+            "--board", default=None, metavar="URL", help="jobboard URL (default: $FLOWENGINE_BOARD)"
+        )
         q.set_defaults(needs_urls=("board",))
         q.add_argument("--board-name", default="flowengine", help="jobboard name")
-        q.add_argument("--board-option", dest="board_options", default=[], action="append",
-                       type=parse_option, metavar="KEY=VALUE", help="jobboard option")
+        q.add_argument(
+            "--board-option",
+            dest="board_options",
+            default=[],
+            action="append",
+            type=parse_option,
+            metavar="KEY=VALUE",
+            help="jobboard option",
+        )
         q.add_argument("--json", action="store_true", help="print JSON only")
         return q
 
     post = common("post", "save a flow factory's inputs and post a job running it")
-    post.add_argument("factory", metavar="module:factory",
-                      help="a function returning the flow (importable by conductors)")
-    post.add_argument("--persistence", default=None, metavar="URL",
-                      help="persistence URL (the conductors' --persistence; default:"
-                           " $FLOWENGINE_PERSISTENCE)")
+    post.add_argument(
+        "factory",
+        metavar="module:factory",
+        help="a function returning the flow (importable by conductors)",
+    )
+    post.add_argument(
+        "--persistence",
+        default=None,
+        metavar="URL",
+        help="persistence URL (the conductors' --persistence; default: $FLOWENGINE_PERSISTENCE)",
+    )
     post.set_defaults(needs_urls=("board", "persistence"))
     post.add_argument("--name", default=None, help="job name (default: the flow's)")
-    post.add_argument("--book", default=None, metavar="NAME",
-                      help="logbook to save the flow in, created if missing (name or uuid;"
-                           " default: the job's name): one logbook for the jobs of a kind")
-    post.add_argument("--store", default=[], action="append", type=parse_option,
-                      metavar="KEY=VALUE", help="flow input (repeatable; JSON values)")
-    post.add_argument("--store-json", default=None, metavar="JSON",
-                      help="flow inputs as one JSON object")
-    post.add_argument("--priority", default="NORMAL",
-                      help="VERY_HIGH, HIGH, NORMAL, LOW or VERY_LOW")
+    post.add_argument(
+        "--book",
+        default=None,
+        metavar="NAME",
+        help="logbook to save the flow in, created if missing (name or uuid;"
+        " default: the job's name): one logbook for the jobs of a kind",
+    )
+    post.add_argument(
+        "--store",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="flow input (repeatable; JSON values)",
+    )
+    post.add_argument(
+        "--store-json", default=None, metavar="JSON", help="flow inputs as one JSON object"
+    )
+    post.add_argument(
+        "--priority", default="NORMAL", help="VERY_HIGH, HIGH, NORMAL, LOW or VERY_LOW"
+    )
     post.add_argument("--engine", default=None, help="engine for this job")
-    post.add_argument("--engine-option", dest="engine_options", default=[], action="append",
-                      type=parse_option, metavar="KEY=VALUE", help="engine option for this job")
+    post.add_argument(
+        "--engine-option",
+        dest="engine_options",
+        default=[],
+        action="append",
+        type=parse_option,
+        metavar="KEY=VALUE",
+        help="engine option for this job",
+    )
     post.add_argument("--wait", action="store_true", help="then wait for its outcome")
     post.add_argument("--timeout", type=float, default=None, help="bound on --wait, seconds")
     listing = common("list", "list the jobs on the board (or dead-lettered, trashed, finished)")
     where = listing.add_mutually_exclusive_group()
     where.add_argument("--dead", action="store_true", help="the dead letter")
     where.add_argument("--trash", action="store_true", help="the trash")
-    where.add_argument("--finished", action="store_true",
-                       help="consumed jobs whose outcome the board still keeps, newest first")
-    listing.add_argument("--limit", type=_count, default=None, metavar="N",
-                         help="with --finished: at most N jobs (default 100)")
+    where.add_argument(
+        "--finished",
+        action="store_true",
+        help="consumed jobs whose outcome the board still keeps, newest first",
+    )
+    listing.add_argument(
+        "--limit",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="with --finished: at most N jobs (default 100)",
+    )
     common("show", "one job: posting, claim, attempts, outcome").add_argument(
-        "uuid", help="job uuid or its first characters")
+        "uuid", help="job uuid or its first characters"
+    )
     wait = common("wait", "wait (without polling) for a job's outcome")
     wait.add_argument("uuid")
     wait.add_argument("--timeout", type=float, default=None, help="seconds")
@@ -112,13 +154,23 @@ def describe(board: Any, job: Any, outcome: Any = None) -> dict[str, Any]:
         outcome, state = board.outcome(job), board.job_state(job)
     else:  # read with the job: it left the board
         state = "COMPLETE"
-    return {"uuid": job.uuid, "name": job.name, "priority": job.priority.value,
-            "sequence": job.sequence, "where": rec.where, "state": state,
-            "owner": rec.owner if rec.leased else None, "token": rec.token,
-            "attempts": rec.attempts, "lease_expires_at": rec.lease_expires_at,
-            "not_before": rec.not_before, "created_on": rec.posting.get("created_on"),
-            "book": rec.posting.get("book"), "details": board.masked(job.details),
-            "outcome": outcome.to_dict() if outcome is not None else None}
+    return {
+        "uuid": job.uuid,
+        "name": job.name,
+        "priority": job.priority.value,
+        "sequence": job.sequence,
+        "where": rec.where,
+        "state": state,
+        "owner": rec.owner if rec.leased else None,
+        "token": rec.token,
+        "attempts": rec.attempts,
+        "lease_expires_at": rec.lease_expires_at,
+        "not_before": rec.not_before,
+        "created_on": rec.posting.get("created_on"),
+        "book": rec.posting.get("book"),
+        "details": board.masked(job.details),
+        "outcome": outcome.to_dict() if outcome is not None else None,
+    }
 
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -139,13 +191,17 @@ def _find(board: Any, ref: str) -> Any:
     try:
         return board.get_job(ref)
     except exc.NotFound:
-        matches = {j.uuid: j for j in (*board.listing(), *board.dead_letters(),
-                                       *board.trashed()) if j.uuid.startswith(ref)}
+        matches = {
+            j.uuid: j
+            for j in (*board.listing(), *board.dead_letters(), *board.trashed())
+            if j.uuid.startswith(ref)
+        }
         if len(matches) == 1:
             return next(iter(matches.values()))
         if matches:
-            raise CommandError(f"{len(matches)} jobs start with {ref!r}:"
-                               f" {', '.join(sorted(matches))}") from None
+            raise CommandError(
+                f"{len(matches)} jobs start with {ref!r}: {', '.join(sorted(matches))}"
+            ) from None
         raise
 
 
@@ -156,8 +212,7 @@ def _when(value: Any) -> str:
     if value in (None, "", 0):
         return "-"
     if isinstance(value, (int, float)):
-        return datetime.datetime.fromtimestamp(value, datetime.UTC).isoformat(
-            timespec="seconds")
+        return datetime.datetime.fromtimestamp(value, datetime.UTC).isoformat(timespec="seconds")
     return str(value)
 
 
@@ -165,25 +220,37 @@ def _show_text(data: dict[str, Any]) -> str:
     """``jobs show`` for a person: one field a line, plain words, no Python reprs."""
     book = data.get("book") or {}
     outcome = data.get("outcome")
-    rows = [("Job", data["uuid"]), ("Name", data["name"]), ("State", data["state"]),
-            ("Priority", data["priority"]), ("Attempts", data["attempts"]),
-            ("Owner", data["owner"] or "-"), ("Created", _when(data["created_on"])),
-            ("Lease until", _when(data["lease_expires_at"])),
-            ("Not before", _when(data["not_before"])),
-            ("Logbook", f"{book.get('name')} ({book.get('uuid')})" if book else "-"),
-            ("Details", json.dumps(data["details"], sort_keys=True, default=str))]
+    rows = [
+        ("Job", data["uuid"]),
+        ("Name", data["name"]),
+        ("State", data["state"]),
+        ("Priority", data["priority"]),
+        ("Attempts", data["attempts"]),
+        ("Owner", data["owner"] or "-"),
+        ("Created", _when(data["created_on"])),
+        ("Lease until", _when(data["lease_expires_at"])),
+        ("Not before", _when(data["not_before"])),
+        ("Logbook", f"{book.get('name')} ({book.get('uuid')})" if book else "-"),
+        ("Details", json.dumps(data["details"], sort_keys=True, default=str)),
+    ]
     if outcome is not None:
-        rows.append(("Outcome", f"{outcome['outcome']} by {outcome.get('who') or '-'} at"
-                                f" {_when(outcome.get('at'))}"
-                     + (f": {outcome['reason']}" if outcome.get("reason") else "")))
+        rows.append(
+            (
+                "Outcome",
+                f"{outcome['outcome']} by {outcome.get('who') or '-'} at"
+                f" {_when(outcome.get('at'))}"
+                + (f": {outcome['reason']}" if outcome.get("reason") else ""),
+            )
+        )
     width = max(len(k) for k, _ in rows) + 2
     return "\n".join(f"{k:<{width}}{v}" for k, v in rows)
 
 
 def _list_text(rows: list[dict[str, Any]]) -> str:
-    return _table(("UUID", "STATE", "ATTEMPTS", "NAME", "OWNER"),
-                  [(r["uuid"], r["state"], str(r["attempts"]), r["name"], r["owner"] or "-")
-                   for r in rows])
+    return _table(
+        ("UUID", "STATE", "ATTEMPTS", "NAME", "OWNER"),
+        [(r["uuid"], r["state"], str(r["attempts"]), r["name"], r["owner"] or "-") for r in rows],
+    )
 
 
 def _finished_text(rows: list[dict[str, Any]]) -> str:
@@ -191,27 +258,39 @@ def _finished_text(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
         done = r["outcome"]
-        lines.append((r["uuid"], done["outcome"], _when(done.get("at")), str(done["attempts"]),
-                      r["name"], done.get("who") or "-", done.get("reason") or "-"))
+        lines.append(
+            (
+                r["uuid"],
+                done["outcome"],
+                _when(done.get("at")),
+                str(done["attempts"]),
+                r["name"],
+                done.get("who") or "-",
+                done.get("reason") or "-",
+            )
+        )
     return _table(("UUID", "OUTCOME", "FINISHED", "ATTEMPTS", "NAME", "WHO", "REASON"), lines)
 
 
 def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
     """Columns left-aligned under ``header``, two spaces apart."""
     widths = [max(len(x) for x in column) for column in zip(header, *lines)]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip()
-                     for line in (header, *lines))
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in (header, *lines)
+    )
 
 
 def _wait(args: argparse.Namespace, board: Any, uuid: str) -> int:
     found = board.wait_for_outcome(uuid, args.timeout)
     if found is None:
         board.get_job(uuid)  # NotFound: unknown, or finished so long ago it is forgotten
-        print(f"flowengine jobs: job {uuid} has no outcome after {args.timeout} s",
-              file=sys.stderr)
+        print(f"flowengine jobs: job {uuid} has no outcome after {args.timeout} s", file=sys.stderr)
         return EXIT_TIMEOUT
-    _print(args, found.to_dict(), f"{uuid} {found.outcome}"
-           + (f" ({found.reason})" if found.reason else ""))
+    _print(
+        args,
+        found.to_dict(),
+        f"{uuid} {found.outcome}" + (f" ({found.reason})" if found.reason else ""),
+    )
     return 0 if found.outcome == "succeeded" else 1
 
 
@@ -235,8 +314,9 @@ def _post(args: argparse.Namespace) -> int:
     with persistence.backend(args.persistence) as backend:
         book = lookup.book_to_fill(backend, args.book or args.name or flow.name)
         records = {"created_at": run_records.now(), "cwd": os.getcwd()}
-        flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend,
-                                                 meta={run_records.META_KEY: records})
+        flow_detail = p_utils.create_flow_detail(
+            flow, book=book, backend=backend, meta={run_records.META_KEY: records}
+        )
         engines.save_factory_details(flow_detail, factory, [], {}, backend=backend)
         details: dict[str, Any] = {"flow_uuid": flow_detail.uuid, "store": store}
         if args.engine:
@@ -244,8 +324,7 @@ def _post(args: argparse.Namespace) -> int:
         if args.engine_options:
             details["engine_options"] = dict(args.engine_options)
         with _board(args, persistence=backend) as board:
-            job = board.post(args.name or flow.name, book, details=details,
-                             priority=args.priority)
+            job = board.post(args.name or flow.name, book, details=details, priority=args.priority)
             if not args.wait:
                 _print(args, {"uuid": job.uuid}, job.uuid)
                 return 0
@@ -264,19 +343,30 @@ def _list(args: argparse.Namespace, board: Any) -> int:
         found = board.finished(FINISHED_LIMIT if args.limit is None else args.limit)
         rows = [describe(board, job, done) for job, done in found]
     else:
-        jobs = (board.dead_letters() if args.dead else board.trashed() if args.trash
-                else board.listing())
+        jobs = (
+            board.dead_letters()
+            if args.dead
+            else board.trashed()
+            if args.trash
+            else board.listing()
+        )
         rows = [describe(board, j) for j in jobs]
     if not rows and not args.json:
         if args.finished:
-            print("No finished jobs kept on this board: a consumed job is kept for the"
-                  " board's outcome_ttl_s after it ends (jobs TaskFlow's own conductors"
-                  " consume are not kept).", file=sys.stderr)
+            print(
+                "No finished jobs kept on this board: a consumed job is kept for the"
+                " board's outcome_ttl_s after it ends (jobs TaskFlow's own conductors"
+                " consume are not kept).",
+                file=sys.stderr,
+            )
             return 0
         where = "dead letter" if args.dead else "trash" if args.trash else "board"
-        print(f"No jobs in the {where}. Finished jobs leave the listing; --finished lists"
-              f" them while their outcome is kept (and --dead / --trash the jobs parked"
-              f" there).", file=sys.stderr)
+        print(
+            f"No jobs in the {where}. Finished jobs leave the listing; --finished lists"
+            f" them while their outcome is kept (and --dead / --trash the jobs parked"
+            f" there).",
+            file=sys.stderr,
+        )
         return 0
     _print(args, rows, _finished_text(rows) if args.finished else _list_text(rows))
     return 0

@@ -21,8 +21,11 @@ CACHE_ENV = "FLOWENGINE_CACHE_DIR"
 
 def _path(broker_uri: str, exchange: str) -> Path:
     base = os.environ.get(CACHE_ENV)
-    root = Path(base) if base else Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowengine"
+    root = (
+        Path(base)
+        if base
+        else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowengine"
+    )
     key = hashlib.sha256(f"{broker_uri}\0{exchange}".encode()).hexdigest()[:24]
     return root / "known-workers" / f"{key}.json"
 

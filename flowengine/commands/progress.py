@@ -27,9 +27,14 @@ class FlowProgress:
             TimeElapsedColumn,
         )
 
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                  MofNCompleteColumn(), TimeElapsedColumn(),
-                                  console=console, transient=False)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
         self._overall = self._progress.add_task(description, total=total)
         self._running: dict[str, Any] = {}
         self._done: set[str] = set()
@@ -58,8 +63,7 @@ class FlowProgress:
 
     def on_atom(self, state: str, details: dict[str, Any]) -> None:
         """Atom notifier callback: move the bar, add/remove per-task lines."""
-        name = details.get("task_name") or details.get("retry_name") \
-            or details.get("atom_name")
+        name = details.get("task_name") or details.get("retry_name") or details.get("atom_name")
         if name is None or state == "update_progress":
             return
         with self._lock:

@@ -30,11 +30,22 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     """Add ``queues`` and ``purge`` to the ``flowengine`` parser."""
     queues = sub.add_parser("queues", help="list an exchange's queues with depths and consumers")
     broker_options.add_arguments(queues, parse_option)
-    queues.add_argument("--queue", dest="queues", default=[], action="append", metavar="NAME",
-                        help="also show this queue (repeatable; RabbitMQ lists only the"
-                             " queues of live workers otherwise)")
-    queues.add_argument("--timeout", type=float, default=WORKERS_TIMEOUT_S, metavar="SECONDS",
-                        help="how long live workers get to answer (default 1)")
+    queues.add_argument(
+        "--queue",
+        dest="queues",
+        default=[],
+        action="append",
+        metavar="NAME",
+        help="also show this queue (repeatable; RabbitMQ lists only the"
+        " queues of live workers otherwise)",
+    )
+    queues.add_argument(
+        "--timeout",
+        type=float,
+        default=WORKERS_TIMEOUT_S,
+        metavar="SECONDS",
+        help="how long live workers get to answer (default 1)",
+    )
     queues.add_argument("--json", action="store_true", help="print the queues as JSON")
     purge = sub.add_parser("purge", help="remove the messages waiting in a queue")
     purge.add_argument("queue", metavar="QUEUE")
@@ -55,9 +66,8 @@ def _kind(name: str, exchange: str, workers: list[dict[str, Any]]) -> str:
     from flowengine.engines.worker_based.messaging import dead_letters
 
     if dead_letters.is_dead_letter_queue(name):
-        of = name[:-len(dead_letters.SUFFIX)]
-        return ("dead letters of private queues" if of == exchange
-                else f"dead letters of {of}")
+        of = name[: -len(dead_letters.SUFFIX)]
+        return "dead letters of private queues" if of == exchange else f"dead letters of {of}"
     for worker in workers:
         wid = worker["worker_id"]
         if name == f"{exchange}_control.{wid}":
@@ -66,7 +76,7 @@ def _kind(name: str, exchange: str, workers: list[dict[str, Any]]) -> str:
             return f"private to {wid}"
     topics = {t for worker in workers for t in worker.get("topics", [])}
     prefix = f"{exchange}_"
-    if name.startswith(prefix) and name[len(prefix):] in topics:
+    if name.startswith(prefix) and name[len(prefix) :] in topics:
         return "topic"
     if _REPLY_QUEUE.search(name) or name.startswith(f"{prefix}control-"):
         return "engine or client replies"
@@ -89,8 +99,14 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
         names.update(f"{args.exchange}_{topic}" for topic in worker.get("topics", []))
     names.update(dead_letter_queues(args.exchange, workers, args.queues))
     found = inventory.describe_queues(broker, args.exchange, names, seen)
-    rows = [dict(q.as_dict(), kind=_kind(q.name, args.exchange, workers),
-                 dead_letters=dead_letters.is_dead_letter_queue(q.name)) for q in found]
+    rows = [
+        dict(
+            q.as_dict(),
+            kind=_kind(q.name, args.exchange, workers),
+            dead_letters=dead_letters.is_dead_letter_queue(q.name),
+        )
+        for q in found
+    ]
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
@@ -104,20 +120,26 @@ def _queues(broker: Any, args: argparse.Namespace) -> int:
     for row in rows:
         table.add_row(row["name"], str(row["messages"]), str(row["consumers"]), row["kind"])
     Console(width=None if sys.stdout.isatty() else 200).print(table)
-    source = ("counted by the broker" if found and found[0].consumers_from == "broker"
-              else f"live workers that answered within {args.timeout:g} s")
-    print(f"{len(rows)} queue(s) on {broker_options.where(args)}; consumers: {source}",
-          file=sys.stderr)
+    source = (
+        "counted by the broker"
+        if found and found[0].consumers_from == "broker"
+        else f"live workers that answered within {args.timeout:g} s"
+    )
+    print(
+        f"{len(rows)} queue(s) on {broker_options.where(args)}; consumers: {source}",
+        file=sys.stderr,
+    )
     waiting = [row for row in rows if row["dead_letters"] and row["messages"]]
     if waiting:
-        print(f"{sum(row['messages'] for row in waiting)} dead letter(s) in"
-              f" {len(waiting)} dead-letter queue(s): see flowengine deadletters list QUEUE",
-              file=sys.stderr)
+        print(
+            f"{sum(row['messages'] for row in waiting)} dead letter(s) in"
+            f" {len(waiting)} dead-letter queue(s): see flowengine deadletters list QUEUE",
+            file=sys.stderr,
+        )
     return 0
 
 
-def dead_letter_queues(exchange: str, workers: list[dict[str, Any]],
-                        named: list[str]) -> set[str]:
+def dead_letter_queues(exchange: str, workers: list[dict[str, Any]], named: list[str]) -> set[str]:
     """The dead-letter queues there may be (those that exist are listed).
 
     The virtual transports list every queue bound to the exchange, these
@@ -128,9 +150,9 @@ def dead_letter_queues(exchange: str, workers: list[dict[str, Any]],
 
     shared = {f"{exchange}_{topic}" for worker in workers for topic in worker.get("topics", [])}
     shared.update(name for name in named if not dead_letters.is_dead_letter_queue(name))
-    return ({dead_letters.dead_letter_queue_name(name, exchange, private=False)
-             for name in shared}
-            | {dead_letters.dead_letter_queue_name("", exchange, private=True)})
+    return {
+        dead_letters.dead_letter_queue_name(name, exchange, private=False) for name in shared
+    } | {dead_letters.dead_letter_queue_name("", exchange, private=True)}
 
 
 def _purge(broker: Any, args: argparse.Namespace) -> int:
@@ -142,8 +164,13 @@ def _purge(broker: Any, args: argparse.Namespace) -> int:
         print(f"flowengine purge: {e}", file=sys.stderr)
         return EXIT_REFUSED
     if not args.yes:
-        print(f"Purge {depth} message(s) waiting in queue {args.queue!r} on"
-              f" {broker_options.where(args)}? [y/N] ", end="", file=sys.stderr, flush=True)
+        print(
+            f"Purge {depth} message(s) waiting in queue {args.queue!r} on"
+            f" {broker_options.where(args)}? [y/N] ",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
         answer = sys.stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
             print("Nothing purged.", file=sys.stderr)

@@ -17,8 +17,13 @@ from typing import Any
 EXIT_SUSPENDED = 130
 
 
-def run_engine(engine: Any, command: str, no_progress: bool = False,
-               graph: str | None = None, resume_hint: str | None = None) -> int:
+def run_engine(
+    engine: Any,
+    command: str,
+    no_progress: bool = False,
+    graph: str | None = None,
+    resume_hint: str | None = None,
+) -> int:
     """Run ``engine``, print its results as JSON; 0, 1 (the flow failed) or 130 (suspended).
 
     ``command`` prefixes every message ("flowengine run"); ``resume_hint``
@@ -56,19 +61,26 @@ def run_engine(engine: Any, command: str, no_progress: bool = False,
             if not entry["attempts"]:  # e.g. reverted after its request expired unrun
                 console.print(f"  {name}: no execution finished")
                 continue
-            console.print(f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
-                          f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}")
+            console.print(
+                f"  {name}: queue {entry.get('queue_time', 0):.3f} s, run"
+                f" {entry.get('run_time', 0):.3f} s, attempts {entry['attempts']}"
+            )
     if graph:
         engine.draw(graph)
     if failed is not None:
         report_failure(engine, failed, command)
         return 1
     if interrupts.signalled:
-        done = sum(1 for name in engine.compilation.atoms
-                   if engine.storage.get_atom_state(name) == "SUCCESS")
-        print(f"{command}: stopped by {interrupts.signalled}: the flow is"
-              f" {engine.storage.get_flow_state()} with {done} of {total} tasks done",
-              file=sys.stderr)
+        done = sum(
+            1
+            for name in engine.compilation.atoms
+            if engine.storage.get_atom_state(name) == "SUCCESS"
+        )
+        print(
+            f"{command}: stopped by {interrupts.signalled}: the flow is"
+            f" {engine.storage.get_flow_state()} with {done} of {total} tasks done",
+            file=sys.stderr,
+        )
         if resume_hint:
             print(f"{command}: resume it with: {resume_hint}", file=sys.stderr)
         return EXIT_SUSPENDED
@@ -106,12 +118,17 @@ class Interrupts:
         if self.signalled is not None:
             raise KeyboardInterrupt(f"{name} again")
         self.signalled = name
-        print(f"{self._command}: {name}: no new task starts; the running ones finish"
-              f" (send it again to stop now)", file=sys.stderr, flush=True)
+        print(
+            f"{self._command}: {name}: no new task starts; the running ones finish"
+            f" (send it again to stop now)",
+            file=sys.stderr,
+            flush=True,
+        )
         # Not from the handler itself: it interrupts the main thread, which
         # may be holding the engine's state lock right now.
-        threading.Thread(target=self._engine.suspend, name="flowengine-suspend",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._engine.suspend, name="flowengine-suspend", daemon=True
+        ).start()
 
 
 def report_failure(engine: Any, error: BaseException, command: str) -> None:
@@ -131,8 +148,7 @@ def report_failure(engine: Any, error: BaseException, command: str) -> None:
         return
     for name, failure in sorted(failures.items()):
         kind = next(iter(failure), "Exception")
-        print(f"{command}: task {name!r} failed: {kind}: {failure.exception_str}",
-              file=sys.stderr)
+        print(f"{command}: task {name!r} failed: {kind}: {failure.exception_str}", file=sys.stderr)
         ours = failure.check(exc.ExecutionFailure) is not None
         if failure.traceback_str and (verbose or not ours):
             print(failure.traceback_str.rstrip(), file=sys.stderr)
@@ -148,8 +164,12 @@ def jsonable(value: Any) -> Any:
     except (TypeError, ValueError):
         if isinstance(value, Failure):
             # What a failed task "provides": readable, not "<Failure: ...>".
-            return {"failure": {"exc_type_names": list(value.exc_type_names),
-                                "message": value.exception_str}}
+            return {
+                "failure": {
+                    "exc_type_names": list(value.exc_type_names),
+                    "message": value.exception_str,
+                }
+            }
         if isinstance(value, dict):
             return {str(k): jsonable(v) for k, v in value.items()}
         if isinstance(value, (list, tuple)):

@@ -88,18 +88,20 @@ class PidFile:
             try:
                 other = int(text)
             except ValueError:
-                raise SetupError(f"--pidfile {self.path} holds {text[:20]!r}, not a pid:"
-                                 f" remove it if no worker uses it") from None
+                raise SetupError(
+                    f"--pidfile {self.path} holds {text[:20]!r}, not a pid:"
+                    f" remove it if no worker uses it"
+                ) from None
             if other != os.getpid() and _alive(other):
-                raise SetupError(f"--pidfile {self.path}: process {other} is running with it"
-                                 f" (another worker?)")
+                raise SetupError(
+                    f"--pidfile {self.path}: process {other} is running with it (another worker?)"
+                )
             os.unlink(self.path)
         try:
             fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             if e.errno == errno.EEXIST:
-                raise SetupError(f"--pidfile {self.path}: another process just created it")\
-                    from e
+                raise SetupError(f"--pidfile {self.path}: another process just created it") from e
             raise SetupError(f"--pidfile {self.path}: {e.strerror or e}") from e
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(f"{os.getpid()}\n")
@@ -133,23 +135,36 @@ def broker_settings(args: argparse.Namespace, secret: Any) -> BrokerSettings:
     """The broker ``flowengine worker``'s options name (``secret``: the keys read)."""
     from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
-    return BrokerSettings(args.url, args.transport, dict(args.transport_options), None,
-                          durable=args.durable, secret=secret,
-                          compat=args.compat,  # mixed fleets with TaskFlow
-                          max_body_bytes=args.max_body_bytes,
-                          max_redeliveries=args.max_redeliveries,
-                          queue_type=args.queue_type,
-                          failover_strategy=args.failover_strategy)
+    return BrokerSettings(
+        args.url,
+        args.transport,
+        dict(args.transport_options),
+        None,
+        durable=args.durable,
+        secret=secret,
+        compat=args.compat,  # mixed fleets with TaskFlow
+        max_body_bytes=args.max_body_bytes,
+        max_redeliveries=args.max_redeliveries,
+        queue_type=args.queue_type,
+        failover_strategy=args.failover_strategy,
+    )
 
 
-def worker_settings(args: argparse.Namespace, handlers: Sequence[Any],
-                    metrics: Any) -> WorkerSettings:
+def worker_settings(
+    args: argparse.Namespace, handlers: Sequence[Any], metrics: Any
+) -> WorkerSettings:
     """The worker settings ``flowengine worker``'s options ask for (ValueError: a bad one)."""
     from flowengine.engines.worker_based.worker_side.settings import WorkerSettings
 
     # --heartbeat-interval absent: the settings' default, said in one place.
-    interval = ({} if args.heartbeat_interval is None
-                else {"heartbeat_interval": args.heartbeat_interval})
-    return WorkerSettings(events=args.events, soft_time_limit=args.soft_time_limit,
-                          time_limit=args.time_limit, exception_handlers=tuple(handlers),
-                          metrics=metrics, **interval)
+    interval = (
+        {} if args.heartbeat_interval is None else {"heartbeat_interval": args.heartbeat_interval}
+    )
+    return WorkerSettings(
+        events=args.events,
+        soft_time_limit=args.soft_time_limit,
+        time_limit=args.time_limit,
+        exception_handlers=tuple(handlers),
+        metrics=metrics,
+        **interval,
+    )

@@ -42,9 +42,15 @@ class Conductor(abc.ABC):
     #: Entity kind used when creating new entity objects.
     ENTITY_KIND = "conductor"
 
-    def __init__(self, name: str, jobboard: Any, persistence: Any = None,
-                 engine: Any = None, engine_options: dict[str, Any] | None = None,
-                 allow_job_engine_options: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        jobboard: Any,
+        persistence: Any = None,
+        engine: Any = None,
+        engine_options: dict[str, Any] | None = None,
+        allow_job_engine_options: bool = True,
+    ) -> None:
         self._name = name
         self._jobboard = jobboard
         self._engine = engine
@@ -61,8 +67,11 @@ class Conductor(abc.ABC):
         if self._entity is None:
             hostname = misc.get_hostname()
             pid = os.getpid()
-            self._entity = entity.Entity(self.ENTITY_KIND, f"{self._name}@{hostname}:{pid}",
-                                         {"hostname": hostname, "pid": pid})
+            self._entity = entity.Entity(
+                self.ENTITY_KIND,
+                f"{self._name}@{hostname}:{pid}",
+                {"hostname": hostname, "pid": pid},
+            )
         return self._entity
 
     @property
@@ -82,16 +91,19 @@ class Conductor(abc.ABC):
             flow_uuid = job.details["flow_uuid"]
             flow_detail = book.find(flow_uuid)
             if flow_detail is None:
-                raise excp.NotFound(f"No matching flow detail found in jobs book for flow"
-                                    f" detail with uuid {flow_uuid}")
+                raise excp.NotFound(
+                    f"No matching flow detail found in jobs book for flow"
+                    f" detail with uuid {flow_uuid}"
+                )
             return flow_detail
         choices = len(book)
         if choices == 1:
             return list(book)[0]
         if choices == 0:
             raise excp.NotFound("No flow detail(s) found in jobs book")
-        raise excp.MultipleChoices(f"No matching flow detail found ({choices} choices)"
-                                   f" in jobs book")
+        raise excp.MultipleChoices(
+            f"No matching flow detail found ({choices} choices) in jobs book"
+        )
 
     def _job_persistence(self, job: Any) -> Any:
         """The backend this job's engine writes through: fenced by its claim token.
@@ -101,8 +113,11 @@ class Conductor(abc.ABC):
         the plain backend.
         """
         token = getattr(job, "token", 0)
-        if self._persistence is None or not token or not fencing.supports_fencing(
-                self._persistence):
+        if (
+            self._persistence is None
+            or not token
+            or not fencing.supports_fencing(self._persistence)
+        ):
             return self._persistence
         flow_uuid = (job.details or {}).get("flow_uuid")
         if flow_uuid is None:
@@ -122,8 +137,10 @@ class Conductor(abc.ABC):
             engine = details.get("engine", engine)
             job_options = details.get("engine_options") or {}
             if not isinstance(job_options, dict):
-                raise excp.JobFailure(f"Job {job.uuid}: details['engine_options'] must be a"
-                                      f" dict, not {type(job_options).__name__}")
+                raise excp.JobFailure(
+                    f"Job {job.uuid}: details['engine_options'] must be a"
+                    f" dict, not {type(job_options).__name__}"
+                )
             if any(key in job_options for key in _broker_option_keys()):
                 # The job names its broker: the conductor's BrokerSettings
                 # yields, as every other option of the conductor does.
@@ -147,8 +164,9 @@ class Conductor(abc.ABC):
         if job.details and "store" in job.details:
             store.update(job.details["store"])
         engine, options = self._engine_settings(job)
-        loaded = engines.load_from_detail(flow_detail, store=store, engine=engine,
-                                          backend=backend, **options)
+        loaded = engines.load_from_detail(
+            flow_detail, store=store, engine=engine, backend=backend, **options
+        )
         if backend is not None:
             # What `flowengine run` records too (times, engine, atom order, the
             # running process): `flows list/show` and the dashboard show a

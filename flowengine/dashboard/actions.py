@@ -33,8 +33,13 @@ LOG = logging.getLogger(__name__)
 ANSWER_TIMEOUT_S = 1.0
 
 #: Actions the page may ask for, with the fields each needs.
-FIELDS = {"cancel": ("request",), "shutdown": ("worker",), "requeue": ("queue", "index"),
-          "retry": ("flow",), "resume": ("flow",)}
+FIELDS = {
+    "cancel": ("request",),
+    "shutdown": ("worker",),
+    "requeue": ("queue", "index"),
+    "retry": ("flow",),
+    "resume": ("flow",),
+}
 
 
 class ActionRefused(Exception):
@@ -60,8 +65,9 @@ class Outcome:
 class Actions:
     """Carries out actions on the workers of ``exchange`` and the flows of ``flows``."""
 
-    def __init__(self, exchange: str, broker: Any, flows: Any = None,
-                 secret_file: str | None = None) -> None:
+    def __init__(
+        self, exchange: str, broker: Any, flows: Any = None, secret_file: str | None = None
+    ) -> None:
         self._exchange = exchange
         self._broker = broker
         self._flows = flows
@@ -124,12 +130,14 @@ class Actions:
             dlr.check_name(queue)
             deadletters_cmd.check_requeue(self._broker, self._exchange, queue, [index])
         except ValueError:
-            raise ActionRefused(f"index {fields['index']!r} is not a dead letter's number"
-                                f" (1 is the oldest)", 400) from None
+            raise ActionRefused(
+                f"index {fields['index']!r} is not a dead letter's number (1 is the oldest)", 400
+            ) from None
         except (dlr.NotADeadLetterQueue, inventory.QueueNotFound) as e:
             raise ActionRefused(str(e)) from e
-        done, problems, complete = deadletters_cmd.requeue(self._broker, self._exchange,
-                                                           queue, [index])
+        done, problems, complete = deadletters_cmd.requeue(
+            self._broker, self._exchange, queue, [index]
+        )
         if not complete:
             raise ActionRefused("; ".join(problems))
         return Outcome(" ".join(done[:-1]) or done[-1], problems)
@@ -161,21 +169,33 @@ class Actions:
 
         records = run_records.of(fd)
         engine = str(records.get("engine") or "serial")
-        argv = [sys.executable, "-m", "flowengine", "flows", command, fd.uuid,
-                "--no-progress", "--engine", engine]
+        argv = [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "flows",
+            command,
+            fd.uuid,
+            "--no-progress",
+            "--engine",
+            engine,
+        ]
         from flowengine.dashboard import auth
 
         # The dashboard's own credentials are none of the command's business.
-        env = {k: v for k, v in os.environ.items()
-               if k not in (auth.TOKEN_ENV, auth.BASIC_AUTH_ENV)}
+        env = {
+            k: v for k, v in os.environ.items() if k not in (auth.TOKEN_ENV, auth.BASIC_AUTH_ENV)
+        }
         # The backend URL and broker URL may hold passwords: the environment, not argv.
         env[backend_url.BACKEND_ENV] = self._flows.raw_url
         if engine == "worker-based":
             topics = records.get("topics") or []
             if not topics:
-                raise ActionRefused(f"flow {fd.uuid[:8]} records no worker topics (it ran"
-                                    f" before they were recorded): use `flowengine flows"
-                                    f" {command}` with --topic")
+                raise ActionRefused(
+                    f"flow {fd.uuid[:8]} records no worker topics (it ran"
+                    f" before they were recorded): use `flowengine flows"
+                    f" {command}` with --topic"
+                )
             argv += ["--exchange", str(records.get("exchange") or self._exchange)]
             for topic in topics:
                 argv += ["--topic", str(topic)]
@@ -184,19 +204,29 @@ class Actions:
                 env[signing.SECRET_FILE_ENV] = self._secret_file
         # Its own session: stopping the dashboard does not stop the flow. Its
         # output (the run's summary) goes to the dashboard's stderr, beside the log.
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env,
-                                 start_new_session=True)
-        threading.Thread(target=self._reap, args=(child, command, fd.uuid), daemon=True,
-                         name=f"flowengine-dashboard-{command}-{fd.uuid[:8]}").start()
-        return Outcome(f"flowengine flows {command} {fd.uuid[:8]} started (pid {child.pid},"
-                       f" {engine} engine): the flow's state shows its progress",
-                       {"pid": child.pid})
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        threading.Thread(
+            target=self._reap,
+            args=(child, command, fd.uuid),
+            daemon=True,
+            name=f"flowengine-dashboard-{command}-{fd.uuid[:8]}",
+        ).start()
+        return Outcome(
+            f"flowengine flows {command} {fd.uuid[:8]} started (pid {child.pid},"
+            f" {engine} engine): the flow's state shows its progress",
+            {"pid": child.pid},
+        )
 
     @staticmethod
     def _reap(child: subprocess.Popen[bytes], command: str, flow: str) -> None:
         code = child.wait()
-        LOG.warning("flowengine flows %s %s (pid %d) exited with status %d", command,
-                    flow[:8], child.pid, code)
+        LOG.warning(
+            "flowengine flows %s %s (pid %d) exited with status %d",
+            command,
+            flow[:8],
+            child.pid,
+            code,
+        )
 
 
 def _broker_args(broker: Any, env: dict[str, str]) -> list[str]:
@@ -218,6 +248,8 @@ def _broker_args(broker: Any, env: dict[str, str]) -> list[str]:
 
 
 def _nobody(exchange: str) -> str:
-    return (f"no worker answered within {ANSWER_TIMEOUT_S:g} s on exchange {exchange!r}"
-            f" (none runs there, or they refuse this dashboard's messages: signed"
-            f" with other keys?)")
+    return (
+        f"no worker answered within {ANSWER_TIMEOUT_S:g} s on exchange {exchange!r}"
+        f" (none runs there, or they refuse this dashboard's messages: signed"
+        f" with other keys?)"
+    )

@@ -85,10 +85,13 @@ class RequireCredentials:
             found = self.credentials.who(headers.get(b"authorization", b"").decode("latin-1"))
             if found is None:
                 response = JSONResponse(
-                    {"error": "credentials missing or wrong: this dashboard needs its"
-                              " token (Authorization: Bearer ...) or a user's password"},
+                    {
+                        "error": "credentials missing or wrong: this dashboard needs its"
+                        " token (Authorization: Bearer ...) or a user's password"
+                    },
                     status_code=401,
-                    headers={"WWW-Authenticate": self.credentials.challenge()})
+                    headers={"WWW-Authenticate": self.credentials.challenge()},
+                )
                 await response(scope, receive, send)
                 return
             who = found
@@ -96,10 +99,13 @@ class RequireCredentials:
         await self.app(scope, receive, send)
 
 
-def build_app(live: LiveState, flows: FlowsSource | None,
-              credentials: auth.Credentials | None = None,
-              actions: actions_mod.Actions | None = None,
-              jobs: JobsSource | None = None) -> Starlette:
+def build_app(
+    live: LiveState,
+    flows: FlowsSource | None,
+    credentials: auth.Credentials | None = None,
+    actions: actions_mod.Actions | None = None,
+    jobs: JobsSource | None = None,
+) -> Starlette:
     """The application over ``live`` (started by the caller, stopped with the app) and ``flows``.
 
     ``actions`` are allowed only with ``credentials`` (read-only otherwise).
@@ -109,8 +115,12 @@ def build_app(live: LiveState, flows: FlowsSource | None,
         actions = None
 
     def current(snapshot: dict[str, Any]) -> dict[str, Any]:
-        return dict(snapshot, flows_enabled=flows is not None,
-                    jobs_enabled=jobs is not None, actions_enabled=actions is not None)
+        return dict(
+            snapshot,
+            flows_enabled=flows is not None,
+            jobs_enabled=jobs is not None,
+            actions_enabled=actions is not None,
+        )
 
     async def index(request: Request) -> Response:
         return FileResponse(os.path.join(STATIC_DIR, "index.html"))
@@ -134,8 +144,9 @@ def build_app(live: LiveState, flows: FlowsSource | None,
                 snapshot = current(live.snapshot())
                 yield f"data: {json.dumps(snapshot)}\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
 
     def _flows() -> FlowsSource:
         if flows is None:
@@ -144,8 +155,9 @@ def build_app(live: LiveState, flows: FlowsSource | None,
 
     async def flow_list(request: Request) -> Response:
         try:
-            only = HistoryFilter.from_query(request.query_params,
-                                            request.query_params.getlist("state"))
+            only = HistoryFilter.from_query(
+                request.query_params, request.query_params.getlist("state")
+            )
         except BadFilter as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         try:
@@ -155,12 +167,16 @@ def build_app(live: LiveState, flows: FlowsSource | None,
 
     async def job_list(request: Request) -> Response:
         if jobs is None:
-            return JSONResponse({"error": "no --board: the dashboard shows no jobs"},
-                                status_code=404)
+            return JSONResponse(
+                {"error": "no --board: the dashboard shows no jobs"}, status_code=404
+            )
         try:
-            only = HistoryFilter.from_query(request.query_params,
-                                            request.query_params.getlist("state"),
-                                            known=JOB_STATES, kind="job")
+            only = HistoryFilter.from_query(
+                request.query_params,
+                request.query_params.getlist("state"),
+                known=JOB_STATES,
+                kind="job",
+            )
         except BadFilter as e:
             return JSONResponse({"error": str(e)}, status_code=400)
         return JSONResponse(await anyio.to_thread.run_sync(jobs.list, only))
@@ -176,40 +192,41 @@ def build_app(live: LiveState, flows: FlowsSource | None,
     async def action(request: Request) -> Response:
         name = request.path_params["action"]
         if actions is None:
-            return JSONResponse({"error": "this dashboard is read-only: start it with"
-                                          " --token-file or --basic-auth-file (or their"
-                                          " environment variables) to allow actions"},
-                                status_code=403)
+            return JSONResponse(
+                {
+                    "error": "this dashboard is read-only: start it with"
+                    " --token-file or --basic-auth-file (or their"
+                    " environment variables) to allow actions"
+                },
+                status_code=403,
+            )
         problem = _csrf_problem(request)
         if problem is not None:
-            LOG.warning("Dashboard action %s by %s refused: %s", name, request.state.who,
-                        problem)
+            LOG.warning("Dashboard action %s by %s refused: %s", name, request.state.who, problem)
             return JSONResponse({"error": problem}, status_code=403)
         try:
             fields = await request.json()
         except ValueError:
             fields = None
         if not isinstance(fields, dict):
-            return JSONResponse({"error": "an action's body is a JSON object"},
-                                status_code=400)
+            return JSONResponse({"error": "an action's body is a JSON object"}, status_code=400)
         try:
-            outcome = await anyio.to_thread.run_sync(actions.run, name, fields,
-                                                     request.state.who)
+            outcome = await anyio.to_thread.run_sync(actions.run, name, fields, request.state.who)
         except actions_mod.ActionRefused as e:
             return JSONResponse({"ok": False, "error": str(e)}, status_code=e.status)
         return JSONResponse(outcome.to_dict())
 
     async def flow_detail(request: Request) -> Response:
         try:
-            return JSONResponse(await anyio.to_thread.run_sync(
-                _flows().detail, request.path_params["flow"]))
+            return JSONResponse(
+                await anyio.to_thread.run_sync(_flows().detail, request.path_params["flow"])
+            )
         except CommandError as e:
             return JSONResponse({"error": str(e)}, status_code=404)
 
     async def flow_graph(request: Request) -> Response:
         try:
-            svg = await anyio.to_thread.run_sync(_flows().graph_svg,
-                                                 request.path_params["flow"])
+            svg = await anyio.to_thread.run_sync(_flows().graph_svg, request.path_params["flow"])
         except CommandError as e:
             return JSONResponse({"error": str(e)}, status_code=404)
         except graph_draw.GraphvizMissing as e:
@@ -261,7 +278,15 @@ def _dead_letters(live: LiveState, workers: list[dict[str, Any]]) -> list[dict[s
 
     names = queues_cmd.dead_letter_queues(live.exchange, workers, [])
     found = inventory.describe_queues(live.broker, live.exchange, names, {})
-    return [{"queue": q.name, "messages": q.messages,
-             "letters": [letter.as_dict(body=False) for letter in
-                         dlr.read_dead_letters(live.broker, live.exchange, q.name)]}
-            for q in found if dead_letters.is_dead_letter_queue(q.name) and q.messages]
+    return [
+        {
+            "queue": q.name,
+            "messages": q.messages,
+            "letters": [
+                letter.as_dict(body=False)
+                for letter in dlr.read_dead_letters(live.broker, live.exchange, q.name)
+            ],
+        }
+        for q in found
+        if dead_letters.is_dead_letter_queue(q.name) and q.messages
+    ]

@@ -59,7 +59,8 @@ class Credentials:
     def describe(self) -> str:
         """How one logs in, for the start-up line."""
         kinds = (["bearer token"] if self.token is not None else []) + (
-            [f"basic auth ({len(self.users)} user(s))"] if self.users else [])
+            [f"basic auth ({len(self.users)} user(s))"] if self.users else []
+        )
         return " or ".join(kinds) or "none"
 
     def challenge(self) -> str:
@@ -97,8 +98,9 @@ def token_id(token: str) -> str:
     return hashlib.sha256(b"flowengine-dashboard\0" + token.encode()).hexdigest()[:8]
 
 
-def load(token_file: str | None, basic_auth_file: str | None,
-         environ: Mapping[str, str] | None = None) -> Credentials:
+def load(
+    token_file: str | None, basic_auth_file: str | None, environ: Mapping[str, str] | None = None
+) -> Credentials:
     """Credentials from the files named, else the environment; CredentialsError if unusable."""
     env = os.environ if environ is None else environ
     if token_file is not None:
@@ -107,8 +109,10 @@ def load(token_file: str | None, basic_auth_file: str | None,
     else:
         token = env.get(TOKEN_ENV, "").strip() or None
     if token is not None and len(token) < MIN_TOKEN_CHARS:
-        raise CredentialsError(f"the dashboard token is {len(token)} characters long: use at"
-                               f" least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)")
+        raise CredentialsError(
+            f"the dashboard token is {len(token)} characters long: use at"
+            f" least {MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 24`)"
+        )
     if basic_auth_file is not None:
         entries = _read(basic_auth_file, "--basic-auth-file")
     else:
@@ -117,11 +121,12 @@ def load(token_file: str | None, basic_auth_file: str | None,
     for entry in entries:
         user, sep, password = entry.partition(":")
         if not sep or not user:
-            raise CredentialsError("basic-auth credentials are lines of user:password; one is"
-                                   " not")
+            raise CredentialsError("basic-auth credentials are lines of user:password; one is not")
         if len(password) < MIN_PASSWORD_CHARS:
-            raise CredentialsError(f"the password of basic-auth user {user!r} is shorter than"
-                                   f" {MIN_PASSWORD_CHARS} characters")
+            raise CredentialsError(
+                f"the password of basic-auth user {user!r} is shorter than"
+                f" {MIN_PASSWORD_CHARS} characters"
+            )
         users[user] = password
     return Credentials(token, users)
 
@@ -130,8 +135,9 @@ def _read(path: str, option: str) -> list[str]:
     """The non-blank, non-comment lines of a credentials file."""
     try:
         with open(path, encoding="utf-8") as fh:
-            lines = [line.strip() for line in fh
-                     if line.strip() and not line.lstrip().startswith("#")]
+            lines = [
+                line.strip() for line in fh if line.strip() and not line.lstrip().startswith("#")
+            ]
     except OSError as e:
         raise CredentialsError(f"{option} {path}: {e.strerror or e}") from e
     if not lines:

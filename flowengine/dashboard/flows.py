@@ -45,8 +45,10 @@ class FlowsSource:
 
     @contextlib.contextmanager
     def _conn(self) -> Any:
-        with backend_url.opened(self.url) as backend, \
-                contextlib.closing(backend.get_connection()) as conn:
+        with (
+            backend_url.opened(self.url) as backend,
+            contextlib.closing(backend.get_connection()) as conn,
+        ):
             yield conn
 
     def list(self, only: HistoryFilter | None = None) -> list[dict[str, Any]]:
@@ -60,8 +62,16 @@ class FlowsSource:
                 for fd in book:
                     if only is not None and not only.matches(fd):
                         continue
-                    rows.append((fd, dict(views.flow_view(fd), book=book.name,
-                                          workers=sorted(views.workers_of(fd)))))
+                    rows.append(
+                        (
+                            fd,
+                            dict(
+                                views.flow_view(fd),
+                                book=book.name,
+                                workers=sorted(views.workers_of(fd)),
+                            ),
+                        )
+                    )
         ordered = views.newest_first([fd for fd, _ in rows])
         by_uuid = {fd.uuid: row for fd, row in rows}
         return [by_uuid[fd.uuid] for fd in ordered][:MAX_FLOWS]
@@ -101,9 +111,12 @@ class FlowsSource:
 
 def _chain_dot(fd: Any, states: dict[str, Any], failed: set[str]) -> str:
     """A flow whose shape is unknown here: its atoms in execution order, coloured."""
-    lines = ["digraph flow {", '  rankdir=TB; fontname="Helvetica";',
-             f'  label="{fd.name} (atoms in execution order)"; labelloc=t;',
-             '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];']
+    lines = [
+        "digraph flow {",
+        '  rankdir=TB; fontname="Helvetica";',
+        f'  label="{fd.name} (atoms in execution order)"; labelloc=t;',
+        '  node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=11];',
+    ]
     atoms = [ad for ad in views.atoms_in_order(fd) if not views.is_injector(ad)]
     for i, ad in enumerate(atoms):
         state = states.get(ad.name)

@@ -38,9 +38,13 @@ class HistoryFilter:
     worker: str = ""
 
     @classmethod
-    def from_query(cls, query: Mapping[str, Any], states: Sequence[str] = (),
-                   known: Sequence[str] = settings.FLOW_STATES, kind: str = "flow"
-                   ) -> HistoryFilter:
+    def from_query(
+        cls,
+        query: Mapping[str, Any],
+        states: Sequence[str] = (),
+        known: Sequence[str] = settings.FLOW_STATES,
+        kind: str = "flow",
+    ) -> HistoryFilter:
         """From query parameters (``states`` the repeated ``state`` values); BadFilter if wrong.
 
         ``known``: the states a ``kind`` (flow, job) may be in.
@@ -48,11 +52,14 @@ class HistoryFilter:
         chosen = tuple(s.upper() for s in states if s)
         for state in chosen:
             if state not in known:
-                raise BadFilter(f"state={state}: not a {kind} state (one of"
-                                f" {', '.join(known)})")
-        return cls(states=chosen, name=str(query.get("name") or "").strip(),
-                   since=_time(query, "since"), until=_time(query, "until"),
-                   worker=str(query.get("worker") or "").strip())
+                raise BadFilter(f"state={state}: not a {kind} state (one of {', '.join(known)})")
+        return cls(
+            states=chosen,
+            name=str(query.get("name") or "").strip(),
+            since=_time(query, "since"),
+            until=_time(query, "until"),
+            worker=str(query.get("worker") or "").strip(),
+        )
 
     def matches(self, fd: Any) -> bool:
         """Whether flow detail ``fd`` is listed."""
@@ -81,6 +88,5 @@ def _time(query: Mapping[str, Any], key: str) -> datetime.datetime | None:
     try:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise BadFilter(f"{key}={text}: not an ISO 8601 time (e.g."
-                        f" 2026-11-29T09:00:00Z)") from None
+        raise BadFilter(f"{key}={text}: not an ISO 8601 time (e.g. 2026-11-29T09:00:00Z)") from None
     return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)

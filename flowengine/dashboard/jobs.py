@@ -47,8 +47,9 @@ class JobsSource:
         parked = {records.IN_DEAD_LETTER: "DEAD", records.IN_TRASH: "TRASHED"}
         rows = []
         with backends.backend(self._name, self._conf) as board:
-            found = [(job, None) for job in (*board.listing(), *board.dead_letters(),
-                                             *board.trashed())]
+            found = [
+                (job, None) for job in (*board.listing(), *board.dead_letters(), *board.trashed())
+            ]
             for job, done in (*found, *board.finished(MAX_JOBS)):
                 row = jobs_cmd.describe(board, job, done)
                 row["state"] = parked.get(row["where"], row["state"])

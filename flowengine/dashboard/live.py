@@ -43,8 +43,13 @@ RECENT_EVENTS = 50
 class LiveState:
     """The fleet as last seen, with its history; thread-safe, versioned."""
 
-    def __init__(self, exchange: str, broker: BrokerSettings, events: bool = True,
-                 poll_period_s: float = POLL_PERIOD_S) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        broker: BrokerSettings,
+        events: bool = True,
+        poll_period_s: float = POLL_PERIOD_S,
+    ) -> None:
         self.exchange = exchange
         self._broker = broker
         self._events = events
@@ -53,10 +58,8 @@ class LiveState:
         self._version = 0
         self._workers: list[dict[str, Any]] = []
         self._last_totals: dict[str, tuple[int, int]] = {}
-        self._history: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=HISTORY_POINTS)
-        self._recent: collections.deque[dict[str, Any]] = collections.deque(
-            maxlen=RECENT_EVENTS)
+        self._history: collections.deque[dict[str, Any]] = collections.deque(maxlen=HISTORY_POINTS)
+        self._recent: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_EVENTS)
         #: Task and worker events not yet shown: each waits for the first round
         #: asked after it arrived, and is published with that round's answers.
         self._pending: list[dict[str, Any]] = []
@@ -94,8 +97,7 @@ class LiveState:
             self._cond.notify_all()
 
     def _spawn(self, target: Any, name: str) -> None:
-        thread = threading.Thread(target=target, name=f"flowengine-dashboard-{name}",
-                                  daemon=True)
+        thread = threading.Thread(target=target, name=f"flowengine-dashboard-{name}", daemon=True)
         thread.start()
         self._threads.append(thread)
 
@@ -114,18 +116,23 @@ class LiveState:
     def wait_change(self, version: int, timeout_s: float) -> int:
         """Block until the version differs from ``version`` (or ``timeout_s``); the version."""
         with self._cond:
-            self._cond.wait_for(lambda: self._version != version or self._stop.is_set(),
-                                timeout_s)
+            self._cond.wait_for(lambda: self._version != version or self._stop.is_set(), timeout_s)
             return self._version
 
     def snapshot(self) -> dict[str, Any]:
         """Everything the page shows, JSON-ready."""
         with self._cond:
-            return {"version": self._version, "exchange": self.exchange,
-                    "broker": self._broker.public_uri, "error": self._error,
-                    "workers": list(self._workers), "history": list(self._history),
-                    "events": list(self._recent), "poll_period_s": self._period,
-                    "events_enabled": self._events}
+            return {
+                "version": self._version,
+                "exchange": self.exchange,
+                "broker": self._broker.public_uri,
+                "error": self._error,
+                "workers": list(self._workers),
+                "history": list(self._history),
+                "events": list(self._recent),
+                "poll_period_s": self._period,
+                "events_enabled": self._events,
+            }
 
     # --- feeding ---
 
@@ -165,11 +172,17 @@ class LiveState:
             self._last_totals = totals_now
             dt = None if self._last_round_at is None else now - self._last_round_at
             self._last_round_at = now
-            self._history.append({
-                "t": now, "dt": dt, "succeeded": succeeded, "failed": failed,
-                # Per second of the time that really passed since the last round.
-                "succeeded_per_s": succeeded / dt if dt else 0.0,
-                "failed_per_s": failed / dt if dt else 0.0})
+            self._history.append(
+                {
+                    "t": now,
+                    "dt": dt,
+                    "succeeded": succeeded,
+                    "failed": failed,
+                    # Per second of the time that really passed since the last round.
+                    "succeeded_per_s": succeeded / dt if dt else 0.0,
+                    "failed_per_s": failed / dt if dt else 0.0,
+                }
+            )
             self._error = error
             self._version += 1
             self._cond.notify_all()
@@ -185,8 +198,10 @@ class LiveState:
         if kind == "worker-heartbeat":
             return
         asks_round = kind.startswith("task-") or kind.startswith("worker-")
-        shown = {k: event.get(k) for k in (
-            "type", "timestamp", "hostname", "uuid", "name", "state", "flow_name")}
+        shown = {
+            k: event.get(k)
+            for k in ("type", "timestamp", "hostname", "uuid", "name", "state", "flow_name")
+        }
         with self._cond:
             if asks_round:
                 self._pending.append(shown)

@@ -19,10 +19,8 @@ def make_flow(sources: int = DEFAULT_SOURCES) -> graph_flow.Flow:
     for i in range(sources):
         flow.add(
             tasks.Generate(f"generate-{i}", provides=f"data_{i}", inject={"seed": i}),
-            tasks.Square(f"square-{i}", provides=f"squares_{i}",
-                         rebind={"values": f"data_{i}"}),
-            tasks.Total(f"total-{i}", provides=f"total_{i}",
-                        rebind={"values": f"squares_{i}"}),
+            tasks.Square(f"square-{i}", provides=f"squares_{i}", rebind={"values": f"data_{i}"}),
+            tasks.Total(f"total-{i}", provides=f"total_{i}", rebind={"values": f"squares_{i}"}),
         )
         level.append(f"total_{i}")
     depth = 0
@@ -31,14 +29,22 @@ def make_flow(sources: int = DEFAULT_SOURCES) -> graph_flow.Flow:
         nxt: list[str] = []
         for j in range(0, len(level) - 1, 2):
             symbol = f"sum_{depth}_{j // 2}"
-            flow.add(tasks.Combine(f"combine-{depth}-{j // 2}", provides=symbol,
-                                   rebind={"left": level[j], "right": level[j + 1]}))
+            flow.add(
+                tasks.Combine(
+                    f"combine-{depth}-{j // 2}",
+                    provides=symbol,
+                    rebind={"left": level[j], "right": level[j + 1]},
+                )
+            )
             nxt.append(symbol)
         if len(level) % 2:
             nxt.append(level[-1])
         level = nxt
-    flow.add(tasks.Report("report", provides="report",
-                          rebind={"total": level[0]}, inject={"sources": sources}))
+    flow.add(
+        tasks.Report(
+            "report", provides="report", rebind={"total": level[0]}, inject={"sources": sources}
+        )
+    )
     return flow
 
 

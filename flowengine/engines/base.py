@@ -21,8 +21,13 @@ class Engine(abc.ABC):
 
     # flowengine.flow.Flow in full: several patterns have a class named Flow,
     # and the API docs must link this one.
-    def __init__(self, flow: flowengine.flow.Flow | BaseTask, flow_detail: FlowDetail,
-                 backend: Backend | None, options: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        flow: flowengine.flow.Flow | BaseTask,
+        flow_detail: FlowDetail,
+        backend: Backend | None,
+        options: Mapping[str, Any] | None,
+    ) -> None:
         self._flow = flow
         self._flow_detail = flow_detail
         self._backend = backend

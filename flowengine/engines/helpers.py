@@ -71,8 +71,9 @@ def _fetch_engine_cls(kind: str, namespace: str) -> type[Engine]:
         return engine_cls
     path = _BUILTIN_ENGINES.get(kind) if namespace == ENGINES_NAMESPACE else None
     if path is None:
-        raise exc.NotFound(f"Could not find engine '{kind}' (known engines:"
-                           f" {sorted(_BUILTIN_ENGINES)})")
+        raise exc.NotFound(
+            f"Could not find engine '{kind}' (known engines: {sorted(_BUILTIN_ENGINES)})"
+        )
     engine_cls = _import_path(path)
     return engine_cls
 
@@ -109,10 +110,16 @@ def _fetch_backend(backend: BackendSpec) -> Backend | None:
     return backend
 
 
-def load(flow: FlowLike, store: Mapping[str, Any] | None = None,
-         flow_detail: FlowDetail | None = None, book: LogBook | None = None,
-         backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
-         engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Engine:
+def load(
+    flow: FlowLike,
+    store: Mapping[str, Any] | None = None,
+    flow_detail: FlowDetail | None = None,
+    book: LogBook | None = None,
+    backend: BackendSpec = None,
+    namespace: str = ENGINES_NAMESPACE,
+    engine: str = ENGINE_DEFAULT,
+    **kwargs: Any,
+) -> Engine:
     """Load a flow into an engine, ready to ``run()``.
 
     ``engine`` names the engine ('serial'/'default', 'parallel',
@@ -133,13 +140,27 @@ def load(flow: FlowLike, store: Mapping[str, Any] | None = None,
     return engine_obj
 
 
-def run(flow: FlowLike, store: Mapping[str, Any] | None = None,
-        flow_detail: FlowDetail | None = None, book: LogBook | None = None,
-        backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
-        engine: str = ENGINE_DEFAULT, **kwargs: Any) -> dict[str, Any]:
+def run(
+    flow: FlowLike,
+    store: Mapping[str, Any] | None = None,
+    flow_detail: FlowDetail | None = None,
+    book: LogBook | None = None,
+    backend: BackendSpec = None,
+    namespace: str = ENGINES_NAMESPACE,
+    engine: str = ENGINE_DEFAULT,
+    **kwargs: Any,
+) -> dict[str, Any]:
     """Load a flow into an engine, run it, and return every named result."""
-    engine_obj = load(flow, store=store, flow_detail=flow_detail, book=book,
-                      backend=backend, namespace=namespace, engine=engine, **kwargs)
+    engine_obj = load(
+        flow,
+        store=store,
+        flow_detail=flow_detail,
+        book=book,
+        backend=backend,
+        namespace=namespace,
+        engine=engine,
+        **kwargs,
+    )
     engine_obj.run()
     return engine_obj.storage.fetch_all()
 
@@ -160,20 +181,28 @@ def _fetch_validate_factory(flow_factory: FlowFactory) -> tuple[str, Callable[..
     except ImportError:
         reimported = None
     if reimported != flow_factory:
-        raise ValueError(f"Flow factory {flow_factory!r} is not reimportable by name"
-                         f" {factory_name}")
+        raise ValueError(
+            f"Flow factory {flow_factory!r} is not reimportable by name {factory_name}"
+        )
     return factory_name, flow_factory
 
 
-def save_factory_details(flow_detail: FlowDetail, flow_factory: FlowFactory,
-                         factory_args: Iterable[Any] | None,
-                         factory_kwargs: Mapping[str, Any] | None,
-                         backend: BackendSpec = None) -> None:
+def save_factory_details(
+    flow_detail: FlowDetail,
+    flow_factory: FlowFactory,
+    factory_args: Iterable[Any] | None,
+    factory_kwargs: Mapping[str, Any] | None,
+    backend: BackendSpec = None,
+) -> None:
     """Record the (reimportable) factory and its arguments in the flow detail's meta."""
     factory_name, _ = _fetch_validate_factory(flow_factory)
-    factory_data = {"factory": {"name": factory_name,
-                                "args": list(factory_args or []),
-                                "kwargs": dict(factory_kwargs or {})}}
+    factory_data = {
+        "factory": {
+            "name": factory_name,
+            "args": list(factory_args or []),
+            "kwargs": dict(factory_kwargs or {}),
+        }
+    }
     if not flow_detail.meta:
         flow_detail.meta = factory_data
     else:
@@ -184,12 +213,17 @@ def save_factory_details(flow_detail: FlowDetail, flow_factory: FlowFactory,
             conn.update_flow_details(flow_detail)
 
 
-def load_from_factory(flow_factory: FlowFactory, factory_args: Iterable[Any] | None = None,
-                      factory_kwargs: Mapping[str, Any] | None = None,
-                      store: Mapping[str, Any] | None = None,
-                      book: LogBook | None = None, backend: BackendSpec = None,
-                      namespace: str = ENGINES_NAMESPACE, engine: str = ENGINE_DEFAULT,
-                      **kwargs: Any) -> Engine:
+def load_from_factory(
+    flow_factory: FlowFactory,
+    factory_args: Iterable[Any] | None = None,
+    factory_kwargs: Mapping[str, Any] | None = None,
+    store: Mapping[str, Any] | None = None,
+    book: LogBook | None = None,
+    backend: BackendSpec = None,
+    namespace: str = ENGINES_NAMESPACE,
+    engine: str = ENGINE_DEFAULT,
+    **kwargs: Any,
+) -> Engine:
     """Make a flow with a factory and load it, remembering the factory for resumption."""
     from flowengine.persistence import helpers as p_utils
 
@@ -199,10 +233,17 @@ def load_from_factory(flow_factory: FlowFactory, factory_args: Iterable[Any] | N
     flow = factory_fun(*factory_args, **factory_kwargs)
     backend = _fetch_backend(backend)
     flow_detail = p_utils.create_flow_detail(flow, book=book, backend=backend)
-    save_factory_details(flow_detail, flow_factory, factory_args, factory_kwargs,
-                         backend=backend)
-    return load(flow=flow, store=store, flow_detail=flow_detail, book=book,
-                backend=backend, namespace=namespace, engine=engine, **kwargs)
+    save_factory_details(flow_detail, flow_factory, factory_args, factory_kwargs, backend=backend)
+    return load(
+        flow=flow,
+        store=store,
+        flow_detail=flow_detail,
+        book=book,
+        backend=backend,
+        namespace=namespace,
+        engine=engine,
+        **kwargs,
+    )
 
 
 def flow_from_detail(flow_detail: FlowDetail) -> FlowLike:
@@ -210,22 +251,36 @@ def flow_from_detail(flow_detail: FlowDetail) -> FlowLike:
     try:
         factory_data = flow_detail.meta["factory"]
     except (KeyError, AttributeError, TypeError):
-        raise ValueError(f"Cannot reconstruct flow {flow_detail.name} {flow_detail.uuid}:"
-                         " no factory information saved.")
+        raise ValueError(
+            f"Cannot reconstruct flow {flow_detail.name} {flow_detail.uuid}:"
+            " no factory information saved."
+        )
     try:
         factory_fun = _fetch_factory(factory_data["name"])
     except (KeyError, ImportError):
-        raise ImportError(f"Could not import factory for flow {flow_detail.name}"
-                          f" {flow_detail.uuid}")
-    flow: FlowLike = factory_fun(*factory_data.get("args", ()),
-                                 **factory_data.get("kwargs", {}))
+        raise ImportError(
+            f"Could not import factory for flow {flow_detail.name} {flow_detail.uuid}"
+        )
+    flow: FlowLike = factory_fun(*factory_data.get("args", ()), **factory_data.get("kwargs", {}))
     return flow
 
 
-def load_from_detail(flow_detail: FlowDetail, store: Mapping[str, Any] | None = None,
-                     backend: BackendSpec = None, namespace: str = ENGINES_NAMESPACE,
-                     engine: str = ENGINE_DEFAULT, **kwargs: Any) -> Engine:
+def load_from_detail(
+    flow_detail: FlowDetail,
+    store: Mapping[str, Any] | None = None,
+    backend: BackendSpec = None,
+    namespace: str = ENGINES_NAMESPACE,
+    engine: str = ENGINE_DEFAULT,
+    **kwargs: Any,
+) -> Engine:
     """Rebuild a flow from its detail and load it into an engine (to resume it)."""
     flow = flow_from_detail(flow_detail)
-    return load(flow, flow_detail=flow_detail, store=store, backend=backend,
-                namespace=namespace, engine=engine, **kwargs)
+    return load(
+        flow,
+        flow_detail=flow_detail,
+        store=store,
+        backend=backend,
+        namespace=namespace,
+        engine=engine,
+        **kwargs,
+    )

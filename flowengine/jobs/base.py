@@ -79,8 +79,15 @@ from flowengine import states
 from flowengine.types import notifier
 
 __all__ = [
-    "POSTED", "REMOVAL", "Job", "JobBoard", "JobBoardIterator", "JobPriority",
-    "NotifyingJobBoard", "check_who", "format_posting",
+    "POSTED",
+    "REMOVAL",
+    "Job",
+    "JobBoard",
+    "JobBoardIterator",
+    "JobPriority",
+    "NotifyingJobBoard",
+    "check_who",
+    "format_posting",
 ]
 
 #: Jobboard notifier events (TaskFlow's): a job was posted / removed.
@@ -106,8 +113,9 @@ class JobPriority(enum.Enum):
             return cls(str(value).upper())
         except ValueError:
             valid = [p.value for p in cls]
-            raise ValueError(f"'{value}' is not a valid priority, valid priorities"
-                             f" are {valid}") from None
+            raise ValueError(
+                f"'{value}' is not a valid priority, valid priorities are {valid}"
+            ) from None
 
     @property
     def rank(self) -> int:
@@ -131,9 +139,16 @@ class Job(abc.ABC):
     goes back on the board for another to resume from the persisted logbook.
     """
 
-    def __init__(self, board: Any, name: str, uuid: str | None = None,
-                 details: dict[str, Any] | None = None, backend: Any = None,
-                 book: Any = None, book_data: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        board: Any,
+        name: str,
+        uuid: str | None = None,
+        details: dict[str, Any] | None = None,
+        backend: Any = None,
+        book: Any = None,
+        book_data: dict[str, Any] | None = None,
+    ) -> None:
         from flowengine.persistence import models
 
         self._uuid = uuid or models.generate_uuid()
@@ -169,9 +184,14 @@ class Job(abc.ABC):
         """The board this job was posted on or read from."""
         return self._board
 
-    def wait(self, timeout: float | None = None, delay: float = 0.01,
-             delay_multiplier: float = 2.0, max_delay: float = 60.0,
-             sleep_func: Callable[[float], Any] = time.sleep) -> bool:
+    def wait(
+        self,
+        timeout: float | None = None,
+        delay: float = 0.01,
+        delay_multiplier: float = 2.0,
+        max_delay: float = 60.0,
+        sleep_func: Callable[[float], Any] = time.sleep,
+    ) -> bool:
         """Wait until the job is COMPLETE: True, or False after ``timeout`` seconds.
 
         This generic version checks with a growing delay (TaskFlow's); the
@@ -226,8 +246,10 @@ class Job(abc.ABC):
             return conn.get_logbook(self.book_uuid)
 
     def __str__(self) -> str:
-        return (f"{type(self).__name__}: {self.name} (priority={self.priority},"
-                f" uuid={self.uuid}, details={self.details})")
+        return (
+            f"{type(self).__name__}: {self.name} (priority={self.priority},"
+            f" uuid={self.uuid}, details={self.details})"
+        )
 
 
 class JobBoardIterator:
@@ -239,10 +261,15 @@ class JobBoardIterator:
     _UNCLAIMED_JOB_STATES = (states.UNCLAIMED,)
     _JOB_STATES = (states.UNCLAIMED, states.COMPLETE, states.CLAIMED)
 
-    def __init__(self, board: Any, logger: logging.Logger,
-                 board_fetch_func: Callable[..., Any] | None = None,
-                 board_removal_func: Callable[[Any], Any] | None = None,
-                 only_unclaimed: bool = False, ensure_fresh: bool = False) -> None:
+    def __init__(
+        self,
+        board: Any,
+        logger: logging.Logger,
+        board_fetch_func: Callable[..., Any] | None = None,
+        board_removal_func: Callable[[Any], Any] | None = None,
+        only_unclaimed: bool = False,
+        ensure_fresh: bool = False,
+    ) -> None:
         self._board = board
         self._logger = logger
         self._fetch = board_fetch_func
@@ -275,8 +302,7 @@ class JobBoardIterator:
                 if self._remove is not None:
                     self._remove(job)
             except excp.JobFailure:
-                self._logger.warning("Failed determining the state of job '%s'", job,
-                                     exc_info=True)
+                self._logger.warning("Failed determining the state of job '%s'", job, exc_info=True)
         raise StopIteration
 
 
@@ -314,8 +340,13 @@ class JobBoard(abc.ABC):
         """Remove a job its claimer finished (NotFound / JobFailure otherwise)."""
 
     @abc.abstractmethod
-    def post(self, name: str, book: Any = None, details: dict[str, Any] | None = None,
-             priority: Any = JobPriority.NORMAL) -> Job:
+    def post(
+        self,
+        name: str,
+        book: Any = None,
+        details: dict[str, Any] | None = None,
+        priority: Any = JobPriority.NORMAL,
+    ) -> Job:
         """Create and post a job; returns it."""
 
     @abc.abstractmethod
@@ -373,12 +404,22 @@ def check_who(meth: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def format_posting(uuid: str, name: str, created_on: Any = None, last_modified: Any = None,
-                   details: dict[str, Any] | None = None, book: Any = None,
-                   priority: JobPriority = JobPriority.NORMAL) -> dict[str, Any]:
+def format_posting(
+    uuid: str,
+    name: str,
+    created_on: Any = None,
+    last_modified: Any = None,
+    details: dict[str, Any] | None = None,
+    book: Any = None,
+    priority: JobPriority = JobPriority.NORMAL,
+) -> dict[str, Any]:
     """The dict a board stores for a new job (TaskFlow's shape)."""
-    posting: dict[str, Any] = {"uuid": uuid, "name": name, "priority": priority.value,
-                               "details": details or {}}
+    posting: dict[str, Any] = {
+        "uuid": uuid,
+        "name": name,
+        "priority": priority.value,
+        "details": details or {},
+    }
     if created_on is not None:
         posting["created_on"] = created_on
     if last_modified is not None:

@@ -54,8 +54,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     #: and ``str(job)`` starts with it.
     JOB_CLASS: type[job_mod.BoardJob] = job_mod.BoardJob
 
-    def __init__(self, name: str, conf: dict[str, Any], store: BoardStore,
-                 persistence: Any = None) -> None:
+    def __init__(
+        self, name: str, conf: dict[str, Any], store: BoardStore, persistence: Any = None
+    ) -> None:
         super().__init__(name, conf)
         self._store = store
         self._persistence = persistence
@@ -65,9 +66,13 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         self._lost_handlers: dict[str, list[Callable[[Any], None]]] = {}
         self._claimed: dict[str, _Job] = {}
         self._lock = threading.Lock()
-        self._keeper = lease.LeaseKeeper(lambda held, s: self._store.renew(held, s),
-                                         self.policy.lease_s,
-                                         self.policy.renew_every_s, self._on_lost, name)
+        self._keeper = lease.LeaseKeeper(
+            lambda held, s: self._store.renew(held, s),
+            self.policy.lease_s,
+            self.policy.renew_every_s,
+            self._on_lost,
+            name,
+        )
 
     # Connection.
 
@@ -102,8 +107,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         elif event.kind is EventKind.DONE and event.uuid:
             with self._lock:
                 job = self._claimed.get(event.uuid)
-            self.notifier.notify(base.REMOVAL, {"job": job, "job_uuid": event.uuid,
-                                                "outcome": event.outcome})
+            self.notifier.notify(
+                base.REMOVAL, {"job": job, "job_uuid": event.uuid, "outcome": event.outcome}
+            )
 
     @property
     def change_seq(self) -> int:
@@ -126,11 +132,17 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     def _fetch_jobs(self, ensure_fresh: bool = False) -> list[_Job]:
         return sorted(self._job(r) for r in self._store_op().listing())
 
-    def iterjobs(self, only_unclaimed: bool = False,
-                 ensure_fresh: bool = False) -> base.JobBoardIterator:
+    def iterjobs(
+        self, only_unclaimed: bool = False, ensure_fresh: bool = False
+    ) -> base.JobBoardIterator:
         """Listed jobs, most urgent then oldest first (each state re-read as you go)."""
-        return base.JobBoardIterator(self, LOG, board_fetch_func=self._fetch_jobs,
-                                     only_unclaimed=only_unclaimed, ensure_fresh=ensure_fresh)
+        return base.JobBoardIterator(
+            self,
+            LOG,
+            board_fetch_func=self._fetch_jobs,
+            only_unclaimed=only_unclaimed,
+            ensure_fresh=ensure_fresh,
+        )
 
     def listing(self) -> list[_Job]:
         """Listed jobs with the state they had when read (one round trip, no re-reads)."""
@@ -143,8 +155,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             seen = self._waker.seq
             jobs = self._fetch_jobs()
             if jobs:
-                return base.JobBoardIterator(self, LOG,
-                                             board_fetch_func=lambda _jobs=jobs, **_: _jobs)
+                return base.JobBoardIterator(
+                    self, LOG, board_fetch_func=lambda _jobs=jobs, **_: _jobs
+                )
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise exc.NotFound(f"Expired waiting for jobs to arrive; waited {timeout} s")
@@ -180,8 +193,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         """How the job ended, or None while it is listed (or its outcome expired)."""
         return self._store_op().outcome(job if isinstance(job, str) else job.uuid)
 
-    def wait_for_outcome(self, job: base.Job | str,
-                         timeout: float | None = None) -> records.Outcome | None:
+    def wait_for_outcome(
+        self, job: base.Job | str, timeout: float | None = None
+    ) -> records.Outcome | None:
         """Block until the job has an outcome (returned) or ``timeout`` s (None).
 
         A board server that is unreachable for a while (restarting, a
@@ -217,8 +231,13 @@ class LeasedJobBoard(base.NotifyingJobBoard):
 
     # Posting and claiming.
 
-    def post(self, name: str, book: Any = None, details: dict[str, Any] | None = None,
-             priority: Any = base.JobPriority.NORMAL) -> _Job:
+    def post(
+        self,
+        name: str,
+        book: Any = None,
+        details: dict[str, Any] | None = None,
+        priority: Any = base.JobPriority.NORMAL,
+    ) -> _Job:
         """Post a job (details must be JSON-serialisable); returns it."""
         from flowengine.persistence import models
 
@@ -226,8 +245,13 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         posting = records.new_posting(models.generate_uuid(), name, details, book, prio)
         records.encode_posting(posting)  # JobFailure now, before anything is stored
         record = self._store_op().post(posting, self.policy.max_attempts)
-        LOG.debug("Posted job %s (%s) on board %s: %s", record.uuid, name, self.name,
-                  self.masked(details or {}))
+        LOG.debug(
+            "Posted job %s (%s) on board %s: %s",
+            record.uuid,
+            name,
+            self.name,
+            self.masked(details or {}),
+        )
         return self.JOB_CLASS(self, record, backend=self._persistence, book=book)
 
     @base.check_who
@@ -243,8 +267,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         if expiry is not None and not float(expiry) > 0:
             raise ValueError(f"Provided expiry must be greater than zero, not {expiry!r}")
         lease_s = self.policy.lease_s if expiry is None else float(expiry)
-        claim = self._store_op().claim(job.uuid, who, lease_s, self.policy.max_attempts,
-                                       self.policy.outcome_ttl_s)
+        claim = self._store_op().claim(
+            job.uuid, who, lease_s, self.policy.max_attempts, self.policy.outcome_ttl_s
+        )
         if isinstance(job, _Job):
             job._claimed(claim)
         with self._lock:
@@ -252,8 +277,13 @@ class LeasedJobBoard(base.NotifyingJobBoard):
                 self._claimed[job.uuid] = job
         if expiry is None:
             self._keeper.hold(job.uuid, claim.token)
-        LOG.debug("Job %s claimed by %s (token %d, attempt %d)", job.uuid, who, claim.token,
-                  claim.attempts)
+        LOG.debug(
+            "Job %s claimed by %s (token %d, attempt %d)",
+            job.uuid,
+            who,
+            claim.token,
+            claim.attempts,
+        )
 
     def extend_lease(self, job: base.Job, expiry: float) -> bool:
         """Set the job's claim to end ``expiry`` s from now; False if it is lost."""
@@ -268,8 +298,12 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         with self._lock:
             job = self._claimed.pop(uuid, None)
             handlers = self._lost_handlers.pop(uuid, [])
-        LOG.warning("Lost the claim on job %s (token %d): its lease ran out and it was"
-                    " claimed again; its engine stops and its writes are refused", uuid, token)
+        LOG.warning(
+            "Lost the claim on job %s (token %d): its lease ran out and it was"
+            " claimed again; its engine stops and its writes are refused",
+            uuid,
+            token,
+        )
         if job is not None:
             job.lost.set()
         for handler in handlers:
@@ -290,13 +324,20 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             token = record.token if record is not None else 0
         return token
 
-    def _finish(self, job: base.Job, who: str, action: Action,
-                **kwargs: Any) -> records.Outcome | None:
+    def _finish(
+        self, job: base.Job, who: str, action: Action, **kwargs: Any
+    ) -> records.Outcome | None:
         token = self._token_of(job)
         try:
-            done = self._store_op().finish(job.uuid, who, token, action,
-                                           max_attempts=self.policy.max_attempts,
-                                           outcome_ttl_s=self.policy.outcome_ttl_s, **kwargs)
+            done = self._store_op().finish(
+                job.uuid,
+                who,
+                token,
+                action,
+                max_attempts=self.policy.max_attempts,
+                outcome_ttl_s=self.policy.outcome_ttl_s,
+                **kwargs,
+            )
         except (exc.ClaimLost, exc.NotFound):
             self._forget(job.uuid, token)  # not ours any more: stop renewing it
             raise
@@ -310,17 +351,20 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             self._claimed.pop(uuid, None)
 
     @base.check_who
-    def consume(self, job: base.Job, who: str, outcome: str = records.SUCCEEDED,
-                reason: str | None = None) -> None:
+    def consume(
+        self, job: base.Job, who: str, outcome: str = records.SUCCEEDED, reason: str | None = None
+    ) -> None:
         """Remove the claimed job, recording ``outcome``; ClaimLost if superseded."""
         if outcome not in (records.SUCCEEDED, records.REVERTED, records.FAILED):
-            raise ValueError(f"A consumed job's outcome is succeeded, reverted or failed,"
-                             f" not {outcome!r}")
+            raise ValueError(
+                f"A consumed job's outcome is succeeded, reverted or failed, not {outcome!r}"
+            )
         self._finish(job, who, Action.CONSUME, outcome=outcome, reason=reason)
 
     @base.check_who
-    def abandon(self, job: base.Job, who: str, failed: bool = False,
-                reason: str | None = None) -> records.Outcome | None:
+    def abandon(
+        self, job: base.Job, who: str, failed: bool = False, reason: str | None = None
+    ) -> records.Outcome | None:
         """Give the claimed job back; ``failed=True`` counts the attempt and backs off.
 
         After a failed last attempt the job goes to the dead letter: its
@@ -330,8 +374,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         if not failed:
             return self._finish(job, who, Action.ABANDON, reason=reason)
         attempt = getattr(job, "attempt", 0) or 1
-        return self._finish(job, who, Action.FAIL, reason=reason,
-                            backoff_s=self.policy.backoff_for(attempt))
+        return self._finish(
+            job, who, Action.FAIL, reason=reason, backoff_s=self.policy.backoff_for(attempt)
+        )
 
     @base.check_who
     def trash(self, job: base.Job, who: str, reason: str | None = None) -> None:

@@ -35,12 +35,23 @@ class BoardJob(base.Job):
     ``lost`` (an Event set when the keeper learns the lease is gone).
     """
 
-    def __init__(self, board: LeasedJobBoard, record: records.JobRecord, backend: Any = None,
-                 book: Any = None) -> None:
+    def __init__(
+        self,
+        board: LeasedJobBoard,
+        record: records.JobRecord,
+        backend: Any = None,
+        book: Any = None,
+    ) -> None:
         posting = record.posting
-        super().__init__(board, posting["name"], uuid=posting["uuid"],
-                         details=posting.get("details") or {}, backend=backend,
-                         book=book, book_data=posting.get("book"))
+        super().__init__(
+            board,
+            posting["name"],
+            uuid=posting["uuid"],
+            details=posting.get("details") or {},
+            backend=backend,
+            book=book,
+            book_data=posting.get("book"),
+        )
         self._leased = board
         self._record = record
         self._priority = base.JobPriority.convert(posting.get("priority", "NORMAL"))
@@ -139,7 +150,9 @@ class BoardJob(base.Job):
         return hash((self._leased.name, self.uuid))
 
     def __str__(self) -> str:
-        return (f"{type(self).__name__}: {self.name} (priority={self.priority}, uuid="
-                f"{self.uuid}, details={self._leased.masked(self.details)})")
+        return (
+            f"{type(self).__name__}: {self.name} (priority={self.priority}, uuid="
+            f"{self.uuid}, details={self._leased.masked(self.details)})"
+        )
 
     __repr__ = __str__

@@ -35,9 +35,14 @@ class LeaseKeeper:
     ``on_lost(uuid, token)`` runs on the keeper thread.
     """
 
-    def __init__(self, renew: Callable[[Sequence[tuple[str, int]], float], set[str]],
-                 lease_s: float, period_s: float,
-                 on_lost: Callable[[str, int], None], name: str = "board") -> None:
+    def __init__(
+        self,
+        renew: Callable[[Sequence[tuple[str, int]], float], set[str]],
+        lease_s: float,
+        period_s: float,
+        on_lost: Callable[[str, int], None],
+        name: str = "board",
+    ) -> None:
         self._renew = renew
         self._lease_s = lease_s
         self._period_s = period_s
@@ -55,8 +60,9 @@ class LeaseKeeper:
             self._held[uuid] = token
             self._stopped = False
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"flowengine-lease-keeper-{self._name}")
+                self._thread = threading.Thread(
+                    target=self._run, daemon=True, name=f"flowengine-lease-keeper-{self._name}"
+                )
                 self._thread.start()
             self._cond.notify_all()
 
@@ -105,10 +111,17 @@ class LeaseKeeper:
         except exc.JobFailure as e:
             self._failures += 1
             level = logging.WARNING if self._failures <= _WARN_FAILURES else logging.DEBUG
-            LOG.log(level, "Could not renew %d job lease(s) on board %s (%s); retrying every"
-                    " %.1f s. The jobs stay ours unless another conductor claims them after"
-                    " their lease (%.1f s) ran out", len(batch), self._name, e,
-                    self._period_s, self._lease_s)
+            LOG.log(
+                level,
+                "Could not renew %d job lease(s) on board %s (%s); retrying every"
+                " %.1f s. The jobs stay ours unless another conductor claims them after"
+                " their lease (%.1f s) ran out",
+                len(batch),
+                self._name,
+                e,
+                self._period_s,
+                self._lease_s,
+            )
             return
         if self._failures:
             LOG.info("Renewing job leases on board %s works again", self._name)

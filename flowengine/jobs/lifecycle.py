@@ -14,8 +14,15 @@ from automaton import machines
 from flowengine import exceptions as exc
 from flowengine import states
 
-__all__ = ["BACKING_OFF", "CONSUMED", "DEAD", "TRANSITIONS", "TRASHED", "advance",
-           "build_a_machine"]
+__all__ = [
+    "BACKING_OFF",
+    "CONSUMED",
+    "DEAD",
+    "TRANSITIONS",
+    "TRASHED",
+    "advance",
+    "build_a_machine",
+]
 
 #: Given back after a failed attempt: claimable once the back-off is over.
 BACKING_OFF = "BACKING_OFF"

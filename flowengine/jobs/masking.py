@@ -22,11 +22,30 @@ __all__ = ["MASK", "looks_secret", "mask_secrets", "masker"]
 MASK = "***"
 #: Words that make a key a secret under the default policy (whole words only:
 #: matching substrings masked ``passenger`` and ``keyboard``).
-_SECRET_WORDS = frozenset({
-    "pass", "passwd", "password", "passphrase", "pwd", "secret", "secrets", "token",
-    "key", "apikey", "credential", "credentials", "auth", "authorization", "cookie",
-    "private", "privatekey", "secretkey", "accesskey", "dsn",
-})
+_SECRET_WORDS = frozenset(
+    {
+        "pass",
+        "passwd",
+        "password",
+        "passphrase",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "key",
+        "apikey",
+        "credential",
+        "credentials",
+        "auth",
+        "authorization",
+        "cookie",
+        "private",
+        "privatekey",
+        "secretkey",
+        "accesskey",
+        "dsn",
+    }
+)
 #: Where a key splits into words: separators, and lower-to-upper (camelCase).
 _WORD_BREAK = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
 #: Never masked: how a conductor finds the flow, and harmless to show.
@@ -35,8 +54,14 @@ _ALWAYS_SHOWN = frozenset({"flow_uuid"})
 
 def _walk(value: Any, hide: Callable[[str], bool]) -> Any:
     if isinstance(value, dict):
-        return {k: (MASK if isinstance(k, str) and k not in _ALWAYS_SHOWN and hide(k)
-                    else _walk(v, hide)) for k, v in value.items()}
+        return {
+            k: (
+                MASK
+                if isinstance(k, str) and k not in _ALWAYS_SHOWN and hide(k)
+                else _walk(v, hide)
+            )
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [_walk(v, hide) for v in value]
     return value
@@ -60,9 +85,11 @@ def masker(policy: Any) -> Callable[[Any], Any]:
     if policy is None or policy == "secrets":
         return mask_secrets
     if policy == "all":
-        return lambda details: ({k: (v if k in _ALWAYS_SHOWN else MASK)
-                                 for k, v in details.items()}
-                                if isinstance(details, dict) else MASK)
+        return lambda details: (
+            {k: (v if k in _ALWAYS_SHOWN else MASK) for k, v in details.items()}
+            if isinstance(details, dict)
+            else MASK
+        )
     if policy in ("none", False):
         return lambda details: details
     if isinstance(policy, str):
@@ -70,5 +97,7 @@ def masker(policy: Any) -> Callable[[Any], Any]:
     if isinstance(policy, (list, tuple, set)):
         keys = frozenset(policy)
         return lambda details: _walk(details, keys.__contains__)
-    raise ValueError(f"jobboard option 'mask_details' must be 'secrets', 'all', 'none' or"
-                     f" a list of keys, not {policy!r}")
+    raise ValueError(
+        f"jobboard option 'mask_details' must be 'secrets', 'all', 'none' or"
+        f" a list of keys, not {policy!r}"
+    )

@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "BACKOFF_MAX_S", "BACKOFF_S", "LEASE_S", "MAX_ATTEMPTS", "MIN_LEASE_S", "OUTCOME_TTL_S",
-    "RENEWALS_PER_LEASE", "BoardPolicy",
+    "BACKOFF_MAX_S",
+    "BACKOFF_S",
+    "LEASE_S",
+    "MAX_ATTEMPTS",
+    "MIN_LEASE_S",
+    "OUTCOME_TTL_S",
+    "RENEWALS_PER_LEASE",
+    "BoardPolicy",
 ]
 
 #: How long a claim lives without renewal. A conductor that dies (kill -9,
@@ -67,13 +73,17 @@ class BoardPolicy:
         ``outcome_ttl_s`` from a board conf; ValueError naming a bad one."""
         attempts = _number(conf, "max_attempts", MAX_ATTEMPTS, 1)
         if attempts != int(attempts):
-            raise ValueError(f"jobboard option 'max_attempts' must be an integer, not"
-                             f" {conf.get('max_attempts')!r}")
-        return cls(lease_s=_number(conf, "lease_s", LEASE_S, MIN_LEASE_S),
-                   max_attempts=int(attempts),
-                   backoff_s=_number(conf, "backoff_s", BACKOFF_S, 0.0),
-                   backoff_max_s=_number(conf, "backoff_max_s", BACKOFF_MAX_S, 0.0),
-                   outcome_ttl_s=_number(conf, "outcome_ttl_s", OUTCOME_TTL_S, 1.0))
+            raise ValueError(
+                f"jobboard option 'max_attempts' must be an integer, not"
+                f" {conf.get('max_attempts')!r}"
+            )
+        return cls(
+            lease_s=_number(conf, "lease_s", LEASE_S, MIN_LEASE_S),
+            max_attempts=int(attempts),
+            backoff_s=_number(conf, "backoff_s", BACKOFF_S, 0.0),
+            backoff_max_s=_number(conf, "backoff_max_s", BACKOFF_MAX_S, 0.0),
+            outcome_ttl_s=_number(conf, "outcome_ttl_s", OUTCOME_TTL_S, 1.0),
+        )
 
     @property
     def renew_every_s(self) -> float:

@@ -17,8 +17,17 @@ from typing import Any
 from flowengine import exceptions as exc
 
 __all__ = [
-    "DEAD", "FAILED", "OUTCOMES", "REVERTED", "SUCCEEDED", "TRASHED",
-    "Claim", "JobRecord", "Outcome", "decode_posting", "encode_posting",
+    "DEAD",
+    "FAILED",
+    "OUTCOMES",
+    "REVERTED",
+    "SUCCEEDED",
+    "TRASHED",
+    "Claim",
+    "JobRecord",
+    "Outcome",
+    "decode_posting",
+    "encode_posting",
 ]
 
 #: Outcomes: the flow ran to SUCCESS; its failure was reverted; the engine
@@ -81,14 +90,20 @@ def decode_posting_fields(raw: str | bytes, uuid: str, sequence: Any) -> dict[st
     return data
 
 
-def new_posting(uuid: str, name: str, details: dict[str, Any] | None, book: Any,
-                priority: str) -> dict[str, Any]:
+def new_posting(
+    uuid: str, name: str, details: dict[str, Any] | None, book: Any, priority: str
+) -> dict[str, Any]:
     """A posting for a job about to be posted (its sequence is set by the store)."""
     from flowengine.jobs import base
 
-    posting = base.format_posting(uuid, name, created_on=_utcnow().isoformat(),
-                                  details=details, book=book,
-                                  priority=base.JobPriority.convert(priority))
+    posting = base.format_posting(
+        uuid,
+        name,
+        created_on=_utcnow().isoformat(),
+        details=details,
+        book=book,
+        priority=base.JobPriority.convert(priority),
+    )
     posting["sequence"] = 0
     return posting
 
@@ -165,15 +180,27 @@ class Outcome:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of this outcome."""
-        return {"uuid": self.uuid, "outcome": self.outcome, "who": self.who,
-                "token": self.token, "attempts": self.attempts, "at": self.at,
-                "reason": self.reason}
+        return {
+            "uuid": self.uuid,
+            "outcome": self.outcome,
+            "who": self.who,
+            "token": self.token,
+            "attempts": self.attempts,
+            "at": self.at,
+            "reason": self.reason,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
         """Inverse of to_dict; JobFailure naming an unknown outcome."""
         if data.get("outcome") not in OUTCOMES:
             raise exc.JobFailure(f"Unknown job outcome {data.get('outcome')!r} in {data!r}")
-        return cls(uuid=str(data["uuid"]), outcome=data["outcome"], who=data.get("who"),
-                   token=int(data.get("token") or 0), attempts=int(data.get("attempts") or 0),
-                   at=float(data.get("at") or 0.0), reason=data.get("reason"))
+        return cls(
+            uuid=str(data["uuid"]),
+            outcome=data["outcome"],
+            who=data.get("who"),
+            token=int(data.get("token") or 0),
+            attempts=int(data.get("attempts") or 0),
+            at=float(data.get("at") or 0.0),
+            reason=data.get("reason"),
+        )

@@ -31,8 +31,17 @@ from flowengine import exceptions as exc
 from flowengine.jobs import records
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 
-__all__ = ["Action", "BoardEvent", "BoardStore", "EventKind", "check_finisher", "held",
-           "Finished", "finish_order", "newest_first"]
+__all__ = [
+    "Action",
+    "BoardEvent",
+    "BoardStore",
+    "EventKind",
+    "check_finisher",
+    "held",
+    "Finished",
+    "finish_order",
+    "newest_first",
+]
 
 #: A consumed job as the finished listing gives it: what it was, how it ended.
 Finished = tuple[JobRecord, Outcome]
@@ -65,8 +74,9 @@ def held(uuid: str, owner: str | None) -> exc.UnclaimableJob:
     return error
 
 
-def check_finisher(action: Action, uuid: str, who: str, token: int, owner: Any,
-                   current: int) -> None:
+def check_finisher(
+    action: Action, uuid: str, who: str, token: int, owner: Any, current: int
+) -> None:
     """Raise unless ``who`` holds claim ``token`` of job ``uuid`` (whose claim is ``current``).
 
     For the stores that check it in Python before one fenced transaction.
@@ -74,11 +84,15 @@ def check_finisher(action: Action, uuid: str, who: str, token: int, owner: Any,
     if not owner:
         raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
     if current != token:
-        raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                            f" superseded by claim {current} of {owner}")
+        raise exc.ClaimLost(
+            f"Can not {action.value} job {uuid}: claim {token} was"
+            f" superseded by claim {current} of {owner}"
+        )
     if owner != who:
-        raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
-                             f" by {who} (it is owned by {owner})")
+        raise exc.JobFailure(
+            f"Can not {action.value} job {uuid} which is not owned"
+            f" by {who} (it is owned by {owner})"
+        )
 
 
 class Action(enum.StrEnum):
@@ -116,8 +130,9 @@ class BoardEvent:
 
     def encode(self) -> str:
         """``kind uuid outcome`` as one line (the wire form on every backend)."""
-        return " ".join(p for p in (self.kind.value, self.uuid or "-", self.outcome or "")
-                        if p).strip()
+        return " ".join(
+            p for p in (self.kind.value, self.uuid or "-", self.outcome or "") if p
+        ).strip()
 
     @classmethod
     def decode(cls, text: str | bytes) -> BoardEvent | None:
@@ -169,8 +184,9 @@ class BoardStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """Lease a listed job to ``who`` under the board's next token (see the module doc).
 
         A job already claimed ``max_attempts`` times goes to the dead letter
@@ -186,10 +202,19 @@ class BoardStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail a claim, fenced by ``token``.
 
         Returns the recorded Outcome when the job left the board (CONSUME,

@@ -55,9 +55,13 @@ def _bulk_deregister(notifier: Notifier, registered: _Registration) -> None:
         notifier.deregister(event_type, callback, details_filter=details_filter)
 
 
-def _bulk_register(event_types: Iterable[str], notifier: Notifier, callback: _Receiver,
-                   details_filter: _Filter | None = None,
-                   any_filter: _Filter | None = None) -> _Registration:
+def _bulk_register(
+    event_types: Iterable[str],
+    notifier: Notifier,
+    callback: _Receiver,
+    details_filter: _Filter | None = None,
+    any_filter: _Filter | None = None,
+) -> _Registration:
     """Register ``callback`` for each event type; ``any_filter`` applies to ANY."""
     registered: _Registration = []
     try:
@@ -79,10 +83,13 @@ def _bulk_register(event_types: Iterable[str], notifier: Notifier, callback: _Re
 class Listener:
     """Reacts to an engine's flow, task and retry state changes; override the receivers."""
 
-    def __init__(self, engine: Any,
-                 task_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR,
-                 flow_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR,
-                 retry_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        task_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR,
+        flow_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR,
+        retry_listen_for: Iterable[str] | None = DEFAULT_LISTEN_FOR,
+    ) -> None:
         self._listen_for = {
             "task": list(task_listen_for or ()),
             "retry": list(retry_listen_for or ()),
@@ -105,15 +112,23 @@ class Listener:
         engine = self._engine
         if "task" not in self._registered:
             self._registered["task"] = _bulk_register(
-                self._listen_for["task"], engine.atom_notifier, self._task_receiver,
-                details_filter=_task_matcher, any_filter=_task_state_matcher)
+                self._listen_for["task"],
+                engine.atom_notifier,
+                self._task_receiver,
+                details_filter=_task_matcher,
+                any_filter=_task_state_matcher,
+            )
         if "retry" not in self._registered:
             self._registered["retry"] = _bulk_register(
-                self._listen_for["retry"], engine.atom_notifier,
-                self._retry_receiver, details_filter=_retry_matcher)
+                self._listen_for["retry"],
+                engine.atom_notifier,
+                self._retry_receiver,
+                details_filter=_retry_matcher,
+            )
         if "flow" not in self._registered:
             self._registered["flow"] = _bulk_register(
-                self._listen_for["flow"], engine.notifier, self._flow_receiver)
+                self._listen_for["flow"], engine.notifier, self._flow_receiver
+            )
 
     def deregister(self) -> None:
         """Detach every receiver this listener attached (idempotent)."""
@@ -134,8 +149,9 @@ class Listener:
             self.deregister()
         except Exception:
             # Leaving the block must not replace whatever the block raised.
-            LOG.warning("Failed deregistering listeners from engine %s",
-                        self._engine, exc_info=True)
+            LOG.warning(
+                "Failed deregistering listeners from engine %s", self._engine, exc_info=True
+            )
 
 
 class DumpingListener(Listener, metaclass=abc.ABCMeta):
@@ -146,23 +162,40 @@ class DumpingListener(Listener, metaclass=abc.ABCMeta):
         """Output ``message % args``; ``exc_info`` may come in ``kwargs``."""
 
     def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
-        self._dump("%s has moved flow '%s' (%s) into state '%s' from state '%s'",
-                   self._engine, details["flow_name"], details["flow_uuid"],
-                   state, details["old_state"])
+        self._dump(
+            "%s has moved flow '%s' (%s) into state '%s' from state '%s'",
+            self._engine,
+            details["flow_name"],
+            details["flow_uuid"],
+            state,
+            details["old_state"],
+        )
 
     def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         if state not in FINISH_STATES:
-            self._dump("%s has moved task '%s' (%s) into state '%s' from state '%s'",
-                       self._engine, details["task_name"], details["task_uuid"],
-                       state, details["old_state"])
+            self._dump(
+                "%s has moved task '%s' (%s) into state '%s' from state '%s'",
+                self._engine,
+                details["task_name"],
+                details["task_uuid"],
+                state,
+                details["old_state"],
+            )
             return
         result = details.get("result")
         was_failure = isinstance(result, failure.Failure)
         exc_info = None
         if isinstance(result, failure.Failure) and result.exc_info:
             exc_info = tuple(result.exc_info)
-        self._dump("%s has moved task '%s' (%s) into state '%s' from state '%s'"
-                   " with result '%s' (failure=%s)",
-                   self._engine, details["task_name"], details["task_uuid"],
-                   state, details["old_state"], result, was_failure,
-                   exc_info=exc_info)
+        self._dump(
+            "%s has moved task '%s' (%s) into state '%s' from state '%s'"
+            " with result '%s' (failure=%s)",
+            self._engine,
+            details["task_name"],
+            details["task_uuid"],
+            state,
+            details["old_state"],
+            result,
+            was_failure,
+            exc_info=exc_info,
+        )

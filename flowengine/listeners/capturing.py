@@ -24,19 +24,26 @@ class CaptureListener(base.Listener):
     #: Kind recorded for retry transitions.
     RETRY = "retry"
 
-    def __init__(self, engine: Any,
-                 task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 capture_flow: bool = True, capture_task: bool = True,
-                 capture_retry: bool = True,
-                 skip_tasks: Iterable[str] | None = None,
-                 skip_retries: Iterable[str] | None = None,
-                 skip_flows: Iterable[str] | None = None,
-                 values: list[Any] | None = None) -> None:
-        super().__init__(engine, task_listen_for=task_listen_for,
-                         flow_listen_for=flow_listen_for,
-                         retry_listen_for=retry_listen_for)
+    def __init__(
+        self,
+        engine: Any,
+        task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        capture_flow: bool = True,
+        capture_task: bool = True,
+        capture_retry: bool = True,
+        skip_tasks: Iterable[str] | None = None,
+        skip_retries: Iterable[str] | None = None,
+        skip_flows: Iterable[str] | None = None,
+        values: list[Any] | None = None,
+    ) -> None:
+        super().__init__(
+            engine,
+            task_listen_for=task_listen_for,
+            flow_listen_for=flow_listen_for,
+            retry_listen_for=retry_listen_for,
+        )
         self._capture_flow = capture_flow
         self._capture_task = capture_task
         self._capture_retry = capture_retry

@@ -27,8 +27,14 @@ class CheckingClaimListener(base.Listener):
     check asks the board, so it costs a round trip per state change.
     """
 
-    def __init__(self, engine: Any, job: Any, board: Any, owner: str,
-                 on_job_loss: Callable[[Any, str, Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        job: Any,
+        board: Any,
+        owner: str,
+        on_job_loss: Callable[[Any, str, Any], Any] | None = None,
+    ) -> None:
         super().__init__(engine)
         self._job = job
         self._board = board
@@ -46,8 +52,12 @@ class CheckingClaimListener(base.Listener):
         try:
             engine.suspend()
         except exceptions.TaskFlowException as e:
-            LOG.warning("Failed suspending engine '%s' (previously owned by '%s'): %s",
-                        engine, self._owner, e.pformat())
+            LOG.warning(
+                "Failed suspending engine '%s' (previously owned by '%s'): %s",
+                engine,
+                self._owner,
+                e.pformat(),
+            )
 
     def _flow_receiver(self, state: str, details: Any) -> None:
         self._claim_checker(state, details)
@@ -65,9 +75,9 @@ class CheckingClaimListener(base.Listener):
 
     def _claim_checker(self, state: str, details: Any) -> None:
         if not self._has_been_lost():
-            LOG.debug("Job '%s' is still claimed (actively owned by '%s')", self._job,
-                      self._owner)
+            LOG.debug("Job '%s' is still claimed (actively owned by '%s')", self._job, self._owner)
             return
-        LOG.warning("Job '%s' has lost its claim (previously owned by '%s')", self._job,
-                    self._owner)
+        LOG.warning(
+            "Job '%s' has lost its claim (previously owned by '%s')", self._job, self._owner
+        )
         self._on_job_loss(self._engine, state, details)

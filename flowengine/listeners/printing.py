@@ -13,14 +13,20 @@ from flowengine.listeners import base
 class PrintingListener(base.DumpingListener):
     """Prints task and flow transitions (and failure tracebacks) to stdout or stderr."""
 
-    def __init__(self, engine: Any,
-                 task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 stderr: bool = False) -> None:
-        super().__init__(engine, task_listen_for=task_listen_for,
-                         flow_listen_for=flow_listen_for,
-                         retry_listen_for=retry_listen_for)
+    def __init__(
+        self,
+        engine: Any,
+        task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        stderr: bool = False,
+    ) -> None:
+        super().__init__(
+            engine,
+            task_listen_for=task_listen_for,
+            flow_listen_for=flow_listen_for,
+            retry_listen_for=retry_listen_for,
+        )
         # Bound now, as TaskFlow does: a later swap of sys.stdout is not followed.
         self._file = sys.stderr if stderr else sys.stdout
 

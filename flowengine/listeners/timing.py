@@ -56,12 +56,12 @@ class DurationListener(base.Listener):
         # Every started item should have finished by now; say so if not.
         for item_type, timers in self._timers.items():
             if timers:
-                LOG.warning("%s %s(s) did not enter %s states",
-                            len(timers), item_type, FINISHED_STATES)
+                LOG.warning(
+                    "%s %s(s) did not enter %s states", len(timers), item_type, FINISHED_STATES
+                )
             timers.clear()
 
-    def _record_ending(self, timer: _StopWatch, item_type: str, item_name: str,
-                       state: str) -> None:
+    def _record_ending(self, timer: _StopWatch, item_type: str, item_name: str, state: str) -> None:
         meta_update = {"duration": timer.elapsed()}
         try:
             storage = self._engine.storage
@@ -71,8 +71,13 @@ class DurationListener(base.Listener):
                 storage.update_atom_metadata(item_name, meta_update)
         except exc.StorageFailure:
             # A listener must never break the run it watches.
-            LOG.warning("Failure to store duration update %s for %s %s",
-                        meta_update, item_type, item_name, exc_info=True)
+            LOG.warning(
+                "Failure to store duration update %s for %s %s",
+                meta_update,
+                item_type,
+                item_name,
+                exc_info=True,
+            )
 
     def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._receiver(TASK, details["task_name"], state)
@@ -100,11 +105,11 @@ class PrintingDurationListener(DurationListener):
         super().__init__(engine)
         self._printer = print if printer is None else printer
 
-    def _record_ending(self, timer: _StopWatch, item_type: str, item_name: str,
-                       state: str) -> None:
+    def _record_ending(self, timer: _StopWatch, item_type: str, item_name: str, state: str) -> None:
         super()._record_ending(timer, item_type, item_name, state)
-        self._printer(f"It took {item_type} '{item_name}' {timer.elapsed():0.2f}"
-                      " seconds to finish.")
+        self._printer(
+            f"It took {item_type} '{item_name}' {timer.elapsed():0.2f} seconds to finish."
+        )
 
     def _receiver(self, item_type: str, item_name: str, state: str) -> None:
         super()._receiver(item_type, item_name, state)
@@ -115,29 +120,40 @@ class PrintingDurationListener(DurationListener):
 class EventTimeListener(base.Listener):
     """Saves the unix time of each event as metadata ``'<state>-timestamp'``."""
 
-    def __init__(self, engine: Any,
-                 task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
-                 retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR) -> None:
-        super().__init__(engine, task_listen_for=task_listen_for,
-                         flow_listen_for=flow_listen_for,
-                         retry_listen_for=retry_listen_for)
+    def __init__(
+        self,
+        engine: Any,
+        task_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        flow_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+        retry_listen_for: Iterable[str] | None = base.DEFAULT_LISTEN_FOR,
+    ) -> None:
+        super().__init__(
+            engine,
+            task_listen_for=task_listen_for,
+            flow_listen_for=flow_listen_for,
+            retry_listen_for=retry_listen_for,
+        )
 
     def _record_atom_event(self, state: str, atom_name: str) -> None:
         meta_update = {f"{state}-timestamp": time.time()}
         try:
             self._engine.storage.update_atom_metadata(atom_name, meta_update)
         except exc.StorageFailure:
-            LOG.warning("Failure to store timestamp %s for atom %s",
-                        meta_update, atom_name, exc_info=True)
+            LOG.warning(
+                "Failure to store timestamp %s for atom %s", meta_update, atom_name, exc_info=True
+            )
 
     def _flow_receiver(self, state: str, details: dict[str, Any]) -> None:
         meta_update = {f"{state}-timestamp": time.time()}
         try:
             self._engine.storage.update_flow_metadata(meta_update)
         except exc.StorageFailure:
-            LOG.warning("Failure to store timestamp %s for flow %s",
-                        meta_update, details["flow_name"], exc_info=True)
+            LOG.warning(
+                "Failure to store timestamp %s for flow %s",
+                meta_update,
+                details["flow_name"],
+                exc_info=True,
+            )
 
     def _task_receiver(self, state: str, details: dict[str, Any]) -> None:
         self._record_atom_event(state, details["task_name"])

@@ -73,8 +73,10 @@ class OrderedDAG(Generic[_N]):
     def copy(self) -> OrderedDAG[_N]:
         """Return a copy (edge data dicts are copied one level deep)."""
         other: OrderedDAG[_N] = OrderedDAG()
-        other._succ = {u: {v: d if isinstance(d, str) else dict(d) for v, d in adj.items()}
-                       for u, adj in self._succ.items()}
+        other._succ = {
+            u: {v: d if isinstance(d, str) else dict(d) for v, d in adj.items()}
+            for u, adj in self._succ.items()
+        }
         other._pred = {v: {} for v in self._succ}
         for u, adj in other._succ.items():
             for v, d in adj.items():

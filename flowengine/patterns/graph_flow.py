@@ -33,7 +33,8 @@ def _cycle_failure(err: CycleError, u: flow.Item, v: flow.Item) -> exc.Dependenc
     return exc.DependencyFailure(
         f"No path through the items of the graph produces an ordering that will allow"
         f" for logical edge traversal: linking '{getattr(u, 'name', u)}' ->"
-        f" '{getattr(v, 'name', v)}' would create a cycle: {names}")
+        f" '{getattr(v, 'name', v)}' would create a cycle: {names}"
+    )
 
 
 #: symbol -> the one atom providing (requiring) it, or a list when several
@@ -104,8 +105,10 @@ class Flow(flow.Flow):
         if isinstance(node, flow.Flow):
             self._subflows.pop(node, None)
             return
-        for index, symbols in ((self._atom_providers, node.provides),
-                               (self._atom_requirers, node.requires)):
+        for index, symbols in (
+            (self._atom_providers, node.provides),
+            (self._atom_requirers, node.requires),
+        ):
             for symbol in symbols:
                 _index_remove(index, symbol, node)
 
@@ -114,13 +117,19 @@ class Flow(flow.Flow):
             return frozenset()
         return frozenset(self._retry.provides)
 
-    def _is_satisfied(self, graph: OrderedDAG[flow.Item], node: flow.Item, symbol: str,
-                      provides_of: Callable[[flow.Item], AbstractSet[str]]) -> bool:
+    def _is_satisfied(
+        self,
+        graph: OrderedDAG[flow.Item],
+        node: flow.Item,
+        symbol: str,
+        provides_of: Callable[[flow.Item], AbstractSet[str]],
+    ) -> bool:
         """True if some ancestor of ``node`` in ``graph`` provides ``symbol``."""
         return graph.find_ancestor(node, lambda a: symbol in provides_of(a))
 
-    def add(self, *nodes: flow.Item, resolve_requires: bool = True,
-            resolve_existing: bool = True) -> Flow:
+    def add(
+        self, *nodes: flow.Item, resolve_requires: bool = True, resolve_existing: bool = True
+    ) -> Flow:
         """Add atoms/flows and link them to providers and requirers already present.
 
         ``resolve_requires``: link each new item to the existing provider of
@@ -136,8 +145,9 @@ class Flow(flow.Flow):
         with gc_freeze.collector_paused():
             return self._add(nodes, resolve_requires, resolve_existing)
 
-    def _add(self, nodes: tuple[flow.Item, ...], resolve_requires: bool,
-             resolve_existing: bool) -> Flow:
+    def _add(
+        self, nodes: tuple[flow.Item, ...], resolve_requires: bool, resolve_existing: bool
+    ) -> Flow:
         graph = self._graph
         new: list[flow.Item] = []
         seen: set[int] = set()
@@ -188,8 +198,10 @@ class Flow(flow.Flow):
                 if subflows:
                     candidates.extend(f for f in subflows if symbol in requires_of(f))
                 pending = pending_requirers[symbol] = [
-                    c for c in candidates
-                    if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)]
+                    c
+                    for c in candidates
+                    if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)
+                ]
             return pending
 
         added: list[flow.Item] = []
@@ -211,7 +223,8 @@ class Flow(flow.Flow):
                             raise exc.AmbiguousDependency(
                                 f"Resolution error detected when adding '{node.name}',"
                                 f" multiple providers {sorted(_names(providers))}"
-                                f" found for required symbol '{symbol}'")
+                                f" found for required symbol '{symbol}'"
+                            )
                         if providers:
                             self._link(providers[0], node, reason=symbol)
                         else:
@@ -234,8 +247,15 @@ class Flow(flow.Flow):
         self._changed()
         return self
 
-    def _link(self, u: flow.Item, v: flow.Item, reason: str | None = None, manual: bool = False,
-              decider: Decider | None = None, decider_depth: Depth | None = None) -> None:
+    def _link(
+        self,
+        u: flow.Item,
+        v: flow.Item,
+        reason: str | None = None,
+        manual: bool = False,
+        decider: Decider | None = None,
+        decider_depth: Depth | None = None,
+    ) -> None:
         if reason is not None and not manual and decider is None and decider_depth is None:
             # The common case (a link made for a symbol): the graph keeps it compactly.
             try:
@@ -264,8 +284,13 @@ class Flow(flow.Flow):
             # A new decider replaces the old one together with its depth.
             linked.pop(flow.LINK_DECIDER_DEPTH, None)
 
-    def link(self, u: flow.Item, v: flow.Item, decider: Decider | None = None,
-             decider_depth: Depth | str | None = None) -> Flow:
+    def link(
+        self,
+        u: flow.Item,
+        v: flow.Item,
+        decider: Decider | None = None,
+        decider_depth: Depth | str | None = None,
+    ) -> Flow:
         """Make existing item ``v`` run after existing item ``u``.
 
         ``decider(history) -> bool`` decides at run time whether ``v`` runs
@@ -324,7 +349,8 @@ class Flow(flow.Flow):
         return self._view().edges()
 
     def iter_links_beyond_reasons(
-            self) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any] | None]]:
+        self,
+    ) -> Iterator[tuple[flow.Item, flow.Item, dict[str, Any] | None]]:
         """:meth:`iter_links`, None for links made for one symbol (see flow.Flow)."""
         return self._view().edges_beyond_reasons()
 
@@ -342,7 +368,8 @@ class Flow(flow.Flow):
         if self._retry is not None:
             required.update(self._retry.requires)
         provides: dict[flow.Item, frozenset[str]] = {
-            n: frozenset(n.provides) for n in graph.nodes()}
+            n: frozenset(n.provides) for n in graph.nodes()
+        }
         providers: dict[str, int] = {}
         for symbols in provides.values():
             for symbol in symbols:
@@ -353,8 +380,9 @@ class Flow(flow.Flow):
                     continue
                 if not providers.get(symbol):
                     required.add(symbol)
-                elif not any(symbol in provides[p] for p in graph.predecessors(node)) \
-                        and not graph.find_ancestor(node, lambda a, s=symbol: s in provides[a]):
+                elif not any(
+                    symbol in provides[p] for p in graph.predecessors(node)
+                ) and not graph.find_ancestor(node, lambda a, s=symbol: s in provides[a]):
                     required.add(symbol)
         return frozenset(required)
 

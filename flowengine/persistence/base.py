@@ -72,13 +72,15 @@ class Connection(abc.ABC):
         """Delete every logbook, flow detail and atom detail."""
 
     @abc.abstractmethod
-    def update_atom_details(self, atom_detail: models.AtomDetail,
-                            ignore_missing: bool = False) -> models.AtomDetail:
+    def update_atom_details(
+        self, atom_detail: models.AtomDetail, ignore_missing: bool = False
+    ) -> models.AtomDetail:
         """Save an existing atom detail (NotFound if unknown, unless ignore_missing)."""
 
     @abc.abstractmethod
-    def update_flow_details(self, flow_detail: models.FlowDetail,
-                            ignore_missing: bool = False) -> models.FlowDetail:
+    def update_flow_details(
+        self, flow_detail: models.FlowDetail, ignore_missing: bool = False
+    ) -> models.FlowDetail:
         """Save a flow detail and the atom details it contains."""
 
     @abc.abstractmethod
@@ -95,8 +97,10 @@ class Connection(abc.ABC):
         Not in TaskFlow's interface: a backend written for it raises
         flowengine's NotImplementedError naming itself.
         """
-        raise exc.NotImplementedError(f"{type(self.backend).__name__} cannot delete a"
-                                      " single flow detail (destroy_flow_details)")
+        raise exc.NotImplementedError(
+            f"{type(self.backend).__name__} cannot delete a"
+            " single flow detail (destroy_flow_details)"
+        )
 
     @abc.abstractmethod
     def get_logbook(self, book_uuid: str, lazy: bool = False) -> models.LogBook:
@@ -107,8 +111,7 @@ class Connection(abc.ABC):
         """Iterate over every stored logbook."""
 
     @abc.abstractmethod
-    def get_flows_for_book(self, book_uuid: str,
-                           lazy: bool = False) -> Iterable[models.FlowDetail]:
+    def get_flows_for_book(self, book_uuid: str, lazy: bool = False) -> Iterable[models.FlowDetail]:
         """Iterate over the flow details of a logbook."""
 
     @abc.abstractmethod
@@ -141,8 +144,9 @@ def format_atom(atom_detail: models.AtomDetail) -> dict[str, Any]:
 def parse_atom(data: Any) -> models.AtomDetail:
     """Inverse of ``format_atom``; raises InvalidFormat naming what is wrong."""
     if not isinstance(data, dict) or "atom" not in data or "type" not in data:
-        raise exc.InvalidFormat("Stored atom detail must be a dict with 'atom' and"
-                                f" 'type' keys, not {data!r}")
+        raise exc.InvalidFormat(
+            f"Stored atom detail must be a dict with 'atom' and 'type' keys, not {data!r}"
+        )
     try:
         cls = models.atom_detail_class(data["type"])
     except TypeError as e:

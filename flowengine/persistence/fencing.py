@@ -57,9 +57,11 @@ class Fence:
     def check(self, stored: int | None) -> None:
         """FencedOut unless ``stored`` (the backend's fence value) allows our token."""
         if stored is not None and stored > self.token:
-            raise exc.FencedOut(f"Write to flow detail {self.name} refused: claim {self.token}"
-                                f" was superseded by claim {stored} (this conductor lost"
-                                f" the job while paused or cut off)")
+            raise exc.FencedOut(
+                f"Write to flow detail {self.name} refused: claim {self.token}"
+                f" was superseded by claim {stored} (this conductor lost"
+                f" the job while paused or cut off)"
+            )
 
 
 class FencingBackend(Protocol):
@@ -155,13 +157,15 @@ class PathFencedConnection(base.Connection):
         with self._fenced():
             return method(*args, **kwargs)
 
-    def update_atom_details(self, atom_detail: models.AtomDetail,
-                            ignore_missing: bool = False) -> models.AtomDetail:
+    def update_atom_details(
+        self, atom_detail: models.AtomDetail, ignore_missing: bool = False
+    ) -> models.AtomDetail:
         """Save an atom detail if the fence still allows our token."""
         return self._write(self._conn.update_atom_details, atom_detail, ignore_missing)
 
-    def update_flow_details(self, flow_detail: models.FlowDetail,
-                            ignore_missing: bool = False) -> models.FlowDetail:
+    def update_flow_details(
+        self, flow_detail: models.FlowDetail, ignore_missing: bool = False
+    ) -> models.FlowDetail:
         """Save a flow detail if the fence still allows our token."""
         return self._write(self._conn.update_flow_details, flow_detail, ignore_missing)
 

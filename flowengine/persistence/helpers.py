@@ -30,9 +30,9 @@ def temporary_log_book(backend: Any = None) -> models.LogBook:
     return book
 
 
-def temporary_flow_detail(backend: Any = None,
-                          meta: dict[str, Any] | None = None
-                          ) -> tuple[models.LogBook, models.FlowDetail]:
+def temporary_flow_detail(
+    backend: Any = None, meta: dict[str, Any] | None = None
+) -> tuple[models.LogBook, models.FlowDetail]:
     """Create a 'tmp-flow-detail' flow detail in a temporary logbook: ``(book, detail)``."""
     flow_id = models.generate_uuid()
     book = temporary_log_book(backend)
@@ -45,8 +45,12 @@ def temporary_flow_detail(backend: Any = None,
     return book, flow_detail
 
 
-def create_flow_detail(flow: Any, book: models.LogBook | None = None, backend: Any = None,
-                       meta: dict[str, Any] | None = None) -> models.FlowDetail:
+def create_flow_detail(
+    flow: Any,
+    book: models.LogBook | None = None,
+    backend: Any = None,
+    meta: dict[str, Any] | None = None,
+) -> models.FlowDetail:
     """Create a flow detail named after ``flow`` (added to ``book``, saved to ``backend``).
 
     With a backend but no book a temporary logbook is created (and a warning logged).

@@ -86,10 +86,10 @@ def _unmarshal_time(kind: str, when: Any) -> datetime.datetime | None:
             fields = ("year", "month", "day", "hour", "minute", "second", "microsecond")
             year, month, day, hour, minute, second, micro = (int(when[f]) for f in fields)
             zone = when.get("tzname")
-            tz = (datetime.UTC if zone in (None, "", "UTC", "UTC+00:00")
-                  else zoneinfo.ZoneInfo(zone))
-            return datetime.datetime(year, month, day, hour, minute, min(second, 59), micro,
-                                     tzinfo=tz).astimezone(datetime.UTC)
+            tz = datetime.UTC if zone in (None, "", "UTC", "UTC+00:00") else zoneinfo.ZoneInfo(zone)
+            return datetime.datetime(
+                year, month, day, hour, minute, min(second, 59), micro, tzinfo=tz
+            ).astimezone(datetime.UTC)
     except (KeyError, TypeError, ValueError, OverflowError, zoneinfo.ZoneInfoNotFoundError) as e:
         raise exc.InvalidFormat(f"{kind} has an unreadable time {when!r}", cause=e)
     raise exc.InvalidFormat(f"{kind} has an unreadable time {when!r}")
@@ -105,15 +105,18 @@ def _check_data(kind: str, data: Any, required: tuple[str, ...]) -> None:
     if version > FORMAT_VERSION:
         raise exc.IncompatibleVersion(
             f"{kind} data (uuid {data.get('uuid')!r}) has {FORMAT_VERSION_KEY} {version};"
-            f" this flowengine reads up to {FORMAT_VERSION}")
+            f" this flowengine reads up to {FORMAT_VERSION}"
+        )
     for key in required:
         if key not in data:
-            raise exc.InvalidFormat(f"{kind} data (uuid {data.get('uuid')!r}) is missing"
-                                    f" required key {key!r}")
+            raise exc.InvalidFormat(
+                f"{kind} data (uuid {data.get('uuid')!r}) is missing required key {key!r}"
+            )
     for key in ("name", "uuid"):
         if key in required and not isinstance(data[key], str):
-            raise exc.InvalidFormat(f"{kind} data (uuid {data.get('uuid')!r}) has a"
-                                    f" non-string {key!r}: {data[key]!r}")
+            raise exc.InvalidFormat(
+                f"{kind} data (uuid {data.get('uuid')!r}) has a non-string {key!r}: {data[key]!r}"
+            )
 
 
 def _fix_meta(data: dict[str, Any]) -> dict[str, Any]:
@@ -128,8 +131,7 @@ def _format_meta(meta: dict[str, Any] | None, indent: int) -> list[str]:
     lines = ["%s- metadata:" % (" " * indent)]
     for key, value in meta.items():
         # Progress reads better as a percentage (as TaskFlow prints it).
-        if key == "progress" and isinstance(value, (int, float)) \
-                and not isinstance(value, bool):
+        if key == "progress" and isinstance(value, (int, float)) and not isinstance(value, bool):
             value = "%0.2f%%" % (value * 100.0)
         lines.append("{}+ {} = {}".format(" " * (indent + 2), key, value))
     return lines
@@ -353,8 +355,18 @@ class AtomDetail:
 
     # An engine keeps one per atom for the whole run: slots save ~50 bytes
     # each (5 MB at 100,000 atoms) over an instance dict.
-    __slots__ = ("_uuid", "_name", "state", "intention", "results", "failure",
-                 "revert_results", "revert_failure", "meta", "version")
+    __slots__ = (
+        "_uuid",
+        "_name",
+        "state",
+        "intention",
+        "results",
+        "failure",
+        "revert_results",
+        "revert_failure",
+        "meta",
+        "version",
+    )
 
     def __init__(self, name: str, uuid: str) -> None:
         self._uuid = uuid
@@ -400,8 +412,16 @@ class AtomDetail:
     def update(self, ad: AtomDetail) -> AtomDetail:
         """Take every attribute of ``ad``; return self."""
         if ad is not self:
-            for attr in ("state", "intention", "meta", "failure", "results",
-                         "revert_results", "revert_failure", "version"):
+            for attr in (
+                "state",
+                "intention",
+                "meta",
+                "failure",
+                "results",
+                "revert_results",
+                "revert_failure",
+                "version",
+            ):
                 setattr(self, attr, getattr(ad, attr))
         return self
 
@@ -410,8 +430,9 @@ class AtomDetail:
         if other is self:
             return self
         if type(other) is not type(self):
-            raise exc.NotImplementedError("Can only merge with other"
-                                          f" {type(self).__name__} objects")
+            raise exc.NotImplementedError(
+                f"Can only merge with other {type(self).__name__} objects"
+            )
         copy_fn = _copy_fn(deep_copy)
         self.state = other.state
         self.intention = other.intention
@@ -439,8 +460,7 @@ class AtomDetail:
         revert_failure = self.revert_failure
         return {
             "failure": failure.to_dict() if failure is not None else None,
-            "revert_failure": (revert_failure.to_dict()
-                               if revert_failure is not None else None),
+            "revert_failure": (revert_failure.to_dict() if revert_failure is not None else None),
             "meta": dict(self.meta),
             "name": self.name,
             "results": self._results_to_json(),
@@ -480,8 +500,10 @@ class AtomDetail:
         return linesep.join(lines)
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} name={self.name!r} uuid={self.uuid!r}"
-                f" state={self.state!r} intention={self.intention!r}>")
+        return (
+            f"<{type(self).__name__} name={self.name!r} uuid={self.uuid!r}"
+            f" state={self.state!r} intention={self.intention!r}>"
+        )
 
 
 class TaskDetail(AtomDetail):
@@ -517,14 +539,20 @@ class TaskDetail(AtomDetail):
             self.revert_failure = result
             self.revert_results = None
         elif state == states.REVERTED:
-            altered = altered or self.revert_results is not result \
-                or self.revert_failure is not None
+            altered = (
+                altered or self.revert_results is not result or self.revert_failure is not None
+            )
             self.revert_results = result
             self.revert_failure = None
         else:
             # Task results cannot be compared reliably; any new object is a change.
-            altered = (altered or self.results is not result or self.failure is not None
-                       or self.revert_results is not None or self.revert_failure is not None)
+            altered = (
+                altered
+                or self.results is not result
+                or self.failure is not None
+                or self.revert_results is not None
+                or self.revert_failure is not None
+            )
             self.results = result
             self.failure = None
             self.revert_results = None
@@ -607,8 +635,10 @@ class RetryDetail(AtomDetail):
         return self
 
     def _results_to_json(self) -> Any:
-        return [[data, {name: f.to_dict() for name, f in fails.items()}]
-                for (data, fails) in self.results]
+        return [
+            [data, {name: f.to_dict() for name, f in fails.items()}]
+            for (data, fails) in self.results
+        ]
 
     def _results_from_json(self, data: Any) -> Any:
         if not data:
@@ -616,11 +646,19 @@ class RetryDetail(AtomDetail):
         history = []
         try:
             for item, fails in data:
-                history.append((item, {name: _failure_from(f"RetryDetail {self.uuid!r}", f)
-                                       for name, f in fails.items()}))
+                history.append(
+                    (
+                        item,
+                        {
+                            name: _failure_from(f"RetryDetail {self.uuid!r}", f)
+                            for name, f in fails.items()
+                        },
+                    )
+                )
         except (TypeError, ValueError, AttributeError) as e:
-            raise exc.InvalidFormat(f"RetryDetail {self.uuid!r} has a malformed history:"
-                                    f" {data!r}", cause=e)
+            raise exc.InvalidFormat(
+                f"RetryDetail {self.uuid!r} has a malformed history: {data!r}", cause=e
+            )
         return history
 
 

@@ -39,8 +39,15 @@ def taskflow_time(when: datetime.datetime | None) -> dict[str, int] | None:
         return None
     if when.tzinfo is not None:
         when = when.astimezone(datetime.UTC)
-    return {"day": when.day, "month": when.month, "year": when.year, "hour": when.hour,
-            "minute": when.minute, "second": when.second, "microsecond": when.microsecond}
+    return {
+        "day": when.day,
+        "month": when.month,
+        "year": when.year,
+        "hour": when.hour,
+        "minute": when.minute,
+        "second": when.second,
+        "microsecond": when.microsecond,
+    }
 
 
 class PathBasedBackend(base.Backend, metaclass=abc.ABCMeta):
@@ -65,8 +72,10 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
     def __init__(self, backend: PathBasedBackend) -> None:
         self._backend = backend
         if backend.path is None:
-            raise ValueError(f"{type(backend).__name__} needs a base path: give one as"
-                             f" 'path' in its configuration")
+            raise ValueError(
+                f"{type(backend).__name__} needs a base path: give one as"
+                f" 'path' in its configuration"
+            )
         self._book_path = self._join_path(backend.path, "books")
         self._flow_path = self._join_path(backend.path, "flow_details")
         self._atom_path = self._join_path(backend.path, "atom_details")
@@ -155,24 +164,24 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
             data = obj.to_dict()
         self._set_item(path, data, transaction)
 
-    def _write_flow(self, fd: models.FlowDetail, transaction: Any,
-                    ignore_missing: bool) -> None:
+    def _write_flow(self, fd: models.FlowDetail, transaction: Any, ignore_missing: bool) -> None:
         self._write(fd, transaction, ignore_missing)
         flow_path = self._obj_path(fd)
         for ad in fd:
             self._write(ad, transaction, True)
-            self._create_link(self._obj_path(ad), self._join_path(flow_path, ad.uuid),
-                              transaction)
+            self._create_link(self._obj_path(ad), self._join_path(flow_path, ad.uuid), transaction)
 
-    def update_atom_details(self, atom_detail: models.AtomDetail,
-                            ignore_missing: bool = False) -> models.AtomDetail:
+    def update_atom_details(
+        self, atom_detail: models.AtomDetail, ignore_missing: bool = False
+    ) -> models.AtomDetail:
         """Save an existing atom detail (NotFound if unknown, unless ignore_missing)."""
         with self._transaction() as txn:
             self._write(atom_detail, txn, ignore_missing)
         return atom_detail
 
-    def update_flow_details(self, flow_detail: models.FlowDetail,
-                            ignore_missing: bool = False) -> models.FlowDetail:
+    def update_flow_details(
+        self, flow_detail: models.FlowDetail, ignore_missing: bool = False
+    ) -> models.FlowDetail:
         """Save a flow detail and the atom details it contains."""
         with self._transaction() as txn:
             self._write_flow(flow_detail, txn, ignore_missing)
@@ -185,8 +194,7 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
             book_path = self._obj_path(book)
             for fd in book:
                 self._write_flow(fd, txn, True)
-                self._create_link(self._obj_path(fd), self._join_path(book_path, fd.uuid),
-                                  txn)
+                self._create_link(self._obj_path(fd), self._join_path(book_path, fd.uuid), txn)
         return book
 
     def _load(self, kind: str, path: str, uuid: str) -> Any:
@@ -209,8 +217,7 @@ class PathBasedConnection(base.Connection, metaclass=abc.ABCMeta):
         for book_uuid in self._get_children(self._book_path):
             yield self.get_logbook(book_uuid, lazy=lazy)
 
-    def get_flows_for_book(self, book_uuid: str,
-                           lazy: bool = False) -> Iterator[models.FlowDetail]:
+    def get_flows_for_book(self, book_uuid: str, lazy: bool = False) -> Iterator[models.FlowDetail]:
         """Iterate over the flow details of a logbook."""
         try:
             children = self._get_children(self._join_path(self._book_path, book_uuid))

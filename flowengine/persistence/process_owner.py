@@ -32,7 +32,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     # The command name is in parentheses and may itself contain spaces or ')'.
-    return text[text.rfind(")") + 2:].split()
+    return text[text.rfind(")") + 2 :].split()
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -49,8 +49,12 @@ def _start_ticks(pid: int) -> int | None:
 def this_process() -> dict[str, Any]:
     """How this process is recorded as a flow's owner (JSON)."""
     pid = os.getpid()
-    return {"host": socket.gethostname(), "pid": pid, "boot_id": _boot_id(),
-            "start_ticks": _start_ticks(pid)}
+    return {
+        "host": socket.gethostname(),
+        "pid": pid,
+        "boot_id": _boot_id(),
+        "start_ticks": _start_ticks(pid),
+    }
 
 
 def is_alive(owner: dict[str, Any]) -> bool | None:

@@ -98,9 +98,12 @@ class Recorder:
         stamp = now()
         records = dict(engine.storage.flow_meta.get(META_KEY) or {})
         fields: dict[str, Any] = {
-            "owner": process_owner.this_process(), "engine": self._engine_name,
-            "atoms": list(engine.compilation.topological_order), "updated_at": stamp,
-            **extra}
+            "owner": process_owner.this_process(),
+            "engine": self._engine_name,
+            "atoms": list(engine.compilation.topological_order),
+            "updated_at": stamp,
+            **extra,
+        }
         if not records.get("created_at"):
             fields["created_at"] = stamp
         options = getattr(engine, "options", None) or {}
@@ -140,9 +143,12 @@ class Recorder:
         if state not in _ENDS:
             return
         with self._lock:
-            self._runs[name] = {"started_at": self._started.pop(name, None),
-                                "ended_at": now(), "state": state,
-                                "attempt": self._attempts.get(name, 1)}
+            self._runs[name] = {
+                "started_at": self._started.pop(name, None),
+                "ended_at": now(),
+                "state": state,
+                "attempt": self._attempts.get(name, 1),
+            }
 
 
 def _add_remote_times(run: dict[str, Any], remote: dict[str, Any]) -> None:

@@ -51,8 +51,10 @@ class AtomDetailsMixin(StorageBase):
                     ad.version = misc.get_version_string(atom)
                     created.append(ad)
                 elif not isinstance(ad, detail_cls):
-                    raise exc.Duplicate(f"Atom detail '{name}' already exists in flow"
-                                        f" detail '{self._flowdetail.name}'")
+                    raise exc.Duplicate(
+                        f"Atom detail '{name}' already exists in flow"
+                        f" detail '{self._flowdetail.name}'"
+                    )
                 uuids.append(ad.uuid)
                 mappings.append((name, getattr(atom, "save_as", None)))
             if created:
@@ -105,8 +107,12 @@ class AtomDetailsMixin(StorageBase):
                 out[name] = (ad.state, ad.intention)
             return out
 
-    def reset_atoms(self, atom_names: Iterable[str], state: str = states.PENDING,
-                    intention: str = states.EXECUTE) -> None:
+    def reset_atoms(
+        self,
+        atom_names: Iterable[str],
+        state: str = states.PENDING,
+        intention: str = states.EXECUTE,
+    ) -> None:
         """Set state and intention of many atoms (one write per changed atom)."""
         with self._rlock:
             for name in atom_names:
@@ -116,8 +122,9 @@ class AtomDetailsMixin(StorageBase):
                     ad.intention = intention
                     self._save_atom(ad)
 
-    def update_atom_metadata(self, atom_name: str,
-                             update_with: Mapping[str, Any] | Iterable[Any]) -> None:
+    def update_atom_metadata(
+        self, atom_name: str, update_with: Mapping[str, Any] | Iterable[Any]
+    ) -> None:
         """Merge a dict (or key/value pairs) into the atom's metadata and persist it."""
         with self._rlock:
             ad = self._detail(atom_name)
@@ -126,8 +133,9 @@ class AtomDetailsMixin(StorageBase):
                 ad.meta.update(update_with)
                 self._save_atom(ad)
 
-    def set_task_progress(self, task_name: str, progress: float,
-                          details: Mapping[str, Any] | None = None) -> None:
+    def set_task_progress(
+        self, task_name: str, progress: float, details: Mapping[str, Any] | None = None
+    ) -> None:
         """Record a task's progress (0.0-1.0) and optional progress details."""
         with self._rlock:
             ad = self._typed_detail(task_name, models.TaskDetail)
@@ -135,13 +143,15 @@ class AtomDetailsMixin(StorageBase):
             if details is not None:
                 # Details remember the progress they were reported at.
                 ad.meta[META_PROGRESS_DETAILS] = (
-                    {"at_progress": progress, "details": details} if details else None)
+                    {"at_progress": progress, "details": details} if details else None
+                )
             self._save_atom(ad)
 
     def get_task_progress(self, task_name: str) -> float:
         """The task's last recorded progress (0.0 if none)."""
         progress: float = self._typed_detail(task_name, models.TaskDetail).meta.get(
-            META_PROGRESS, 0.0)
+            META_PROGRESS, 0.0
+        )
         return progress
 
     def get_task_progress_details(self, task_name: str) -> dict[str, Any] | None:

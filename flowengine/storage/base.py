@@ -59,8 +59,12 @@ class StorageBase:
     #: Name of the special atom detail that holds persistent injected values.
     injector_name = "_TaskFlow_INJECTOR"
 
-    def __init__(self, flow_detail: models.FlowDetail, backend: Any = None,
-                 scope_fetcher: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self,
+        flow_detail: models.FlowDetail,
+        backend: Any = None,
+        scope_fetcher: Callable[[str], Any] | None = None,
+    ) -> None:
         self._rlock = threading.RLock()
         self._lock = _StorageLock(self._rlock)
         self._flowdetail = flow_detail
@@ -91,8 +95,7 @@ class StorageBase:
             self._cache_failures(ad)
         injector = self._details.get(self.injector_name)
         if injector is not None and isinstance(injector.results, dict):
-            self._set_result_mapping(self.injector_name,
-                                     {name: name for name in injector.results})
+            self._set_result_mapping(self.injector_name, {name: name for name in injector.results})
 
     # Plumbing.
 

@@ -11,8 +11,15 @@ from flowengine.storage.results import ResultsMixin
 from flowengine.storage.retries import RetryHistoryMixin
 
 
-class Storage(FlowDetailMixin, AtomDetailsMixin, ResultsMixin, RetryHistoryMixin,
-              InjectionMixin, FetchingMixin, ArgPlanMixin):
+class Storage(
+    FlowDetailMixin,
+    AtomDetailsMixin,
+    ResultsMixin,
+    RetryHistoryMixin,
+    InjectionMixin,
+    FetchingMixin,
+    ArgPlanMixin,
+):
     """Interface between engines and a flow detail (and its backend).
 
     Atoms are addressed by name. Results are read back through the symbols

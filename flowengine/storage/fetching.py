@@ -24,8 +24,9 @@ class FetchingMixin(ResultLookup):
         """
         with self._rlock:
             if name not in self._reverse_mapping:
-                raise exc.NotFound(f"Name {name!r} is not mapped as a produced output by any"
-                                   " providers")
+                raise exc.NotFound(
+                    f"Name {name!r} is not mapped as a produced output by any providers"
+                )
             defaults, atoms = self._split_providers(name)
             values = []
             for provider, index in defaults:
@@ -41,19 +42,25 @@ class FetchingMixin(ResultLookup):
                     values.append(item_from(container, index))
                 except EXTRACTION_EXCEPTIONS:
                     exc.raise_with_cause(
-                        exc.NotFound, f"Unable to find result {name!r}, expected to be able to find"
+                        exc.NotFound,
+                        f"Unable to find result {name!r}, expected to be able to find"
                         f" it created by <Provider '{provider}' @ index {index!r}> but was"
-                        " unable to perform successful extraction")
+                        " unable to perform successful extraction",
+                    )
             if not values:
-                raise exc.NotFound(f"Unable to find result {name!r}, searched"
-                                   f" {len(defaults) + len(atoms)} providers")
+                raise exc.NotFound(
+                    f"Unable to find result {name!r}, searched"
+                    f" {len(defaults) + len(atoms)} providers"
+                )
             return many_handler(values) if many_handler is not None else values[0]
 
     def fetch_all(self, many_handler: Callable[[list[Any]], Any] | None = None) -> dict[str, Any]:
         """Every symbol that currently has a value (several values -> a list by default)."""
         if many_handler is None:
+
             def many_handler(values: list[Any]) -> Any:
                 return values if len(values) > 1 else values[0]
+
         with self._rlock:
             results = {}
             for name in list(self._reverse_mapping):
@@ -63,8 +70,9 @@ class FetchingMixin(ResultLookup):
                     pass
             return results
 
-    def _scope_levels(self, atom_name: str | None, scope_walker: Any,
-                      atom_providers: list[tuple[Any, Any]]) -> list[list[str]]:
+    def _scope_levels(
+        self, atom_name: str | None, scope_walker: Any, atom_providers: list[tuple[Any, Any]]
+    ) -> list[list[str]]:
         if scope_walker is None and atom_name:
             scope_walker = self._scope_fetcher(atom_name)
         if scope_walker is None:
@@ -72,9 +80,13 @@ class FetchingMixin(ResultLookup):
             return [[p for p, _ in atom_providers]]
         return [list(level) for level in scope_walker]
 
-    def fetch_mapped_args(self, args_mapping: Mapping[str, str], atom_name: str | None = None,
-                          scope_walker: Any = None,
-                          optional_args: Iterable[str] | None = None) -> dict[str, Any]:
+    def fetch_mapped_args(
+        self,
+        args_mapping: Mapping[str, str],
+        atom_name: str | None = None,
+        scope_walker: Any = None,
+        optional_args: Iterable[str] | None = None,
+    ) -> dict[str, Any]:
         """Arguments ``{arg_name: value}`` for ``args_mapping`` (``{arg_name: symbol}``).
 
         Precedence: atom-scoped injected values, flow-level injected values,
@@ -98,30 +110,34 @@ class FetchingMixin(ResultLookup):
                     if symbol not in self._reverse_mapping:
                         if arg_name in optional:
                             continue
-                        raise exc.NotFound(f"Name {symbol!r} is not mapped as a produced output by"
-                                           " any providers")
+                        raise exc.NotFound(
+                            f"Name {symbol!r} is not mapped as a produced output by any providers"
+                        )
                     defaults, atoms = self._split_providers(symbol)
                     if defaults:
                         provider, index = defaults[0]
                         try:
-                            mapped[arg_name] = item_from(self._default_container(provider),
-                                                         index)
+                            mapped[arg_name] = item_from(self._default_container(provider), index)
                         except EXTRACTION_EXCEPTIONS:
-                            exc.raise_with_cause(exc.NotFound, "Unable to find injected"
-                                                 f" value {symbol!r}")
+                            exc.raise_with_cause(
+                                exc.NotFound, f"Unable to find injected value {symbol!r}"
+                            )
                         continue
                     if walker_levels is None:
                         walker_levels = self._scope_levels(atom_name, scope_walker, atoms)
                     found, value = self._from_atom_levels(symbol, atoms, walker_levels)
                     if not found:
-                        raise exc.NotFound(f"Mapped argument {arg_name!r} <= {symbol!r} was not"
-                                           " produced by any accessible provider"
-                                           f" ({len(atoms)} possible providers were scanned)")
+                        raise exc.NotFound(
+                            f"Mapped argument {arg_name!r} <= {symbol!r} was not"
+                            " produced by any accessible provider"
+                            f" ({len(atoms)} possible providers were scanned)"
+                        )
                     mapped[arg_name] = value
             return mapped
 
-    def _from_atom_levels(self, symbol: str, atoms: list[tuple[Any, Any]],
-                          levels: list[list[str]]) -> tuple[bool, Any]:
+    def _from_atom_levels(
+        self, symbol: str, atoms: list[tuple[Any, Any]], levels: list[list[str]]
+    ) -> tuple[bool, Any]:
         by_name = dict(atoms)
         for level in levels:
             candidates = [(p, by_name[p]) for p in level if p in by_name]
@@ -137,14 +153,20 @@ class FetchingMixin(ResultLookup):
                     pass
             if level_had_results:
                 names = [p for p, _ in candidates]
-                raise exc.NotFound(f"Unable to find result {symbol!r}, expected to be able to"
-                                   f" find it created by one of {names} but was unable to"
-                                   " perform successful extraction")
+                raise exc.NotFound(
+                    f"Unable to find result {symbol!r}, expected to be able to"
+                    f" find it created by one of {names} but was unable to"
+                    " perform successful extraction"
+                )
         return False, None
 
-    def fetch_unsatisfied_args(self, atom_name: str, args_mapping: Mapping[str, str],
-                               scope_walker: Any = None,
-                               optional_args: Iterable[str] | None = None) -> set[str]:
+    def fetch_unsatisfied_args(
+        self,
+        atom_name: str,
+        args_mapping: Mapping[str, str],
+        scope_walker: Any = None,
+        optional_args: Iterable[str] | None = None,
+    ) -> set[str]:
         """Argument names nothing can provide (injected values or registered providers).
 
         Only checks that providers exist in scope, not that they have run.

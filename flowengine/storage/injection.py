@@ -20,8 +20,9 @@ from flowengine.storage.base import META_INJECTED, TRANSIENT, StorageBase
 class InjectionMixin(StorageBase):
     """Adding injected values, flow-wide or for one atom."""
 
-    def inject_atom_args(self, atom_name: str, pairs: Mapping[str, Any] | Iterable[Any],
-                         transient: bool = True) -> None:
+    def inject_atom_args(
+        self, atom_name: str, pairs: Mapping[str, Any] | Iterable[Any], transient: bool = True
+    ) -> None:
         """Give one atom arguments (by symbol) that take precedence over everything else.
 
         Transient ones live in memory only; persistent ones go to the atom's

@@ -18,8 +18,7 @@ from flowengine.storage.base import META_INJECTED, TRANSIENT, StorageBase
 # States in which an atom's ``execute`` outcome may be read (REVERTING keeps it).
 EXECUTE_STATES_WITH_RESULTS = frozenset((states.SUCCESS, states.FAILURE, states.REVERTING))
 # States in which an atom's ``revert`` outcome may be read.
-REVERT_STATES_WITH_RESULTS = frozenset((states.REVERTED, states.REVERT_FAILURE,
-                                        states.REVERTING))
+REVERT_STATES_WITH_RESULTS = frozenset((states.REVERTED, states.REVERT_FAILURE, states.REVERTING))
 #: Atom states in which some result may be available.
 STATES_WITH_RESULTS = tuple(sorted(EXECUTE_STATES_WITH_RESULTS | REVERT_STATES_WITH_RESULTS))
 
@@ -42,7 +41,8 @@ class ResultLookup(StorageBase):
         failure = ad.revert_failure if revert else ad.failure
         if failure is not None:
             cached = self._failures.get(atom_name, {}).get(
-                states.REVERT if revert else states.EXECUTE)
+                states.REVERT if revert else states.EXECUTE
+            )
             # The cached object may still carry the traceback the saved one lost.
             if cached is not None and cached is not failure and failure.matches(cached):
                 return cached
@@ -71,8 +71,10 @@ class ResultLookup(StorageBase):
         """
         ad = self._details.get(provider)
         if ad is None:
-            raise exc.NotFound(f"Expected to be able to find output {symbol!r} produced"
-                               f" by {provider!r}, but that atom is unknown to storage")
+            raise exc.NotFound(
+                f"Expected to be able to find output {symbol!r} produced"
+                f" by {provider!r}, but that atom is unknown to storage"
+            )
         if ad.failure is not None:
             return True, self._get(provider, False)
         if ad.state in EXECUTE_STATES_WITH_RESULTS:
@@ -82,9 +84,11 @@ class ResultLookup(StorageBase):
                 return False, None
         if ad.state == states.IGNORE:
             return False, None
-        raise exc.NotFound(f"Expected to be able to find output {symbol!r} produced by"
-                           f" <Provider '{provider}'> but was unable to get at that providers"
-                           f" results (it is {ad.state})")
+        raise exc.NotFound(
+            f"Expected to be able to find output {symbol!r} produced by"
+            f" <Provider '{provider}'> but was unable to get at that providers"
+            f" results (it is {ad.state})"
+        )
 
     def _split_providers(self, symbol: str) -> tuple[list[Any], list[tuple[Any, Any]]]:
         defaults, atoms = [], []

@@ -35,9 +35,11 @@ class ArgSpec(NamedTuple):
 ArgRow = tuple[str, str, tuple[str, ...], bool]
 
 
-def make_arg_plan(args_mapping: Mapping[str, str],
-                  optional_args: Iterable[str] | None,
-                  providers_of: Callable[[str], Iterable[str]]) -> tuple[ArgSpec, ...]:
+def make_arg_plan(
+    args_mapping: Mapping[str, str],
+    optional_args: Iterable[str] | None,
+    providers_of: Callable[[str], Iterable[str]],
+) -> tuple[ArgSpec, ...]:
     """Build the plan :meth:`Storage.fetch_args` takes, once per atom and method.
 
     ``args_mapping`` is ``atom.rebind`` (or ``atom.revert_rebind``),
@@ -46,8 +48,10 @@ def make_arg_plan(args_mapping: Mapping[str, str],
     (e.g. ``lambda s: compilation.providers(atom.name, s)``).
     """
     optional = frozenset(optional_args or ())
-    return tuple(ArgSpec(arg, symbol, tuple(providers_of(symbol)), arg in optional)
-                 for arg, symbol in args_mapping.items())
+    return tuple(
+        ArgSpec(arg, symbol, tuple(providers_of(symbol)), arg in optional)
+        for arg, symbol in args_mapping.items()
+    )
 
 
 class ArgPlanMixin(ResultLookup):
@@ -96,9 +100,11 @@ class ArgPlanMixin(ResultLookup):
                 found = True
                 break
             if not found and not optional:
-                raise exc.NotFound(f"Mapped argument {arg_name!r} <= {symbol!r} was not produced"
-                                   " by any accessible provider"
-                                   f" ({len(providers)} possible providers were scanned)")
+                raise exc.NotFound(
+                    f"Mapped argument {arg_name!r} <= {symbol!r} was not produced"
+                    " by any accessible provider"
+                    f" ({len(providers)} possible providers were scanned)"
+                )
         return out
 
     def unsatisfied_args(self, atom_name: str, plan: Iterable[ArgRow]) -> set[str]:

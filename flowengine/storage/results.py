@@ -52,9 +52,11 @@ class ResultsMixin(ResultLookup):
                 result[index]
             except EXTRACTION_EXCEPTIONS:
                 kind = "key" if isinstance(index, str) else "index"
-                message = (f"Atom '{atom_name}' declares it provides '{symbol}' at {kind}"
-                           f" {index!r} of its result, but the result ({_describe(result)})"
-                           f" has no such {kind}")
+                message = (
+                    f"Atom '{atom_name}' declares it provides '{symbol}' at {kind}"
+                    f" {index!r} of its result, but the result ({_describe(result)})"
+                    f" has no such {kind}"
+                )
                 if self.strict_results:
                     raise exc.ResultMismatch(message)
                 LOG.warning("%s; fetching '%s' will fail", message, symbol)

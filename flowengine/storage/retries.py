@@ -14,17 +14,20 @@ from flowengine.types import failure as ft
 class RetryHistoryMixin(StorageBase):
     """Recording failures into a retry's history, clearing it and reading it back."""
 
-    def save_retry_failure(self, retry_name: str, failed_atom_name: str,
-                           failure: ft.Failure) -> None:
+    def save_retry_failure(
+        self, retry_name: str, failed_atom_name: str, failure: ft.Failure
+    ) -> None:
         """Add an atom's failure to the retry's latest history entry."""
         with self._rlock:
             ad = self._typed_detail(retry_name, models.RetryDetail)
             try:
                 failures = ad.last_failures
             except exc.NotFound:
-                exc.raise_with_cause(exc.StorageFailure,
-                                     "Unable to fetch most recent retry failures so new"
-                                     " retry failure can be inserted")
+                exc.raise_with_cause(
+                    exc.StorageFailure,
+                    "Unable to fetch most recent retry failures so new"
+                    " retry failure can be inserted",
+                )
             if failed_atom_name not in failures:
                 failures[failed_atom_name] = failure
                 self._save_atom(ad)
@@ -55,5 +58,8 @@ class RetryHistoryMixin(StorageBase):
     def get_retry_histories(self) -> list[tuple[str, Any]]:
         """``(name, History)`` for every retry."""
         with self._rlock:
-            return [(ad.name, self._history(ad)) for ad in self._details.values()
-                    if isinstance(ad, models.RetryDetail)]
+            return [
+                (ad.name, self._history(ad))
+                for ad in self._details.values()
+                if isinstance(ad, models.RetryDetail)
+            ]

@@ -82,8 +82,9 @@ def tracer() -> Any:
 
         from flowengine import __version__
 
-        found = _tracer = trace.get_tracer(INSTRUMENTATION_NAME, __version__,
-                                           tracer_provider=_provider)
+        found = _tracer = trace.get_tracer(
+            INSTRUMENTATION_NAME, __version__, tracer_provider=_provider
+        )
     return found
 
 

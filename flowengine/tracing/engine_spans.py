@@ -39,9 +39,17 @@ _FLOW_FAILED = frozenset((states.FAILURE, states.REVERTED))
 _ATOM_STARTS = {states.RUNNING: "execute", states.REVERTING: "revert"}
 
 #: Atom states that close an open span (the outcome), and the failed ones.
-_ATOM_ENDS = frozenset((states.SUCCESS, states.FAILURE, states.REVERTED,
-                        states.REVERT_FAILURE, states.PENDING, states.IGNORE,
-                        states.RETRYING))
+_ATOM_ENDS = frozenset(
+    (
+        states.SUCCESS,
+        states.FAILURE,
+        states.REVERTED,
+        states.REVERT_FAILURE,
+        states.PENDING,
+        states.IGNORE,
+        states.RETRYING,
+    )
+)
 _ATOM_FAILED = frozenset((states.FAILURE, states.REVERT_FAILURE))
 
 #: Outcome of atom spans still open when their flow's run ended.
@@ -82,11 +90,14 @@ class FlowSpans:
 
     def _start_flow(self, details: dict[str, Any]) -> None:
         self._end_flow(UNFINISHED)  # a run that never told its end
-        attributes = {spans.FLOW_NAME: str(details.get("flow_name")),
-                      spans.FLOW_UUID: str(details.get("flow_uuid"))}
+        attributes = {
+            spans.FLOW_NAME: str(details.get("flow_name")),
+            spans.FLOW_UUID: str(details.get("flow_uuid")),
+        }
         span = tracing.tracer().start_span(
             f"flow {details.get('flow_name')}",
-            attributes={**attributes, spans.ENGINE: type(self._engine).__name__})
+            attributes={**attributes, spans.ENGINE: type(self._engine).__name__},
+        )
         if not span.is_recording() and not span.get_span_context().is_valid:
             return
         with self._lock:
@@ -142,10 +153,17 @@ class FlowSpans:
             self._executions[name] = execution
         task_class = self._class_of(name)
         span = tracing.tracer().start_span(
-            f"{action} {spans.short_class(task_class)}", context=context,
-            attributes={**self._flow_attributes, spans.ATOM_NAME: name,
-                        spans.ATOM_UUID: uuid, spans.TASK_CLASS: task_class,
-                        spans.ACTION: action, spans.ATOM_EXECUTION: max(execution, 1)})
+            f"{action} {spans.short_class(task_class)}",
+            context=context,
+            attributes={
+                **self._flow_attributes,
+                spans.ATOM_NAME: name,
+                spans.ATOM_UUID: uuid,
+                spans.TASK_CLASS: task_class,
+                spans.ACTION: action,
+                spans.ATOM_EXECUTION: max(execution, 1),
+            },
+        )
         carrier: dict[str, str] = {}
         spans.PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
         with self._lock:

@@ -59,5 +59,11 @@ def record_failure(span: Span, failure: ft.Failure) -> None:
     if len(description) > MAX_DESCRIPTION_CHARS:
         description = description[:MAX_DESCRIPTION_CHARS] + "..."
     span.set_status(Status(StatusCode.ERROR, description))
-    span.add_event("exception", {"exception.type": kind, "exception.message": message,
-                                 "exception.stacktrace": failure.traceback_str or ""})
+    span.add_event(
+        "exception",
+        {
+            "exception.type": kind,
+            "exception.message": message,
+            "exception.stacktrace": failure.traceback_str or "",
+        },
+    )

@@ -56,14 +56,22 @@ class RequestSpans:
         # context: the span is a root, whatever this thread had current.
         parent = spans.PROPAGATOR.extract(carrier)
         span = tracing.tracer().start_span(
-            f"worker {work.action} {spans.short_class(work.task_cls)}", context=parent,
-            kind=SpanKind.CONSUMER)
+            f"worker {work.action} {spans.short_class(work.task_cls)}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+        )
         if span.is_recording():
-            span.set_attributes({
-                spans.ATOM_NAME: work.task_name, spans.ATOM_UUID: job.task_uuid,
-                spans.TASK_CLASS: work.task_cls, spans.ACTION: work.action,
-                spans.WORKER_ID: self._worker_id, spans.WORKER_TOPIC: self._topic,
-                spans.ATTEMPT: headers.attempt or 0})
+            span.set_attributes(
+                {
+                    spans.ATOM_NAME: work.task_name,
+                    spans.ATOM_UUID: job.task_uuid,
+                    spans.TASK_CLASS: work.task_cls,
+                    spans.ACTION: work.action,
+                    spans.WORKER_ID: self._worker_id,
+                    spans.WORKER_TOPIC: self._topic,
+                    spans.ATTEMPT: headers.attempt or 0,
+                }
+            )
             if headers.root_id is not None:
                 span.set_attribute(spans.FLOW_UUID, headers.root_id)
         elif not span.get_span_context().is_valid:

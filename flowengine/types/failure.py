@@ -24,6 +24,7 @@ ExcInfo = tuple[type[BaseException] | None, BaseException | None, TracebackType 
 # Scalar types json encodes as-is; checking them avoids a json.dumps per arg.
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
+
 # Marks a traceback string not formatted yet: formatting costs far more than
 # capturing, and most failures are never printed.
 class _NotFormatted:
@@ -53,6 +54,7 @@ def _json_arg(arg: Any) -> Any:
     if isinstance(arg, _JSON_SCALARS):
         return arg
     from flowengine.utils.misc import is_json_serialisable
+
     return arg if is_json_serialisable(arg) else repr(arg)
 
 
@@ -78,8 +80,14 @@ def _are_equal_exc_info_tuples(ei1: ExcInfo | None, ei2: ExcInfo | None) -> bool
 class Failure:
     """An immutable record of an exception: inspect, re-raise, or send it as JSON."""
 
-    __slots__ = ("_exc_info", "_exc_args", "_exc_type_names", "_exception_str",
-                 "_traceback_str", "_causes")
+    __slots__ = (
+        "_exc_info",
+        "_exc_args",
+        "_exc_type_names",
+        "_exception_str",
+        "_traceback_str",
+        "_causes",
+    )
 
     DICT_VERSION = 1
 
@@ -142,13 +150,16 @@ class Failure:
             try:
                 self._exception_str = kwargs.pop("exception_str")
             except KeyError:
-                raise TypeError("Failure.__init__ requires 'exception_str' when"
-                                " built from keyword arguments") from None
+                raise TypeError(
+                    "Failure.__init__ requires 'exception_str' when built from keyword arguments"
+                ) from None
             self._exc_type_names = tuple(kwargs.pop("exc_type_names", ()))
             self._traceback_str = kwargs.pop("traceback_str", None)
             if kwargs:
-                raise TypeError("Failure.__init__ got unexpected keyword argument(s): "
-                                + ", ".join(sorted(kwargs)))
+                raise TypeError(
+                    "Failure.__init__ got unexpected keyword argument(s): "
+                    + ", ".join(sorted(kwargs))
+                )
 
     @classmethod
     def from_exception(cls, exception: BaseException) -> Failure:
@@ -246,12 +257,14 @@ class Failure:
     def _matches(self, other: Failure) -> bool:
         if self is other:
             return True
-        return (self._exc_type_names == other._exc_type_names
-                and self._exc_args == other._exc_args
-                and self._exception_str == other._exception_str
-                and (self.traceback_str or "") == (other.traceback_str or "")
-                and len(self.causes) == len(other.causes)
-                and all(a.matches(b) for a, b in zip(self.causes, other.causes)))
+        return (
+            self._exc_type_names == other._exc_type_names
+            and self._exc_args == other._exc_args
+            and self._exception_str == other._exception_str
+            and (self.traceback_str or "") == (other.traceback_str or "")
+            and len(self.causes) == len(other.causes)
+            and all(a.matches(b) for a, b in zip(self.causes, other.causes))
+        )
 
     def matches(self, other: Any) -> bool:
         """Return whether other describes the same failure (ignoring lost exc_info)."""
@@ -264,8 +277,7 @@ class Failure:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Failure):
             return NotImplemented
-        return self._matches(other) and _are_equal_exc_info_tuples(self._exc_info,
-                                                                   other._exc_info)
+        return self._matches(other) and _are_equal_exc_info_tuples(self._exc_info, other._exc_info)
 
     def __ne__(self, other: object) -> bool:
         result = self.__eq__(other)
@@ -286,8 +298,7 @@ class Failure:
             return text
         tb = (self.traceback_str or "").rstrip()
         if tb:
-            return (text + os.linesep + "Traceback (most recent call last):"
-                    + os.linesep + tb)
+            return text + os.linesep + "Traceback (most recent call last):" + os.linesep + tb
         return text + os.linesep + "Traceback not available."
 
     def __str__(self) -> str:
@@ -319,11 +330,13 @@ class Failure:
         if version != cls.DICT_VERSION:
             raise ValueError(f"Invalid dict version of failure object: {version!r}")
         causes = data.get("causes")
-        return cls(exception_str=data["exception_str"],
-                   traceback_str=data.get("traceback_str"),
-                   exc_type_names=data.get("exc_type_names", ()),
-                   exc_args=data.get("exc_args") or (),
-                   causes=tuple(cls.from_dict(c) for c in causes) if causes else ())
+        return cls(
+            exception_str=data["exception_str"],
+            traceback_str=data.get("traceback_str"),
+            exc_type_names=data.get("exc_type_names", ()),
+            exc_args=data.get("exc_args") or (),
+            causes=tuple(cls.from_dict(c) for c in causes) if causes else (),
+        )
 
     @classmethod
     def validate(cls, data: Any) -> None:
@@ -332,8 +345,9 @@ class Failure:
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             suffix = f" (at '{where}')" if where else ""
-            raise exc.InvalidFormat("Failure data not of the expected format: "
-                                    + error.message + suffix, error)
+            raise exc.InvalidFormat(
+                "Failure data not of the expected format: " + error.message + suffix, error
+            )
         pending = collections.deque([data])
         while pending:
             cause = pending.popleft()
@@ -342,18 +356,23 @@ class Failure:
                 raise exc.InvalidFormat(
                     "Failure data 'exc_type_names' must have an initial exception"
                     f" type that is one of {cls.BASE_EXCEPTIONS} types: '{root}' is"
-                    " not one of those types")
+                    " not one of those types"
+                )
             pending.extend(cause.get("causes") or ())
 
     def copy(self) -> Failure:
         """Return an equal failure (the exception value shallow-copied)."""
         exc_info = None
         if self._exc_info is not None:
-            exc_info = (self._exc_info[0], copy_mod.copy(self._exc_info[1]),
-                        self._exc_info[2])
-        return Failure(exc_info=exc_info, exception_str=self._exception_str,
-                       traceback_str=self.traceback_str, exc_args=self._exc_args,
-                       exc_type_names=self._exc_type_names, causes=self._causes)
+            exc_info = (self._exc_info[0], copy_mod.copy(self._exc_info[1]), self._exc_info[2])
+        return Failure(
+            exc_info=exc_info,
+            exception_str=self._exception_str,
+            traceback_str=self.traceback_str,
+            exc_args=self._exc_args,
+            exc_type_names=self._exc_type_names,
+            causes=self._causes,
+        )
 
     def __copy__(self) -> Failure:
         return self.copy()
@@ -385,7 +404,9 @@ def _rebuild(data: dict[str, Any], value: BaseException | None) -> Failure:
 jsonschema.Draft7Validator.check_schema(Failure.SCHEMA)
 # to_dict() gives exc_args as a tuple (as TaskFlow): an array too, before JSON.
 _TUPLES_ARE_ARRAYS = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
-    "array", lambda _checker, value: isinstance(value, (list, tuple)))
+    "array", lambda _checker, value: isinstance(value, (list, tuple))
+)
 # types-jsonschema leaves validators.extend unannotated.
 _VALIDATOR = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft7Validator, type_checker=_TUPLES_ARE_ARRAYS)(Failure.SCHEMA)
+    jsonschema.Draft7Validator, type_checker=_TUPLES_ARE_ARRAYS
+)(Failure.SCHEMA)

@@ -68,16 +68,22 @@ class _GraphExtras(_NxGraph):
         name = str(self.name or "G").replace("\\", "\\\\").replace('"', '\\"')
         lines = [f'strict {kind} "{name}" {{']
         lines += [f"{_dot_id(n)}{_dot_attrs(a)};" for n, a in self.nodes(data=True)]
-        lines += [f"{_dot_id(u)} {arrow} {_dot_id(v)}{_dot_attrs(a)};"
-                  for u, v, a in self.edges(data=True)]
+        lines += [
+            f"{_dot_id(u)} {arrow} {_dot_id(v)}{_dot_attrs(a)};"
+            for u, v, a in self.edges(data=True)
+        ]
         lines.append("}")
         return "\n".join(lines) + "\n"
 
     def pformat(self) -> str:
         """A human readable description: name, type, frozen, nodes, edges, density."""
-        lines = [f"Name: {self.name}", f"Type: {type(self).__name__}",
-                 f"Frozen: {self.frozen}", f"Density: {nx.density(self):0.3f}",
-                 f"Nodes: {len(self.nodes)}"]
+        lines = [
+            f"Name: {self.name}",
+            f"Type: {type(self).__name__}",
+            f"Frozen: {self.frozen}",
+            f"Density: {nx.density(self):0.3f}",
+            f"Nodes: {len(self.nodes)}",
+        ]
         lines += [f"  - {n}" for n in self.nodes]
         lines.append(f"Edges: {len(self.edges)}")
         arrow = "->" if isinstance(self, nx.DiGraph) else "--"
@@ -136,9 +142,12 @@ def _common_nodes(to_graph: Any, from_graph: Any) -> int:
     return sum(1 for node in from_graph.nodes if node in to_graph)
 
 
-def merge_graphs(graph: Any, *graphs: Any,
-                 overlap_detector: Callable[[Any, Any], int] = _common_nodes,
-                 allow_overlaps: bool = False) -> Any:
+def merge_graphs(
+    graph: Any,
+    *graphs: Any,
+    overlap_detector: Callable[[Any, Any], int] = _common_nodes,
+    allow_overlaps: bool = False,
+) -> Any:
     """A new graph holding ``graph`` and every one of ``graphs``.
 
     Raises ValueError when ``overlap_detector(merged_so_far, next_graph)``
@@ -146,13 +155,16 @@ def merge_graphs(graph: Any, *graphs: Any,
     is not callable.
     """
     if not callable(overlap_detector):
-        raise ValueError(f"Overlap detection callback expected to be callable,"
-                         f" got {overlap_detector!r}")
+        raise ValueError(
+            f"Overlap detection callback expected to be callable, got {overlap_detector!r}"
+        )
     merged = graph.copy()
     for other in graphs:
         overlaps = overlap_detector(merged, other)
         if overlaps and not allow_overlaps:
-            raise ValueError(f"Can not merge graphs {merged.name!r} and {other.name!r}:"
-                             f" {overlaps} node(s) overlap")
+            raise ValueError(
+                f"Can not merge graphs {merged.name!r} and {other.name!r}:"
+                f" {overlaps} node(s) overlap"
+            )
         merged = nx.compose(merged, other)
     return merged

@@ -29,9 +29,13 @@ class Listener:
 
     __slots__ = ("_callback", "_details_filter", "_args", "_kwargs")
 
-    def __init__(self, callback: Callable[..., Any], args: Iterable[Any] | None = None,
-                 kwargs: dict[str, Any] | None = None,
-                 details_filter: DetailsFilter | None = None) -> None:
+    def __init__(
+        self,
+        callback: Callable[..., Any],
+        args: Iterable[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        details_filter: DetailsFilter | None = None,
+    ) -> None:
         self._callback = callback
         self._details_filter = details_filter
         self._args = tuple(args) if args else ()
@@ -65,8 +69,9 @@ class Listener:
         else:
             self._callback(event_type, *self._args, details=details)
 
-    def is_equivalent(self, callback: Callable[..., Any],
-                      details_filter: DetailsFilter | None = None) -> bool:
+    def is_equivalent(
+        self, callback: Callable[..., Any], details_filter: DetailsFilter | None = None
+    ) -> bool:
         """Return whether this listener wraps callback with the same details filter."""
         if not reflection.is_same_callback(self._callback, callback):
             return False
@@ -122,11 +127,17 @@ class Notifier:
         # removed): engines ask before building an event's details.
         return bool(self._topics)
 
-    def is_registered(self, event_type: str, callback: Callable[..., Any],
-                      details_filter: DetailsFilter | None = None) -> bool:
+    def is_registered(
+        self,
+        event_type: str,
+        callback: Callable[..., Any],
+        details_filter: DetailsFilter | None = None,
+    ) -> bool:
         """Return whether callback (with that details filter) is registered for event_type."""
-        return any(listener.is_equivalent(callback, details_filter=details_filter)
-                   for listener in self._topics.get(event_type, ()))
+        return any(
+            listener.is_equivalent(callback, details_filter=details_filter)
+            for listener in self._topics.get(event_type, ())
+        )
 
     def reset(self) -> None:
         """Forget every registered callback."""
@@ -155,12 +166,22 @@ class Notifier:
             try:
                 listener(event_type, details.copy())
             except Exception:
-                LOG.warning("Failure calling listener %s to notify about event %s,"
-                            " details: %s", listener, event_type, details, exc_info=True)
+                LOG.warning(
+                    "Failure calling listener %s to notify about event %s, details: %s",
+                    listener,
+                    event_type,
+                    details,
+                    exc_info=True,
+                )
 
-    def register(self, event_type: str, callback: Callable[..., Any],
-                 args: Iterable[Any] | None = None, kwargs: dict[str, Any] | None = None,
-                 details_filter: DetailsFilter | None = None) -> None:
+    def register(
+        self,
+        event_type: str,
+        callback: Callable[..., Any],
+        args: Iterable[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        details_filter: DetailsFilter | None = None,
+    ) -> None:
         """Call callback(event_type, *args, details=..., **kwargs) on each event_type event.
 
         Raises ValueError for a non-callable, a disallowed event type or a
@@ -171,11 +192,11 @@ class Notifier:
         if details_filter is not None and not callable(details_filter):
             raise ValueError("Details filter must be callable")
         if not self.can_be_registered(event_type):
-            raise ValueError(f"Disallowed event type '{event_type}' can not have a"
-                             " callback registered")
+            raise ValueError(
+                f"Disallowed event type '{event_type}' can not have a callback registered"
+            )
         if self.is_registered(event_type, callback, details_filter=details_filter):
-            raise ValueError("Event callback already registered with equivalent"
-                             " details filter")
+            raise ValueError("Event callback already registered with equivalent details filter")
         if kwargs:
             for key in self.RESERVED_KEYS:
                 if key in kwargs:
@@ -185,13 +206,17 @@ class Notifier:
         topics[event_type] = topics.get(event_type, ()) + (listener,)
         self._topics = topics
 
-    def deregister(self, event_type: str, callback: Callable[..., Any],
-                   details_filter: DetailsFilter | None = None) -> bool:
+    def deregister(
+        self,
+        event_type: str,
+        callback: Callable[..., Any],
+        details_filter: DetailsFilter | None = None,
+    ) -> bool:
         """Remove one listener; return whether one was found."""
         listeners = self._topics.get(event_type, ())
         for i, listener in enumerate(listeners):
             if listener.is_equivalent(callback, details_filter=details_filter):
-                remaining = listeners[:i] + listeners[i + 1:]
+                remaining = listeners[:i] + listeners[i + 1 :]
                 topics = dict(self._topics)
                 if remaining:
                     topics[event_type] = remaining
@@ -247,22 +272,23 @@ class RestrictedNotifier(Notifier):
 
     def can_be_registered(self, event_type: str) -> bool:
         """Return whether event_type was declared (or is ANY and ANY is allowed)."""
-        return (event_type in self._watchable_events
-                or (event_type == self.ANY and self._allow_any))
+        return event_type in self._watchable_events or (event_type == self.ANY and self._allow_any)
 
 
 @contextlib.contextmanager
-def register_deregister(notifier: Notifier, event_type: str,
-                        callback: Callable[..., Any] | None = None,
-                        args: Iterable[Any] | None = None,
-                        kwargs: dict[str, Any] | None = None,
-                        details_filter: DetailsFilter | None = None) -> Iterator[None]:
+def register_deregister(
+    notifier: Notifier,
+    event_type: str,
+    callback: Callable[..., Any] | None = None,
+    args: Iterable[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    details_filter: DetailsFilter | None = None,
+) -> Iterator[None]:
     """Register callback for the duration of a with-block (nothing if callback is None)."""
     if callback is None:
         yield
         return
-    notifier.register(event_type, callback, args=args, kwargs=kwargs,
-                      details_filter=details_filter)
+    notifier.register(event_type, callback, args=args, kwargs=kwargs, details_filter=details_filter)
     try:
         yield
     finally:

@@ -12,8 +12,9 @@ __all__ = ["Timeout", "convert_to_timeout"]
 class Timeout:
     """A wait of ``value`` seconds that another thread can cut short with interrupt()."""
 
-    def __init__(self, value: float,
-                 event_factory: Callable[[], threading.Event] = threading.Event) -> None:
+    def __init__(
+        self, value: float, event_factory: Callable[[], threading.Event] = threading.Event
+    ) -> None:
         if value < 0:
             raise ValueError(f"Timeout value must be greater or equal to zero, not {value}")
         self._value = value
@@ -41,9 +42,11 @@ class Timeout:
         self._event.clear()
 
 
-def convert_to_timeout(value: Any = None, default_value: Any = None,
-                       event_factory: Callable[[], threading.Event] = threading.Event
-                       ) -> Timeout:
+def convert_to_timeout(
+    value: Any = None,
+    default_value: Any = None,
+    event_factory: Callable[[], threading.Event] = threading.Event,
+) -> Timeout:
     """A Timeout from ``value`` (a Timeout, or seconds as a number or a string).
 
     ``value`` None uses ``default_value``. Raises ValueError for anything

@@ -65,8 +65,7 @@ class Node:
         parent._children = [c for c in parent._children if c is not self]
         return before - len(parent._children)
 
-    def remove(self, item: Any, only_direct: bool = False,
-               include_self: bool = True) -> Node:
+    def remove(self, item: Any, only_direct: bool = False, include_self: bool = True) -> Node:
         """Detach the node holding ``item`` and return it; ValueError if there is none."""
         self._check_unfrozen()
         node = self.find(item, only_direct=only_direct, include_self=include_self)
@@ -109,8 +108,7 @@ class Node:
                 return i
         raise ValueError(f"Item {item!r} not a direct child of {self.item!r}")
 
-    def find(self, item: Any, only_direct: bool = False,
-             include_self: bool = True) -> Node | None:
+    def find(self, item: Any, only_direct: bool = False, include_self: bool = True) -> Node | None:
         """The first node holding ``item`` (this one, its children, or anywhere below)."""
         if include_self and self.item == item:
             return self
@@ -127,8 +125,7 @@ class Node:
             yield node
             node = node.parent
 
-    def dfs_iter(self, include_self: bool = False,
-                 right_to_left: bool = True) -> Iterator[Node]:
+    def dfs_iter(self, include_self: bool = False, right_to_left: bool = True) -> Iterator[Node]:
         """Depth first, pre-order; children pushed right to left, so read left to right."""
         stack = [self] if include_self else self._pushed(self, right_to_left)
         while stack:
@@ -136,8 +133,7 @@ class Node:
             yield node
             stack.extend(self._pushed(node, right_to_left))
 
-    def bfs_iter(self, include_self: bool = False,
-                 right_to_left: bool = False) -> Iterator[Node]:
+    def bfs_iter(self, include_self: bool = False, right_to_left: bool = False) -> Iterator[Node]:
         """Breadth first; each level's children queued right to left unless told otherwise."""
         queue: collections.deque[Node] = collections.deque()
         if include_self:

@@ -34,8 +34,12 @@ def check_for_eventlet(exc: BaseException | type[BaseException] | None = None) -
     currently available')`` (an exception or exception class). Returns
     None when eventlet is available.
     """
-    warnings.warn("Using function/method 'check_for_eventlet()' is deprecated:"
-                  " Eventlet support is deprecated.", DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "Using function/method 'check_for_eventlet()' is deprecated:"
+        " Eventlet support is deprecated.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     if EVENTLET_AVAILABLE:
         return
     if exc is None:

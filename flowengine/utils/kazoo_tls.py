@@ -34,10 +34,17 @@ _VERSION = re.compile(r"Zookeeper version:\s*(\d+)\.(\d+)\.(\d+)")
 
 def _open(client: Any, host: str, port: int, timeout_s: float) -> Any:
     return client.handler.create_connection(
-        (host, port), hostname=host, timeout=timeout_s, use_ssl=True, ca=client.ca,
-        certfile=client.certfile, keyfile=client.keyfile,
-        keyfile_password=client.keyfile_password, verify_certs=client.verify_certs,
-        check_hostname=client.check_hostname)
+        (host, port),
+        hostname=host,
+        timeout=timeout_s,
+        use_ssl=True,
+        ca=client.ca,
+        certfile=client.certfile,
+        keyfile=client.keyfile,
+        keyfile_password=client.keyfile_password,
+        verify_certs=client.verify_certs,
+        check_hostname=client.check_hostname,
+    )
 
 
 def _ask(client: Any, host: str, port: int, command: bytes, timeout_s: float) -> bytes:
@@ -55,13 +62,17 @@ def _ask(client: Any, host: str, port: int, command: bytes, timeout_s: float) ->
 def _describe(host: str, port: int, error: ssl.SSLError) -> str:
     where = f"ZooKeeper at {host}:{port}"
     if isinstance(error, ssl.SSLCertVerificationError):
-        return (f"{where}: TLS certificate verification failed"
-                f" ({error.verify_message or error.reason}); check ca (the CA that signed the"
-                f" server's certificate) and the host name")
+        return (
+            f"{where}: TLS certificate verification failed"
+            f" ({error.verify_message or error.reason}); check ca (the CA that signed the"
+            f" server's certificate) and the host name"
+        )
     reason = str(error.reason or error).lower().replace("_", " ")
     if "certificate" in reason:  # the server's alert: it refused ours (or got none)
-        return (f"{where} refused this client's TLS certificate ({reason}); check certfile"
-                f" and keyfile (a certificate signed by a CA the server trusts)")
+        return (
+            f"{where} refused this client's TLS certificate ({reason}); check certfile"
+            f" and keyfile (a certificate signed by a CA the server trusts)"
+        )
     return f"{where}: TLS handshake failed ({reason}); is it a TLS port (secureClientPort)?"
 
 
@@ -98,8 +109,8 @@ def server_version(client: Any, timeout_s: float = PROBE_TIMEOUT_S) -> tuple[int
     found = _VERSION.search(reply)
     if found is None:
         first = reply.strip().splitlines()[0] if reply.strip() else "nothing"
-        raise ValueError(f"ZooKeeper at {host}:{peer[1]} did not tell its version to"
-                         f" 'srvr': {first}")
+        raise ValueError(
+            f"ZooKeeper at {host}:{peer[1]} did not tell its version to 'srvr': {first}"
+        )
     major, minor, patch = (int(g) for g in found.groups())
     return major, minor, patch
-

@@ -26,8 +26,15 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 from flowengine import exceptions as exc
 
 __all__ = [
-    "CONF_TRANSFERS", "DEFAULT_HOSTS", "KazooTransactionException", "check_compatible",
-    "checked_commit", "conf_from_url", "finalize_client", "make_client", "parse_hosts",
+    "CONF_TRANSFERS",
+    "DEFAULT_HOSTS",
+    "KazooTransactionException",
+    "check_compatible",
+    "checked_commit",
+    "conf_from_url",
+    "finalize_client",
+    "make_client",
+    "parse_hosts",
     "prettify_failures",
 ]
 
@@ -97,8 +104,10 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
             kwargs[key] = conf[key]
     hosts = parse_hosts(conf.get("hosts", DEFAULT_HOSTS))
     if not hosts or not isinstance(hosts, str):
-        raise TypeError(f"Invalid hosts format, expected a non-empty string/list, not"
-                        f" {hosts!r} ({type(hosts).__name__})")
+        raise TypeError(
+            f"Invalid hosts format, expected a non-empty string/list, not"
+            f" {hosts!r} ({type(hosts).__name__})"
+        )
     kwargs["hosts"] = hosts
     if "timeout" in conf:
         kwargs["timeout"] = float(conf["timeout"])
@@ -119,8 +128,9 @@ def _dotted(version: Sequence[int]) -> str:
     return ".".join(str(p) for p in version)
 
 
-def check_compatible(client: k_client.KazooClient, min_version: Any = None,
-                     max_version: Any = None) -> None:
+def check_compatible(
+    client: k_client.KazooClient, min_version: Any = None, max_version: Any = None
+) -> None:
     """IncompatibleVersion unless the server's version is within [min, max] (inclusive).
 
     Versions are sequences of numbers, e.g. ``(3, 4, 0)``; either bound may be None.
@@ -128,16 +138,21 @@ def check_compatible(client: k_client.KazooClient, min_version: Any = None,
     if not min_version and not max_version:
         return
     # kazoo's server_version() fails over TLS (see kazoo_tls): ask another way.
-    server = _version(kazoo_tls.server_version(client) if client.use_ssl
-                      else client.server_version())
+    server = _version(
+        kazoo_tls.server_version(client) if client.use_ssl else client.server_version()
+    )
     if min_version and server < _version(min_version):
-        raise exc.IncompatibleVersion(f"Incompatible zookeeper version {_dotted(server)}"
-                                      f" detected, zookeeper >= {_dotted(_version(min_version))}"
-                                      f" required")
+        raise exc.IncompatibleVersion(
+            f"Incompatible zookeeper version {_dotted(server)}"
+            f" detected, zookeeper >= {_dotted(_version(min_version))}"
+            f" required"
+        )
     if max_version and server > _version(max_version):
-        raise exc.IncompatibleVersion(f"Incompatible zookeeper version {_dotted(server)}"
-                                      f" detected, zookeeper <= {_dotted(_version(max_version))}"
-                                      f" required")
+        raise exc.IncompatibleVersion(
+            f"Incompatible zookeeper version {_dotted(server)}"
+            f" detected, zookeeper <= {_dotted(_version(max_version))}"
+            f" required"
+        )
 
 
 def prettify_failures(failures: Sequence[tuple[Any, Any]], limit: int = -1) -> str:
@@ -180,19 +195,23 @@ def checked_commit(txn: Any) -> list[Any]:
     if not txn.operations:
         return []
     results = txn.commit()
-    failures = [(op, r) for op, r in zip(txn.operations, results)
-                if isinstance(r, k_exc.KazooException)]
+    failures = [
+        (op, r) for op, r in zip(txn.operations, results) if isinstance(r, k_exc.KazooException)
+    ]
     expected = len(txn.operations)
     if len(results) != expected:
         raise KazooTransactionException(
             f"Transaction returned {len(results)} results, expected one for each of its"
-            f" {expected} operations", failures)
+            f" {expected} operations",
+            failures,
+        )
     if failures:
         # The operation that failed first, not one of those rolled back with it.
         causes = sorted(failures, key=lambda f: isinstance(f[1], k_exc.RolledBackError))
         raise KazooTransactionException(
-            f"Transaction with {expected} operations failed:"
-            f" {prettify_failures(causes, limit=1)}", failures)
+            f"Transaction with {expected} operations failed: {prettify_failures(causes, limit=1)}",
+            failures,
+        )
     return list(results)
 
 

@@ -81,12 +81,15 @@ def as_int(obj: Any, quiet: bool = False) -> int | Any:
     return obj
 
 
-def clamp(value: float, minimum: float, maximum: float,
-          on_clamped: Callable[[], Any] | None = None) -> float:
+def clamp(
+    value: float, minimum: float, maximum: float, on_clamped: Callable[[], Any] | None = None
+) -> float:
     """Clamp value into [minimum, maximum], calling on_clamped if it had to."""
     if minimum > maximum:
-        raise ValueError(f"Provided minimum '{minimum}' must be less than or equal"
-                         f" to the provided maximum '{maximum}'")
+        raise ValueError(
+            f"Provided minimum '{minimum}' must be less than or equal"
+            f" to the provided maximum '{maximum}'"
+        )
     if value > maximum:
         value = maximum
     elif value < minimum:
@@ -157,9 +160,13 @@ def mask_password(url: str) -> str:
 
 def merge_uri(uri: urlparse.SplitResult, conf: dict[str, Any]) -> dict[str, Any]:
     """Fill conf (in place, returned) from a parsed URI without overriding explicit keys."""
-    for key, value in (("username", uri.username), ("password", uri.password),
-                       ("hostname", uri.hostname), ("port", uri.port),
-                       ("path", uri.path or None)):
+    for key, value in (
+        ("username", uri.username),
+        ("password", uri.password),
+        ("hostname", uri.hostname),
+        ("port", uri.port),
+        ("path", uri.path or None),
+    ):
         if value is not None:
             conf.setdefault(key, value)
     for key, values in urlparse.parse_qs(uri.query).items():
@@ -167,16 +174,14 @@ def merge_uri(uri: urlparse.SplitResult, conf: dict[str, Any]) -> dict[str, Any]
     return conf
 
 
-def binary_encode(text: str | bytes, encoding: str = "utf-8",
-                  errors: str = "strict") -> bytes:
+def binary_encode(text: str | bytes, encoding: str = "utf-8", errors: str = "strict") -> bytes:
     """Return text encoded to bytes (bytes pass through)."""
     if isinstance(text, bytes):
         return text
     return text.encode(encoding, errors)
 
 
-def binary_decode(data: str | bytes, encoding: str = "utf-8",
-                  errors: str = "strict") -> str:
+def binary_decode(data: str | bytes, encoding: str = "utf-8", errors: str = "strict") -> str:
     """Return bytes decoded to text (text passes through)."""
     if isinstance(data, str):
         return data
@@ -191,8 +196,9 @@ def decode_json(raw_data: str | bytes, root_types: tuple[type, ...] = (dict,)) -
         raise ValueError(f"Expected JSON decodable data: {e}") from e
     if root_types and not isinstance(data, root_types):
         names = ", ".join(t.__name__ for t in root_types)
-        raise ValueError(f"Expected JSON root to be one of ({names}) and not"
-                         f" '{type(data).__name__}'")
+        raise ValueError(
+            f"Expected JSON root to be one of ({names}) and not '{type(data).__name__}'"
+        )
     return data
 
 
@@ -224,4 +230,3 @@ def is_iterable(obj: Any) -> bool:
     except TypeError:
         return False
     return True
-

@@ -28,4 +28,6 @@ def missing_extra(extra: str, error: ImportError) -> exc.MissingExtra:
     module = error.name or str(error)
     return exc.MissingExtra(
         f"{what} needs the {module!r} package, which is not installed:"
-        f" pip install 'flowengine[{extra}]'", name=error.name)
+        f" pip install 'flowengine[{extra}]'",
+        name=error.name,
+    )

@@ -38,7 +38,8 @@ def connection_kwargs() -> dict[str, Any]:
     """Keyword arguments for a redis-py connection (pool or client): RESP2, its driver identity."""
     base = getattr(redis.connection, "AbstractConnection", redis.connection.Connection)
     kwargs: dict[str, Any] = (
-        {"protocol": 2} if "protocol" in inspect.signature(base.__init__).parameters else {})
+        {"protocol": 2} if "protocol" in inspect.signature(base.__init__).parameters else {}
+    )
     try:
         from redis.driver_info import DriverInfo
     except ImportError:  # redis-py before DriverInfo: no identity to add

@@ -36,8 +36,15 @@ from redis import exceptions as redis_exc
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PAUSE_AFTER_SHORT_S", "REPLICAS_OPTION", "TIMEOUT_OPTION",
-           "ReplicaWait", "replicated", "shared"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "PAUSE_AFTER_SHORT_S",
+    "REPLICAS_OPTION",
+    "TIMEOUT_OPTION",
+    "ReplicaWait",
+    "replicated",
+    "shared",
+]
 
 #: Transport option: replicas a publication or settlement must reach before
 #: it counts as done (0: do not wait). The Sentinel transport waits for 1 by
@@ -80,10 +87,16 @@ class ReplicaWait:
             if time.monotonic() < self._paused_until:
                 return
             self._paused_until = time.monotonic() + PAUSE_AFTER_SHORT_S
-        LOG.warning("Redis at %s: a write reached %d of %d replica(s) within %.2f s; it"
-                    " stands on the master alone (a failover now could lose it); writes do"
-                    " not wait for replicas for the next %.0f s", where, acked,
-                    self.replicas, self.timeout_ms / 1000, PAUSE_AFTER_SHORT_S)
+        LOG.warning(
+            "Redis at %s: a write reached %d of %d replica(s) within %.2f s; it"
+            " stands on the master alone (a failover now could lose it); writes do"
+            " not wait for replicas for the next %.0f s",
+            where,
+            acked,
+            self.replicas,
+            self.timeout_ms / 1000,
+            PAUSE_AFTER_SHORT_S,
+        )
 
 
 _SHARED: dict[tuple[str, int, float], ReplicaWait] = {}
@@ -107,8 +120,9 @@ class _ReplicatedScript:
         self._owner = owner
         self._script = script
 
-    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (),
-                 client: Any = None) -> Any:
+    def __call__(
+        self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None
+    ) -> Any:
         owner = self._owner
         wait = owner.wait
         if not wait.active:
@@ -158,6 +172,5 @@ def replicated(client: Any, wait: ReplicaWait | None, where: str) -> Any:
         return client
     wrapped = client.__dict__.get("_flowengine_replicated")
     if wrapped is None or wrapped.wait is not wait:
-        wrapped = client.__dict__["_flowengine_replicated"] = _ReplicatedClient(
-            client, wait, where)
+        wrapped = client.__dict__["_flowengine_replicated"] = _ReplicatedClient(client, wait, where)
     return wrapped

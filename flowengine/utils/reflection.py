@@ -13,8 +13,7 @@ from typing import Any
 _BUILTIN_MODULES = frozenset(("builtins", "__builtin__", "exceptions"))
 
 
-def get_class_name(obj: Any, fully_qualified: bool = True,
-                   truncate_builtins: bool = True) -> str:
+def get_class_name(obj: Any, fully_qualified: bool = True, truncate_builtins: bool = True) -> str:
     """Return the name of a class (or of an object's class), e.g. 'pkg.mod.Class'."""
     cls = obj if isinstance(obj, type) else type(obj)
     module: str | None = getattr(cls, "__module__", None)
@@ -25,14 +24,16 @@ def get_class_name(obj: Any, fully_qualified: bool = True,
     return cls.__name__
 
 
-def get_all_class_names(obj: Any, up_to: type = object, fully_qualified: bool = True,
-                        truncate_builtins: bool = True) -> Iterator[str]:
+def get_all_class_names(
+    obj: Any, up_to: type = object, fully_qualified: bool = True, truncate_builtins: bool = True
+) -> Iterator[str]:
     """Yield class names along the MRO of obj's class, stopping at classes not below up_to."""
     cls = obj if isinstance(obj, type) else type(obj)
     for base in cls.__mro__:
         if issubclass(base, up_to):
-            yield get_class_name(base, fully_qualified=fully_qualified,
-                                 truncate_builtins=truncate_builtins)
+            yield get_class_name(
+                base, fully_qualified=fully_qualified, truncate_builtins=truncate_builtins
+            )
 
 
 def get_callable_name(function: Callable[..., Any]) -> str:
@@ -62,8 +63,10 @@ _PARAMS_CACHE: weakref.WeakKeyDictionary[Any, tuple[_Param, ...]] = weakref.Weak
 
 
 def _compute_params(function: Callable[..., Any]) -> tuple[_Param, ...]:
-    return tuple((p.name, p.kind, p.default is not p.empty)
-                 for p in inspect.signature(function).parameters.values())
+    return tuple(
+        (p.name, p.kind, p.default is not p.empty)
+        for p in inspect.signature(function).parameters.values()
+    )
 
 
 def _function_params(function: Any) -> tuple[_Param, ...]:
@@ -84,8 +87,10 @@ def _params(function: Callable[..., Any]) -> tuple[_Param, ...]:
     if inspect.ismethod(function) and inspect.isfunction(function.__func__):
         params = _function_params(function.__func__)
         # Binding consumes the first positional parameter (self or cls).
-        if params and params[0][1] in (inspect.Parameter.POSITIONAL_ONLY,
-                                       inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        if params and params[0][1] in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
             return params[1:]
         return params
     return _compute_params(function)
@@ -99,8 +104,11 @@ def get_callable_args(function: Callable[..., Any], required_only: bool = False)
 
     With required_only, parameters that have a default value are left out.
     """
-    return [name for name, kind, has_default in _params(function)
-            if kind not in _VAR_KINDS and not (required_only and has_default)]
+    return [
+        name
+        for name, kind, has_default in _params(function)
+        if kind not in _VAR_KINDS and not (required_only and has_default)
+    ]
 
 
 #: (named parameters, those without a default, whether it takes **kwargs).
@@ -115,10 +123,10 @@ _INFO_BOUND: weakref.WeakKeyDictionary[Any, ArgInfo] = weakref.WeakKeyDictionary
 def _compute_info(function: Callable[..., Any]) -> ArgInfo:
     params = _params(function)
     named = tuple(name for name, kind, _d in params if kind not in _VAR_KINDS)
-    required = tuple(name for name, kind, has_default in params
-                     if kind not in _VAR_KINDS and not has_default)
-    return named, required, any(kind is inspect.Parameter.VAR_KEYWORD
-                                for _n, kind, _d in params)
+    required = tuple(
+        name for name, kind, has_default in params if kind not in _VAR_KINDS and not has_default
+    )
+    return named, required, any(kind is inspect.Parameter.VAR_KEYWORD for _n, kind, _d in params)
 
 
 def arg_info(function: Callable[..., Any]) -> ArgInfo:
@@ -152,8 +160,7 @@ def is_same_callback(callback1: Any, callback2: Any) -> bool:
     if callback1 is callback2:
         return True
     if inspect.ismethod(callback1) and inspect.ismethod(callback2):
-        return (callback1.__self__ is callback2.__self__
-                and callback1.__func__ is callback2.__func__)
+        return callback1.__self__ is callback2.__self__ and callback1.__func__ is callback2.__func__
     try:
         return bool(callback1 == callback2)
     except Exception:
@@ -175,14 +182,16 @@ def import_class(path: str) -> Any:
     else:
         module_name, _, attr_path = path.rpartition(".")
     if not module_name or not attr_path:
-        raise ImportError(f"'{path}' does not name a class (expected 'module.Class'"
-                          " or 'module:Class')")
+        raise ImportError(
+            f"'{path}' does not name a class (expected 'module.Class' or 'module:Class')"
+        )
     module = importlib.import_module(module_name)
     obj: Any = module
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ImportError(f"'{path}': module '{module_name}' has no"
-                              f" attribute '{attr_path}'") from None
+            raise ImportError(
+                f"'{path}': module '{module_name}' has no attribute '{attr_path}'"
+            ) from None
     return obj

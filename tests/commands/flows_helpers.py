@@ -20,25 +20,44 @@ def env() -> dict[str, str]:
 
     A ``$FLOWENGINE_BACKEND`` of the developer's is left out: each test names its own.
     """
-    variables = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    variables = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
     variables.pop("FLOWENGINE_BACKEND", None)
     return variables
 
 
-def flowengine(*args: str, stdin: str | None = None, extra_env: dict[str, str] | None = None,
-               cwd: Any = ROOT) -> subprocess.CompletedProcess:
+def flowengine(
+    *args: str, stdin: str | None = None, extra_env: dict[str, str] | None = None, cwd: Any = ROOT
+) -> subprocess.CompletedProcess:
     """Run ``python -m flowengine ARGS`` to completion (in the repository by default)."""
-    return subprocess.run([sys.executable, "-m", "flowengine", *args], capture_output=True,
-                          text=True, env=dict(env(), **(extra_env or {})), cwd=cwd,
-                          input=stdin, timeout=COMMAND_TIMEOUT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", *args],
+        capture_output=True,
+        text=True,
+        env=dict(env(), **(extra_env or {})),
+        cwd=cwd,
+        input=stdin,
+        timeout=COMMAND_TIMEOUT_S,
+    )
 
 
-def run_flow(backend: str, factory: str, ledger: Any, *extra: str,
-             book: str = "tests") -> subprocess.CompletedProcess:
+def run_flow(
+    backend: str, factory: str, ledger: Any, *extra: str, book: str = "tests"
+) -> subprocess.CompletedProcess:
     """``flowengine run`` of a ledger flow, persisted in ``book``."""
-    return flowengine("run", f"{FLOWS_MODULE}:{factory}", "--backend", backend,
-                      "--book", book, "--store", f"ledger={ledger}", "--no-progress", *extra)
+    return flowengine(
+        "run",
+        f"{FLOWS_MODULE}:{factory}",
+        "--backend",
+        backend,
+        "--book",
+        book,
+        "--store",
+        f"ledger={ledger}",
+        "--no-progress",
+        *extra,
+    )
 
 
 def saved_uuid(proc: subprocess.CompletedProcess) -> str:
@@ -77,9 +96,14 @@ class Background:
         import queue
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "flowengine", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env(), cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flowengine", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env(),
+            cwd=ROOT,
+        )
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -103,11 +127,13 @@ class Background:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no {text!r} within {timeout_s} s; stderr:"
-                                     f" {self.lines}") from None
+                raise AssertionError(
+                    f"no {text!r} within {timeout_s} s; stderr: {self.lines}"
+                ) from None
             if line is None:
-                raise AssertionError(f"exited ({self.proc.wait()}) before {text!r};"
-                                     f" stderr: {self.lines}")
+                raise AssertionError(
+                    f"exited ({self.proc.wait()}) before {text!r}; stderr: {self.lines}"
+                )
             self.lines.append(line)
             if text in line:
                 return line

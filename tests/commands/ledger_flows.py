@@ -92,14 +92,18 @@ class BrokenRevert(Step):
 def steps() -> linear_flow.Flow:
     """a -> b -> c -> report: SUCCESS ({'total': 3, ...})."""
     return linear_flow.Flow("steps").add(
-        Step("a", provides="x"), Step("b", provides="y", requires=["x"]),
-        Step("c", provides="total", requires=["y"]), Report("report", provides="report"))
+        Step("a", provides="x"),
+        Step("b", provides="y", requires=["x"]),
+        Step("c", provides="total", requires=["y"]),
+        Report("report", provides="report"),
+    )
 
 
 def guarded() -> linear_flow.Flow:
     """A retry around a task failing once: SUCCESS after two attempts."""
     inner = linear_flow.Flow("attempts", retry=retry.Times(3, name="again")).add(
-        Flaky("wobbly", provides="wobbly"))
+        Flaky("wobbly", provides="wobbly")
+    )
     return linear_flow.Flow("guarded").add(Step("a", provides="x"), inner)
 
 

@@ -25,6 +25,5 @@ def steps(count: int = 3) -> linear_flow.Flow:
 def nested() -> linear_flow.Flow:
     """Three levels of flows, a retry controller and a graph flow."""
     fan = unordered_flow.Flow("fan").add(Noop("left"), Noop("right"))
-    guarded = graph_flow.Flow("guarded", retry=retry.Times(2, name="again")).add(
-        Noop("inner"), fan)
+    guarded = graph_flow.Flow("guarded", retry=retry.Times(2, name="again")).add(Noop("inner"), fan)
     return linear_flow.Flow("outer").add(Noop("first"), guarded, Noop("last"))

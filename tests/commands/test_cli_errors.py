@@ -23,8 +23,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
 
 
 def test_version(capsys):
@@ -34,13 +35,16 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"flowengine {flowengine.__version__}"
 
 
-@pytest.mark.parametrize("argv, verbose", [
-    (["graph", "m:f"], False),
-    (["-v", "graph", "m:f"], True),
-    (["graph", "-v", "m:f"], True),
-    (["graph", "m:f", "--verbose"], True),
-    (["worker", "--exchange", "e", "--topic", "t", "--tasks", "m", "-v"], True),
-])
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [
+        (["graph", "m:f"], False),
+        (["-v", "graph", "m:f"], True),
+        (["graph", "-v", "m:f"], True),
+        (["graph", "m:f", "--verbose"], True),
+        (["worker", "--exchange", "e", "--topic", "t", "--tasks", "m", "-v"], True),
+    ],
+)
 def test_verbose_is_accepted_before_and_after_the_subcommand(argv, verbose):
     assert cli._build_parser().parse_args(argv).verbose is verbose
 
@@ -57,18 +61,30 @@ def test_graph_refuses_an_extension_it_cannot_write(tmp_path, capsys):
 def test_worker_refuses_a_topic_given_twice(capsys):
     # Several topics are served in priority order (tests/ops); the same one
     # twice is a mistake.
-    argv = ["worker", "--exchange", "e", "--topic", "a", "--topic", "a",
-            "--tasks", "flowengine.demo.tasks"]
+    argv = [
+        "worker",
+        "--exchange",
+        "e",
+        "--topic",
+        "a",
+        "--topic",
+        "a",
+        "--tasks",
+        "flowengine.demo.tasks",
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "--topic given twice (a, a)" in err and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("item, message", [
-    ("json", "--tasks json: the module defines no task class"),
-    ("no_such_module_xyz", "--tasks no_such_module_xyz: "),
-    ("flowengine.demo.tasks:Nope", "--tasks flowengine.demo.tasks:Nope: "),
-])
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("json", "--tasks json: the module defines no task class"),
+        ("no_such_module_xyz", "--tasks no_such_module_xyz: "),
+        ("flowengine.demo.tasks:Nope", "--tasks flowengine.demo.tasks:Nope: "),
+    ],
+)
 def test_worker_refuses_tasks_that_name_no_task(item, message, capsys):
     argv = ["worker", "--exchange", "e", "--topic", "t", "--tasks", item]
     assert cli.main(argv) == 2
@@ -79,27 +95,48 @@ def test_worker_refuses_tasks_that_name_no_task(item, message, capsys):
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_worker_finds_task_modules_in_the_current_directory(tmp_path):
     # Given a task module in the directory `flowengine worker` starts in
-    (tmp_path / "mytasks.py").write_text(textwrap.dedent("""
+    (tmp_path / "mytasks.py").write_text(
+        textwrap.dedent("""
         from flowengine import task
 
         class Double(task.Task):
             def execute(self, x):
                 return 2 * x
-    """))
+    """)
+    )
     data = tmp_path / "broker"
     data.mkdir()
     exchange = unique()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange, "--topic", "t",
-         "--tasks", "mytasks", "--transport", "filesystem",
-         "--transport-option", f"data_folder={data}"],
-        cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            exchange,
+            "--topic",
+            "t",
+            "--tasks",
+            "mytasks",
+            "--transport",
+            "filesystem",
+            "--transport-option",
+            f"data_folder={data}",
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         sys.path.insert(0, str(tmp_path))
         import mytasks  # the engine side needs the class too
 
-        with running_executor(exchange, ["t"], transport="filesystem",
-                              transport_options={"data_folder": str(data)}) as executor:
+        with running_executor(
+            exchange, ["t"], transport="filesystem", transport_options={"data_folder": str(data)}
+        ) as executor:
             # When a request for one of its tasks is sent
             assert executor.wait_for_workers(1, WAIT_S) == 0
             result = executor.execute_task(mytasks.Double("d"), "u-1", {"x": 21}).result(WAIT_S)
@@ -119,7 +156,8 @@ def test_events_says_why_it_sees_nothing():
     with redirect_stderr(err):
         events_view._notice_silence(heard, stop, "orders", after_s=0.01)
     assert "no event in 0 s: no worker on exchange 'orders' was started with --events" in (
-        err.getvalue())
+        err.getvalue()
+    )
 
 
 def test_events_says_nothing_once_an_event_came():
@@ -148,19 +186,26 @@ def test_events_refuses_memory_as_run_and_worker_do(capsys):
     assert len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("url, words", [
-    ("redis//localhost", "malformed broker URL 'redis//localhost'"),
-    ("foo://localhost", "unknown broker transport 'foo'"),
-    ("unreachable", "cannot reach the broker at redis://"),
-])
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("redis//localhost", "malformed broker URL 'redis//localhost'"),
+        ("foo://localhost", "unknown broker transport 'foo'"),
+        ("unreachable", "cannot reach the broker at redis://"),
+    ],
+)
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_events_says_why_it_cannot_listen_and_draws_no_empty_view(url, words):
     if url == "unreachable":
         url = f"redis://127.0.0.1:{_free_port()}/0"  # nothing listens there
     # When `flowengine events` is given a broker it cannot use
-    proc = subprocess.run([sys.executable, "-m", "flowengine", "events", "--url", url,
-                           "--exchange", unique()], env=_env(), capture_output=True,
-                          text=True, timeout=COMMAND_TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowengine", "events", "--url", url, "--exchange", unique()],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     # Then it exits with one line saying why, and no view of nothing on stdout
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"flowengine events: {words}"), proc.stderr
@@ -194,11 +239,34 @@ def test_events_stops_waiting_for_a_receiver_that_failed_before_connecting():
 def _no_worker_run(tmp_path, *extra: str) -> subprocess.CompletedProcess:
     """`flowengine run` of a one-task flow on the worker-based engine with no worker."""
     return subprocess.run(
-        [sys.executable, "-m", "flowengine", "run", "tests.commands.sample_flows:steps",
-         "--store", "v0=1", "--no-progress", "--engine", "worker-based", "--exchange",
-         unique(), "--topic", "t", "--transport", "filesystem", "--transport-option",
-         f"data_folder={tmp_path}", "--transition-timeout", "0.5", *extra],
-        env=_env(), capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "run",
+            "tests.commands.sample_flows:steps",
+            "--store",
+            "v0=1",
+            "--no-progress",
+            "--engine",
+            "worker-based",
+            "--exchange",
+            unique(),
+            "--topic",
+            "t",
+            "--transport",
+            "filesystem",
+            "--transport-option",
+            f"data_folder={tmp_path}",
+            "--transition-timeout",
+            "0.5",
+            *extra,
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
 
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
@@ -206,7 +274,8 @@ def test_run_shows_no_traceback_of_flowengine_itself_for_a_request_no_worker_too
     proc = _no_worker_run(tmp_path)
     assert proc.returncode == 1
     assert "flowengine run: task 'step-0' failed: flowengine.exceptions.RequestTimeout" in (
-        proc.stderr)
+        proc.stderr
+    )
     assert "no worker serving task" in proc.stderr
     assert 'File "' not in proc.stderr, proc.stderr
 
@@ -217,7 +286,8 @@ def test_run_with_verbose_shows_how_the_request_expired(tmp_path):
     assert proc.returncode == 1
     # The housekeeper's own log line: when and why it gave up on the request
     assert "INFO flowengine.engines.worker_based.executor_side.housekeeper: Request" in (
-        proc.stderr)
+        proc.stderr
+    )
     assert "has expired after waiting" in proc.stderr
 
 
@@ -250,12 +320,16 @@ def _graph_of_steps(tmp_path) -> list[str]:
     return ["graph", "tests.commands.sample_flows:steps"]
 
 
-@pytest.mark.parametrize("argv", [
-    lambda tmp_path: ["jobs", "list", "--board", _jobs_board(tmp_path)],
-    lambda tmp_path: ["jobs", "list", "--json", "--board", _jobs_board(tmp_path)],
-    lambda tmp_path: ["flows", "list", "--backend", _flows_store(tmp_path)],
-    _graph_of_steps,
-], ids=["jobs-list", "jobs-list-json", "flows-list", "graph"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        lambda tmp_path: ["jobs", "list", "--board", _jobs_board(tmp_path)],
+        lambda tmp_path: ["jobs", "list", "--json", "--board", _jobs_board(tmp_path)],
+        lambda tmp_path: ["flows", "list", "--backend", _flows_store(tmp_path)],
+        _graph_of_steps,
+    ],
+    ids=["jobs-list", "jobs-list-json", "flows-list", "graph"],
+)
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
     # Given a listing command whose reader went away before it wrote (`... | head -0`)
@@ -263,9 +337,16 @@ def test_a_closed_stdout_ends_the_command_quietly(tmp_path, argv):
     read, write = os.pipe()
     os.close(read)
     try:
-        proc = subprocess.run([sys.executable, "-m", "flowengine", *args], stdout=write,
-                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT,
-                              timeout=WAIT_S * 6, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "flowengine", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            cwd=ROOT,
+            timeout=WAIT_S * 6,
+            check=False,
+        )
     finally:
         os.close(write)
     # Then it ends quietly, as Unix tools do: no traceback, no error line, status 1
@@ -288,8 +369,16 @@ def test_a_stdout_closed_midway_ends_the_command_quietly(tmp_path):
         board.close()
     proc = subprocess.run(
         f"'{sys.executable}' -m flowengine jobs list --board '{url}' | head -2; "
-        "echo \"status ${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
-        capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=WAIT_S * 6, check=False)
+        'echo "status ${PIPESTATUS[0]}"',
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=WAIT_S * 6,
+        check=False,
+    )
     # Then head shows the header and one job, and the command ends quietly
     lines = proc.stdout.splitlines()
     assert len(lines) == 3 and "job-0" in lines[1], proc.stdout

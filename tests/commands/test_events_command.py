@@ -30,19 +30,35 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def _conn(tmp_path) -> dict:
-    return {"transport": "filesystem",
-            "transport_options": {"data_folder": str(tmp_path / "bus")}}
+    return {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path / "bus")}}
 
 
 def _events_cmd(exchange: str, tmp_path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "flowengine", "events", "--exchange", exchange,
-            "--transport", "filesystem", "--transport-option",
-            f"data_folder={tmp_path / 'bus'}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "events",
+        "--exchange",
+        exchange,
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={tmp_path / 'bus'}",
+        *extra,
+    ]
 
 
 def _run_flow(exchange: str, tmp_path, count: int = 3) -> None:
-    engine = engines.load(sample_flows.steps(count), store={"v0": 0}, engine="worker-based",
-                          exchange=exchange, topics=["t"], events=True, **_conn(tmp_path))
+    engine = engines.load(
+        sample_flows.steps(count),
+        store={"v0": 0},
+        engine="worker-based",
+        exchange=exchange,
+        topics=["t"],
+        events=True,
+        **_conn(tmp_path),
+    )
     engine.run()
     assert engine.storage.fetch(f"v{count}") == count
 
@@ -54,8 +70,17 @@ def test_state_follows_a_request_and_a_worker():
     state.apply({**base, "type": "task-received", "clock": 2, "uuid": "u1", "name": "a"})
     state.apply({**base, "type": "task-started", "clock": 3, "uuid": "u1", "name": "a"})
     assert state.workers["w1"].status(time.time()) == "busy"
-    state.apply({**base, "type": "task-succeeded", "clock": 4, "uuid": "u1", "name": "a",
-                 "runtime": 0.25, "processed": 1})
+    state.apply(
+        {
+            **base,
+            "type": "task-succeeded",
+            "clock": 4,
+            "uuid": "u1",
+            "name": "a",
+            "runtime": 0.25,
+            "processed": 1,
+        }
+    )
     request = state.requests["u1"]
     assert (request.state, request.worker, request.runtime) == ("SUCCESS", "w1", 0.25)
     # the worker's processed count moves with the task's end, not its next heartbeat
@@ -70,17 +95,23 @@ def test_state_follows_a_request_and_a_worker():
 def test_json_prints_one_event_per_line(tmp_path):
     # Given `flowengine events --json` listening
     exchange = unique()
-    proc = subprocess.Popen(_events_cmd(exchange, tmp_path, "--json"), env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _events_cmd(exchange, tmp_path, "--json"),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # A reader thread: waits on the pipe stay bounded (queue.get timeout).
     stdout: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [stdout.put(x) for x in iter(proc.stdout.readline, "")]
-                     + [stdout.put("")], daemon=True).start()
+    threading.Thread(
+        target=lambda: [stdout.put(x) for x in iter(proc.stdout.readline, "")] + [stdout.put("")],
+        daemon=True,
+    ).start()
     try:
         assert "Listening for events" in proc.stderr.readline()
         # When a worker with events serves a 3-task flow
-        with running_worker(exchange, "t", [event_tasks.Step], events=True,
-                            **_conn(tmp_path)):
+        with running_worker(exchange, "t", [event_tasks.Step], events=True, **_conn(tmp_path)):
             _run_flow(exchange, tmp_path)
         # Then stdout holds nothing but JSON events, up to flow-finished
         lines = []
@@ -128,19 +159,36 @@ def test_live_view_in_a_pseudo_terminal(tmp_path):
     env = dict(_env(), COLUMNS="160", LINES="50", TERM="xterm-256color")
     env.pop("NO_COLOR", None)
     main_fd, child_fd = pty.openpty()
-    proc = subprocess.Popen(_events_cmd(exchange, tmp_path), env=env, stdin=child_fd,
-                            stdout=child_fd, stderr=child_fd, close_fds=True)
+    proc = subprocess.Popen(
+        _events_cmd(exchange, tmp_path),
+        env=env,
+        stdin=child_fd,
+        stdout=child_fd,
+        stderr=child_fd,
+        close_fds=True,
+    )
     os.close(child_fd)
     try:
         _read_until(main_fd, ["Listening for events"])
         # When a worker with events runs a 3-task flow
-        with running_worker(exchange, "t", [event_tasks.Step], events=True,
-                            **_conn(tmp_path)) as worker:
+        with running_worker(
+            exchange, "t", [event_tasks.Step], events=True, **_conn(tmp_path)
+        ) as worker:
             _run_flow(exchange, tmp_path)
             # Then the view shows the worker and each request's outcome
-            screen = _read_until(main_fd, ["Workers", "Requests", worker.worker_id,
-                                           "step-0", "step-1", "step-2", "SUCCESS",
-                                           "processed"])
+            screen = _read_until(
+                main_fd,
+                [
+                    "Workers",
+                    "Requests",
+                    worker.worker_id,
+                    "step-0",
+                    "step-1",
+                    "step-2",
+                    "SUCCESS",
+                    "processed",
+                ],
+            )
             assert "flow-finished" not in screen  # a view, not a log
     finally:
         proc.send_signal(signal.SIGINT)

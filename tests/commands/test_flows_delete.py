@@ -11,8 +11,10 @@ pytestmark = pytest.mark.broker
 
 
 def _two_flows(backend, tmp_path, book="tests"):
-    return [saved_uuid(run_flow(backend, "steps", tmp_path / f"ledger-{i}", book=book))
-            for i in range(2)]
+    return [
+        saved_uuid(run_flow(backend, "steps", tmp_path / f"ledger-{i}", book=book))
+        for i in range(2)
+    ]
 
 
 def test_delete_asks_first_and_does_nothing_without_a_yes(flows_backend, tmp_path):
@@ -24,8 +26,9 @@ def test_delete_asks_first_and_does_nothing_without_a_yes(flows_backend, tmp_pat
     # Then it asked, naming the flow, and deleted nothing
     for proc in (no, eof):
         assert proc.returncode == 1
-        assert f"Delete flow {gone} 'steps' (SUCCESS, 4 SUCCESS) from logbook 'tests'?" \
-            in proc.stderr
+        assert (
+            f"Delete flow {gone} 'steps' (SUCCESS, 4 SUCCESS) from logbook 'tests'?" in proc.stderr
+        )
         assert "nothing deleted" in proc.stderr
     assert {f["uuid"] for f in listed(flows_backend)[0]["flows"]} == {gone, kept}
     # When it is answered "y"
@@ -50,7 +53,8 @@ def test_delete_a_logbook_with_yes(flows_backend, tmp_path):
     assert "[y/N]" not in proc.stderr
     assert "Deleted logbook 'old' (" in proc.stdout and "and its 2 flow(s)" in proc.stdout
     assert [(b["name"], [f["uuid"] for f in b["flows"]]) for b in listed(flows_backend)] == [
-        ("new", [other])]
+        ("new", [other])
+    ]
 
 
 def test_delete_refuses_a_running_flow_unless_forced(tmp_path):
@@ -65,7 +69,8 @@ def test_delete_refuses_a_running_flow_unless_forced(tmp_path):
     assert refused.returncode == 2
     assert refused.stderr.strip() == (
         f"flowengine flows delete: refusing to delete a flow that may still be running:"
-        f" {uuid[:8]} 'steps' (RUNNING); pass --force if its engine is dead")
+        f" {uuid[:8]} 'steps' (RUNNING); pass --force if its engine is dead"
+    )
     # And --force deletes it
     forced = flowengine("flows", "delete", uuid, "--yes", "--force", "--backend", backend)
     assert forced.returncode == 0, forced.stderr

@@ -44,27 +44,33 @@ def test_list_shows_each_flow_with_state_times_and_atom_counts(flows_backend, tm
     # And the human table has a row per flow naming its short uuid and state
     proc = flowengine("flows", "list", "--backend", flows_backend)
     assert proc.returncode == 0, proc.stderr
-    rows = {line.split()[1]: line for line in proc.stdout.splitlines()
-            if line.strip().startswith("tests ")}
+    rows = {
+        line.split()[1]: line
+        for line in proc.stdout.splitlines()
+        if line.strip().startswith("tests ")
+    }
     assert set(rows) == {u[:8] for u in uuids.values()}
     assert "SUCCESS" in rows[uuids["guarded"][:8]] and "3 SUCCESS" in rows[uuids["guarded"][:8]]
     assert "1 REVERTED, 1 REVERT_FAILURE" in rows[uuids["failing"][:8]]
     # And the filters keep what they name
-    assert [f["name"] for b in listed(flows_backend, "--state", "failure") for f in b["flows"]] \
-        == ["failing"]
+    assert [f["name"] for b in listed(flows_backend, "--state", "failure") for f in b["flows"]] == [
+        "failing"
+    ]
     assert listed(flows_backend, "--book", "tests")[0]["name"] == "tests"
     proc = flowengine("flows", "list", "--backend", flows_backend, "--book", "nope")
     assert proc.returncode == 2 and "no logbook named 'nope'" in proc.stderr
 
 
-def test_show_gives_atoms_in_order_results_failures_and_retry_history(flows_backend,
-                                                                      tmp_path):
+def test_show_gives_atoms_in_order_results_failures_and_retry_history(flows_backend, tmp_path):
     uuids = _run_three(flows_backend, tmp_path)
     # A successful flow: atoms in execution order, the retry's two attempts
     ok = shown(flows_backend, uuids["guarded"][:6])
     assert ok["state"] == "SUCCESS" and ok["book"]["name"] == "tests"
     assert [(a["name"], a["type"], a["state"]) for a in ok["atoms"]] == [
-        ("a", "task", "SUCCESS"), ("again", "retry", "SUCCESS"), ("wobbly", "task", "SUCCESS")]
+        ("a", "task", "SUCCESS"),
+        ("again", "retry", "SUCCESS"),
+        ("wobbly", "task", "SUCCESS"),
+    ]
     assert ok["atoms"][2]["result"] == "steady"
     history = ok["atoms"][1]["history"]
     assert len(history) == 2
@@ -82,7 +88,9 @@ def test_show_gives_atoms_in_order_results_failures_and_retry_history(flows_back
     # A REVERTED one: every atom reverted, the failure kept
     reverted = shown(flows_backend, uuids["reverting"])
     assert [(a["name"], a["state"], a["intention"]) for a in reverted["atoms"]] == [
-        ("a", "REVERTED", "REVERT"), ("flaky", "REVERTED", "REVERT")]
+        ("a", "REVERTED", "REVERT"),
+        ("flaky", "REVERTED", "REVERT"),
+    ]
     # And the human form says the same, traceback included
     proc = flowengine("flows", "show", uuids["failing"][:8], "--backend", flows_backend)
     assert proc.returncode == 0, proc.stderr

@@ -23,9 +23,20 @@ pytestmark = pytest.mark.broker
 
 def _killed_mid_flow(backend, ledger_path, *engine_args):
     """`flowengine run --backend` killed with SIGKILL while task b runs: (uuid, its pid)."""
-    run = Background("run", f"{FLOWS_MODULE}:steps", "--backend", backend, "--book", "crash",
-                     "--store", f"ledger={ledger_path}", "--store", "block=b",
-                     "--no-progress", *engine_args)
+    run = Background(
+        "run",
+        f"{FLOWS_MODULE}:steps",
+        "--backend",
+        backend,
+        "--book",
+        "crash",
+        "--store",
+        f"ledger={ledger_path}",
+        "--store",
+        "block=b",
+        "--no-progress",
+        *engine_args,
+    )
     try:
         uuid = run.wait_for("flowengine run: flow ").split()[3]
         run.wait_for("BLOCKED b")
@@ -43,7 +54,11 @@ def test_resume_after_kill_9_runs_only_what_had_not_finished(flows_backend, tmp_
     flow = shown(flows_backend, uuid)
     assert flow["state"] == "RUNNING"
     assert [(a["name"], a["state"]) for a in flow["atoms"]] == [
-        ("a", "SUCCESS"), ("b", "RUNNING"), ("c", "PENDING"), ("report", "PENDING")]
+        ("a", "SUCCESS"),
+        ("b", "RUNNING"),
+        ("c", "PENDING"),
+        ("report", "PENDING"),
+    ]
     # When it is resumed from the command line, by a prefix of its uuid
     proc = flowengine("flows", "resume", uuid[:8], "--backend", flows_backend, "--no-progress")
     # Then a did not run again, b ran again, c and report ran once
@@ -57,8 +72,9 @@ def test_resume_after_kill_9_runs_only_what_had_not_finished(flows_backend, tmp_
     # And a SUCCESS flow is not resumed again
     again = flowengine("flows", "resume", uuid, "--backend", flows_backend)
     assert again.returncode == 2
-    assert again.stderr.strip() == (f"flowengine flows resume: flow {uuid[:8]} 'steps' is"
-                                    " already SUCCESS: nothing to resume")
+    assert again.stderr.strip() == (
+        f"flowengine flows resume: flow {uuid[:8]} 'steps' is already SUCCESS: nothing to resume"
+    )
     assert ledger(path) == ["a", "b", "b", "c", "report"]
 
 
@@ -66,8 +82,17 @@ def test_resume_refuses_a_flow_whose_engine_is_alive(tmp_path):
     backend = f"sqlite:///{tmp_path}/flows.db"
     path = tmp_path / "ledger"
     # Given an engine process blocked in task b
-    run = Background("run", f"{FLOWS_MODULE}:steps", "--backend", backend,
-                     "--store", f"ledger={path}", "--store", "block=b", "--no-progress")
+    run = Background(
+        "run",
+        f"{FLOWS_MODULE}:steps",
+        "--backend",
+        backend,
+        "--store",
+        f"ledger={path}",
+        "--store",
+        "block=b",
+        "--no-progress",
+    )
     try:
         uuid = run.wait_for("flowengine run: flow ").split()[3]
         run.wait_for("BLOCKED b")
@@ -90,8 +115,15 @@ def test_resume_refuses_a_flow_whose_engine_is_alive(tmp_path):
 def test_resume_refuses_a_flow_without_a_factory(tmp_path):
     backend = f"dir:{tmp_path}/store"
     # Given a flow saved from a flow object (no factory to rebuild it with)
-    proc = flowengine("run", f"{FLOWS_MODULE}:FLOW_OBJECT", "--backend", backend,
-                      "--store", f"ledger={tmp_path}/ledger", "--no-progress")
+    proc = flowengine(
+        "run",
+        f"{FLOWS_MODULE}:FLOW_OBJECT",
+        "--backend",
+        backend,
+        "--store",
+        f"ledger={tmp_path}/ledger",
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "is a flow object, not a factory" in proc.stderr
     uuid = saved_uuid(proc)
@@ -109,11 +141,19 @@ def test_resume_names_the_directory_a_factory_was_imported_from(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     (project / "localflows.py").write_text(
-        "from tests.commands.ledger_flows import steps\n\n\ndef make():\n"
-        "    return steps()\n")
+        "from tests.commands.ledger_flows import steps\n\n\ndef make():\n    return steps()\n"
+    )
     backend = f"sqlite:///{tmp_path}/flows.db"
-    proc = flowengine("run", "localflows:make", "--backend", backend, "--no-progress",
-                      "--store", f"ledger={tmp_path}/ledger", cwd=project)
+    proc = flowengine(
+        "run",
+        "localflows:make",
+        "--backend",
+        backend,
+        "--no-progress",
+        "--store",
+        f"ledger={tmp_path}/ledger",
+        cwd=project,
+    )
     assert proc.returncode == 0, proc.stderr
     uuid = saved_uuid(proc)
     _mark_running_by_a_dead_process(backend, uuid)
@@ -123,11 +163,13 @@ def test_resume_names_the_directory_a_factory_was_imported_from(tmp_path):
     assert elsewhere.returncode == 2
     assert elsewhere.stderr.startswith(
         f"flowengine flows resume: cannot rebuild flow {uuid[:8]}: Could not import factory"
-        f" 'localflows.make': No module named 'localflows'")
+        f" 'localflows.make': No module named 'localflows'"
+    )
     assert f"it was imported from {project}: run from there" in elsewhere.stderr
     # And from that directory it resumes
-    there = flowengine("flows", "resume", uuid, "--backend", backend, "--force",
-                       "--no-progress", cwd=project)
+    there = flowengine(
+        "flows", "resume", uuid, "--backend", backend, "--force", "--no-progress", cwd=project
+    )
     assert there.returncode == 0, there.stderr
 
 
@@ -150,8 +192,16 @@ def test_resume_on_the_worker_based_engine_after_kill_9(tmp_path):
     path = tmp_path / "ledger"
     bus = tmp_path / "bus"
     bus.mkdir()
-    broker = ["--exchange", unique(), "--topic", "t", "--transport", "filesystem",
-              "--transport-option", f"data_folder={bus}"]
+    broker = [
+        "--exchange",
+        unique(),
+        "--topic",
+        "t",
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={bus}",
+    ]
     worker = Background("worker", *broker, "--tasks", FLOWS_MODULE, "--threads", "4")
     try:
         worker.wait_for("serves topic")
@@ -160,8 +210,17 @@ def test_resume_on_the_worker_based_engine_after_kill_9(tmp_path):
         assert ledger(path) == ["a", "b"]
         assert shown(backend, uuid)["engine"] == "worker-based"
         # When the flow is resumed on the worker-based engine
-        proc = flowengine("flows", "resume", uuid, "--backend", backend, "--no-progress",
-                          "--engine", "worker-based", *broker)
+        proc = flowengine(
+            "flows",
+            "resume",
+            uuid,
+            "--backend",
+            backend,
+            "--no-progress",
+            "--engine",
+            "worker-based",
+            *broker,
+        )
         # Then only the unfinished tasks ran again, on the worker
         assert proc.returncode == 0, proc.stderr
         assert ledger(path) == ["a", "b", "b", "c", "report"]
@@ -178,9 +237,20 @@ def test_resume_on_the_worker_based_engine_after_kill_9(tmp_path):
 
 def _killed_worker_based(backend, path, worker, broker):
     """`flowengine run --engine worker-based --backend` killed while task b runs remotely."""
-    run = Background("run", f"{FLOWS_MODULE}:steps", "--backend", backend,
-                     "--store", f"ledger={path}", "--store", "block=b", "--no-progress",
-                     "--engine", "worker-based", *broker)
+    run = Background(
+        "run",
+        f"{FLOWS_MODULE}:steps",
+        "--backend",
+        backend,
+        "--store",
+        f"ledger={path}",
+        "--store",
+        "block=b",
+        "--no-progress",
+        "--engine",
+        "worker-based",
+        *broker,
+    )
     try:
         uuid = run.wait_for("flowengine run: flow ").split()[3]
         worker.wait_for("BLOCKED b")  # inside the worker process

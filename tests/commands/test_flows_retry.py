@@ -12,14 +12,18 @@ from tests.commands.flows_helpers import flowengine, ledger, run_flow, saved_uui
 pytestmark = pytest.mark.broker
 
 
-@pytest.mark.parametrize("factory, first_state, first_run", [
-    # a's revert fails too: FAILURE, which TaskFlow's engine would not reset
-    ("failing", "FAILURE", ["a", "flaky", "revert flaky", "revert a"]),
-    # a clean revert: REVERTED, which the engine resets itself (as TaskFlow's)
-    ("reverting", "REVERTED", ["a", "flaky", "revert flaky", "revert a"]),
-])
-def test_retry_runs_a_failed_flow_again_and_it_succeeds(flows_backend, tmp_path, factory,
-                                                        first_state, first_run):
+@pytest.mark.parametrize(
+    "factory, first_state, first_run",
+    [
+        # a's revert fails too: FAILURE, which TaskFlow's engine would not reset
+        ("failing", "FAILURE", ["a", "flaky", "revert flaky", "revert a"]),
+        # a clean revert: REVERTED, which the engine resets itself (as TaskFlow's)
+        ("reverting", "REVERTED", ["a", "flaky", "revert flaky", "revert a"]),
+    ],
+)
+def test_retry_runs_a_failed_flow_again_and_it_succeeds(
+    flows_backend, tmp_path, factory, first_state, first_run
+):
     # Given a flow whose task failed on its first run
     path = tmp_path / "ledger"
     proc = run_flow(flows_backend, factory, path)
@@ -36,7 +40,9 @@ def test_retry_runs_a_failed_flow_again_and_it_succeeds(flows_backend, tmp_path,
     flow = shown(flows_backend, uuid)
     assert flow["state"] == "SUCCESS"
     assert [(a["name"], a["state"], a["intention"], a["failure"]) for a in flow["atoms"]] == [
-        ("a", "SUCCESS", "EXECUTE", None), ("flaky", "SUCCESS", "EXECUTE", None)]
+        ("a", "SUCCESS", "EXECUTE", None),
+        ("flaky", "SUCCESS", "EXECUTE", None),
+    ]
     # And what the discarded attempt ended with is kept for `flows show`
     (attempt,) = flow["retries"]
     assert attempt["state"] == first_state

@@ -32,8 +32,13 @@ def _need_dot() -> None:
 
 
 def _flowengine(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "flowengine", *args], capture_output=True,
-                          text=True, env=env or _env(), timeout=WAIT_S)
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", *args],
+        capture_output=True,
+        text=True,
+        env=env or _env(),
+        timeout=WAIT_S,
+    )
 
 
 def test_dot_shows_clusters_atoms_edges_and_the_retry():
@@ -53,16 +58,16 @@ def test_graph_command_writes_dot_without_graphviz(tmp_path):
     env = dict(_env(), PATH=str(tmp_path))
     # When DOT output is asked for, it is written
     out = tmp_path / "flow.dot"
-    proc = _flowengine("graph", "tests.commands.sample_flows:nested", "-o", str(out),
-                       env=env)
+    proc = _flowengine("graph", "tests.commands.sample_flows:nested", "-o", str(out), env=env)
     assert proc.returncode == 0, proc.stderr
     assert out.read_text().startswith("digraph flow {")
     # And on stdout by default
     proc = _flowengine("graph", "tests.commands.sample_flows:nested", env=env)
     assert proc.returncode == 0 and "subgraph cluster_" in proc.stdout
     # But SVG says what is missing
-    proc = _flowengine("graph", "tests.commands.sample_flows:nested", "-o",
-                       str(tmp_path / "flow.svg"), env=env)
+    proc = _flowengine(
+        "graph", "tests.commands.sample_flows:nested", "-o", str(tmp_path / "flow.svg"), env=env
+    )
     assert proc.returncode == 3 and "apt-get install graphviz" in proc.stderr
 
 
@@ -89,7 +94,7 @@ def test_engine_draw_colours_atoms_by_state(tmp_path):
     engine = engines.load(sample_flows.steps(2), store={"v0": 0})
     engine.run()
     dot = engine.draw()
-    assert dot.count(f"fillcolor=\"{graph_draw.STATE_COLOURS['SUCCESS']}\"") == 2
+    assert dot.count(f'fillcolor="{graph_draw.STATE_COLOURS["SUCCESS"]}"') == 2
     assert "[SUCCESS]" in dot
     if graph_draw.dot_program() is not None:
         engine.draw(str(tmp_path / "run.svg"))
@@ -117,13 +122,30 @@ def test_run_command_on_a_worker_prints_results_and_remote_timings(tmp_path):
     # Given a worker serving Step over the filesystem transport
     exchange = unique()
     folder = str(tmp_path / "bus")
-    with running_worker(exchange, "t", [event_tasks.Step], transport="filesystem",
-                        transport_options={"data_folder": folder}):
+    with running_worker(
+        exchange,
+        "t",
+        [event_tasks.Step],
+        transport="filesystem",
+        transport_options={"data_folder": folder},
+    ):
         # When `flowengine run --engine worker-based` runs a 3-step flow there
-        proc = _flowengine("run", "tests.commands.sample_flows:steps", "--store", "v0=1",
-                           "--engine", "worker-based", "--exchange", exchange,
-                           "--topic", "t", "--transport", "filesystem",
-                           "--transport-option", f"data_folder={folder}")
+        proc = _flowengine(
+            "run",
+            "tests.commands.sample_flows:steps",
+            "--store",
+            "v0=1",
+            "--engine",
+            "worker-based",
+            "--exchange",
+            exchange,
+            "--topic",
+            "t",
+            "--transport",
+            "filesystem",
+            "--transport-option",
+            f"data_folder={folder}",
+        )
     # Then the results and each remote atom's timings are printed
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["v3"] == 4

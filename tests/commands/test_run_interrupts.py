@@ -20,12 +20,24 @@ RUN_TIMEOUT_S = 60
 
 
 def _start() -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    return subprocess.Popen([sys.executable, "-m", "flowengine", "run",
-                             "tests.commands.slow_flows:three_steps", "--no-progress"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "run",
+            "tests.commands.slow_flows:three_steps",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _wait_for(proc: subprocess.Popen, text: str) -> list[str]:

@@ -32,7 +32,8 @@ def test_a_failure_in_run_results_is_its_type_and_message():
     failure = Failure.from_exception(RuntimeError("nope"))
     assert jsonable({"y": failure, "x": 1}) == {
         "y": {"failure": {"exc_type_names": ["RuntimeError", "Exception"], "message": "nope"}},
-        "x": 1}
+        "x": 1,
+    }
 
 
 def test_an_expired_request_is_named_by_uuid_action_and_task_not_by_its_state():

@@ -44,8 +44,10 @@ class Verdict:
         return found
 
     def summary(self) -> str:
-        return (f"done once {len(self.done_once)}, duplicated {len(self.duplicated)}"
-                f" {self.duplicated[:5]}, lost {len(self.lost)} {self.lost[:5]}")
+        return (
+            f"done once {len(self.done_once)}, duplicated {len(self.duplicated)}"
+            f" {self.duplicated[:5]}, lost {len(self.lost)} {self.lost[:5]}"
+        )
 
 
 def check(path: str, expected: list[tuple[str, str]]) -> Verdict:
@@ -63,6 +65,7 @@ def check(path: str, expected: list[tuple[str, str]]) -> Verdict:
         verdict.cut.setdefault((job, task_name), []).append((pid, start))
     for key in expected:
         n = len(runs.get(key, []))
-        (verdict.done_once if n == 1 else verdict.lost if n == 0
-         else verdict.duplicated).append(key)
+        (verdict.done_once if n == 1 else verdict.lost if n == 0 else verdict.duplicated).append(
+            key
+        )
     return verdict

@@ -69,23 +69,45 @@ class Fleet:
         self._count += 1
         name = f"c{self._count}"
         log_path = os.path.join(self.workdir, f"{name}.log")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
-        cmd = [sys.executable, "-m", "flowengine", "conductor", "--board", self.board_url,
-               "--persistence", self.persistence_url, "--name", name,
-               "--concurrency", str(concurrency),
-               "--board-option", f"lease_s={self.lease_s}", *self.extra]
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p),
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "conductor",
+            "--board",
+            self.board_url,
+            "--persistence",
+            self.persistence_url,
+            "--name",
+            name,
+            "--concurrency",
+            str(concurrency),
+            "--board-option",
+            f"lease_s={self.lease_s}",
+            *self.extra,
+        ]
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    cwd=self.workdir, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         member = Conductor(name, proc, log_path)
         self.members.append(member)
         if wait:
             self.wait_log(member, "ready on board")
         return member
 
-    def wait_log(self, member: Conductor, pattern: str,
-                 timeout_s: float = START_TIMEOUT_S) -> re.Match:
+    def wait_log(
+        self, member: Conductor, pattern: str, timeout_s: float = START_TIMEOUT_S
+    ) -> re.Match:
         """Wait (bounded) for a line matching ``pattern`` in the member's log."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -93,11 +115,14 @@ class Fleet:
             if found:
                 return found
             if not member.alive() and not re.search(pattern, member.log()):
-                raise AssertionError(f"{member.name} exited ({member.proc.returncode})"
-                                     f" before logging {pattern!r}:\n{member.log()[-3000:]}")
+                raise AssertionError(
+                    f"{member.name} exited ({member.proc.returncode})"
+                    f" before logging {pattern!r}:\n{member.log()[-3000:]}"
+                )
             time.sleep(POLL_S)
-        raise AssertionError(f"{member.name} did not log {pattern!r} in {timeout_s} s:\n"
-                             f"{member.log()[-3000:]}")
+        raise AssertionError(
+            f"{member.name} did not log {pattern!r} in {timeout_s} s:\n{member.log()[-3000:]}"
+        )
 
     def by_pid(self, pid: int) -> Conductor:
         return next(m for m in self.members if m.pid == pid)
@@ -111,8 +136,11 @@ class Fleet:
             member.proc.wait(STOP_TIMEOUT_S)
 
     def killed_pids(self) -> set[int]:
-        return {m.pid for m in self.members if m.killed or
-                (m.proc.poll() is not None and m.proc.returncode < 0)}
+        return {
+            m.pid
+            for m in self.members
+            if m.killed or (m.proc.poll() is not None and m.proc.returncode < 0)
+        }
 
     def replace_dead(self, keep: int, concurrency: int = 1) -> None:
         """Start new conductors until ``keep`` are alive (the supervisor)."""
@@ -153,8 +181,9 @@ class Fleet:
         return out
 
 
-def post(board: Any, persistence: Any, factory: Any, store: dict[str, Any],
-         name: str = "job") -> Any:
+def post(
+    board: Any, persistence: Any, factory: Any, store: dict[str, Any], name: str = "job"
+) -> Any:
     """Save ``factory`` and ``store`` to persistence and post a job running them."""
     book = models.LogBook(name)
     flow = factory()

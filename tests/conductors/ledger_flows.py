@@ -22,8 +22,10 @@ from flowengine.patterns import linear_flow as lf
 
 def record(ledger: str, job: str, name: str, ev: str) -> None:
     """Append one record to the ledger."""
-    line = json.dumps({"job": job, "task": name, "pid": os.getpid(), "ev": ev,
-                       "t": time.time()}) + "\n"
+    line = (
+        json.dumps({"job": job, "task": name, "pid": os.getpid(), "ev": ev, "t": time.time()})
+        + "\n"
+    )
     fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())

@@ -26,15 +26,23 @@ COMMAND_TIMEOUT_S = 60
 def cli(redis_url, tmp_path):
     board = Boards("redis", redis_url).url
     persistence = f"sqlite:///{tmp_path}/flows.db"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p),
+    )
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "flowengine", "jobs", args[0], "--board", board, *args[1:]]
         if args[0] == "post":
             cmd += ["--persistence", persistence]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(tmp_path),
-                              timeout=COMMAND_TIMEOUT_S)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=str(tmp_path),
+            timeout=COMMAND_TIMEOUT_S,
+        )
         if check and proc.returncode != 0:
             raise AssertionError(f"{cmd} exited {proc.returncode}: {proc.stderr}")
         return proc
@@ -51,9 +59,17 @@ def _fleet(cli, **board_options) -> fleet.Fleet:
 def test_post_list_show_then_a_conductor_runs_it(cli):
     ledger = os.path.join(cli.tmp, "ledger.jsonl")
     # Given a job posted from the shell, with a secret among its inputs
-    posted = cli("post", "tests.conductors.ledger_flows:chain_factory", "--store",
-                 f"ledger={json.dumps(ledger)}", "--store", "job=j1", "--store",
-                 'api_token="s3cret"', "--json")
+    posted = cli(
+        "post",
+        "tests.conductors.ledger_flows:chain_factory",
+        "--store",
+        f"ledger={json.dumps(ledger)}",
+        "--store",
+        "job=j1",
+        "--store",
+        'api_token="s3cret"',
+        "--json",
+    )
     uuid = json.loads(posted.stdout)["uuid"]
     listed = json.loads(cli("list", "--json").stdout)
     assert [j["uuid"] for j in listed] == [uuid] and listed[0]["state"] == "UNCLAIMED"
@@ -81,13 +97,19 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
     # And an empty listing says where finished jobs went
     empty = cli("list")
     assert empty.stdout == "" and "Finished jobs leave the listing" in empty.stderr
-    outcome = [line for line in cli("show", uuid).stdout.splitlines()
-               if line.startswith("Outcome")]
+    outcome = [line for line in cli("show", uuid).stdout.splitlines() if line.startswith("Outcome")]
     assert len(outcome) == 1 and " succeeded by c1 at 20" in outcome[0]  # an ISO date
     # And the finished listing shows how, when and by whom it ended
     finished = cli("list", "--finished").stdout.splitlines()
-    assert finished[0].split() == ["UUID", "OUTCOME", "FINISHED", "ATTEMPTS", "NAME", "WHO",
-                                   "REASON"]
+    assert finished[0].split() == [
+        "UUID",
+        "OUTCOME",
+        "FINISHED",
+        "ATTEMPTS",
+        "NAME",
+        "WHO",
+        "REASON",
+    ]
     job_id, how, when, attempts, _name, who, reason = finished[1].split()
     assert (job_id, how, attempts, who, reason) == (uuid, "succeeded", "1", "c1", "-")
     assert when.startswith("20") and when.endswith("+00:00")  # ISO, UTC
@@ -99,9 +121,20 @@ def test_post_list_show_then_a_conductor_runs_it(cli):
 def test_a_conductors_flows_read_like_flowengine_runs(cli):
     # Given two jobs of one kind posted from the shell
     ledger = os.path.join(cli.tmp, "ledger.jsonl")
-    uuids = [json.loads(cli("post", "tests.conductors.ledger_flows:backwards_factory",
-                            "--store", f"ledger={json.dumps(ledger)}", "--store",
-                            f"job=b{i}", "--json").stdout)["uuid"] for i in range(2)]
+    uuids = [
+        json.loads(
+            cli(
+                "post",
+                "tests.conductors.ledger_flows:backwards_factory",
+                "--store",
+                f"ledger={json.dumps(ledger)}",
+                "--store",
+                f"job=b{i}",
+                "--json",
+            ).stdout
+        )["uuid"]
+        for i in range(2)
+    ]
     # When a conductor runs them
     conductors = _fleet(cli)
     try:
@@ -112,9 +145,23 @@ def test_a_conductors_flows_read_like_flowengine_runs(cli):
         conductors.stop()
 
     def flows(*args: str) -> Any:
-        proc = subprocess.run([sys.executable, "-m", "flowengine", "flows", *args, "--backend",
-                               cli.persistence, "--json"], capture_output=True, text=True,
-                              env=cli.env, cwd=cli.tmp, timeout=COMMAND_TIMEOUT_S)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "flowengine",
+                "flows",
+                *args,
+                "--backend",
+                cli.persistence,
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=cli.env,
+            cwd=cli.tmp,
+            timeout=COMMAND_TIMEOUT_S,
+        )
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout)
 
@@ -131,8 +178,9 @@ def test_a_conductors_flows_read_like_flowengine_runs(cli):
 
 
 def test_wait_times_out_with_124(cli):
-    uuid = json.loads(cli("post", "tests.conductors.ledger_flows:short_factory",
-                          "--json").stdout)["uuid"]
+    uuid = json.loads(cli("post", "tests.conductors.ledger_flows:short_factory", "--json").stdout)[
+        "uuid"
+    ]
     waited = cli("wait", uuid, "--timeout", "0.2", check=False)
     assert waited.returncode == 124 and "no outcome after 0.2 s" in waited.stderr
 
@@ -150,8 +198,14 @@ def test_trash_then_requeue(cli):
 
 def test_a_poison_job_is_listed_dead_and_can_be_requeued(cli):
     ledger = os.path.join(cli.tmp, "ledger.jsonl")
-    uuid = cli("post", "tests.conductors.ledger_flows:poison_factory", "--store",
-               f"ledger={json.dumps(ledger)}", "--store", "job=p").stdout.strip()
+    uuid = cli(
+        "post",
+        "tests.conductors.ledger_flows:poison_factory",
+        "--store",
+        f"ledger={json.dumps(ledger)}",
+        "--store",
+        "job=p",
+    ).stdout.strip()
     conductors = _fleet(cli, max_attempts=1)
     try:
         conductors.start()
@@ -171,7 +225,10 @@ def test_mistakes_are_one_line(cli):
     assert len(bad.stderr.strip().splitlines()) == 1
     unknown = cli("show", "no-such-job", check=False)
     assert unknown.returncode == 1 and "No job no-such-job" in unknown.stderr
-    board = subprocess.run([sys.executable, "-m", "flowengine", "jobs", "list", "--board",
-                            "consul://127.0.0.1:1/"], capture_output=True, text=True,
-                           timeout=COMMAND_TIMEOUT_S)
+    board = subprocess.run(
+        [sys.executable, "-m", "flowengine", "jobs", "list", "--board", "consul://127.0.0.1:1/"],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
     assert board.returncode == 1 and "Could not find jobboard 'consul'" in board.stderr

@@ -48,13 +48,15 @@ pytestmark = pytest.mark.slow
 
 #: Every conductor kind on the memory board; the nonblocking one (threads,
 #: the board shared between them) on every other board.
-COMBINATIONS = [pytest.param(c, b, id=f"{c}-{b}", marks=[pytest.mark.broker] if b == "redis"
-                             else []) for b in BOARD_KINDS for c in sorted(KINDS)
-                if b == "memory" or c == "nonblocking"]
+COMBINATIONS = [
+    pytest.param(c, b, id=f"{c}-{b}", marks=[pytest.mark.broker] if b == "redis" else [])
+    for b in BOARD_KINDS
+    for c in sorted(KINDS)
+    if b == "memory" or c == "nonblocking"
+]
 
 
-BOARDS = [pytest.param(b, marks=[pytest.mark.broker] if b == "redis" else [])
-          for b in BOARD_KINDS]
+BOARDS = [pytest.param(b, marks=[pytest.mark.broker] if b == "redis" else []) for b in BOARD_KINDS]
 
 
 @pytest.fixture
@@ -82,8 +84,9 @@ def setup(request, boards, conductor_kind):
     kind, kwargs = KINDS[conductor_kind]
     persistence = impl_memory.MemoryBackend()
     board = boards.make(persistence=persistence, connect=False, lease_s=1.0, backoff_s=0.05)
-    conductor = conductors.fetch(kind, "testing", board, persistence=persistence,
-                                 wait_timeout=0.1, **kwargs)
+    conductor = conductors.fetch(
+        kind, "testing", board, persistence=persistence, wait_timeout=0.1, **kwargs
+    )
     conductor.connect()
     events: dict[str, threading.Event] = {}
 
@@ -209,11 +212,17 @@ def test_store_from_job_and_flow_detail(setup, where):
     conductor, board, persistence, _ = setup
     values = {"x": True, "y": False, "z": None}
     job_store = values if where == "job" else {"z": None} if where == "both" else {}
-    meta = {"store": values} if where == "flow" else {"store": {"x": True, "y": False}} \
-        if where == "both" else None
+    meta = (
+        {"store": values}
+        if where == "flow"
+        else {"store": {"x": True, "y": False}}
+        if where == "both"
+        else None
+    )
     with running(conductor):
-        job, lb, fd = post(board, persistence, flows.store_factory,
-                           details={"store": job_store}, meta=meta)
+        job, lb, fd = post(
+            board, persistence, flows.store_factory, details={"store": job_store}, meta=meta
+        )
         assert job.wait(WAIT_S)
     assert stored_flow(persistence, lb, fd).state == st.SUCCESS
 
@@ -298,8 +307,9 @@ class _StoreDownAtFirst(impl_memory.MemoryBackend):
             def get_logbook(self, book_uuid, lazy=False):
                 if backend.failures_left:
                     backend.failures_left -= 1
-                    raise exceptions.StorageFailure("Storage backend internal error:"
-                                                    " ConnectionLoss")
+                    raise exceptions.StorageFailure(
+                        "Storage backend internal error: ConnectionLoss"
+                    )
                 return super().get_logbook(book_uuid, lazy=lazy)
 
         return Connection(self)
@@ -310,8 +320,9 @@ def test_a_store_unreachable_when_the_flow_loads_fails_the_attempt_not_the_job(b
     # Given a conductor whose store cannot be read the first time a job loads
     persistence = _StoreDownAtFirst()
     board = boards.make(persistence=persistence, connect=False, lease_s=1.0, backoff_s=0.05)
-    conductor = conductors.fetch("nonblocking", "testing", board, persistence=persistence,
-                                 wait_timeout=0.1)
+    conductor = conductors.fetch(
+        "nonblocking", "testing", board, persistence=persistence, wait_timeout=0.1
+    )
     conductor.connect()
     with running(conductor):
         job, _lb, _fd = post(board, persistence, flows.ok_factory)
@@ -326,11 +337,16 @@ def test_a_store_unreachable_when_the_flow_loads_fails_the_attempt_not_the_job(b
 def test_engine_named_by_the_job(setup):
     conductor, board, persistence, _ = setup
     seen = []
-    conductor.notifier.register("running_start", lambda e, details: seen.append(
-        type(details["engine"]).__name__))
+    conductor.notifier.register(
+        "running_start", lambda e, details: seen.append(type(details["engine"]).__name__)
+    )
     with running(conductor):
-        job, *_ = post(board, persistence, flows.ok_factory,
-                       details={"engine": "parallel", "engine_options": {"max_workers": 2}})
+        job, *_ = post(
+            board,
+            persistence,
+            flows.ok_factory,
+            details={"engine": "parallel", "engine_options": {"max_workers": 2}},
+        )
         assert job.wait(WAIT_S)
     assert seen == ["ParallelActionEngine"]
 

@@ -52,17 +52,25 @@ class Env:
         with contextlib.closing(self.persistence.get_connection()) as conn:
             conn.upgrade()
         self.board_url = board_url
-        self.board = backends.fetch("flowengine", {"board": board_url, "lease_s": LEASE_S,
-                                                    **board_options},
-                                    persistence=self.persistence)
+        self.board = backends.fetch(
+            "flowengine",
+            {"board": board_url, "lease_s": LEASE_S, **board_options},
+            persistence=self.persistence,
+        )
         self.board.connect()
         extra = [a for k, v in board_options.items() for a in ("--board-option", f"{k}={v}")]
-        self.fleet = fleet.Fleet(self.workdir, board_url, self.persistence_url, LEASE_S,
-                                 extra=extra)
+        self.fleet = fleet.Fleet(
+            self.workdir, board_url, self.persistence_url, LEASE_S, extra=extra
+        )
 
     def post(self, factory, key: str, **store) -> object:
-        return fleet.post(self.board, self.persistence, factory,
-                          {"ledger": self.ledger, "job": key, **store}, name=key)
+        return fleet.post(
+            self.board,
+            self.persistence,
+            factory,
+            {"ledger": self.ledger, "job": key, **store},
+            name=key,
+        )
 
     def wait_record(self, predicate, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
@@ -71,8 +79,9 @@ class Env:
                 if predicate(rec):
                     return rec
             time.sleep(fleet.POLL_S)
-        raise AssertionError(f"no such ledger record within {timeout_s} s:"
-                             f" {checker.read(self.ledger)[-10:]}")
+        raise AssertionError(
+            f"no such ledger record within {timeout_s} s: {checker.read(self.ledger)[-10:]}"
+        )
 
     def flow_results(self, job) -> dict:
         with contextlib.closing(self.persistence.get_connection()) as conn:
@@ -115,8 +124,10 @@ def test_kill9_owner_mid_task_another_resumes(env_factory, kind):
     # When the owner is killed -9 in the middle of t1
     env.fleet.kill(owner)
     # Then another conductor re-claims it within the lease (plus slack) and finishes it
-    again = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start"
-                            and r["pid"] != owner.pid, RECLAIM_WITHIN_S)
+    again = env.wait_record(
+        lambda r: r["task"] == "t1" and r["ev"] == "start" and r["pid"] != owner.pid,
+        RECLAIM_WITHIN_S,
+    )
     outcome = env.board.wait_for_outcome(job, JOB_DONE_S)
     assert outcome is not None and outcome.outcome == "succeeded"
     verdict = checker.check(env.ledger, [("j1", "t0"), ("j1", "t1"), ("j1", "t2")])
@@ -158,12 +169,16 @@ def test_sigstop_past_the_lease_its_consume_and_writes_are_refused(env_factory, 
     assert [pid for pid, *_ in verdict.runs[("j1", "t2")]] == [other.pid]
 
 
-@pytest.mark.parametrize("kind,server_fixture", [("redis", "persistent_redis"),
-                                                  ("postgresql", "private_pg"),
-                                                  ("zookeeper", "private_zookeeper"),
-                                                  ("etcd", "private_etcd")])
-def test_board_server_restart_mid_job_the_job_completes(request, env_factory, kind,
-                                                        server_fixture):
+@pytest.mark.parametrize(
+    "kind,server_fixture",
+    [
+        ("redis", "persistent_redis"),
+        ("postgresql", "private_pg"),
+        ("zookeeper", "private_zookeeper"),
+        ("etcd", "private_etcd"),
+    ],
+)
+def test_board_server_restart_mid_job_the_job_completes(request, env_factory, kind, server_fixture):
     # Given a board server that keeps its data across a restart, and one conductor
     server = request.getfixturevalue(server_fixture)
     base = server.url + ("/flowengine-test/jobs" if kind == "zookeeper" else "")
@@ -235,8 +250,7 @@ def test_many_short_jobs_over_four_conductors_with_kills(env_factory, kind):
         jobs += [env.post(ledger_flows.short_factory, f"s{i}") for i in range(low, high)]
         if kills == STRESS_KILLS:
             break
-        _wait_for_board(env, lambda: len(jobs) - env.board.job_count > finished_before,
-                        deadline)
+        _wait_for_board(env, lambda: len(jobs) - env.board.job_count > finished_before, deadline)
         env.fleet.kill(rng.choice([m for m in env.fleet.members if m.alive()]))
         kills += 1
         env.fleet.replace_dead(4)
@@ -270,10 +284,13 @@ def test_sigterm_gives_the_job_back_at_once(env_factory, kind):
     # When that one gets SIGTERM
     env.fleet.kill(first, signal.SIGTERM)
     # Then the other takes the job over before the first one's task even ended
-    taken = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "start"
-                            and r["pid"] == second.pid, RECLAIM_WITHIN_S)
-    first_end = env.wait_record(lambda r: r["task"] == "t1" and r["ev"] == "end"
-                                and r["pid"] == first.pid, JOB_DONE_S)
+    taken = env.wait_record(
+        lambda r: r["task"] == "t1" and r["ev"] == "start" and r["pid"] == second.pid,
+        RECLAIM_WITHIN_S,
+    )
+    first_end = env.wait_record(
+        lambda r: r["task"] == "t1" and r["ev"] == "end" and r["pid"] == first.pid, JOB_DONE_S
+    )
     assert taken["t"] < first_end["t"]
     outcome = env.board.wait_for_outcome(job, JOB_DONE_S)
     assert outcome is not None and outcome.who == second.name

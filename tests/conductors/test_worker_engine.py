@@ -33,13 +33,32 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 @pytest.fixture
 def worker(redis_url, tmp_path):
     exchange = f"fe-jobs-{uuid.uuid4().hex[:8]}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p),
+    )
     log = open(tmp_path / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "flowengine", "worker", "--url", redis_url,
-                             "--exchange", exchange, "--topic", "jobs", "--tasks",
-                             "tests.conductors.ledger_flows", "--threads", "2"],
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--url",
+            redis_url,
+            "--exchange",
+            exchange,
+            "--topic",
+            "jobs",
+            "--tasks",
+            "tests.conductors.ledger_flows",
+            "--threads",
+            "2",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     yield proc, {"url": redis_url, "exchange": exchange, "topics": ["jobs"]}
     stop_processes([proc], 15)
     log.close()
@@ -62,13 +81,21 @@ def test_worker_based_engine_under_a_conductor(redis_url, tmp_path, worker, opti
         conductor = env.fleet.start()
         # When a job is posted
         book = models.LogBook("remote")
-        fd = p_utils.create_flow_detail(ledger_flows.chain_factory(), book=book,
-                                        backend=env.persistence)
-        engines.save_factory_details(fd, ledger_flows.chain_factory, [], {},
-                                     backend=env.persistence)
-        job = env.board.post("remote", book, details={
-            "flow_uuid": fd.uuid, **details,
-            "store": {"ledger": env.ledger, "job": "r", "delay": 0.1}})
+        fd = p_utils.create_flow_detail(
+            ledger_flows.chain_factory(), book=book, backend=env.persistence
+        )
+        engines.save_factory_details(
+            fd, ledger_flows.chain_factory, [], {}, backend=env.persistence
+        )
+        job = env.board.post(
+            "remote",
+            book,
+            details={
+                "flow_uuid": fd.uuid,
+                **details,
+                "store": {"ledger": env.ledger, "job": "r", "delay": 0.1},
+            },
+        )
         # Then it succeeds, every task once, every task body in the worker's process
         outcome = env.board.wait_for_outcome(job, JOB_DONE_S)
         assert outcome is not None and outcome.outcome == "succeeded", conductor.log()[-3000:]

@@ -34,6 +34,7 @@ from tests import fast_tier  # noqa: E402
 def _load(engine: str, **fixed: Any) -> Callable[[Any, Any, dict], Any]:
     def loader(flow: Any, store: Any, options: dict) -> Any:
         return engines.load(flow, store=store, engine=engine, **{**fixed, **options})
+
     return loader
 
 
@@ -87,25 +88,31 @@ def _pool_fixture(kind: str, make: Callable[[pytest.FixtureRequest], Any]) -> An
         yield pool
         process_pool.ACTIVE.pop(kind, None)
         pool.stop()
+
     return fixture
 
 
 worker_pool_filesystem = _pool_fixture(
     "worker-based-filesystem",
     lambda request: process_pool.filesystem_pool(
-        str(request.getfixturevalue("tmp_path_factory").mktemp("pool-broker"))))
+        str(request.getfixturevalue("tmp_path_factory").mktemp("pool-broker"))
+    ),
+)
 worker_pool_redis = _pool_fixture(
     "worker-based-redis",
-    lambda request: process_pool.ProcessPool("redis", request.getfixturevalue("redis_url")))
+    lambda request: process_pool.ProcessPool("redis", request.getfixturevalue("redis_url")),
+)
 worker_pool_amqp = _pool_fixture(
     "worker-based-amqp",
-    lambda request: process_pool.ProcessPool("amqp", request.getfixturevalue("amqp_url")))
+    lambda request: process_pool.ProcessPool("amqp", request.getfixturevalue("amqp_url")),
+)
 # --- end of the real-worker-process section ---
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "in_process: the test's tasks only run inside the engine's process")
+        "markers", "in_process: the test's tasks only run inside the engine's process"
+    )
 
 
 @pytest.fixture(params=ENGINE_KINDS)
@@ -122,6 +129,8 @@ def engine_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def make_engine(engine_kind: str) -> Callable[..., Any]:
     """``make_engine(flow, store=None, **options)`` -> an engine of ``engine_kind``."""
+
     def make(flow: Any, store: dict | None = None, **options: Any) -> Any:
         return ENGINE_LOADERS[engine_kind](flow, store, options)
+
     return make

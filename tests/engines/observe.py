@@ -62,8 +62,9 @@ def raises_failure(exc_type: type[BaseException], match: str | None = None) -> I
         matching = [f for f in wrapped if f.check(exc_type)]
         assert matching, f"{wrapped} holds no {exc_type.__name__}"
         if match is not None:
-            assert any(re.search(match, f.exception_str) for f in matching), \
+            assert any(re.search(match, f.exception_str) for f in matching), (
                 f"no failure in {wrapped} matches {match!r}"
+            )
     except exc_type as e:
         if match is not None:
             assert re.search(match, str(e)), f"{e!r} does not match {match!r}"

@@ -38,8 +38,9 @@ def test_missing_requirement_of_single_task(make_engine):
 
 
 def test_unordered_members_cannot_feed_each_other(make_engine):
-    flow = uf.Flow("un").add(tasks.constant(1, name="maker", provides="x"),
-                             tasks.Adder("user", provides="z"))
+    flow = uf.Flow("un").add(
+        tasks.constant(1, name="maker", provides="x"), tasks.Adder("user", provides="z")
+    )
     engine = make_engine(flow, store={"y": 1})
     with pytest.raises(exc.MissingDependencies, match="user"):
         engine.run()
@@ -76,8 +77,9 @@ def test_duplicate_names(make_engine):
 
 
 def test_duplicate_names_across_subflows(make_engine):
-    flow = lf.Flow("dups").add(lf.Flow("one").add(tasks.Noop("twin")),
-                               lf.Flow("two").add(tasks.Noop("twin")))
+    flow = lf.Flow("dups").add(
+        lf.Flow("one").add(tasks.Noop("twin")), lf.Flow("two").add(tasks.Noop("twin"))
+    )
     with pytest.raises(exc.Duplicate, match="twin"):
         make_engine(flow).run()
 
@@ -102,8 +104,9 @@ def test_task_returning_fewer_values_than_declared_is_stored_as_in_taskflow(make
 
 def test_strict_results_fails_a_task_returning_fewer_values(make_engine):
     # Given a task that provides three names but returns two values
-    flow = lf.Flow("short").add(tasks.Noop("before"),
-                                tasks.pair(2, name="short", provides=("a", "b", "c")))
+    flow = lf.Flow("short").add(
+        tasks.Noop("before"), tasks.pair(2, name="short", provides=("a", "b", "c"))
+    )
     engine = make_engine(flow, strict_results=True)
     # Then that task fails with ResultMismatch naming it, and the flow reverts
     with pytest.raises(exc.ResultMismatch) as raised:
@@ -130,8 +133,9 @@ def test_bad_executor_option():
 
 
 def test_ambiguous_providers_name_symbol_and_providers(make_engine):
-    both = uf.Flow("both").add(tasks.constant(1, name="p1", provides="z"),
-                               tasks.constant(2, name="p2", provides="z"))
+    both = uf.Flow("both").add(
+        tasks.constant(1, name="p1", provides="z"), tasks.constant(2, name="p2", provides="z")
+    )
     flow = lf.Flow("ambiguous").add(both, tasks.Multiplier("consumer"))
     with pytest.raises(exc.AmbiguousDependency) as raised:
         make_engine(flow).run()
@@ -140,8 +144,9 @@ def test_ambiguous_providers_name_symbol_and_providers(make_engine):
 
 
 def test_ambiguity_settled_by_a_stored_value(make_engine):
-    both = uf.Flow("both").add(tasks.constant(1, name="p1", provides="z"),
-                               tasks.constant(2, name="p2", provides="z"))
+    both = uf.Flow("both").add(
+        tasks.constant(1, name="p1", provides="z"), tasks.constant(2, name="p2", provides="z")
+    )
     flow = lf.Flow("ambiguous").add(both, tasks.Multiplier("consumer", provides="out"))
     engine = make_engine(flow, store={"z": 21})
     engine.run()

@@ -90,8 +90,9 @@ def test_decider_on_link_from_a_flow(make_engine):
         seen.update(history)
         return False
 
-    first = lf.Flow("first").add(tasks.constant(1, name="one", provides="x"),
-                                 tasks.constant(2, name="two", provides="y"))
+    first = lf.Flow("first").add(
+        tasks.constant(1, name="one", provides="x"), tasks.constant(2, name="two", provides="y")
+    )
     last = tasks.Noop("last")
     flow = gf.Flow("from-flow").add(first, last)
     flow.link(first, last, decider=veto)
@@ -117,8 +118,9 @@ def test_decider_on_links_from_two_atoms_into_a_nested_flow(make_engine):
         return False
 
     task1, task2 = tasks.Noop("task1"), tasks.Noop("task2")
-    subflow = lf.Flow("more-work").add(lf.Flow("more-more-work").add(
-        tasks.Noop("task3"), tasks.Noop("task4")))
+    subflow = lf.Flow("more-work").add(
+        lf.Flow("more-more-work").add(tasks.Noop("task3"), tasks.Noop("task4"))
+    )
     flow = gf.Flow("main-work").add(task1, task2, subflow)
     flow.link(task1, task2)
     flow.link(task2, subflow, decider=should_go)
@@ -126,9 +128,14 @@ def test_decider_on_links_from_two_atoms_into_a_nested_flow(make_engine):
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()
-    assert rec.atoms == [("task1", states.RUNNING), ("task1", states.SUCCESS),
-                         ("task2", states.RUNNING), ("task2", states.SUCCESS),
-                         ("task3", states.IGNORE), ("task4", states.IGNORE)]
+    assert rec.atoms == [
+        ("task1", states.RUNNING),
+        ("task1", states.SUCCESS),
+        ("task2", states.RUNNING),
+        ("task2", states.SUCCESS),
+        ("task3", states.IGNORE),
+        ("task4", states.IGNORE),
+    ]
     # Asked once per link, as TaskFlow does (both links carry the same decider).
     assert histories == [{"task1": None, "task2": None}] * 2
 

@@ -26,8 +26,7 @@ def test_linear_flow_runs_in_order(make_engine):
 
 
 def test_unordered_flow_runs_everything(make_engine):
-    flow = uf.Flow("un").add(*[tasks.constant(i, name=f"t{i}", provides=f"v{i}")
-                               for i in range(5)])
+    flow = uf.Flow("un").add(*[tasks.constant(i, name=f"t{i}", provides=f"v{i}") for i in range(5)])
     engine = make_engine(flow)
     engine.run()
     assert engine.storage.fetch_all() == {f"v{i}": i for i in range(5)}
@@ -48,11 +47,14 @@ def test_graph_flow_orders_by_data(make_engine):
 
 
 def test_nested_flows(make_engine):
-    inner = uf.Flow("inner").add(tasks.constant(1, name="one", provides="x"),
-                                 tasks.constant(2, name="two", provides="y"))
-    flow = lf.Flow("outer").add(inner, tasks.Adder("sum", provides="total"),
-                                gf.Flow("tail").add(tasks.Multiplier(
-                                    "times", rebind={"z": "total"}, provides="final")))
+    inner = uf.Flow("inner").add(
+        tasks.constant(1, name="one", provides="x"), tasks.constant(2, name="two", provides="y")
+    )
+    flow = lf.Flow("outer").add(
+        inner,
+        tasks.Adder("sum", provides="total"),
+        gf.Flow("tail").add(tasks.Multiplier("times", rebind={"z": "total"}, provides="final")),
+    )
     engine = make_engine(flow)
     engine.run()
     assert engine.storage.fetch("total") == 3
@@ -92,14 +94,17 @@ def test_rerun_of_finished_flow_runs_nothing(make_engine):
 
 
 def test_notifications_sequence_and_details(make_engine):
-    flow = lf.Flow("notified").add(tasks.constant(7, name="a", provides="x"),
-                                   tasks.Noop("b"))
+    flow = lf.Flow("notified").add(tasks.constant(7, name="a", provides="x"), tasks.Noop("b"))
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()
     assert rec.flow == [states.RUNNING, states.SUCCESS]
-    assert rec.atoms == [("a", states.RUNNING), ("a", states.SUCCESS),
-                         ("b", states.RUNNING), ("b", states.SUCCESS)]
+    assert rec.atoms == [
+        ("a", states.RUNNING),
+        ("a", states.SUCCESS),
+        ("b", states.RUNNING),
+        ("b", states.SUCCESS),
+    ]
     running, success = rec.details[0][1], rec.details[1][1]
     assert running["task_name"] == "a"
     assert running["task_uuid"] == engine.storage.get_atom_uuid("a")
@@ -125,10 +130,16 @@ def test_run_iter_yields_engine_states(make_engine):
     flow = lf.Flow("iter").add(tasks.Noop("a"), tasks.Noop("b"))
     engine = make_engine(flow)
     seen = list(engine.run_iter())
-    assert seen == [states.RESUMING,
-                    states.SCHEDULING, states.WAITING, states.ANALYZING,
-                    states.SCHEDULING, states.WAITING, states.ANALYZING,
-                    states.SUCCESS]
+    assert seen == [
+        states.RESUMING,
+        states.SCHEDULING,
+        states.WAITING,
+        states.ANALYZING,
+        states.SCHEDULING,
+        states.WAITING,
+        states.ANALYZING,
+        states.SUCCESS,
+    ]
 
 
 def test_empty_flow_succeeds(make_engine):
@@ -155,7 +166,8 @@ def test_compilation_property(make_engine):
 def test_wide_graph_fan_in(make_engine, count):
     # Many independent producers feeding one consumer through a subflow end.
     producers = uf.Flow("producers").add(
-        *[tasks.constant(i, name=f"p{i}", provides=f"v{i}") for i in range(count)])
+        *[tasks.constant(i, name=f"p{i}", provides=f"v{i}") for i in range(count)]
+    )
     flow = lf.Flow("fan").add(producers, tasks.constant("end", name="last", provides="z"))
     engine = make_engine(flow)
     rec = Recorder(engine)
@@ -178,14 +190,24 @@ def test_priority_orders_ready_tasks(engine_kind, make_engine):
     assert rec.order(states.RUNNING) == [f"task{i}" for i in reversed(range(10))]
 
 
-@pytest.mark.parametrize("flow_factory", [
-    lambda: lf.Flow("l"), lambda: uf.Flow("u"), lambda: gf.Flow("g"),
-    lambda: gf.Flow("g").add(lf.Flow("l-1"), gf.Flow("g-2")),
-])
+@pytest.mark.parametrize(
+    "flow_factory",
+    [
+        lambda: lf.Flow("l"),
+        lambda: uf.Flow("u"),
+        lambda: gf.Flow("g"),
+        lambda: gf.Flow("g").add(lf.Flow("l-1"), gf.Flow("g-2")),
+    ],
+)
 def test_run_iter_of_empty_flows(make_engine, flow_factory):
     engine = make_engine(flow_factory())
-    assert list(engine.run_iter()) == [states.RESUMING, states.SCHEDULING, states.WAITING,
-                                       states.ANALYZING, states.SUCCESS]
+    assert list(engine.run_iter()) == [
+        states.RESUMING,
+        states.SCHEDULING,
+        states.WAITING,
+        states.ANALYZING,
+        states.SUCCESS,
+    ]
 
 
 def test_not_a_flow_raises_type_error_naming_it(make_engine):
@@ -206,8 +228,10 @@ def test_resume_uses_results_already_in_the_flow_detail(make_engine):
     detail.state = states.SUCCESS
     detail.results = 17
     flow_detail.add(detail)
-    flow = lf.Flow("resumed").add(tasks.constant(1, name="task1", provides="x1"),
-                                  tasks.constant(5, name="task2", provides="x2"))
+    flow = lf.Flow("resumed").add(
+        tasks.constant(1, name="task1", provides="x1"),
+        tasks.constant(5, name="task2", provides="x2"),
+    )
     engine = make_engine(flow, flow_detail=flow_detail, backend=backend)
     rec = Recorder(engine)
     engine.run()
@@ -216,8 +240,11 @@ def test_resume_uses_results_already_in_the_flow_detail(make_engine):
 
 
 def test_storage_lookups_by_atom_see_its_scope(make_engine):
-    flow = lf.Flow("scoped").add(tasks.AddOneSame("a", rebind={"value": "source"}),
-                                 tasks.AddOneSame("b"), tasks.AddOneSame("c"))
+    flow = lf.Flow("scoped").add(
+        tasks.AddOneSame("a", rebind={"value": "source"}),
+        tasks.AddOneSame("b"),
+        tasks.AddOneSame("c"),
+    )
     engine = make_engine(flow, store={"source": 0})
     engine.run()
     rebind = {"value": "value"}

@@ -55,11 +55,18 @@ _HOST = textwrap.dedent("""
 
 
 def test_runs_on_every_engine_leave_the_hosts_collector_as_it_was():
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
     env.pop("FLOWENGINE_GC_TUNING", None)
-    proc = subprocess.run([sys.executable, "-c", _HOST], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _HOST],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     frozen = report["frozen"]

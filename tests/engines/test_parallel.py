@@ -60,8 +60,11 @@ def test_task_executor_instance_option():
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_process_executor_selected_by_pool_instance():
     with cf.ProcessPoolExecutor(max_workers=1) as pool:
-        engine = engines.load(lf.Flow("p").add(tasks.constant(5, name="c", provides="v")),
-                              engine="parallel", executor=pool)
+        engine = engines.load(
+            lf.Flow("p").add(tasks.constant(5, name="c", provides="v")),
+            engine="parallel",
+            executor=pool,
+        )
         engine.run()
         assert engine.storage.fetch("v") == 5
 

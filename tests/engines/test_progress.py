@@ -27,8 +27,9 @@ def test_progress_without_details_stores_none_details(make_engine):
     # update, so the key is always present in the task's metadata.
     backend = impl_memory.MemoryBackend()
     _book, flow_detail = p_utils.temporary_flow_detail(backend)
-    engine = make_engine(lf.Flow("prog").add(tasks.Progress("p")),
-                         flow_detail=flow_detail, backend=backend)
+    engine = make_engine(
+        lf.Flow("prog").add(tasks.Progress("p")), flow_detail=flow_detail, backend=backend
+    )
     engine.run()
     detail = flow_detail.find(engine.storage.get_atom_uuid("p"))
     assert detail.meta["progress"] == 1.0
@@ -65,7 +66,6 @@ def test_engine_reports_start_and_end_on_the_task_notifier(make_engine):
     # The engine fires 0.0 when the task starts and 1.0 when it finishes
     fired = []
     t = tasks.Noop("quiet")
-    t.notifier.register("update_progress",
-                        lambda event, details: fired.append(details["progress"]))
+    t.notifier.register("update_progress", lambda event, details: fired.append(details["progress"]))
     make_engine(lf.Flow("auto").add(t)).run()
     assert fired == [0.0, 1.0]

@@ -11,8 +11,7 @@ from flowengine.types import failure
 from tests.engines import tasks
 from tests.engines.observe import Recorder
 
-CRASH_POINTS = ["task fails", "retry queried", "retry updated", "task updated",
-                "revert scheduled"]
+CRASH_POINTS = ["task fails", "retry queried", "retry updated", "task updated", "revert scheduled"]
 
 
 def _crashed_engine(make_engine, when):
@@ -47,15 +46,20 @@ def test_resume_after_crash_while_resolving_a_failure(make_engine, when):
     engine = _crashed_engine(make_engine, when)
     rec = Recorder(engine)
     engine.run()
-    assert rec.states_of("task1")[-4:] == [states.REVERTED, states.PENDING,
-                                           states.RUNNING, states.SUCCESS]
+    assert rec.states_of("task1")[-4:] == [
+        states.REVERTED,
+        states.PENDING,
+        states.RUNNING,
+        states.SUCCESS,
+    ]
     assert rec.count("task1", states.REVERTED) == 1
     assert engine.storage.get_flow_state() == states.SUCCESS
 
 
 def test_resume_flow_interrupted_while_retrying(make_engine):
     flow = lf.Flow("flow-1", retry.Times(3, "r1")).add(
-        tasks.Noop("t1"), tasks.Noop("t2"), tasks.Noop("t3"))
+        tasks.Noop("t1"), tasks.Noop("t2"), tasks.Noop("t3")
+    )
     engine = make_engine(flow)
     engine.compile()
     engine.prepare()
@@ -64,11 +68,18 @@ def test_resume_flow_interrupted_while_retrying(make_engine):
     engine.storage.set_atom_state("t3", states.REVERTED)
     rec = Recorder(engine)
     engine.run()
-    assert rec.atoms == [("t2", states.PENDING), ("t3", states.PENDING),
-                         ("r1", states.RUNNING), ("r1", states.SUCCESS),
-                         ("t1", states.RUNNING), ("t1", states.SUCCESS),
-                         ("t2", states.RUNNING), ("t2", states.SUCCESS),
-                         ("t3", states.RUNNING), ("t3", states.SUCCESS)]
+    assert rec.atoms == [
+        ("t2", states.PENDING),
+        ("t3", states.PENDING),
+        ("r1", states.RUNNING),
+        ("r1", states.SUCCESS),
+        ("t1", states.RUNNING),
+        ("t1", states.SUCCESS),
+        ("t2", states.RUNNING),
+        ("t2", states.SUCCESS),
+        ("t3", states.RUNNING),
+        ("t3", states.SUCCESS),
+    ]
 
 
 def test_resume_flow_that_should_be_retried(make_engine):
@@ -82,18 +93,27 @@ def test_resume_flow_that_should_be_retried(make_engine):
     engine.storage.set_atom_state("t2", states.REVERTED)
     rec = Recorder(engine)
     engine.run()
-    assert rec.atoms[:4] == [("r1", states.RETRYING), ("t1", states.PENDING),
-                             ("t2", states.PENDING), ("r1", states.RUNNING)]
+    assert rec.atoms[:4] == [
+        ("r1", states.RETRYING),
+        ("t1", states.PENDING),
+        ("t2", states.PENDING),
+        ("r1", states.RUNNING),
+    ]
     assert engine.storage.get_flow_state() == states.SUCCESS
 
 
 def test_failing_retry_is_reverted_with_its_failure(make_engine):
     flow = lf.Flow("retry-fails", retry.ForEach([], name="empty", provides="x")).add(
-        tasks.Noop("never"))
+        tasks.Noop("never")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     with pytest.raises(Exception, match="No elements left"):
         engine.run()
-    assert rec.states_of("empty") == [states.RUNNING, states.FAILURE, states.REVERTING,
-                                      states.REVERTED]
+    assert rec.states_of("empty") == [
+        states.RUNNING,
+        states.FAILURE,
+        states.REVERTING,
+        states.REVERTED,
+    ]
     assert rec.states_of("never") == []

@@ -12,7 +12,8 @@ from tests.engines.observe import Recorder, raises_failure
 def test_times_retries_until_success(make_engine):
     # Given a subflow that fails on its first two attempts
     flow = lf.Flow("times", retry.Times(3, name="r", provides="attempt")).add(
-        tasks.Noop("before"), tasks.fail_until(3, name="flaky"))
+        tasks.Noop("before"), tasks.fail_until(3, name="flaky")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()
@@ -29,15 +30,27 @@ def test_times_retries_until_success(make_engine):
 
 def test_retry_state_sequence(make_engine):
     flow = lf.Flow("seq", retry.Times(2, name="r", provides="attempt")).add(
-        tasks.fail_until(2, name="flaky"))
+        tasks.fail_until(2, name="flaky")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()
-    assert rec.states_of("r") == [states.RUNNING, states.SUCCESS, states.RETRYING,
-                                  states.RUNNING, states.SUCCESS]
-    assert rec.states_of("flaky") == [states.RUNNING, states.FAILURE, states.REVERTING,
-                                      states.REVERTED, states.PENDING, states.RUNNING,
-                                      states.SUCCESS]
+    assert rec.states_of("r") == [
+        states.RUNNING,
+        states.SUCCESS,
+        states.RETRYING,
+        states.RUNNING,
+        states.SUCCESS,
+    ]
+    assert rec.states_of("flaky") == [
+        states.RUNNING,
+        states.FAILURE,
+        states.REVERTING,
+        states.REVERTED,
+        states.PENDING,
+        states.RUNNING,
+        states.SUCCESS,
+    ]
     retry_details = [d for s, d in rec.details if d.get("retry_name") == "r"]
     assert retry_details[1]["result"] == 1
     assert retry_details[0]["retry_uuid"] == engine.storage.get_atom_uuid("r")
@@ -46,7 +59,8 @@ def test_retry_state_sequence(make_engine):
 def test_times_exhausted_reverts_only_its_subflow(make_engine):
     # Given a task before a subflow whose retry gives up (REVERT, no parent retry)
     sub = lf.Flow("sub", retry.Times(2, name="r", provides="attempt")).add(
-        tasks.fail_until(99, name="flaky"))
+        tasks.fail_until(99, name="flaky")
+    )
     flow = lf.Flow("outer").add(tasks.Noop("first"), sub)
     engine = make_engine(flow)
     rec = Recorder(engine)
@@ -61,7 +75,8 @@ def test_times_exhausted_reverts_only_its_subflow(make_engine):
 
 def test_defer_reverts_reverts_outer_work(make_engine):
     sub = lf.Flow("sub", retry.Times(2, name="r", provides="attempt")).add(
-        tasks.fail_until(99, name="flaky"))
+        tasks.fail_until(99, name="flaky")
+    )
     flow = lf.Flow("outer").add(tasks.Noop("first"), sub)
     engine = make_engine(flow, defer_reverts=True)
     rec = Recorder(engine)
@@ -71,8 +86,9 @@ def test_defer_reverts_reverts_outer_work(make_engine):
 
 
 def test_times_revert_all(make_engine):
-    sub = lf.Flow("sub", retry.Times(1, name="r", provides="attempt",
-                                     revert_all=True)).add(tasks.fail_until(99, name="flaky"))
+    sub = lf.Flow("sub", retry.Times(1, name="r", provides="attempt", revert_all=True)).add(
+        tasks.fail_until(99, name="flaky")
+    )
     flow = lf.Flow("outer").add(tasks.Noop("first"), sub)
     engine = make_engine(flow)
     rec = Recorder(engine)
@@ -83,7 +99,8 @@ def test_times_revert_all(make_engine):
 
 def test_for_each_tries_each_value(make_engine):
     flow = lf.Flow("each", retry.ForEach([1, 2, 3], name="r", provides="attempt")).add(
-        tasks.fail_until(3, name="flaky"))
+        tasks.fail_until(3, name="flaky")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()
@@ -93,7 +110,8 @@ def test_for_each_tries_each_value(make_engine):
 
 def test_for_each_runs_out_of_values(make_engine):
     flow = lf.Flow("each", retry.ForEach([1, 2], name="r", provides="attempt")).add(
-        tasks.fail_until(3, name="flaky"))
+        tasks.fail_until(3, name="flaky")
+    )
     engine = make_engine(flow)
     with raises_failure(RuntimeError):
         engine.run()
@@ -102,7 +120,8 @@ def test_for_each_runs_out_of_values(make_engine):
 
 def test_parameterized_for_each_takes_values_from_store(make_engine):
     flow = lf.Flow("pfe", retry.ParameterizedForEach(name="r", provides="attempt")).add(
-        tasks.fail_until("c", name="flaky"))
+        tasks.fail_until("c", name="flaky")
+    )
     engine = make_engine(flow, store={"values": ["a", "b", "c"]})
     rec = Recorder(engine)
     engine.run()
@@ -111,8 +130,7 @@ def test_parameterized_for_each_takes_values_from_store(make_engine):
 
 
 def test_always_revert_reverts_its_subflow_only(make_engine):
-    sub = lf.Flow("sub", retry.AlwaysRevert("r")).add(tasks.Noop("inside"),
-                                                      tasks.Fail("boom"))
+    sub = lf.Flow("sub", retry.AlwaysRevert("r")).add(tasks.Noop("inside"), tasks.Fail("boom"))
     flow = lf.Flow("outer").add(tasks.Noop("first"), sub)
     engine = make_engine(flow)
     rec = Recorder(engine)
@@ -123,8 +141,7 @@ def test_always_revert_reverts_its_subflow_only(make_engine):
 
 
 def test_always_revert_all_reverts_everything(make_engine):
-    sub = lf.Flow("sub", retry.AlwaysRevertAll("r")).add(tasks.Noop("inside"),
-                                                         tasks.Fail("boom"))
+    sub = lf.Flow("sub", retry.AlwaysRevertAll("r")).add(tasks.Noop("inside"), tasks.Fail("boom"))
     flow = lf.Flow("outer").add(tasks.Noop("first"), sub)
     engine = make_engine(flow)
     rec = Recorder(engine)
@@ -136,9 +153,11 @@ def test_always_revert_all_reverts_everything(make_engine):
 def test_nested_retries_outer_retries_when_inner_gives_up(make_engine):
     # Given an inner retry (2 attempts) inside an outer retry (2 attempts)
     inner = lf.Flow("inner", retry.Times(2, name="r-inner", provides="attempt")).add(
-        tasks.fail_until(99, name="flaky"))
+        tasks.fail_until(99, name="flaky")
+    )
     outer = lf.Flow("outer", retry.Times(2, name="r-outer", provides="outer_attempt")).add(
-        tasks.Noop("outer-task"), inner)
+        tasks.Noop("outer-task"), inner
+    )
     engine = make_engine(outer)
     rec = Recorder(engine)
     with raises_failure(RuntimeError):
@@ -152,9 +171,11 @@ def test_nested_retries_outer_retries_when_inner_gives_up(make_engine):
 
 def test_nested_retry_inner_recovers(make_engine):
     inner = lf.Flow("inner", retry.Times(3, name="r-inner", provides="attempt")).add(
-        tasks.fail_until(2, name="flaky"))
+        tasks.fail_until(2, name="flaky")
+    )
     outer = lf.Flow("outer", retry.Times(2, name="r-outer", provides="outer_attempt")).add(
-        tasks.Noop("outer-task"), inner)
+        tasks.Noop("outer-task"), inner
+    )
     engine = make_engine(outer)
     rec = Recorder(engine)
     engine.run()
@@ -165,7 +186,8 @@ def test_nested_retry_inner_recovers(make_engine):
 
 def test_retry_with_parallel_branches(make_engine):
     flow = uf.Flow("branches", retry.Times(2, name="r", provides="attempt")).add(
-        tasks.Noop("side"), tasks.fail_until(2, name="flaky"))
+        tasks.Noop("side"), tasks.fail_until(2, name="flaky")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     engine.run()

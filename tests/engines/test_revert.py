@@ -15,8 +15,9 @@ from tests.engines.observe import Recorder, raises_failure
 
 def test_failure_in_the_middle_reverts_completed_work_in_reverse(make_engine):
     # Given a -> b -> boom -> never
-    flow = lf.Flow("rev").add(tasks.Noop("a"), tasks.Noop("b"), tasks.Fail("boom"),
-                              tasks.Noop("never"))
+    flow = lf.Flow("rev").add(
+        tasks.Noop("a"), tasks.Noop("b"), tasks.Fail("boom"), tasks.Noop("never")
+    )
     engine = make_engine(flow)
     rec = Recorder(engine)
     # When it runs, the original exception surfaces
@@ -25,8 +26,12 @@ def test_failure_in_the_middle_reverts_completed_work_in_reverse(make_engine):
     # Then what ran is reverted newest first (the failed task too), the rest never ran
     assert rec.order(states.REVERTED) == ["boom", "b", "a"]
     assert rec.states_of("never") == []
-    assert rec.states_of("boom") == [states.RUNNING, states.FAILURE,
-                                     states.REVERTING, states.REVERTED]
+    assert rec.states_of("boom") == [
+        states.RUNNING,
+        states.FAILURE,
+        states.REVERTING,
+        states.REVERTED,
+    ]
     assert engine.storage.get_flow_state() == states.REVERTED
     assert rec.flow[-1] == states.REVERTED
 
@@ -57,8 +62,7 @@ def test_revert_receives_result_and_flow_failures(make_engine):
 
 
 def test_failed_task_revert_gets_its_failure(make_engine):
-    flow = lf.Flow("own").add(tasks.RevertReporter("first"),
-                              tasks.FailingReporter("failing"))
+    flow = lf.Flow("own").add(tasks.RevertReporter("first"), tasks.FailingReporter("failing"))
     engine = make_engine(flow)
     with raises_failure(RuntimeError):
         engine.run()
@@ -114,7 +118,8 @@ def test_revert_removes_results(make_engine):
     flow = lf.Flow("revert-removes").add(
         tasks.constant(1, name="one", provides="one"),
         tasks.pair(3, name="multi", provides=("a", "b", "c")),
-        tasks.Fail("fail"))
+        tasks.Fail("fail"),
+    )
     engine = make_engine(flow)
     with raises_failure(RuntimeError):
         engine.run()
@@ -127,5 +132,9 @@ def test_task_not_run_is_not_reverted(make_engine):
     rec = Recorder(engine)
     with raises_failure(RuntimeError):
         engine.run()
-    assert rec.atoms == [("fail", states.RUNNING), ("fail", states.FAILURE),
-                         ("fail", states.REVERTING), ("fail", states.REVERTED)]
+    assert rec.atoms == [
+        ("fail", states.RUNNING),
+        ("fail", states.FAILURE),
+        ("fail", states.REVERTING),
+        ("fail", states.REVERTED),
+    ]

@@ -11,15 +11,18 @@ from tests.engines.observe import Recorder, run_expecting_failure
 
 
 def _flow():
-    return lf.Flow("suspendable").add(tasks.constant(1, name="a", provides="x"),
-                                      tasks.constant(2, name="b", provides="y"),
-                                      tasks.Adder("c", provides="z"))
+    return lf.Flow("suspendable").add(
+        tasks.constant(1, name="a", provides="x"),
+        tasks.constant(2, name="b", provides="y"),
+        tasks.Adder("c", provides="z"),
+    )
 
 
 def _suspend_when(engine, atom_name):
     def on_success(state, details):
         if details.get("task_name") == atom_name:
             engine.suspend()
+
     engine.atom_notifier.register(states.SUCCESS, on_success)
     return on_success
 
@@ -39,8 +42,13 @@ def test_suspend_and_resume_same_engine(make_engine):
     engine.run()
     assert rec.order(states.RUNNING) == ["a", "b", "c"]
     assert engine.storage.fetch("z") == 3
-    assert rec.flow == [states.RUNNING, states.SUSPENDING, states.SUSPENDED,
-                        states.RUNNING, states.SUCCESS]
+    assert rec.flow == [
+        states.RUNNING,
+        states.SUSPENDING,
+        states.SUSPENDED,
+        states.RUNNING,
+        states.SUCCESS,
+    ]
 
 
 def test_resume_in_a_new_engine_from_the_backend(make_engine):

@@ -12,8 +12,11 @@ from tests.engines.conftest import ENGINE_KINDS, KIND_FIXTURES
 from tests.worker_based import pool_tasks, process_pool
 
 # The kinds backed by worker processes, with their marks (broker, ...).
-PROCESS_KINDS = [k for k in ENGINE_KINDS
-                 if isinstance(k, type(pytest.param("x"))) and k.values[0] in KIND_FIXTURES]
+PROCESS_KINDS = [
+    k
+    for k in ENGINE_KINDS
+    if isinstance(k, type(pytest.param("x"))) and k.values[0] in KIND_FIXTURES
+]
 
 
 @pytest.mark.parametrize("engine_kind", PROCESS_KINDS, indirect=True)
@@ -21,7 +24,8 @@ def test_tasks_run_in_the_pool_processes(engine_kind, make_engine):
     # Given an engine kind backed by `flowengine worker` processes
     pids = {proc.pid for proc in process_pool.ACTIVE[engine_kind].procs}
     flow = uf.Flow("where").add(
-        *[pool_tasks.WhereAmI(f"w{i}", provides=f"pid{i}") for i in range(8)])
+        *[pool_tasks.WhereAmI(f"w{i}", provides=f"pid{i}") for i in range(8)]
+    )
     # When a flow runs on it
     engine = make_engine(flow)
     engine.run()

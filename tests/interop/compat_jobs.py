@@ -68,8 +68,9 @@ def persistence(library: str, url: str) -> Any:
     return backend
 
 
-def save_book(library: str, backend: Any, tag: str, ledger: str,
-              uuids: tuple[str, str] | None = None) -> Any:
+def save_book(
+    library: str, backend: Any, tag: str, ledger: str, uuids: tuple[str, str] | None = None
+) -> Any:
     """A logbook with one flow detail of ``ledger_flow``, saved with ``library``.
 
     ``uuids``: the (logbook, flow detail) uuids, to save the same book twice.
@@ -86,16 +87,20 @@ def save_book(library: str, backend: Any, tag: str, ledger: str,
     return book
 
 
-def run_conductor(library: str, board_conf: dict[str, Any], persistence_url: str,
-                  count: int, timeout_s: float) -> int:
+def run_conductor(
+    library: str, board_conf: dict[str, Any], persistence_url: str, count: int, timeout_s: float
+) -> int:
     """Conduct until ``count`` jobs were consumed; 0, or 1 after ``timeout_s``."""
     backend = persistence(library, persistence_url)
-    board = _module(library, "jobs.backends").fetch("compat-test", board_conf,
-                                                    persistence=backend)
+    board = _module(library, "jobs.backends").fetch("compat-test", board_conf, persistence=backend)
     board.connect()
     conductor = _module(library, "conductors.backends").fetch(
-        "blocking", f"{library}-conductor-{os.getpid()}", board, persistence=backend,
-        engine="serial")
+        "blocking",
+        f"{library}-conductor-{os.getpid()}",
+        board,
+        persistence=backend,
+        engine="serial",
+    )
     consumed = []
     done = threading.Event()
 

@@ -61,6 +61,7 @@ def _listen_for_progress(library: str, flow: Any, engine: Any, heard: list[float
     and 1.0 the engine itself sets). Either way only the remote task's own
     values are kept.
     """
+
     def on_progress(_event: str, details: dict[str, Any]) -> None:
         if details["progress"] not in (0.0, 1.0):
             heard.append(details["progress"])
@@ -80,8 +81,9 @@ def _markers(folder: str) -> dict[str, str]:
     return found
 
 
-def run_flow(library: str, kind: str, tasks: Any, marker_dir: str,
-             **options: Any) -> dict[str, Any]:
+def run_flow(
+    library: str, kind: str, tasks: Any, marker_dir: str, **options: Any
+) -> dict[str, Any]:
     """Run the ``kind`` flow on ``library``'s worker-based engine; return its outcome."""
     engines = importlib.import_module(f"{library}.engines")
     flow, store = st.make_flow(kind, tasks, marker_dir)
@@ -99,22 +101,29 @@ def run_flow(library: str, kind: str, tasks: Any, marker_dir: str,
         "error": error,
         "states": {name: engine.storage.get_atom_state(name) for name in st.atom_names(kind)},
         # The marker folder differs per run by design: compared by name only.
-        "results": {k: ("<marker_dir>" if k == "marker_dir" else v)
-                    for k, v in engine.storage.fetch_all().items()},
+        "results": {
+            k: ("<marker_dir>" if k == "marker_dir" else v)
+            for k, v in engine.storage.fetch_all().items()
+        },
         "progress": heard,
         "markers": _markers(marker_dir),
     }
 
 
 @contextmanager
-def thread_worker(library: str, tasks: Any, exchange: str, topic: str,
-                  **options: Any) -> Iterator[Any]:
+def thread_worker(
+    library: str, tasks: Any, exchange: str, topic: str, **options: Any
+) -> Iterator[Any]:
     """A worker of ``library`` serving ``tasks`` in a thread of this process."""
     module = importlib.import_module(f"{library}.engines.worker_based.worker")
     classes = [getattr(tasks, name) for name in st.TASK_NAMES]
     worker = module.Worker(exchange=exchange, topic=topic, tasks=classes, **options)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              name=f"interop-{library}-worker", daemon=True)
+    thread = threading.Thread(
+        target=worker.run,
+        kwargs={"display_banner": False},
+        name=f"interop-{library}-worker",
+        daemon=True,
+    )
     thread.start()
     try:
         if library == "flowengine":

@@ -48,17 +48,21 @@ t.join()
 class WorkerProcess:
     """One worker process; ``stop()`` ends it (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, library: str, cmd: Sequence[str], log_path: str,
-                 ready_path: str | None) -> None:
+    def __init__(
+        self, library: str, cmd: Sequence[str], log_path: str, ready_path: str | None
+    ) -> None:
         self.library = library
         self.log_path = log_path
         self.ready_path = ready_path
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+        )
         env[st.LIBRARY_ENV] = library
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(list(cmd), stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            list(cmd), stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
 
     def log_tail(self, chars: int = 3000) -> str:
         with open(self.log_path, "rb") as f:
@@ -70,11 +74,13 @@ class WorkerProcess:
             return
         while not os.path.exists(self.ready_path):
             if self.proc.poll() is not None:
-                raise AssertionError(f"{self.library} worker exited with"
-                                     f" {self.proc.returncode}:\n{self.log_tail()}")
+                raise AssertionError(
+                    f"{self.library} worker exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
             if time.monotonic() > deadline:
-                raise AssertionError(f"{self.library} worker not ready in"
-                                     f" {START_TIMEOUT_S} s:\n{self.log_tail()}")
+                raise AssertionError(
+                    f"{self.library} worker not ready in {START_TIMEOUT_S} s:\n{self.log_tail()}"
+                )
             # A file written by the child is the signal; this bounded poll only
             # checks for it (there is no pipe to block on).
             time.sleep(0.05)
@@ -87,18 +93,41 @@ class WorkerProcess:
 def start_taskflow_worker(url: str, exchange: str, topic: str, folder: str) -> WorkerProcess:
     """A TaskFlow worker process serving the shared tasks."""
     ready = os.path.join(folder, f"taskflow-{exchange}.ready")
-    cmd = [sys.executable, "-c", TASKFLOW_WORKER, url, exchange, topic, ready,
-           str(harness.TASKFLOW_DRAIN_PERIOD_S)]
-    return WorkerProcess("taskflow", cmd, os.path.join(folder, f"taskflow-{exchange}.log"),
-                         ready)
+    cmd = [
+        sys.executable,
+        "-c",
+        TASKFLOW_WORKER,
+        url,
+        exchange,
+        topic,
+        ready,
+        str(harness.TASKFLOW_DRAIN_PERIOD_S),
+    ]
+    return WorkerProcess("taskflow", cmd, os.path.join(folder, f"taskflow-{exchange}.log"), ready)
 
 
-def start_flowengine_worker(url: str, exchange: str, topic: str, folder: str,
-                            compat: str | None) -> WorkerProcess:
+def start_flowengine_worker(
+    url: str, exchange: str, topic: str, folder: str, compat: str | None
+) -> WorkerProcess:
     """``python -m flowengine worker`` serving the shared tasks."""
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--url", url, "--exchange", exchange,
-           "--topic", topic, "--tasks", st.__name__, "--threads", "4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--url",
+        url,
+        "--exchange",
+        exchange,
+        "--topic",
+        topic,
+        "--tasks",
+        st.__name__,
+        "--threads",
+        "4",
+    ]
     if compat:
         cmd += ["--compat", compat]
-    return WorkerProcess("flowengine", cmd,
-                         os.path.join(folder, f"flowengine-{exchange}.log"), None)
+    return WorkerProcess(
+        "flowengine", cmd, os.path.join(folder, f"flowengine-{exchange}.log"), None
+    )

@@ -117,8 +117,9 @@ def make_flow(kind: str, tasks: types.SimpleNamespace, marker_dir: str) -> tuple
     lf = importlib.import_module(f"{lib}.patterns.linear_flow")
     gf = importlib.import_module(f"{lib}.patterns.graph_flow")
     if kind == "linear":
-        flow = lf.Flow("linear").add(tasks.Add(name="add", provides="y"),
-                                     tasks.Mul(name="mul", provides="z"))
+        flow = lf.Flow("linear").add(
+            tasks.Add(name="add", provides="y"), tasks.Mul(name="mul", provides="z")
+        )
         return flow, {"x": 4}
     if kind == "graph":
         # a -> (double, square) -> join: dependencies inferred from names.
@@ -126,12 +127,13 @@ def make_flow(kind: str, tasks: types.SimpleNamespace, marker_dir: str) -> tuple
             tasks.Join(name="join", provides="joined"),
             tasks.Square(name="square", provides="c"),
             tasks.Double(name="double", provides="b"),
-            tasks.Add(name="add", provides="a", rebind={"x": "seed"}))
+            tasks.Add(name="add", provides="a", rebind={"x": "seed"}),
+        )
         return flow, {"seed": 2}
     if kind == "failing":
-        flow = lf.Flow("failing").add(tasks.Remember(name="first"),
-                                      tasks.Remember(name="second"),
-                                      tasks.Boom(name="boom"))
+        flow = lf.Flow("failing").add(
+            tasks.Remember(name="first"), tasks.Remember(name="second"), tasks.Boom(name="boom")
+        )
         return flow, {"marker_dir": marker_dir}
     if kind == "progress":
         flow = lf.Flow("progress").add(tasks.Progress(name="progress", provides="tripled"))
@@ -141,10 +143,13 @@ def make_flow(kind: str, tasks: types.SimpleNamespace, marker_dir: str) -> tuple
 
 def atom_names(kind: str) -> list[str]:
     """The atoms of a flow kind (for reading their states)."""
-    return {"linear": ["add", "mul"], "graph": ["add", "double", "square", "join"],
-            "failing": ["first", "second", "boom"], "progress": ["progress"]}[kind]
+    return {
+        "linear": ["add", "mul"],
+        "graph": ["add", "double", "square", "join"],
+        "failing": ["first", "second", "boom"],
+        "progress": ["progress"],
+    }[kind]
 
 
 _library = os.environ.get(LIBRARY_ENV, "flowengine")
-globals().update({name: cls for name, cls in vars(build(_library)).items()
-                  if name != "library"})
+globals().update({name: cls for name, cls in vars(build(_library)).items() if name != "library"})

@@ -33,14 +33,19 @@ class Fleet:
     def __init__(self, url: str, folder: str) -> None:
         self.url = url
         tag = uuid.uuid4().hex[:8]
-        self.exchanges = {"taskflow": f"interop-tf-{tag}", "compat": f"interop-fc-{tag}",
-                          "flowengine": f"interop-fe-{tag}"}
+        self.exchanges = {
+            "taskflow": f"interop-tf-{tag}",
+            "compat": f"interop-fc-{tag}",
+            "flowengine": f"interop-fe-{tag}",
+        }
         self.workers = [
             processes.start_taskflow_worker(url, self.exchanges["taskflow"], TOPIC, folder),
-            processes.start_flowengine_worker(url, self.exchanges["compat"], TOPIC, folder,
-                                              "taskflow"),
-            processes.start_flowengine_worker(url, self.exchanges["flowengine"], TOPIC,
-                                              folder, None),
+            processes.start_flowengine_worker(
+                url, self.exchanges["compat"], TOPIC, folder, "taskflow"
+            ),
+            processes.start_flowengine_worker(
+                url, self.exchanges["flowengine"], TOPIC, folder, None
+            ),
         ]
 
     def wait_ready(self) -> None:
@@ -90,8 +95,7 @@ def run_way(fleet: Fleet, way: str, kind: str, folder) -> dict:
         options["compat"] = compat
     marker_dir = folder / way
     marker_dir.mkdir()
-    return harness.run_flow(engine_lib, kind, st.build(engine_lib), str(marker_dir),
-                            **options)
+    return harness.run_flow(engine_lib, kind, st.build(engine_lib), str(marker_dir), **options)
 
 
 @pytest.mark.parametrize("kind", st.FLOW_KINDS)
@@ -108,8 +112,12 @@ def test_same_outcome_on_every_fleet(fleet, kind, tmp_path):
     expected_state = "REVERTED" if kind == "failing" else "SUCCESS"
     assert set(reference["states"].values()) == {expected_state}
     if kind == "failing":
-        assert sorted(reference["markers"]) == ["first.executed", "first.reverted",
-                                                "second.executed", "second.reverted"]
+        assert sorted(reference["markers"]) == [
+            "first.executed",
+            "first.reverted",
+            "second.executed",
+            "second.reverted",
+        ]
     if kind == "progress":
         assert reference["progress"] == list(st.PROGRESS_STEPS)
 
@@ -121,11 +129,15 @@ def test_discovery_both_ways(fleet):
 
     # Given a TaskFlow executor on the compat flowengine worker's exchange and a
     # flowengine executor (compat) on the TaskFlow worker's exchange
-    tf = tf_executor.WorkerTaskExecutor(uuid.uuid4().hex, fleet.exchanges["compat"],
-                                        [TOPIC], url=fleet.url)
-    fe = fe_executor.WorkerTaskExecutor(uuid.uuid4().hex, fleet.exchanges["taskflow"],
-                                        [TOPIC],
-                                        broker=BrokerSettings(fleet.url, compat="taskflow"))
+    tf = tf_executor.WorkerTaskExecutor(
+        uuid.uuid4().hex, fleet.exchanges["compat"], [TOPIC], url=fleet.url
+    )
+    fe = fe_executor.WorkerTaskExecutor(
+        uuid.uuid4().hex,
+        fleet.exchanges["taskflow"],
+        [TOPIC],
+        broker=BrokerSettings(fleet.url, compat="taskflow"),
+    )
     tf.start()
     fe.start()
     try:

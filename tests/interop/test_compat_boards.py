@@ -36,8 +36,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("taskflow", reason="TaskFlow is not installed (pip install -e .[interop])")
-pytest.importorskip("msgpack", reason="msgpack is not installed"
-                                      " (pip install -e .[taskflow-compat])")
+pytest.importorskip(
+    "msgpack", reason="msgpack is not installed (pip install -e .[taskflow-compat])"
+)
 
 import sqlalchemy as sa  # noqa: E402
 
@@ -61,7 +62,8 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
         yield f"sqlite:///{tmp_path}/shared.db"
         return
     server = sa.engine.make_url(request.getfixturevalue("pg_url")).set(
-        drivername="postgresql+psycopg")
+        drivername="postgresql+psycopg"
+    )
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     name = f"compat_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
@@ -78,10 +80,17 @@ def _board_conf(server: str, request: pytest.FixtureRequest) -> dict[str, Any]:
     """TaskFlow's conf keys of a fresh board on the session's server."""
     if server == "redis":
         url = sa.engine.make_url(request.getfixturevalue("redis_url"))
-        return {"board": "redis", "host": url.host, "port": url.port,
-                "namespace": f"compat-{uuid.uuid4().hex[:8]}"}
-    return {"board": "zookeeper", "hosts": request.getfixturevalue("zk_hosts"),
-            "path": f"/compat-{uuid.uuid4().hex[:8]}/jobs"}
+        return {
+            "board": "redis",
+            "host": url.host,
+            "port": url.port,
+            "namespace": f"compat-{uuid.uuid4().hex[:8]}",
+        }
+    return {
+        "board": "zookeeper",
+        "hosts": request.getfixturevalue("zk_hosts"),
+        "path": f"/compat-{uuid.uuid4().hex[:8]}/jobs",
+    }
 
 
 def _conf_for(library: str, conf: dict[str, Any]) -> dict[str, Any]:
@@ -90,8 +99,7 @@ def _conf_for(library: str, conf: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fetch_board(library: str, conf: dict[str, Any], backend: Any) -> Any:
-    board = compat_jobs._module(library, "jobs.backends").fetch("poster", conf,
-                                                                persistence=backend)
+    board = compat_jobs._module(library, "jobs.backends").fetch("poster", conf, persistence=backend)
     board.connect()
     return board
 
@@ -103,25 +111,45 @@ def _ledger(path: str) -> list[list[str]]:
         return [line.split() for line in f if line.strip()]
 
 
-def _start_conductor(library: str, conf: dict[str, Any], db: str, log_path: str,
-                     jobs: int = JOBS, hang: bool = False) -> Any:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+def _start_conductor(
+    library: str, conf: dict[str, Any], db: str, log_path: str, jobs: int = JOBS, hang: bool = False
+) -> Any:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
     env[compat_jobs.LIBRARY_ENV] = library
     env[compat_jobs.HANG_ENV] = "1" if hang else "0"
     log = open(log_path, "wb")
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.interop.compat_jobs", library, json.dumps(conf), db,
-         str(jobs), str(CONDUCTOR_TIMEOUT_S)], stdout=log, stderr=subprocess.STDOUT,
-        env=env, cwd=ROOT), log
+        [
+            sys.executable,
+            "-m",
+            "tests.interop.compat_jobs",
+            library,
+            json.dumps(conf),
+            db,
+            str(jobs),
+            str(CONDUCTOR_TIMEOUT_S),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    ), log
 
 
 @pytest.mark.parametrize("server", ["redis", "zookeeper"])
-@pytest.mark.parametrize("poster,conductor", DIRECTIONS,
-                         ids=[f"{p}-posts-{c}-runs" for p, c in DIRECTIONS])
+@pytest.mark.parametrize(
+    "poster,conductor", DIRECTIONS, ids=[f"{p}-posts-{c}-runs" for p, c in DIRECTIONS]
+)
 def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
-        server: str, poster: str, conductor: str, db_url: str, tmp_path: Any,
-        request: pytest.FixtureRequest) -> None:
+    server: str,
+    poster: str,
+    conductor: str,
+    db_url: str,
+    tmp_path: Any,
+    request: pytest.FixtureRequest,
+) -> None:
     # Given one board in TaskFlow's layout and one database for both libraries:
     # the poster saves each job's flow with its own library, the other reads it
     conf = _board_conf(server, request)
@@ -132,8 +160,9 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
 
     def post(tag: str) -> Any:
         book = compat_jobs.save_book(poster, backend, tag, ledger)
-        return board.post(f"job-{tag}", book=book,
-                          details={"store": {"ledger": ledger, "tag": tag}})
+        return board.post(
+            f"job-{tag}", book=book, details={"store": {"ledger": ledger, "tag": tag}}
+        )
 
     log_path = str(tmp_path / "conductor.log")
     proc, log = None, None
@@ -141,11 +170,14 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
         # When half the jobs wait on the board before the other library's
         # conductor starts, and half are posted while it runs
         started = time.monotonic()
-        jobs = [post(tag) for tag in tags[:JOBS // 2]]
+        jobs = [post(tag) for tag in tags[: JOBS // 2]]
         proc, log = _start_conductor(conductor, _conf_for(conductor, conf), db_url, log_path)
-        waiting.wait_until(lambda: len(_ledger(ledger)) >= JOBS // 2 or proc.poll() is not None,
-                           "the conductor to run the first half", CONDUCTOR_TIMEOUT_S)
-        jobs += [post(tag) for tag in tags[JOBS // 2:]]
+        waiting.wait_until(
+            lambda: len(_ledger(ledger)) >= JOBS // 2 or proc.poll() is not None,
+            "the conductor to run the first half",
+            CONDUCTOR_TIMEOUT_S,
+        )
+        jobs += [post(tag) for tag in tags[JOBS // 2 :]]
         rc = proc.wait(CONDUCTOR_TIMEOUT_S)
         took = time.monotonic() - started
         with open(log_path, encoding="utf-8", errors="replace") as f:
@@ -160,9 +192,11 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
         assert all(job.wait(timeout=5) for job in jobs)  # complete, as the poster sees it
         assert board.job_count == 0
         assert [j for j in board.iterjobs(ensure_fresh=True)] == []
-        print(f"\n[compat-board] {server} {poster}->{conductor} {db_url.split(':')[0]}:"
-              f" {JOBS} jobs in {took:.2f} s incl. conductor start"
-              f" ({output.strip().splitlines()[-1]})")
+        print(
+            f"\n[compat-board] {server} {poster}->{conductor} {db_url.split(':')[0]}:"
+            f" {JOBS} jobs in {took:.2f} s incl. conductor start"
+            f" ({output.strip().splitlines()[-1]})"
+        )
     finally:
         if proc is not None and proc.poll() is None:
             proc.kill()
@@ -175,7 +209,8 @@ def test_jobs_posted_by_one_library_run_once_by_the_others_conductor(
 
 @pytest.mark.parametrize("server", ["redis", "zookeeper"])
 def test_a_job_whose_flowengine_conductor_died_is_run_by_a_taskflow_conductor(
-        server: str, tmp_path: Any, request: pytest.FixtureRequest) -> None:
+    server: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
     # Given a flowengine conductor (lease 1 s) that claimed a job and hangs in it.
     # (Both conductors must load the job's logbook: each library reads a copy
     # in its own format here, the same uuids in two SQLite files.)
@@ -187,21 +222,31 @@ def test_a_job_whose_flowengine_conductor_died_is_run_by_a_taskflow_conductor(
     procs: list[Any] = []
     try:
         ids = (str(uuid.uuid4()), str(uuid.uuid4()))
-        book = [compat_jobs.save_book(lib, be, "t0", ledger, ids)
-                for lib, be in backends.items()][0]
+        book = [compat_jobs.save_book(lib, be, "t0", ledger, ids) for lib, be in backends.items()][
+            0
+        ]
         job = board.post("job-t0", book=book, details={"store": {"ledger": ledger, "tag": "t0"}})
-        dying = _start_conductor("flowengine", dict(_conf_for("flowengine", conf), lease_s=1),
-                                 dbs["flowengine"], str(tmp_path / "flowengine.log"), jobs=1,
-                                 hang=True)
+        dying = _start_conductor(
+            "flowengine",
+            dict(_conf_for("flowengine", conf), lease_s=1),
+            dbs["flowengine"],
+            str(tmp_path / "flowengine.log"),
+            jobs=1,
+            hang=True,
+        )
         procs.append(dying)
-        waiting.wait_until(lambda: _ledger(ledger), "the flowengine conductor to start the job",
-                           CONDUCTOR_TIMEOUT_S)
+        waiting.wait_until(
+            lambda: _ledger(ledger),
+            "the flowengine conductor to start the job",
+            CONDUCTOR_TIMEOUT_S,
+        )
         # When its host dies, and a TaskFlow conductor runs beside it
         started = time.monotonic()
         dying[0].kill()
         dying[0].wait()
-        taking = _start_conductor("taskflow", conf, dbs["taskflow"],
-                                  str(tmp_path / "taskflow.log"), jobs=1)
+        taking = _start_conductor(
+            "taskflow", conf, dbs["taskflow"], str(tmp_path / "taskflow.log"), jobs=1
+        )
         procs.append(taking)
         # Then the claim ends with the lease (Redis) or the session (ZooKeeper),
         # and TaskFlow's conductor runs the job to its end
@@ -210,8 +255,10 @@ def test_a_job_whose_flowengine_conductor_died_is_run_by_a_taskflow_conductor(
         runs = _ledger(ledger)
         assert [r[1:2] + r[3:] for r in runs] == [["flowengine", "hung"], ["taskflow"]]
         assert job.wait(timeout=5) and board.job_count == 0
-        print(f"\n[compat-board] {server}: a dead flowengine conductor's job finished by"
-              f" TaskFlow {took:.2f} s after the kill (TaskFlow's start included)")
+        print(
+            f"\n[compat-board] {server}: a dead flowengine conductor's job finished by"
+            f" TaskFlow {took:.2f} s after the kill (TaskFlow's start included)"
+        )
     finally:
         for proc, log in procs:
             if proc.poll() is None:
@@ -224,7 +271,8 @@ def test_a_job_whose_flowengine_conductor_died_is_run_by_a_taskflow_conductor(
 
 
 def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
-        redis_url: str, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    redis_url: str, tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given TaskFlow's board and flowengine's (no compat) on one Redis namespace
     from taskflow.jobs import backends as tf_backends
 
@@ -233,8 +281,12 @@ def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
     from flowengine.persistence import backends as persistence
 
     url = sa.engine.make_url(redis_url)
-    conf = {"board": "redis", "host": url.host, "port": url.port,
-            "namespace": f"shared-{uuid.uuid4().hex[:8]}"}
+    conf = {
+        "board": "redis",
+        "host": url.host,
+        "port": url.port,
+        "namespace": f"shared-{uuid.uuid4().hex[:8]}",
+    }
     theirs = tf_backends.fetch("taskflow", dict(conf))
     theirs.connect()
     backend = persistence.fetch({"connection": "memory://"})
@@ -250,8 +302,7 @@ def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
         theirs.claim(trashed, "tf-conductor")
         theirs.trash(trashed, "tf-conductor")
         book = compat_jobs.save_book("flowengine", backend, "own", ledger)
-        mine = ours.post("own-job", book=book,
-                         details={"store": {"ledger": ledger, "tag": "own"}})
+        mine = ours.post("own-job", book=book, details={"store": {"ledger": ledger, "tag": "own"}})
 
         # Then TaskFlow's board lists its own job only, and deletes nothing
         for _ in range(2):
@@ -267,8 +318,9 @@ def test_taskflow_postings_in_flowengines_own_namespace_are_skipped_not_fatal(
         assert trashed.uuid in warned[0] and "utf-8" in warned[0] and "msgpack" in warned[0]
 
         # And its conductor runs it, leaving TaskFlow's posting where it was
-        conductor = conductors.fetch("blocking", "flowengine-conductor", ours,
-                                     persistence=backend, engine="serial")
+        conductor = conductors.fetch(
+            "blocking", "flowengine-conductor", ours, persistence=backend, engine="serial"
+        )
         conductor.run(max_dispatches=1)
         assert _ledger(ledger) == [["own", "flowengine", str(os.getpid())]]
         assert ours.wait_for_outcome(mine, timeout=10).outcome == "succeeded"

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 pytest.importorskip("taskflow", reason="TaskFlow is not installed (pip install -e .[interop])")
-pytest.importorskip("msgpack", reason="msgpack is not installed"
-                                      " (pip install -e .[taskflow-compat])")
+pytest.importorskip(
+    "msgpack", reason="msgpack is not installed (pip install -e .[taskflow-compat])"
+)
 
 import sqlalchemy as sa  # noqa: E402
 from taskflow import exceptions as tf_exc  # noqa: E402
@@ -41,10 +42,17 @@ def conf(request: pytest.FixtureRequest) -> dict[str, Any]:
     """TaskFlow's conf of a fresh board on the session's server."""
     if request.param == "redis":
         url = sa.engine.make_url(request.getfixturevalue("redis_url"))
-        return {"board": "redis", "host": url.host, "port": url.port,
-                "namespace": f"claims-{uuid.uuid4().hex[:8]}"}
-    return {"board": "zookeeper", "hosts": request.getfixturevalue("zk_hosts"),
-            "path": f"/claims-{uuid.uuid4().hex[:8]}/jobs"}
+        return {
+            "board": "redis",
+            "host": url.host,
+            "port": url.port,
+            "namespace": f"claims-{uuid.uuid4().hex[:8]}",
+        }
+    return {
+        "board": "zookeeper",
+        "hosts": request.getfixturevalue("zk_hosts"),
+        "path": f"/claims-{uuid.uuid4().hex[:8]}/jobs",
+    }
 
 
 @pytest.fixture
@@ -90,8 +98,10 @@ def test_taskflow_sees_flowengines_claim_and_its_end(boards: Any) -> None:
     assert ours.find_owner(job) == "tf-conductor"
     theirs.consume(tf_job, "tf-conductor")
     # (each board's listing follows the server's changes: ZooKeeper's by watches)
-    waiting.wait_until(lambda: ours.job_count == 0 and theirs.job_count == 0,
-                       "both boards to see the consumed job gone")
+    waiting.wait_until(
+        lambda: ours.job_count == 0 and theirs.job_count == 0,
+        "both boards to see the consumed job gone",
+    )
 
 
 def test_flowengine_trash_is_taskflows_trash(boards: Any) -> None:
@@ -112,7 +122,8 @@ def test_flowengine_trash_is_taskflows_trash(boards: Any) -> None:
 
 
 def test_a_dead_flowengine_claimers_job_goes_to_taskflow_and_the_claimer_is_fenced(
-        boards: Any) -> None:
+    boards: Any,
+) -> None:
     # Given a flowengine conductor that claimed a job, then stopped renewing
     # (Redis: its lease runs out) or lost its session (ZooKeeper)
     theirs = boards("taskflow")
@@ -124,8 +135,9 @@ def test_a_dead_flowengine_claimers_job_goes_to_taskflow_and_the_claimer_is_fenc
         dying.connect()
     # When TaskFlow's conductor takes the job once the claim ended
     tf_job = _taskflow_job(theirs, job.uuid)
-    waiting.wait_until(lambda: tf_job.state == tf_states.UNCLAIMED,
-                       "the dead claimer's claim to end", timeout=30)
+    waiting.wait_until(
+        lambda: tf_job.state == tf_states.UNCLAIMED, "the dead claimer's claim to end", timeout=30
+    )
     theirs.claim(tf_job, "tf-conductor")
     # Then the old claimer can neither finish nor give it back
     for finish in (dying.consume, dying.abandon, dying.trash):
@@ -144,8 +156,9 @@ def test_flowengine_claimers_fence_each_other_on_taskflows_layout(boards: Any) -
         first.close()
         first.connect()
     again = second.get_job(job.uuid)
-    waiting.wait_until(lambda: second.find_owner(again) is None,
-                       "the first claim to end", timeout=30)
+    waiting.wait_until(
+        lambda: second.find_owner(again) is None, "the first claim to end", timeout=30
+    )
     second.claim(again, "fe-conductor")  # the same name: only the token tells them apart
     # Then the first claim's token is refused, the second one's accepted
     assert again.token > job.token
@@ -156,7 +169,8 @@ def test_flowengine_claimers_fence_each_other_on_taskflows_layout(boards: Any) -
 
 
 def test_jobs_list_shows_taskflows_postings_with_their_msgpack_types(
-        redis_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     import datetime
     import json
 
@@ -165,16 +179,18 @@ def test_jobs_list_shows_taskflows_postings_with_their_msgpack_types(
     # Given a TaskFlow posting whose details hold values JSON has not
     namespace = f"cli-{uuid.uuid4().hex[:8]}"
     url = sa.engine.make_url(redis_url)
-    theirs = tf_backends.fetch("taskflow", {"board": "redis", "host": url.host,
-                                            "port": url.port, "namespace": namespace})
+    theirs = tf_backends.fetch(
+        "taskflow", {"board": "redis", "host": url.host, "port": url.port, "namespace": namespace}
+    )
     theirs.connect()
     try:
         job = theirs.post("tf-job", details={"when": datetime.datetime(2020, 1, 2)})
     finally:
         theirs.close()
     # When `flowengine jobs list --json` reads the board in compat mode
-    rc = cli.main(["jobs", "list", "--json", "--board",
-                   f"{redis_url}?namespace={namespace}&compat=taskflow"])
+    rc = cli.main(
+        ["jobs", "list", "--json", "--board", f"{redis_url}?namespace={namespace}&compat=taskflow"]
+    )
     # Then it lists the job, its times as text
     assert rc in (0, None)
     listed = json.loads(capsys.readouterr().out)

@@ -21,10 +21,18 @@ from tests.interop.test_memory import EXPECTED, _fast_taskflow, memory_options  
 def test_taskflow_workers_never_answer_nor_suffer_control_requests(tmp_path):
     # Given a TaskFlow worker and a flowengine worker (compat) on one exchange and topic
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
-    with harness.thread_worker("taskflow", st.build("taskflow"), exchange, topic,
-                               **memory_options("taskflow", True)), \
-            harness.thread_worker("flowengine", st.build("flowengine"), exchange, topic,
-                                  **memory_options("flowengine", True)) as ours:
+    with (
+        harness.thread_worker(
+            "taskflow", st.build("taskflow"), exchange, topic, **memory_options("taskflow", True)
+        ),
+        harness.thread_worker(
+            "flowengine",
+            st.build("flowengine"),
+            exchange,
+            topic,
+            **memory_options("flowengine", True),
+        ) as ours,
+    ):
         broker = BrokerSettings(None, "memory", {}, compat="taskflow")
         # When a ping is broadcast
         with ControlClient(exchange, broker) as client:
@@ -33,11 +41,18 @@ def test_taskflow_workers_never_answer_nor_suffer_control_requests(tmp_path):
         assert [a.worker_id for a in answers] == [ours.worker_id]
         # When, ours stopped, a CONTROL message reaches the TaskFlow worker's own queue
         ours.stop()
-        sender = px.Proxy("sender", exchange, None, broker=broker,
-                          options=px.ProxyOptions(queues=[]))
+        sender = px.Proxy(
+            "sender", exchange, None, broker=broker, options=px.ProxyOptions(queues=[])
+        )
         sender.publish(wc.ControlRequest(wc.PING), topic, reply_to="nobody")
         # Then it rejects it and goes on running flows
-        outcome = harness.run_flow("taskflow", "linear", st.build("taskflow"),
-                                   str(tmp_path), exchange=exchange, topics=[topic],
-                                   **memory_options("taskflow", True))
+        outcome = harness.run_flow(
+            "taskflow",
+            "linear",
+            st.build("taskflow"),
+            str(tmp_path),
+            exchange=exchange,
+            topics=[topic],
+            **memory_options("taskflow", True),
+        )
     assert outcome["results"] == EXPECTED["linear"]["results"]

@@ -18,13 +18,16 @@ from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests.interop import harness
 from tests.interop import shared_tasks as st
 
-FLEETS = [("taskflow", "taskflow"), ("taskflow", "flowengine"),
-          ("flowengine", "taskflow"), ("flowengine", "flowengine")]
+FLEETS = [
+    ("taskflow", "taskflow"),
+    ("taskflow", "flowengine"),
+    ("flowengine", "taskflow"),
+    ("flowengine", "flowengine"),
+]
 
 EXPECTED = {
     "linear": {"results": {"x": 4, "y": 5, "z": 50}, "error": None},
-    "graph": {"results": {"seed": 2, "a": 3, "b": 6, "c": 9, "joined": [6, 9, 15]},
-              "error": None},
+    "graph": {"results": {"seed": 2, "a": 3, "b": 6, "c": 9, "joined": [6, 9, 15]}, "error": None},
     "failing": {"error": [("RuntimeError", st.BOOM_MESSAGE)]},
     "progress": {"results": {"x": 5, "tripled": 15}, "error": None},
 }
@@ -40,8 +43,10 @@ def _fast_taskflow(monkeypatch):
 def memory_options(library: str, mixed: bool) -> dict:
     """Engine/worker options for ``library`` on the memory transport."""
     if library == "taskflow":
-        return {"transport": "memory",
-                "transport_options": {"polling_interval": harness.TASKFLOW_MEMORY_POLL_S}}
+        return {
+            "transport": "memory",
+            "transport_options": {"polling_interval": harness.TASKFLOW_MEMORY_POLL_S},
+        }
     options = {"transport": "memory"}
     if mixed:
         options["compat"] = "taskflow"
@@ -54,11 +59,18 @@ def run_on_fleet(kind: str, engine_lib: str, worker_lib: str, folder) -> dict:
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
     marker_dir = folder / f"{engine_lib}-on-{worker_lib}"
     marker_dir.mkdir()
-    with harness.thread_worker(worker_lib, st.build(worker_lib), exchange, topic,
-                               **memory_options(worker_lib, mixed)):
-        return harness.run_flow(engine_lib, kind, st.build(engine_lib), str(marker_dir),
-                                exchange=exchange, topics=[topic],
-                                **memory_options(engine_lib, mixed))
+    with harness.thread_worker(
+        worker_lib, st.build(worker_lib), exchange, topic, **memory_options(worker_lib, mixed)
+    ):
+        return harness.run_flow(
+            engine_lib,
+            kind,
+            st.build(engine_lib),
+            str(marker_dir),
+            exchange=exchange,
+            topics=[topic],
+            **memory_options(engine_lib, mixed),
+        )
 
 
 @pytest.mark.slow  # four fleets, each with its own worker: ~3 s
@@ -75,9 +87,12 @@ def test_same_outcome_on_every_fleet(kind, tmp_path):
         assert reference[key] == value
     if kind == "failing":
         assert set(reference["states"].values()) == {"REVERTED"}
-        assert reference["markers"] == {"first.executed": "", "second.executed": "",
-                                        "first.reverted": "'first ran'",
-                                        "second.reverted": "'second ran'"}
+        assert reference["markers"] == {
+            "first.executed": "",
+            "second.executed": "",
+            "first.reverted": "'first ran'",
+            "second.reverted": "'second ran'",
+        }
     else:
         assert set(reference["states"].values()) == {"SUCCESS"}
     if kind == "progress":
@@ -90,10 +105,12 @@ def test_taskflow_engine_discovers_flowengine_worker():
 
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
     tf_tasks = st.build("taskflow")
-    with harness.thread_worker("flowengine", st.build("flowengine"), exchange, topic,
-                               **memory_options("flowengine", True)):
+    with harness.thread_worker(
+        "flowengine", st.build("flowengine"), exchange, topic, **memory_options("flowengine", True)
+    ):
         executor = tf_executor.WorkerTaskExecutor(
-            uuid.uuid4().hex, exchange, [topic], **memory_options("taskflow", True))
+            uuid.uuid4().hex, exchange, [topic], **memory_options("taskflow", True)
+        )
         executor.start()
         try:
             # When it sends NOTIFY
@@ -113,11 +130,15 @@ def test_flowengine_engine_discovers_taskflow_worker(caplog):
     from flowengine.engines.worker_based.executor_side import executor as fe_executor
 
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
-    with harness.thread_worker("taskflow", st.build("taskflow"), exchange, topic,
-                               **memory_options("taskflow", True)):
+    with harness.thread_worker(
+        "taskflow", st.build("taskflow"), exchange, topic, **memory_options("taskflow", True)
+    ):
         executor = fe_executor.WorkerTaskExecutor(
-            uuid.uuid4().hex, exchange, [topic],
-            broker=BrokerSettings(**memory_options("flowengine", True)))
+            uuid.uuid4().hex,
+            exchange,
+            [topic],
+            broker=BrokerSettings(**memory_options("flowengine", True)),
+        )
         executor.start()
         try:
             # When it sends NOTIFY
@@ -158,17 +179,31 @@ def test_both_kinds_of_worker_on_one_topic(engine_lib, tmp_path):
     # Given a TaskFlow and a flowengine worker consuming the same topic queue
     # (a fleet half-way through its rollover)
     exchange, topic = f"interop-{uuid.uuid4().hex[:8]}", "shared"
-    with harness.thread_worker("taskflow", st.build("taskflow"), exchange, topic,
-                               **memory_options("taskflow", True)), \
-            harness.thread_worker("flowengine", st.build("flowengine"), exchange, topic,
-                                  **memory_options("flowengine", True)):
+    with (
+        harness.thread_worker(
+            "taskflow", st.build("taskflow"), exchange, topic, **memory_options("taskflow", True)
+        ),
+        harness.thread_worker(
+            "flowengine",
+            st.build("flowengine"),
+            exchange,
+            topic,
+            **memory_options("flowengine", True),
+        ),
+    ):
         # When an engine of either library runs flows there
         for kind in ("graph", "failing"):
             marker_dir = tmp_path / kind
             marker_dir.mkdir()
-            outcome = harness.run_flow(engine_lib, kind, st.build(engine_lib),
-                                       str(marker_dir), exchange=exchange, topics=[topic],
-                                       **memory_options(engine_lib, True))
+            outcome = harness.run_flow(
+                engine_lib,
+                kind,
+                st.build(engine_lib),
+                str(marker_dir),
+                exchange=exchange,
+                topics=[topic],
+                **memory_options(engine_lib, True),
+            )
             # Then they complete (or revert) as on a single-library fleet
             for key, value in EXPECTED[kind].items():
                 assert outcome[key] == value, (kind, key)

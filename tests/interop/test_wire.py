@@ -56,18 +56,32 @@ def _requests(pr, tasks, failure):
     task = tasks.Remember(name="first")
     return [
         pr.Request(task, "u-1", "execute", {"marker_dir": "/tmp"}),
-        pr.Request(task, "u-1", "revert", {"marker_dir": "/tmp"}, result=failure,
-                   failures={"boom": failure}),
-        pr.Request(task, "u-2", "revert", {"marker_dir": "/tmp"}, result="first ran",
-                   failures={"boom": failure}),
+        pr.Request(
+            task,
+            "u-1",
+            "revert",
+            {"marker_dir": "/tmp"},
+            result=failure,
+            failures={"boom": failure},
+        ),
+        pr.Request(
+            task,
+            "u-2",
+            "revert",
+            {"marker_dir": "/tmp"},
+            result="first ran",
+            failures={"boom": failure},
+        ),
     ]
 
 
 def _responses(pr, failure):
-    return [pr.Response("RUNNING"), pr.Response("EVENT", event_type="update_progress",
-                                                details={"progress": 0.5}),
-            pr.Response("SUCCESS", result=[1, {"a": None}]),
-            pr.Response("FAILURE", result=pr.failure_to_dict(failure))]
+    return [
+        pr.Response("RUNNING"),
+        pr.Response("EVENT", event_type="update_progress", details={"progress": 0.5}),
+        pr.Response("SUCCESS", result=[1, {"a": None}]),
+        pr.Response("FAILURE", result=pr.failure_to_dict(failure)),
+    ]
 
 
 def test_flowengine_bodies_pass_taskflow_validation():
@@ -134,22 +148,34 @@ def test_published_messages_are_byte_identical(kind):
     # Given a TaskFlow proxy and a flowengine proxy (compat='taskflow') on one exchange
     exchange, key = f"wire-{uuid.uuid4().hex[:8]}", "topic"
     tf = tf_proxy.Proxy(key, exchange, transport="memory")
-    fe = fe_proxy.Proxy(key, exchange,
-                        broker=BrokerSettings(transport="memory", compat="taskflow"))
+    fe = fe_proxy.Proxy(key, exchange, broker=BrokerSettings(transport="memory", compat="taskflow"))
     with kombu.Connection(transport="memory") as conn:
-        queue = kombu.Queue(f"{exchange}_{key}", exchange=compat.make_exchange(
-            exchange, compat="taskflow"), routing_key=key, durable=False, auto_delete=True)
+        queue = kombu.Queue(
+            f"{exchange}_{key}",
+            exchange=compat.make_exchange(exchange, compat="taskflow"),
+            routing_key=key,
+            durable=False,
+            auto_delete=True,
+        )
         queue(conn.default_channel).declare()
         # When each publishes the same message with the same properties
         messages = {
-            "request": (_requests(tf_pr, TF, _tf_failure())[0],
-                        _requests(fe_pr, FE, _fe_failure())[0]),
-            "revert": (_requests(tf_pr, TF, _tf_failure())[2],
-                       _requests(fe_pr, FE, _fe_failure())[2]),
-            "response": (tf_pr.Response("SUCCESS", result={"z": [1, 2]}),
-                         fe_pr.Response("SUCCESS", result={"z": [1, 2]})),
-            "notify": (tf_pr.Notify(topic="t", tasks=["a.B"]),
-                       fe_pr.Notify(topic="t", tasks=["a.B"])),
+            "request": (
+                _requests(tf_pr, TF, _tf_failure())[0],
+                _requests(fe_pr, FE, _fe_failure())[0],
+            ),
+            "revert": (
+                _requests(tf_pr, TF, _tf_failure())[2],
+                _requests(fe_pr, FE, _fe_failure())[2],
+            ),
+            "response": (
+                tf_pr.Response("SUCCESS", result={"z": [1, 2]}),
+                fe_pr.Response("SUCCESS", result={"z": [1, 2]}),
+            ),
+            "notify": (
+                tf_pr.Notify(topic="t", tasks=["a.B"]),
+                fe_pr.Notify(topic="t", tasks=["a.B"]),
+            ),
         }[kind]
         for proxy, msg in zip((tf, fe), messages):
             proxy.publish(msg, key, reply_to="executor-uuid", correlation_id="req-uuid")
@@ -174,10 +200,15 @@ def test_declarations_match_taskflow_only_in_compat_mode():
     tf_queue = tf._make_queue(key, tf_exchange)
     ours = compat.make_exchange(exchange, compat="taskflow")
     assert (ours.type, ours.durable, ours.auto_delete) == (
-        tf_exchange.type, tf_exchange.durable, tf_exchange.auto_delete)
+        tf_exchange.type,
+        tf_exchange.durable,
+        tf_exchange.auto_delete,
+    )
     assert tf_queue.name == fe_pr.topic_queue_name(exchange, key)
     assert (tf_queue.durable, tf_queue.auto_delete) == (
-        False, compat.topic_queue_auto_delete("taskflow"))
+        False,
+        compat.topic_queue_auto_delete("taskflow"),
+    )
     # Without compat flowengine's exchange outlives its queues: a broker (here
     # kombu's memory transport, like RabbitMQ) refuses the second declaration.
     default = compat.make_exchange(exchange)
@@ -204,5 +235,6 @@ def test_peer_detection_by_missing_headers():
     assert compat.is_taskflow_peer({}, "worker")
     assert compat.is_taskflow_peer(None, "engine")
     assert not compat.is_taskflow_peer({fe_pr.HEADER_WORKER_ID: "w"}, "worker")
-    assert not compat.is_taskflow_peer({fe_pr.HEADER_ORIGIN: "h:1", fe_pr.HEADER_ATTEMPT: 0},
-                                       "engine")
+    assert not compat.is_taskflow_peer(
+        {fe_pr.HEADER_ORIGIN: "h:1", fe_pr.HEADER_ATTEMPT: 0}, "engine"
+    )

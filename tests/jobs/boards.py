@@ -42,8 +42,9 @@ class Boards:
         """The board URL with extra options in its query."""
         return self.url + "".join(f"&{k}={parse.quote(str(v))}" for k, v in options.items())
 
-    def make(self, name: str = "board", persistence: Any = None, connect: bool = True,
-             **options: Any) -> Any:
+    def make(
+        self, name: str = "board", persistence: Any = None, connect: bool = True, **options: Any
+    ) -> Any:
         """A new board object on this test's data (connected unless told otherwise)."""
         board = backends.fetch(name, {"board": self.url, **options}, persistence=persistence)
         if connect:

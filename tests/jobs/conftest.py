@@ -39,8 +39,11 @@ def board_base_url(kind: str, request: pytest.FixtureRequest) -> str:
     raise ValueError(kind)
 
 
-@pytest.fixture(params=[pytest.param(k, marks=[pytest.mark.broker] if k != "memory" else [])
-                        for k in BOARD_KINDS])
+@pytest.fixture(
+    params=[
+        pytest.param(k, marks=[pytest.mark.broker] if k != "memory" else []) for k in BOARD_KINDS
+    ]
+)
 def boards(request: pytest.FixtureRequest) -> Boards:
     """Board objects of one kind sharing a fresh namespace."""
     made = Boards(request.param, board_base_url(request.param, request))

@@ -53,8 +53,9 @@ def test_failed_attempts_end_in_the_dead_letter(boards):
     board = boards.make(backoff_s=0.05, max_attempts=2)
     job = board.post("poison", details={"flow_uuid": "f"})
     waiter_result = []
-    t = threading.Thread(target=lambda: waiter_result.append(
-        board.wait_for_outcome(job, WAIT_S)), daemon=True)
+    t = threading.Thread(
+        target=lambda: waiter_result.append(board.wait_for_outcome(job, WAIT_S)), daemon=True
+    )
     t.start()
     # When both attempts fail
     board.claim(job, "me")
@@ -144,8 +145,9 @@ def test_waiting_for_an_outcome_does_not_poll(boards):
     real = store.outcome
     store.outcome = lambda uuid: reads.append(uuid) or real(uuid)
     result = []
-    waiting = threading.Thread(target=lambda: result.append(
-        poster.wait_for_outcome(job, WAIT_S)), daemon=True)
+    waiting = threading.Thread(
+        target=lambda: result.append(poster.wait_for_outcome(job, WAIT_S)), daemon=True
+    )
     waiting.start()
     # When the job is finished a while later by another board object
     time.sleep(1.0)  # let the waiter wait: a poller would read many times meanwhile

@@ -97,8 +97,7 @@ def test_iteration_order_is_priority_then_age(boards):
     first = board.post("first")
     urgent = board.post("urgent", priority=base.JobPriority.VERY_HIGH)
     second = board.post("second")
-    assert [j.uuid for j in board.iterjobs()] == [urgent.uuid, first.uuid, second.uuid,
-                                                  low.uuid]
+    assert [j.uuid for j in board.iterjobs()] == [urgent.uuid, first.uuid, second.uuid, low.uuid]
 
 
 def test_bad_priority_is_named(boards):
@@ -264,13 +263,20 @@ def test_details_are_masked_in_str_but_not_in_details(boards):
     assert job.details["store"]["db_password"] == "hunter2"
     everything = boards.make(mask_details="all")
     assert "'f'" in str(everything.get_job(job.uuid)) and "db_password" not in str(
-        everything.get_job(job.uuid))
+        everything.get_job(job.uuid)
+    )
 
 
 #: The class name each board's jobs carry in str(job): TaskFlow's where it has
 #: the board (RedisJob, ZookeeperJob), the board's own name otherwise.
-JOB_CLASS_NAMES = {"memory": "MemoryJob", "redis": "RedisJob", "sqlite": "SQLJob",
-                   "postgresql": "SQLJob", "zookeeper": "ZookeeperJob", "etcd": "EtcdJob"}
+JOB_CLASS_NAMES = {
+    "memory": "MemoryJob",
+    "redis": "RedisJob",
+    "sqlite": "SQLJob",
+    "postgresql": "SQLJob",
+    "zookeeper": "ZookeeperJob",
+    "etcd": "EtcdJob",
+}
 
 
 def test_str_names_the_boards_job_class(boards):
@@ -279,8 +285,9 @@ def test_str_names_the_boards_job_class(boards):
     name = JOB_CLASS_NAMES[boards.kind]
     for job in (posted, board.get_job(posted.uuid), *board.iterjobs()):
         assert type(job).__name__ == name
-        assert str(job) == (f"{name}: test (priority={job.priority}, uuid={job.uuid},"
-                            " details={'flow_uuid': 'f'})")
+        assert str(job) == (
+            f"{name}: test (priority={job.priority}, uuid={job.uuid}, details={{'flow_uuid': 'f'}})"
+        )
     assert isinstance(posted, base.Job)
 
 

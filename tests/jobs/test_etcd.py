@@ -33,8 +33,12 @@ def etcd_port(etcd_url: str) -> int:
 @pytest.fixture
 def conf(etcd_port: int) -> dict:
     """TaskFlow's keys for a board on the session's etcd, on a path of this test's own."""
-    return {"board": "etcd", "host": "127.0.0.1", "port": etcd_port,
-            "path": f"test-{uuid.uuid4().hex[:12]}"}
+    return {
+        "board": "etcd",
+        "host": "127.0.0.1",
+        "port": etcd_port,
+        "path": f"test-{uuid.uuid4().hex[:12]}",
+    }
 
 
 def _raw_keys(port: int, prefix: str) -> list[str]:
@@ -58,7 +62,9 @@ def test_taskflow_keys_build_the_board_and_ttl_is_the_lease(conf, etcd_port):
         job = board.post("test", details={"a": 1})
         board.claim(job, "me")
         assert _raw_keys(etcd_port, board.root_path + "/") == [
-            f"{board.root_path}/listed/{job.uuid}", f"{board.root_path}/locks/{job.uuid}"]
+            f"{board.root_path}/listed/{job.uuid}",
+            f"{board.root_path}/locks/{job.uuid}",
+        ]
         assert 0 < board.lease_remaining(job) <= 3.0
     finally:
         board.close()
@@ -96,8 +102,10 @@ def test_an_owner_that_stops_renewing_loses_the_job_and_is_fenced(conf, etcd_por
 
 
 def test_an_unreachable_etcd_is_named():
-    board = backends.fetch("etcd-test", {"board": "etcd", "host": "127.0.0.1",
-                                         "port": brokers.free_port(), "timeout": 2})
+    board = backends.fetch(
+        "etcd-test",
+        {"board": "etcd", "host": "127.0.0.1", "port": brokers.free_port(), "timeout": 2},
+    )
     with pytest.raises(exc.BoardUnavailable, match="127.0.0.1"):
         board.connect()
 

@@ -28,7 +28,9 @@ def _check_listing(reader, ok, bad):
     found = reader.finished()
     # Newest first; trashed and listed jobs are not finished ones.
     assert [(job.uuid, done.outcome) for job, done in found] == [
-        (bad.uuid, "reverted"), (ok.uuid, "succeeded")]
+        (bad.uuid, "reverted"),
+        (ok.uuid, "succeeded"),
+    ]
     job, done = found[0]
     assert job.name == "bad" and done.who == "worker-1" and done.attempts == 1
     assert done.reason == "card declined" and done.at > 0
@@ -55,17 +57,24 @@ def test_a_finished_job_is_listed_only_while_its_outcome_is_kept(boards):
         board.claim(job, "me")
         board.consume(job, "me")
     # When the short one's outcome expires, then only the other is listed
-    waiting.wait_until(lambda: [j.name for j, _ in kept.finished()] == ["kept"],
-                       "the expired job to leave the finished listing", poll_s=0.1)
+    waiting.wait_until(
+        lambda: [j.name for j, _ in kept.finished()] == ["kept"],
+        "the expired job to leave the finished listing",
+        poll_s=0.1,
+    )
 
 
 @pytest.mark.broker
 @pytest.mark.parametrize("kind", ["redis", "zookeeper"])
 def test_compat_taskflow_layouts_list_what_flowengine_consumed(kind, request):
-    pytest.importorskip("msgpack", reason="msgpack is not installed"
-                                          " (pip install -e .[taskflow-compat])")
-    base = (request.getfixturevalue("redis_url") if kind == "redis"
-            else request.getfixturevalue("zookeeper_url") + "/flowengine-test/tfjobs")
+    pytest.importorskip(
+        "msgpack", reason="msgpack is not installed (pip install -e .[taskflow-compat])"
+    )
+    base = (
+        request.getfixturevalue("redis_url")
+        if kind == "redis"
+        else request.getfixturevalue("zookeeper_url") + "/flowengine-test/tfjobs"
+    )
     boards = Boards(kind, base + "?compat=taskflow")
     try:
         ok, bad, _waiting = _finish_some(boards.make())

@@ -16,8 +16,6 @@ LEASE_S = 0.5
 WAIT_S = 10.0
 
 
-
-
 def _die(board) -> None:
     """Simulate the claimer's death: its keeper stops renewing, nothing is given back."""
     board._keeper.stop()
@@ -129,8 +127,7 @@ def test_the_keeper_reports_a_lost_lease(boards):
     board.on_claim_lost(job, lost.append)
     store = board._store
     renew = store.renew
-    store.renew = lambda held, lease_s: (_ for _ in ()).throw(
-        exc.BoardUnavailable("cut off"))
+    store.renew = lambda held, lease_s: (_ for _ in ()).throw(exc.BoardUnavailable("cut off"))
     # When another board claims it after the lease ran out
     rival = boards.make(lease_s=LEASE_S)
     assert holds_within(lambda: rival.job_state(job) == states.UNCLAIMED, 3 * LEASE_S + 2)

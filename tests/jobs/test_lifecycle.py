@@ -22,12 +22,15 @@ def test_failed_attempts_back_off_then_end_in_the_dead_letter():
     assert lifecycle.advance(lifecycle.DEAD, "requeue") == states.UNCLAIMED
 
 
-@pytest.mark.parametrize("state,event", [
-    (lifecycle.CONSUMED, "requeue"),     # consumed is final
-    (states.UNCLAIMED, "consume"),       # nobody claimed it
-    (lifecycle.BACKING_OFF, "claim"),    # not before the back-off is over
-    (lifecycle.TRASHED, "claim"),
-])
+@pytest.mark.parametrize(
+    "state,event",
+    [
+        (lifecycle.CONSUMED, "requeue"),  # consumed is final
+        (states.UNCLAIMED, "consume"),  # nobody claimed it
+        (lifecycle.BACKING_OFF, "claim"),  # not before the back-off is over
+        (lifecycle.TRASHED, "claim"),
+    ],
+)
 def test_moves_no_board_may_make(state, event):
     with pytest.raises(exc.InvalidState, match=f"cannot {event}"):
         lifecycle.advance(state, event)

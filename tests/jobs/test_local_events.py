@@ -26,7 +26,8 @@ def test_a_listener_receives_what_is_sent_and_the_last_one_removes_the_directory
 
 
 def test_a_listener_binds_although_the_last_one_removes_the_directory_meanwhile(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     # Given a directory that is gone again right after it is made (the last
     # listener shutting between this listener's makedirs and bind),
     directory = local_events.directory_for(str(tmp_path / "board.db"), "ns")

@@ -27,8 +27,11 @@ WAIT_S = 60.0
 #: The timeout of a wait that must end with the server still down (s).
 SHORT_WAIT_S = 1.0
 
-SERVERS = [("redis", "persistent_redis"), ("zookeeper", "private_zookeeper"),
-           ("etcd", "private_etcd")]
+SERVERS = [
+    ("redis", "persistent_redis"),
+    ("zookeeper", "private_zookeeper"),
+    ("etcd", "private_etcd"),
+]
 
 
 def _boards(request: pytest.FixtureRequest, kind: str, fixture: str) -> tuple[Any, Boards]:
@@ -50,6 +53,7 @@ def _count_unreachable_reads(board: Any) -> list[BaseException]:
         except exc.BoardUnavailable as e:
             seen.append(e)
             raise
+
     board._store.outcome = outcome
     return seen
 
@@ -77,8 +81,9 @@ def test_a_waiter_rides_out_a_server_restart(request, kind, fixture):
     unreachable = _count_unreachable_reads(waiter)
     server.kill()
     result: list[Any] = []
-    thread = threading.Thread(target=lambda: result.append(
-        waiter.wait_for_outcome(job.uuid, WAIT_S)), daemon=True)
+    thread = threading.Thread(
+        target=lambda: result.append(waiter.wait_for_outcome(job.uuid, WAIT_S)), daemon=True
+    )
     thread.start()
     wait_until(lambda: unreachable, "the waiter to find the server down", timeout=WAIT_S)
     # When the server comes back and the job is consumed

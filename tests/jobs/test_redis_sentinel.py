@@ -56,13 +56,15 @@ RETRY_PAUSE_S = 0.05
 @pytest.fixture(params=["plain", "tls"])
 def cluster(request):
     """A primary, a replica and three Sentinels: plain, or TLS only with client certificates."""
-    return request.getfixturevalue("sentinel_cluster" if request.param == "plain"
-                                   else "tls_sentinel_cluster")
+    return request.getfixturevalue(
+        "sentinel_cluster" if request.param == "plain" else "tls_sentinel_cluster"
+    )
 
 
 def _board(cluster, name: str, namespace: str, persistence=None, **extra):
-    board = backends.fetch(name, cluster.board_conf(namespace=namespace, **extra),
-                           persistence=persistence)
+    board = backends.fetch(
+        name, cluster.board_conf(namespace=namespace, **extra), persistence=persistence
+    )
     board.connect()
     return board
 
@@ -73,9 +75,11 @@ def test_a_board_finds_the_master_through_the_fallback_sentinels(sentinel_cluste
     cluster = sentinel_cluster
     namespace = f"t{uuid.uuid4().hex[:8]}"
     with contextlib.closing(socket_without_server()) as dead:
-        conf = cluster.board_conf(namespace=namespace, port=dead.getsockname()[1],
-                                  sentinel_fallbacks=[f"127.0.0.1:{p}"
-                                                      for p in cluster.sentinel_ports])
+        conf = cluster.board_conf(
+            namespace=namespace,
+            port=dead.getsockname()[1],
+            sentinel_fallbacks=[f"127.0.0.1:{p}" for p in cluster.sentinel_ports],
+        )
         poster = backends.fetch("poster", conf)
         poster.connect()
         worker = _board(cluster, "worker", namespace)
@@ -134,20 +138,27 @@ def test_a_conductor_finishes_every_job_across_a_master_failover(cluster):
     persistence = impl_memory.MemoryBackend()
     poster = _board(cluster, "poster", namespace, persistence=persistence)
     probe = _board(cluster, "probe", namespace)
-    conductor_board = backends.fetch("conductor", cluster.board_conf(namespace=namespace),
-                                     persistence=persistence)
+    conductor_board = backends.fetch(
+        "conductor", cluster.board_conf(namespace=namespace), persistence=persistence
+    )
     conductor = conductors.fetch(
-        "nonblocking", "sentinel-test", conductor_board, persistence=persistence,
-        executor_factory=lambda: futurist.ThreadPoolExecutor(max_workers=2))
+        "nonblocking",
+        "sentinel-test",
+        conductor_board,
+        persistence=persistence,
+        executor_factory=lambda: futurist.ThreadPoolExecutor(max_workers=2),
+    )
     conductor.connect()
     runner = threading.Thread(target=conductor.run, daemon=True)
     try:
         jobs = [_post(poster, persistence, failover_flows.gated_factory, "gated")]
         runner.start()
         assert failover_flows.AT_GATE.wait(WAIT_S)
-        jobs += [_post(poster, persistence, failover_flows.counted_factory, f"j{i}")
-                 for i in range(1, JOBS)]
-        for job in jobs[1:1 + DONE_BEFORE_KILL]:
+        jobs += [
+            _post(poster, persistence, failover_flows.counted_factory, f"j{i}")
+            for i in range(1, JOBS)
+        ]
+        for job in jobs[1 : 1 + DONE_BEFORE_KILL]:
             assert poster.wait_for_outcome(job.uuid, WAIT_S) is not None
         old_port = cluster.master_port()
         # When the master is killed -9 while the conductor is at work
@@ -162,8 +173,7 @@ def test_a_conductor_finishes_every_job_across_a_master_failover(cluster):
         all_done_at = time.monotonic()
         assert new_port != old_port
         assert new_port in (cluster.primary.port, cluster.replica.port)
-        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), \
-            outcomes
+        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), outcomes
         runs = dict(failover_flows.RUNS)
         assert set(runs) == {"gated", *(f"j{i}" for i in range(1, JOBS))}, runs
         rerun = sorted(label for label, n in runs.items() if n > 1)
@@ -176,7 +186,8 @@ def test_a_conductor_finishes_every_job_across_a_master_failover(cluster):
             f" kill -9;"
             f" all Sentinels name the new master by {named_at - killed_at:.2f} s; all"
             f" {JOBS} jobs ({done_at_kill} done at the kill) done"
-            f" {all_done_at - killed_at:.2f} s after the kill; run twice: {rerun or 'none'}\n")
+            f" {all_done_at - killed_at:.2f} s after the kill; run twice: {rerun or 'none'}\n"
+        )
     finally:
         failover_flows.GATE.set()
         conductor.stop()

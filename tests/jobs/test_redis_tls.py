@@ -32,10 +32,18 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 
 def _keys(certs, server) -> dict:
     # As an oslo.config dict option gives them: strings, and None for unset ones.
-    return {"board": "redis", "host": "127.0.0.1", "port": server.port, "ssl": "true",
-            "ssl_ca_certs": certs.ca, "ssl_certfile": certs.client_cert,
-            "ssl_keyfile": certs.client_key, "ssl_cert_reqs": "required",
-            "sentinel": None, "namespace": f"t{uuid.uuid4().hex[:8]}"}
+    return {
+        "board": "redis",
+        "host": "127.0.0.1",
+        "port": server.port,
+        "ssl": "true",
+        "ssl_ca_certs": certs.ca,
+        "ssl_certfile": certs.client_cert,
+        "ssl_keyfile": certs.client_key,
+        "ssl_cert_reqs": "required",
+        "sentinel": None,
+        "namespace": f"t{uuid.uuid4().hex[:8]}",
+    }
 
 
 @pytest.mark.parametrize("style", ["taskflow-keys", "rediss-url"])
@@ -45,8 +53,10 @@ def test_a_board_over_tls_posts_claims_consumes_and_notifies(tls_redis, style):
     certs, server = tls_redis
     conf = _keys(certs, server)
     if style == "rediss-url":
-        conf = {"board": f"rediss://127.0.0.1:{server.port}/0?namespace={conf['namespace']}",
-                **{k: v for k, v in conf.items() if k.startswith("ssl_")}}
+        conf = {
+            "board": f"rediss://127.0.0.1:{server.port}/0?namespace={conf['namespace']}",
+            **{k: v for k, v in conf.items() if k.startswith("ssl_")},
+        }
     poster, worker = backends.fetch("poster", conf), backends.fetch("worker", conf)
     poster.connect()
     worker.connect()
@@ -85,9 +95,17 @@ def test_a_wrong_ca_fails_at_once_naming_the_cause(tls_redis):
 def test_the_cli_says_what_is_wrong_with_the_ca_in_one_line(tls_redis):
     # Given `flowengine jobs list` on a rediss:// board trusting the wrong CA
     certs, server = tls_redis
-    cmd = [sys.executable, "-m", "flowengine", "jobs", "list",
-           "--board", f"rediss://127.0.0.1:{server.port}/0",
-           "--board-option", f"ssl_ca_certs={certs.other_ca}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "jobs",
+        "list",
+        "--board",
+        f"rediss://127.0.0.1:{server.port}/0",
+        "--board-option",
+        f"ssl_ca_certs={certs.other_ca}",
+    ]
     env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # When it runs
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, env=env)

@@ -7,8 +7,10 @@ import uuid
 import pytest
 
 #: The brokers every command is tested against (real servers, see tests/conftest.py).
-REAL_BROKERS = [pytest.param("redis", marks=pytest.mark.broker),
-                pytest.param("amqp", marks=pytest.mark.broker)]
+REAL_BROKERS = [
+    pytest.param("redis", marks=pytest.mark.broker),
+    pytest.param("amqp", marks=pytest.mark.broker),
+]
 
 
 @pytest.fixture(params=REAL_BROKERS)
@@ -28,9 +30,15 @@ def exchange() -> str:
 CHROMIUM = "/usr/bin/chromium"
 
 #: Flags of a headless Chromium that talks to nothing but the page under test.
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 @pytest.fixture(scope="session")

@@ -20,13 +20,27 @@ from tests.ops.helpers import ROOT, WAIT_S, broker_args, env
 TOKEN = "9f2c4e1a7b3d5f60818a2b3c4d5e6f708192a3b4c5d6e7f8"
 
 
-def start_dashboard(url: str, exchange: str, *extra: str, environ: dict[str, str] | None = None
-                    ) -> tuple[subprocess.Popen[str], str]:
+def start_dashboard(
+    url: str, exchange: str, *extra: str, environ: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], str]:
     """A ``flowengine dashboard`` process on a free port, and the address it said."""
-    proc = subprocess.Popen([sys.executable, "-m", "flowengine", "dashboard",
-                             *broker_args(url, exchange), "--port", "0", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=environ or env(), cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "dashboard",
+            *broker_args(url, exchange),
+            "--port",
+            "0",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ or env(),
+        cwd=ROOT,
+    )
     assert proc.stderr is not None
     said = []
     for line in proc.stderr:
@@ -34,8 +48,9 @@ def start_dashboard(url: str, exchange: str, *extra: str, environ: dict[str, str
         if found:
             return proc, found.group(1)
         said.append(line)
-    raise AssertionError(f"the dashboard never said where it listens (exit {proc.wait()}):"
-                         f" {''.join(said)[-2000:]}")
+    raise AssertionError(
+        f"the dashboard never said where it listens (exit {proc.wait()}): {''.join(said)[-2000:]}"
+    )
 
 
 def stop_dashboard(proc: subprocess.Popen[str]) -> str:
@@ -57,8 +72,11 @@ def serving(app: Any) -> Iterator[str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True, name="test-dashboard")
     thread.start()
     started = threading.Event()
@@ -74,11 +92,13 @@ def serving(app: Any) -> Iterator[str]:
         thread.join(WAIT_S)
 
 
-def http(method: str, url: str, headers: dict[str, str] | None = None,
-         body: Any = None) -> tuple[int, dict[str, str], Any]:
+def http(
+    method: str, url: str, headers: dict[str, str] | None = None, body: Any = None
+) -> tuple[int, dict[str, str], Any]:
     """(status, headers, JSON body or text) of one request."""
-    data = None if body is None else (body if isinstance(body, bytes)
-                                      else json.dumps(body).encode())
+    data = (
+        None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    )
     request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=WAIT_S) as response:

@@ -11,9 +11,17 @@ from flowengine.engines.worker_based.worker_side.exception_handlers import Faile
 def record(failed: FailedRequest) -> None:
     """Append the failure to $OPS_FAILURES_FILE as one JSON line (and fall through)."""
     with open(os.environ["OPS_FAILURES_FILE"], "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"task": failed.task_name, "request": failed.request_uuid,
-                             "error": failed.failure.exception_str,
-                             "types": list(failed.failure.exc_type_names)}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "task": failed.task_name,
+                    "request": failed.request_uuid,
+                    "error": failed.failure.exception_str,
+                    "types": list(failed.failure.exc_type_names),
+                }
+            )
+            + "\n"
+        )
 
 
 def swallow(failed: FailedRequest) -> bool:

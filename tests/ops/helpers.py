@@ -30,8 +30,11 @@ POLL_S = 0.1
 
 def env(**extra: str) -> dict[str, str]:
     """The environment of child processes: they import this very flowengine."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p), **extra)
+    return dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+        **extra,
+    )
 
 
 def broker_args(url: str, exchange: str) -> list[str]:
@@ -40,20 +43,40 @@ def broker_args(url: str, exchange: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def worker_process(url: str, exchange: str, *extra: str, log: Any = None,
-                   tasks: str = "tests.ops.ops_tasks", environ: dict[str, str] | None = None
-                   ) -> Iterator[subprocess.Popen[str]]:
+def worker_process(
+    url: str,
+    exchange: str,
+    *extra: str,
+    log: Any = None,
+    tasks: str = "tests.ops.ops_tasks",
+    environ: dict[str, str] | None = None,
+) -> Iterator[subprocess.Popen[str]]:
     """A ``flowengine worker`` process, answering ``inspect ping`` before the block starts."""
     args = list(extra)
     if "--topic" not in args:
         args += ["--topic", "ops"]
-    cmd = [sys.executable, "-m", "flowengine", "worker", *broker_args(url, exchange),
-           "--tasks", tasks, *args]
-    proc = subprocess.Popen(cmd, stdout=log or subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                            text=True, env=environ or env(), cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        *broker_args(url, exchange),
+        "--tasks",
+        tasks,
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        stdout=log or subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=environ or env(),
+        cwd=ROOT,
+    )
     # A worker that requires signed messages answers only a signed ping.
-    keys = (["--secret-file", args[args.index("--secret-file") + 1]]
-            if "--secret-file" in args else [])
+    keys = (
+        ["--secret-file", args[args.index("--secret-file") + 1]] if "--secret-file" in args else []
+    )
     try:
         deadline = time.monotonic() + WAIT_S
         while not ping_pids(url, exchange, *keys).count(proc.pid):
@@ -64,11 +87,19 @@ def worker_process(url: str, exchange: str, *extra: str, log: Any = None,
         stop_processes([proc], STOP_S)
 
 
-def flowengine(*args: str, timeout: float = WAIT_S, stdin: str | None = None
-               ) -> subprocess.CompletedProcess[str]:
+def flowengine(
+    *args: str, timeout: float = WAIT_S, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run a ``flowengine`` command to its end."""
-    return subprocess.run([sys.executable, "-m", "flowengine", *args], capture_output=True,
-                          text=True, env=env(), timeout=timeout, cwd=ROOT, input=stdin)
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
+        cwd=ROOT,
+        input=stdin,
+    )
 
 
 def inspect_json(url: str, exchange: str, what: str, *extra: str) -> list[dict[str, Any]]:

@@ -46,8 +46,7 @@ SIGNING_KEY = "0123456789abcdef0123456789abcdef"
 
 def _open(browser, address: str, user: tuple[str, str] | None = None):
     credentials = {"username": user[0], "password": user[1]} if user else None
-    page = browser.new_page(viewport={"width": 1400, "height": 1000},
-                            http_credentials=credentials)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, http_credentials=credentials)
     page.on("dialog", lambda dialog: dialog.accept())  # the confirmations
     page.goto(address)
     return page
@@ -65,7 +64,8 @@ def _action_result(page, action: str) -> str:
 
 
 def test_token_holder_cancels_retries_and_shuts_down_a_signed_worker(
-        redis_url, exchange, tmp_path, browser):
+    redis_url, exchange, tmp_path, browser
+):
     keys = tmp_path / "keys"
     keys.write_text(SIGNING_KEY + "\n")
     token_file = tmp_path / "token"
@@ -74,14 +74,39 @@ def test_token_holder_cancels_retries_and_shuts_down_a_signed_worker(
     signed = env(FLOWENGINE_SECRET_FILE=str(keys))
     with worker_process(redis_url, exchange, "--secret-file", str(keys)) as worker:
         run = subprocess.Popen(
-            [sys.executable, "-m", "flowengine", "run", "tests.ops.ops_flows:waits_for_cancel",
-             "--engine", "worker-based", *broker_args(redis_url, exchange), "--topic", "ops",
-             "--backend", backend, "--book", "ops", "--no-progress"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=signed, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "flowengine",
+                "run",
+                "tests.ops.ops_flows:waits_for_cancel",
+                "--engine",
+                "worker-based",
+                *broker_args(redis_url, exchange),
+                "--topic",
+                "ops",
+                "--backend",
+                backend,
+                "--book",
+                "ops",
+                "--no-progress",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=signed,
+            cwd=ROOT,
+        )
         wait_until(lambda: (tmp_path / "store").is_dir(), "the run's backend folder")
-        dashboard, address = start_dashboard(redis_url, exchange, "--backend", backend,
-                                             "--token-file", str(token_file),
-                                             "--secret-file", str(keys))
+        dashboard, address = start_dashboard(
+            redis_url,
+            exchange,
+            "--backend",
+            backend,
+            "--token-file",
+            str(token_file),
+            "--secret-file",
+            str(keys),
+        )
         page = _open(browser, address)
         log = ""
         try:
@@ -89,9 +114,11 @@ def test_token_holder_cancels_retries_and_shuts_down_a_signed_worker(
             _sign_in(page, "wrong-token-0123456789")
             page.wait_for_selector("#login-error:has-text('wrong token')", timeout=WAIT_MS)
             # a wrong token's action gets 401 and changes nothing
-            refused = page.request.post(address + "api/actions/cancel",
-                                        headers=action_headers("wrong-token-0123456789"),
-                                        data={"request": "*"})
+            refused = page.request.post(
+                address + "api/actions/cancel",
+                headers=action_headers("wrong-token-0123456789"),
+                data={"request": "*"},
+            )
             assert refused.status == 401
             # When the right token is given
             _sign_in(page, TOKEN)
@@ -102,8 +129,9 @@ def test_token_holder_cancels_retries_and_shuts_down_a_signed_worker(
             # A flow its engine still runs is not resumed (the CLI's own check)
             page.wait_for_selector("#flows tbody tr:has-text('RUNNING')", timeout=WAIT_MS)
             flow = page.get_attribute("#flows tbody tr", "data-flow")
-            refused = page.request.post(address + "api/actions/resume",
-                                        headers=action_headers(), data={"flow": flow})
+            refused = page.request.post(
+                address + "api/actions/resume", headers=action_headers(), data={"flow": flow}
+            )
             assert refused.status == 409 and "still alive" in refused.json()["error"]
             # Then its cancel button cancels it on the worker (signed like the CLI's)
             page.click(f"#requests tr[data-uuid='{first}'] button.action-cancel")
@@ -112,10 +140,10 @@ def test_token_holder_cancels_retries_and_shuts_down_a_signed_worker(
             assert run.wait(WAIT_S) == 1
             # And the flow page has a timeline: queued, started, ended, worker, attempt
             page.click("#flows tbody tr")
-            page.wait_for_selector("#timeline .lane[data-atom='wait'] .bar.ran",
-                                   timeout=WAIT_MS)
+            page.wait_for_selector("#timeline .lane[data-atom='wait'] .bar.ran", timeout=WAIT_MS)
             events = page.eval_on_selector_all(
-                "#history tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.innerText))")
+                "#history tbody tr", "rows => rows.map(r => [...r.cells].map(c => c.innerText))"
+            )
             assert [e[3] for e in events] == ["queued", "started", "FAILURE"]
             worker_id = events[-1][4]
             assert f":{worker.pid}:" in worker_id and events[-1][5] == "1"
@@ -158,34 +186,53 @@ def _filtered(page, **filters: str) -> list[str]:
             page.fill(f"#filter-{key}", value)
             page.dispatch_event(f"#filter-{key}", "change")
     expected = urllib.parse.urlencode(
-        [(k, filters[k] + ("Z" if k in ("since", "until") else ""))
-         for k in ("state", "name", "worker", "since", "until") if k in filters])
+        [
+            (k, filters[k] + ("Z" if k in ("since", "until") else ""))
+            for k in ("state", "name", "worker", "since", "until")
+            if k in filters
+        ]
+    )
     # The list the page shows once the answer to exactly this filter came
-    page.wait_for_function("q => document.querySelector('#flows-count').dataset.query === q",
-                           arg=expected, timeout=WAIT_MS)
+    page.wait_for_function(
+        "q => document.querySelector('#flows-count').dataset.query === q",
+        arg=expected,
+        timeout=WAIT_MS,
+    )
     states: list[str] = page.eval_on_selector_all(
-        "#flows tbody tr", "rows => rows.map(r => r.cells[3].innerText)")
+        "#flows tbody tr", "rows => rows.map(r => r.cells[3].innerText)"
+    )
     return sorted(states)
 
 
 def test_history_filters_and_a_dead_letter_requeued_from_the_page(
-        redis_url, exchange, tmp_path, browser):
+    redis_url, exchange, tmp_path, browser
+):
     users = tmp_path / "users"
     users.write_text("ops:correct horse battery\n")
     backend = f"dir:{tmp_path}/store"
     broker = BrokerSettings(redis_url)
     dead, topic_queue = f"{exchange}_ops.dead", f"{exchange}_ops"
-    run = ["run", "tests.ops.ops_flows:quick", "--engine", "worker-based",
-           *broker_args(redis_url, exchange), "--topic", "ops", "--backend", backend,
-           "--no-progress"]
+    run = [
+        "run",
+        "tests.ops.ops_flows:quick",
+        "--engine",
+        "worker-based",
+        *broker_args(redis_url, exchange),
+        "--topic",
+        "ops",
+        "--backend",
+        backend,
+        "--no-progress",
+    ]
     with worker_process(redis_url, exchange, "--max-body-bytes", "2000") as worker:
         # Given a flow that succeeded, and one whose request was too big: refused
         # by the worker, dead-lettered, the flow failed
         assert flowengine(*run, "--book", "small", "--store", "value=7").returncode == 0
-        assert flowengine(*run, "--book", "big", "--store",
-                          "value=" + "x" * 3000).returncode == 1
-        wait_until(lambda: inventory.queue_depth(broker, exchange, dead) == 1,
-                   "the big request in the dead letters")
+        assert flowengine(*run, "--book", "big", "--store", "value=" + "x" * 3000).returncode == 1
+        wait_until(
+            lambda: inventory.queue_depth(broker, exchange, dead) == 1,
+            "the big request in the dead letters",
+        )
         # and a jobboard with a job waiting and one trashed
         board_url = Boards("redis", redis_url).url
         with boards.backend("flowengine", {"board": board_url}) as board:
@@ -194,9 +241,16 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
             board.claim(trashed, "cli")
             board.trash(trashed, "cli", reason="posted twice")
         # (signed in as a basic-auth user: the browser answers the page's challenge)
-        dashboard, address = start_dashboard(redis_url, exchange, "--backend", backend,
-                                             "--board", board_url,
-                                             "--basic-auth-file", str(users))
+        dashboard, address = start_dashboard(
+            redis_url,
+            exchange,
+            "--backend",
+            backend,
+            "--board",
+            board_url,
+            "--basic-auth-file",
+            str(users),
+        )
         page = _open(browser, address, ("ops", "correct horse battery"))
         page.wait_for_selector(f"#dead-letters tr[data-queue='{dead}']", timeout=WAIT_MS)
         # When the history is filtered, each filter lists the right flows
@@ -209,21 +263,24 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
         # (the big request never ran on the worker: only the small one names it)
         assert _filtered(page, worker=f":{worker.pid}:") == ["SUCCESS"]
         # (seconds not 0: a time input drops ':00' seconds from its value)
-        assert _filtered(page, since="2000-01-01T00:00:01",
-                         until="2000-01-02T00:00:01") == []
+        assert _filtered(page, since="2000-01-01T00:00:01", until="2000-01-02T00:00:01") == []
         assert _filtered(page, since="2000-01-01T00:00:01") == ["REVERTED", "SUCCESS"]
         assert _filtered(page, state="SUCCESS", name="quick") == ["SUCCESS"]
         # and the board's jobs, by their own state and the same name filter
         page.click("#filter-clear")
         page.select_option("#jobs-state", "TRASHED")
-        page.wait_for_function("() => document.querySelector('#jobs-count').dataset.query"
-                               " === 'state=TRASHED'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "() => document.querySelector('#jobs-count').dataset.query === 'state=TRASHED'",
+            timeout=WAIT_MS,
+        )
         assert page.inner_text("#jobs tbody").split("\t")[1:3] == ["order-8", "TRASHED"]
         page.select_option("#jobs-state", "")
         page.fill("#filter-name", "nightly")
         page.dispatch_event("#filter-name", "change")
-        page.wait_for_function("() => document.querySelector('#jobs-count').dataset.query"
-                               " === 'name=nightly'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "() => document.querySelector('#jobs-count').dataset.query === 'name=nightly'",
+            timeout=WAIT_MS,
+        )
         assert "UNCLAIMED" in page.inner_text("#jobs tbody")
         assert page.inner_text("#jobs-count") == "1 job(s)"
     # (the worker is gone: a requeued request waits in its queue)
@@ -237,17 +294,33 @@ def test_history_filters_and_a_dead_letter_requeued_from_the_page(
     finally:
         page.close()
         log = stop_dashboard(dashboard)
-    assert (f"Dashboard action requeue (queue={dead}, index=1) by user ops from 127.0.0.1:"
-            f" Requeued dead letter 1") in log
+    assert (
+        f"Dashboard action requeue (queue={dead}, index=1) by user ops from 127.0.0.1:"
+        f" Requeued dead letter 1"
+    ) in log
 
 
 def test_the_read_only_page_shows_no_action_and_accepts_none(redis_url, exchange, browser):
     with worker_process(redis_url, exchange):
         run = subprocess.Popen(
-            [sys.executable, "-m", "flowengine", "run", "tests.ops.ops_flows:waits_for_cancel",
-             "--engine", "worker-based", *broker_args(redis_url, exchange), "--topic", "ops",
-             "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=env(), cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "flowengine",
+                "run",
+                "tests.ops.ops_flows:waits_for_cancel",
+                "--engine",
+                "worker-based",
+                *broker_args(redis_url, exchange),
+                "--topic",
+                "ops",
+                "--no-progress",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env(),
+            cwd=ROOT,
+        )
         dashboard, address = start_dashboard(redis_url, exchange)
         page = _open(browser, address)
         try:
@@ -256,8 +329,9 @@ def test_the_read_only_page_shows_no_action_and_accepts_none(redis_url, exchange
             assert page.is_visible("#mode:has-text('read-only')")
             assert page.query_selector_all("button.action") == []
             assert not page.is_visible("#requests th.action-col")
-            refused = page.request.post(address + "api/actions/cancel",
-                                        headers=action_headers(None), data={"request": uuid})
+            refused = page.request.post(
+                address + "api/actions/cancel", headers=action_headers(None), data={"request": uuid}
+            )
             assert refused.status == 403
             # The request still runs
             [answer] = inspect_json(redis_url, exchange, "active")
@@ -265,6 +339,8 @@ def test_the_read_only_page_shows_no_action_and_accepts_none(redis_url, exchange
         finally:
             page.close()
             stop_dashboard(dashboard)
-            assert flowengine("control", "cancel", uuid,
-                              *broker_args(redis_url, exchange)).returncode == 0
+            assert (
+                flowengine("control", "cancel", uuid, *broker_args(redis_url, exchange)).returncode
+                == 0
+            )
             run.wait(WAIT_S)

@@ -47,8 +47,9 @@ def test_without_credentials_the_dashboard_is_read_only():
     with serving(_app(auth.Credentials(), actions)) as url:
         status, _, state = http("GET", url + "api/state")
         assert status == 200 and state["actions_enabled"] is False
-        status, _, body = http("POST", url + "api/actions/cancel", action_headers(None),
-                               {"request": "abc"})
+        status, _, body = http(
+            "POST", url + "api/actions/cancel", action_headers(None), {"request": "abc"}
+        )
         assert status == 403 and "read-only" in body["error"]
     assert actions.done == []
 
@@ -59,18 +60,29 @@ def test_a_token_is_needed_for_data_and_actions_and_a_wrong_one_changes_nothing(
         # The page's shell holds no data: open, so it can ask for the token
         assert http("GET", url)[0] == 200
         assert http("GET", url + "static/app.js")[0] == 200
-        for headers in ({}, {"Authorization": "Bearer wrong-token-0123456789"},
-                        {"Authorization": "Basic " + base64.b64encode(b"a:b").decode()}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong-token-0123456789"},
+            {"Authorization": "Basic " + base64.b64encode(b"a:b").decode()},
+        ):
             status, got, _ = http("GET", url + "api/state", headers)
             assert status == 401 and got["www-authenticate"].startswith("Bearer")
             assert http("GET", url + "api/flows", headers)[0] == 401
-            assert http("POST", url + "api/actions/cancel",
-                        dict(action_headers(None), **headers), {"request": "abc"})[0] == 401
+            assert (
+                http(
+                    "POST",
+                    url + "api/actions/cancel",
+                    dict(action_headers(None), **headers),
+                    {"request": "abc"},
+                )[0]
+                == 401
+            )
         assert actions.done == []
         status, _, state = http("GET", url + "api/state", {"Authorization": f"Bearer {TOKEN}"})
         assert status == 200 and state["actions_enabled"] is True
-        status, _, body = http("POST", url + "api/actions/cancel", action_headers(),
-                               {"request": "abc"})
+        status, _, body = http(
+            "POST", url + "api/actions/cancel", action_headers(), {"request": "abc"}
+        )
         assert status == 200 and body["message"] == "cancel done"
     [(name, fields, who)] = actions.done
     assert (name, fields) == ("cancel", {"request": "abc"})
@@ -125,9 +137,14 @@ def test_credentials_come_from_files_or_the_environment_and_short_ones_are_refus
 
 
 def _dashboard(*args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "flowengine", "dashboard", *args],
-                          capture_output=True, text=True, timeout=WAIT_S, cwd=ROOT,
-                          env=env(**extra_env))
+    return subprocess.run(
+        [sys.executable, "-m", "flowengine", "dashboard", *args],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        cwd=ROOT,
+        env=env(**extra_env),
+    )
 
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
@@ -135,8 +152,9 @@ def test_a_public_address_without_credentials_is_refused_in_one_line():
     proc = _dashboard("--url", "redis://127.0.0.1:1/0", "--host", "0.0.0.0")
     assert proc.returncode == 2
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("flowengine dashboard: refusing to serve on 0.0.0.0 without"
-                           " authentication")
+    assert line.startswith(
+        "flowengine dashboard: refusing to serve on 0.0.0.0 without authentication"
+    )
     assert "--insecure-public" in line and "--token-file" in line
 
 
@@ -144,8 +162,9 @@ def test_insecure_public_or_credentials_pass_the_check(redis_url, tmp_path):
     from tests.ops.dashboard_helpers import start_dashboard, stop_dashboard
 
     for extra, environ in ((["--insecure-public"], {}), ([], {auth.TOKEN_ENV: TOKEN})):
-        proc, address = start_dashboard(redis_url, "auth-check", "--host", "0.0.0.0", *extra,
-                                        environ=env(**environ))
+        proc, address = start_dashboard(
+            redis_url, "auth-check", "--host", "0.0.0.0", *extra, environ=env(**environ)
+        )
         try:
             assert address.startswith("http://0.0.0.0:")
         finally:
@@ -156,8 +175,8 @@ def test_insecure_public_or_credentials_pass_the_check(redis_url, tmp_path):
 def test_a_token_too_short_or_a_missing_file_is_one_line(tmp_path):
     proc = _dashboard("--url", "redis://127.0.0.1:1/0", **{auth.TOKEN_ENV: "short"})
     assert proc.returncode == 2 and "at least 16" in proc.stderr
-    proc = _dashboard("--url", "redis://127.0.0.1:1/0", "--token-file",
-                      str(tmp_path / "missing"))
+    proc = _dashboard("--url", "redis://127.0.0.1:1/0", "--token-file", str(tmp_path / "missing"))
     assert proc.returncode == 2
-    assert proc.stderr.strip() == (f"flowengine dashboard: --token-file {tmp_path}/missing:"
-                                   f" No such file or directory")
+    assert proc.stderr.strip() == (
+        f"flowengine dashboard: --token-file {tmp_path}/missing: No such file or directory"
+    )

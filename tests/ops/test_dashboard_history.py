@@ -14,12 +14,14 @@ from flowengine.dashboard.history import BadFilter, HistoryFilter  # noqa: E402
 from flowengine.persistence import backends, models, run_records  # noqa: E402
 
 
-def _flow(name: str, state: str, created: str | None, updated: str | None,
-          workers: tuple[str, ...] = ()) -> models.FlowDetail:
+def _flow(
+    name: str, state: str, created: str | None, updated: str | None, workers: tuple[str, ...] = ()
+) -> models.FlowDetail:
     fd = models.FlowDetail(name, uuid.uuid4().hex)
     fd.state = state
-    records: dict = {"atom_runs": {f"a{i}": {"worker": w, "state": "SUCCESS"}
-                                   for i, w in enumerate(workers)}}
+    records: dict = {
+        "atom_runs": {f"a{i}": {"worker": w, "state": "SUCCESS"} for i, w in enumerate(workers)}
+    }
     if created is not None:
         records.update(created_at=created, updated_at=updated)
     fd.meta = {run_records.META_KEY: records}
@@ -30,13 +32,30 @@ def _flow(name: str, state: str, created: str | None, updated: str | None,
 def source(tmp_path) -> FlowsSource:
     backend = backends.fetch({"connection": "dir", "path": str(tmp_path / "store")})
     book = models.LogBook("orders")
-    for fd in (_flow("order-1", "SUCCESS", "2026-11-29T08:00:00+00:00",
-                     "2026-11-29T08:00:05+00:00", ("host:1:a",)),
-               _flow("order-2", "REVERTED", "2026-11-29T09:00:00+00:00",
-                     "2026-11-29T09:00:03+00:00", ("host:1:a", "host:2:b")),
-               _flow("refund-1", "FAILURE", "2026-11-29T10:00:00+00:00",
-                     "2026-11-29T10:30:00+00:00", ("host:2:b",)),
-               _flow("legacy", "SUCCESS", None, None)):
+    for fd in (
+        _flow(
+            "order-1",
+            "SUCCESS",
+            "2026-11-29T08:00:00+00:00",
+            "2026-11-29T08:00:05+00:00",
+            ("host:1:a",),
+        ),
+        _flow(
+            "order-2",
+            "REVERTED",
+            "2026-11-29T09:00:00+00:00",
+            "2026-11-29T09:00:03+00:00",
+            ("host:1:a", "host:2:b"),
+        ),
+        _flow(
+            "refund-1",
+            "FAILURE",
+            "2026-11-29T10:00:00+00:00",
+            "2026-11-29T10:30:00+00:00",
+            ("host:2:b",),
+        ),
+        _flow("legacy", "SUCCESS", None, None),
+    ):
         book.add(fd)
     with contextlib.closing(backend.get_connection()) as conn:
         conn.upgrade()
@@ -58,17 +77,21 @@ def test_each_filter_lists_the_flows_it_names(source):
     assert _names(source, since="2026-11-29T08:30:00Z") == ["order-2", "refund-1"]
     assert _names(source, until="2026-11-29T09:00:00Z") == ["order-1", "order-2"]
     assert _names(source, since="2026-11-29T10:15:00", until="2026-11-29T11:00:00") == [
-        "refund-1"]  # a time without a zone is UTC; a flow still running in it counts
+        "refund-1"
+    ]  # a time without a zone is UTC; a flow still running in it counts
     assert _names(source, ["SUCCESS"], name="order", worker="host:1") == ["order-1"]
     # Rows name the workers the filter matched on
     [row] = source.list(HistoryFilter(name="order-2"))
     assert row["workers"] == ["host:1:a", "host:2:b"] and row["book"] == "orders"
 
 
-@pytest.mark.parametrize("states, query, why", [
-    (["DONE"], {}, "state=DONE: not a flow state"),
-    ([], {"since": "yesterday"}, "since=yesterday: not an ISO 8601 time"),
-])
+@pytest.mark.parametrize(
+    "states, query, why",
+    [
+        (["DONE"], {}, "state=DONE: not a flow state"),
+        ([], {"since": "yesterday"}, "since=yesterday: not an ISO 8601 time"),
+    ],
+)
 def test_a_filter_that_cannot_be_read_says_why(states, query, why):
     with pytest.raises(BadFilter, match=why):
         HistoryFilter.from_query(query, states)
@@ -98,14 +121,19 @@ def test_jobs_a_redis_board_lists_are_filtered_like_flows(redis_url):
         board.consume(finished, "conductor-b", outcome="reverted", reason="card declined")
     live = LiveState("nowhere", BrokerSettings(redis_url), events=False)
     with serving(app_mod.build_app(live, None, jobs=JobsSource(url))) as address:
+
         def listed(query: str = "") -> list[tuple[str, str]]:
             status, _, rows = http("GET", address + "api/jobs" + query)
             assert status == 200, rows
             return sorted((row["name"], row["state"]) for row in rows)
 
         # When the page filters them, each filter lists the right jobs
-        assert listed() == [("nightly-report", "UNCLAIMED"), ("order-7", "CLAIMED"),
-                            ("order-8", "TRASHED"), ("order-9", "REVERTED")]
+        assert listed() == [
+            ("nightly-report", "UNCLAIMED"),
+            ("order-7", "CLAIMED"),
+            ("order-8", "TRASHED"),
+            ("order-9", "REVERTED"),
+        ]
         assert listed("?state=TRASHED") == [("order-8", "TRASHED")]
         assert listed("?state=REVERTED&worker=conductor-b") == [("order-9", "REVERTED")]
         assert listed("?state=SUCCEEDED") == []

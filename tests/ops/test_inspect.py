@@ -29,12 +29,16 @@ def _executor(url: str, exchange: str, topics: list[str]) -> wex.WorkerTaskExecu
 
 def test_ping_names_each_worker_with_host_pid_topics_tasks_and_threads(real_broker, exchange):
     # Given two workers, one of them serving two topics with 3 threads
-    with worker_process(real_broker, exchange, "--topic", "high", "--topic", "low",
-                        "--concurrency", "3") as first, \
-            worker_process(real_broker, exchange, "--threads", "1") as second:
+    with (
+        worker_process(
+            real_broker, exchange, "--topic", "high", "--topic", "low", "--concurrency", "3"
+        ) as first,
+        worker_process(real_broker, exchange, "--threads", "1") as second,
+    ):
         # When ping is broadcast
-        answers = inspect_json(real_broker, exchange, "ping", "--limit", "2",
-                               "--timeout", str(WAIT_S))
+        answers = inspect_json(
+            real_broker, exchange, "ping", "--limit", "2", "--timeout", str(WAIT_S)
+        )
         # Then each worker answers for itself
         by_pid = {a["result"]["worker"]["pid"]: a["result"]["worker"] for a in answers}
         assert set(by_pid) == {first.pid, second.pid}
@@ -44,8 +48,15 @@ def test_ping_names_each_worker_with_host_pid_topics_tasks_and_threads(real_brok
         assert one["held"] == 0 and one["running"] == 0
         assert by_pid[second.pid]["topics"] == ["ops"]
         # And the human table lists both workers
-        table = flowengine("inspect", "ping", *broker_args(real_broker, exchange),
-                           "--limit", "2", "--timeout", str(WAIT_S))
+        table = flowengine(
+            "inspect",
+            "ping",
+            *broker_args(real_broker, exchange),
+            "--limit",
+            "2",
+            "--timeout",
+            str(WAIT_S),
+        )
         assert table.returncode == 0, table.stderr
         for worker in by_pid.values():
             assert worker["worker_id"] in table.stdout
@@ -54,20 +65,36 @@ def test_ping_names_each_worker_with_host_pid_topics_tasks_and_threads(real_brok
 
 
 def test_a_broadcast_returns_once_the_workers_that_answered_last_time_answered(
-        real_broker, exchange, tmp_path):
+    real_broker, exchange, tmp_path
+):
     # Given two workers, and a first ping that waits out its timeout (nothing known yet)
     cache = env(FLOWENGINE_CACHE_DIR=str(tmp_path))
-    ping = [sys.executable, "-m", "flowengine", "inspect", "ping", "--json",
-            *broker_args(real_broker, exchange)]
-    with worker_process(real_broker, exchange) as first, \
-            worker_process(real_broker, exchange) as second:
-        learnt = subprocess.run([*ping, "--timeout", "3"], capture_output=True, text=True,
-                                env=cache, timeout=WAIT_S)
+    ping = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "inspect",
+        "ping",
+        "--json",
+        *broker_args(real_broker, exchange),
+    ]
+    with (
+        worker_process(real_broker, exchange) as first,
+        worker_process(real_broker, exchange) as second,
+    ):
+        learnt = subprocess.run(
+            [*ping, "--timeout", "3"], capture_output=True, text=True, env=cache, timeout=WAIT_S
+        )
         assert len(json.loads(learnt.stdout)) == 2, learnt.stderr
         # When ping is broadcast again with a timeout far longer than any answer takes
         started = time.monotonic()
-        again = subprocess.run([*ping, "--timeout", str(10 * WAIT_S)], capture_output=True,
-                               text=True, env=cache, timeout=2 * WAIT_S)
+        again = subprocess.run(
+            [*ping, "--timeout", str(10 * WAIT_S)],
+            capture_output=True,
+            text=True,
+            env=cache,
+            timeout=2 * WAIT_S,
+        )
         # Then it returns with both answers long before that timeout
         assert time.monotonic() - started < WAIT_S, "waited out the timeout"
         pids = {a["result"]["worker"]["pid"] for a in json.loads(again.stdout)}
@@ -87,10 +114,12 @@ def test_stats_and_registered_count_what_the_worker_did(real_broker, exchange):
         finally:
             executor.stop()
         # When stats and registered are asked
-        [stats] = inspect_json(real_broker, exchange, "stats", "--limit", "1",
-                               "--timeout", str(WAIT_S))
-        [registered] = inspect_json(real_broker, exchange, "registered", "--limit", "1",
-                                    "--timeout", str(WAIT_S))
+        [stats] = inspect_json(
+            real_broker, exchange, "stats", "--limit", "1", "--timeout", str(WAIT_S)
+        )
+        [registered] = inspect_json(
+            real_broker, exchange, "registered", "--limit", "1", "--timeout", str(WAIT_S)
+        )
     # Then the counters say so, per task too
     totals = stats["result"]["stats"]["totals"]
     assert (totals["received"], totals["succeeded"], totals["failed"]) == (2, 1, 1)
@@ -99,8 +128,7 @@ def test_stats_and_registered_count_what_the_worker_did(real_broker, exchange):
 
 
 def test_no_worker_is_one_line_and_exit_status_1(real_broker, exchange):
-    proc = flowengine("inspect", "ping", *broker_args(real_broker, exchange),
-                      "--timeout", "0.5")
+    proc = flowengine("inspect", "ping", *broker_args(real_broker, exchange), "--timeout", "0.5")
     assert proc.returncode == 1
     assert "no worker answered within 0.5 s" in proc.stderr
     assert "guest:guest" not in proc.stderr  # never the password
@@ -112,10 +140,20 @@ def test_with_signing_on_only_a_signed_question_is_answered(real_broker, exchang
     keys.write_text("s" * 40 + "\n")
     with worker_process(real_broker, exchange, "--secret-file", str(keys)):
         # When asked without the key, nobody answers (the worker refuses it unread)
-        unsigned = flowengine("inspect", "ping", *broker_args(real_broker, exchange),
-                              "--timeout", "1")
+        unsigned = flowengine(
+            "inspect", "ping", *broker_args(real_broker, exchange), "--timeout", "1"
+        )
         assert unsigned.returncode == 1
         # When asked with it, the worker answers (its answer signed and verified too)
-        signed = inspect_json(real_broker, exchange, "ping", "--secret-file", str(keys),
-                              "--limit", "1", "--timeout", str(WAIT_S))
+        signed = inspect_json(
+            real_broker,
+            exchange,
+            "ping",
+            "--secret-file",
+            str(keys),
+            "--limit",
+            "1",
+            "--timeout",
+            str(WAIT_S),
+        )
     assert len(signed) == 1

@@ -35,17 +35,22 @@ def _scrape(port: int) -> str:
 def test_a_worker_counts_its_requests_on_its_metrics_port(real_broker, exchange):
     # Given a worker serving metrics
     port = _free_port()
-    with worker_process(real_broker, exchange, "--metrics-port", str(port),
-                        "--metrics-address", "127.0.0.1"):
+    with worker_process(
+        real_broker, exchange, "--metrics-port", str(port), "--metrics-address", "127.0.0.1"
+    ):
         # When it runs a request that succeeds, one that fails and is sent twice
         executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, ["ops"], url=real_broker)
         executor.start()
         try:
             assert executor.wait_for_workers(1, WAIT_S) == 0
-            assert executor.execute_task(ops_tasks.Quick("q"), uuid.uuid4().hex,
-                                         {}).result(WAIT_S) == (base.EXECUTED, 1)
-            assert executor.execute_task(ops_tasks.Fails("f"), uuid.uuid4().hex,
-                                         {}).result(WAIT_S)[1].check(ValueError)
+            assert executor.execute_task(ops_tasks.Quick("q"), uuid.uuid4().hex, {}).result(
+                WAIT_S
+            ) == (base.EXECUTED, 1)
+            assert (
+                executor.execute_task(ops_tasks.Fails("f"), uuid.uuid4().hex, {})
+                .result(WAIT_S)[1]
+                .check(ValueError)
+            )
         finally:
             executor.stop()
         text = _scrape(port)
@@ -53,10 +58,12 @@ def test_a_worker_counts_its_requests_on_its_metrics_port(real_broker, exchange)
     # (labelled by task class, not by the atoms' names q and f)
     quick, fails = 'task="tests.ops.ops_tasks.Quick"', 'task="tests.ops.ops_tasks.Fails"'
     assert f'flowengine_worker_requests_received_total{{{quick},topic="ops"}} 1.0' in text
-    assert ('flowengine_worker_requests_finished_total{outcome="succeeded",'
-            f'{quick},topic="ops"}} 1.0') in text
-    assert ('flowengine_worker_requests_finished_total{outcome="failed",'
-            f'{fails},topic="ops"}} 1.0') in text
+    assert (
+        f'flowengine_worker_requests_finished_total{{outcome="succeeded",{quick},topic="ops"}} 1.0'
+    ) in text
+    assert (
+        f'flowengine_worker_requests_finished_total{{outcome="failed",{fails},topic="ops"}} 1.0'
+    ) in text
     assert f'flowengine_worker_request_run_seconds_count{{{quick},topic="ops"}} 1.0' in text
     assert 'flowengine_worker_held_requests{state="running"} 0.0' in text
     assert "flowengine_worker_broker_reconnects_total 0.0" in text
@@ -67,8 +74,9 @@ def test_an_engine_counts_task_states_and_remote_run_times(real_broker, exchange
 
     with worker_process(real_broker, exchange):
         flow = linear_flow.Flow("m").add(ops_tasks.Quick("one"), ops_tasks.Quick("two"))
-        engine = engines.load(flow, engine="worker-based", url=real_broker, exchange=exchange,
-                              topics=["ops"])
+        engine = engines.load(
+            flow, engine="worker-based", url=real_broker, exchange=exchange, topics=["ops"]
+        )
         watched = metrics.EngineMetrics()
         watched.watch(engine)
         engine.run()
@@ -83,10 +91,13 @@ def test_an_engine_counts_task_states_and_remote_run_times(real_broker, exchange
 
 
 def test_metrics_without_their_extra_name_the_install_command():
-    code = ("import sys; sys.modules['prometheus_client'] = None\n"
-            "try:\n    import flowengine.metrics\n"
-            "except ImportError as e:\n    print(type(e).__name__, e, sep='|')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=WAIT_S, cwd=ROOT)
+    code = (
+        "import sys; sys.modules['prometheus_client'] = None\n"
+        "try:\n    import flowengine.metrics\n"
+        "except ImportError as e:\n    print(type(e).__name__, e, sep='|')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT_S, cwd=ROOT
+    )
     kind, message = proc.stdout.strip().split("|")
     assert kind == "MissingExtra" and "pip install 'flowengine[metrics]'" in message

@@ -59,7 +59,8 @@ def test_queues_lists_depths_and_consumers_and_purge_empties_one(real_broker, ex
 
 
 def test_purge_of_a_missing_queue_is_refused(real_broker, exchange):
-    proc = flowengine("purge", "no-such-queue", *broker_args(real_broker, exchange), "--yes",
-                      timeout=WAIT_S)
+    proc = flowengine(
+        "purge", "no-such-queue", *broker_args(real_broker, exchange), "--yes", timeout=WAIT_S
+    )
     assert proc.returncode == 2
     assert "no queue 'no-such-queue'" in proc.stderr

@@ -26,11 +26,16 @@ pytestmark = pytest.mark.broker
 
 def _publish(proxy: px.Proxy, topic: str, tag: str, block: bool = False) -> None:
     """A request for Record straight to ``topic``'s queue (its replies go nowhere)."""
-    body = {"task_cls": "tests.ops.ops_tasks.Record", "task_name": tag,
-            "task_version": [1, 0], "action": pr.EXECUTE,
-            "arguments": {"tag": tag, "block": block}}
-    proxy.publish_body(pr.REQUEST, body, topic, reply_to="nobody-listens",
-                       correlation_id=uuid.uuid4().hex)
+    body = {
+        "task_cls": "tests.ops.ops_tasks.Record",
+        "task_name": tag,
+        "task_version": [1, 0],
+        "action": pr.EXECUTE,
+        "arguments": {"tag": tag, "block": block},
+    }
+    proxy.publish_body(
+        pr.REQUEST, body, topic, reply_to="nobody-listens", correlation_id=uuid.uuid4().hex
+    )
 
 
 def test_a_worker_takes_the_higher_topic_first_when_both_have_work(real_broker, exchange):
@@ -38,13 +43,23 @@ def test_a_worker_takes_the_higher_topic_first_when_both_have_work(real_broker, 
     ops_tasks.RECORDED.clear()
     ops_tasks.BLOCK.clear()
     ops_tasks.BLOCKED.clear()
-    worker = wk.Worker(exchange, ["high", "low"], [ops_tasks.Record], threads_count=1,
-                       url=real_broker, control=False)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    worker = wk.Worker(
+        exchange,
+        ["high", "low"],
+        [ops_tasks.Record],
+        threads_count=1,
+        url=real_broker,
+        control=False,
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
-    sender = px.Proxy("sender", exchange, None, broker=BrokerSettings(real_broker),
-                      options=px.ProxyOptions(queues=[]))
+    sender = px.Proxy(
+        "sender",
+        exchange,
+        None,
+        broker=BrokerSettings(real_broker),
+        options=px.ProxyOptions(queues=[]),
+    )
     room = worker.priority_room
     assert room is not None and worker.wait(WAIT_S)
     try:
@@ -57,12 +72,15 @@ def test_a_worker_takes_the_higher_topic_first_when_both_have_work(real_broker, 
             _publish(sender, "high", f"high-{i}")
         # (the worker holds two -- the blocker and the first to arrive -- and
         # each topic's loop waits with the next request of its queue)
-        wait_until(lambda: room.held == 2 and tuple(room.waiting) == (1, 1),
-                   "both topics' loops to wait for their turn")
+        wait_until(
+            lambda: room.held == 2 and tuple(room.waiting) == (1, 1),
+            "both topics' loops to wait for their turn",
+        )
         ops_tasks.BLOCK.set()
         with ops_tasks.RECORDED_CHANGED:
             assert ops_tasks.RECORDED_CHANGED.wait_for(
-                lambda: len(ops_tasks.RECORDED) == 9, WAIT_S), ops_tasks.RECORDED
+                lambda: len(ops_tasks.RECORDED) == 9, WAIT_S
+            ), ops_tasks.RECORDED
     finally:
         ops_tasks.BLOCK.set()
         worker.stop()
@@ -89,13 +107,21 @@ def _run_failing_task(url: str, exchange: str) -> None:
 
 
 def test_exception_handlers_run_in_order_before_the_default_log_line(
-        real_broker, exchange, tmp_path):
+    real_broker, exchange, tmp_path
+):
     # Given a worker with a handler recording failures, logging to a file at WARNING
     failures, log = tmp_path / "failures.jsonl", tmp_path / "worker.log"
-    with worker_process(real_broker, exchange, "--exception-handler",
-                        "tests.ops.handlers:record", "--logfile", str(log),
-                        "--loglevel", "warning",
-                        environ=env(OPS_FAILURES_FILE=str(failures))):
+    with worker_process(
+        real_broker,
+        exchange,
+        "--exception-handler",
+        "tests.ops.handlers:record",
+        "--logfile",
+        str(log),
+        "--loglevel",
+        "warning",
+        environ=env(OPS_FAILURES_FILE=str(failures)),
+    ):
         # When a task fails
         _run_failing_task(real_broker, exchange)
     # Then the handler saw it, and the default handler logged it at WARNING
@@ -109,8 +135,14 @@ def test_exception_handlers_run_in_order_before_the_default_log_line(
 
 def test_a_handler_returning_false_stops_the_chain(real_broker, exchange, tmp_path):
     log = tmp_path / "worker.log"
-    with worker_process(real_broker, exchange, "--exception-handler",
-                        "tests.ops.handlers:swallow", "--logfile", str(log)):
+    with worker_process(
+        real_broker,
+        exchange,
+        "--exception-handler",
+        "tests.ops.handlers:swallow",
+        "--logfile",
+        str(log),
+    ):
         _run_failing_task(real_broker, exchange)
     text = log.read_text()
     assert "Task 'fine'" in text  # INFO by default
@@ -118,17 +150,27 @@ def test_a_handler_returning_false_stops_the_chain(real_broker, exchange, tmp_pa
 
 
 def test_a_bad_exception_handler_is_refused_at_start(tmp_path):
-    proc = flowengine("worker", "--exchange", "x", "--topic", "t", "--tasks",
-                      "tests.ops.ops_tasks", "--transport", "filesystem",
-                      "--transport-option", f"data_folder={tmp_path}",
-                      "--exception-handler", "tests.ops.handlers:nothing_here")
+    proc = flowengine(
+        "worker",
+        "--exchange",
+        "x",
+        "--topic",
+        "t",
+        "--tasks",
+        "tests.ops.ops_tasks",
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={tmp_path}",
+        "--exception-handler",
+        "tests.ops.handlers:nothing_here",
+    )
     assert proc.returncode == 2
     assert "--exception-handler tests.ops.handlers:nothing_here" in proc.stderr
     assert "has no 'nothing_here'" in proc.stderr
 
 
-def test_the_pidfile_names_the_running_worker_and_refuses_a_second(
-        real_broker, exchange, tmp_path):
+def test_the_pidfile_names_the_running_worker_and_refuses_a_second(real_broker, exchange, tmp_path):
     pidfile = tmp_path / "worker.pid"
     # Given a stale pid file (its process is gone)
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -138,9 +180,19 @@ def test_the_pidfile_names_the_running_worker_and_refuses_a_second(
         # Then it is replaced by the worker's pid
         assert pidfile.read_text().strip() == str(worker.pid)
         # And a second worker given the same file is refused
-        second = flowengine("worker", "--url", real_broker, "--exchange", exchange,
-                            "--topic", "ops", "--tasks", "tests.ops.ops_tasks",
-                            "--pidfile", str(pidfile))
+        second = flowengine(
+            "worker",
+            "--url",
+            real_broker,
+            "--exchange",
+            exchange,
+            "--topic",
+            "ops",
+            "--tasks",
+            "tests.ops.ops_tasks",
+            "--pidfile",
+            str(pidfile),
+        )
         assert second.returncode == 2
         assert f"process {worker.pid} is running with it" in second.stderr
     # And the file goes with the worker
@@ -148,9 +200,28 @@ def test_the_pidfile_names_the_running_worker_and_refuses_a_second(
 
 
 def test_a_bad_loglevel_is_refused():
-    proc = subprocess.run([sys.executable, "-m", "flowengine", "worker", "--exchange", "x",
-                           "--topic", "t", "--tasks", "tests.ops.ops_tasks",
-                           "--transport", "filesystem", "--loglevel", "LOUD"],
-                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=WAIT_S)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            "x",
+            "--topic",
+            "t",
+            "--tasks",
+            "tests.ops.ops_tasks",
+            "--transport",
+            "filesystem",
+            "--loglevel",
+            "LOUD",
+        ],
+        capture_output=True,
+        text=True,
+        env=env(),
+        cwd=ROOT,
+        timeout=WAIT_S,
+    )
     assert proc.returncode == 2
     assert "--loglevel LOUD: expected one of DEBUG, INFO" in proc.stderr

@@ -38,18 +38,21 @@ WORKER_START_S = 30.0
 
 def filesystem_transport(broker_dir: str) -> dict:
     """kombu filesystem transport options: one folder shared by everyone."""
-    return {"data_folder_in": broker_dir, "data_folder_out": broker_dir,
-            "store_processed": False}
+    return {"data_folder_in": broker_dir, "data_folder_out": broker_dir, "store_processed": False}
 
 
 def _worker(exchange: str, topic: str, broker_dir: str) -> int:
     from flowengine.engines.worker_based.worker_side import worker as wk
 
-    worker = wk.Worker(exchange, topic, [flows], threads_count=WORKER_THREADS,
-                       transport="filesystem",
-                       transport_options=filesystem_transport(broker_dir))
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    worker = wk.Worker(
+        exchange,
+        topic,
+        [flows],
+        threads_count=WORKER_THREADS,
+        transport="filesystem",
+        transport_options=filesystem_transport(broker_dir),
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     if not worker.wait(WORKER_START_S):
         raise SystemExit("worker did not start")
@@ -72,14 +75,20 @@ def main(argv: list[str]) -> int:
     with backends.backend(url) as backend:
         if mode == "start":
             book = models.LogBook("crash-test")
-            engine = engines.load_from_factory(flows.make_flow, factory_args=[argv[2]],
-                                               backend=backend, book=book, engine=engine_kind,
-                                               **options)
+            engine = engines.load_from_factory(
+                flows.make_flow,
+                factory_args=[argv[2]],
+                backend=backend,
+                book=book,
+                engine=engine_kind,
+                **options,
+            )
         elif mode == "resume":
             with contextlib.closing(backend.get_connection()) as conn:
                 flow_detail = conn.get_flow_details(argv[2])
-            engine = engines.load_from_detail(flow_detail, backend=backend, engine=engine_kind,
-                                              **options)
+            engine = engines.load_from_detail(
+                flow_detail, backend=backend, engine=engine_kind, **options
+            )
         else:
             book = models.LogBook(f"chain-{argv[3]}")
             flow = flows.make_chain(argv[2], argv[3], int(argv[4]))

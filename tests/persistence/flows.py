@@ -61,10 +61,13 @@ class Step(task.Task):
         return sum(inputs.values()) + add
 
 
-def _step(name: str, effects: str, add: int, provides: str,
-          requires: tuple[str, ...] = ()) -> Step:
-    return Step(name=name, provides=provides, requires=list(requires),
-                inject={"effects": effects, "add": add})
+def _step(name: str, effects: str, add: int, provides: str, requires: tuple[str, ...] = ()) -> Step:
+    return Step(
+        name=name,
+        provides=provides,
+        requires=list(requires),
+        inject={"effects": effects, "add": add},
+    )
 
 
 def make_flow(effects: str) -> lf.Flow:

@@ -43,8 +43,16 @@ _PR_SET_PDEATHSIG = 1
 #: Role created by initdb; trust authentication on loopback/socket only.
 PG_USER = "flowengine"
 # Durability is pointless for a throwaway cluster; these make it fast.
-_FAST_OPTIONS = ("-c", "fsync=off", "-c", "full_page_writes=off",
-                 "-c", "synchronous_commit=off", "-c", "max_connections=50")
+_FAST_OPTIONS = (
+    "-c",
+    "fsync=off",
+    "-c",
+    "full_page_writes=off",
+    "-c",
+    "synchronous_commit=off",
+    "-c",
+    "max_connections=50",
+)
 # For outage tests (restart() crashes the server): a commit is on disk when
 # it returns, as on a production server, so a crash loses nothing committed.
 _DURABLE_OPTIONS = ("-c", "max_connections=50")
@@ -87,9 +95,11 @@ class PgServer:
 
 def find_bindir() -> str:
     """Directory holding initdb and postgres (newest Debian version first)."""
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-                        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
-                        reverse=True)
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
+        reverse=True,
+    )
     found = shutil.which("initdb")
     if found:
         candidates.append(os.path.realpath(found))
@@ -97,8 +107,9 @@ def find_bindir() -> str:
         bindir = os.path.dirname(initdb)
         if os.access(os.path.join(bindir, "postgres"), os.X_OK):
             return bindir
-    raise PgUnavailable("PostgreSQL is not installed (no initdb/postgres; Debian package"
-                        " 'postgresql')")
+    raise PgUnavailable(
+        "PostgreSQL is not installed (no initdb/postgres; Debian package 'postgresql')"
+    )
 
 
 def _free_port() -> int:
@@ -138,16 +149,36 @@ def _user_args() -> dict:
 
 
 def _initdb(bindir: str, data: str, as_user: dict) -> None:
-    cmd = [os.path.join(bindir, "initdb"), "-D", data, "-A", "trust", "-U", PG_USER,
-           "-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions"]
+    cmd = [
+        os.path.join(bindir, "initdb"),
+        "-D",
+        data,
+        "-A",
+        "trust",
+        "-U",
+        PG_USER,
+        "-E",
+        "UTF8",
+        "--locale=C",
+        "--no-sync",
+        "--no-instructions",
+    ]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=INITDB_TIMEOUT_S,
-                              check=False, cwd=os.path.dirname(data), **as_user)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=INITDB_TIMEOUT_S,
+            check=False,
+            cwd=os.path.dirname(data),
+            **as_user,
+        )
     except subprocess.TimeoutExpired:
         raise PgUnavailable(f"initdb did not finish within {INITDB_TIMEOUT_S} s")
     if proc.returncode != 0:
-        raise PgUnavailable(f"initdb failed ({proc.returncode}): "
-                            f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+        raise PgUnavailable(
+            f"initdb failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[-800:]}"
+        )
 
 
 def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -> None:
@@ -161,8 +192,9 @@ def _follow_log(proc: subprocess.Popen, log_path: str, ready: threading.Event) -
                 ready.set()
 
 
-def start(durable: bool = False,
-          configure: Callable[[str, dict], Sequence[str]] | None = None) -> PgServer:
+def start(
+    durable: bool = False, configure: Callable[[str, dict], Sequence[str]] | None = None
+) -> PgServer:
     """initdb + postgres on a free loopback port; PgUnavailable if impossible.
 
     ``durable``: committed transactions survive restart() (a crash), at the
@@ -183,9 +215,21 @@ def start(durable: bool = False,
         _initdb(bindir, data, as_user)
         extra = list(configure(data, as_user)) if configure is not None else []
         port = _free_port()
-        cmd = [os.path.join(bindir, "postgres"), "-D", data, "-p", str(port),
-               "-k", base_dir, "-h", "127.0.0.1", "-c", "lc_messages=C",
-               *(_DURABLE_OPTIONS if durable else _FAST_OPTIONS), *extra]
+        cmd = [
+            os.path.join(bindir, "postgres"),
+            "-D",
+            data,
+            "-p",
+            str(port),
+            "-k",
+            base_dir,
+            "-h",
+            "127.0.0.1",
+            "-c",
+            "lc_messages=C",
+            *(_DURABLE_OPTIONS if durable else _FAST_OPTIONS),
+            *extra,
+        ]
         proc = _launch(cmd, base_dir, as_user)
     except BaseException:
         if proc is not None and proc.poll() is None:
@@ -193,16 +237,28 @@ def start(durable: bool = False,
             proc.wait(STOP_TIMEOUT_S)
         shutil.rmtree(base_dir, ignore_errors=True)
         raise
-    return PgServer(url=f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres",
-                    base_dir=base_dir, proc=proc, start_time_s=time.monotonic() - began,
-                    cmd=cmd, as_user=as_user)
+    return PgServer(
+        url=f"postgresql://{PG_USER}@127.0.0.1:{port}/postgres",
+        base_dir=base_dir,
+        proc=proc,
+        start_time_s=time.monotonic() - began,
+        cmd=cmd,
+        as_user=as_user,
+    )
 
 
 def _launch(cmd: list[str], base_dir: str, as_user: dict) -> subprocess.Popen:
     """Start postgres; return once it logged that it accepts connections."""
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, cwd=base_dir,
-                            preexec_fn=_die_with_parent, **as_user)
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=base_dir,
+        preexec_fn=_die_with_parent,
+        **as_user,
+    )
     ready = threading.Event()
     log_path = os.path.join(base_dir, "server.log")
     threading.Thread(target=_follow_log, args=(proc, log_path, ready), daemon=True).start()
@@ -212,8 +268,10 @@ def _launch(cmd: list[str], base_dir: str, as_user: dict) -> subprocess.Popen:
         if proc.poll() is None:
             proc.kill()
             proc.wait(STOP_TIMEOUT_S)
-        raise PgUnavailable(f"postgres did not accept connections within"
-                            f" {START_TIMEOUT_S} s (exit code {proc.poll()}): {tail}")
+        raise PgUnavailable(
+            f"postgres did not accept connections within"
+            f" {START_TIMEOUT_S} s (exit code {proc.poll()}): {tail}"
+        )
     return proc
 
 

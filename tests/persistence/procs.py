@@ -24,9 +24,14 @@ class Child:
         full_env = dict(os.environ, PYTHONPATH=ROOT)
         full_env.pop("FLOWENGINE_TEST_BLOCK_IN", None)
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, CHILD, *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=full_env, cwd=ROOT)
+        self.proc = subprocess.Popen(
+            [sys.executable, CHILD, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            cwd=ROOT,
+        )
         self.lines: list[str] = []
         self._buffer = b""
 
@@ -41,14 +46,15 @@ class Child:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0 or not sel.select(left):
-                    raise AssertionError(f"no {prefix!r} line within {timeout} s; got"
-                                         f" {self.lines}")
+                    raise AssertionError(f"no {prefix!r} line within {timeout} s; got {self.lines}")
                 chunk = os.read(self.proc.stdout.fileno(), 65536)
                 if not chunk:
                     self.proc.wait(timeout=CHILD_WAIT_S)
-                    raise AssertionError(f"child exited {self.proc.returncode} before"
-                                         f" {prefix!r}; stdout {self.lines}; stderr:\n"
-                                         f"{self.proc.stderr.read().decode()[-3000:]}")
+                    raise AssertionError(
+                        f"child exited {self.proc.returncode} before"
+                        f" {prefix!r}; stdout {self.lines}; stderr:\n"
+                        f"{self.proc.stderr.read().decode()[-3000:]}"
+                    )
                 self._buffer += chunk
                 *complete, self._buffer = self._buffer.split(b"\n")
                 for raw in complete:

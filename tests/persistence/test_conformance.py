@@ -64,8 +64,13 @@ def test_save_and_get_logbook_round_trip(store):
         for ad in fd:
             got_ad = got.find(ad.uuid)
             assert type(got_ad) is models.TaskDetail
-            assert (got_ad.name, got_ad.state, got_ad.results, got_ad.version, got_ad.meta) \
-                == (ad.name, ad.state, ad.results, ad.version, ad.meta)
+            assert (got_ad.name, got_ad.state, got_ad.results, got_ad.version, got_ad.meta) == (
+                ad.name,
+                ad.state,
+                ad.results,
+                ad.version,
+                ad.meta,
+            )
 
 
 def test_failures_and_retry_history_round_trip(store):
@@ -95,17 +100,29 @@ def test_failures_and_retry_history_round_trip(store):
     assert got_retry.results[1][1] == {}
 
 
-@pytest.mark.parametrize("call", [
-    lambda c: c.get_logbook("nope"),
-    lambda c: list(c.get_flows_for_book("nope")),
-    lambda c: c.get_flow_details("nope"),
-    lambda c: list(c.get_atoms_for_flow("nope")),
-    lambda c: c.get_atom_details("nope"),
-    lambda c: c.destroy_logbook("nope"),
-    lambda c: c.update_atom_details(models.TaskDetail("t", "nope")),
-    lambda c: c.update_flow_details(models.FlowDetail("f", "nope")),
-], ids=["get_logbook", "get_flows_for_book", "get_flow_details", "get_atoms_for_flow",
-        "get_atom_details", "destroy_logbook", "update_atom_details", "update_flow_details"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda c: c.get_logbook("nope"),
+        lambda c: list(c.get_flows_for_book("nope")),
+        lambda c: c.get_flow_details("nope"),
+        lambda c: list(c.get_atoms_for_flow("nope")),
+        lambda c: c.get_atom_details("nope"),
+        lambda c: c.destroy_logbook("nope"),
+        lambda c: c.update_atom_details(models.TaskDetail("t", "nope")),
+        lambda c: c.update_flow_details(models.FlowDetail("f", "nope")),
+    ],
+    ids=[
+        "get_logbook",
+        "get_flows_for_book",
+        "get_flow_details",
+        "get_atoms_for_flow",
+        "get_atom_details",
+        "destroy_logbook",
+        "update_atom_details",
+        "update_flow_details",
+    ],
+)
 def test_unknown_uuid_is_not_found(store, call):
     with _conn(store) as conn, pytest.raises(exc.NotFound, match="nope"):
         call(conn)

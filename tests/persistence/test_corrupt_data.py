@@ -18,8 +18,11 @@ from tests.persistence.stores import Store, store_url
 
 def _saved_flow(store, tmp_path):
     """Run a small flow to completion; return (flow uuid, uuid of its atom 'b')."""
-    engine = engines.load(flows.make_flow(os.path.join(tmp_path, "effects")),
-                          backend=store.backend, book=models.LogBook("book"))
+    engine = engines.load(
+        flows.make_flow(os.path.join(tmp_path, "effects")),
+        backend=store.backend,
+        book=models.LogBook("book"),
+    )
     engine.run()
     ad_uuid = engine.storage.get_atom_uuid("b")
     return engine.storage.flow_uuid, ad_uuid
@@ -60,16 +63,32 @@ def test_dir_hand_edited_invalid_json_names_the_file(dir_store, tmp_path):
         _read_flow(dir_store, fd_uuid)
 
 
-@pytest.mark.parametrize("change, error, pattern", [
-    (lambda d: d["atom"].update(format_version=99), exc.IncompatibleVersion,
-     "TaskDetail data \\(uuid '{uuid}'\\) has format_version 99"),
-    (lambda d: d["atom"].pop("name"), exc.InvalidFormat,
-     "TaskDetail data \\(uuid '{uuid}'\\) is missing required key 'name'"),
-    (lambda d: d.update(type="MYSTERY_DETAIL"), exc.InvalidFormat,
-     "Unknown atom type 'MYSTERY_DETAIL'"),
-    (lambda d: d["atom"].update(failure={"bogus": True}), exc.InvalidFormat,
-     "TaskDetail '{uuid}'"),
-], ids=["future-version", "missing-name", "unknown-type", "bad-failure"])
+@pytest.mark.parametrize(
+    "change, error, pattern",
+    [
+        (
+            lambda d: d["atom"].update(format_version=99),
+            exc.IncompatibleVersion,
+            "TaskDetail data \\(uuid '{uuid}'\\) has format_version 99",
+        ),
+        (
+            lambda d: d["atom"].pop("name"),
+            exc.InvalidFormat,
+            "TaskDetail data \\(uuid '{uuid}'\\) is missing required key 'name'",
+        ),
+        (
+            lambda d: d.update(type="MYSTERY_DETAIL"),
+            exc.InvalidFormat,
+            "Unknown atom type 'MYSTERY_DETAIL'",
+        ),
+        (
+            lambda d: d["atom"].update(failure={"bogus": True}),
+            exc.InvalidFormat,
+            "TaskDetail '{uuid}'",
+        ),
+    ],
+    ids=["future-version", "missing-name", "unknown-type", "bad-failure"],
+)
 def test_dir_foreign_record_is_refused(dir_store, tmp_path, change, error, pattern):
     fd_uuid, ad_uuid = _saved_flow(dir_store, tmp_path)
     _edit_json(_atom_file(dir_store, ad_uuid), change)
@@ -86,8 +105,9 @@ def test_dir_stores_taskflows_dicts_and_reads_older_flowengines(dir_store, tmp_p
     with open(flow_file) as fp:
         assert models.FORMAT_VERSION_KEY not in json.load(fp)
     # When the files are as an older flowengine wrote them (format_version 1 in each)
-    _edit_json(_atom_file(dir_store, ad_uuid),
-               lambda d: d["atom"].update({models.FORMAT_VERSION_KEY: 1}))
+    _edit_json(
+        _atom_file(dir_store, ad_uuid), lambda d: d["atom"].update({models.FORMAT_VERSION_KEY: 1})
+    )
     _edit_json(flow_file, lambda d: d.update({models.FORMAT_VERSION_KEY: 1}))
     # Then they read back as before, and to_dict() has no format_version
     fd = _read_flow(dir_store, fd_uuid)
@@ -102,8 +122,10 @@ def test_dir_corrupt_logbook_is_refused(dir_store, tmp_path):
         conn.save_logbook(book)
     path = os.path.join(dir_store.backend.base_path, "books", book.uuid, "metadata")
     _edit_json(path, lambda d: d.update(created_at="yesterday-ish"))
-    with contextlib.closing(dir_store.open().get_connection()) as conn, \
-            pytest.raises(exc.InvalidFormat, match=f"LogBook '{book.uuid}'.*'yesterday-ish'"):
+    with (
+        contextlib.closing(dir_store.open().get_connection()) as conn,
+        pytest.raises(exc.InvalidFormat, match=f"LogBook '{book.uuid}'.*'yesterday-ish'"),
+    ):
         conn.get_logbook(book.uuid)
 
 
@@ -119,15 +141,31 @@ def _sql(store, statement, **params):
         conn.execute(sa.text(statement), params)
 
 
-@pytest.mark.parametrize("column, value, error, pattern", [
-    ("results", "{not json", exc.InvalidFormat,
-     "table 'atomdetails', row uuid '{uuid}', column 'results'.*not valid JSON"),
-    ("format_version", 99, exc.IncompatibleVersion,
-     "Row uuid '{uuid}' of table 'atomdetails' has format_version 99"),
-    ("atom_type", "MYSTERY_DETAIL", exc.InvalidFormat,
-     "Row uuid '{uuid}' of table 'atomdetails'.*Unknown atom type 'MYSTERY_DETAIL'"),
-    ("failure", '{"bogus": true}', exc.InvalidFormat, "TaskDetail '{uuid}'"),
-], ids=["bad-json", "future-version", "unknown-type", "bad-failure"])
+@pytest.mark.parametrize(
+    "column, value, error, pattern",
+    [
+        (
+            "results",
+            "{not json",
+            exc.InvalidFormat,
+            "table 'atomdetails', row uuid '{uuid}', column 'results'.*not valid JSON",
+        ),
+        (
+            "format_version",
+            99,
+            exc.IncompatibleVersion,
+            "Row uuid '{uuid}' of table 'atomdetails' has format_version 99",
+        ),
+        (
+            "atom_type",
+            "MYSTERY_DETAIL",
+            exc.InvalidFormat,
+            "Row uuid '{uuid}' of table 'atomdetails'.*Unknown atom type 'MYSTERY_DETAIL'",
+        ),
+        ("failure", '{"bogus": true}', exc.InvalidFormat, "TaskDetail '{uuid}'"),
+    ],
+    ids=["bad-json", "future-version", "unknown-type", "bad-failure"],
+)
 def test_sql_foreign_row_is_refused(sql_store, tmp_path, column, value, error, pattern):
     fd_uuid, ad_uuid = _saved_flow(sql_store, tmp_path)
     statement = f"UPDATE atomdetails SET {column} = :v WHERE uuid = :u"
@@ -149,8 +187,9 @@ def test_sql_corrupt_flow_meta_names_the_row(sql_store, tmp_path):
             _sql(sql_store, "UPDATE flowdetails SET meta = '[1,' WHERE uuid = :u", u=fd_uuid)
         return
     _sql(sql_store, "UPDATE flowdetails SET meta = '[1,' WHERE uuid = :u", u=fd_uuid)
-    with pytest.raises(exc.InvalidFormat,
-                       match=f"table 'flowdetails', row uuid '{fd_uuid}', column 'meta'"):
+    with pytest.raises(
+        exc.InvalidFormat, match=f"table 'flowdetails', row uuid '{fd_uuid}', column 'meta'"
+    ):
         _read_flow(sql_store, fd_uuid)
 
 

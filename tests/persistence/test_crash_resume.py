@@ -38,8 +38,7 @@ def test_killed_parallel_engine_resumes(tmp_path, request):
 def _crash_and_resume(durable_store, tmp_path, engine):
     effects = os.path.join(tmp_path, "effects.txt")
     # Given an engine process that is running task 'b' (a already finished)
-    first = Child("start", durable_store.url, effects, engine,
-                  env={flows.BLOCK_ENV: "b"})
+    first = Child("start", durable_store.url, effects, engine, env={flows.BLOCK_ENV: "b"})
     try:
         flow_uuid = first.wait_for("FLOW ").split()[1]
         first.wait_for("BLOCKED b")
@@ -49,7 +48,9 @@ def _crash_and_resume(durable_store, tmp_path, engine):
         first.close()
     # Then the backend shows a done, b interrupted while RUNNING, c not started
     assert _stored_states(durable_store, flow_uuid) == (
-        states.RUNNING, {"a": states.SUCCESS, "b": states.RUNNING, "c": states.PENDING})
+        states.RUNNING,
+        {"a": states.SUCCESS, "b": states.RUNNING, "c": states.PENDING},
+    )
     assert flows.executions(effects) == {"a": 1, "b": 1}
     # When a new process resumes the saved flow detail
     second = Child("resume", durable_store.url, flow_uuid, engine)
@@ -60,7 +61,9 @@ def _crash_and_resume(durable_store, tmp_path, engine):
     # Then a ran once in all, b ran again, c ran once, and the flow succeeded
     assert flows.executions(effects) == {"a": 1, "b": 2, "c": 1}
     assert _stored_states(durable_store, flow_uuid) == (
-        states.SUCCESS, {"a": states.SUCCESS, "b": states.SUCCESS, "c": states.SUCCESS})
+        states.SUCCESS,
+        {"a": states.SUCCESS, "b": states.SUCCESS, "c": states.SUCCESS},
+    )
     with contextlib.closing(durable_store.open().get_connection()) as conn:
         results = {ad.name: ad.results for ad in conn.get_flow_details(flow_uuid)}
     assert (results["a"], results["b"], results["c"]) == (1, 11, 111)
@@ -73,8 +76,12 @@ def test_killed_worker_based_engine_resumes(tmp_path, request):
     broker_dir = str(tmp_path / "broker")
     os.mkdir(broker_dir)
     exchange, topic = "crash-test", "crash-tasks"
-    options = {"exchange": exchange, "topics": [topic], "transport": "filesystem",
-               "transport_options": child.filesystem_transport(broker_dir)}
+    options = {
+        "exchange": exchange,
+        "topics": [topic],
+        "transport": "filesystem",
+        "transport_options": child.filesystem_transport(broker_dir),
+    }
     env = {child.OPTIONS_ENV: json.dumps(options)}
     worker = Child("worker", exchange, topic, broker_dir, env={flows.BLOCK_ENV: "b"})
     try:
@@ -89,7 +96,9 @@ def test_killed_worker_based_engine_resumes(tmp_path, request):
         finally:
             first.close()
         assert _stored_states(store, flow_uuid) == (
-            states.RUNNING, {"a": states.SUCCESS, "b": states.RUNNING, "c": states.PENDING})
+            states.RUNNING,
+            {"a": states.SUCCESS, "b": states.RUNNING, "c": states.PENDING},
+        )
         # And a new engine process resumes the flow on the same worker
         second = Child("resume", store.url, flow_uuid, "worker-based", env=env)
         try:

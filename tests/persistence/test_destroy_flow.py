@@ -43,7 +43,8 @@ def test_destroying_one_flow_detail_keeps_the_logbook_and_the_other_flow(store):
         # And the logbook lists only the other flow, whose atoms are all there
         assert [fd.uuid for fd in conn.get_flows_for_book(book.uuid)] == [kept.uuid]
         assert sorted(ad.uuid for ad in conn.get_flow_details(kept.uuid)) == sorted(
-            ad.uuid for ad in kept)
+            ad.uuid for ad in kept
+        )
         assert [fd.uuid for fd in conn.get_logbook(book.uuid)] == [kept.uuid]
 
 

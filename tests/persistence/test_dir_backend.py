@@ -25,14 +25,22 @@ def _book():
     return book
 
 
-@pytest.mark.parametrize("conf", [
-    "dir://{p}", "file://{p}", {"connection": "dir", "path": "{p}"},
-    {"connection": "file:///ignored", "path": "{p}"},
-])
+@pytest.mark.parametrize(
+    "conf",
+    [
+        "dir://{p}",
+        "file://{p}",
+        {"connection": "dir", "path": "{p}"},
+        {"connection": "file:///ignored", "path": "{p}"},
+    ],
+)
 def test_urls_and_conf_select_the_path(tmp_path, conf):
     path = str(tmp_path / "store")
-    conf = conf.format(p=path) if isinstance(conf, str) else \
-        {k: v.format(p=path) for k, v in conf.items()}
+    conf = (
+        conf.format(p=path)
+        if isinstance(conf, str)
+        else {k: v.format(p=path) for k, v in conf.items()}
+    )
     be = backends.fetch(conf)
     assert isinstance(be, impl_dir.DirBackend) and be.base_path == path
 

@@ -50,8 +50,9 @@ def test_suspended_flow_resumes_from_detail_in_a_new_engine(store, tmp_path):
     effects = os.path.join(tmp_path, "effects")
     book = models.LogBook("book")
     # Given a flow made by a factory, suspended once 'a' finished
-    engine = engines.load_from_factory(flows.make_flow, factory_args=[effects],
-                                       backend=store.backend, book=book)
+    engine = engines.load_from_factory(
+        flows.make_flow, factory_args=[effects], backend=store.backend, book=book
+    )
 
     def suspend_after_a(state, details):
         if details.get("task_name") == "a":
@@ -137,8 +138,14 @@ def test_two_engines_share_one_backend(kind, tmp_path, request):
     try:
         length = 8
         barrier = threading.Barrier(2)
-        loaded = [engines.load(_lockstep_flow(p, barrier, length), backend=store.backend,
-                               book=models.LogBook(f"book-{p}")) for p in ("x", "y")]
+        loaded = [
+            engines.load(
+                _lockstep_flow(p, barrier, length),
+                backend=store.backend,
+                book=models.LogBook(f"book-{p}"),
+            )
+            for p in ("x", "y")
+        ]
         errors = []
 
         def run(engine):
@@ -173,8 +180,7 @@ def test_two_processes_write_one_store_at_once(kind, tmp_path, request):
     store = Store(kind, store_url(kind, tmp_path, request))
     effects = os.path.join(tmp_path, "effects")
     length = 25
-    children = [Child("chain", store.url, effects, prefix, str(length))
-                for prefix in ("p", "q")]
+    children = [Child("chain", store.url, effects, prefix, str(length)) for prefix in ("p", "q")]
     try:
         # When both run to completion
         uuids = [c.wait_for("FLOW ").split()[1] for c in children]

@@ -30,9 +30,10 @@ def fresh_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/fresh.db"
         return
-    admin = sa.create_engine(sa.engine.make_url(request.getfixturevalue("pg_url"))
-                             .set(drivername="postgresql+psycopg"),
-                             isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(
+        sa.engine.make_url(request.getfixturevalue("pg_url")).set(drivername="postgresql+psycopg"),
+        isolation_level="AUTOCOMMIT",
+    )
     name = f"fresh_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
         conn.execute(sa.text(f"CREATE DATABASE {name}"))
@@ -125,34 +126,44 @@ ORIGINAL_TABLES = ("logbooks", "flowdetails", "atomdetails")
 
 def _document_columns(only=None):
     """(table, column) of every JSON document column of the current schema."""
-    return {(table.name, column.name) for table in tables.METADATA.sorted_tables
-            for column in table.columns
-            if column.type in (tables.DOCUMENT, tables.RECORD_DOCUMENT)
-            and (only is None or table.name in only)}
+    return {
+        (table.name, column.name)
+        for table in tables.METADATA.sorted_tables
+        for column in table.columns
+        if column.type in (tables.DOCUMENT, tables.RECORD_DOCUMENT)
+        and (only is None or table.name in only)
+    }
 
 
 def test_document_columns_are_longtext_on_mysql():
     # Given the current schema compiled for MySQL
-    ddl = "\n".join(str(CreateTable(table).compile(dialect=mysql_dialect.dialect()))
-                    for table in tables.METADATA.sorted_tables)
+    ddl = "\n".join(
+        str(CreateTable(table).compile(dialect=mysql_dialect.dialect()))
+        for table in tables.METADATA.sorted_tables
+    )
     # Then every document column is LONGTEXT (TEXT stops at 64 KiB there)
     assert ddl.count("LONGTEXT") == len(_document_columns()) == 10
     assert len(_document_columns(ORIGINAL_TABLES)) == 7
     # ...and stays plain TEXT elsewhere
-    pg = "\n".join(str(CreateTable(table).compile(dialect=pg_dialect.dialect()))
-                   for table in tables.METADATA.sorted_tables)
+    pg = "\n".join(
+        str(CreateTable(table).compile(dialect=pg_dialect.dialect()))
+        for table in tables.METADATA.sorted_tables
+    )
     assert "LONGTEXT" not in pg
 
 
-@pytest.mark.parametrize("dialect_name, altered", [("mysql", True), ("sqlite", False),
-                                                   ("postgresql", False)])
+@pytest.mark.parametrize(
+    "dialect_name, altered", [("mysql", True), ("sqlite", False), ("postgresql", False)]
+)
 def test_revision_0002_widens_documents_on_mysql_only(dialect_name, altered):
     # Given revision 0002 run offline (as SQL text) for a dialect
     module = importlib.import_module(
-        "flowengine.persistence.backends.sql.migrations.versions.0002_mysql_longtext")
+        "flowengine.persistence.backends.sql.migrations.versions.0002_mysql_longtext"
+    )
     out = io.StringIO()
-    ctx = MigrationContext.configure(dialect_name=dialect_name,
-                                     opts={"as_sql": True, "output_buffer": out})
+    ctx = MigrationContext.configure(
+        dialect_name=dialect_name, opts={"as_sql": True, "output_buffer": out}
+    )
     with Operations.context(ctx):
         module.upgrade()
     emitted = out.getvalue()

@@ -23,8 +23,14 @@ from flowengine.persistence import backends
 from flowengine.persistence.backends import impl_sqlalchemy
 
 #: Octavia 19's MysqlPersistenceDriver conf with the defaults of its options.
-OCTAVIA_CONF = {"connection": "sqlite://", "max_pool_size": None, "max_overflow": 50,
-                "pool_timeout": 30, "idle_timeout": 3600, "max_retries": 10}
+OCTAVIA_CONF = {
+    "connection": "sqlite://",
+    "max_pool_size": None,
+    "max_overflow": 50,
+    "pool_timeout": 30,
+    "idle_timeout": 3600,
+    "max_retries": 10,
+}
 
 
 def _library(name: str):

@@ -89,8 +89,14 @@ def _connection(lib: str, conf: dict[str, Any], upgrade: bool = False) -> Iterat
         backend.close()
 
 
-def run_flow(lib: str, conf: dict[str, Any], book_name: str, flow_name: str,
-             stop: bool = False, fail: bool = False) -> tuple[str, str]:
+def run_flow(
+    lib: str,
+    conf: dict[str, Any],
+    book_name: str,
+    flow_name: str,
+    stop: bool = False,
+    fail: bool = False,
+) -> tuple[str, str]:
     """Run a new flow on ``lib`` in a new logbook; (book uuid, flow detail uuid)."""
     models = _lib(lib, "persistence.models")
     with _connection(lib, conf) as (backend, conn):
@@ -98,8 +104,9 @@ def run_flow(lib: str, conf: dict[str, Any], book_name: str, flow_name: str,
         fd = models.FlowDetail(flow_name, uuid=str(uuid.uuid4()))
         book.add(fd)
         conn.save_logbook(book)
-        engine = _lib(lib, "engines").load(make_flow(lib, flow_name, stop, fail),
-                                           flow_detail=fd, book=book, backend=backend)
+        engine = _lib(lib, "engines").load(
+            make_flow(lib, flow_name, stop, fail), flow_detail=fd, book=book, backend=backend
+        )
         try:
             engine.run()
         except (Stop, ValueError):
@@ -112,8 +119,9 @@ def resume_flow(lib: str, conf: dict[str, Any], book_uuid: str, fd_uuid: str) ->
     with _connection(lib, conf) as (backend, conn):
         book = conn.get_logbook(book_uuid)
         fd = book.find(fd_uuid)
-        _lib(lib, "engines").load(make_flow(lib, fd.name), flow_detail=fd, book=book,
-                                  backend=backend).run()
+        _lib(lib, "engines").load(
+            make_flow(lib, fd.name), flow_detail=fd, book=book, backend=backend
+        ).run()
 
 
 def _atom(ad: Any) -> tuple[Any, ...]:
@@ -128,23 +136,32 @@ def _atom(ad: Any) -> tuple[Any, ...]:
 def stored(lib: str, conf: dict[str, Any]) -> dict[str, Any]:
     """What ``lib`` reads back: {book: {flow: (state, {atom: _atom(...)})}}."""
     with _connection(lib, conf) as (_backend, conn):
-        return {book.name: {fd.name: (fd.state, {ad.name: _atom(ad) for ad in fd})
-                            for fd in book}
-                for book in conn.get_logbooks()}
+        return {
+            book.name: {fd.name: (fd.state, {ad.name: _atom(ad) for ad in fd}) for fd in book}
+            for book in conn.get_logbooks()
+        }
 
 
 def done(made_by: str) -> tuple[str, dict[str, Any]]:
     """What a flow that ran to the end stores (``made_by`` ran its first task)."""
-    return ("SUCCESS", {"first": ("SUCCESS", {"n": 20, "text": f"from {made_by}"}, None, None),
-                        "second": ("SUCCESS", 21, None, None)})
+    return (
+        "SUCCESS",
+        {
+            "first": ("SUCCESS", {"n": 20, "text": f"from {made_by}"}, None, None),
+            "second": ("SUCCESS", 21, None, None),
+        },
+    )
 
 
 def reverted(made_by: str) -> tuple[str, dict[str, Any]]:
     """What a flow whose second task failed stores, once reverted."""
-    return ("REVERTED", {"first": ("REVERTED", {"n": 20, "text": f"from {made_by}"}, None,
-                                   "undone"),
-                         "second": ("REVERTED", None, ("boom", ["ValueError", "Exception"]),
-                                    None)})
+    return (
+        "REVERTED",
+        {
+            "first": ("REVERTED", {"n": 20, "text": f"from {made_by}"}, None, "undone"),
+            "second": ("REVERTED", None, ("boom", ["ValueError", "Exception"]), None),
+        },
+    )
 
 
 @pytest.fixture
@@ -173,8 +190,11 @@ def shared(request: pytest.FixtureRequest, tmp_path: Any) -> dict[str, Any]:
         return {"connection": request.getfixturevalue("pg_database")}
     if kind == "dir":
         return {"connection": "dir", "path": str(tmp_path / "shared")}
-    return {"connection": "zookeeper", "hosts": request.getfixturevalue("zk_hosts"),
-            "path": f"/adopt-{uuid.uuid4().hex}"}
+    return {
+        "connection": "zookeeper",
+        "hosts": request.getfixturevalue("zk_hosts"),
+        "path": f"/adopt-{uuid.uuid4().hex}",
+    }
 
 
 def _is_sql(conf: dict[str, Any]) -> bool:
@@ -192,8 +212,12 @@ def test_taskflow_first_flowengine_resumes_taskflow_reads_last(shared):
     stopped = run_flow("taskflow", shared, "tf-stopped", "tf_stopped", stop=True)
     as_taskflow_wrote = stored("taskflow", shared)
     assert as_taskflow_wrote["tf-stopped"]["tf_stopped"] == (
-        "RUNNING", {"first": ("SUCCESS", {"n": 20, "text": "from taskflow"}, None, None),
-                    "second": ("RUNNING", None, None, None)})
+        "RUNNING",
+        {
+            "first": ("SUCCESS", {"n": 20, "text": "from taskflow"}, None, None),
+            "second": ("RUNNING", None, None, None),
+        },
+    )
 
     # When flowengine upgrades the store, it reads exactly what TaskFlow wrote
     with _connection("flowengine", shared, upgrade=True) as (_backend, conn):
@@ -212,12 +236,14 @@ def test_taskflow_first_flowengine_resumes_taskflow_reads_last(shared):
     run_flow("taskflow", shared, "tf-during", "tf_during")
 
     # Then both read every flow, finished, with every result, TaskFlow last
-    expected = {"tf-done": {"tf_done": done("taskflow")},
-                "tf-reverted": {"tf_reverted": reverted("taskflow")},
-                "tf-stopped": {"tf_stopped": done("taskflow")},
-                "fe-done": {"fe_done": done("flowengine")},
-                "fe-reverted": {"fe_reverted": reverted("flowengine")},
-                "tf-during": {"tf_during": done("taskflow")}}
+    expected = {
+        "tf-done": {"tf_done": done("taskflow")},
+        "tf-reverted": {"tf_reverted": reverted("taskflow")},
+        "tf-stopped": {"tf_stopped": done("taskflow")},
+        "fe-done": {"fe_done": done("flowengine")},
+        "fe-reverted": {"fe_reverted": reverted("flowengine")},
+        "tf-during": {"tf_during": done("taskflow")},
+    }
     assert stored("flowengine", shared) == expected
     assert stored("taskflow", shared) == expected
     # ...and TaskFlow's own upgrade() still succeeds on the adopted store
@@ -242,14 +268,17 @@ def test_flowengine_first_taskflow_resumes_and_reads(shared):
     assert RUNS == Counter({("taskflow", "fe_stopped.second"): 1})
 
     # Then each reads what the other wrote
-    expected = {"fe-done": {"fe_done": done("flowengine")},
-                "fe-reverted": {"fe_reverted": reverted("flowengine")},
-                "fe-stopped": {"fe_stopped": done("flowengine")}}
+    expected = {
+        "fe-done": {"fe_done": done("flowengine")},
+        "fe-reverted": {"fe_reverted": reverted("flowengine")},
+        "fe-stopped": {"fe_stopped": done("flowengine")},
+    }
     assert stored("taskflow", shared) == expected
     assert stored("flowengine", shared) == expected
 
 
 # SQL specifics: the schema, how old flowengine and old TaskFlow schemas are handled.
+
 
 @pytest.fixture(params=SQL_KINDS)
 def sql_url(request: pytest.FixtureRequest, tmp_path: Any) -> str:
@@ -264,8 +293,10 @@ def _layout(url: str) -> dict[str, dict[str, str]]:
     engine = sa.create_engine(url)
     try:
         inspector = sa.inspect(engine)
-        return {table: {c["name"]: type(c["type"]).__name__ for c in inspector.get_columns(table)}
-                for table in ("logbooks", "flowdetails", "atomdetails")}
+        return {
+            table: {c["name"]: type(c["type"]).__name__ for c in inspector.get_columns(table)}
+            for table in ("logbooks", "flowdetails", "atomdetails")
+        }
     finally:
         engine.dispose()
 
@@ -287,8 +318,9 @@ def test_flowengines_tables_are_taskflows_plus_format_version(sql_url, tmp_path)
     theirs = _layout_of_taskflow(sql_url, tmp_path)
     # Then flowengine's record tables have TaskFlow's columns and types, plus
     # format_version only (PostgreSQL: TaskFlow's two enums are VARCHAR here)
-    theirs["atomdetails"].update((name, "VARCHAR") for name, kind in
-                                 theirs["atomdetails"].items() if kind == "ENUM")
+    theirs["atomdetails"].update(
+        (name, "VARCHAR") for name, kind in theirs["atomdetails"].items() if kind == "ENUM"
+    )
     for table, columns in theirs.items():
         extra = {name: kind for name, kind in ours[table].items() if name not in columns}
         assert extra == {"format_version": "INTEGER"}, table
@@ -336,28 +368,53 @@ def test_a_flowengine_database_at_0004_is_migrated_without_losing_rows(sql_url):
     with engine.begin() as conn:
         migration.db_sync(conn, "0004")
     engine.dispose()
-    _sql(sql_url, "INSERT INTO logbooks (uuid, name, meta, created_at, format_version)"
-         " VALUES ('b1', 'old-book', :meta, :when, 1)", meta='{"k":1}',
-         when=datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC))
-    _sql(sql_url, "INSERT INTO flowdetails (uuid, parent_uuid, name, state, meta,"
-         " format_version) VALUES ('f1', 'b1', 'old_flow', 'SUCCESS', '{}', 1)")
-    _sql(sql_url, "INSERT INTO atomdetails (uuid, parent_uuid, name, atom_type, state,"
-         " intention, version, results, meta, format_version) VALUES ('a1', 'f1', 'first',"
-         " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
-         version='"1.0"', results='{"n":20}', meta='{"progress":1.0}')
-    _sql(sql_url, "INSERT INTO atomdetails (uuid, parent_uuid, name, atom_type, state,"
-         " intention, version, results, meta, format_version) VALUES ('a2', 'f1', 'second',"
-         " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
-         version='[1,10]', results='21', meta='{"progress":1.0}')
+    _sql(
+        sql_url,
+        "INSERT INTO logbooks (uuid, name, meta, created_at, format_version)"
+        " VALUES ('b1', 'old-book', :meta, :when, 1)",
+        meta='{"k":1}',
+        when=datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC),
+    )
+    _sql(
+        sql_url,
+        "INSERT INTO flowdetails (uuid, parent_uuid, name, state, meta,"
+        " format_version) VALUES ('f1', 'b1', 'old_flow', 'SUCCESS', '{}', 1)",
+    )
+    _sql(
+        sql_url,
+        "INSERT INTO atomdetails (uuid, parent_uuid, name, atom_type, state,"
+        " intention, version, results, meta, format_version) VALUES ('a1', 'f1', 'first',"
+        " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
+        version='"1.0"',
+        results='{"n":20}',
+        meta='{"progress":1.0}',
+    )
+    _sql(
+        sql_url,
+        "INSERT INTO atomdetails (uuid, parent_uuid, name, atom_type, state,"
+        " intention, version, results, meta, format_version) VALUES ('a2', 'f1', 'second',"
+        " 'TASK_DETAIL', 'SUCCESS', 'EXECUTE', :version, :results, :meta, 1)",
+        version="[1,10]",
+        results="21",
+        meta='{"progress":1.0}',
+    )
 
     # When this flowengine upgrades it
     with _connection("flowengine", {"connection": sql_url}, upgrade=True) as (_b, conn):
         conn.check_schema()
 
     # Then both libraries read every row as it was written
-    expected = {"old-book": {"old_flow": ("SUCCESS", {
-        "first": ("SUCCESS", {"n": 20}, None, None),
-        "second": ("SUCCESS", 21, None, None)})}}
+    expected = {
+        "old-book": {
+            "old_flow": (
+                "SUCCESS",
+                {
+                    "first": ("SUCCESS", {"n": 20}, None, None),
+                    "second": ("SUCCESS", 21, None, None),
+                },
+            )
+        }
+    }
     assert stored("flowengine", {"connection": sql_url}) == expected
     assert stored("taskflow", {"connection": sql_url}) == expected
     for lib in ("flowengine", "taskflow"):
@@ -383,8 +440,7 @@ def _older_taskflow_database(url: str) -> None:
         # TaskFlow's SQLite schema records no revision: write one as an older
         # TaskFlow run through alembic would have.
         _taskflow_database(url)
-        _sql(url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL"
-             " PRIMARY KEY)")
+        _sql(url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
         _sql(url, "INSERT INTO alembic_version VALUES ('3162c0f3f8e4')")
         return
     tf_migration = _lib("taskflow", "persistence.backends.sqlalchemy.migration")
@@ -399,9 +455,11 @@ def test_an_older_taskflow_schema_is_refused_with_what_to_do(sql_url):
     _older_taskflow_database(sql_url)
     conf = {"connection": sql_url}
     # Then flowengine's upgrade() refuses it, saying what to run first
-    with pytest.raises(exc.StorageFailure,
-                       match="revision '3162c0f3f8e4', older than TaskFlow 6.5's"
-                             " '00af93df9d77': run TaskFlow 6.5's upgrade"):
+    with pytest.raises(
+        exc.StorageFailure,
+        match="revision '3162c0f3f8e4', older than TaskFlow 6.5's"
+        " '00af93df9d77': run TaskFlow 6.5's upgrade",
+    ):
         with _connection("flowengine", conf, upgrade=True):
             pass
     # ...and once that ran (PostgreSQL: TaskFlow's own migrations), adopts it
@@ -419,8 +477,11 @@ def test_tables_of_someone_else_are_not_migrated(tmp_path):
     url = f"sqlite:///{tmp_path}/other.db"
     _sql(url, "CREATE TABLE logbooks (id INTEGER PRIMARY KEY, title TEXT)")
     # Then upgrade() refuses to touch it, naming what is missing
-    with pytest.raises(exc.StorageFailure, match=r"not a\s+TaskFlow 6.5 schema either"
-                       r" \(missing logbooks.created_at"):
+    with pytest.raises(
+        exc.StorageFailure,
+        match=r"not a\s+TaskFlow 6.5 schema either"
+        r" \(missing logbooks.created_at",
+    ):
         with _connection("flowengine", {"connection": url}, upgrade=True):
             pass
 
@@ -450,8 +511,12 @@ def test_dir_reads_wait_for_taskflows_item_lock(tmp_path):
     conf = {"connection": "dir", "path": str(tmp_path / "shared")}
     _book, fd_uuid = run_flow("taskflow", conf, "tf-book", "tf_flow")
     item = str(tmp_path / "shared" / "flow_details" / fd_uuid)
-    writer = subprocess.Popen([sys.executable, "-c", _HALF_WRITER, item],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _HALF_WRITER, item],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert writer.stdout is not None and writer.stdin is not None
         assert writer.stdout.readline().strip() == "half"
@@ -459,7 +524,8 @@ def test_dir_reads_wait_for_taskflows_item_lock(tmp_path):
         read: list[Any] = []
         with _connection("flowengine", conf) as (_backend, conn):
             reader = threading.Thread(
-                target=lambda: read.append(conn.get_flow_details(fd_uuid, lazy=True)))
+                target=lambda: read.append(conn.get_flow_details(fd_uuid, lazy=True))
+            )
             reader.start()
             reader.join(READER_CHANCE_S)
             # Then it waits for the lock instead of reading half a document

@@ -75,7 +75,8 @@ def retried(lib: str) -> Any:
             return len(calls)
 
     return lf.Flow("retried", retry=retry.Times(3, name="again")).add(
-        FailsOnce("fails_once", provides="v"))
+        FailsOnce("fails_once", provides="v")
+    )
 
 
 def reverted(lib: str) -> Any:
@@ -110,8 +111,7 @@ def _conf(kind: str, where: Path) -> dict[str, Any]:
     return {"connection": f"sqlite:///{where}.sqlite"}
 
 
-def _run(lib: str, factory: Any, kind: str = "memory",
-         where: Path | None = None) -> dict[str, Any]:
+def _run(lib: str, factory: Any, kind: str = "memory", where: Path | None = None) -> dict[str, Any]:
     """Run the flow on ``lib`` with a ``kind`` backend; what the backend holds afterwards."""
     engines = _lib(lib, "engines")
     backends = _lib(lib, "persistence.backends")
@@ -126,8 +126,11 @@ def _run(lib: str, factory: Any, kind: str = "memory",
         stored_book = conn.get_logbook(book.uuid)
     backend.close()
     stored_fd = stored_book.find(fd.uuid)
-    return {"book": stored_book.to_dict(), "flow": stored_fd.to_dict(),
-            "atoms": {ad.name: ad.to_dict() for ad in stored_fd}}
+    return {
+        "book": stored_book.to_dict(),
+        "flow": stored_fd.to_dict(),
+        "atoms": {ad.name: ad.to_dict() for ad in stored_fd},
+    }
 
 
 def _without_tracebacks(value: Any) -> Any:
@@ -155,18 +158,22 @@ def _assert_same_records(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
     assert sorted(ours["book"]) == sorted(theirs["book"])
     assert sorted(ours["flow"]) == sorted(theirs["flow"])
     assert (ours["flow"]["state"], ours["flow"]["meta"].keys()) == (
-        theirs["flow"]["state"], theirs["flow"]["meta"].keys())
+        theirs["flow"]["state"],
+        theirs["flow"]["meta"].keys(),
+    )
     assert sorted(ours["atoms"]) == sorted(theirs["atoms"])
     for name, theirs_atom in theirs["atoms"].items():
         ours_atom = ours["atoms"][name]
         assert sorted(ours_atom) == sorted(theirs_atom), name
-        for key in ("state", "intention", "meta", "revert_results",
-                    "failure", "revert_failure"):
-            assert _without_tracebacks(ours_atom[key]) == _without_tracebacks(
-                theirs_atom[key]), (name, key)
+        for key in ("state", "intention", "meta", "revert_results", "failure", "revert_failure"):
+            assert _without_tracebacks(ours_atom[key]) == _without_tracebacks(theirs_atom[key]), (
+                name,
+                key,
+            )
         if isinstance(theirs_atom["results"], list):  # a retry's history
-            assert _retry_history(ours_atom["results"]) == _retry_history(
-                theirs_atom["results"]), name
+            assert _retry_history(ours_atom["results"]) == _retry_history(theirs_atom["results"]), (
+                name
+            )
         else:
             assert ours_atom["results"] == theirs_atom["results"], name
 
@@ -220,6 +227,9 @@ def test_the_ignored_branch_is_ignored_on_both():
     for lib in ("taskflow", "flowengine"):
         atoms = _run(lib, graph_ignoring_a_branch)["atoms"]
         assert {n: a["state"] for n, a in atoms.items()} == {
-            "make": "SUCCESS", "kept": "SUCCESS", "skipped": "IGNORE",
-            "after_skipped": "IGNORE"}, lib
+            "make": "SUCCESS",
+            "kept": "SUCCESS",
+            "skipped": "IGNORE",
+            "after_skipped": "IGNORE",
+        }, lib
         assert atoms["skipped"]["meta"] == {"progress": 0.0}, lib

@@ -43,9 +43,11 @@ class Report:
     executions: dict[str, list[Execution]] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return (f"done once {len(self.done_once)}, duplicated {len(self.duplicated)},"
-                f" lost {len(self.lost)}, concurrent duplicates {len(self.concurrent)},"
-                f" killed mid-run {self.killed}")
+        return (
+            f"done once {len(self.done_once)}, duplicated {len(self.duplicated)},"
+            f" lost {len(self.lost)}, concurrent duplicates {len(self.concurrent)},"
+            f" killed mid-run {self.killed}"
+        )
 
 
 def read_records(path: str) -> list[dict]:
@@ -73,8 +75,9 @@ def executions_by_name(records: list[dict]) -> dict[str, list[Execution]]:
     return dict(runs)
 
 
-def check(records: list[dict], expected: list[str],
-          killed_at: dict[int, float] | None = None) -> Report:
+def check(
+    records: list[dict], expected: list[str], killed_at: dict[int, float] | None = None
+) -> Report:
     """Count each expected request: done once, duplicated, lost; find overlaps.
 
     ``killed_at`` maps the pid of each killed worker to when (wall time) it
@@ -99,7 +102,7 @@ def check(records: list[dict], expected: list[str],
             return killed_at.get(run.pid, math.inf)
 
         for i, a in enumerate(runs):
-            if any(a.start < finish(b) and b.start < finish(a) for b in runs[i + 1:]):
+            if any(a.start < finish(b) and b.start < finish(a) for b in runs[i + 1 :]):
                 report.concurrent.append(name)
                 break
     return report

@@ -20,8 +20,7 @@ def conn(request: pytest.FixtureRequest, tmp_path) -> Conn:
     if kind == "filesystem":
         folder = tmp_path / "broker"
         folder.mkdir()
-        return Conn(kind, transport="filesystem",
-                    transport_options={"data_folder": str(folder)})
+        return Conn(kind, transport="filesystem", transport_options={"data_folder": str(folder)})
     if kind == "redis":
         return Conn(kind, url=request.getfixturevalue("redis_url"))
     return Conn(kind, url=request.getfixturevalue("amqp_url"))

@@ -22,10 +22,20 @@ RECORDS_ENV = "FLOWENGINE_FAULT_RECORDS"
 def record(event: str, name: str) -> None:
     """Append one record line (one write with O_APPEND: lines never interleave)."""
     ctx = context.current()
-    line = json.dumps({"ev": event, "name": name, "uuid": ctx.uuid if ctx else None,
-                       "action": ctx.action if ctx else None,
-                       "attempt": ctx.attempt if ctx else None, "pid": os.getpid(),
-                       "t": time.time()}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "ev": event,
+                "name": name,
+                "uuid": ctx.uuid if ctx else None,
+                "action": ctx.action if ctx else None,
+                "attempt": ctx.attempt if ctx else None,
+                "pid": os.getpid(),
+                "t": time.time(),
+            }
+        )
+        + "\n"
+    )
     fd = os.open(os.environ[RECORDS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -94,7 +104,14 @@ class WhoAmI(task.Task):
 
     def execute(self) -> dict:
         ctx = context.current()
-        return None if ctx is None else {"uuid": ctx.uuid, "action": ctx.action,
-                                         "attempt": ctx.attempt,
-                                         "request_id": ctx.request_id,
-                                         "worker_id": ctx.worker_id}
+        return (
+            None
+            if ctx is None
+            else {
+                "uuid": ctx.uuid,
+                "action": ctx.action,
+                "attempt": ctx.attempt,
+                "request_id": ctx.request_id,
+                "worker_id": ctx.worker_id,
+            }
+        )

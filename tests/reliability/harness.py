@@ -67,8 +67,16 @@ def env(records: str) -> dict[str, str]:
 class Workers:
     """``flowengine worker`` processes serving tests.reliability.fault_tasks."""
 
-    def __init__(self, conn: Conn, exchange: str, topic: str, records: str, log_dir: str,
-                 threads: int = 2, heartbeat_s: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self,
+        conn: Conn,
+        exchange: str,
+        topic: str,
+        records: str,
+        log_dir: str,
+        threads: int = 2,
+        heartbeat_s: float = HEARTBEAT_S,
+    ) -> None:
         self.conn = conn
         self.exchange = exchange
         self.topic = topic
@@ -79,14 +87,28 @@ class Workers:
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", self.exchange,
-               "--topic", self.topic, "--threads", str(self.threads),
-               "--heartbeat-interval", str(self.heartbeat_s),
-               "--tasks", "tests.reliability.fault_tasks", *self.conn.cli_args()]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            self.exchange,
+            "--topic",
+            self.topic,
+            "--threads",
+            str(self.threads),
+            "--heartbeat-interval",
+            str(self.heartbeat_s),
+            "--tasks",
+            "tests.reliability.fault_tasks",
+            *self.conn.cli_args(),
+        ]
         log = open(os.path.join(self.log_dir, f"worker-{len(self.procs)}.log"), "wb")
         with log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env(self.records), cwd=ROOT)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env(self.records), cwd=ROOT
+            )
         self.procs.append(proc)
         return proc
 

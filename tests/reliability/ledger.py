@@ -41,9 +41,11 @@ class Verdict:
     unexpected: list[str]
 
     def __str__(self) -> str:
-        return (f"done once {self.done_once}, duplicated {len(self.duplicated)}"
-                f" {self.duplicated[:5]}, lost {len(self.lost)} {self.lost[:5]},"
-                f" unexpected {self.unexpected[:5]}")
+        return (
+            f"done once {self.done_once}, duplicated {len(self.duplicated)}"
+            f" {self.duplicated[:5]}, lost {len(self.lost)} {self.lost[:5]},"
+            f" unexpected {self.unexpected[:5]}"
+        )
 
 
 def check(path: str, expected: Iterable[str]) -> Verdict:
@@ -55,4 +57,5 @@ def check(path: str, expected: Iterable[str]) -> Verdict:
         done_once=sum(1 for t in expected if seen[t] == 1),
         duplicated=[t for t in expected if seen[t] > 1],
         lost=[t for t in expected if seen[t] == 0],
-        unexpected=sorted(t for t in seen if t not in wanted))
+        unexpected=sorted(t for t in seen if t not in wanted),
+    )

@@ -25,8 +25,12 @@ GATE_TIMEOUT_S = 60.0
 
 def record(folder: str, name: str, event: str, **extra: object) -> None:
     """Append one event line to the ledger in ``folder``."""
-    line = json.dumps({"task": name, "event": event, "pid": os.getpid(),
-                       "ppid": os.getppid(), **extra}) + "\n"
+    line = (
+        json.dumps(
+            {"task": name, "event": event, "pid": os.getpid(), "ppid": os.getppid(), **extra}
+        )
+        + "\n"
+    )
     fd = os.open(os.path.join(folder, "ledger.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     try:
         os.write(fd, line.encode())

@@ -46,13 +46,34 @@ class WorkerProcs:
 
 
 @contextlib.contextmanager
-def running_workers(count: int, url: str, exchange: str, topic: str, log_dir: str,
-                    threads: int = 2, extra_args: Sequence[str] = (),
-                    env: dict[str, str] | None = None) -> Iterator[WorkerProcs]:
+def running_workers(
+    count: int,
+    url: str,
+    exchange: str,
+    topic: str,
+    log_dir: str,
+    threads: int = 2,
+    extra_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+) -> Iterator[WorkerProcs]:
     """``count`` worker processes serving Mark on ``topic`` until the block ends."""
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--url", url, "--exchange",
-           exchange, "--topic", topic, "--tasks", TASKS, "--threads", str(threads),
-           *extra_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--url",
+        url,
+        "--exchange",
+        exchange,
+        "--topic",
+        topic,
+        "--tasks",
+        TASKS,
+        "--threads",
+        str(threads),
+        *extra_args,
+    ]
     procs: list[subprocess.Popen] = []
     logs: list[str] = []
     try:
@@ -60,8 +81,11 @@ def running_workers(count: int, url: str, exchange: str, topic: str, log_dir: st
             path = os.path.join(log_dir, f"outage-worker-{i}.log")
             logs.append(path)
             with open(path, "wb") as log:
-                procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                              env=env or worker_env()))
+                procs.append(
+                    subprocess.Popen(
+                        cmd, stdout=log, stderr=subprocess.STDOUT, env=env or worker_env()
+                    )
+                )
         yield WorkerProcs(logs, procs)
     finally:
         proc_utils.stop_processes(procs, STOP_TIMEOUT_S)

@@ -40,6 +40,16 @@ class Mark(task.Task):
 def _run_record(path: str, event: str, token: str) -> None:
     """One start/end line in ``<path>.runs`` (read by tests/reliability/checker.py)."""
     ctx = context.current()
-    append_line(path + ".runs", json.dumps({
-        "ev": event, "name": token, "pid": os.getpid(), "t": time.time(),
-        "attempt": ctx.attempt if ctx else None, "action": ctx.action if ctx else None}))
+    append_line(
+        path + ".runs",
+        json.dumps(
+            {
+                "ev": event,
+                "name": token,
+                "pid": os.getpid(),
+                "t": time.time(),
+                "attempt": ctx.attempt if ctx else None,
+                "action": ctx.action if ctx else None,
+            }
+        ),
+    )

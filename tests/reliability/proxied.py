@@ -68,15 +68,34 @@ class ProxiedWorkers:
         """Start one worker behind a fresh proxy (``url_query``: appended to its URL)."""
         proxy = faultproxy.FaultProxy(faultproxy.port_of(self.url)).start()
         url = proxy.url(self.url) + url_query
-        cmd = [sys.executable, "-m", self.module, "worker", "--url", url,
-               "--exchange", self.exchange, "--topic", self.topic,
-               "--threads", str(self.threads), "--heartbeat-interval", str(self.heartbeat_s),
-               "--tasks", "tests.reliability.fault_tasks", *self.extra_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            self.module,
+            "worker",
+            "--url",
+            url,
+            "--exchange",
+            self.exchange,
+            "--topic",
+            self.topic,
+            "--threads",
+            str(self.threads),
+            "--heartbeat-interval",
+            str(self.heartbeat_s),
+            "--tasks",
+            "tests.reliability.fault_tasks",
+            *self.extra_args,
+        ]
         log_path = os.path.join(self.log_dir, f"worker-{len(self.workers)}.log")
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                    env={**env(self.records), **self.extra_env, **env_extra},
-                                    cwd=ROOT)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**env(self.records), **self.extra_env, **env_extra},
+                cwd=ROOT,
+            )
         worker = ProxiedWorker(proc, proxy, log_path)
         self.workers.append(worker)
         return worker

@@ -30,16 +30,22 @@ def test_long_busy_task_is_never_declared_dead(conn, tmp_path, unique_name):
     logs = tmp_path / "logs"
     logs.mkdir()
     workers = Workers(conn, unique_name, "alive", records, str(logs), threads=2)
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["alive"],
-                                      policy=RequestPolicy(heartbeat_misses=MISSES),
-                                      **conn.kwargs())
+    executor = wex.WorkerTaskExecutor(
+        uuid.uuid4().hex,
+        unique_name,
+        ["alive"],
+        policy=RequestPolicy(heartbeat_misses=MISSES),
+        **conn.kwargs(),
+    )
     try:
         workers.start()
         executor.start()
         assert executor.wait_for_workers(1, WAIT_S) == 0, workers.logs()
         # When two long CPU-bound tasks run side by side on one worker
-        futs = [executor.execute_task(fault_tasks.Busy(f"busy{i}"), f"u{i}",
-                                      {"seconds": BUSY_S}) for i in range(2)]
+        futs = [
+            executor.execute_task(fault_tasks.Busy(f"busy{i}"), f"u{i}", {"seconds": BUSY_S})
+            for i in range(2)
+        ]
         results = [f.result(WAIT_S) for f in futs]
     finally:
         executor.stop()

@@ -53,16 +53,35 @@ def test_skewed_worker_clock(conn, skew, tmp_path, unique_name):
     fifo = str(tmp_path / "release.fifo")
     os.mkfifo(fifo)
     log_path = str(tmp_path / "worker.log")
-    cmd = [sys.executable, "-m", "tests.reliability.skewed_worker", str(skew), "worker",
-           "--exchange", unique_name, "--topic", "skew", "--threads", "1",
-           "--heartbeat-interval", str(HEARTBEAT_S),
-           "--tasks", "tests.reliability.fault_tasks", *conn.cli_args()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.reliability.skewed_worker",
+        str(skew),
+        "worker",
+        "--exchange",
+        unique_name,
+        "--topic",
+        "skew",
+        "--threads",
+        "1",
+        "--heartbeat-interval",
+        str(HEARTBEAT_S),
+        "--tasks",
+        "tests.reliability.fault_tasks",
+        *conn.cli_args(),
+    ]
     with open(log_path, "wb") as log:
-        worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                  env=env(records), cwd=ROOT)
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["skew"],
-                                      transition_timeout=TRANSITION_TIMEOUT_S,
-                                      **conn.kwargs())
+        worker = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env(records), cwd=ROOT
+        )
+    executor = wex.WorkerTaskExecutor(
+        uuid.uuid4().hex,
+        unique_name,
+        ["skew"],
+        transition_timeout=TRANSITION_TIMEOUT_S,
+        **conn.kwargs(),
+    )
 
     def worker_log() -> str:
         with open(log_path, errors="replace") as f:
@@ -74,12 +93,12 @@ def test_skewed_worker_clock(conn, skew, tmp_path, unique_name):
         assert executor.wait_for_workers(1, WAIT_S) == 0, worker_log()
         # When the engine sends requests it waits for, they all run
         for i, name in enumerate(live):
-            outcome = executor.execute_task(fault_tasks.Step(name), f"u-{name}",
-                                            {"n": i, "pause": 0}).result(WAIT_S)
+            outcome = executor.execute_task(
+                fault_tasks.Step(name), f"u-{name}", {"n": i, "pause": 0}
+            ).result(WAIT_S)
             assert outcome == (base.EXECUTED, i), (outcome, worker_log())
         # Given the worker's only thread blocked in a task
-        blocked = executor.execute_task(fault_tasks.Blocker("block"), "u-block",
-                                        {"fifo": fifo})
+        blocked = executor.execute_task(fault_tasks.Blocker("block"), "u-block", {"fifo": fifo})
         # When another request waits behind it past the transition timeout
         late = executor.execute_task(fault_tasks.Step("late"), "u-late", {"n": 1, "pause": 0})
         _, result = late.result(WAIT_S)
@@ -88,8 +107,7 @@ def test_skewed_worker_clock(conn, skew, tmp_path, unique_name):
             f.write("go\n")
         assert blocked.result(WAIT_S) == (base.EXECUTED, "go")
         # Then it drops that request unrun, and still runs the next one
-        after = executor.execute_task(fault_tasks.Step("after"), "u-after",
-                                      {"n": 3, "pause": 0})
+        after = executor.execute_task(fault_tasks.Step("after"), "u-after", {"n": 3, "pause": 0})
         assert after.result(WAIT_S) == (base.EXECUTED, 3), worker_log()
     finally:
         executor.stop()
@@ -101,5 +119,6 @@ def test_skewed_worker_clock(conn, skew, tmp_path, unique_name):
     log = worker_log()
     assert "Dropped request u-late" in log, log
     assert log.count("Dropped request") == 1, log
-    print(f"[clock skew/{conn.kind} {skew:+.0f} s] {report.summary()}; dropped unrun:"
-          f" {report.lost}")
+    print(
+        f"[clock skew/{conn.kind} {skew:+.0f} s] {report.summary()}; dropped unrun: {report.lost}"
+    )

@@ -38,8 +38,9 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
     os.mkfifo(fifo)
     logs = tmp_path / "logs"
     logs.mkdir()
-    workers = Workers(conn, unique_name, "dups", records, str(logs), threads=2,
-                      heartbeat_s=HEARTBEAT_S)
+    workers = Workers(
+        conn, unique_name, "dups", records, str(logs), threads=2, heartbeat_s=HEARTBEAT_S
+    )
     with Client(unique_name, **conn.kwargs()) as client:
         try:
             # Given a worker process
@@ -50,8 +51,9 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
             headers = {pr.HEADER_ATTEMPT: 0, lv.HEADER_REQUEST_ID: "submission-1"}
 
             def deliver() -> None:
-                client.proxy.publish(request, "dups", reply_to=client.uuid,
-                                     correlation_id=cid, headers=headers)
+                client.proxy.publish(
+                    request, "dups", reply_to=client.uuid, correlation_id=cid, headers=headers
+                )
 
             # When it is delivered three times while it runs...
             deliver()
@@ -59,8 +61,7 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
             deliver()
             deliver()
             # (PENDING + RUNNING of the first, one RUNNING per duplicate)
-            assert client.wait_for(lambda: len(client.states(cid)) >= 4, WAIT_S), \
-                client.states(cid)
+            assert client.wait_for(lambda: len(client.states(cid)) >= 4, WAIT_S), client.states(cid)
             assert client.states(cid) == [pr.PENDING] + [pr.RUNNING] * 3, client.states(cid)
             with open(fifo, "w") as f:  # let the body finish
                 f.write("done\n")
@@ -68,9 +69,9 @@ def test_duplicate_deliveries_run_the_body_once(conn, tmp_path, unique_name):
             # ...and twice after it finished
             deliver()
             deliver()
-            assert client.wait_for(
-                lambda: client.states(cid).count(pr.SUCCESS) == 3, WAIT_S), \
+            assert client.wait_for(lambda: client.states(cid).count(pr.SUCCESS) == 3, WAIT_S), (
                 client.states(cid)
+            )
         finally:
             workers.stop_all()
     # Then the body ran exactly once

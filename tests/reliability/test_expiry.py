@@ -36,9 +36,13 @@ def test_timed_out_request_never_runs_later(conn, tmp_path, unique_name):
     logs = tmp_path / "logs"
     logs.mkdir()
     workers = Workers(conn, unique_name, "slow", records, str(logs), threads=1)
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["slow"],
-                                      transition_timeout=TRANSITION_TIMEOUT_S,
-                                      **conn.kwargs())
+    executor = wex.WorkerTaskExecutor(
+        uuid.uuid4().hex,
+        unique_name,
+        ["slow"],
+        transition_timeout=TRANSITION_TIMEOUT_S,
+        **conn.kwargs(),
+    )
     try:
         workers.start()
         executor.start()

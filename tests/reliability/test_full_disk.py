@@ -53,8 +53,11 @@ FILL_CHUNK = 64 * 1024
 @contextlib.contextmanager
 def _small_disk(path: str) -> Iterator[str]:
     os.makedirs(path)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", path],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={DISK}", "tmpfs", path],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         reason = f"cannot mount a tmpfs for the full-disk test: {done.stderr.strip()}"
         if IN_CI:
@@ -96,9 +99,11 @@ class _Filler:
 
 def _full_while_waiting(filler: _Filler, condition: Callable[[], bool]) -> bool:
     """Whether ``condition`` holds within WAIT_S s, the disk kept full meanwhile."""
+
     def topped_up_then_checked() -> bool:
         filler.top_up()
         return condition()
+
     return holds_within(topped_up_then_checked, WAIT_S)
 
 
@@ -106,14 +111,14 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
     with _small_disk(str(tmp_path / "disk")) as disk:
         folder = os.path.join(disk, "broker")
         os.makedirs(folder)
-        conn = Conn("filesystem", transport="filesystem",
-                    transport_options={"data_folder": folder})
+        conn = Conn("filesystem", transport="filesystem", transport_options={"data_folder": folder})
         records = str(tmp_path / "records.jsonl")
         logs = tmp_path / "logs"
         logs.mkdir()
         workers = Workers(conn, unique_name, "disk", records, str(logs))
-        executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, unique_name, ["disk"],
-                                          transition_timeout=WAIT_S, **conn.kwargs())
+        executor = wex.WorkerTaskExecutor(
+            uuid.uuid4().hex, unique_name, ["disk"], transition_timeout=WAIT_S, **conn.kwargs()
+        )
         names = [f"d{i}" for i in range(TASKS)]
         second = [f"e{i}" for i in range(TASKS)]
         caplog.set_level(logging.WARNING)
@@ -123,13 +128,18 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             assert executor.wait_for_workers(1, WAIT_S) == 0, workers.logs()
             # Given a full disk
             filler = _Filler(disk)
-            flow = uf.Flow("disk").add(*[fault_tasks.Step(name, inject={"n": i, "pause": 0})
-                                         for i, name in enumerate(names)])
+            flow = uf.Flow("disk").add(
+                *[
+                    fault_tasks.Step(name, inject={"n": i, "pause": 0})
+                    for i, name in enumerate(names)
+                ]
+            )
             # When a flow starts
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
             # Then the engine says what is wrong, clearly
             assert _full_while_waiting(filler, lambda: "no space left" in caplog.text.lower()), (
-                caplog.text[-3000:])
+                caplog.text[-3000:]
+            )
             assert not run.done.is_set()
             # When space returns, the flow completes
             filler.release()
@@ -139,18 +149,23 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
             os.mkfifo(fifo)
             flow = uf.Flow("disk2").add(
                 fault_tasks.Blocker(second[0], inject={"fifo": fifo}),
-                *[fault_tasks.Step(name, inject={"n": i, "pause": 0})
-                  for i, name in enumerate(second[1:], 1)])
+                *[
+                    fault_tasks.Step(name, inject={"n": i, "pause": 0})
+                    for i, name in enumerate(second[1:], 1)
+                ],
+            )
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start()
             assert holds_within(
                 lambda: second[0] in checker.executions_by_name(checker.read_records(records)),
-                WAIT_S), workers.logs()
+                WAIT_S,
+            ), workers.logs()
             # When the disk fills up under it, then the worker says so (the
             # heartbeats of the request it holds wait), and once space returns
             # the flow completes
             filler = _Filler(disk)
             assert _full_while_waiting(filler, lambda: "no space left" in workers.logs().lower()), (
-                workers.logs())
+                workers.logs()
+            )
             filler.release()
             with open(fifo, "w") as release:  # opens once the blocked task reads
                 release.write("go\n")
@@ -163,5 +178,3 @@ def test_full_disk_clear_error_then_nothing_lost(tmp_path, caplog, unique_name):
     assert not report.concurrent, report.summary()
     messages = [r.getMessage() for r in caplog.records if "space" in r.getMessage().lower()]
     print(f"[full disk] {report.summary()}; first error: {messages[:1]}")
-
-

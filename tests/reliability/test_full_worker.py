@@ -53,11 +53,13 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
     logs.mkdir()
     query = f"?heartbeat={AMQP_HEARTBEAT_S}" if amqp else ""
     extra = ("--topic", "idle") if kind == "amqp-2-topics" else ()
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=url,
-                                      transition_timeout=60.0)
+    executor = wex.WorkerTaskExecutor(
+        uuid.uuid4().hex, exchange, [topic], url=url, transition_timeout=60.0
+    )
     names = [f"s{i}" for i in range(TASKS)]
-    with ProxiedWorkers(url, exchange, topic, records, str(logs), threads=THREADS,
-                        extra_args=extra) as workers:
+    with ProxiedWorkers(
+        url, exchange, topic, records, str(logs), threads=THREADS, extra_args=extra
+    ) as workers:
         worker = workers.start(url_query=query)
         executor.start()
         try:
@@ -85,5 +87,7 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
     report = checker.check(checker.read_records(records), names)
     assert len(report.done_once) == TASKS, report.summary()
     assert not report.concurrent, report.summary()
-    print(f"[full worker/{kind}] connections through its proxy: {connections} after"
-          f" start-up, {after_flow} once the flow was done; {report.summary()}")
+    print(
+        f"[full worker/{kind}] connections through its proxy: {connections} after"
+        f" start-up, {after_flow} once the flow was done; {report.summary()}"
+    )

@@ -87,11 +87,18 @@ def test_kill9_mid_task_flow_completes_without_loss_or_overlap(conn, tmp_path, u
     logs.mkdir()
     workers = Workers(conn, unique_name, "fault", records, str(logs))
     names = [f"s{i}" for i in range(TASKS)]
-    flow = uf.Flow("kill9").add(*[fault_tasks.Step(name, provides=f"r{i}", inject={"n": i})
-                                  for i, name in enumerate(names)])
-    engine = engines.load(flow, engine="worker-based", exchange=unique_name,
-                          topics=["fault"], transition_timeout=TRANSITION_TIMEOUT_S,
-                          heartbeat_misses=MISSES, **conn.kwargs())
+    flow = uf.Flow("kill9").add(
+        *[fault_tasks.Step(name, provides=f"r{i}", inject={"n": i}) for i, name in enumerate(names)]
+    )
+    engine = engines.load(
+        flow,
+        engine="worker-based",
+        exchange=unique_name,
+        topics=["fault"],
+        transition_timeout=TRANSITION_TIMEOUT_S,
+        heartbeat_misses=MISSES,
+        **conn.kwargs(),
+    )
     executor = engine._task_executor
     killed_wall: dict[int, float] = {}
     killed_mono: dict[int, float] = {}
@@ -104,8 +111,9 @@ def test_kill9_mid_task_flow_completes_without_loss_or_overlap(conn, tmp_path, u
             follow = _OpenRuns(records)
             while len(killed_wall) < KILLS and not done.is_set():
                 alive = {p.pid: p for p in workers.alive()}
-                busy = [pid for pid in follow.busy_pids()
-                        if pid in alive and pid not in killed_wall]
+                busy = [
+                    pid for pid in follow.busy_pids() if pid in alive and pid not in killed_wall
+                ]
                 if not busy:
                     done.wait(RECORDS_POLL_S)
                     continue
@@ -165,7 +173,9 @@ def test_kill9_mid_task_flow_completes_without_loss_or_overlap(conn, tmp_path, u
         latencies.append(record.detected_at - killed_mono[pid])
         assert record.silent_s >= BOUND_S
     worst = max(latencies, default=0.0)
-    print(f"[kill9/{conn.kind}] {len(lost)} lost requests re-dispatched; detection after"
-          f" kill: max {worst:.2f} s (bound {BOUND_S:.2f} s)")
+    print(
+        f"[kill9/{conn.kind}] {len(lost)} lost requests re-dispatched; detection after"
+        f" kill: max {worst:.2f} s (bound {BOUND_S:.2f} s)"
+    )
     assert worst <= BOUND_S + DETECTION_SLACK_S
     assert os.path.exists(records)

@@ -57,25 +57,36 @@ def test_latency_is_not_taken_for_loss(kind, request, tmp_path, caplog):
     logs.mkdir()
     names = [f"l{i}" for i in range(TASKS)]
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
-    with faultproxy.running(faultproxy.port_of(url)) as engine_link, \
-            ProxiedWorkers(url, exchange, topic, records, str(logs), threads=1,
-                           heartbeat_s=HEARTBEAT_S) as workers:
+    with (
+        faultproxy.running(faultproxy.port_of(url)) as engine_link,
+        ProxiedWorkers(
+            url, exchange, topic, records, str(logs), threads=1, heartbeat_s=HEARTBEAT_S
+        ) as workers,
+    ):
         # Given every link delayed by 200 ms each way
         engine_link.set_latency(LATENCY_S)
         for _ in range(2):
             workers.start().proxy.set_latency(LATENCY_S)
         executor = wex.WorkerTaskExecutor(
-            uuid.uuid4().hex, exchange, [topic], url=engine_link.url(url),
-            policy=RequestPolicy(transition_timeout=WAIT_S, heartbeat_misses=MISSES))
+            uuid.uuid4().hex,
+            exchange,
+            [topic],
+            url=engine_link.url(url),
+            policy=RequestPolicy(transition_timeout=WAIT_S, heartbeat_misses=MISSES),
+        )
         executor.start()
         try:
             assert executor.wait_for_workers(2, WAIT_S) == 0, workers.logs()
-            flow = uf.Flow("latency").add(*[
-                fault_tasks.Work(name, inject={"n": i, "pause": TASK_S})
-                for i, name in enumerate(names)])
+            flow = uf.Flow("latency").add(
+                *[
+                    fault_tasks.Work(name, inject={"n": i, "pause": TASK_S})
+                    for i, name in enumerate(names)
+                ]
+            )
             # When the flow runs
-            FlowRun(engines.load(flow, engine="worker-based", executor=executor)
-                    ).start().wait(WAIT_S, logs=workers.logs)
+            FlowRun(engines.load(flow, engine="worker-based", executor=executor)).start().wait(
+                WAIT_S, logs=workers.logs
+            )
         finally:
             executor.stop()
         worker_logs = workers.logs()

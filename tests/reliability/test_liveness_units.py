@@ -37,6 +37,7 @@ ECHO = "tests.worker_based.executor_tasks.Echo"
 
 # --- the worker's memory of requests ---
 
+
 def _finish(memory: held.RequestMemory, key: held.Key, body: dict) -> None:
     """Finish ``key`` with ``body`` and its size as a worker sends it (JSON)."""
     memory.finish(key, body, len(json.dumps(body)))
@@ -97,11 +98,14 @@ def test_liveness_helpers():
 
 # --- executor: fencing, giving up, run time limit ---
 
+
 def test_replies_from_a_superseded_attempt_are_ignored(caplog):
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], lost_after=0.2) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], lost_after=0.2) as executor,
+    ):
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         assert fake.wait_requests(1)
         first = fake.requests[0][1]
@@ -113,23 +117,29 @@ def test_replies_from_a_superseded_attempt_are_ignored(caplog):
         assert second.headers[pr.HEADER_ATTEMPT] == 1
         assert second.headers[lv.HEADER_REQUEST_ID] == first.headers[lv.HEADER_REQUEST_ID]
         # When the first attempt answers late, it is ignored...
-        fake.proxy.publish(pr.Response(pr.SUCCESS, result="stale"),
-                           first.properties["reply_to"], correlation_id="u-1",
-                           headers={pr.HEADER_WORKER_ID: fake.worker_id,
-                                    pr.HEADER_ATTEMPT: 0})
+        fake.proxy.publish(
+            pr.Response(pr.SUCCESS, result="stale"),
+            first.properties["reply_to"],
+            correlation_id="u-1",
+            headers={pr.HEADER_WORKER_ID: fake.worker_id, pr.HEADER_ATTEMPT: 0},
+        )
         # ...and the current one decides
-        fake.proxy.publish(pr.Response(pr.SUCCESS, result="fresh"),
-                           first.properties["reply_to"], correlation_id="u-1",
-                           headers={pr.HEADER_WORKER_ID: fake.worker_id,
-                                    pr.HEADER_ATTEMPT: 1})
+        fake.proxy.publish(
+            pr.Response(pr.SUCCESS, result="fresh"),
+            first.properties["reply_to"],
+            correlation_id="u-1",
+            headers={pr.HEADER_WORKER_ID: fake.worker_id, pr.HEADER_ATTEMPT: 1},
+        )
         assert fut.result(WAIT_S) == (base.EXECUTED, "fresh")
     assert "superseded by attempt 1" in caplog.text
 
 
 def test_pending_holder_lost_every_time_gives_request_lost():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], lost_after=0.1, max_attempts=2) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], lost_after=0.1, max_attempts=2) as executor,
+    ):
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         for n in (1, 2):
             assert fake.wait_requests(n)
@@ -145,8 +155,10 @@ def test_pending_holder_lost_every_time_gives_request_lost():
 
 def test_run_timeout_fails_a_request_running_too_long():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], run_timeout=0.2) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], run_timeout=0.2) as executor,
+    ):
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         assert fake.wait_requests(1)
         fake.reply(fake.requests[0][1], pr.RUNNING)
@@ -156,37 +168,51 @@ def test_run_timeout_fails_a_request_running_too_long():
 
 
 def test_bad_liveness_options_are_refused():
-    for bad in ({"heartbeat_misses": 0}, {"max_attempts": 0}, {"run_timeout": 0},
-                {"lost_after": -1}, {"heartbeat_interval": "x"}):
+    for bad in (
+        {"heartbeat_misses": 0},
+        {"max_attempts": 0},
+        {"run_timeout": 0},
+        {"lost_after": -1},
+        {"heartbeat_interval": "x"},
+    ):
         with pytest.raises(ValueError):
             running_executor(unique(), ["t"], **bad).__enter__()
 
 
 # --- discovery broadcast ---
 
+
 def test_notify_on_the_broadcast_key_reaches_every_worker_of_the_topic():
     exchange = unique()
     conn = {"transport": "memory"}
-    with running_worker(exchange, "t", [et.Echo]) as a, \
-            running_worker(exchange, "t", [et.Echo]) as b, \
-            Client(exchange, **conn) as client:
+    with (
+        running_worker(exchange, "t", [et.Echo]) as a,
+        running_worker(exchange, "t", [et.Echo]) as b,
+        Client(exchange, **conn) as client,
+    ):
         ids = {a.worker_id, b.worker_id}
-        client.proxy.publish(pr.Notify(), lv.broadcast_routing_key("t"),
-                             reply_to=client.uuid, correlation_id="probe")
+        client.proxy.publish(
+            pr.Notify(), lv.broadcast_routing_key("t"), reply_to=client.uuid, correlation_id="probe"
+        )
         # Answers to this probe, not periodic announcements (which say the same)
-        assert client.wait_for(lambda: ids <= {
-            h.get(pr.HEADER_WORKER_ID) for _d, h in client.answers("probe")})
+        assert client.wait_for(
+            lambda: ids <= {h.get(pr.HEADER_WORKER_ID) for _d, h in client.answers("probe")}
+        )
         # Each answer advertises the worker's heartbeat interval
-        assert all(h[lv.HEADER_HEARTBEAT] == lv.HEARTBEAT_INTERVAL_S
-                   for _d, h in client.answers("probe"))
+        assert all(
+            h[lv.HEADER_HEARTBEAT] == lv.HEARTBEAT_INTERVAL_S for _d, h in client.answers("probe")
+        )
 
 
 # --- what task code can know ---
 
+
 def test_task_code_sees_its_request_uuid_and_attempt():
     exchange = unique()
-    with running_worker(exchange, "t", [fault_tasks.WhoAmI]) as worker, \
-            running_executor(exchange, ["t"]) as executor:
+    with (
+        running_worker(exchange, "t", [fault_tasks.WhoAmI]) as worker,
+        running_executor(exchange, ["t"]) as executor,
+    ):
         _, seen = executor.execute_task(fault_tasks.WhoAmI("who"), "u-7", {}).result(WAIT_S)
     assert seen["uuid"] == "u-7" and seen["action"] == pr.EXECUTE
     assert seen["attempt"] == 0 and seen["worker_id"] == worker.worker_id
@@ -209,16 +235,21 @@ def test_worker_holds_at_most_capacity_plus_one(monkeypatch):
     monkeypatch.setattr(et, "Hold", Hold, raising=False)
     Hold.__module__, Hold.__qualname__ = et.__name__, "Hold"
     conn = {"transport": "memory"}
-    with running_worker(exchange, "t", [Hold], threads=1) as worker, \
-            Client(exchange, **conn) as client:
+    with (
+        running_worker(exchange, "t", [Hold], threads=1) as worker,
+        Client(exchange, **conn) as client,
+    ):
         assert worker.server.capacity == 2
         # When five requests are sent to its topic
-        cids = [client.request(Hold(), arguments={"value": i}, routing_key="t",
-                               headers={pr.HEADER_ATTEMPT: 0}) for i in range(5)]
+        cids = [
+            client.request(
+                Hold(), arguments={"value": i}, routing_key="t", headers={pr.HEADER_ATTEMPT: 0}
+            )
+            for i in range(5)
+        ]
         assert started.wait(WAIT_S)
         # Then it takes three (capacity + 1), each told PENDING, and leaves the rest
-        assert client.wait_for(lambda: sum(
-            pr.PENDING in client.states(c) for c in cids) == 3)
+        assert client.wait_for(lambda: sum(pr.PENDING in client.states(c) for c in cids) == 3)
         assert worker.server.running_count == 3
         release.set()
         assert all(client.final(c)["state"] == pr.SUCCESS for c in cids)

@@ -59,6 +59,7 @@ TASK_DELAY_S = 0.1
 #: Worker processes and threads of the mid-flow scenarios.
 WORKERS, THREADS = 2, 2
 
+
 def _figure(name: str, value: float) -> None:
     sys.stderr.write(f"\n[figure] {name}: {value:.2f} s\n")
 
@@ -70,12 +71,21 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
     tokens = [f"t{i}" for i in range(FLOW_TASKS)]
     flow = uf.Flow("outage")
     for token in tokens:
-        flow.add(Mark(name=f"mark-{token}",
-                      inject={"token": token, "path": path, "delay": TASK_DELAY_S}))
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic],
-                                      broker=BrokerSettings(broker.url, durable=True))
-    with running_workers(WORKERS, broker.url, exchange, topic, str(tmp_path),
-                         threads=THREADS, extra_args=["--durable"]) as workers:
+        flow.add(
+            Mark(name=f"mark-{token}", inject={"token": token, "path": path, "delay": TASK_DELAY_S})
+        )
+    executor = wex.WorkerTaskExecutor(
+        uuid.uuid4().hex, exchange, [topic], broker=BrokerSettings(broker.url, durable=True)
+    )
+    with running_workers(
+        WORKERS,
+        broker.url,
+        exchange,
+        topic,
+        str(tmp_path),
+        threads=THREADS,
+        extra_args=["--durable"],
+    ) as workers:
         executor.start()
         try:
             assert executor.wait_for_workers(WORKERS, WORKERS_UP_S) == 0, workers.log_text()
@@ -104,8 +114,9 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
             done.wait(FLOW_DONE_S)
             assert done.is_set(), "flow did not finish:\n" + workers.log_text()
             finished = time.monotonic()
-            assert not errors, (f"{errors[0]}\nledger: {ledger.check(path, tokens)}\n"
-                                f"{workers.log_text()}")
+            assert not errors, (
+                f"{errors[0]}\nledger: {ledger.check(path, tokens)}\n{workers.log_text()}"
+            )
             logs = workers.log_text()
         finally:
             executor.stop()
@@ -114,18 +125,25 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
     runs = checker.check(checker.read_records(path + ".runs"), tokens)
     sys.stderr.write(f"\n[checker] {name}: {verdict}; {runs.summary()}\n")
     assert not verdict.lost and not verdict.unexpected, str(verdict)
-    assert runs.concurrent == [], (runs.summary(), {
-        t: runs.executions[t] for t in runs.concurrent}, logs[-6000:])
+    assert runs.concurrent == [], (
+        runs.summary(),
+        {t: runs.executions[t] for t in runs.concurrent},
+        logs[-6000:],
+    )
     # ...and no body ran twice, not even one after the other: a broker killed
     # with SIGKILL forgets acknowledgements it had not written to disk yet, and
     # redelivers those requests (held *or already finished* then) flagged as
     # redelivered; workers hand them back unrun, and the engine sends one again
     # only if it still waits for it and nobody holds it.
-    assert verdict.duplicated == [], (str(verdict), {
-        t: runs.executions[t] for t in verdict.duplicated}, back_at)
+    assert verdict.duplicated == [], (
+        str(verdict),
+        {t: runs.executions[t] for t in verdict.duplicated},
+        back_at,
+    )
     redeliveries = logs.count("came back from the broker (a redelivery")
-    sys.stderr.write(f"\n[checker] {name}: {redeliveries} redelivered request(s) handed"
-                     f" back unrun\n")
+    sys.stderr.write(
+        f"\n[checker] {name}: {redeliveries} redelivered request(s) handed back unrun\n"
+    )
     assert before < FLOW_TASKS, "the outage did not happen mid-flow"
     assert all(engine.storage.get(f"mark-{t}") == t for t in tokens)
     # And no log line carries the broker password (the URL's user:password part)
@@ -134,8 +152,7 @@ def _run_flow_through_restart(broker, tmp_path, name: str) -> None:
         password = netloc.split("@", 1)[0].partition(":")[2]
         assert password and f":{password}@" not in logs
     _figure(f"{name}: broker down (kill + start)", up - down)
-    _figure(f"{name}: broker back -> flow done ({FLOW_TASKS - before} tasks left)",
-            finished - up)
+    _figure(f"{name}: broker back -> flow done ({FLOW_TASKS - before} tasks left)", finished - up)
     if executor._proxy.last_outage_s is not None:
         _figure(f"{name}: executor consumer outage", executor._proxy.last_outage_s)
 
@@ -151,8 +168,7 @@ def test_flow_survives_rabbitmq_restart_durable(private_rabbitmq, tmp_path):
 def _declare_topic_queue(url: str, exchange: str, topic: str) -> None:
     """Declare the durable topic queue as a worker would (before any worker runs)."""
     ex = topology.make_exchange(exchange, durable=True)
-    queue = topology.make_queue(pr.topic_queue_name(exchange, topic), ex, (topic,),
-                                durable=True)
+    queue = topology.make_queue(pr.topic_queue_name(exchange, topic), ex, (topic,), durable=True)
     with kombu.Connection(url) as conn:
         queue(conn.default_channel).declare()
 
@@ -174,25 +190,28 @@ def _queue_depth(url: str, name: str) -> str:
         return f"{name}: {type(e).__name__}: {e}"
 
 
-def _explain(url: str, exchange: str, topic: str, client: Client, cids: list[str],
-             path: str, worker_log: str) -> str:
+def _explain(
+    url: str, exchange: str, topic: str, client: Client, cids: list[str], path: str, worker_log: str
+) -> str:
     """What a missing reply needs to be understood: queues, client, bodies, worker."""
     proxy = client.proxy
-    return "\n".join([
-        _queue_depth(url, pr.topic_queue_name(exchange, topic)),
-        _queue_depth(url, pr.topic_queue_name(exchange, client.uuid)),
-        f"client consuming: {proxy.is_running}, reconnections: {proxy.reconnect_count},"
-        f" last outage: {proxy.last_outage_s}",
-        "replies: " + ", ".join(f"{cid[:8]}={client.states(cid)}" for cid in cids),
-        f"bodies run: {dict(ledger.counts(path))}",
-        worker_log])
+    return "\n".join(
+        [
+            _queue_depth(url, pr.topic_queue_name(exchange, topic)),
+            _queue_depth(url, pr.topic_queue_name(exchange, client.uuid)),
+            f"client consuming: {proxy.is_running}, reconnections: {proxy.reconnect_count},"
+            f" last outage: {proxy.last_outage_s}",
+            "replies: " + ", ".join(f"{cid[:8]}={client.states(cid)}" for cid in cids),
+            f"bodies run: {dict(ledger.counts(path))}",
+            worker_log,
+        ]
+    )
 
 
 @pytest.mark.parametrize("kind", ["redis", "rabbitmq"])
 def test_queued_requests_survive_broker_restart(kind, request, tmp_path):
     # Given a durable topic queue with 5 requests in it and no worker running
-    broker = request.getfixturevalue("persistent_redis" if kind == "redis"
-                                     else "private_rabbitmq")
+    broker = request.getfixturevalue("persistent_redis" if kind == "redis" else "private_rabbitmq")
     exchange, topic = f"ex-{uuid.uuid4().hex[:8]}", "queued"
     path = str(tmp_path / "ledger")
     _declare_topic_queue(broker.url, exchange, topic)
@@ -204,21 +223,28 @@ def test_queued_requests_survive_broker_restart(kind, request, tmp_path):
         # losing the requests it had confirmed, or the client's replies). This
         # test is about queued requests; a worker's queue exists long before.
         broker.restart_gracefully()
-        cids = [client.request(Mark(name=f"mark-{t}"), routing_key=topic,
-                               arguments={"token": t, "path": path}) for t in tokens]
+        cids = [
+            client.request(
+                Mark(name=f"mark-{t}"), routing_key=topic, arguments={"token": t, "path": path}
+            )
+            for t in tokens
+        ]
         # When the broker restarts, and only then a worker starts
         broker.kill()
         broker.start()
         up = time.monotonic()
-        with running_workers(1, broker.url, exchange, topic, str(tmp_path),
-                             extra_args=["--durable"]) as workers:
+        with running_workers(
+            1, broker.url, exchange, topic, str(tmp_path), extra_args=["--durable"]
+        ) as workers:
             # Then every request runs, once, and its SUCCESS comes back
             for cid in cids:
-                if not client.wait_for(lambda cid=cid: _final_state(client, cid),
-                                       WORKERS_UP_S):
-                    pytest.fail(f"no final reply for {cid} in {WORKERS_UP_S:.0f} s\n"
-                                + _explain(broker.url, exchange, topic, client, cids, path,
-                                           workers.log_text()))
+                if not client.wait_for(lambda cid=cid: _final_state(client, cid), WORKERS_UP_S):
+                    pytest.fail(
+                        f"no final reply for {cid} in {WORKERS_UP_S:.0f} s\n"
+                        + _explain(
+                            broker.url, exchange, topic, client, cids, path, workers.log_text()
+                        )
+                    )
                 reply = client.final(cid)
                 assert reply["state"] == pr.SUCCESS, (reply, workers.log_text())
         took = time.monotonic() - up

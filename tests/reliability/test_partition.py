@@ -59,20 +59,23 @@ def test_partitioned_worker_is_fenced_and_serves_again(kind, request, tmp_path, 
     logs = tmp_path / "logs"
     logs.mkdir()
     policy = RequestPolicy(transition_timeout=WAIT_S, heartbeat_misses=MISSES)
-    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=url,
-                                      policy=policy)
+    executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [topic], url=url, policy=policy)
     names = [f"w{i}" for i in range(TASKS)]
     later = [f"after{i}" for i in range(3)]
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
-    with ProxiedWorkers(url, exchange, topic, records, str(logs),
-                        heartbeat_s=HEARTBEAT_S) as workers:
+    with ProxiedWorkers(
+        url, exchange, topic, records, str(logs), heartbeat_s=HEARTBEAT_S
+    ) as workers:
         cut, other = workers.start(), workers.start()
         executor.start()
         try:
             assert executor.wait_for_workers(2, WAIT_S) == 0, workers.logs()
-            flow = uf.Flow("partition").add(*[
-                fault_tasks.Work(name, inject={"n": i, "pause": TASK_S})
-                for i, name in enumerate(names)])
+            flow = uf.Flow("partition").add(
+                *[
+                    fault_tasks.Work(name, inject={"n": i, "pause": TASK_S})
+                    for i, name in enumerate(names)
+                ]
+            )
             run = FlowRun(engines.load(flow, engine="worker-based", executor=executor))
             run.start()
             # When one worker's link is black-holed while it runs a task
@@ -84,25 +87,35 @@ def test_partitioned_worker_is_fenced_and_serves_again(kind, request, tmp_path, 
                 time.sleep(PARTITION_S)  # the fault itself lasts this long
             # Then the flow completes (its requests went to the other worker)
             run.wait(logs=workers.logs)
-            lost = [r for r in executor.lost_history if r.worker_id and
-                    r.worker_id.split(":")[1] == str(cut.pid)]
+            lost = [
+                r
+                for r in executor.lost_history
+                if r.worker_id and r.worker_id.split(":")[1] == str(cut.pid)
+            ]
             assert lost, ("the partition was not detected", list(executor.lost_history))
             # ...and once healed, the cut-off worker serves again: alone now
             assert workers.terminate(other) == 0
             assert executor.wait_for_workers(1, WAIT_S) == 0, workers.logs()
-            second = uf.Flow("after").add(*[
-                fault_tasks.Work(name, inject={"n": i, "pause": 0.05})
-                for i, name in enumerate(later)])
-            FlowRun(engines.load(second, engine="worker-based", executor=executor)
-                    ).start().wait(logs=workers.logs)
+            second = uf.Flow("after").add(
+                *[
+                    fault_tasks.Work(name, inject={"n": i, "pause": 0.05})
+                    for i, name in enumerate(later)
+                ]
+            )
+            FlowRun(engines.load(second, engine="worker-based", executor=executor)).start().wait(
+                logs=workers.logs
+            )
         finally:
             executor.stop()
         cut_log = cut.log()
     report = checker.check(checker.read_records(records), names + later)
     # 0 lost, 0 concurrent, each task completed exactly once
     assert not report.lost and not report.concurrent, (
-        report.summary(), {n: report.executions[n] for n in report.concurrent},
-        cut.pid, cut_log[-6000:])
+        report.summary(),
+        {n: report.executions[n] for n in report.concurrent},
+        cut.pid,
+        cut_log[-6000:],
+    )
     assert len(report.done_once) == TASKS + len(later), report.summary()
     stopped = [n for n in names for r in report.executions[n] if r.pid == cut.pid and r.aborted]
     assert "could not confirm a heartbeat" in cut_log, cut_log
@@ -110,6 +123,8 @@ def test_partitioned_worker_is_fenced_and_serves_again(kind, request, tmp_path, 
     assert "superseded by attempt" in caplog.text, caplog.text[-3000:]
     assert all(r.pid == cut.pid for n in later for r in report.executions[n])
     fenced = cut_log.count("could not confirm a heartbeat")
-    print(f"[partition/{kind}] {len(lost)} requests declared lost and re-dispatched (after"
-          f" {max(r.silent_s for r in lost):.2f} s of silence at most); {fenced} fenced on the"
-          f" cut-off worker, {len(stopped)} of them stopped mid-body; {report.summary()}")
+    print(
+        f"[partition/{kind}] {len(lost)} requests declared lost and re-dispatched (after"
+        f" {max(r.silent_s for r in lost):.2f} s of silence at most); {fenced} fenced on the"
+        f" cut-off worker, {len(stopped)} of them stopped mid-body; {report.summary()}"
+    )

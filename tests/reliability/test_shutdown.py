@@ -67,8 +67,9 @@ class _FlowRun:
         self.names = [f"gated-{i}" for i in range(TASKS)]
         self.executor = wex.WorkerTaskExecutor(uuid.uuid4().hex, exchange, [TOPIC], **conn)
         flow = uf.Flow("shutdown-flow").add(*[lt.Gated(name) for name in self.names])
-        self.engine = engines.load(flow, engine="worker-based", executor=self.executor,
-                                   store={"folder": folder})
+        self.engine = engines.load(
+            flow, engine="worker-based", executor=self.executor, store={"folder": folder}
+        )
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -108,14 +109,16 @@ def _start(exchange: str, conn: dict, folder: str, procs: list[wp.WorkerProc]) -
 
 
 def _started_on(folder: str, pid: int, pids: set[int]) -> list[str]:
-    return [e["task"] for e in lt.read_ledger(folder)
-            if e["event"] == "start" and _worker_of(e, pids) == pid]
+    return [
+        e["task"]
+        for e in lt.read_ledger(folder)
+        if e["event"] == "start" and _worker_of(e, pids) == pid
+    ]
 
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind,executor", CASES)
-def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, tmp_path,
-                                                                 request):
+def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, tmp_path, request):
     folder = str(tmp_path)
     conn = wp.conn_for(kind, tmp_path, request)
     exchange = wp.unique()
@@ -141,8 +144,11 @@ def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, t
     assert "Warm shutdown complete" in a.log()
     # No request was declared lost: A kept its heartbeats going while it finished.
     assert list(run.executor.lost_history) == []
-    ended_on_a = [e["task"] for e in lt.read_ledger(folder)
-                  if e["event"] == "end" and _worker_of(e, pids) == a.pid]
+    ended_on_a = [
+        e["task"]
+        for e in lt.read_ledger(folder)
+        if e["event"] == "end" and _worker_of(e, pids) == a.pid
+    ]
     assert set(on_a) <= set(ended_on_a), "A gave up a task instead of finishing it"
     verdict = _count(folder, run.names, results)
     assert verdict == {"done once": run.names, "duplicated": [], "lost": []}, verdict
@@ -151,7 +157,8 @@ def test_warm_shutdown_mid_flow_finishes_what_runs_and_exits_0(kind, executor, t
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind,executor", CASES)
 def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
-        kind, executor, tmp_path, request):
+    kind, executor, tmp_path, request
+):
     folder = str(tmp_path)
     conn = wp.conn_for(kind, tmp_path, request)
     exchange = wp.unique()
@@ -177,11 +184,11 @@ def test_cold_shutdown_mid_flow_gives_requests_back_and_the_flow_completes(
         finally:
             run.executor.stop()
     events = lt.read_ledger(folder)
-    ended_on_a = [e["task"] for e in events if e["event"] == "end"
-                  and _worker_of(e, pids) == a.pid]
+    ended_on_a = [e["task"] for e in events if e["event"] == "end" and _worker_of(e, pids) == a.pid]
     assert ended_on_a == [], "a body on A went on after the cold shutdown"
-    rerun_on_b = {e["task"] for e in events if e["event"] == "start"
-                  and _worker_of(e, pids) == b.pid}
+    rerun_on_b = {
+        e["task"] for e in events if e["event"] == "start" and _worker_of(e, pids) == b.pid
+    }
     assert set(on_a) <= rerun_on_b, "a request A gave back was not run again on B"
     # Re-dispatched because A gave them back, not because their heartbeats stopped.
     assert list(run.executor.lost_history) == []

@@ -41,20 +41,23 @@ class RawSender:
 
     def __init__(self, url: str, exchange: str, topic: str, reply_to: str) -> None:
         self._conn = kombu.Connection(url)
-        self._producer = kombu.Producer(self._conn.channel(), auto_declare=False,
-                                        exchange=topology.make_exchange(exchange))
+        self._producer = kombu.Producer(
+            self._conn.channel(), auto_declare=False, exchange=topology.make_exchange(exchange)
+        )
         self._topic = topic
         self._reply_to = reply_to
 
-    def build(self, token: str, path: str, expires: float | None = None,
-              pad: str = "") -> tuple[bytes, dict, dict]:
+    def build(
+        self, token: str, path: str, expires: float | None = None, pad: str = ""
+    ) -> tuple[bytes, dict, dict]:
         """A valid request for Mark(token) as (body, properties, headers), unsigned."""
         cid = uuid.uuid4().hex
         arguments = {"token": token, "path": path}
         if pad:
             arguments["pad"] = pad
-        body = json.dumps(pr.Request(Mark(name=f"mark-{token}"), cid, pr.EXECUTE,
-                                     arguments).to_dict()).encode("utf-8")
+        body = json.dumps(
+            pr.Request(Mark(name=f"mark-{token}"), cid, pr.EXECUTE, arguments).to_dict()
+        ).encode("utf-8")
         props = {"type": pr.REQUEST, "correlation_id": cid, "reply_to": self._reply_to}
         headers: dict = {pr.HEADER_ATTEMPT: 0, pr.HEADER_ORIGIN: "test:0"}
         if expires is not None:
@@ -62,24 +65,31 @@ class RawSender:
         return body, props, headers
 
     def send(self, body: bytes, props: dict, headers: dict) -> None:
-        self._producer.publish(body, routing_key=self._topic,
-                               content_type="application/json", content_encoding="utf-8",
-                               headers=headers, **props)
+        self._producer.publish(
+            body,
+            routing_key=self._topic,
+            content_type="application/json",
+            content_encoding="utf-8",
+            headers=headers,
+            **props,
+        )
 
     def close(self) -> None:
         self._conn.release()
 
 
-def test_forged_unsigned_expired_replayed_and_oversized_requests_never_run(
-        redis_url, tmp_path):
+def test_forged_unsigned_expired_replayed_and_oversized_requests_never_run(redis_url, tmp_path):
     exchange, topic = f"sig-{uuid.uuid4().hex[:8]}", "signed"
     path = str(tmp_path / "ledger")
     ring, attacker = signing.Keyring([KEY]), signing.Keyring([ATTACKER_KEY])
     # Given a worker process with the key (one thread: requests run in arrival order)
     env = worker_env(FLOWENGINE_SECRET=KEY)
-    with Client(exchange, url=redis_url, secret=KEY) as client, \
-            running_workers(1, redis_url, exchange, topic, str(tmp_path), threads=1,
-                            env=env) as workers:
+    with (
+        Client(exchange, url=redis_url, secret=KEY) as client,
+        running_workers(
+            1, redis_url, exchange, topic, str(tmp_path), threads=1, env=env
+        ) as workers,
+    ):
         assert client.wait_for(lambda: client.notifies, WAIT_S), workers.log_text()
         raw = RawSender(redis_url, exchange, topic, client.uuid)
         try:
@@ -98,8 +108,12 @@ def test_forged_unsigned_expired_replayed_and_oversized_requests_never_run(
             raw.send(body, props, headers)
             bad["forged-other-key"] = props
             body, props, headers = raw.build("forged-guess", path)
-            headers.update({signing.HEADER_KEY_ID: ring.signing_key_id,
-                            signing.HEADER_SIGNATURE: "v1:" + "ab" * 32})
+            headers.update(
+                {
+                    signing.HEADER_KEY_ID: ring.signing_key_id,
+                    signing.HEADER_SIGNATURE: "v1:" + "ab" * 32,
+                }
+            )
             raw.send(body, props, headers)
             bad["forged-guess"] = props
             body, props, headers = raw.build("tampered", path)
@@ -111,8 +125,7 @@ def test_forged_unsigned_expired_replayed_and_oversized_requests_never_run(
             headers.update(ring.sign(body, props, headers))
             raw.send(body, props, headers)
             bad["expired"] = props
-            body, props, headers = raw.build("oversized", path,
-                                             pad="x" * (pr.MAX_BODY_BYTES + 1))
+            body, props, headers = raw.build("oversized", path, pad="x" * (pr.MAX_BODY_BYTES + 1))
             headers.update(ring.sign(body, props, headers))
             raw.send(body, props, headers)
             bad["oversized"] = props
@@ -121,17 +134,24 @@ def test_forged_unsigned_expired_replayed_and_oversized_requests_never_run(
             time.sleep(max(0.0, replay[2][pr.HEADER_EXPIRES] - time.time()) + 0.05)
             raw.send(*replay)
             # Then a good signed request sent after them all still succeeds
-            cid = client.request(Mark(name="mark-good-2"), routing_key=topic,
-                                 arguments={"token": "good-2", "path": path})
+            cid = client.request(
+                Mark(name="mark-good-2"),
+                routing_key=topic,
+                arguments={"token": "good-2", "path": path},
+            )
             assert client.final(cid, WAIT_S)["state"] == pr.SUCCESS, workers.log_text()
             # And a forged reply to the (signing) client is refused, not recorded
-            forged_reply = kombu.Producer(raw._conn.channel(), auto_declare=False,
-                                          exchange=topology.make_exchange(exchange))
-            forged_reply.publish(json.dumps({"state": pr.SUCCESS, "data": {"result": 1}}),
-                                 routing_key=client.uuid, type=pr.RESPONSE,
-                                 correlation_id="forged-reply",
-                                 content_type="application/json",
-                                 content_encoding="utf-8")
+            forged_reply = kombu.Producer(
+                raw._conn.channel(), auto_declare=False, exchange=topology.make_exchange(exchange)
+            )
+            forged_reply.publish(
+                json.dumps({"state": pr.SUCCESS, "data": {"result": 1}}),
+                routing_key=client.uuid,
+                type=pr.RESPONSE,
+                correlation_id="forged-reply",
+                content_type="application/json",
+                content_encoding="utf-8",
+            )
             assert client.wait_for(lambda: client.proxy.unverified_count >= 1, WAIT_S)
             assert client.states("forged-reply") == []
         finally:

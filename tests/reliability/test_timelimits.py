@@ -91,8 +91,7 @@ def test_executor_sends_the_task_instance_limits():
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 @pytest.mark.parametrize("kind", ["filesystem", pytest.param("redis", marks=pytest.mark.broker)])
-def test_hard_limit_kills_the_task_process_and_the_worker_keeps_serving(kind, tmp_path,
-                                                                        request):
+def test_hard_limit_kills_the_task_process_and_the_worker_keeps_serving(kind, tmp_path, request):
     # Given a worker process running task bodies in forked children
     folder = str(tmp_path)
     conn = wp.conn_for(kind, tmp_path, request)
@@ -113,8 +112,7 @@ def test_hard_limit_kills_the_task_process_and_the_worker_keeps_serving(kind, tm
             with pytest.raises(ProcessLookupError):
                 os.kill(started["pid"], 0)  # killed and reaped by the worker
             # And the same worker serves the next request
-            fut = executor.execute_task(lt.Echo("echo"), "req-echo", {"folder": folder,
-                                                                       "value": 7})
+            fut = executor.execute_task(lt.Echo("echo"), "req-echo", {"folder": folder, "value": 7})
             assert fut.result(wp.WAIT_S) == (base.EXECUTED, 7)
         finally:
             executor.stop()
@@ -144,8 +142,7 @@ def test_soft_limit_raises_inside_the_task_process(tmp_path, request):
 
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
-def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_path,
-                                                                          request):
+def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_path, request):
     # Given a process-executor worker
     folder = str(tmp_path)
     conn = wp.conn_for("filesystem", tmp_path, request)
@@ -156,9 +153,12 @@ def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_p
             assert executor.wait_for_workers(1, wp.WAIT_S) == 0
             # When a task reports progress from its child process
             seen = []
-            fut = executor.execute_task(lt.Progressing("prog"), "req-prog", {"folder": folder},
-                                        progress_callback=lambda kind, d: seen.append(
-                                            (kind, d)))
+            fut = executor.execute_task(
+                lt.Progressing("prog"),
+                "req-prog",
+                {"folder": folder},
+                progress_callback=lambda kind, d: seen.append((kind, d)),
+            )
             event, child_pid = fut.result(wp.WAIT_S)
             # Then the events arrive (JSON through the pipe, then the broker)
             assert child_pid != w.pid
@@ -170,8 +170,7 @@ def test_child_progress_reaches_the_executor_and_a_dying_child_is_reported(tmp_p
             # Then that is reported, and the worker goes on
             assert isinstance(failure, ft.Failure) and failure.check(exc.TaskProcessDied)
             assert "exited with status 3" in failure.exception_str
-            fut = executor.execute_task(lt.Echo("echo"), "req-echo", {"folder": folder,
-                                                                       "value": 1})
+            fut = executor.execute_task(lt.Echo("echo"), "req-echo", {"folder": folder, "value": 1})
             assert fut.result(wp.WAIT_S) == (base.EXECUTED, 1)
         finally:
             executor.stop()
@@ -187,22 +186,25 @@ def test_thread_executor_interrupts_at_soft_and_hard_limits():
 
     folder_dir = tempfile.mkdtemp(prefix="fe-limits-")
     exchange = unique()
-    with running_worker(exchange, TOPIC, [lt.SoftCatcher, lt.Blocker, lt.Echo]) as worker, \
-            running_executor(exchange, [TOPIC]) as executor:
+    with (
+        running_worker(exchange, TOPIC, [lt.SoftCatcher, lt.Blocker, lt.Echo]) as worker,
+        running_executor(exchange, [TOPIC]) as executor,
+    ):
         assert worker.task_runner.kind == "threads"
         assert executor.wait_for_workers(1, wp.WAIT_S) == 0
         # Given tasks sleeping in a Python loop (an interruption fires between calls)
-        soft = executor.execute_task(_limited(lt.SoftCatcher("soft"), soft=SOFT_S), "t-soft",
-                                     {"folder": folder_dir})
-        hard = executor.execute_task(_limited(lt.Blocker("hard"), hard=HARD_S), "t-hard",
-                                     {"folder": folder_dir})
+        soft = executor.execute_task(
+            _limited(lt.SoftCatcher("soft"), soft=SOFT_S), "t-soft", {"folder": folder_dir}
+        )
+        hard = executor.execute_task(
+            _limited(lt.Blocker("hard"), hard=HARD_S), "t-hard", {"folder": folder_dir}
+        )
         # Then the soft limit raised inside the body, the hard one failed the request
         assert soft.result(wp.WAIT_S) == (base.EXECUTED, "cleaned up after the soft limit")
         _, failure = hard.result(wp.WAIT_S)
         assert isinstance(failure, ft.Failure) and failure.check(exc.TimeLimitExceeded)
         # And the pool thread is free again for the next request
-        echo = executor.execute_task(lt.Echo("echo"), "t-echo", {"folder": folder_dir,
-                                                                 "value": 3})
+        echo = executor.execute_task(lt.Echo("echo"), "t-echo", {"folder": folder_dir, "value": 3})
         assert echo.result(wp.WAIT_S) == (base.EXECUTED, 3)
     _check_ledger(folder_dir, {"soft": 0, "hard": 0, "echo": 1}, {"soft", "hard", "echo"})
 
@@ -214,8 +216,12 @@ def test_invalid_timelimit_header_fails_the_request():
     exchange = unique()
     with running_worker(exchange, TOPIC, [lt.Echo]), Client(exchange, transport="memory") as c:
         # When a request carries a timelimit header nobody can read
-        cid = c.request(lt.Echo("e"), arguments={"folder": "/nonexistent"}, routing_key=TOPIC,
-                        headers={pr.HEADER_TIMELIMIT: "ten seconds"})
+        cid = c.request(
+            lt.Echo("e"),
+            arguments={"folder": "/nonexistent"},
+            routing_key=TOPIC,
+            headers={pr.HEADER_TIMELIMIT: "ten seconds"},
+        )
         # Then it fails saying why, without running
         final = c.final(cid)
     assert final["state"] == pr.FAILURE

@@ -28,8 +28,9 @@ TASKS_MODULE = "tests.reliability.lifecycle_tasks"
 
 def env() -> dict[str, str]:
     """Environment of a worker process: it imports this checkout (and the tests)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
 
 
 def unique(prefix: str = "rel") -> str:
@@ -41,16 +42,20 @@ def unique(prefix: str = "rel") -> str:
 wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)
 
 
-def wait_for_log(proc: subprocess.Popen[bytes], read_log: Callable[[], str], text: str,
-                 timeout: float = WAIT_S) -> None:
+def wait_for_log(
+    proc: subprocess.Popen[bytes], read_log: Callable[[], str], text: str, timeout: float = WAIT_S
+) -> None:
     """Wait until a process's log (``read_log()``) holds ``text``; fail early if it died."""
+
     def seen() -> bool:
         if text in read_log():
             return True
         if proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before"
-                                 f" logging {text!r}:\n{read_log()}")
+            raise AssertionError(
+                f"process exited ({proc.returncode}) before logging {text!r}:\n{read_log()}"
+            )
         return False
+
     try:
         wait_until(seen, f"{text!r} in the log", timeout=timeout)
     except AssertionError as e:
@@ -60,10 +65,30 @@ def wait_for_log(proc: subprocess.Popen[bytes], read_log: Callable[[], str], tex
 class WorkerProc:
     """One ``python -m flowengine worker`` process and its log file."""
 
-    def __init__(self, exchange: str, topic: str, log_path: str, conn: dict[str, Any],
-                 threads: int = 2, extra: tuple[str, ...] = ()) -> None:
-        cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-               "--topic", topic, "--tasks", TASKS_MODULE, "--threads", str(threads), *extra]
+    def __init__(
+        self,
+        exchange: str,
+        topic: str,
+        log_path: str,
+        conn: dict[str, Any],
+        threads: int = 2,
+        extra: tuple[str, ...] = (),
+    ) -> None:
+        cmd = [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            exchange,
+            "--topic",
+            topic,
+            "--tasks",
+            TASKS_MODULE,
+            "--threads",
+            str(threads),
+            *extra,
+        ]
         if conn.get("url"):
             cmd += ["--url", conn["url"]]
         for key, value in (conn.get("transport_options") or {}).items():
@@ -97,11 +122,27 @@ class WorkerProc:
 
 
 @contextlib.contextmanager
-def workers(count: int, exchange: str, topic: str, folder: str, conn: dict[str, Any],
-            threads: int = 2, extra: tuple[str, ...] = ()) -> Iterator[list[WorkerProc]]:
+def workers(
+    count: int,
+    exchange: str,
+    topic: str,
+    folder: str,
+    conn: dict[str, Any],
+    threads: int = 2,
+    extra: tuple[str, ...] = (),
+) -> Iterator[list[WorkerProc]]:
     """``count`` worker processes; SIGTERM then kill whatever is left at the end."""
-    procs = [WorkerProc(exchange, topic, os.path.join(folder, f"worker-{i}.log"), conn,
-                        threads=threads, extra=extra) for i in range(count)]
+    procs = [
+        WorkerProc(
+            exchange,
+            topic,
+            os.path.join(folder, f"worker-{i}.log"),
+            conn,
+            threads=threads,
+            extra=extra,
+        )
+        for i in range(count)
+    ]
     try:
         yield procs
     finally:
@@ -120,8 +161,12 @@ def conn_for(kind: str, tmp_path: Any, request: Any) -> dict[str, Any]:
     if kind == "filesystem":
         folder = tmp_path / "broker"
         folder.mkdir(exist_ok=True)
-        return {"url": "filesystem://",
-                "transport_options": {"data_folder_in": str(folder),
-                                      "data_folder_out": str(folder),
-                                      "store_processed": False}}
+        return {
+            "url": "filesystem://",
+            "transport_options": {
+                "data_folder_in": str(folder),
+                "data_folder_out": str(folder),
+                "store_processed": False,
+            },
+        }
     return {"url": request.getfixturevalue("redis_url")}

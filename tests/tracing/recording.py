@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed"
-                    " (pip install -e .[test])")
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed (pip install -e .[test])"
+)
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
@@ -64,8 +65,7 @@ def as_record(span: ReadableSpan) -> dict[str, Any]:
         "attributes": dict(span.attributes or {}),
         "status": span.status.status_code.name,
         "description": span.status.description,
-        "events": [{"name": e.name, "attributes": dict(e.attributes or {})}
-                   for e in span.events],
+        "events": [{"name": e.name, "attributes": dict(e.attributes or {})} for e in span.events],
     }
 
 

@@ -16,8 +16,9 @@ import uuid
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed"
-                    " (pip install -e .[test])")
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed (pip install -e .[test])"
+)
 
 from flowengine import engines  # noqa: E402
 from flowengine.patterns import linear_flow  # noqa: E402
@@ -37,15 +38,35 @@ def traced_worker(tmp_path):
     folder = tmp_path / "broker"
     folder.mkdir()
     spans_file = tmp_path / "worker-spans.json"
-    cmd = [sys.executable, "-m", "tests.tracing.traced_worker", str(spans_file),
-           "--exchange", exchange, "--topic", "shop", "--tasks", "tests.tracing.traced_tasks",
-           "--transport", "filesystem", "--transport-option", f"data_folder={folder}",
-           "--threads", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.tracing.traced_worker",
+        str(spans_file),
+        "--exchange",
+        exchange,
+        "--topic",
+        "shop",
+        "--tasks",
+        "tests.tracing.traced_tasks",
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={folder}",
+        "--threads",
+        "2",
+    ]
     log = open(tmp_path / "worker.log", "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=helpers.env(),
-                            cwd=helpers.ROOT)
-    options = {"engine": "worker-based", "exchange": exchange, "topics": ["shop"],
-               "transport": "filesystem", "transport_options": {"data_folder": str(folder)}}
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, env=helpers.env(), cwd=helpers.ROOT
+    )
+    options = {
+        "engine": "worker-based",
+        "exchange": exchange,
+        "topics": ["shop"],
+        "transport": "filesystem",
+        "transport_options": {"data_folder": str(folder)},
+    }
     try:
         yield proc, options, spans_file
     finally:
@@ -67,8 +88,12 @@ def test_worker_spans_are_children_of_the_engines_atom_spans(traced_worker):
     ours = recording.by_name(recording.records(exporter.get_finished_spans()))
     theirs = recording.by_name(json.loads(spans_file.read_text()))
     # Then the worker made a span for each request body it ran
-    assert set(theirs) == {"worker execute Charge", "worker execute Ship",
-                           "worker revert Ship", "worker revert Charge"}
+    assert set(theirs) == {
+        "worker execute Charge",
+        "worker execute Ship",
+        "worker revert Ship",
+        "worker revert Charge",
+    }
     # ... each in the engine's one trace, a child of the engine's span for that atom
     trace_id = ours["flow order"]["trace_id"]
     for name, span in theirs.items():
@@ -77,12 +102,16 @@ def test_worker_spans_are_children_of_the_engines_atom_spans(traced_worker):
         assert span["parent_id"] == parent["span_id"], name
         assert parent["parent_id"] == ours["flow order"]["span_id"], name
         assert span["kind"] == "CONSUMER"
-        assert span["attributes"]["flowengine.atom.uuid"] == (
-            parent["attributes"]["flowengine.atom.uuid"])
+        assert (
+            span["attributes"]["flowengine.atom.uuid"]
+            == (parent["attributes"]["flowengine.atom.uuid"])
+        )
         assert span["attributes"]["flowengine.request.attempt"] == 0
         assert span["attributes"]["flowengine.worker.topic"] == "shop"
-        assert span["attributes"]["flowengine.flow.uuid"] == (
-            ours["flow order"]["attributes"]["flowengine.flow.uuid"])
+        assert (
+            span["attributes"]["flowengine.flow.uuid"]
+            == (ours["flow order"]["attributes"]["flowengine.flow.uuid"])
+        )
     # ... the engine's execute spans name the worker that ran them
     worker_id = theirs["worker execute Charge"]["attributes"]["flowengine.worker.id"]
     assert str(proc.pid) in worker_id

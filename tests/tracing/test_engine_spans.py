@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed"
-                    " (pip install -e .[test])")
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed (pip install -e .[test])"
+)
 
 from opentelemetry import trace  # noqa: E402
 
@@ -35,8 +36,13 @@ def test_a_failed_flow_is_one_trace_with_a_span_per_atom_execution_and_revert(en
             engines.run(order_flow(), store={"card_number": tt.SECRET_CARD}, engine=engine)
     spans = recording.by_name(recording.records(exporter.get_finished_spans()))
     # Then one flow span is the root, every atom span its child, one trace
-    assert set(spans) == {"flow order", "execute Charge", "execute Ship", "revert Ship",
-                          "revert Charge"}
+    assert set(spans) == {
+        "flow order",
+        "execute Charge",
+        "execute Ship",
+        "revert Ship",
+        "revert Charge",
+    }
     flow = spans["flow order"]
     assert flow["parent_id"] is None
     assert {s["trace_id"] for s in spans.values()} == {flow["trace_id"]}
@@ -93,20 +99,24 @@ class FailsOnce(task.Task):
 
 def test_each_execution_a_retry_controller_makes_has_its_span_and_number():
     # Given a task under a retry controller, failing its first execution
-    flow = linear_flow.Flow("retried", retry=retry.Times(2, name="twice")).add(
-        FailsOnce("flaky"))
+    flow = linear_flow.Flow("retried", retry=retry.Times(2, name="twice")).add(FailsOnce("flaky"))
     with recording.recording() as exporter:
         engines.run(flow)
     found = recording.records(exporter.get_finished_spans())
     # Then there are two execute spans for it, numbered, the first failed
-    runs = sorted((s for s in found if s["name"] == "execute FailsOnce"),
-                  key=lambda s: s["attributes"]["flowengine.atom.execution"])
-    assert [(r["attributes"]["flowengine.atom.execution"], r["attributes"]["flowengine.outcome"])
-            for r in runs] == [(1, "FAILURE"), (2, "SUCCESS")]
+    runs = sorted(
+        (s for s in found if s["name"] == "execute FailsOnce"),
+        key=lambda s: s["attributes"]["flowengine.atom.execution"],
+    )
+    assert [
+        (r["attributes"]["flowengine.atom.execution"], r["attributes"]["flowengine.outcome"])
+        for r in runs
+    ] == [(1, "FAILURE"), (2, "SUCCESS")]
     assert runs[0]["status"] == "ERROR"
     # ... and the retry controller's own executions are spans too
-    assert [s["attributes"]["flowengine.atom.name"] for s in found
-            if s["name"] == "execute Times"] == ["twice", "twice"]
+    assert [
+        s["attributes"]["flowengine.atom.name"] for s in found if s["name"] == "execute Times"
+    ] == ["twice", "twice"]
 
 
 class CountingTracer:

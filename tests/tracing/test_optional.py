@@ -15,9 +15,14 @@ pytestmark = pytest.mark.broker
 
 
 def run_untraced(*args: str, **environ: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "tests.tracing.untraced_run", *args],
-                          capture_output=True, text=True, env=helpers.env(**environ),
-                          cwd=helpers.ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.tracing.untraced_run", *args],
+        capture_output=True,
+        text=True,
+        env=helpers.env(**environ),
+        cwd=helpers.ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 

@@ -30,13 +30,14 @@ def _fast_taskflow(monkeypatch):
 
 
 def taskflow_options() -> dict:
-    return {"transport": "memory",
-            "transport_options": {"polling_interval": harness.TASKFLOW_MEMORY_POLL_S}}
+    return {
+        "transport": "memory",
+        "transport_options": {"polling_interval": harness.TASKFLOW_MEMORY_POLL_S},
+    }
 
 
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
-def test_a_taskflow_worker_runs_traced_requests_and_ignores_their_headers(tmp_path,
-                                                                         monkeypatch):
+def test_a_taskflow_worker_runs_traced_requests_and_ignores_their_headers(tmp_path, monkeypatch):
     from taskflow.engines.worker_based import server
 
     # Given a TaskFlow 6.5 worker (its request handler spied on for the headers it gets)
@@ -50,12 +51,20 @@ def test_a_taskflow_worker_runs_traced_requests_and_ignores_their_headers(tmp_pa
     monkeypatch.setattr(server.Server, "_process_request", spy)
     exchange = f"tf-{uuid.uuid4().hex[:8]}"
     with recording.recording() as exporter:
-        with harness.thread_worker("taskflow", st.build("taskflow"), exchange, "shared",
-                                   **taskflow_options()):
+        with harness.thread_worker(
+            "taskflow", st.build("taskflow"), exchange, "shared", **taskflow_options()
+        ):
             # When a traced flowengine engine (compat='taskflow') runs a flow on it
-            outcome = harness.run_flow("flowengine", "linear", st.build("flowengine"),
-                                       str(tmp_path), exchange=exchange, topics=["shared"],
-                                       transport="memory", compat="taskflow")
+            outcome = harness.run_flow(
+                "flowengine",
+                "linear",
+                st.build("flowengine"),
+                str(tmp_path),
+                exchange=exchange,
+                topics=["shared"],
+                transport="memory",
+                compat="taskflow",
+            )
     # Then the flow succeeds as it does untraced
     assert outcome["error"] is None
     assert outcome["results"] == LINEAR_RESULTS
@@ -73,12 +82,24 @@ def test_a_flowengine_worker_traces_a_taskflow_engines_requests_as_new_traces(tm
     # Given a traced flowengine worker (compat='taskflow')
     exchange = f"tf-{uuid.uuid4().hex[:8]}"
     with recording.recording() as exporter:
-        with harness.thread_worker("flowengine", st.build("flowengine"), exchange, "shared",
-                                   transport="memory", compat="taskflow"):
+        with harness.thread_worker(
+            "flowengine",
+            st.build("flowengine"),
+            exchange,
+            "shared",
+            transport="memory",
+            compat="taskflow",
+        ):
             # When a TaskFlow engine runs a flow on it
-            outcome = harness.run_flow("taskflow", "linear", st.build("taskflow"),
-                                       str(tmp_path), exchange=exchange, topics=["shared"],
-                                       **taskflow_options())
+            outcome = harness.run_flow(
+                "taskflow",
+                "linear",
+                st.build("taskflow"),
+                str(tmp_path),
+                exchange=exchange,
+                topics=["shared"],
+                **taskflow_options(),
+            )
     # Then the flow succeeds
     assert outcome["results"] == LINEAR_RESULTS
     # ... and each request is the root span of a trace of its own

@@ -7,8 +7,9 @@ import uuid
 
 import pytest
 
-pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed"
-                    " (pip install -e .[test])")
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed (pip install -e .[test])"
+)
 
 from opentelemetry import trace  # noqa: E402
 
@@ -44,15 +45,19 @@ def test_spans_a_task_makes_are_children_of_its_worker_span():
     exchange = f"audit-{uuid.uuid4().hex[:8]}"
     with recording.recording() as exporter:
         worker = wk.Worker(exchange, "t", [Audit], transport="memory", secret=SECRET)
-        thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                                  daemon=True)
+        thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
         thread.start()
         try:
             assert worker.wait(30.0)
             # When a flow runs a task that makes its own span
-            engines.run(linear_flow.Flow("audited").add(Audit("audit")),
-                        engine="worker-based", exchange=exchange, topics=["t"],
-                        transport="memory", secret=SECRET)
+            engines.run(
+                linear_flow.Flow("audited").add(Audit("audit")),
+                engine="worker-based",
+                exchange=exchange,
+                topics=["t"],
+                transport="memory",
+                secret=SECRET,
+            )
         finally:
             worker.stop()
             thread.join(30.0)
@@ -66,15 +71,19 @@ def test_spans_a_task_makes_are_children_of_its_worker_span():
 
 def job_with(headers: dict) -> Job:
     work = pr.WorkUnit("tests.tracing.traced_tasks.Pack", "pack", "execute", {})
-    return Job(endpoint=None, task=None, work=work,  # type: ignore[arg-type]
-               key=("uuid-1", "execute", "request-1"), headers=Headers.parse(headers))
+    return Job(
+        endpoint=None,
+        task=None,
+        work=work,  # type: ignore[arg-type]
+        key=("uuid-1", "execute", "request-1"),
+        headers=Headers.parse(headers),
+    )
 
 
 def test_the_parent_comes_from_the_headers_and_is_current_until_done():
     with recording.recording() as exporter:
         spans = worker_spans.RequestSpans("worker-1", "t")
-        job = job_with({"traceparent": TRACEPARENT, "tracestate": TRACESTATE,
-                        "attempt": 2})
+        job = job_with({"traceparent": TRACEPARENT, "tracestate": TRACESTATE, "attempt": 2})
         before = trace.get_current_span()
         spans.started(job)
         during = trace.get_current_span()
@@ -92,8 +101,9 @@ def test_the_parent_comes_from_the_headers_and_is_current_until_done():
     assert span["attributes"]["flowengine.outcome"] == "SUCCESS"
 
 
-@pytest.mark.parametrize("traceparent", ["garbage", "00-" + "0" * 32 + "-" + "1" * 16 + "-01",
-                                         "00-abc", "x" * 300, 42])
+@pytest.mark.parametrize(
+    "traceparent", ["garbage", "00-" + "0" * 32 + "-" + "1" * 16 + "-01", "00-abc", "x" * 300, 42]
+)
 def test_a_malformed_traceparent_makes_a_root_span(traceparent):
     with recording.recording() as exporter:
         spans = worker_spans.RequestSpans("worker-1", "t")
@@ -105,9 +115,17 @@ def test_a_malformed_traceparent_makes_a_root_span(traceparent):
     assert span["parent_id"] is None
 
 
-@pytest.mark.parametrize("value, read", [
-    (TRACEPARENT, TRACEPARENT), ("", None), (None, None), (7, None), (["a"], None),
-    ("x" * 1025, None)])
+@pytest.mark.parametrize(
+    "value, read",
+    [
+        (TRACEPARENT, TRACEPARENT),
+        ("", None),
+        (None, None),
+        (7, None),
+        (["a"], None),
+        ("x" * 1025, None),
+    ],
+)
 def test_headers_read_the_trace_context_checked(value, read):
     # Strings, not over-long: the propagator checks the format itself
     headers = Headers.parse({"traceparent": value, "tracestate": value})

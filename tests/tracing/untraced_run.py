@@ -39,14 +39,17 @@ def run_flows() -> dict[str, Any]:
 
     local = engines.run(linear_flow.Flow("local").add(tt.Pack("pack", provides="box")))
     worker = wk.Worker("untraced", "t", [tt.Pack], transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     try:
         assert worker.wait(30.0), "worker did not start"
-        remote = engines.run(linear_flow.Flow("remote").add(tt.Pack("pack", provides="box")),
-                             engine="worker-based", exchange="untraced", topics=["t"],
-                             transport="memory")
+        remote = engines.run(
+            linear_flow.Flow("remote").add(tt.Pack("pack", provides="box")),
+            engine="worker-based",
+            exchange="untraced",
+            topics=["t"],
+            transport="memory",
+        )
     finally:
         worker.stop()
         thread.join(30.0)
@@ -58,11 +61,15 @@ def main() -> None:
     if "--hide" in sys.argv:
         sys.meta_path.insert(0, hider)
     results = run_flows()
-    print(json.dumps({
-        "results": results,
-        "loaded": sorted(m for m in sys.modules if m.split(".")[0] == HIDDEN_PREFIX),
-        "attempts": hider.attempts,
-    }))
+    print(
+        json.dumps(
+            {
+                "results": results,
+                "loaded": sorted(m for m in sys.modules if m.split(".")[0] == HIDDEN_PREFIX),
+                "attempts": hider.attempts,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

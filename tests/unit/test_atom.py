@@ -48,14 +48,17 @@ def test_required_and_optional_from_signature():
     assert a.rebind == {"a": "a", "b": "b", "c": "c"}
 
 
-@pytest.mark.parametrize("provides,save_as", [
-    (None, {}),
-    ("x", {"x": None}),
-    (("x", "y"), {"x": 0, "y": 1}),
-    (["x", "y"], {"x": 0, "y": 1}),
-    ({"x"}, {"x": "x"}),
-    (frozenset(["y"]), {"y": "y"}),
-])
+@pytest.mark.parametrize(
+    "provides,save_as",
+    [
+        (None, {}),
+        ("x", {"x": None}),
+        (("x", "y"), {"x": 0, "y": 1}),
+        (["x", "y"], {"x": 0, "y": 1}),
+        ({"x"}, {"x": "x"}),
+        (frozenset(["y"]), {"y": "y"}),
+    ],
+)
 def test_provides_to_save_as(provides, save_as):
     a = Plain(provides=provides)
     assert a.save_as == save_as

@@ -11,13 +11,16 @@ from flowengine.commands.errors import CommandError
 from flowengine.utils.misc import mask_password
 
 
-@pytest.mark.parametrize("url, path", [
-    ("dir:/srv/flows", "/srv/flows"),
-    ("dir:///srv/flows", "/srv/flows"),
-    ("file:/srv/flows", "/srv/flows"),
-    ("dir:flows", os.path.abspath("flows")),
-    ("DIR:flows", os.path.abspath("flows")),
-])
+@pytest.mark.parametrize(
+    "url, path",
+    [
+        ("dir:/srv/flows", "/srv/flows"),
+        ("dir:///srv/flows", "/srv/flows"),
+        ("file:/srv/flows", "/srv/flows"),
+        ("dir:flows", os.path.abspath("flows")),
+        ("DIR:flows", os.path.abspath("flows")),
+    ],
+)
 def test_directory_forms(url, path):
     parsed = backend_url.parse_url(url)
     assert (parsed.kind, parsed.local_path) == ("dir", path)
@@ -29,11 +32,14 @@ def test_directory_options_come_from_the_query():
     assert parsed.conf == {"connection": "dir", "path": "/srv/flows", "fsync": "false"}
 
 
-@pytest.mark.parametrize("url, path", [
-    ("sqlite:///flows.db", os.path.abspath("flows.db")),
-    ("sqlite:////srv/flows.db", "/srv/flows.db"),
-    ("sqlite+pysqlite:////srv/flows.db", "/srv/flows.db"),
-])
+@pytest.mark.parametrize(
+    "url, path",
+    [
+        ("sqlite:///flows.db", os.path.abspath("flows.db")),
+        ("sqlite:////srv/flows.db", "/srv/flows.db"),
+        ("sqlite+pysqlite:////srv/flows.db", "/srv/flows.db"),
+    ],
+)
 def test_sqlite_forms(url, path):
     parsed = backend_url.parse_url(url)
     assert (parsed.kind, parsed.local_path, parsed.conf) == ("sql", path, {"connection": url})
@@ -54,19 +60,32 @@ def test_the_environment_is_the_default(monkeypatch):
         backend_url.parse_url(None)
 
 
-@pytest.mark.parametrize("url", ["memory", "memory:", "memory://", "sqlite://",
-                                 "sqlite:///:memory:", "postgresql:db", "sqlite://host/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory",
+        "memory:",
+        "memory://",
+        "sqlite://",
+        "sqlite:///:memory:",
+        "postgresql:db",
+        "sqlite://host/x",
+    ],
+)
 def test_what_another_process_could_not_share_or_reach_is_refused(url):
     with pytest.raises(CommandError):
         backend_url.parse_url(url)
 
 
-@pytest.mark.parametrize("url, masked", [
-    ("redis://localhost:6379/0", "redis://localhost:6379/0"),
-    ("redis://:pw@localhost:6379/0", "redis://:***@localhost:6379/0"),
-    ("postgresql://app:pw@db/flows", "postgresql://app:***@db/flows"),
-    ("amqp://u:pw@h1//;amqp://u:pw2@h2//", "amqp://u:***@h1//;amqp://u:***@h2//"),
-    ("redis://[::1", "<unparsable URL>"),
-])
+@pytest.mark.parametrize(
+    "url, masked",
+    [
+        ("redis://localhost:6379/0", "redis://localhost:6379/0"),
+        ("redis://:pw@localhost:6379/0", "redis://:***@localhost:6379/0"),
+        ("postgresql://app:pw@db/flows", "postgresql://app:***@db/flows"),
+        ("amqp://u:pw@h1//;amqp://u:pw2@h2//", "amqp://u:***@h1//;amqp://u:***@h2//"),
+        ("redis://[::1", "<unparsable URL>"),
+    ],
+)
 def test_mask_password_hides_only_a_password_that_is_there(url, masked):
     assert mask_password(url) == masked

@@ -40,6 +40,7 @@ def _edges(c):
 
 # -- graph shape -------------------------------------------------------------
 
+
 def test_single_task_is_wrapped():
     t = _task("a")
     c = _compile(t)
@@ -82,9 +83,17 @@ def test_subflows_link_through_their_ends():
     assert s == "sub[1]"
     assert c.parent_flow(s) == "f[0]"
     assert c.parent_flow("f[0]") is None
-    assert _edges(c) == sorted([("f[0]", "a"), ("a", "sub[1]"), ("sub[1]", "b"), ("b", "c"),
-                                ("c", "sub[1][end]"), ("sub[1][end]", "d"),
-                                ("d", "f[0][end]")])
+    assert _edges(c) == sorted(
+        [
+            ("f[0]", "a"),
+            ("a", "sub[1]"),
+            ("sub[1]", "b"),
+            ("b", "c"),
+            ("c", "sub[1][end]"),
+            ("sub[1][end]", "d"),
+            ("d", "f[0][end]"),
+        ]
+    )
     assert c.flow_atoms("sub[1]") == ("b", "c")
     assert c.flow_atoms("f[0]") == ("a", "b", "c", "d")
     assert c.flow_nodes() == ("f[0]", "sub[1]")
@@ -93,10 +102,17 @@ def test_subflows_link_through_their_ends():
 def test_unordered_shape_and_empty_flow():
     f = uf.Flow("u").add(_task("a"), _task("b"), lf.Flow("empty"))
     c = _compile(f)
-    assert _edges(c) == sorted([("u[0]", "a"), ("u[0]", "b"), ("u[0]", "empty[1]"),
-                                ("a", "u[0][end]"), ("b", "u[0][end]"),
-                                ("empty[1]", "empty[1][end]"),
-                                ("empty[1][end]", "u[0][end]")])
+    assert _edges(c) == sorted(
+        [
+            ("u[0]", "a"),
+            ("u[0]", "b"),
+            ("u[0]", "empty[1]"),
+            ("a", "u[0][end]"),
+            ("b", "u[0][end]"),
+            ("empty[1]", "empty[1][end]"),
+            ("empty[1][end]", "u[0][end]"),
+        ]
+    )
 
 
 def test_flow_node_names_avoid_atom_names():
@@ -141,17 +157,32 @@ def test_graph_links_keep_deciders():
     f.link(sub, d)
     c = _compile(f)
     g = c.execution_graph
-    assert g.edges["a", "b"] == {"invariant": False, "decider": decide,
-                                 "decider_depth": deciders.Depth.ALL}
+    assert g.edges["a", "b"] == {
+        "invariant": False,
+        "decider": decide,
+        "decider_depth": deciders.Depth.ALL,
+    }
     assert g.edges["b", "sub[1]"]["decider_depth"] is deciders.Depth.FLOW
-    assert g.edges["sub[1][end]", "d"] == {"invariant": False, "decider": None,
-                                           "decider_depth": None}
-    assert _edges(c) == sorted([("g[0]", "a"), ("a", "b"), ("b", "sub[1]"),
-                                ("sub[1]", "c"), ("c", "sub[1][end]"),
-                                ("sub[1][end]", "d"), ("d", "g[0][end]")])
+    assert g.edges["sub[1][end]", "d"] == {
+        "invariant": False,
+        "decider": None,
+        "decider_depth": None,
+    }
+    assert _edges(c) == sorted(
+        [
+            ("g[0]", "a"),
+            ("a", "b"),
+            ("b", "sub[1]"),
+            ("sub[1]", "c"),
+            ("c", "sub[1][end]"),
+            ("sub[1][end]", "d"),
+            ("d", "g[0][end]"),
+        ]
+    )
 
 
 # -- errors -----------------------------------------------------------------
+
 
 def test_duplicate_names_are_listed():
     f = lf.Flow("f").add(_task("a"), _task("b"), lf.Flow("s").add(_task("a"), _task("b")))
@@ -245,10 +276,13 @@ def test_compile_is_cached():
 
 # -- scoping -----------------------------------------------------------------
 
+
 def test_linear_latest_provider_first():
-    f = lf.Flow("root").add(_task("customer", provides="dog"),
-                            _task("customer2", provides="dog"),
-                            _task("washer", requires="dog"))
+    f = lf.Flow("root").add(
+        _task("customer", provides="dog"),
+        _task("customer2", provides="dog"),
+        _task("washer", requires="dog"),
+    )
     c = _compile(f)
     assert c.providers("washer", "dog") == ("customer2", "customer")
     assert c.ambiguities() == ()
@@ -265,8 +299,9 @@ def test_atom_never_provides_to_itself():
 
 def test_nested_levels_nearest_first():
     sub = lf.Flow("sub").add(_task("s1", provides="x"), _task("s2", requires="x"))
-    f = lf.Flow("root").add(_task("r1", provides="x"), _task("r2", provides="x"), sub,
-                            _task("r3", requires="x"))
+    f = lf.Flow("root").add(
+        _task("r1", provides="x"), _task("r2", provides="x"), sub, _task("r3", requires="x")
+    )
     c = _compile(f)
     assert c.providers("s2", "x") == ("s1", "r2", "r1")
     # After the subflow, its providers are the latest ones.
@@ -287,8 +322,10 @@ def test_unordered_siblings_do_not_see_each_other():
     assert c.providers("b", "x") == ()
     assert c.unresolved("b") == {"x"}
     # revert(**kwargs) takes the same requirements as execute (TaskFlow's rule).
-    assert list(c.iter_unresolved()) == [("b", "execute", frozenset({"x"})),
-                                         ("b", "revert", frozenset({"x"}))]
+    assert list(c.iter_unresolved()) == [
+        ("b", "execute", frozenset({"x"})),
+        ("b", "revert", frozenset({"x"})),
+    ]
 
 
 def test_graph_scope_only_ancestors():
@@ -361,8 +398,9 @@ def test_nearer_level_hides_outer_ambiguity():
 
 def test_retry_provides_to_its_flow_and_is_farthest():
     r = retry.ForEach([1, 2], name="r", provides="x")
-    inner = lf.Flow("inner", r).add(_task("a", requires="x"), _task("b", provides="x"),
-                                    _task("c", requires="x"))
+    inner = lf.Flow("inner", r).add(
+        _task("a", requires="x"), _task("b", provides="x"), _task("c", requires="x")
+    )
     c = _compile(lf.Flow("root").add(_task("outer", provides="x"), inner))
     assert c.providers("a", "x") == ("r", "outer")
     assert c.providers("c", "x") == ("b", "r", "outer")
@@ -381,8 +419,7 @@ def test_optional_and_injected_arguments():
     c = _compile(lf.Flow("f").add(t))
     assert c.unresolved("t") == {"a"}
     plan = c.argument_plan("t")
-    assert [(s.name, s.symbol, s.optional) for s in plan] == [("a", "a", False),
-                                                              ("b", "b", True)]
+    assert [(s.name, s.symbol, s.optional) for s in plan] == [("a", "a", False), ("b", "b", True)]
     t2 = _Optional(name="t2", inject={"a": 5})
     c = _compile(lf.Flow("f").add(t2))
     assert c.unresolved("t2") == frozenset()
@@ -424,6 +461,7 @@ def test_random_graph_scopes_match_ancestors():
 
 # -- speed (printed, not asserted: wall clock varies too much) ----------------
 
+
 def _random_graph_flow(n, seed):
     rnd = random.Random(seed)
     tasks = []
@@ -438,10 +476,14 @@ def test_compile_timings(capsys):
     flows = {
         "graph flow, 2000 tasks, random deps": _random_graph_flow(2000, 42),
         "linear flow, 1000 tasks": lf.Flow("l").add(
-            *[_task(f"t{i}", provides=f"v{i}", requires=[f"v{i - 1}"] if i else [])
-              for i in range(1000)]),
+            *[
+                _task(f"t{i}", provides=f"v{i}", requires=[f"v{i - 1}"] if i else [])
+                for i in range(1000)
+            ]
+        ),
         "linear flow, 1000 tasks, one shared symbol": lf.Flow("s").add(
-            *[_task(f"t{i}", provides="x", requires=["x"] if i else []) for i in range(1000)]),
+            *[_task(f"t{i}", provides="x", requires=["x"] if i else []) for i in range(1000)]
+        ),
     }
     with capsys.disabled():
         print()
@@ -455,6 +497,7 @@ def test_compile_timings(capsys):
 
 # -- scope levels (what storage walks for arbitrary lookups) -----------------
 
+
 def test_scope_levels_linear_nested():
     r1, r2, r3 = _task("root.1"), _task("root.2"), _task("root.3")
     sub = lf.Flow("subroot").add(_task("subroot.1"), _task("subroot.2"))
@@ -463,8 +506,7 @@ def test_scope_levels_linear_nested():
     assert c.scope_for("root.1") == ()
     assert c.scope_for("root.3") == (("root.2", "root.1"),)
     assert c.scope_for("subroot.1") == ((), ("root.3", "root.2", "root.1"))
-    assert c.scope_for("root.4") == (("subroot.2", "subroot.1", "root.3", "root.2",
-                                      "root.1"),)
+    assert c.scope_for("root.4") == (("subroot.2", "subroot.1", "root.3", "root.2", "root.1"),)
 
 
 def test_scope_levels_graph_and_mixed():

@@ -37,8 +37,11 @@ def test_chain_becomes_ready_one_by_one():
 
 def test_flow_nodes_pass_status_through():
     # x, y -> flow end -> flow start -> z
-    a = _analyzer([("x", "end"), ("y", "end"), ("end", "start"), ("start", "z")],
-                  ["x", "y", "z"], flows=["end", "start"])
+    a = _analyzer(
+        [("x", "end"), ("y", "end"), ("end", "start"), ("start", "z")],
+        ["x", "y", "z"],
+        flows=["end", "start"],
+    )
     a.update("x", st.SUCCESS)
     assert "z" not in _ready(a)
     a.update("y", st.IGNORE, st.IGNORE)

@@ -11,12 +11,28 @@ from flowengine.engines.action_engine import builder
 
 def test_transition_table_lists_every_transition():
     table = builder.transition_table()
-    for event in (builder.START, builder.SCHEDULE, builder.WAIT, builder.ANALYZE,
-                  builder.FINISH, builder.SUCCESS, builder.REVERTED,
-                  builder.SUSPENDED, builder.FAILED):
+    for event in (
+        builder.START,
+        builder.SCHEDULE,
+        builder.WAIT,
+        builder.ANALYZE,
+        builder.FINISH,
+        builder.SUCCESS,
+        builder.REVERTED,
+        builder.SUSPENDED,
+        builder.FAILED,
+    ):
         assert event in table
-    for state in (states.RESUMING, states.SCHEDULING, states.WAITING, states.ANALYZING,
-                  states.SUCCESS, states.REVERTED, states.SUSPENDED, states.FAILURE):
+    for state in (
+        states.RESUMING,
+        states.SCHEDULING,
+        states.WAITING,
+        states.ANALYZING,
+        states.SUCCESS,
+        states.REVERTED,
+        states.SUSPENDED,
+        states.FAILURE,
+    ):
         assert state in table
 
 
@@ -41,9 +57,14 @@ def test_statistics_have_taskflows_keys_with_seconds_per_state():
     engine = flowengine.engines.load(linear_flow.Flow("f").add(One("a"), One("b")))
     engine.run()
     stats = engine.statistics
-    assert {"active_for", "awaiting", "completed", "discarded_failures", "incomplete",
-            "seconds_per_state"} <= set(stats)
-    assert set(stats["seconds_per_state"]) == {"analyzing", "resuming", "scheduling",
-                                               "waiting"}
+    assert {
+        "active_for",
+        "awaiting",
+        "completed",
+        "discarded_failures",
+        "incomplete",
+        "seconds_per_state",
+    } <= set(stats)
+    assert set(stats["seconds_per_state"]) == {"analyzing", "resuming", "scheduling", "waiting"}
     assert all(s >= 0 for s in stats["seconds_per_state"].values())
     assert stats["completed"] == 2

@@ -32,14 +32,20 @@ class Broken(task.Task):
         raise ValueError("broken")
 
 
-@pytest.fixture(params=["serial", "threads",
-                        # a process pool: out of the fast tier (tests/fast_tier.py)
-                        pytest.param("processes", marks=pytest.mark.broker)])
+@pytest.fixture(
+    params=[
+        "serial",
+        "threads",
+        # a process pool: out of the fast tier (tests/fast_tier.py)
+        pytest.param("processes", marks=pytest.mark.broker),
+    ]
+)
 def executor(request):
-    chosen = {"serial": ex.SerialTaskExecutor,
-              "threads": lambda: ex.ParallelThreadTaskExecutor(max_workers=2),
-              "processes": lambda: pe.ParallelProcessTaskExecutor(max_workers=1),
-              }[request.param]()
+    chosen = {
+        "serial": ex.SerialTaskExecutor,
+        "threads": lambda: ex.ParallelThreadTaskExecutor(max_workers=2),
+        "processes": lambda: pe.ParallelProcessTaskExecutor(max_workers=1),
+    }[request.param]()
     chosen.start()
     yield chosen
     chosen.stop()
@@ -47,8 +53,12 @@ def executor(request):
 
 def test_execute_resolves_to_executed_result(executor):
     events = []
-    fut = executor.execute_task(Doubler("d"), "uuid-1", {"x": 3},
-                                progress_callback=lambda e, details: events.append((e, details)))
+    fut = executor.execute_task(
+        Doubler("d"),
+        "uuid-1",
+        {"x": 3},
+        progress_callback=lambda e, details: events.append((e, details)),
+    )
     assert fut.result(timeout=WAIT_S) == (ex.EXECUTED, 6)
     assert events == [(ex.EVENT_UPDATE_PROGRESS, {"progress": 0.5})]
 
@@ -127,7 +137,6 @@ def test_completed_future_behaves_as_a_resolved_future():
     done, not_done = cf.wait([fut, other, pending], timeout=0)
     assert done == {fut, other} and not_done == {pending}
     threading.Thread(target=pending.set_result, args=[("executed", 2)]).start()
-    done, not_done = cf.wait([fut, other, pending], return_when=cf.ALL_COMPLETED,
-                             timeout=WAIT_S)
+    done, not_done = cf.wait([fut, other, pending], return_when=cf.ALL_COMPLETED, timeout=WAIT_S)
     assert not not_done
     assert {f.result()[1] for f in cf.as_completed([fut, other, pending])} == {42, 1, 2}

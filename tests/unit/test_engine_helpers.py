@@ -26,12 +26,15 @@ def make_flow(suffix="", provides="out"):
     return lf.Flow("factory-flow" + suffix).add(Echo("echo", provides=provides))
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("default", ae.SerialActionEngine),
-    ("serial", ae.SerialActionEngine),
-    ("parallel", ae.ParallelActionEngine),
-    ("parallel://?max_workers=2", ae.ParallelActionEngine),
-])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("default", ae.SerialActionEngine),
+        ("serial", ae.SerialActionEngine),
+        ("parallel", ae.ParallelActionEngine),
+        ("parallel://?max_workers=2", ae.ParallelActionEngine),
+    ],
+)
 def test_engine_lookup_by_name(name, cls):
     engine = engines.load(make_flow(), engine=name)
     assert type(engine) is cls
@@ -71,11 +74,19 @@ def test_local_engines_do_not_import_kombu():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    code = ("import sys; from flowengine import engines; from flowengine.patterns import "
-            "linear_flow as lf; engines.run(lf.Flow('f'), engine='parallel'); "
-            "print('kombu' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60, env=env)
+    code = (
+        "import sys; from flowengine import engines; from flowengine.patterns import "
+        "linear_flow as lf; engines.run(lf.Flow('f'), engine='parallel'); "
+        "print('kombu' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
     assert out.stdout.strip() == "False"
 
 
@@ -100,12 +111,19 @@ def test_load_with_backend_config_and_book():
 
 def test_load_from_factory_and_resume_from_detail():
     backend = impl_memory.MemoryBackend()
-    engine = engines.load_from_factory(make_flow, factory_args=["-x"],
-                                       factory_kwargs={"provides": "o"},
-                                       store={"value": 5}, backend=backend)
+    engine = engines.load_from_factory(
+        make_flow,
+        factory_args=["-x"],
+        factory_kwargs={"provides": "o"},
+        store={"value": 5},
+        backend=backend,
+    )
     flow_detail = _flow_detail_of(engine, backend)
     assert flow_detail.meta["factory"] == {
-        "name": f"{__name__}.make_flow", "args": ["-x"], "kwargs": {"provides": "o"}}
+        "name": f"{__name__}.make_flow",
+        "args": ["-x"],
+        "kwargs": {"provides": "o"},
+    }
     flow = engines.flow_from_detail(flow_detail)
     assert flow.name == "factory-flow-x"
     engine2 = engines.load_from_detail(flow_detail, store={"value": 6}, backend=backend)

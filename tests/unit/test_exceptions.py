@@ -15,10 +15,19 @@ def _failure(error):
 
 def test_root_alias_catches_every_library_error():
     # Given TaskFlow programs catch TaskFlowException
-    for cls in (exc.StorageFailure, exc.RequestTimeout, exc.InvalidState,
-                exc.AmbiguousDependency, exc.CompilationFailure, exc.Duplicate,
-                exc.InvalidFormat, exc.UnknownTask, exc.SerializationFailure,
-                exc.ResultMismatch, exc.DisallowedAccess):
+    for cls in (
+        exc.StorageFailure,
+        exc.RequestTimeout,
+        exc.InvalidState,
+        exc.AmbiguousDependency,
+        exc.CompilationFailure,
+        exc.Duplicate,
+        exc.InvalidFormat,
+        exc.UnknownTask,
+        exc.SerializationFailure,
+        exc.ResultMismatch,
+        exc.DisallowedAccess,
+    ):
         # Then every library error is one
         assert issubclass(cls, exc.TaskFlowException)
         assert issubclass(cls, exc.FlowEngineError)
@@ -56,8 +65,9 @@ def test_missing_dependencies_message_and_attrs():
     e = exc.MissingDependencies("my-task", ["a", "b"])
     assert e.who == "my-task"
     assert e.missing_requirements == ["a", "b"]
-    assert str(e) == ("'my-task' requires ['a', 'b'] but no other entity produces"
-                      " said requirements")
+    assert str(e) == (
+        "'my-task' requires ['a', 'b'] but no other entity produces said requirements"
+    )
     m = exc.MissingDependencies("t", ["x"], method="revert")
     assert str(m).startswith("'revert' method on 't' requires ['x']")
 

@@ -50,8 +50,14 @@ def test_base_exception_only_types_are_refused_as_taskflow_does():
     with pytest.raises(TypeError, match="Invalid exception type"):
         capture(KeyboardInterrupt())
     # Received ones (from older senders) still validate.
-    Failure.validate({"exception_str": "", "traceback_str": "", "version": 1,
-                      "exc_type_names": ["KeyboardInterrupt", "BaseException"]})
+    Failure.validate(
+        {
+            "exception_str": "",
+            "traceback_str": "",
+            "version": 1,
+            "exc_type_names": ["KeyboardInterrupt", "BaseException"],
+        }
+    )
 
 
 def test_no_active_exception_is_a_type_error():
@@ -185,8 +191,9 @@ def test_validate_accepts_good_and_names_problems():
         Failure.validate({"exception_str": 1, "traceback_str": "", "exc_type_names": ["E"]})
     assert "exception_str" in str(info.value)
     with pytest.raises(exc.InvalidFormat) as info:
-        Failure.validate({"exception_str": "x", "traceback_str": "",
-                          "exc_type_names": ["Foo", "Bar"]})
+        Failure.validate(
+            {"exception_str": "x", "traceback_str": "", "exc_type_names": ["Foo", "Bar"]}
+        )
     assert "'Bar' is not one of those types" in str(info.value)
     nested_bad = capture(RuntimeError("x")).to_dict()
     nested_bad["causes"] = [{"exception_str": "y"}]

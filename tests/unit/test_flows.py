@@ -35,9 +35,11 @@ def _retry(name=None, provides=None, requires=None):
 
 # -- common behaviour ------------------------------------------------------
 
-@pytest.mark.parametrize("cls, label", [(lf.Flow, "linear_flow.Flow"),
-                                        (uf.Flow, "unordered_flow.Flow"),
-                                        (gf.Flow, "graph_flow.Flow")])
+
+@pytest.mark.parametrize(
+    "cls, label",
+    [(lf.Flow, "linear_flow.Flow"), (uf.Flow, "unordered_flow.Flow"), (gf.Flow, "graph_flow.Flow")],
+)
 def test_str_and_empty(cls, label):
     f = cls("test")
     assert str(f) == f'"{label}: test(len=0)"'
@@ -109,17 +111,18 @@ def test_iter_nodes_metadata_is_empty(cls):
 
 # -- linear ----------------------------------------------------------------
 
+
 def test_linear_links_in_insertion_order():
     t1, t2, t3 = _task("t1"), _task("t2"), _task("t3")
     f = lf.Flow("test").add(t1, t2).add(t3)
     assert list(f) == [t1, t2, t3]
-    assert list(f.iter_links()) == [(t1, t2, {"invariant": True}),
-                                    (t2, t3, {"invariant": True})]
+    assert list(f.iter_links()) == [(t1, t2, {"invariant": True}), (t2, t3, {"invariant": True})]
 
 
 def test_linear_requires_only_unsatisfied():
-    f = lf.Flow("test").add(_task("a", requires=["x"], provides=["b", "c"]),
-                            _task("b", requires=["b"], provides=["d"]))
+    f = lf.Flow("test").add(
+        _task("a", requires=["x"], provides=["b", "c"]), _task("b", requires=["b"], provides=["d"])
+    )
     assert f.requires == {"x"}
     assert f.provides == {"b", "c", "d"}
 
@@ -131,14 +134,14 @@ def test_linear_requires_earlier_consumer_is_not_satisfied_by_later_provider():
 
 def test_nested_flow_requires_and_provides():
     inner = lf.Flow("inner").add(_task("a", requires=["x"], provides=["y"]))
-    outer = lf.Flow("outer").add(_task("p", provides=["x"]), inner,
-                                 _task("c", requires=["y", "z"]))
+    outer = lf.Flow("outer").add(_task("p", provides=["x"]), inner, _task("c", requires=["y", "z"]))
     assert inner.requires == {"x"}
     assert outer.requires == {"z"}
     assert outer.provides == {"x", "y"}
 
 
 # -- unordered -------------------------------------------------------------
+
 
 def test_unordered_children_do_not_satisfy_each_other():
     f = uf.Flow("test").add(_task("b", requires=["a"])).add(_task("a", provides=["a"]))
@@ -150,14 +153,14 @@ def test_unordered_children_do_not_satisfy_each_other():
 
 # -- graph -----------------------------------------------------------------
 
+
 def test_graph_infers_links_from_symbols():
     t1 = _task("t1", provides=["a", "b"])
     t2 = _task("t2", provides=["c"], requires=["a", "b"])
     t3 = _task("t3", requires=["c"])
     f = gf.Flow("test").add(t3, t2, t1)
     links = {(u.name, v.name): meta for u, v, meta in f.iter_links()}
-    assert links == {("t1", "t2"): {LINK_REASONS: {"a", "b"}},
-                     ("t2", "t3"): {LINK_REASONS: {"c"}}}
+    assert links == {("t1", "t2"): {LINK_REASONS: {"a", "b"}}, ("t2", "t3"): {LINK_REASONS: {"c"}}}
     assert [n.name for n in f] == ["t1", "t2", "t3"]
     assert f.requires == set()
 
@@ -300,8 +303,10 @@ def test_graph_subflows_are_nodes():
 
 def test_graph_iteration_is_topological():
     rnd = random.Random(7)
-    tasks = [_task(f"t{i}", provides=[f"v{i}"],
-                   requires=[f"v{rnd.randrange(i)}"] if i else []) for i in range(60)]
+    tasks = [
+        _task(f"t{i}", provides=[f"v{i}"], requires=[f"v{rnd.randrange(i)}"] if i else [])
+        for i in range(60)
+    ]
     rnd.shuffle(tasks)
     f = gf.Flow("g")
     for t in tasks:
@@ -314,10 +319,15 @@ def test_graph_iteration_is_topological():
 
 # -- targeted --------------------------------------------------------------
 
+
 def _targeted():
     f = gf.TargetedFlow("test")
-    ts = [_task("t1", provides=["a"]), _task("t2", provides=["b"], requires=["a"]),
-          _task("t3", requires=["b"]), _task("t4", provides=["c"], requires=["b"])]
+    ts = [
+        _task("t1", provides=["a"]),
+        _task("t2", provides=["b"], requires=["a"]),
+        _task("t3", requires=["b"]),
+        _task("t4", provides=["c"], requires=["b"]),
+    ]
     f.add(*ts)
     return f, ts
 
@@ -355,6 +365,7 @@ def test_targeted_recaches_on_add_and_link():
 
 # -- the incremental DAG -----------------------------------------------------
 
+
 def test_ordered_dag_matches_networkx_on_random_edges():
     rnd = random.Random(3)
     dag, ref = OrderedDAG(), nx.DiGraph()
@@ -372,8 +383,7 @@ def test_ordered_dag_matches_networkx_on_random_edges():
             ref.remove_edge(u, v)
             cycle = err.cycle
             assert cycle[0] == cycle[-1]
-            assert all(ref.has_edge(a, b) or (a, b) == (u, v)
-                       for a, b in zip(cycle, cycle[1:]))
+            assert all(ref.has_edge(a, b) or (a, b) == (u, v) for a, b in zip(cycle, cycle[1:]))
         else:
             assert acyclic
         order = {n: i for i, n in enumerate(dag.topological())}
@@ -385,11 +395,9 @@ def test_links_beyond_reasons_leave_out_reason_only_metadata():
     t1, t2, t3 = _task("t1", provides="a"), _task("t2", requires=["a"]), _task("t3")
     f = gf.Flow("f").add(t1, t2, t3)
     f.link(t2, t3)
-    assert list(f.iter_links_beyond_reasons()) == [(t1, t2, None),
-                                                   (t2, t3, {LINK_MANUAL: True})]
+    assert list(f.iter_links_beyond_reasons()) == [(t1, t2, None), (t2, t3, {LINK_MANUAL: True})]
     # iter_links still gives every link its metadata.
-    assert list(f.iter_links()) == [(t1, t2, {LINK_REASONS: {"a"}}),
-                                    (t2, t3, {LINK_MANUAL: True})]
+    assert list(f.iter_links()) == [(t1, t2, {LINK_REASONS: {"a"}}), (t2, t3, {LINK_MANUAL: True})]
     # Patterns that do not store links compactly give what iter_links gives.
     lin = lf.Flow("l").add(_task("x"), _task("y"))
     assert list(lin.iter_links_beyond_reasons()) == list(lin.iter_links())

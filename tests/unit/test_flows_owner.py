@@ -16,8 +16,13 @@ def test_this_process_is_alive():
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_process_that_exited_is_dead():
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, timeout=60, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     record = dict(process_owner.this_process(), pid=int(proc.stdout))
     assert process_owner.is_alive(record) is False
 

@@ -35,10 +35,14 @@ _DRAW = textwrap.dedent("""
 
 
 def _dot(hash_seed: str) -> str:
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    proc = subprocess.run([sys.executable, "-c", _DRAW], capture_output=True, text=True,
-                          env=env, timeout=60, cwd=ROOT)
+    env = dict(
+        os.environ,
+        PYTHONHASHSEED=hash_seed,
+        PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRAW], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -30,8 +30,9 @@ def test_conf_from_url_reads_hosts_path_and_options():
         kazoo_utils.conf_from_url("redis://x")
 
 
-@pytest.mark.parametrize("hosts, expected", [
-    (["h1:1", "h2:2"], "h1:1,h2:2"), ({"h1": 1}, "h1:1"), (" h:3 ", "h:3")])
+@pytest.mark.parametrize(
+    "hosts, expected", [(["h1:1", "h2:2"], "h1:1,h2:2"), ({"h1": 1}, "h1:1"), (" h:3 ", "h:3")]
+)
 def test_make_client_accepts_taskflows_host_forms(hosts, expected):
     assert kazoo_utils.parse_hosts(hosts) == expected
     client = kazoo_utils.make_client({"hosts": hosts, "use_ssl": "false"})
@@ -49,8 +50,9 @@ def test_checked_commit_raises_with_the_failed_operation(client):
     txn = client.transaction()
     txn.create(f"{path}/a", b"1")
     txn.check(path, 42)  # wrong version: the whole transaction is rolled back
-    with pytest.raises(kazoo_utils.KazooTransactionException,
-                       match="BadVersionError@CheckVersion") as info:
+    with pytest.raises(
+        kazoo_utils.KazooTransactionException, match="BadVersionError@CheckVersion"
+    ) as info:
         kazoo_utils.checked_commit(txn)
     assert len(info.value.failures) >= 1
     assert client.exists(f"{path}/a") is None

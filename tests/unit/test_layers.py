@@ -46,8 +46,11 @@ def test_utils_modules_import_only_utils_and_exceptions():
     assert modules
     # When their flowengine imports are collected
     upward = {
-        p.name: sorted(m for m in _flowengine_imports(p.read_text(encoding="utf-8"))
-                       if not m.startswith(ALLOWED_PREFIXES))
+        p.name: sorted(
+            m
+            for m in _flowengine_imports(p.read_text(encoding="utf-8"))
+            if not m.startswith(ALLOWED_PREFIXES)
+        )
         for p in modules
     }
     # Then none reaches above the utils layer

@@ -53,8 +53,9 @@ class FakeStorage:
         except KeyError:
             raise exc.NotFound(f"no atom {name}")
 
-    def fetch_mapped_args(self, rebind: dict, atom_name: str | None = None,
-                          optional_args: object = None) -> dict:
+    def fetch_mapped_args(
+        self, rebind: dict, atom_name: str | None = None, optional_args: object = None
+    ) -> dict:
         return {arg: self.results.get(symbol) for arg, symbol in rebind.items()}
 
     def get_execute_result(self, name: str) -> object:
@@ -88,8 +89,9 @@ def task_event(engine: FakeEngine, state: str, old: str, name: str = "t", **extr
 
 
 def retry_event(engine: FakeEngine, state: str, old: str, name: str = "r") -> None:
-    engine.atom_notifier.notify(state, {"retry_name": name, "retry_uuid": f"{name}-uuid",
-                                        "old_state": old})
+    engine.atom_notifier.notify(
+        state, {"retry_name": name, "retry_uuid": f"{name}-uuid", "old_state": old}
+    )
 
 
 def success_run(engine: FakeEngine) -> None:
@@ -162,8 +164,9 @@ def test_task_and_retry_events_reach_their_own_receiver():
 
 def test_listen_for_selects_states_and_empty_means_nothing():
     engine = FakeEngine()
-    with Recorder(engine, task_listen_for=[states.SUCCESS], flow_listen_for=None,
-                  retry_listen_for=()) as listener:
+    with Recorder(
+        engine, task_listen_for=[states.SUCCESS], flow_listen_for=None, retry_listen_for=()
+    ) as listener:
         assert registered_count(engine) == 1
         success_run(engine)
         retry_event(engine, states.SUCCESS, states.RUNNING)
@@ -174,8 +177,10 @@ def test_progress_events_only_reach_listeners_that_ask_for_them():
     # TaskFlow never routes progress through the atom notifier: listening for
     # everything must not surface it; naming the event explicitly does.
     engine = FakeEngine()
-    with Recorder(engine) as everything, \
-            Recorder(engine, task_listen_for=["update_progress"]) as progress:
+    with (
+        Recorder(engine) as everything,
+        Recorder(engine, task_listen_for=["update_progress"]) as progress,
+    ):
         task_event(engine, "update_progress", states.RUNNING, progress=0.5)
         task_event(engine, states.SUCCESS, states.RUNNING, result=1)
     assert everything.seen == [("task", "SUCCESS")]
@@ -230,9 +235,11 @@ def test_printing_listener_prints_failure_traceback_to_stderr(capsys):
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
-    assert lines[0] == (f"{ENGINE_TEXT} has moved task 't' (t-uuid) into state 'FAILURE'"
-                        " from state 'RUNNING' with result 'Failure: RuntimeError: Woot!'"
-                        " (failure=True)")
+    assert lines[0] == (
+        f"{ENGINE_TEXT} has moved task 't' (t-uuid) into state 'FAILURE'"
+        " from state 'RUNNING' with result 'Failure: RuntimeError: Woot!'"
+        " (failure=True)"
+    )
     assert lines[1] == "Traceback (most recent call last):"
     assert lines[-1] == "RuntimeError: Woot!"
 
@@ -273,8 +280,11 @@ def test_dynamic_logging_success_run(caplog):
     assert records == [
         (logging.DEBUG, "Flow 'f' (f-uuid) transitioned into state 'RUNNING' from state 'PENDING'"),
         (logging.DEBUG, "Task 't' (t-uuid) transitioned into state 'RUNNING' from state 'PENDING'"),
-        (logging.DEBUG, "Task 't' (t-uuid) transitioned into state 'SUCCESS' from state 'RUNNING'"
-                        " with result '5'"),
+        (
+            logging.DEBUG,
+            "Task 't' (t-uuid) transitioned into state 'SUCCESS' from state 'RUNNING'"
+            " with result '5'",
+        ),
         (logging.DEBUG, "Flow 'f' (f-uuid) transitioned into state 'SUCCESS' from state 'RUNNING'"),
     ]
 
@@ -289,16 +299,27 @@ def test_dynamic_logging_levels_for_failures_and_reverts(caplog):
 
     records = dynamic_records(caplog, FakeEngine(), emit)
     assert records == [
-        (logging.DEBUG, "Task 't' (t-uuid) transitioned into state 'REVERTING'"
-                        " from state 'FAILURE'"),
-        (logging.WARNING, "Task 't' (t-uuid) transitioned into state 'REVERTED'"
-                          " from state 'REVERTING' with result 'None'"),
-        (logging.WARNING, "Task 't' (t-uuid) transitioned into state 'RETRYING'"
-                          " from state 'REVERTED'"),
-        (logging.WARNING, "Flow 'f' (f-uuid) transitioned into state 'REVERTED'"
-                          " from state 'RUNNING'"),
-        (logging.WARNING, "Flow 'f' (f-uuid) transitioned into state 'FAILURE'"
-                          " from state 'RUNNING'"),
+        (
+            logging.DEBUG,
+            "Task 't' (t-uuid) transitioned into state 'REVERTING' from state 'FAILURE'",
+        ),
+        (
+            logging.WARNING,
+            "Task 't' (t-uuid) transitioned into state 'REVERTED'"
+            " from state 'REVERTING' with result 'None'",
+        ),
+        (
+            logging.WARNING,
+            "Task 't' (t-uuid) transitioned into state 'RETRYING' from state 'REVERTED'",
+        ),
+        (
+            logging.WARNING,
+            "Flow 'f' (f-uuid) transitioned into state 'REVERTED' from state 'RUNNING'",
+        ),
+        (
+            logging.WARNING,
+            "Flow 'f' (f-uuid) transitioned into state 'FAILURE' from state 'RUNNING'",
+        ),
     ]
 
 
@@ -309,8 +330,10 @@ def test_dynamic_logging_hides_results_when_debug_is_off(caplog):
 
     records = dynamic_records(caplog, FakeEngine(), emit, level=logging.INFO)
     assert records == [
-        (logging.WARNING, "Task 't' (t-uuid) transitioned into state 'REVERTED'"
-                          " from state 'REVERTING'"),
+        (
+            logging.WARNING,
+            "Task 't' (t-uuid) transitioned into state 'REVERTED' from state 'REVERTING'",
+        ),
     ]
 
 
@@ -329,8 +352,12 @@ def test_dynamic_logging_hide_inputs_outputs_of(caplog):
 
 def test_dynamic_logging_custom_levels(caplog):
     records = dynamic_records(
-        caplog, FakeEngine(), lambda e: flow_event(e, states.FAILURE, states.RUNNING),
-        failure_level=logging.ERROR, level=logging.INFO)
+        caplog,
+        FakeEngine(),
+        lambda e: flow_event(e, states.FAILURE, states.RUNNING),
+        failure_level=logging.ERROR,
+        level=logging.INFO,
+    )
     assert [lvl for lvl, _ in records] == [logging.ERROR]
 
 
@@ -342,8 +369,9 @@ def test_dynamic_logging_failure_without_compilation_logs_traceback(caplog):
             task_event(engine, states.FAILURE, states.RUNNING, result=fail)
     (record,) = caplog.records
     assert record.levelno == logging.WARNING
-    assert record.getMessage() == ("Task 't' (t-uuid) transitioned into state 'FAILURE'"
-                                   " from state 'RUNNING'")
+    assert record.getMessage() == (
+        "Task 't' (t-uuid) transitioned into state 'FAILURE' from state 'RUNNING'"
+    )
     assert record.exc_info[1] is fail.exception
 
 
@@ -358,7 +386,10 @@ def test_dynamic_logging_remote_failure_logs_its_text(caplog):
     assert not record.exc_info
     assert record.getMessage() == (
         "Task 't' (t-uuid) transitioned into state 'FAILURE' from state 'RUNNING'"
-        + os.linesep + remote.pformat(traceback=True) + os.linesep)
+        + os.linesep
+        + remote.pformat(traceback=True)
+        + os.linesep
+    )
 
 
 def test_dynamic_logging_skips_failure_formatting_when_disabled(caplog):
@@ -478,8 +509,10 @@ def test_dynamic_logging_failure_with_predecessors(caplog):
     lines = record.getMessage().split(os.linesep)
     assert lines[0] == "Task 'd' (d-uuid) transitioned into state 'FAILURE' from state 'RUNNING'"
     assert lines[1] == "4 predecessors (most recent first):"
-    assert lines[2] == ("  Atom 'c' {'intention': 'EXECUTE', 'state': 'SUCCESS',"
-                        " 'requires': {'x': 1}, 'provides': 3}")
+    assert lines[2] == (
+        "  Atom 'c' {'intention': 'EXECUTE', 'state': 'SUCCESS',"
+        " 'requires': {'x': 1}, 'provides': 3}"
+    )
     assert lines[-1] == "        |__Flow 'f'"
     assert record.exc_info[1] is fail.exception
 
@@ -493,18 +526,26 @@ def test_capture_listener_records_kind_state_details():
         success_run(engine)
         retry_event(engine, states.RUNNING, states.PENDING)
     assert [(kind, state) for kind, state, _ in capture.values] == [
-        ("flow", "RUNNING"), ("task", "RUNNING"), ("task", "SUCCESS"), ("flow", "SUCCESS"),
+        ("flow", "RUNNING"),
+        ("task", "RUNNING"),
+        ("task", "SUCCESS"),
+        ("flow", "SUCCESS"),
         ("retry", "RUNNING"),
     ]
-    assert capture.values[2][2] == {"task_name": "t", "task_uuid": "t-uuid",
-                                    "old_state": "RUNNING", "result": 5}
+    assert capture.values[2][2] == {
+        "task_name": "t",
+        "task_uuid": "t-uuid",
+        "old_state": "RUNNING",
+        "result": 5,
+    }
 
 
 def test_capture_listener_skips_and_appends_to_given_values():
     engine = FakeEngine()
     previous = [("old",)]
-    with capturing.CaptureListener(engine, capture_flow=False, skip_tasks=["t"],
-                                   skip_retries=["r"], values=previous) as capture:
+    with capturing.CaptureListener(
+        engine, capture_flow=False, skip_tasks=["t"], skip_retries=["r"], values=previous
+    ) as capture:
         success_run(engine)
         task_event(engine, states.RUNNING, states.PENDING, name="u")
         retry_event(engine, states.RUNNING, states.PENDING, name="r")
@@ -535,8 +576,9 @@ def test_duration_listener_warns_about_unfinished_and_survives_storage_failure(c
             task_event(engine, states.SUCCESS, states.RUNNING, result=1)
             task_event(engine, states.RUNNING, states.PENDING, name="u")
     duration = caplog.records[0].args[0]["duration"]
-    assert caplog.messages[0] == (f"Failure to store duration update {{'duration': {duration!r}}}"
-                                  " for task t")
+    assert caplog.messages[0] == (
+        f"Failure to store duration update {{'duration': {duration!r}}} for task t"
+    )
     assert caplog.messages[1].startswith("1 task(s) did not enter frozenset({")
     assert caplog.messages[1].endswith("}) states")
 
@@ -570,7 +612,6 @@ def test_event_time_listener_stores_timestamps():
     assert set(meta["r"]) == {"RUNNING-timestamp"}
     assert set(engine.storage.flow_meta) == {"RUNNING-timestamp", "SUCCESS-timestamp"}
     assert meta["t"]["RUNNING-timestamp"] <= meta["t"]["SUCCESS-timestamp"]
-
 
 
 # -- against a real serial engine ---------------------------------------------
@@ -643,13 +684,30 @@ def run_engine(engine) -> BaseException | None:
     return None
 
 
-SUCCESS_CAPTURE = ["f.f RUNNING", "a.t RUNNING", "a.t SUCCESS(1)", "b.t RUNNING",
-                   "b.t SUCCESS(2)", "f.f SUCCESS"]
-FAILURE_CAPTURE = ["f.f RUNNING", "a.t RUNNING", "a.t SUCCESS(1)", "b.t RUNNING",
-                   "b.t SUCCESS(2)", "c.t RUNNING",
-                   "c.t FAILURE(Failure: RuntimeError: Woot!)", "c.t REVERTING",
-                   "c.t REVERTED(None)", "b.t REVERTING", "b.t REVERTED(None)",
-                   "a.t REVERTING", "a.t REVERTED(None)", "f.f REVERTED"]
+SUCCESS_CAPTURE = [
+    "f.f RUNNING",
+    "a.t RUNNING",
+    "a.t SUCCESS(1)",
+    "b.t RUNNING",
+    "b.t SUCCESS(2)",
+    "f.f SUCCESS",
+]
+FAILURE_CAPTURE = [
+    "f.f RUNNING",
+    "a.t RUNNING",
+    "a.t SUCCESS(1)",
+    "b.t RUNNING",
+    "b.t SUCCESS(2)",
+    "c.t RUNNING",
+    "c.t FAILURE(Failure: RuntimeError: Woot!)",
+    "c.t REVERTING",
+    "c.t REVERTED(None)",
+    "b.t REVERTING",
+    "b.t REVERTED(None)",
+    "a.t REVERTING",
+    "a.t REVERTED(None)",
+    "f.f REVERTED",
+]
 
 
 @pytest.mark.parametrize("kind", ["serial", "parallel"])
@@ -672,12 +730,23 @@ def test_engine_capture_retry_events():
     with ShortCapture(engine, skip_tasks=["a", "b"]) as capture:
         run_engine(engine)
     assert capture.values == [
-        "f.f RUNNING", "r.r RUNNING", "r.r SUCCESS(1)",
-        "c.t RUNNING", "c.t FAILURE(Failure: RuntimeError: Woot!)",
-        "c.t REVERTING", "c.t REVERTED(None)", "r.r RETRYING", "c.t PENDING",
-        "r.r RUNNING", "r.r SUCCESS(2)",
-        "c.t RUNNING", "c.t FAILURE(Failure: RuntimeError: Woot!)",
-        "c.t REVERTING", "c.t REVERTED(None)", "r.r REVERTING", "r.r REVERTED(None)",
+        "f.f RUNNING",
+        "r.r RUNNING",
+        "r.r SUCCESS(1)",
+        "c.t RUNNING",
+        "c.t FAILURE(Failure: RuntimeError: Woot!)",
+        "c.t REVERTING",
+        "c.t REVERTED(None)",
+        "r.r RETRYING",
+        "c.t PENDING",
+        "r.r RUNNING",
+        "r.r SUCCESS(2)",
+        "c.t RUNNING",
+        "c.t FAILURE(Failure: RuntimeError: Woot!)",
+        "c.t REVERTING",
+        "c.t REVERTED(None)",
+        "r.r REVERTING",
+        "r.r REVERTED(None)",
         "f.f REVERTED",
     ]
 
@@ -693,11 +762,15 @@ def expected_dump_lines(engine, captured: list[str]) -> list[str]:
         if "(" in state:
             state, result = state[:-1].split("(", 1)
         if kind == "f":
-            lines.append(f"{engine} has moved flow '{name}' ({storage.flow_uuid}) into state"
-                         f" '{state}' from state '{FLOW_OLD_STATES[state]}'")
+            lines.append(
+                f"{engine} has moved flow '{name}' ({storage.flow_uuid}) into state"
+                f" '{state}' from state '{FLOW_OLD_STATES[state]}'"
+            )
             continue
-        line = (f"{engine} has moved task '{name}' ({storage.get_atom_uuid(name)}) into"
-                f" state '{state}' from state '{TASK_OLD_STATES[state]}'")
+        line = (
+            f"{engine} has moved task '{name}' ({storage.get_atom_uuid(name)}) into"
+            f" state '{state}' from state '{TASK_OLD_STATES[state]}'"
+        )
         if result is not None:
             line += f" with result '{result}' (failure={result.startswith('Failure')})"
         lines.append(line)
@@ -705,8 +778,13 @@ def expected_dump_lines(engine, captured: list[str]) -> list[str]:
 
 
 FLOW_OLD_STATES = {"RUNNING": "PENDING", "SUCCESS": "RUNNING", "REVERTED": "RUNNING"}
-TASK_OLD_STATES = {"RUNNING": "PENDING", "SUCCESS": "RUNNING", "FAILURE": "RUNNING",
-                   "REVERTING": "FAILURE", "REVERTED": "REVERTING"}
+TASK_OLD_STATES = {
+    "RUNNING": "PENDING",
+    "SUCCESS": "RUNNING",
+    "FAILURE": "RUNNING",
+    "REVERTING": "FAILURE",
+    "REVERTED": "REVERTING",
+}
 
 
 def strip_tracebacks(lines: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -739,9 +817,12 @@ def test_engine_printing_listener_failure(capsys):
     lines = capsys.readouterr().out.splitlines()
     # REVERTING of an atom that succeeded comes from SUCCESS, not FAILURE.
     expected = expected_dump_lines(engine, FAILURE_CAPTURE)
-    expected = [line.replace("'REVERTING' from state 'FAILURE'", "'REVERTING' from state"
-                             " 'SUCCESS'") if ("'a'" in line or "'b'" in line) else line
-                for line in expected]
+    expected = [
+        line.replace("'REVERTING' from state 'FAILURE'", "'REVERTING' from state 'SUCCESS'")
+        if ("'a'" in line or "'b'" in line)
+        else line
+        for line in expected
+    ]
     kept, tracebacks = strip_tracebacks(lines)
     assert kept == expected
     (tb,) = tracebacks
@@ -763,40 +844,50 @@ def test_engine_dynamic_logging_failure_run(caplog):
     with caplog.at_level(logging.DEBUG, logger="flowengine.listeners.logging"):
         with logging_listeners.DynamicLoggingListener(engine):
             run_engine(engine)
-    records = [(r.levelname, r.getMessage(), r.exc_info) for r in caplog.records
-               if r.name == "flowengine.listeners.logging"]
+    records = [
+        (r.levelname, r.getMessage(), r.exc_info)
+        for r in caplog.records
+        if r.name == "flowengine.listeners.logging"
+    ]
     uuid_of = engine.storage.get_atom_uuid
     flow_uuid = engine.storage.flow_uuid
 
     def task_line(name, state, old, result=None):
-        line = (f"Task '{name}' ({uuid_of(name)}) transitioned into state '{state}'"
-                f" from state '{old}'")
+        line = (
+            f"Task '{name}' ({uuid_of(name)}) transitioned into state '{state}' from state '{old}'"
+        )
         return line if result is None else line + f" with result '{result}'"
 
     sep = os.linesep
     assert [(level, msg) for level, msg, _ in records] == [
-        ("DEBUG", f"Flow 'f' ({flow_uuid}) transitioned into state 'RUNNING'"
-                  " from state 'PENDING'"),
+        ("DEBUG", f"Flow 'f' ({flow_uuid}) transitioned into state 'RUNNING' from state 'PENDING'"),
         ("DEBUG", task_line("a", "RUNNING", "PENDING")),
         ("DEBUG", task_line("a", "SUCCESS", "RUNNING", 1)),
         ("DEBUG", task_line("b", "RUNNING", "PENDING")),
         ("DEBUG", task_line("b", "SUCCESS", "RUNNING", 2)),
         ("DEBUG", task_line("c", "RUNNING", "PENDING")),
-        ("WARNING", task_line("c", "FAILURE", "RUNNING") + sep
-         + "3 predecessors (most recent first):" + sep
-         + "  Atom 'b' {'intention': 'EXECUTE', 'state': 'SUCCESS', 'requires': {'a': 1},"
-           " 'provides': 2}" + sep
-         + "  |__Atom 'a' {'intention': 'EXECUTE', 'state': 'SUCCESS', 'requires': {},"
-           " 'provides': 1}" + sep
-         + "     |__Flow 'f'"),
+        (
+            "WARNING",
+            task_line("c", "FAILURE", "RUNNING")
+            + sep
+            + "3 predecessors (most recent first):"
+            + sep
+            + "  Atom 'b' {'intention': 'EXECUTE', 'state': 'SUCCESS', 'requires': {'a': 1},"
+            " 'provides': 2}"
+            + sep
+            + "  |__Atom 'a' {'intention': 'EXECUTE', 'state': 'SUCCESS', 'requires': {},"
+            " 'provides': 1}" + sep + "     |__Flow 'f'",
+        ),
         ("DEBUG", task_line("c", "REVERTING", "FAILURE")),
         ("WARNING", task_line("c", "REVERTED", "REVERTING", None) + " with result 'None'"),
         ("DEBUG", task_line("b", "REVERTING", "SUCCESS")),
         ("WARNING", task_line("b", "REVERTED", "REVERTING") + " with result 'None'"),
         ("DEBUG", task_line("a", "REVERTING", "SUCCESS")),
         ("WARNING", task_line("a", "REVERTED", "REVERTING") + " with result 'None'"),
-        ("WARNING", f"Flow 'f' ({flow_uuid}) transitioned into state 'REVERTED'"
-                    " from state 'RUNNING'"),
+        (
+            "WARNING",
+            f"Flow 'f' ({flow_uuid}) transitioned into state 'REVERTED' from state 'RUNNING'",
+        ),
     ]
     exc_info = records[6][2]
     assert exc_info[0] is RuntimeError and str(exc_info[1]) == "Woot!"
@@ -805,8 +896,10 @@ def test_engine_dynamic_logging_failure_run(caplog):
 def test_engine_duration_and_event_time_listeners_store_metadata():
     engine, flow_detail = load(make_flow(fail=True))
     printed: list[str] = []
-    with timing.PrintingDurationListener(engine, printer=printed.append), \
-            timing.EventTimeListener(engine):
+    with (
+        timing.PrintingDurationListener(engine, printer=printed.append),
+        timing.EventTimeListener(engine),
+    ):
         run_engine(engine)
     for name in ("a", "b", "c"):
         meta = flow_detail.find(engine.storage.get_atom_uuid(name)).meta
@@ -824,8 +917,11 @@ def test_engine_text_is_taskflow_default_repr(capsys):
     with printing.PrintingListener(engine, task_listen_for=()):
         engine.run()
     first = capsys.readouterr().out.splitlines()[0]
-    assert re.match(r"<flowengine\.engines\.action_engine\.engine\.SerialActionEngine"
-                    r" object at 0x[0-9a-f]+> has moved flow 'f' ", first)
+    assert re.match(
+        r"<flowengine\.engines\.action_engine\.engine\.SerialActionEngine"
+        r" object at 0x[0-9a-f]+> has moved flow 'f' ",
+        first,
+    )
 
 
 def test_engine_progress_updates_do_not_show_in_listener_output(capsys):
@@ -838,9 +934,11 @@ def test_engine_progress_updates_do_not_show_in_listener_output(capsys):
             return 1
 
     engine, _ = load(lf.Flow("f").add(Progressing("p")))
-    with printing.PrintingListener(engine), ShortCapture(engine) as capture, \
-            ShortCapture(engine, task_listen_for=["update_progress"],
-                         flow_listen_for=()) as progress:
+    with (
+        printing.PrintingListener(engine),
+        ShortCapture(engine) as capture,
+        ShortCapture(engine, task_listen_for=["update_progress"], flow_listen_for=()) as progress,
+    ):
         engine.run()
     assert capture.values == ["f.f RUNNING", "p.t RUNNING", "p.t SUCCESS(1)", "f.f SUCCESS"]
     assert progress.values == ["p.t update_progress"]

@@ -86,11 +86,13 @@ def test_update_flow_details_keeps_atoms_absent_from_partial_copy(conn):
 
 
 def test_missing_things_raise_not_found(conn):
-    for call in (lambda: conn.get_logbook("nope"),
-                 lambda: conn.get_flow_details("nope"),
-                 lambda: conn.get_atom_details("nope"),
-                 lambda: list(conn.get_flows_for_book("nope")),
-                 lambda: conn.destroy_logbook("nope")):
+    for call in (
+        lambda: conn.get_logbook("nope"),
+        lambda: conn.get_flow_details("nope"),
+        lambda: conn.get_atom_details("nope"),
+        lambda: list(conn.get_flows_for_book("nope")),
+        lambda: conn.destroy_logbook("nope"),
+    ):
         with pytest.raises(exc.NotFound, match="nope"):
             call()
 
@@ -128,14 +130,16 @@ def test_filesystem_ls_pformat_and_links():
     # Breadth first, each node's children newest first (TaskFlow's order).
     assert fs.ls_r("/") == ["e", "a", "e/link", "a/b", "a/b/c"]
     assert fs.ls_r("/a", absolute=True) == ["/a/b", "/a/b/c"]
-    assert fs.pformat() == "\n".join([
-        "/",
-        "|__a",
-        "|  |__b",
-        "|     |__c",
-        "|__e",
-        "   |__link (link to /a/b/c)",
-    ])
+    assert fs.pformat() == "\n".join(
+        [
+            "/",
+            "|__a",
+            "|  |__b",
+            "|     |__c",
+            "|__e",
+            "   |__link (link to /a/b/c)",
+        ]
+    )
     assert fs.get("/nope", "blob") == "blob"
     with pytest.raises(ValueError):
         fs.delete("/a")
@@ -159,8 +163,9 @@ def test_backend_memory_layout_via_pformat():
     assert f"{ad.uuid} (link to /atom_details/{ad.uuid})" in text
 
 
-@pytest.mark.parametrize("conf", ["memory://", "memory", {"connection": "memory://"},
-                                  "memory://?deep_copy=false"])
+@pytest.mark.parametrize(
+    "conf", ["memory://", "memory", {"connection": "memory://"}, "memory://?deep_copy=false"]
+)
 def test_fetch_by_url_and_dict(conf):
     backend = backends.fetch(conf)
     assert isinstance(backend, impl_memory.MemoryBackend)
@@ -215,8 +220,9 @@ def test_the_private_backend_of_a_storage_reads_back_what_the_engine_saved():
         def execute(self, x):
             return x + 1
 
-    flow = linear_flow.Flow("f").add(Add("a", provides="y", rebind={"x": "x"}),
-                                     Add("b", provides="z", rebind={"x": "y"}))
+    flow = linear_flow.Flow("f").add(
+        Add("a", provides="y", rebind={"x": "x"}), Add("b", provides="z", rebind={"x": "y"})
+    )
     engine = engines.load(flow, store={"x": 1})
     engine.run()
     backend = engine.storage.backend

@@ -39,8 +39,18 @@ def test_logbook_round_trip_is_pure_json():
 TASKFLOW_KEYS = {
     "LogBook": {"name", "meta", "uuid", "updated_at", "created_at"},
     "FlowDetail": {"name", "meta", "state", "uuid"},
-    "AtomDetail": {"failure", "revert_failure", "meta", "name", "results",
-                   "revert_results", "state", "version", "intention", "uuid"},
+    "AtomDetail": {
+        "failure",
+        "revert_failure",
+        "meta",
+        "name",
+        "results",
+        "revert_results",
+        "state",
+        "version",
+        "intention",
+        "uuid",
+    },
 }
 
 
@@ -52,8 +62,9 @@ def test_to_dict_has_exactly_taskflows_keys():
         assert set(cls("a", "u").to_dict()) == TASKFLOW_KEYS["AtomDetail"], cls
 
 
-@pytest.mark.parametrize("cls", [models.LogBook, models.FlowDetail, models.TaskDetail,
-                                 models.RetryDetail])
+@pytest.mark.parametrize(
+    "cls", [models.LogBook, models.FlowDetail, models.TaskDetail, models.RetryDetail]
+)
 def test_from_dict_reads_data_with_the_format_version_older_flowengines_wrote(cls):
     data = {"name": "n", "uuid": "u", "meta": {"k": 1}, models.FORMAT_VERSION_KEY: 1}
     obj = cls.from_dict(data)
@@ -62,9 +73,21 @@ def test_from_dict_reads_data_with_the_format_version_older_flowengines_wrote(cl
 
 
 def test_logbook_reads_taskflow_marshalled_times():
-    data = {"name": "b", "uuid": "u", "meta": None, "updated_at": None,
-            "created_at": {"year": 2020, "month": 1, "day": 2, "hour": 3, "minute": 4,
-                           "second": 5, "microsecond": 6}}
+    data = {
+        "name": "b",
+        "uuid": "u",
+        "meta": None,
+        "updated_at": None,
+        "created_at": {
+            "year": 2020,
+            "month": 1,
+            "day": 2,
+            "hour": 3,
+            "minute": 4,
+            "second": 5,
+            "microsecond": 6,
+        },
+    }
     book = models.LogBook.from_dict(data)
     assert book.created_at.year == 2020 and book.created_at.microsecond == 6
     assert book.meta == {}
@@ -72,11 +95,22 @@ def test_logbook_reads_taskflow_marshalled_times():
 
 def test_logbook_reads_taskflow_times_with_a_zone_name():
     # TaskFlow (oslo.utils) adds 'tzname' when the time it marshals was aware
-    fields = {"year": 2020, "month": 7, "day": 2, "hour": 3, "minute": 4, "second": 5,
-              "microsecond": 6}
-    data = {"name": "b", "uuid": "u", "meta": {},
-            "created_at": dict(fields, tzname="Europe/Paris"),
-            "updated_at": dict(fields, tzname="UTC")}
+    fields = {
+        "year": 2020,
+        "month": 7,
+        "day": 2,
+        "hour": 3,
+        "minute": 4,
+        "second": 5,
+        "microsecond": 6,
+    }
+    data = {
+        "name": "b",
+        "uuid": "u",
+        "meta": {},
+        "created_at": dict(fields, tzname="Europe/Paris"),
+        "updated_at": dict(fields, tzname="UTC"),
+    }
     book = models.LogBook.from_dict(data)
     assert book.created_at == datetime.datetime(2020, 7, 2, 1, 4, 5, 6, tzinfo=datetime.UTC)
     assert book.updated_at == datetime.datetime(2020, 7, 2, 3, 4, 5, 6, tzinfo=datetime.UTC)
@@ -89,8 +123,12 @@ def test_flow_detail_round_trip_and_copy():
     ad = models.TaskDetail("t", "t-uuid")
     fd.add(ad)
     again = models.FlowDetail.from_dict(_json_round_trip(fd.to_dict()))
-    assert (again.name, again.uuid, again.state, again.meta) == \
-        ("fd", "fd-uuid", states.RUNNING, {"k": "v"})
+    assert (again.name, again.uuid, again.state, again.meta) == (
+        "fd",
+        "fd-uuid",
+        states.RUNNING,
+        {"k": "v"},
+    )
     clone = fd.copy()
     assert clone.find("t-uuid") is ad
     clone.meta["k"] = "other"
@@ -143,8 +181,13 @@ def test_task_detail_put_semantics():
     assert ad.results is same
     ad.intention = states.REVERT
     ad.reset(states.PENDING)
-    assert (ad.state, ad.intention, ad.results, ad.failure, ad.revert_failure) == \
-        (states.PENDING, states.EXECUTE, None, None, None)
+    assert (ad.state, ad.intention, ad.results, ad.failure, ad.revert_failure) == (
+        states.PENDING,
+        states.EXECUTE,
+        None,
+        None,
+        None,
+    )
 
 
 def test_retry_detail_put_keeps_history_until_reset():
@@ -195,19 +238,21 @@ def test_pformat_text():
     ad.results = 3
     ad.meta = {"progress": 0.5}
     fd.add(ad)
-    assert fd.pformat(linesep="\n") == "\n".join([
-        "FlowDetail: 'example'",
-        " - uuid = fd-uuid",
-        " - state = None",
-        " TaskDetail: 't'",
-        "  - uuid = t-uuid",
-        "  - state = SUCCESS",
-        "  - version = 1.0",
-        "  - results = 3",
-        "  - failure = False",
-        "  - metadata:",
-        "    + progress = 50.00%",
-    ])
+    assert fd.pformat(linesep="\n") == "\n".join(
+        [
+            "FlowDetail: 'example'",
+            " - uuid = fd-uuid",
+            " - state = None",
+            " TaskDetail: 't'",
+            "  - uuid = t-uuid",
+            "  - state = SUCCESS",
+            "  - version = 1.0",
+            "  - results = 3",
+            "  - failure = False",
+            "  - metadata:",
+            "    + progress = 50.00%",
+        ]
+    )
     book = models.LogBook("example")
     lines = book.pformat(linesep="\n").splitlines()
     assert lines[0] == "LogBook: 'example'"
@@ -215,15 +260,24 @@ def test_pformat_text():
     assert lines[2].startswith(" - created_at = ") and lines[2].endswith("Z")
 
 
-@pytest.mark.parametrize("data, error, words", [
-    ("nope", exc.InvalidFormat, ["must be a dict"]),
-    ({"uuid": "u"}, exc.InvalidFormat, ["missing", "'name'", "'u'"]),
-    ({"name": "t", "uuid": 5}, exc.InvalidFormat, ["non-string", "'uuid'"]),
-    ({"name": "t", "uuid": "u", models.FORMAT_VERSION_KEY: 99},
-     exc.IncompatibleVersion, ["99", "'u'"]),
-    ({"name": "t", "uuid": "u", "failure": {"version": 42}},
-     exc.InvalidFormat, ["failure", "'u'"]),
-])
+@pytest.mark.parametrize(
+    "data, error, words",
+    [
+        ("nope", exc.InvalidFormat, ["must be a dict"]),
+        ({"uuid": "u"}, exc.InvalidFormat, ["missing", "'name'", "'u'"]),
+        ({"name": "t", "uuid": 5}, exc.InvalidFormat, ["non-string", "'uuid'"]),
+        (
+            {"name": "t", "uuid": "u", models.FORMAT_VERSION_KEY: 99},
+            exc.IncompatibleVersion,
+            ["99", "'u'"],
+        ),
+        (
+            {"name": "t", "uuid": "u", "failure": {"version": 42}},
+            exc.InvalidFormat,
+            ["failure", "'u'"],
+        ),
+    ],
+)
 def test_bad_atom_data_is_reported_precisely(data, error, words):
     with pytest.raises(error) as info:
         models.TaskDetail.from_dict(data)

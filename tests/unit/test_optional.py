@@ -28,8 +28,13 @@ _HIDE_AND_FETCH = textwrap.dedent("""
 
 @pytest.mark.parametrize("hidden", ["sqlalchemy", "alembic"])
 def test_sql_backend_without_the_sql_extra_names_the_install_command(hidden):
-    proc = subprocess.run([sys.executable, "-c", _HIDE_AND_FETCH.format(hidden=hidden)],
-                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _HIDE_AND_FETCH.format(hidden=hidden)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     kind, message = proc.stdout.strip().split("|")
     assert kind == "MissingExtra"
@@ -39,11 +44,14 @@ def test_sql_backend_without_the_sql_extra_names_the_install_command(hidden):
 
 def test_the_worker_based_engine_does_not_import_the_redis_client():
     # Users of memory/filesystem/AMQP transports must not need redis-py.
-    code = ("import sys; sys.modules['redis'] = None\n"
-            "from flowengine.engines.worker_based import proxy, executor, worker\n"
-            "print('ok')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd=REPO_ROOT)
+    code = (
+        "import sys; sys.modules['redis'] = None\n"
+        "from flowengine.engines.worker_based import proxy, executor, worker\n"
+        "print('ok')"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok"
 
@@ -63,8 +71,13 @@ _HIDE_KAZOO = textwrap.dedent("""
 
 
 def test_zookeeper_parts_without_the_zookeeper_extra_name_the_install_command():
-    proc = subprocess.run([sys.executable, "-c", _HIDE_KAZOO], capture_output=True, text=True,
-                          timeout=60, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _HIDE_KAZOO],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2, proc.stdout  # the persistence backend and the jobboard
@@ -84,16 +97,34 @@ _HIDE_AND_RUN_CLI = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("hidden, argv, extra", [
-    ("uvicorn", ["dashboard", "--url", "filesystem://", "--exchange", "x"], "dashboard"),
-    ("prometheus_client", ["worker", "--url", "filesystem://", "--exchange", "x", "--topic", "t",
-                           "--tasks", "flowengine.demo.tasks", "--metrics-port", "1"],
-     "metrics"),
-])
+@pytest.mark.parametrize(
+    "hidden, argv, extra",
+    [
+        ("uvicorn", ["dashboard", "--url", "filesystem://", "--exchange", "x"], "dashboard"),
+        (
+            "prometheus_client",
+            [
+                "worker",
+                "--url",
+                "filesystem://",
+                "--exchange",
+                "x",
+                "--topic",
+                "t",
+                "--tasks",
+                "flowengine.demo.tasks",
+                "--metrics-port",
+                "1",
+            ],
+            "metrics",
+        ),
+    ],
+)
 def test_a_command_without_its_extra_is_one_line_and_exit_status_2(hidden, argv, extra):
     code = _HIDE_AND_RUN_CLI.format(hidden=hidden, argv=argv)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO_ROOT
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"flowengine {argv[0]}: "), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr

@@ -19,13 +19,30 @@ def _pool_kwargs(client) -> dict:
 
 
 def test_configuration_strings_are_converted_and_none_means_absent():
-    kwargs = redis_client.client_kwargs({
-        "host": "h", "port": "6380", "db": "2", "retry_on_timeout": "true",
-        "health_check_interval": "30", "ssl": "false", "socket_timeout": "1.5",
-        "ssl_keyfile": None, "ssl_certfile": None, "namespace": "not a client key"})
+    kwargs = redis_client.client_kwargs(
+        {
+            "host": "h",
+            "port": "6380",
+            "db": "2",
+            "retry_on_timeout": "true",
+            "health_check_interval": "30",
+            "ssl": "false",
+            "socket_timeout": "1.5",
+            "ssl_keyfile": None,
+            "ssl_certfile": None,
+            "namespace": "not a client key",
+        }
+    )
     kwargs.pop("maint_notifications_config", None)
-    assert kwargs == {"host": "h", "port": 6380, "db": 2, "retry_on_timeout": True,
-                      "health_check_interval": 30, "ssl": False, "socket_timeout": 1.5}
+    assert kwargs == {
+        "host": "h",
+        "port": 6380,
+        "db": 2,
+        "retry_on_timeout": True,
+        "health_check_interval": 30,
+        "ssl": False,
+        "socket_timeout": 1.5,
+    }
 
 
 def test_a_direct_client_gets_flowengines_defaults_unless_told_otherwise():
@@ -40,20 +57,32 @@ def test_a_direct_client_gets_flowengines_defaults_unless_told_otherwise():
 
 
 def test_sentinel_keys_as_octavia_passes_them():
-    conf = {"host": "127.0.0.1", "port": 26379, "db": 0, "password": "pw",
-            "sentinel": "mymaster",
-            "sentinel_fallbacks": ["[::1]:26380", "localhost:26381"],
-            "sentinel_kwargs": {"ssl": False, "ssl_keyfile": None, "password": "spw"},
-            "ssl": False, "ssl_keyfile": None, "ssl_ca_certs": "/ca.pem",
-            "ssl_cert_reqs": "required"}
+    conf = {
+        "host": "127.0.0.1",
+        "port": 26379,
+        "db": 0,
+        "password": "pw",
+        "sentinel": "mymaster",
+        "sentinel_fallbacks": ["[::1]:26380", "localhost:26381"],
+        "sentinel_kwargs": {"ssl": False, "ssl_keyfile": None, "password": "spw"},
+        "ssl": False,
+        "ssl_keyfile": None,
+        "ssl_ca_certs": "/ca.pem",
+        "ssl_cert_reqs": "required",
+    }
     client = redis_client.make_client(conf)
     try:
         pool = client.connection_pool
         assert isinstance(pool, redis_sentinel.SentinelConnectionPool)
         assert pool.service_name == "mymaster"
         manager = pool.sentinel_manager
-        addresses = [(s.connection_pool.connection_kwargs["host"],
-                      s.connection_pool.connection_kwargs["port"]) for s in manager.sentinels]
+        addresses = [
+            (
+                s.connection_pool.connection_kwargs["host"],
+                s.connection_pool.connection_kwargs["port"],
+            )
+            for s in manager.sentinels
+        ]
         assert addresses == [("127.0.0.1", 26379), ("::1", 26380), ("localhost", 26381)]
         assert manager.sentinel_kwargs == {"ssl": False, "password": "spw"}
         # ssl is off: no ssl_* key reaches the (plain) master connections
@@ -65,14 +94,18 @@ def test_sentinel_keys_as_octavia_passes_them():
 
 
 def test_sentinel_from_a_board_url():
-    board = backends.fetch("b", "redis://:pw@127.0.0.1:26390/3?namespace=x&sentinel=svc"
-                                "&sentinel_fallbacks=127.0.0.1:26391,127.0.0.1:26392")
+    board = backends.fetch(
+        "b",
+        "redis://:pw@127.0.0.1:26390/3?namespace=x&sentinel=svc"
+        "&sentinel_fallbacks=127.0.0.1:26391,127.0.0.1:26392",
+    )
     client = board._store._client
     try:
         pool = client.connection_pool
         assert pool.service_name == "svc"
-        ports = [s.connection_pool.connection_kwargs["port"]
-                 for s in pool.sentinel_manager.sentinels]
+        ports = [
+            s.connection_pool.connection_kwargs["port"] for s in pool.sentinel_manager.sentinels
+        ]
         assert ports == [26390, 26391, 26392]
         assert _pool_kwargs(client)["db"] == 3
         assert _pool_kwargs(client)["password"] == "pw"
@@ -84,5 +117,6 @@ def test_sentinel_from_a_board_url():
 @pytest.mark.parametrize("entry", ["26379", "host:", "host:port", "[::1]"])
 def test_a_malformed_fallback_is_named(entry):
     with pytest.raises(ValueError, match="sentinel_fallbacks entry"):
-        redis_client.make_client({"host": "h", "port": 1, "sentinel": "s",
-                                  "sentinel_fallbacks": [entry]})
+        redis_client.make_client(
+            {"host": "h", "port": 1, "sentinel": "s", "sentinel_fallbacks": [entry]}
+        )

@@ -41,8 +41,10 @@ def test_rediss_gets_flowengines_transport_and_verifies_the_server_by_default():
 
 def test_nested_secret_options_are_masked():
     options = {"master_name": "m", "sentinel_kwargs": {"password": "s3", "ssl": True}}
-    assert mask_options(options) == {"master_name": "m",
-                                     "sentinel_kwargs": {"password": "**", "ssl": True}}
+    assert mask_options(options) == {
+        "master_name": "m",
+        "sentinel_kwargs": {"password": "**", "ssl": True},
+    }
     assert "s3" not in repr(BrokerSettings("sentinel://h1", transport_options=options))
 
 

@@ -7,35 +7,72 @@ from flowengine import states as st
 
 
 def test_state_values_equal_their_names():
-    names = ["PENDING", "RUNNING", "SUCCESS", "FAILURE", "REVERTED", "SUSPENDING",
-             "SUSPENDED", "RESUMING", "REVERTING", "REVERT_FAILURE", "RETRYING", "IGNORE",
-             "EXECUTE", "REVERT", "RETRY", "SCHEDULING", "WAITING", "ANALYZING",
-             "GAME_OVER", "UNDEFINED"]
+    names = [
+        "PENDING",
+        "RUNNING",
+        "SUCCESS",
+        "FAILURE",
+        "REVERTED",
+        "SUSPENDING",
+        "SUSPENDED",
+        "RESUMING",
+        "REVERTING",
+        "REVERT_FAILURE",
+        "RETRYING",
+        "IGNORE",
+        "EXECUTE",
+        "REVERT",
+        "RETRY",
+        "SCHEDULING",
+        "WAITING",
+        "ANALYZING",
+        "GAME_OVER",
+        "UNDEFINED",
+    ]
     for name in names:
         assert getattr(st, name) == name
     assert set(st.INTENTIONS) == {"EXECUTE", "IGNORE", "REVERT", "RETRY"}
 
 
-@pytest.mark.parametrize("old,new", [
-    (st.PENDING, st.RUNNING), (st.RUNNING, st.SUCCESS), (st.RUNNING, st.FAILURE),
-    (st.RUNNING, st.REVERTED), (st.RUNNING, st.SUSPENDING), (st.SUSPENDING, st.SUSPENDED),
-    (st.SUSPENDED, st.RUNNING), (st.REVERTED, st.PENDING), (st.RESUMING, st.SUSPENDED),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (st.PENDING, st.RUNNING),
+        (st.RUNNING, st.SUCCESS),
+        (st.RUNNING, st.FAILURE),
+        (st.RUNNING, st.REVERTED),
+        (st.RUNNING, st.SUSPENDING),
+        (st.SUSPENDING, st.SUSPENDED),
+        (st.SUSPENDED, st.RUNNING),
+        (st.REVERTED, st.PENDING),
+        (st.RESUMING, st.SUSPENDED),
+    ],
+)
 def test_flow_allowed(old, new):
     assert st.check_flow_transition(old, new) is True
 
 
-@pytest.mark.parametrize("old,new", [
-    (st.RUNNING, st.RUNNING), (st.PENDING, st.SUSPENDING), (st.SUCCESS, st.SUSPENDED),
-    (st.REVERTED, st.RESUMING),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (st.RUNNING, st.RUNNING),
+        (st.PENDING, st.SUSPENDING),
+        (st.SUCCESS, st.SUSPENDED),
+        (st.REVERTED, st.RESUMING),
+    ],
+)
 def test_flow_ignored(old, new):
     assert st.check_flow_transition(old, new) is False
 
 
-@pytest.mark.parametrize("old,new", [
-    (st.PENDING, st.SUCCESS), (st.SUCCESS, st.FAILURE), (st.SUSPENDED, st.SUCCESS),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (st.PENDING, st.SUCCESS),
+        (st.SUCCESS, st.FAILURE),
+        (st.SUSPENDED, st.SUCCESS),
+    ],
+)
 def test_flow_illegal_raises(old, new):
     with pytest.raises(exc.InvalidState) as info:
         st.check_flow_transition(old, new)

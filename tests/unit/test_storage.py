@@ -119,11 +119,14 @@ def test_revert_result(s):
     assert s.get_revert_result("t") == "undone"
 
 
-@pytest.mark.parametrize("provides, result, words", [
-    (("a", "b", "c"), (1, 2), ["'t'", "'c'", "index 2", "length 2"]),
-    ({"a", "b"}, {"a": 1}, ["'t'", "'b'", "key 'b'"]),
-    (("a", "b"), None, ["'t'", "'a'", "NoneType"]),
-])
+@pytest.mark.parametrize(
+    "provides, result, words",
+    [
+        (("a", "b", "c"), (1, 2), ["'t'", "'c'", "index 2", "length 2"]),
+        ({"a", "b"}, {"a": 1}, ["'t'", "'b'", "key 'b'"]),
+        (("a", "b"), None, ["'t'", "'a'", "NoneType"]),
+    ],
+)
 def test_strict_results_mismatch_names_atom_symbol_and_index(s, provides, result, words):
     s.strict_results = True
     s.ensure_atom(Noop("t", provides=provides))
@@ -237,15 +240,15 @@ def test_scope_fetcher_is_used():
 def test_fetch_unsatisfied_args(s):
     s.ensure_atoms([Noop("p", provides="x"), Noop("c")])
     s.inject({"y": 1})
-    missing = s.fetch_unsatisfied_args("c", {"a": "x", "b": "y", "c": "z", "d": "w"},
-                                       optional_args=["d"])
+    missing = s.fetch_unsatisfied_args(
+        "c", {"a": "x", "b": "y", "c": "z", "d": "w"}, optional_args=["d"]
+    )
     assert missing == {"c"}
     assert s.fetch_unsatisfied_args("c", {"a": "x"}, scope_walker=[]) == {"a"}
 
 
 def test_fast_path_fetch_args(s):
-    s.ensure_atoms([Noop("far", provides="x"), Noop("near", provides=("x", "y")),
-                    Noop("c")])
+    s.ensure_atoms([Noop("far", provides="x"), Noop("near", provides=("x", "y")), Noop("c")])
     s.save("far", "far")
     s.save("near", ("near-x", "near-y"))
     providers = {"x": ("near", "far"), "y": ("near",), "z": ()}
@@ -301,8 +304,10 @@ def test_reset_atoms(s):
     s.set_atom_state("a", states.SUCCESS)
     s.set_atom_intention("b", states.REVERT)
     s.reset_atoms(["a", "b"])
-    assert s.get_atoms_states(["a", "b"]) == {"a": (states.PENDING, states.EXECUTE),
-                                              "b": (states.PENDING, states.EXECUTE)}
+    assert s.get_atoms_states(["a", "b"]) == {
+        "a": (states.PENDING, states.EXECUTE),
+        "b": (states.PENDING, states.EXECUTE),
+    }
 
 
 def test_retry_history(s):

@@ -38,8 +38,9 @@ def test_each_task_has_its_own_notifier():
 def test_update_progress_notifies_and_clamps(caplog):
     t = Adder()
     got = []
-    t.notifier.register(task.EVENT_UPDATE_PROGRESS,
-                        lambda event_type, details: got.append(details["progress"]))
+    t.notifier.register(
+        task.EVENT_UPDATE_PROGRESS, lambda event_type, details: got.append(details["progress"])
+    )
     t.update_progress(0.5)
     with caplog.at_level(logging.WARNING, logger=task.__name__):
         t.update_progress(1.5)
@@ -51,8 +52,7 @@ def test_update_progress_notifies_and_clamps(caplog):
 def test_copy_retains_or_drops_listeners():
     t = Adder()
     got = []
-    t.notifier.register(task.EVENT_UPDATE_PROGRESS,
-                        lambda event_type, details: got.append("x"))
+    t.notifier.register(task.EVENT_UPDATE_PROGRESS, lambda event_type, details: got.append("x"))
     kept = t.copy()
     dropped = t.copy(retain_listeners=False)
     assert kept.notifier is not t.notifier
@@ -74,8 +74,9 @@ def test_functor_task_maps_the_callable_signature():
 
 
 def test_functor_task_with_revert_and_version():
-    t = task.FunctorTask(add, name="adder", revert=undo_add, version=(2, 1),
-                         rebind={"x": "ex"}, inject={"y": 5})
+    t = task.FunctorTask(
+        add, name="adder", revert=undo_add, version=(2, 1), rebind={"x": "ex"}, inject={"y": 5}
+    )
     assert str(t) == '"adder==2.1"'
     assert t.rebind == {"x": "ex", "y": "y"}
     assert list(t.requires) == ["ex"]
@@ -130,7 +131,8 @@ def test_task_pickles_without_listeners():
     assert clone.name == "pickled" and clone.save_as == {"s": None}
     assert clone.execute(1, 2) == 3
     got = []
-    clone.notifier.register(task.EVENT_UPDATE_PROGRESS,
-                            lambda event_type, details: got.append(details))
+    clone.notifier.register(
+        task.EVENT_UPDATE_PROGRESS, lambda event_type, details: got.append(details)
+    )
     clone.update_progress(0.25)
     assert got == [{"progress": 0.25}]

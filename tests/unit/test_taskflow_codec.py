@@ -9,9 +9,12 @@ import pytest
 
 msgpackutils = pytest.importorskip(
     "oslo_serialization.msgpackutils",
-    reason="oslo.serialization is not installed (pip install -e .[interop])")
-codec = pytest.importorskip("flowengine.jobs.backends.taskflow_codec",
-                            reason="msgpack is not installed (pip install -e .[taskflow-compat])")
+    reason="oslo.serialization is not installed (pip install -e .[interop])",
+)
+codec = pytest.importorskip(
+    "flowengine.jobs.backends.taskflow_codec",
+    reason="msgpack is not installed (pip install -e .[taskflow-compat])",
+)
 
 VALUES = {
     "naive": datetime.datetime(2026, 11, 29, 6, 1, 2, 345678),
@@ -33,8 +36,14 @@ def test_oslo_reads_what_flowengine_writes() -> None:
 
 
 def test_a_taskflow_posting_is_written_byte_for_byte_as_taskflow_does() -> None:
-    posting = {"uuid": str(uuid.UUID(int=1)), "name": "job", "priority": "NORMAL",
-               "details": {"store": {"x": 1}}, "created_on": VALUES["naive"], "sequence": 7}
+    posting = {
+        "uuid": str(uuid.UUID(int=1)),
+        "name": "job",
+        "priority": "NORMAL",
+        "details": {"store": {"x": 1}},
+        "created_on": VALUES["naive"],
+        "sequence": 7,
+    }
     assert codec.dumps(posting) == msgpackutils.dumps(posting)
 
 

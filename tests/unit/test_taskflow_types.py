@@ -49,12 +49,17 @@ def test_merge_refuses_overlaps_unless_allowed():
 
 def test_tree_draws_walks_and_finds():
     root = _species()
-    assert root.pformat() == ("animal\n|__mammal\n|  |__horse\n|  |__primate\n"
-                              "|     |__monkey\n|__reptile")
-    assert [n.item for n in root.dfs_iter()] == [
-        "mammal", "horse", "primate", "monkey", "reptile"]
+    assert root.pformat() == (
+        "animal\n|__mammal\n|  |__horse\n|  |__primate\n|     |__monkey\n|__reptile"
+    )
+    assert [n.item for n in root.dfs_iter()] == ["mammal", "horse", "primate", "monkey", "reptile"]
     assert [n.item for n in root.bfs_iter(right_to_left=True)] == [
-        "mammal", "reptile", "horse", "primate", "monkey"]
+        "mammal",
+        "reptile",
+        "horse",
+        "primate",
+        "monkey",
+    ]
     monkey = root.find("monkey")
     assert [n.item for n in monkey.path_iter()] == ["monkey", "primate", "mammal", "animal"]
     assert root.find("monkey", only_direct=True) is None and "monkey" in root
@@ -99,5 +104,4 @@ def test_trace_logs_below_debug(caplog):
     log = fe_logging.getLogger("flowengine.test")
     with caplog.at_level(fe_logging.TRACE, logger="flowengine.test"):
         log.trace("deep %s", "detail")
-    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("TRACE", "deep detail")]
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("TRACE", "deep detail")]

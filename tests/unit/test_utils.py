@@ -37,13 +37,17 @@ def test_get_class_name():
     assert reflection.get_class_name(Thing()) == f"{__name__}.Thing"
     assert reflection.get_class_name(Thing, fully_qualified=False) == "Thing"
     assert reflection.get_class_name(RuntimeError) == "RuntimeError"
-    assert reflection.get_class_name(RuntimeError, truncate_builtins=False) == \
-        "builtins.RuntimeError"
+    assert (
+        reflection.get_class_name(RuntimeError, truncate_builtins=False) == "builtins.RuntimeError"
+    )
 
 
 def test_get_all_class_names():
-    assert list(reflection.get_all_class_names(KeyError, up_to=Exception)) == \
-        ["KeyError", "LookupError", "Exception"]
+    assert list(reflection.get_all_class_names(KeyError, up_to=Exception)) == [
+        "KeyError",
+        "LookupError",
+        "Exception",
+    ]
     assert list(reflection.get_all_class_names(True))[-1] == "object"
 
 
@@ -87,6 +91,7 @@ def test_import_class():
 def test_misc_helpers():
     class V:
         version = (1, 2)
+
     assert misc.get_version_string(V()) == "1.2"
     assert misc.sequence_minus([1, 2, 2, 3], [2, 4]) == [1, 2, 3]
     assert misc.as_int("3") == 3 and misc.as_int("3.7") == 3
@@ -117,8 +122,14 @@ def test_parse_and_merge_uri():
     uri = misc.parse_uri("memory://user:pw@host:5/path?x=1")
     assert uri.scheme == "memory"
     conf = misc.merge_uri(uri, {"hostname": "explicit"})
-    assert conf == {"username": "user", "password": "pw", "hostname": "explicit",
-                    "port": 5, "path": "/path", "x": "1"}
+    assert conf == {
+        "username": "user",
+        "password": "pw",
+        "hostname": "explicit",
+        "port": 5,
+        "path": "/path",
+        "x": "1",
+    }
     with pytest.raises(ValueError):
         misc.parse_uri("no-scheme")
     with pytest.raises(TypeError):

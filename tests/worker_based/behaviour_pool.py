@@ -65,8 +65,7 @@ def _start_pool() -> dict[str, Any]:
     for _ in range(POOL_WORKERS):
         pool = futures.ThreadPoolExecutor(max_workers=POOL_THREADS)
         worker = wk.Worker(exchange, topic, modules, executor=pool, transport=TRANSPORT)
-        thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                                  daemon=True)
+        thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
         thread.start()
         if not worker.wait(START_TIMEOUT_S):
             raise RuntimeError("a behaviour-suite worker did not start")
@@ -79,8 +78,12 @@ def _start_pool() -> dict[str, Any]:
             thread.join(START_TIMEOUT_S)
 
     atexit.register(stop)
-    return {"exchange": exchange, "topics": [topic], "transport": TRANSPORT,
-            "transition_timeout": TRANSITION_TIMEOUT_S}
+    return {
+        "exchange": exchange,
+        "topics": [topic],
+        "transport": TRANSPORT,
+        "transition_timeout": TRANSITION_TIMEOUT_S,
+    }
 
 
 def pool_options() -> dict[str, Any]:
@@ -94,5 +97,4 @@ def pool_options() -> dict[str, Any]:
 
 def load_worker_based(flow: Any, store: Any, options: dict) -> Any:
     """Behaviour-suite loader: a worker-based engine using the shared pool."""
-    return engines.load(flow, store=store, engine="worker-based",
-                        **{**pool_options(), **options})
+    return engines.load(flow, store=store, engine="worker-based", **{**pool_options(), **options})

@@ -16,10 +16,14 @@ from flowengine.engines.worker_based.executor_side import executor as wex
 
 def main() -> None:
     config = json.loads(sys.argv[1])
-    executor = wex.WorkerTaskExecutor(config["uuid"], config["exchange"], ["t"],
-                                      url=config.get("url"),
-                                      transport=config.get("transport"),
-                                      transport_options=config.get("transport_options"))
+    executor = wex.WorkerTaskExecutor(
+        config["uuid"],
+        config["exchange"],
+        ["t"],
+        url=config.get("url"),
+        transport=config.get("transport"),
+        transport_options=config.get("transport_options"),
+    )
     executor.start()
     print("ready", flush=True)
     threading.Event().wait()  # until SIGKILL

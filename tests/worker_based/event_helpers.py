@@ -26,8 +26,9 @@ class Collector:
             self.events.append(event)
             self._cond.notify_all()
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool],
-                 timeout: float = WAIT_S) -> bool:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = WAIT_S
+    ) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.events), timeout)
 
@@ -56,8 +57,9 @@ def flow_finished(count: int = 1) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda events: sum(e["type"] == "flow-finished" for e in events) >= count
 
 
-def flow_and_requests_finished(requests: int, flows: int = 1
-                               ) -> Callable[[list[dict[str, Any]]], bool]:
+def flow_and_requests_finished(
+    requests: int, flows: int = 1
+) -> Callable[[list[dict[str, Any]]], bool]:
     """Predicate: ``flows`` flow-finished events and ``requests`` requests' ends arrived.
 
     For checking every request's sequence: a worker sends a request's
@@ -67,16 +69,22 @@ def flow_and_requests_finished(requests: int, flows: int = 1
     finished = flow_finished(flows)
 
     def ended(events: list[dict[str, Any]]) -> bool:
-        return finished(events) and sum(
-            e["type"] in ev.TERMINAL_TASK_EVENTS and "action" in e for e in events) >= requests
+        return (
+            finished(events)
+            and sum(e["type"] in ev.TERMINAL_TASK_EVENTS and "action" in e for e in events)
+            >= requests
+        )
 
     return ended
 
 
 def brief(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     """(type, action, uuid prefix) of each task event: a failure message that fits."""
-    return [(e["type"], e.get("action", ""), str(e.get("uuid", ""))[:8]) for e in events
-            if e["type"] in ev.TASK_EVENTS]
+    return [
+        (e["type"], e.get("action", ""), str(e.get("uuid", ""))[:8])
+        for e in events
+        if e["type"] in ev.TASK_EVENTS
+    ]
 
 
 class RequestCount:
@@ -103,7 +111,8 @@ def check_sequences(events: list[dict[str, Any]]) -> RequestCount:
             assert field in event, (field, event)
         sender = event["hostname"]
         assert event["clock"] > last_clock.get(sender, 0), (
-            f"clock of {sender} went backwards: {event}")
+            f"clock of {sender} went backwards: {event}"
+        )
         last_clock[sender] = event["clock"]
     by_request: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for event in events:

@@ -31,16 +31,16 @@ def unique(prefix: str = "ex") -> str:
 
 
 @contextlib.contextmanager
-def running_worker(exchange: str, topic: str, tasks: list[Any], threads: int = 2,
-                   **conn: Any) -> Iterator[wk.Worker]:
+def running_worker(
+    exchange: str, topic: str, tasks: list[Any], threads: int = 2, **conn: Any
+) -> Iterator[wk.Worker]:
     """An in-process Worker serving ``tasks`` until the block ends."""
     conn = conn or MEMORY
     # A stdlib pool: its idle threads leave at once on shutdown (futurist's
     # linger up to a second), which keeps these tests fast.
     pool = futures.ThreadPoolExecutor(max_workers=threads)
     worker = wk.Worker(exchange, topic, tasks, executor=pool, **conn)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     assert worker.wait(WAIT_S), "worker did not start"
     try:
@@ -52,8 +52,9 @@ def running_worker(exchange: str, topic: str, tasks: list[Any], threads: int = 2
 
 
 @contextlib.contextmanager
-def running_executor(exchange: str, topics: list[str], **kwargs: Any
-                     ) -> Iterator[wex.WorkerTaskExecutor]:
+def running_executor(
+    exchange: str, topics: list[str], **kwargs: Any
+) -> Iterator[wex.WorkerTaskExecutor]:
     """A started WorkerTaskExecutor (memory transport unless told otherwise)."""
     if "transport" not in kwargs and "url" not in kwargs and "broker" not in kwargs:
         kwargs.update(MEMORY)
@@ -70,8 +71,7 @@ def running_executor(exchange: str, topics: list[str], **kwargs: Any
         executor.stop()
 
 
-def wait_workers(executor: wex.WorkerTaskExecutor, predicate: Any,
-                 timeout: float = WAIT_S) -> bool:
+def wait_workers(executor: wex.WorkerTaskExecutor, predicate: Any, timeout: float = WAIT_S) -> bool:
     """Wait (on the finder's condition, no polling) until ``predicate(finder)`` holds."""
     finder = executor.finder
     with finder._cond:
@@ -81,9 +81,17 @@ def wait_workers(executor: wex.WorkerTaskExecutor, predicate: Any,
 class FakeWorker:
     """A worker driven by the test: it records requests; the test sends the replies."""
 
-    def __init__(self, exchange: str, topic: str, tasks: list[str],
-                 cond: threading.Condition | None = None, consume_topic: bool = True,
-                 private: bool = False, on_request: Any = None, **conn: Any) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        topic: str,
+        tasks: list[str],
+        cond: threading.Condition | None = None,
+        consume_topic: bool = True,
+        private: bool = False,
+        on_request: Any = None,
+        **conn: Any,
+    ) -> None:
         conn = conn or MEMORY
         self.topic = topic
         self.tasks = list(tasks)
@@ -98,7 +106,8 @@ class FakeWorker:
         self._cond = cond or threading.Condition()
         handlers = {
             pr.NOTIFY: dispatcher.Handler(
-                self._on_notify, functools.partial(pr.Notify.validate, response=False)),
+                self._on_notify, functools.partial(pr.Notify.validate, response=False)
+            ),
             pr.REQUEST: dispatcher.Handler(self._on_request, pr.Request.validate),
         }
         queues = []
@@ -106,11 +115,19 @@ class FakeWorker:
             queues.append(px.QueueSpec(pr.topic_queue_name(exchange, topic), (topic,)))
         if private:
             key = pr.worker_routing_key(topic, self.worker_id)
-            queues.append(px.QueueSpec(pr.worker_queue_name(exchange, topic, self.worker_id),
-                                       (key,), auto_delete=True))
-        wake = (pr.worker_routing_key(topic, self.worker_id) if private else topic)
-        self.proxy = px.Proxy(topic, exchange, handlers, **as_broker(conn),
-                              options=px.ProxyOptions(queues=queues, wake_routing_key=wake))
+            queues.append(
+                px.QueueSpec(
+                    pr.worker_queue_name(exchange, topic, self.worker_id), (key,), auto_delete=True
+                )
+            )
+        wake = pr.worker_routing_key(topic, self.worker_id) if private else topic
+        self.proxy = px.Proxy(
+            topic,
+            exchange,
+            handlers,
+            **as_broker(conn),
+            options=px.ProxyOptions(queues=queues, wake_routing_key=wake),
+        )
         self._thread: threading.Thread | None = None
 
     def _headers(self) -> dict[str, Any]:
@@ -118,8 +135,11 @@ class FakeWorker:
 
     def _on_notify(self, data: Any, message: Any) -> None:
         if self.answer_notify:
-            self.proxy.publish(pr.Notify(topic=self.topic, tasks=self.tasks),
-                               message.properties["reply_to"], headers=self._headers())
+            self.proxy.publish(
+                pr.Notify(topic=self.topic, tasks=self.tasks),
+                message.properties["reply_to"],
+                headers=self._headers(),
+            )
         with self._cond:
             self.notifies += 1
             self._cond.notify_all()
@@ -141,8 +161,11 @@ class FakeWorker:
         headers = self._headers()
         if leaving:
             headers[pr.HEADER_LEAVING] = True
-        self.proxy.publish(pr.Notify(topic=self.topic, tasks=[] if leaving else self.tasks),
-                           pr.ANNOUNCE_ROUTING_KEY, headers=headers)
+        self.proxy.publish(
+            pr.Notify(topic=self.topic, tasks=[] if leaving else self.tasks),
+            pr.ANNOUNCE_ROUTING_KEY,
+            headers=headers,
+        )
 
     def wait_requests(self, count: int, timeout: float = WAIT_S) -> bool:
         """Wait until ``count`` requests arrived."""
@@ -151,14 +174,21 @@ class FakeWorker:
 
     def reply(self, message: Any, state: str, **data: Any) -> None:
         """Send a response for a recorded request."""
-        self.proxy.publish(pr.Response(state, **data), message.properties["reply_to"],
-                           correlation_id=message.properties["correlation_id"],
-                           headers=self._headers())
+        self.proxy.publish(
+            pr.Response(state, **data),
+            message.properties["reply_to"],
+            correlation_id=message.properties["correlation_id"],
+            headers=self._headers(),
+        )
 
     def reply_raw(self, message: Any, body: Any) -> None:
         """Send an arbitrary body as a RESPONSE (for malformed replies)."""
-        self.proxy.publish_body(pr.RESPONSE, body, message.properties["reply_to"],
-                                 correlation_id=message.properties["correlation_id"])
+        self.proxy.publish_body(
+            pr.RESPONSE,
+            body,
+            message.properties["reply_to"],
+            correlation_id=message.properties["correlation_id"],
+        )
 
     def __enter__(self) -> FakeWorker:
         self._thread = threading.Thread(target=self.proxy.start, daemon=True)

@@ -42,19 +42,24 @@ def main(config: dict) -> int:
         closing.set()
 
     threading.Thread(target=read_stdin, daemon=True).start()
-    conn = kombu.Connection("filesystem://localhost", transport=transports.FILESYSTEM,
-                            transport_options={"data_folder": config["data_folder"]})
+    conn = kombu.Connection(
+        "filesystem://localhost",
+        transport=transports.FILESYSTEM,
+        transport_options={"data_folder": config["data_folder"]},
+    )
     channel = conn.channel()
     channel.mark_private(config["queue"])
     exchange = kombu.Exchange(config["exchange"], type="direct")
-    queue = kombu.Queue(config["queue"], exchange=exchange, bindings=[
-        kombu.binding(exchange, routing_key=key) for key in config["routing_keys"]])
+    queue = kombu.Queue(
+        config["queue"],
+        exchange=exchange,
+        bindings=[kombu.binding(exchange, routing_key=key) for key in config["routing_keys"]],
+    )
 
     def on_message(body: object, message: kombu.Message) -> None:
         print(json.dumps(body), flush=True)  # never acknowledged
 
-    consumer = kombu.Consumer(channel, queues=[queue], callbacks=[on_message],
-                              accept=["json"])
+    consumer = kombu.Consumer(channel, queues=[queue], callbacks=[on_message], accept=["json"])
     consumer.consume()
     print("ready", flush=True)
     deadline = time.monotonic() + WAIT_S

@@ -63,9 +63,20 @@ class ProcessPool:
     log_dir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="fe-pool-log-"))
 
     def _command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", self.exchange,
-               "--topic", self.topic, "--threads", str(POOL_THREADS),
-               "--tasks", *TASK_MODULES]
+        cmd = [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            self.exchange,
+            "--topic",
+            self.topic,
+            "--threads",
+            str(POOL_THREADS),
+            "--tasks",
+            *TASK_MODULES,
+        ]
         if self.url:
             cmd += ["--url", self.url]
         if self.transport:
@@ -76,8 +87,11 @@ class ProcessPool:
 
     def options(self) -> dict[str, Any]:
         """Engine options (``engines.load`` keywords) reaching this pool."""
-        opts: dict[str, Any] = {"exchange": self.exchange, "topics": [self.topic],
-                                "transition_timeout": TRANSITION_TIMEOUT_S}
+        opts: dict[str, Any] = {
+            "exchange": self.exchange,
+            "topics": [self.topic],
+            "transition_timeout": TRANSITION_TIMEOUT_S,
+        }
         if self.url:
             opts["url"] = self.url
         if self.transport:
@@ -101,19 +115,32 @@ class ProcessPool:
         """Start the processes and wait until every one has announced itself."""
         from flowengine.engines.worker_based.executor_side import executor as wbe
 
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p),
+        )
         for i in range(POOL_PROCESSES):
             with open(os.path.join(self.log_dir, f"worker-{i}.log"), "wb") as log:
-                self.procs.append(subprocess.Popen(
-                    self._command(), stdin=subprocess.DEVNULL, stdout=log,
-                    stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                    preexec_fn=_die_with_parent))
+                self.procs.append(
+                    subprocess.Popen(
+                        self._command(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        cwd=ROOT,
+                        preexec_fn=_die_with_parent,
+                    )
+                )
         opts = self.options()
         probe = wbe.WorkerTaskExecutor(
-            f"pool-probe-{uuid.uuid4().hex[:8]}", self.exchange, [self.topic],
-            url=opts.get("url"), transport=opts.get("transport"),
-            transport_options=opts.get("transport_options"))
+            f"pool-probe-{uuid.uuid4().hex[:8]}",
+            self.exchange,
+            [self.topic],
+            url=opts.get("url"),
+            transport=opts.get("transport"),
+            transport_options=opts.get("transport_options"),
+        )
         probe.start()
         try:
             missing = probe.wait_for_workers(POOL_PROCESSES, START_TIMEOUT_S)
@@ -123,8 +150,10 @@ class ProcessPool:
         if missing or dead:
             tail = self.log_tail()
             self.stop()
-            raise RuntimeError(f"{self.kind} worker pool did not start ({missing} missing,"
-                               f" exited: {dead}):\n{tail}")
+            raise RuntimeError(
+                f"{self.kind} worker pool did not start ({missing} missing,"
+                f" exited: {dead}):\n{tail}"
+            )
 
     def stop(self) -> None:
         """SIGTERM every process, kill those still there after STOP_TIMEOUT_S."""
@@ -160,8 +189,11 @@ def filesystem_pool(folder: str) -> ProcessPool:
 
 def loader(kind: str):
     """A behaviour-suite loader for engine kind ``kind`` (its pool must be in ACTIVE)."""
+
     def load(flow: Any, store: Any, options: dict) -> Any:
         pool = ACTIVE[kind]
-        return engines.load(flow, store=store, engine="worker-based",
-                            **{**pool.options(), **options})
+        return engines.load(
+            flow, store=store, engine="worker-based", **{**pool.options(), **options}
+        )
+
     return load

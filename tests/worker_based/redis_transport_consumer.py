@@ -28,33 +28,50 @@ WAIT_S = 60.0
 
 def main(config: dict) -> int:
     """Hold one message of ``config['queue']`` until killed; 1 if none came."""
-    conn = kombu.Connection(config["url"], transport="flowengine-redis", transport_options={
-        rc.CONSUMER_OPTION: config["consumer_id"],
-        rc.LEASE_OPTION: config["lease_s"]})
+    conn = kombu.Connection(
+        config["url"],
+        transport="flowengine-redis",
+        transport_options={
+            rc.CONSUMER_OPTION: config["consumer_id"],
+            rc.LEASE_OPTION: config["lease_s"],
+        },
+    )
     # The keeper clones its template from its own thread: give it one nobody
     # else uses (kombu creates a connection's transport lazily, unlocked).
-    keeper = leases.LeaseKeeper(conn.clone(), config["consumer_id"], config["lease_s"],
-                                reclaim=False)
+    keeper = leases.LeaseKeeper(
+        conn.clone(), config["consumer_id"], config["lease_s"], reclaim=False
+    )
     keeper.start()
     exchange = kombu.Exchange(config["exchange"], type="direct")
     private_channel = conn.channel()
     private_channel.mark_private(config["private_queue"])
-    kombu.Queue(config["private_queue"], exchange, routing_key=config["private_key"],
-                channel=private_channel).declare()
+    kombu.Queue(
+        config["private_queue"],
+        exchange,
+        routing_key=config["private_key"],
+        channel=private_channel,
+    ).declare()
     got = threading.Event()
 
     def on_message(body: object, message: kombu.Message) -> None:
         # Written whole, then renamed: the test never reads half a marker.
         partial = config["marker"] + ".partial"
         with open(partial, "w", encoding="utf-8") as fh:
-            json.dump({"delivery_tag": message.delivery_tag, "body": body,
-                       "correlation_id": message.properties.get("correlation_id")}, fh)
+            json.dump(
+                {
+                    "delivery_tag": message.delivery_tag,
+                    "body": body,
+                    "correlation_id": message.properties.get("correlation_id"),
+                },
+                fh,
+            )
         os.replace(partial, config["marker"])
         got.set()
 
     queue = kombu.Queue(config["queue"], exchange, routing_key=config["routing_key"])
-    consumer = kombu.Consumer(conn.channel(), queues=[queue], callbacks=[on_message],
-                              accept=["json"], prefetch_count=1)
+    consumer = kombu.Consumer(
+        conn.channel(), queues=[queue], callbacks=[on_message], accept=["json"], prefetch_count=1
+    )
     consumer.consume()
     deadline = time.monotonic() + WAIT_S
     while not got.is_set() and time.monotonic() < deadline:

@@ -23,8 +23,9 @@ DEMO_TIMEOUT_S = 60
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
 
 
 def test_parse_option():
@@ -58,13 +59,36 @@ def test_worker_command_serves_until_sigterm(tmp_path):
     # Given `flowengine worker` running over the filesystem transport
     exchange = unique()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-         "--topic", "t", "--tasks", "flowengine.demo.tasks:Combine", "--threads", "2",
-         "--transport", "filesystem", "--transport-option", f"data_folder={tmp_path}"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "worker",
+            "--exchange",
+            exchange,
+            "--topic",
+            "t",
+            "--tasks",
+            "flowengine.demo.tasks:Combine",
+            "--threads",
+            "2",
+            "--transport",
+            "filesystem",
+            "--transport-option",
+            f"data_folder={tmp_path}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+    )
     try:
-        with running_executor(exchange, ["t"], transport="filesystem",
-                              transport_options={"data_folder": str(tmp_path)}) as executor:
+        with running_executor(
+            exchange,
+            ["t"],
+            transport="filesystem",
+            transport_options={"data_folder": str(tmp_path)},
+        ) as executor:
             # When a request is sent to it
             assert executor.wait_for_workers(1, WAIT_S) == 0
             fut = executor.execute_task(demo_tasks.Combine("c"), "u-1", {"left": 2, "right": 3})
@@ -81,8 +105,13 @@ def test_worker_command_serves_until_sigterm(tmp_path):
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_demo_succeeds():
-    proc = subprocess.run([sys.executable, "-m", "flowengine", "demo", "--workers", "2"],
-                          capture_output=True, text=True, env=_env(), timeout=DEMO_TIMEOUT_S)
+    proc = subprocess.run(
+        [sys.executable, "-m", "flowengine", "demo", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=DEMO_TIMEOUT_S,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     expected = demo_flow.expected_total()
     assert f"Result: 8 sources, sum of squares = {expected}" in proc.stdout

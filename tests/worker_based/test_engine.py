@@ -30,13 +30,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _load(flow, exchange, topics=("t",), store=None, **options):
-    return engines.load(flow, store=store, engine="worker-based", exchange=exchange,
-                        topics=list(topics), **{**MEMORY, **options})
+    return engines.load(
+        flow,
+        store=store,
+        engine="worker-based",
+        exchange=exchange,
+        topics=list(topics),
+        **{**MEMORY, **options},
+    )
 
 
 def test_engine_is_registered_and_builds_executor_from_options():
-    engine = _load(lf.Flow("f").add(et.Echo("e")), unique(), topics=["a", "b"],
-                   transition_timeout=5, worker_expiry=7)
+    engine = _load(
+        lf.Flow("f").add(et.Echo("e")),
+        unique(),
+        topics=["a", "b"],
+        transition_timeout=5,
+        worker_expiry=7,
+    )
     assert isinstance(engine, wbe.WorkerBasedActionEngine)
     executor = engine._task_executor
     assert isinstance(executor, wex.WorkerTaskExecutor)
@@ -47,8 +58,9 @@ def test_engine_is_registered_and_builds_executor_from_options():
 def test_executor_option_is_used():
     exchange = unique()
     executor = wex.WorkerTaskExecutor("given", exchange, ["t"], **MEMORY)
-    engine = engines.load(lf.Flow("f").add(et.Echo("e")), engine="worker-based",
-                          executor=executor, store={"value": 1})
+    engine = engines.load(
+        lf.Flow("f").add(et.Echo("e")), engine="worker-based", executor=executor, store={"value": 1}
+    )
     assert engine._task_executor is executor
     with running_worker(exchange, "t", [et.Echo]):
         engine.run()
@@ -57,21 +69,22 @@ def test_executor_option_is_used():
 
 def test_bad_executor_option_is_refused_at_load():
     with pytest.raises(TypeError, match="executor"):
-        engines.load(lf.Flow("f").add(et.Echo("e")), engine="worker-based",
-                     executor=object())
+        engines.load(lf.Flow("f").add(et.Echo("e")), engine="worker-based", executor=object())
 
 
 def test_linear_flow_results_and_progress_reach_the_notifier():
     exchange = unique()
-    flow = lf.Flow("f").add(et.Echo("e1", provides="a", rebind={"value": "x"}),
-                            demo_tasks.Combine("c", provides="b",
-                                               rebind={"left": "a", "right": "x"}),
-                            et.Progress("p", provides="done"))
+    flow = lf.Flow("f").add(
+        et.Echo("e1", provides="a", rebind={"value": "x"}),
+        demo_tasks.Combine("c", provides="b", rebind={"left": "a", "right": "x"}),
+        et.Progress("p", provides="done"),
+    )
     with running_worker(exchange, "t", [et.Echo, et.Progress, demo_tasks.Combine]):
         engine = _load(flow, exchange, store={"x": 20})
         progress = []
-        engine.atom_notifier.register("update_progress",
-                                      lambda event, details: progress.append(details))
+        engine.atom_notifier.register(
+            "update_progress", lambda event, details: progress.append(details)
+        )
         engine.run()
     assert engine.storage.fetch_all()["b"] == 40
     assert engine.storage.fetch("done") == "done"
@@ -85,8 +98,9 @@ def test_remote_progress_reaches_the_engine_side_task_notifier():
     exchange = unique()
     task = et.Progress("p", provides="done")
     heard = []
-    task.notifier.register("update_progress",
-                           lambda event, details: heard.append(details["progress"]))
+    task.notifier.register(
+        "update_progress", lambda event, details: heard.append(details["progress"])
+    )
     with running_worker(exchange, "t", [et.Progress]):
         _load(lf.Flow("f").add(task), exchange).run()
     # then it hears the worker's 0.5 between the engine's own 0.0 and 1.0.
@@ -119,8 +133,7 @@ def test_failure_reverts_and_revert_gets_the_failures():
         assert info.value.check(RuntimeError) is not None
     # Then the first task was reverted remotely with its result and the failures
     assert engine.storage.get_atom_state("rec") == states.REVERTED
-    assert engine.storage.get_revert_result("rec") == {
-        "result": 1, "failures": {"boom": "Woot!"}}
+    assert engine.storage.get_revert_result("rec") == {"result": 1, "failures": {"boom": "Woot!"}}
 
 
 def test_request_timeout_when_no_worker_can_run_a_task():
@@ -160,23 +173,37 @@ def test_demo_flow_on_a_worker_process_over_filesystem(tmp_path):
     # Given a real worker process on flowengine's filesystem transport
     exchange = unique()
     conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path)}}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-           "--topic", "t", "--tasks", "flowengine.demo.tasks", "--transport", "filesystem",
-           "--transport-option", f"data_folder={tmp_path}"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env=env)]
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--exchange",
+        exchange,
+        "--topic",
+        "t",
+        "--tasks",
+        "flowengine.demo.tasks",
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={tmp_path}",
+    ]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
     try:
         with running_executor(exchange, ["t"], **conn) as executor:
             assert executor.wait_for_workers(1, WAIT_S) == 0
             # When the 32-task demo flow runs on them
-            engine = engines.load(demo_flow.make_flow(), engine="worker-based",
-                                  executor=executor)
+            engine = engines.load(demo_flow.make_flow(), engine="worker-based", executor=executor)
             engine.run()
         # Then it computes the right total
-        assert engine.storage.fetch("report") == \
-            f"8 sources, sum of squares = {demo_flow.expected_total()}"
+        assert (
+            engine.storage.fetch("report")
+            == f"8 sources, sum of squares = {demo_flow.expected_total()}"
+        )
     finally:
         for proc in procs:
             proc.terminate()

@@ -83,14 +83,21 @@ def test_a_killed_engines_reply_queue_is_deleted(reply_broker):
     conn, has = reply_broker
     exchange, engine_uuid = unique(), uuid.uuid4().hex
     queue = pr.reply_queue_name(exchange, engine_uuid)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
     # Given a live worker on the exchange and an engine process consuming its replies
     with running_worker(exchange, "t", [et.Echo], **conn):
         child = subprocess.Popen(
-            [sys.executable, CHILD, json.dumps({**conn, "exchange": exchange,
-                                                "uuid": engine_uuid})],
-            stdout=subprocess.PIPE, text=True, env=env)
+            [
+                sys.executable,
+                CHILD,
+                json.dumps({**conn, "exchange": exchange, "uuid": engine_uuid}),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             assert child.stdout.readline().strip() == "ready"
             assert has(exchange, queue)

@@ -31,7 +31,7 @@ MAY_IMPORT = {
 
 def _layer(module: str) -> str | None:
     """The subpackage a worker_based module belongs to (None: a top-level module)."""
-    rest = module[len(PACKAGE) + 1:].split(".")
+    rest = module[len(PACKAGE) + 1 :].split(".")
     if rest[0] == "protocol":
         return "wire"
     return rest[0] if rest[0] in MAY_IMPORT else None
@@ -64,10 +64,12 @@ def test_imports_point_one_way(layer):
 def test_wire_does_not_import_protocol():
     # ``protocol`` counts as wire for the layers above, but it is TaskFlow's
     # path re-exporting the wire's names: wire importing it would be a cycle.
-    wrong = [f"{path.name} imports {module}"
-             for path in sorted((ROOT / "wire").glob("*.py"))
-             for module in _imports(path)
-             if not module.startswith(f"{PACKAGE}.wire")]
+    wrong = [
+        f"{path.name} imports {module}"
+        for path in sorted((ROOT / "wire").glob("*.py"))
+        for module in _imports(path)
+        if not module.startswith(f"{PACKAGE}.wire")
+    ]
     assert wrong == []
 
 

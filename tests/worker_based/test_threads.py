@@ -41,8 +41,9 @@ def started_since(before: set[threading.Thread]) -> list[threading.Thread]:
 @contextlib.contextmanager
 def serving(worker: wk.Worker) -> Iterator[threading.Thread]:
     """Run ``worker`` in a thread of the test's own until the block ends; that thread."""
-    runner = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              name="test-runner", daemon=True)
+    runner = threading.Thread(
+        target=worker.run, kwargs={"display_banner": False}, name="test-runner", daemon=True
+    )
     runner.start()
     assert worker.wait(WAIT_S), "worker did not start"
     try:
@@ -59,8 +60,13 @@ def worker_threads(worker: wk.Worker) -> set[str]:
     names = {f"flowengine-control-{worker.worker_id}"}
     names.update(f"flowengine-pool-{first}_{n}" for n in range(POOL))
     for topic in worker.topics:
-        names.update({f"flowengine-consume-{topic}", f"flowengine-heartbeat-{topic}",
-                      f"flowengine-fence-{topic}"})
+        names.update(
+            {
+                f"flowengine-consume-{topic}",
+                f"flowengine-heartbeat-{topic}",
+                f"flowengine-fence-{topic}",
+            }
+        )
     return names
 
 
@@ -72,8 +78,9 @@ def test_a_worker_runs_named_threads_and_none_is_left_after_stop(topics):
         before = set(threading.enumerate())
         worker = wk.Worker(exchange, topics, [tt.Hold], threads_count=POOL, **MEMORY)
         with serving(worker) as runner:
-            cids = [client.request(tt.Hold(), routing_key=topics[n % len(topics)])
-                    for n in range(POOL)]
+            cids = [
+                client.request(tt.Hold(), routing_key=topics[n % len(topics)]) for n in range(POOL)
+            ]
             assert tt.wait_started(POOL)
             # When its threads are counted
             running = [t for t in started_since(before) if t is not runner]
@@ -94,8 +101,15 @@ def test_time_limits_and_events_add_their_threads_and_none_is_left_after_stop():
     # Given a worker with default time limits and events, and a request running
     with Client(exchange, **MEMORY) as client:
         before = set(threading.enumerate())
-        worker = wk.Worker(exchange, "a", [tt.Hold], threads_count=POOL, events=True,
-                           soft_time_limit=3600, **MEMORY)
+        worker = wk.Worker(
+            exchange,
+            "a",
+            [tt.Hold],
+            threads_count=POOL,
+            events=True,
+            soft_time_limit=3600,
+            **MEMORY,
+        )
         with serving(worker) as runner:
             cid = client.request(tt.Hold(), routing_key="a")
             assert tt.wait_started(1)
@@ -105,7 +119,8 @@ def test_time_limits_and_events_add_their_threads_and_none_is_left_after_stop():
             first_pool_thread_only = {f"flowengine-pool-a_{n}" for n in range(1, POOL)}
             assert sorted(t.name for t in running) == sorted(
                 (worker_threads(worker) - first_pool_thread_only)
-                | {"flowengine-timelimits", f"flowengine-events-{worker.worker_id}"})
+                | {"flowengine-timelimits", f"flowengine-events-{worker.worker_id}"}
+            )
             tt.RELEASE.set()
             assert client.final(cid)["state"] == "SUCCESS"
             # And when it is stopped, none is left
@@ -118,8 +133,9 @@ def test_a_request_that_stops_its_worker_is_answered_and_its_threads_end():
     # Given a worker whose request stops it from its own pool thread
     with Client(exchange, **MEMORY) as client:
         before = set(threading.enumerate())
-        worker = tt.WORKER = wk.Worker(exchange, "a", [tt.StopsItsWorker],
-                                       threads_count=POOL, **MEMORY)
+        worker = tt.WORKER = wk.Worker(
+            exchange, "a", [tt.StopsItsWorker], threads_count=POOL, **MEMORY
+        )
         with serving(worker) as runner:
             cid = client.request(tt.StopsItsWorker(), routing_key="a")
             # Then the request is answered and the worker's run() returns
@@ -138,8 +154,13 @@ def test_an_engine_runs_named_threads_and_none_is_left_after_its_run():
     worker = wk.Worker(exchange, "t", [tt.Hold], threads_count=1, **MEMORY)
     with serving(worker):
         # Given an engine running a flow whose task is running on a worker
-        engine = engines.load(lf.Flow("f").add(tt.Hold("h")), engine="worker-based",
-                              exchange=exchange, topics=["t"], **MEMORY)
+        engine = engines.load(
+            lf.Flow("f").add(tt.Hold("h")),
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            **MEMORY,
+        )
         executor_id = engine._task_executor.uuid
         run = threading.Thread(target=engine.run, name="test-engine-run", daemon=True)
         run.start()
@@ -152,8 +173,8 @@ def test_an_engine_runs_named_threads_and_none_is_left_after_its_run():
         running = engine_threads()
         # Then each is named after its role, and these are all there are
         assert sorted(t.name for t in running) == sorted(
-            f"flowengine-{role}-{executor_id}"
-            for role in ("housekeeping", "replies", "sender"))
+            f"flowengine-{role}-{executor_id}" for role in ("housekeeping", "replies", "sender")
+        )
         # And once its run is over, none is left
         tt.RELEASE.set()
         run.join(WAIT_S)

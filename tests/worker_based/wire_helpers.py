@@ -29,8 +29,15 @@ def conn_kwargs(broker: Any) -> dict[str, Any]:
 
 
 #: Keyword arguments that say where the broker is and how to talk to it.
-BROKER_KEYS = ("url", "transport", "transport_options", "retry_options", "durable",
-               "secret", "compat")
+BROKER_KEYS = (
+    "url",
+    "transport",
+    "transport_options",
+    "retry_options",
+    "durable",
+    "secret",
+    "compat",
+)
 
 
 def as_broker(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -48,29 +55,38 @@ class Client:
     def __init__(self, exchange: str, **conn: Any) -> None:
         self.uuid = f"client-{uuid.uuid4().hex[:12]}"
         self.exchange = exchange
-        self.responses: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = \
-            defaultdict(list)
+        self.responses: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(list)
         self.notifies: list[tuple[dict[str, Any], dict[str, Any]]] = []
         #: The NOTIFYs that answer a probe, by the probe's correlation id
         #: (announcements carry none: they are in ``notifies`` only).
-        self.notify_answers: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = \
-            defaultdict(list)
+        self.notify_answers: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = defaultdict(
+            list
+        )
         self._cond = threading.Condition()
         handlers = {
-            pr.RESPONSE: dispatcher.Handler(self._on_response, validator=pr.Response.validate,
-                                            required_properties=("correlation_id",)),
+            pr.RESPONSE: dispatcher.Handler(
+                self._on_response,
+                validator=pr.Response.validate,
+                required_properties=("correlation_id",),
+            ),
             pr.NOTIFY: dispatcher.Handler(
-                self._on_notify, validator=functools.partial(pr.Notify.validate,
-                                                             response=True)),
+                self._on_notify, validator=functools.partial(pr.Notify.validate, response=True)
+            ),
         }
-        self.proxy = px.Proxy(self.uuid, exchange, handlers, **as_broker(conn),
-                              options=px.ProxyOptions(bindings=(pr.ANNOUNCE_ROUTING_KEY,)))
+        self.proxy = px.Proxy(
+            self.uuid,
+            exchange,
+            handlers,
+            **as_broker(conn),
+            options=px.ProxyOptions(bindings=(pr.ANNOUNCE_ROUTING_KEY,)),
+        )
         self._thread: threading.Thread | None = None
 
     def _on_response(self, data: dict[str, Any], message: Any) -> None:
         with self._cond:
             self.responses[message.properties["correlation_id"]].append(
-                (pr.Response.normalize(data), dict(message.headers or {})))
+                (pr.Response.normalize(data), dict(message.headers or {}))
+            )
             self._cond.notify_all()
 
     def _on_notify(self, data: dict[str, Any], message: Any) -> None:
@@ -114,14 +130,21 @@ class Client:
         with self._cond:
             return [d["state"] for d, _h in self.responses.get(cid, [])]
 
-    def request(self, task: Any, action: str = pr.EXECUTE, arguments: Any = None,
-                routing_key: str = "", headers: dict[str, Any] | None = None,
-                **kwargs: Any) -> str:
+    def request(
+        self,
+        task: Any,
+        action: str = pr.EXECUTE,
+        arguments: Any = None,
+        routing_key: str = "",
+        headers: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> str:
         """Publish a Request for ``task``; return its correlation id."""
         cid = uuid.uuid4().hex
         req = pr.Request(task, cid, action, arguments or {}, **kwargs)
-        self.proxy.publish(req, routing_key, reply_to=self.uuid, correlation_id=cid,
-                           headers=headers)
+        self.proxy.publish(
+            req, routing_key, reply_to=self.uuid, correlation_id=cid, headers=headers
+        )
         return cid
 
     def final(self, cid: str, timeout: float = WAIT_S) -> dict[str, Any]:
@@ -139,32 +162,45 @@ class Client:
 class RawSender:
     """Publishes arbitrary bytes with arbitrary properties (for malformed messages)."""
 
-    def __init__(self, exchange: str, url: str | None = None, transport: str | None = None,
-                 transport_options: dict[str, Any] | None = None) -> None:
-        self.conn = kombu.Connection(url or "memory://localhost",
-                                     transport=transports.resolve(url, transport),
-                                     transport_options=transport_options or {})
-        self.exchange = kombu.Exchange(exchange, type="direct", durable=False,
-                                       auto_delete=False)
+    def __init__(
+        self,
+        exchange: str,
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.conn = kombu.Connection(
+            url or "memory://localhost",
+            transport=transports.resolve(url, transport),
+            transport_options=transport_options or {},
+        )
+        self.exchange = kombu.Exchange(exchange, type="direct", durable=False, auto_delete=False)
         self.producer = kombu.Producer(self.conn.channel(), exchange=self.exchange)
 
-    def send(self, body: bytes | str, routing_key: str,
-             content_type: str = "application/json", **properties: Any) -> None:
-        self.producer.publish(body, routing_key=routing_key, content_type=content_type,
-                              content_encoding="utf-8" if isinstance(body, str) else "binary",
-                              **properties)
+    def send(
+        self,
+        body: bytes | str,
+        routing_key: str,
+        content_type: str = "application/json",
+        **properties: Any,
+    ) -> None:
+        self.producer.publish(
+            body,
+            routing_key=routing_key,
+            content_type=content_type,
+            content_encoding="utf-8" if isinstance(body, str) else "binary",
+            **properties,
+        )
 
     def close(self) -> None:
         self.conn.release()
 
 
 @contextlib.contextmanager
-def running_worker(exchange: str, topic: str, tasks: Any, **kwargs: Any
-                   ) -> Iterator[wk.Worker]:
+def running_worker(exchange: str, topic: str, tasks: Any, **kwargs: Any) -> Iterator[wk.Worker]:
     """A Worker serving in a thread for the duration of the with-block."""
     worker = wk.Worker(exchange, topic, tasks, **kwargs)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     try:
         assert worker.wait(WAIT_S), "worker did not start"

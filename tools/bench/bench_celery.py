@@ -30,8 +30,7 @@ import os
 import time
 
 #: Where the Celery virtualenv is cached, and what is installed into it.
-CELERY_VENV = os.path.join(os.path.expanduser("~"), ".cache", "flowengine-bench",
-                           "celery-venv")
+CELERY_VENV = os.path.join(os.path.expanduser("~"), ".cache", "flowengine-bench", "celery-venv")
 CELERY_SPEC = "celery[redis]==5.7.0"
 
 #: Seconds a client waits for all results of one measurement.
@@ -51,9 +50,14 @@ def make_app(url: str):
 
     backend = url if url.startswith("redis") else "rpc://"
     app = Celery("bench", broker=url, backend=backend)
-    app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
-                    broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
-                    worker_redirect_stdouts=False)
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        worker_redirect_stdouts=False,
+    )
 
     @app.task(name="bench.noop")
     def noop(*_args):
@@ -72,9 +76,18 @@ def worker_main(url: str, threads: int, ready_line: str) -> int:
     def _ready(**_kw):
         print(ready_line, flush=True)
 
-    app.worker_main(["worker", "--pool=threads", f"--concurrency={threads}",
-                     "--loglevel=WARNING", "--without-gossip", "--without-mingle",
-                     "--without-heartbeat", f"--hostname=bench{os.getpid()}@%h"])
+    app.worker_main(
+        [
+            "worker",
+            "--pool=threads",
+            f"--concurrency={threads}",
+            "--loglevel=WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            f"--hostname=bench{os.getpid()}@%h",
+        ]
+    )
     return 0
 
 
@@ -96,6 +109,11 @@ def client_case(url: str, case: str, n: int) -> dict:
         chain(noop.si() for _ in range(n)).apply_async().get(timeout=RESULT_TIMEOUT_S)
     run_s = time.perf_counter() - started
     cpu = time.process_time() - cpu
-    return {"tasks": n, "run_s": run_s, "per_task_ms": run_s / n * 1000.0,
-            "tasks_per_s": n / run_s, "run_tasks_per_s": n / run_s,
-            "cpu_per_task_ms": cpu / n * 1000.0}
+    return {
+        "tasks": n,
+        "run_s": run_s,
+        "per_task_ms": run_s / n * 1000.0,
+        "tasks_per_s": n / run_s,
+        "run_tasks_per_s": n / run_s,
+        "cpu_per_task_ms": cpu / n * 1000.0,
+    }

@@ -83,9 +83,9 @@ CASE_ENGINES = {name: ("serial",) for name in SCALE_CASES}
 #: Cases TaskFlow is not run on, and why (printed with the results).
 TASKFLOW_SKIPPED = {
     "graph-10000": "TaskFlow skipped: its cost grows ~n^2 (about 80 s at n=2,000),"
-                   " n=10,000 would take about half an hour",
+    " n=10,000 would take about half an hour",
     "graph-100000": "TaskFlow skipped: its cost grows ~n^2 (about 80 s at n=2,000),"
-                    " n=100,000 would take days",
+    " n=100,000 would take days",
 }
 #: Phases of a case, in order (the child can stop after any of them).
 PHASES = ("import", "build", "compile", "prepare", "run")
@@ -106,6 +106,7 @@ CASE_TIMEOUT_S = 600.0
 # child side: one case, one library, one engine; prints one JSON line
 # --------------------------------------------------------------------------
 
+
 def _peak_rss_mb() -> float:
     import resource
 
@@ -122,8 +123,9 @@ def _graph_deps(n: int) -> list[list[int]]:
     return deps
 
 
-def run_child(lib: str, case: str, engine_name: str, root: str | None = None,
-              stop_after: str = "run") -> dict:
+def run_child(
+    lib: str, case: str, engine_name: str, root: str | None = None, stop_after: str = "run"
+) -> dict:
     """Run one case in this process and return its measurements.
 
     ``lib`` 'flowengine' imports flowengine from ``root`` (default: this
@@ -162,9 +164,12 @@ def run_child(lib: str, case: str, engine_name: str, root: str | None = None,
         flow.add(*[Noop(name=f"t{i}") for i in range(n)])
     else:
         flow = graph_flow.Flow(case)
-        flow.add(*[Node(name=f"t{i}", provides=f"s{i}",
-                        requires=[f"s{j}" for j in deps])
-                   for i, deps in enumerate(deps)])
+        flow.add(
+            *[
+                Node(name=f"t{i}", provides=f"s{i}", requires=[f"s{j}" for j in deps])
+                for i, deps in enumerate(deps)
+            ]
+        )
     build_s = time.perf_counter() - t0
     cpu["build"] = time.process_time() - c0
     if stop_after == "build":
@@ -198,13 +203,22 @@ def run_child(lib: str, case: str, engine_name: str, root: str | None = None,
         except metadata.PackageNotFoundError:
             version = "?"
     return {
-        "lib": lib, "version": version, "case": case, "engine": engine_name, "tasks": n,
-        "import_s": import_s, "build_s": build_s, "compile_s": compile_s,
-        "prepare_s": prepare_s, "run_s": run_s, "per_task_ms": run_s / n * 1000.0,
+        "lib": lib,
+        "version": version,
+        "case": case,
+        "engine": engine_name,
+        "tasks": n,
+        "import_s": import_s,
+        "build_s": build_s,
+        "compile_s": compile_s,
+        "prepare_s": prepare_s,
+        "run_s": run_s,
+        "per_task_ms": run_s / n * 1000.0,
         "total_s": build_s + compile_s + prepare_s + run_s,
         "cpu_s": cpu["build"] + cpu["compile"] + cpu["prepare"] + cpu["run"],
         "cpu_run_per_task_ms": cpu["run"] / n * 1000.0,
-        "peak_rss_mb": _peak_rss_mb(), "base_rss_mb": rss_base,
+        "peak_rss_mb": _peak_rss_mb(),
+        "base_rss_mb": rss_base,
         "engine_class": type(engine).__name__,
     }
 
@@ -212,6 +226,7 @@ def run_child(lib: str, case: str, engine_name: str, root: str | None = None,
 # --------------------------------------------------------------------------
 # parent side: venv, subprocesses, table
 # --------------------------------------------------------------------------
+
 
 def ensure_taskflow_python(venv: str, spec: str) -> str:
     """Path of a python that can import taskflow, creating the cached venv if needed."""
@@ -226,12 +241,12 @@ def ensure_venv_python(venv: str, spec: str, modules: str) -> str:
     python = os.path.join(venv, "bin", "python")
     if os.path.exists(python) and _can_import(python, modules):
         return python
-    print(f"# creating {venv} with `pip install {spec}` (cached for later runs)",
-          file=sys.stderr)
+    print(f"# creating {venv} with `pip install {spec}` (cached for later runs)", file=sys.stderr)
     os.makedirs(os.path.dirname(venv), exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec],
-                   check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", spec], check=True
+    )
     if not _can_import(python, modules):
         raise SystemExit(f"{modules} still not importable with {python}")
     return python
@@ -241,17 +256,32 @@ def _can_import(python: str, module: str) -> bool:
     return subprocess.run([python, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
-def run_case(python: str, lib: str, case: str, engine_name: str, timeout_s: float,
-             root: str | None = None) -> dict:
+def run_case(
+    python: str, lib: str, case: str, engine_name: str, timeout_s: float, root: str | None = None
+) -> dict:
     """Run one case in a fresh subprocess of ``python``."""
-    cmd = [python, os.path.abspath(__file__), "--child", "--lib", lib,
-           "--case", case, "--engine", engine_name]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--child",
+        "--lib",
+        lib,
+        "--case",
+        case,
+        "--engine",
+        engine_name,
+    ]
     if root:
         cmd += ["--root", root]
     base = {"lib": lib, "case": case, "engine": engine_name}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                              cwd=CACHE_DIR if lib == "taskflow" else REPO_ROOT)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            cwd=CACHE_DIR if lib == "taskflow" else REPO_ROOT,
+        )
     except subprocess.TimeoutExpired:
         return {**base, "error": f"timeout after {timeout_s:.0f} s"}
     if proc.returncode != 0:
@@ -261,8 +291,18 @@ def run_case(python: str, lib: str, case: str, engine_name: str, timeout_s: floa
 
 
 #: Figures summarised over repetitions (median, min, max).
-TIMED_KEYS = ("import_s", "build_s", "compile_s", "prepare_s", "run_s", "total_s",
-              "per_task_ms", "cpu_s", "cpu_run_per_task_ms", "peak_rss_mb")
+TIMED_KEYS = (
+    "import_s",
+    "build_s",
+    "compile_s",
+    "prepare_s",
+    "run_s",
+    "total_s",
+    "per_task_ms",
+    "cpu_s",
+    "cpu_run_per_task_ms",
+    "peak_rss_mb",
+)
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -301,20 +341,29 @@ def _ratio(a, b) -> str:
 
 def print_table(results: list[dict], out=sys.stdout) -> None:
     """Print per-library rows (median (min-max) when repeated), then the ratios."""
-    cols = [("build", "build_s", _fmt_s), ("compile", "compile_s", _fmt_s),
-            ("prepare", "prepare_s", _fmt_s), ("run", "run_s", _fmt_s),
-            ("total", "total_s", _fmt_s), ("per task", "per_task_ms", lambda v: f"{v:.3f}ms"),
-            ("CPU", "cpu_s", _fmt_s), ("peak RSS", "peak_rss_mb", lambda v: f"{v:.0f}MB")]
+    cols = [
+        ("build", "build_s", _fmt_s),
+        ("compile", "compile_s", _fmt_s),
+        ("prepare", "prepare_s", _fmt_s),
+        ("run", "run_s", _fmt_s),
+        ("total", "total_s", _fmt_s),
+        ("per task", "per_task_ms", lambda v: f"{v:.3f}ms"),
+        ("CPU", "cpu_s", _fmt_s),
+        ("peak RSS", "peak_rss_mb", lambda v: f"{v:.0f}MB"),
+    ]
     rows = []
     for r in results:
         if "error" in r:
             rows.append((r, None))
             continue
         rows.append((r, [_spread(r, key, fmt) if key in r else "-" for _n, key, fmt in cols]))
-    widths = [max([len(name)] + [len(cells[i]) for _r, cells in rows if cells])
-              for i, (name, _k, _f) in enumerate(cols)]
+    widths = [
+        max([len(name)] + [len(cells[i]) for _r, cells in rows if cells])
+        for i, (name, _k, _f) in enumerate(cols)
+    ]
     head = f"{'case':<12} {'engine':<9} {'lib':<11} " + " ".join(
-        f"{name:>{w}}" for (name, _k, _f), w in zip(cols, widths))
+        f"{name:>{w}}" for (name, _k, _f), w in zip(cols, widths)
+    )
     print(head, file=out)
     print("-" * len(head), file=out)
     for r, cells in rows:
@@ -324,59 +373,103 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         else:
             print(lead + " " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths)), file=out)
     by_key = {(r["lib"], r["case"], r["engine"]): r for r in results if "error" not in r}
-    for other, title in (("taskflow", "flowengine / TaskFlow (lower is better for flowengine)"),
-                         ("baseline", "flowengine / baseline (lower: faster than the baseline)")):
-        pairs = [(c, e) for c in CASES for e in ENGINES
-                 if ("flowengine", c, e) in by_key and (other, c, e) in by_key]
+    for other, title in (
+        ("taskflow", "flowengine / TaskFlow (lower is better for flowengine)"),
+        ("baseline", "flowengine / baseline (lower: faster than the baseline)"),
+    ):
+        pairs = [
+            (c, e)
+            for c in CASES
+            for e in ENGINES
+            if ("flowengine", c, e) in by_key and (other, c, e) in by_key
+        ]
         if not pairs:
             continue
         print(f"\n{title}", file=out)
-        head = (f"{'case':<12} {'engine':<9} {'compile':>9} {'run':>9} {'total':>9} "
-                f"{'peak RSS':>9}")
+        head = f"{'case':<12} {'engine':<9} {'compile':>9} {'run':>9} {'total':>9} {'peak RSS':>9}"
         print(head, file=out)
         print("-" * len(head), file=out)
         for case, eng in pairs:
             fe, ot = by_key[("flowengine", case, eng)], by_key[(other, case, eng)]
             total = [r["build_s"] + r["compile_s"] + r["prepare_s"] + r["run_s"] for r in (fe, ot)]
-            print(f"{case:<12} {eng:<9} {_ratio(fe['compile_s'], ot['compile_s']):>9} "
-                  f"{_ratio(fe['run_s'], ot['run_s']):>9} {_ratio(*total):>9} "
-                  f"{_ratio(fe['peak_rss_mb'], ot['peak_rss_mb']):>9}", file=out)
+            print(
+                f"{case:<12} {eng:<9} {_ratio(fe['compile_s'], ot['compile_s']):>9} "
+                f"{_ratio(fe['run_s'], ot['run_s']):>9} {_ratio(*total):>9} "
+                f"{_ratio(fe['peak_rss_mb'], ot['peak_rss_mb']):>9}",
+                file=out,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--lib", choices=LIBS, action="append",
-                   help="library to run (repeatable; default: flowengine and taskflow,"
-                        " plus baseline with --baseline-root)")
-    p.add_argument("--case", choices=list(CASES), action="append",
-                   help="case to run (repeatable; default: all)")
-    p.add_argument("--scale", action="store_true",
-                   help="the scale cases only: " + ", ".join(SCALE_CASES))
-    p.add_argument("--engine", choices=ENGINES, action="append",
-                   help="engine to run (repeatable; default: both, serial for scale cases)")
+    p.add_argument(
+        "--lib",
+        choices=LIBS,
+        action="append",
+        help="library to run (repeatable; default: flowengine and taskflow,"
+        " plus baseline with --baseline-root)",
+    )
+    p.add_argument(
+        "--case",
+        choices=list(CASES),
+        action="append",
+        help="case to run (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--scale", action="store_true", help="the scale cases only: " + ", ".join(SCALE_CASES)
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        action="append",
+        help="engine to run (repeatable; default: both, serial for scale cases)",
+    )
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
-    p.add_argument("--repeat", type=int, default=1,
-                   help="run each case N times (fresh subprocesses): medians, min and max")
-    p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S,
-                   help="seconds allowed per case (default %(default)s)")
-    p.add_argument("--baseline-root", metavar="DIR",
-                   help="another flowengine source tree, run as library 'baseline'")
-    p.add_argument("--instructions", action="store_true",
-                   help="also count instructions per phase with callgrind (flowengine and"
-                        f" baseline, cases of at most {INSTRUCTIONS_MAX_TASKS} tasks)")
-    p.add_argument("--taskflow-venv", default=TASKFLOW_VENV,
-                   help="virtualenv for TaskFlow (created and cached if missing)")
-    p.add_argument("--taskflow-spec", default=TASKFLOW_SPEC,
-                   help="pip requirement for TaskFlow (default %(default)s)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run each case N times (fresh subprocesses): medians, min and max",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=CASE_TIMEOUT_S,
+        help="seconds allowed per case (default %(default)s)",
+    )
+    p.add_argument(
+        "--baseline-root",
+        metavar="DIR",
+        help="another flowengine source tree, run as library 'baseline'",
+    )
+    p.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count instructions per phase with callgrind (flowengine and"
+        f" baseline, cases of at most {INSTRUCTIONS_MAX_TASKS} tasks)",
+    )
+    p.add_argument(
+        "--taskflow-venv",
+        default=TASKFLOW_VENV,
+        help="virtualenv for TaskFlow (created and cached if missing)",
+    )
+    p.add_argument(
+        "--taskflow-spec",
+        default=TASKFLOW_SPEC,
+        help="pip requirement for TaskFlow (default %(default)s)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--root", help=argparse.SUPPRESS)
     p.add_argument("--stop-after", choices=PHASES, default="run", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.child:
-        print(json.dumps(run_child(args.lib[0], args.case[0], args.engine[0], args.root,
-                                   args.stop_after)))
+        print(
+            json.dumps(
+                run_child(args.lib[0], args.case[0], args.engine[0], args.root, args.stop_after)
+            )
+        )
         return 0
 
     libs = args.lib or ["flowengine", "taskflow"] + (["baseline"] if args.baseline_root else [])
@@ -391,14 +484,19 @@ def main(argv: list[str] | None = None) -> int:
             # TaskFlow's files were byte-compiled by pip; give flowengine the same
             # footing (PYTHONDONTWRITEBYTECODE would otherwise make every child
             # compile the sources it imports lazily, inside the timed phases).
-            subprocess.run([sys.executable, "-m", "compileall", "-q",
-                            os.path.join(roots[lib], "flowengine")], check=False,
-                           stdout=subprocess.DEVNULL)
+            subprocess.run(
+                [sys.executable, "-m", "compileall", "-q", os.path.join(roots[lib], "flowengine")],
+                check=False,
+                stdout=subprocess.DEVNULL,
+            )
     if "taskflow" in libs:
         pythons["taskflow"] = ensure_taskflow_python(args.taskflow_venv, args.taskflow_spec)
 
-    print(f"# python {platform.python_version()} on {platform.machine()}, "
-          f"{os.cpu_count()} CPUs; each case in a fresh subprocess", file=sys.stderr)
+    print(
+        f"# python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} CPUs; each case in a fresh subprocess",
+        file=sys.stderr,
+    )
     results, counted, notes = [], [], []
     for case in cases:
         for eng in args.engine or CASE_ENGINES.get(case, ENGINES):
@@ -406,22 +504,46 @@ def main(argv: list[str] | None = None) -> int:
                 if lib == "taskflow" and case in TASKFLOW_SKIPPED:
                     notes.append(f"{case}: {TASKFLOW_SKIPPED[case]}")
                     continue
-                runs = [run_case(pythons[lib], lib, case, eng, args.timeout, roots[lib])
-                        for _ in range(max(1, args.repeat))]
+                runs = [
+                    run_case(pythons[lib], lib, case, eng, args.timeout, roots[lib])
+                    for _ in range(max(1, args.repeat))
+                ]
                 r = summarise(runs)
                 results.append(r)
-                status = r.get("error") or (f"total {_fmt_s(r['total_s'])}, "
-                                            f"run {_fmt_s(r['run_s'])}, "
-                                            f"{r['peak_rss_mb']:.0f} MB")
+                status = r.get("error") or (
+                    f"total {_fmt_s(r['total_s'])}, "
+                    f"run {_fmt_s(r['run_s'])}, "
+                    f"{r['peak_rss_mb']:.0f} MB"
+                )
                 print(f"# {case} {eng} {lib}: {status}", file=sys.stderr, flush=True)
-                if args.instructions and lib != "taskflow" \
-                        and CASES[case][1] <= INSTRUCTIONS_MAX_TASKS:
-                    child = [sys.executable, os.path.abspath(__file__), "--child", "--lib",
-                             lib, "--case", case, "--engine", eng]
+                if (
+                    args.instructions
+                    and lib != "taskflow"
+                    and CASES[case][1] <= INSTRUCTIONS_MAX_TASKS
+                ):
+                    child = [
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        "--child",
+                        "--lib",
+                        lib,
+                        "--case",
+                        case,
+                        "--engine",
+                        eng,
+                    ]
                     if roots[lib]:
                         child += ["--root", roots[lib]]
-                    counted.append({"lib": lib, "case": case, "engine": eng, **callgrind.count(
-                        child, PHASES, CASES[case][1], args.timeout, REPO_ROOT)})
+                    counted.append(
+                        {
+                            "lib": lib,
+                            "case": case,
+                            "engine": eng,
+                            **callgrind.count(
+                                child, PHASES, CASES[case][1], args.timeout, REPO_ROOT
+                            ),
+                        }
+                    )
     print_table(results)
     for note in notes:
         print(note)

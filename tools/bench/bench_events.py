@@ -32,8 +32,7 @@ from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from flowengine import engines, task  # noqa: E402
 from flowengine.engines.worker_based import events as ev  # noqa: E402
@@ -69,8 +68,7 @@ def make_flow() -> Any:
 def serving(exchange: str, conn: dict[str, Any], events: bool) -> Iterator[None]:
     pool = futures.ThreadPoolExecutor(max_workers=2)
     worker = wk.Worker(exchange, "bench", [Step], executor=pool, events=events, **conn)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     if not worker.wait(WAIT_S):
         raise RuntimeError("worker did not start")
@@ -114,9 +112,15 @@ def per_task_ms(conn: dict[str, Any], runs: int) -> dict[str, float]:
             stack.enter_context(serving(exchange, conn, mode != "off"))
         for i in range(runs + 1):
             for mode in MODES:
-                engine = engines.load(make_flow(), store={"v0": 0}, engine="worker-based",
-                                      exchange=exchanges[mode], topics=["bench"],
-                                      events=mode != "off", **conn)
+                engine = engines.load(
+                    make_flow(),
+                    store={"v0": 0},
+                    engine="worker-based",
+                    exchange=exchanges[mode],
+                    topics=["bench"],
+                    events=mode != "off",
+                    **conn,
+                )
                 started = time.perf_counter()
                 engine.run()
                 elapsed = time.perf_counter() - started
@@ -132,10 +136,10 @@ def transports(names: list[str], stack: contextlib.ExitStack) -> Iterator[tuple[
             yield name, {"transport": "memory"}
         elif name == "filesystem":
             folder = stack.enter_context(tempfile.TemporaryDirectory())
-            yield name, {"transport": "filesystem",
-                         "transport_options": {"data_folder": folder}}
+            yield name, {"transport": "filesystem", "transport_options": {"data_folder": folder}}
         elif name == "redis":
             from tests import brokers
+
             if brokers.redis_binary() is None:
                 print("redis: skipped (no redis-server)", file=sys.stderr)
                 continue
@@ -146,19 +150,20 @@ def transports(names: list[str], stack: contextlib.ExitStack) -> Iterator[tuple[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=RUNS)
-    parser.add_argument("--transport", action="append",
-                        choices=["memory", "filesystem", "redis"])
+    parser.add_argument("--transport", action="append", choices=["memory", "filesystem", "redis"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     results: dict[str, dict[str, float]] = {}
     with contextlib.ExitStack() as stack:
-        for name, conn in transports(args.transport or ["memory", "filesystem", "redis"],
-                                     stack):
+        for name, conn in transports(args.transport or ["memory", "filesystem", "redis"], stack):
             row = per_task_ms(conn, args.runs)
             results[name] = row
-            print(f"{name:<11} off {row['off']:7.3f} ms/task   on {row['on']:7.3f}"
-                  f" ({row['on'] / row['off']:.2f}x)   on+view {row['on+view']:7.3f}"
-                  f" ({row['on+view'] / row['off']:.2f}x)", flush=True)
+            print(
+                f"{name:<11} off {row['off']:7.3f} ms/task   on {row['on']:7.3f}"
+                f" ({row['on'] / row['off']:.2f}x)   on+view {row['on+view']:7.3f}"
+                f" ({row['on+view'] / row['off']:.2f}x)",
+                flush=True,
+            )
     if args.json:
         print(json.dumps(results))
     return 0

@@ -41,8 +41,13 @@ REPEAT = 5
 #: A run that takes longer than this is reported as failed, not waited for.
 RUN_TIMEOUT_S = 300.0
 #: (library, board) pairs measured, in table order.
-BOARDS = (("flowengine", "redis"), ("flowengine", "zookeeper"), ("flowengine", "sqlite"),
-          ("taskflow", "redis"), ("taskflow", "zookeeper"))
+BOARDS = (
+    ("flowengine", "redis"),
+    ("flowengine", "zookeeper"),
+    ("flowengine", "sqlite"),
+    ("taskflow", "redis"),
+    ("taskflow", "zookeeper"),
+)
 
 
 def trivial_flow():
@@ -63,8 +68,11 @@ def _board_conf(lib: str, kind: str, where: str, tag: str) -> dict:
         host, port = where.rsplit("/", 1)[0].split("//", 1)[1].split(":")
         return {"board": "redis", "host": host, "port": int(port), "namespace": f"bench-{tag}"}
     if kind == "zookeeper":
-        return {"board": "zookeeper", "hosts": where.split("//", 1)[1],
-                "path": f"/bench-{lib}/{tag}"}
+        return {
+            "board": "zookeeper",
+            "hosts": where.split("//", 1)[1],
+            "path": f"/bench-{lib}/{tag}",
+        }
     return {"board": where + f"?namespace=bench{tag}"}
 
 
@@ -78,11 +86,13 @@ def child(lib: str, kind: str, where: str, jobs: int) -> dict:
     memory = __import__(f"{lib}.persistence.backends.impl_memory", fromlist=["impl_memory"])
     p_utils = __import__(f"{lib}.utils.persistence_utils", fromlist=["persistence_utils"])
     persistence = memory.MemoryBackend({})
-    board = boards.fetch("bench", _board_conf(lib, kind, where, uuid.uuid4().hex[:10]),
-                         persistence=persistence)
+    board = boards.fetch(
+        "bench", _board_conf(lib, kind, where, uuid.uuid4().hex[:10]), persistence=persistence
+    )
     board.connect()
-    conductor = conductors.fetch("blocking", "bench-conductor", board,
-                                 persistence=persistence, engine="serial")
+    conductor = conductors.fetch(
+        "blocking", "bench-conductor", board, persistence=persistence, engine="serial"
+    )
     done = threading.Event()
     consumed = []
 
@@ -105,19 +115,30 @@ def child(lib: str, kind: str, where: str, jobs: int) -> dict:
     runner.join(30)
     board.close()
     elapsed = (consumed[-1] if consumed else time.monotonic()) - started
-    return {"lib": lib, "board": kind, "jobs": jobs, "consumed": len(consumed),
-            "ok": finished, "post_s": posted - started, "elapsed_s": elapsed,
-            "jobs_per_s": len(consumed) / elapsed if elapsed > 0 else 0.0,
-            "version": getattr(mod, "__version__", "?")}
+    return {
+        "lib": lib,
+        "board": kind,
+        "jobs": jobs,
+        "consumed": len(consumed),
+        "ok": finished,
+        "post_s": posted - started,
+        "elapsed_s": elapsed,
+        "jobs_per_s": len(consumed) / elapsed if elapsed > 0 else 0.0,
+        "version": getattr(mod, "__version__", "?"),
+    }
 
 
 def _measure(python: str, lib: str, kind: str, where: str, jobs: int) -> dict:
     env = dict(os.environ)
     if lib == "flowengine":
         env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([python, os.path.abspath(__file__), "--child", lib, kind, where,
-                           str(jobs)], capture_output=True, text=True, env=env,
-                          timeout=RUN_TIMEOUT_S + 60)
+    proc = subprocess.run(
+        [python, os.path.abspath(__file__), "--child", lib, kind, where, str(jobs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=RUN_TIMEOUT_S + 60,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"lib": lib, "board": kind, "ok": False, "error": proc.stderr[-2000:]}
@@ -125,10 +146,15 @@ def _measure(python: str, lib: str, kind: str, where: str, jobs: int) -> dict:
 
 
 def _table(results: dict[tuple[str, str], list[dict]]) -> str:
-    medians = {key: statistics.median(r["jobs_per_s"] for r in runs)
-               for key, runs in results.items() if runs and all(r.get("ok") for r in runs)}
-    out = ["| board | flowengine jobs/s | TaskFlow 6.5 jobs/s | flowengine / TaskFlow |",
-           "|---|---:|---:|---:|"]
+    medians = {
+        key: statistics.median(r["jobs_per_s"] for r in runs)
+        for key, runs in results.items()
+        if runs and all(r.get("ok") for r in runs)
+    }
+    out = [
+        "| board | flowengine jobs/s | TaskFlow 6.5 jobs/s | flowengine / TaskFlow |",
+        "|---|---:|---:|---:|",
+    ]
     for kind in ("redis", "zookeeper", "sqlite"):
         fe, tf = medians.get(("flowengine", kind)), medians.get(("taskflow", kind))
         ratio = f"{fe / tf:.2f}x" if fe and tf else "-"
@@ -154,35 +180,51 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeat < 5:
         p.error("--repeat must be at least 5 (medians of fewer runs are noise)")
-    wanted = [(lib, kind) for lib, kind in BOARDS
-              if (not args.lib or lib in args.lib) and (not args.board or kind in args.board)]
+    wanted = [
+        (lib, kind)
+        for lib, kind in BOARDS
+        if (not args.lib or lib in args.lib) and (not args.board or kind in args.board)
+    ]
     sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
     import brokers
 
     pythons = {"flowengine": sys.executable}
     if any(lib == "taskflow" for lib, _ in wanted):
-        pythons["taskflow"] = bench_core.ensure_taskflow_python(bench_core.TASKFLOW_VENV,
-                                                                "taskflow==6.5.0")
+        pythons["taskflow"] = bench_core.ensure_taskflow_python(
+            bench_core.TASKFLOW_VENV, "taskflow==6.5.0"
+        )
         for module in ("kazoo", "redis"):  # TaskFlow's boards' optional clients
             if not bench_core._can_import(pythons["taskflow"], module):
-                subprocess.run([pythons["taskflow"], "-m", "pip", "install", "-q", module],
-                               check=True)
+                subprocess.run(
+                    [pythons["taskflow"], "-m", "pip", "install", "-q", module], check=True
+                )
     results: dict[tuple[str, str], list[dict]] = {key: [] for key in wanted}
-    with brokers.running_redis() as redis_srv, brokers.running_zookeeper() as zk_srv, \
-            tempfile.TemporaryDirectory() as tmp:
-        where = {"redis": redis_srv.url, "zookeeper": zk_srv.url,
-                 "sqlite": f"sqlite:///{tmp}/jobs.db"}
+    with (
+        brokers.running_redis() as redis_srv,
+        brokers.running_zookeeper() as zk_srv,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        where = {
+            "redis": redis_srv.url,
+            "zookeeper": zk_srv.url,
+            "sqlite": f"sqlite:///{tmp}/jobs.db",
+        }
         for rep in range(args.repeat):  # interleaved: drift hits every board alike
             for lib, kind in wanted:
                 run = _measure(pythons[lib], lib, kind, where[kind], args.jobs)
                 results[(lib, kind)].append(run)
                 shown = f"{run['jobs_per_s']:.1f} jobs/s" if run.get("ok") else "FAILED"
-                print(f"# run {rep + 1}/{args.repeat} {lib:10} {kind:9} {shown}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"# run {rep + 1}/{args.repeat} {lib:10} {kind:9} {shown}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if not run.get("ok"):
                     print(run.get("error", ""), file=sys.stderr)
-    print(f"\njobs/s, post -> consumed, {args.jobs} one-task jobs, one blocking conductor,"
-          f" median of {args.repeat} runs (same Redis / ZooKeeper servers for both)\n")
+    print(
+        f"\njobs/s, post -> consumed, {args.jobs} one-task jobs, one blocking conductor,"
+        f" median of {args.repeat} runs (same Redis / ZooKeeper servers for both)\n"
+    )
     print(_table(results))
     if args.json:
         print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}, indent=1))

@@ -63,8 +63,7 @@ sys.path.insert(0, HERE)
 import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
 
 TRANSPORTS = ("memory", "filesystem", "redis", "amqp")
-LIBS = ("floor", "flowengine", "flowengine-base", "celery", "taskflow-tuned",
-        "taskflow-default")
+LIBS = ("floor", "flowengine", "flowengine-base", "celery", "taskflow-tuned", "taskflow-default")
 
 #: Libraries run by default (``flowengine-base`` needs ``--baseline``).
 DEFAULT_LIBS = tuple(lib for lib in LIBS if lib != "flowengine-base")
@@ -135,6 +134,7 @@ TOPIC = "bench"
 # connection settings per transport and library
 # --------------------------------------------------------------------------
 
+
 def connection(lib: str, transport: str, url: str | None, folder: str | None) -> dict:
     """engines.load / Worker keywords (url, transport, transport_options)."""
     opts: dict[str, Any] = {}
@@ -145,9 +145,14 @@ def connection(lib: str, transport: str, url: str | None, folder: str | None) ->
         conn["transport"] = "filesystem"
         # control_folder too: kombu's stock transport (TaskFlow's side)
         # otherwise writes exchange metadata into ./control.
-        opts.update({"data_folder_in": folder, "data_folder_out": folder,
-                     "control_folder": os.path.join(folder, "control"),
-                     "store_processed": False})
+        opts.update(
+            {
+                "data_folder_in": folder,
+                "data_folder_out": folder,
+                "control_folder": os.path.join(folder, "control"),
+                "store_processed": False,
+            }
+        )
     else:
         conn["url"] = url
     if lib == "taskflow-tuned":
@@ -184,6 +189,7 @@ def _is_flowengine(lib: str) -> bool:
 # workers (child side)
 # --------------------------------------------------------------------------
 
+
 def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
     """A worker object (not started) and the pool given to it (None: its own), for ``lib``."""
     import bench_remote_tasks
@@ -192,14 +198,18 @@ def make_worker(lib: str, exchange: str, conn: dict) -> tuple[Any, Any]:
         from concurrent import futures
 
         from taskflow.engines.worker_based import worker
+
         pool = futures.ThreadPoolExecutor(max_workers=WORKER_THREADS)
-        return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool,
-                             **conn), pool
+        return worker.Worker(
+            exchange, TOPIC, [bench_remote_tasks.Noop], executor=pool, **conn
+        ), pool
     from flowengine.engines.worker_based.worker_side import worker
+
     # flowengine's own pool (WORKER_THREADS threads), as a worker
     # made without an executor has; stop() shuts it down.
-    return worker.Worker(exchange, TOPIC, [bench_remote_tasks.Noop],
-                         threads_count=WORKER_THREADS, **conn), None
+    return worker.Worker(
+        exchange, TOPIC, [bench_remote_tasks.Noop], threads_count=WORKER_THREADS, **conn
+    ), None
 
 
 class RunningWorker(NamedTuple):
@@ -261,25 +271,43 @@ def worker_main(lib: str, exchange: str, conn: dict) -> int:
 
 
 @contextlib.contextmanager
-def worker_processes(lib: str, exchange: str, conn: dict, count: int,
-                     command: list[str] | None = None):
+def worker_processes(
+    lib: str, exchange: str, conn: dict, count: int, command: list[str] | None = None
+):
     """``count`` worker processes of ``lib`` on ``conn``, ready when the block starts.
 
     ``command``: what each runs (default: this script's worker role); it
     must print READY once consuming and end on SIGTERM.
     """
     procs = []
-    cmd = [sys.executable, os.path.abspath(__file__), "--role", "worker", "--lib", lib,
-           "--exchange", exchange, "--conn", json.dumps(conn)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--role",
+        "worker",
+        "--lib",
+        lib,
+        "--exchange",
+        exchange,
+        "--conn",
+        json.dumps(conn),
+    ]
     if lib == "celery":
-        cmd = [sys.executable, "-c", "import sys, bench_celery; sys.exit("
-               f"bench_celery.worker_main({conn['url']!r}, {WORKER_THREADS}, {READY!r}))"]
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys, bench_celery; sys.exit("
+            f"bench_celery.worker_main({conn['url']!r}, {WORKER_THREADS}, {READY!r}))",
+        ]
     if command is not None:
         cmd = command
     try:
         for _ in range(count):
-            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True,
-                                          env=_lib_env(lib), cwd=HERE))
+            procs.append(
+                subprocess.Popen(
+                    cmd, stdout=subprocess.PIPE, text=True, env=_lib_env(lib), cwd=HERE
+                )
+            )
         for proc in procs:
             _wait_ready(proc)
         yield procs
@@ -295,8 +323,7 @@ def worker_processes(lib: str, exchange: str, conn: dict, count: int,
                 proc.wait()
 
 
-def workers(lib: str, transport: str, exchange: str, conn: dict,
-            command: list[str] | None = None):
+def workers(lib: str, transport: str, exchange: str, conn: dict, command: list[str] | None = None):
     """WORKERS workers of ``lib`` for ``transport``, as a context manager.
 
     Threads of this process on ``memory`` (its broker lives in one process),
@@ -325,8 +352,10 @@ def _wait_ready(proc: subprocess.Popen) -> None:
 # flows (child side)
 # --------------------------------------------------------------------------
 
-def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict,
-             engine_kind: str = "worker-based") -> dict:
+
+def run_flow(
+    lib: str, shape: str, n: int, exchange: str, conn: dict, engine_kind: str = "worker-based"
+) -> dict:
     """Run a linear/unordered flow of ``n`` Noop tasks; time each completion."""
     import bench_remote_tasks
 
@@ -339,8 +368,7 @@ def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict,
     pattern = linear_flow if shape == "linear" else unordered_flow
     flow = pattern.Flow(shape).add(*[bench_remote_tasks.Noop(f"t{i}") for i in range(n)])
     if engine_kind == "worker-based":
-        engine = engines.load(flow, engine=engine_kind, exchange=exchange, topics=[TOPIC],
-                              **conn)
+        engine = engines.load(flow, engine=engine_kind, exchange=exchange, topics=[TOPIC], **conn)
     else:
         engine = engines.load(flow, engine=engine_kind)
     done: list[float] = []
@@ -360,8 +388,13 @@ def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict,
     span = done[-1] - done[0]
     # CPU of this process (the engine; and the workers too for memory) per task:
     # unlike wall time it hardly moves when the machine is busy.
-    result = {"tasks": n, "run_s": run_s, "first_s": done[0] - started,
-              "run_tasks_per_s": n / run_s, "cpu_per_task_ms": cpu / n * 1000.0}
+    result = {
+        "tasks": n,
+        "run_s": run_s,
+        "first_s": done[0] - started,
+        "run_tasks_per_s": n / run_s,
+        "cpu_per_task_ms": cpu / n * 1000.0,
+    }
     if n > 1:
         result.update({"per_task_ms": span / (n - 1) * 1000.0, "tasks_per_s": (n - 1) / span})
     return result
@@ -369,8 +402,9 @@ def run_flow(lib: str, shape: str, n: int, exchange: str, conn: dict,
 
 def one_task_runs(lib: str, exchange: str, conn: dict) -> dict:
     """ONE_TASK_RUNS fresh engines of a 1-task flow, one after another: run() in ms."""
-    runs = [run_flow(lib, "linear", 1, exchange, conn)["run_s"] * 1000.0
-            for _ in range(ONE_TASK_RUNS)]
+    runs = [
+        run_flow(lib, "linear", 1, exchange, conn)["run_s"] * 1000.0 for _ in range(ONE_TASK_RUNS)
+    ]
     ordered = sorted(runs)
     return {"tasks": 1, "runs_ms": runs, "run_ms": ordered[len(ordered) // 2]}
 
@@ -400,6 +434,7 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
 # the floor: raw kombu request/reply (child side)
 # --------------------------------------------------------------------------
 
+
 def _kombu_connection(conn: dict):
     """kombu's own transport for a broker URL (Redis, AMQP); flowengine's otherwise.
 
@@ -416,12 +451,18 @@ def _kombu_connection(conn: dict):
     if url:
         return kombu.Connection(url, transport_options=conn.get("transport_options", {}))
     transport = transports.resolve(url, conn.get("transport"))
-    return kombu.Connection(f"{transport}://", transport=transport,
-                            transport_options=conn.get("transport_options", {}))
+    return kombu.Connection(
+        f"{transport}://", transport=transport, transport_options=conn.get("transport_options", {})
+    )
 
 
-def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None,
-                 stop: threading.Event | None = None, replies: int = 1) -> None:
+def floor_server(
+    exchange: str,
+    conn: dict,
+    ready: threading.Event | None = None,
+    stop: threading.Event | None = None,
+    replies: int = 1,
+) -> None:
     """Answer every request on the floor's request queue with ``replies`` replies.
 
     With 2, as a flowengine worker answers a flowengine engine: a first reply
@@ -438,14 +479,20 @@ def floor_server(exchange: str, conn: dict, ready: threading.Event | None = None
             reply_to = message.properties["reply_to"]
             cid = message.properties["correlation_id"]
             for _ in range(replies - 1):
-                producer.publish({"state": "PENDING"}, routing_key=reply_to,
-                                 correlation_id=cid, serializer="json")
+                producer.publish(
+                    {"state": "PENDING"},
+                    routing_key=reply_to,
+                    correlation_id=cid,
+                    serializer="json",
+                )
             message.ack()
-            producer.publish({"ok": True}, routing_key=reply_to, correlation_id=cid,
-                             serializer="json")
+            producer.publish(
+                {"ok": True}, routing_key=reply_to, correlation_id=cid, serializer="json"
+            )
 
-        queue = kombu.Queue(f"{exchange}-req", ex, routing_key="req", durable=False,
-                            auto_delete=True)
+        queue = kombu.Queue(
+            f"{exchange}-req", ex, routing_key="req", durable=False, auto_delete=True
+        )
         with kombu.Consumer(c.channel(), [queue], callbacks=[on_message], accept=["json"]):
             if ready is not None:
                 ready.set()
@@ -467,8 +514,9 @@ def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dic
     got: collections.Counter[str] = collections.Counter()
     with _kombu_connection(conn) as c:
         producer = kombu.Producer(c.channel(), exchange=ex)
-        queue = kombu.Queue(f"{exchange}-{reply_key}", ex, routing_key=reply_key,
-                            durable=False, auto_delete=True)
+        queue = kombu.Queue(
+            f"{exchange}-{reply_key}", ex, routing_key=reply_key, durable=False, auto_delete=True
+        )
 
         def on_reply(body: Any, message: Any) -> None:
             got[message.properties["correlation_id"]] += 1
@@ -481,8 +529,13 @@ def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dic
                     cpu = time.process_time()
                 cid = str(i)
                 t0 = time.perf_counter()
-                producer.publish({"n": i}, routing_key="req", reply_to=reply_key,
-                                 correlation_id=cid, serializer="json")
+                producer.publish(
+                    {"n": i},
+                    routing_key="req",
+                    reply_to=reply_key,
+                    correlation_id=cid,
+                    serializer="json",
+                )
                 deadline = time.monotonic() + 30
                 while got[cid] < replies:
                     if time.monotonic() > deadline:
@@ -493,9 +546,12 @@ def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dic
                     times.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu
     times.sort()
-    return {"trips": trips, "per_task_ms": sum(times) / len(times) * 1000.0,
-            "median_ms": times[len(times) // 2] * 1000.0,
-            "cpu_per_task_ms": cpu / trips * 1000.0}
+    return {
+        "trips": trips,
+        "per_task_ms": sum(times) / len(times) * 1000.0,
+        "median_ms": times[len(times) // 2] * 1000.0,
+        "cpu_per_task_ms": cpu / trips * 1000.0,
+    }
 
 
 def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict:
@@ -503,8 +559,9 @@ def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict
     exchange = f"floor-{uuid.uuid4().hex[:8]}"
     if transport == "memory":
         ready, stop = threading.Event(), threading.Event()
-        server = threading.Thread(target=floor_server,
-                                  args=(exchange, conn, ready, stop, replies), daemon=True)
+        server = threading.Thread(
+            target=floor_server, args=(exchange, conn, ready, stop, replies), daemon=True
+        )
         server.start()
         ready.wait(WORKER_READY_TIMEOUT_S)
         try:
@@ -512,10 +569,19 @@ def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict
         finally:
             stop.set()
             server.join(5)
-    cmd = [sys.executable, os.path.abspath(__file__), "--role", "floor-server",
-           "--exchange", exchange, "--conn", json.dumps(conn), "--n", str(replies)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=_lib_env("floor"),
-                            cwd=HERE)
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--role",
+        "floor-server",
+        "--exchange",
+        exchange,
+        "--conn",
+        json.dumps(conn),
+        "--n",
+        str(replies),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=_lib_env("floor"), cwd=HERE)
     try:
         _wait_ready(proc)
         return floor_client(exchange, conn, trips, replies)
@@ -532,17 +598,28 @@ def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict
 # parent side
 # --------------------------------------------------------------------------
 
+
 def taskflow_python(venv: str, spec: str) -> str:
     """bench_core's cached TaskFlow python, with kombu and redis added once."""
     python = bench_core.ensure_taskflow_python(venv, spec)
     if not all(bench_core._can_import(python, m) for m in ("kombu", "redis")):
-        subprocess.run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        *TASKFLOW_EXTRA], check=True)
+        subprocess.run(
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *TASKFLOW_EXTRA],
+            check=True,
+        )
     return python
 
 
-def run_case(python: str, lib: str, case: str, transport: str, url: str | None,
-             n: int, timeout_s: float, cpu: int | None = None) -> dict:
+def run_case(
+    python: str,
+    lib: str,
+    case: str,
+    transport: str,
+    url: str | None,
+    n: int,
+    timeout_s: float,
+    cpu: int | None = None,
+) -> dict:
     """One case in a fresh subprocess of ``python``; its JSON result or an error.
 
     ``cpu``: run the case, and the worker or server processes it starts, on
@@ -551,14 +628,35 @@ def run_case(python: str, lib: str, case: str, transport: str, url: str | None,
     base = {"lib": lib, "case": case, "transport": transport}
     folder = tempfile.mkdtemp(prefix="fe-bench-fs-") if transport == "filesystem" else None
     conn = connection(lib, transport, url, folder)
-    cmd = [python, os.path.abspath(__file__), "--role", "case", "--lib", lib, "--case", case,
-           "--transport", transport, "--n", str(n), "--conn", json.dumps(conn)]
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--role",
+        "case",
+        "--lib",
+        lib,
+        "--case",
+        case,
+        "--transport",
+        transport,
+        "--n",
+        str(n),
+        "--conn",
+        json.dumps(conn),
+    ]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     # A session of its own: a case that times out is killed with the worker
     # processes it started (they would otherwise live on, orphaned).
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_lib_env(lib), cwd=HERE, start_new_session=True)
+    child = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_lib_env(lib),
+        cwd=HERE,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -624,8 +722,10 @@ def summarize(results: list[dict]) -> dict[tuple[str, str, str], dict[str, tuple
         for key, value in r.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 keys.setdefault(key, []).append(float(value))
-    return {case: {key: (_median(v), min(v), max(v), len(v)) for key, v in keys.items()}
-            for case, keys in values.items()}
+    return {
+        case: {key: (_median(v), min(v), max(v), len(v)) for key, v in keys.items()}
+        for case, keys in values.items()
+    }
 
 
 def print_table(results: list[dict], out=sys.stdout) -> None:
@@ -653,16 +753,26 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
     reps = max((v[3] for keys in summary.values() for v in keys.values()), default=0)
     print(f"\nmedian [min-max] of up to {reps} repetitions, interleaved", file=out)
 
-    print("\nPer-task latency, 50-task linear flow (ms per task; floor = raw kombu"
-          " request/reply round trip; Celery: chain time / n)", file=out)
+    print(
+        "\nPer-task latency, 50-task linear flow (ms per task; floor = raw kombu"
+        " request/reply round trip; Celery: chain time / n)",
+        file=out,
+    )
     cols = [("floor", "floor", "floor"), ("flowengine", "flowengine", "latency")]
     if "flowengine-base" in libs:
         cols.append(("fe base", "flowengine-base", "latency"))
-    cols += [("Celery", "celery", "latency"), ("TF tuned", "taskflow-tuned", "latency"),
-             ("TF default", "taskflow-default", "latency")]
-    print("| transport | " + " | ".join(c[0] for c in cols)
-          + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor | floor 3 msgs"
-          " | fe/floor 3 msgs | serial engine | least | fe/least |", file=out)
+    cols += [
+        ("Celery", "celery", "latency"),
+        ("TF tuned", "taskflow-tuned", "latency"),
+        ("TF default", "taskflow-default", "latency"),
+    ]
+    print(
+        "| transport | "
+        + " | ".join(c[0] for c in cols)
+        + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor | floor 3 msgs"
+        " | fe/floor 3 msgs | serial engine | least | fe/least |",
+        file=out,
+    )
     print("|---" * (len(cols) + 11) + "|", file=out)
     for t in transports:
         fl = med(t, "floor", "floor", "per_task_ms")
@@ -673,40 +783,62 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         serial = med(t, "flowengine", "serial", "per_task_ms")
         least = None if floor_3 is None or serial is None else floor_3 + serial
         cells = [cell(t, lib, case, "per_task_ms") for _, lib, case in cols]
-        print(f"| {t} | " + " | ".join(cells)
-              + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
-              f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
-              f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))}"
-              f" | {cell(t, 'floor', FLOOR_3, 'per_task_ms')}"
-              f" | {_ratio(fe, floor_3)} | {cell(t, 'flowengine', 'serial', 'per_task_ms')}"
-              f" | {_fmt(least)} | {_ratio(fe, least)} |", file=out)
-    print("(CPU: CPU time of the engine process per task, the client's per round trip for"
-          " the floor; for memory the workers are in that process too. floor 3 msgs: the"
-          " raw kombu exchange of a request and two replies, the first sent before the"
-          " request is acknowledged, as a flowengine worker answers. serial engine: the"
-          " same flow on the local serial engine, tasks run in the engine's thread. least: floor 3"
-          " msgs + serial engine, the least a remote task could take with this engine and"
-          " protocol were all else free)", file=out)
+        print(
+            f"| {t} | "
+            + " | ".join(cells)
+            + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
+            f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
+            f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))}"
+            f" | {cell(t, 'floor', FLOOR_3, 'per_task_ms')}"
+            f" | {_ratio(fe, floor_3)} | {cell(t, 'flowengine', 'serial', 'per_task_ms')}"
+            f" | {_fmt(least)} | {_ratio(fe, least)} |",
+            file=out,
+        )
+    print(
+        "(CPU: CPU time of the engine process per task, the client's per round trip for"
+        " the floor; for memory the workers are in that process too. floor 3 msgs: the"
+        " raw kombu exchange of a request and two replies, the first sent before the"
+        " request is acknowledged, as a flowengine worker answers. serial engine: the"
+        " same flow on the local serial engine, tasks run in the engine's thread. least: floor 3"
+        " msgs + serial engine, the least a remote task could take with this engine and"
+        " protocol were all else free)",
+        file=out,
+    )
 
-    print(f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
-          f" (median of {ONE_TASK_RUNS} engines per repetition)", file=out)
+    print(
+        f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
+        f" (median of {ONE_TASK_RUNS} engines per repetition)",
+        file=out,
+    )
     one_libs = [lib for lib in ("flowengine", "flowengine-base") if lib in libs]
     print("| transport | " + " | ".join(one_libs) + " |", file=out)
     print("|---" * (len(one_libs) + 1) + "|", file=out)
     for t in transports:
-        print(f"| {t} | " + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs)
-              + " |", file=out)
+        print(
+            f"| {t} | " + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs) + " |",
+            file=out,
+        )
 
-    print(f"\nThroughput, {THROUGHPUT_TASKS} independent tasks on {WORKERS} workers x"
-          f" {WORKER_THREADS} threads (tasks/s, engine start or first send to last"
-          " result; higher is better)", file=out)
+    print(
+        f"\nThroughput, {THROUGHPUT_TASKS} independent tasks on {WORKERS} workers x"
+        f" {WORKER_THREADS} threads (tasks/s, engine start or first send to last"
+        " result; higher is better)",
+        file=out,
+    )
     tcols = [("flowengine", "flowengine")]
     if "flowengine-base" in libs:
         tcols.append(("fe base", "flowengine-base"))
-    tcols += [("Celery 5.7", "celery"), ("TF tuned", "taskflow-tuned"),
-              ("TF default", "taskflow-default")]
-    print("| transport | " + " | ".join(c[0] for c in tcols)
-          + " | fe/Celery | base/Celery | fe/TF tuned | fe steady |", file=out)
+    tcols += [
+        ("Celery 5.7", "celery"),
+        ("TF tuned", "taskflow-tuned"),
+        ("TF default", "taskflow-default"),
+    ]
+    print(
+        "| transport | "
+        + " | ".join(c[0] for c in tcols)
+        + " | fe/Celery | base/Celery | fe/TF tuned | fe steady |",
+        file=out,
+    )
     print("|---" * (len(tcols) + 5) + "|", file=out)
     for t in transports:
         fe = med(t, "flowengine", "throughput", "run_tasks_per_s")
@@ -714,9 +846,13 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         cel = med(t, "celery", "throughput", "run_tasks_per_s")
         tt = med(t, "taskflow-tuned", "throughput", "run_tasks_per_s")
         cells = [cell(t, lib, "throughput", "run_tasks_per_s") for _, lib in tcols]
-        print(f"| {t} | " + " | ".join(cells)
-              + f" | {_ratio(fe, cel)} | {_ratio(base, cel)} | {_ratio(fe, tt)}"
-              f" | {cell(t, 'flowengine', 'throughput', 'tasks_per_s')} |", file=out)
+        print(
+            f"| {t} | "
+            + " | ".join(cells)
+            + f" | {_ratio(fe, cel)} | {_ratio(base, cel)} | {_ratio(fe, tt)}"
+            f" | {cell(t, 'flowengine', 'throughput', 'tasks_per_s')} |",
+            file=out,
+        )
     print("(fe steady: first to last completion, the engine's start left out)", file=out)
     errors = [r for r in results if "error" in r]
     for r in errors:
@@ -730,8 +866,10 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
     if tiny:
         cases = [("latency", 5), ("throughput", 20)]
     elif lib == "taskflow-default":
-        cases = [("latency", DEFAULT_TASKFLOW_LATENCY_TASKS),
-                 ("throughput", DEFAULT_TASKFLOW_THROUGHPUT_TASKS)]
+        cases = [
+            ("latency", DEFAULT_TASKFLOW_LATENCY_TASKS),
+            ("throughput", DEFAULT_TASKFLOW_THROUGHPUT_TASKS),
+        ]
     else:
         cases = [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
     if _is_flowengine(lib):
@@ -756,26 +894,48 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     global BASELINE_TREE
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--transport", choices=TRANSPORTS, action="append",
-                   help="transport to run (repeatable; default: all)")
-    p.add_argument("--lib", choices=LIBS, action="append",
-                   help="library to run (repeatable; default: all but flowengine-base,"
-                        " which --baseline adds)")
-    p.add_argument("--baseline", metavar="TREE",
-                   help="another flowengine source tree (e.g. a worktree of main), run as"
-                        " 'flowengine-base' next to this one")
-    p.add_argument("--repeat", type=int, default=REPEAT,
-                   help="repetitions of each case, interleaved (default %(default)s)")
+    p.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        action="append",
+        help="transport to run (repeatable; default: all)",
+    )
+    p.add_argument(
+        "--lib",
+        choices=LIBS,
+        action="append",
+        help="library to run (repeatable; default: all but flowengine-base, which --baseline adds)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="another flowengine source tree (e.g. a worktree of main), run as"
+        " 'flowengine-base' next to this one",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=REPEAT,
+        help="repetitions of each case, interleaved (default %(default)s)",
+    )
     p.add_argument("--redis-url", help="use this Redis instead of starting one")
     p.add_argument("--amqp-url", help="use this RabbitMQ instead of starting one")
     p.add_argument("--tiny", action="store_true", help="tiny flows (a smoke test)")
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
-    p.add_argument("--cpu", type=int, metavar="N",
-                   help="run every case (engine, workers, floor server; not the broker)"
-                        " on CPU N only: steadier figures for telling two trees apart,"
-                        " not comparable with unpinned ones")
-    p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S,
-                   help="seconds allowed per case (default %(default)s)")
+    p.add_argument(
+        "--cpu",
+        type=int,
+        metavar="N",
+        help="run every case (engine, workers, floor server; not the broker)"
+        " on CPU N only: steadier figures for telling two trees apart,"
+        " not comparable with unpinned ones",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=CASE_TIMEOUT_S,
+        help="seconds allowed per case (default %(default)s)",
+    )
     p.add_argument("--taskflow-venv", default=bench_core.TASKFLOW_VENV)
     p.add_argument("--taskflow-spec", default=bench_core.TASKFLOW_SPEC)
     # Child roles (internal).
@@ -799,8 +959,9 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setaffinity(0, {args.cpu})
         lib, transport = args.lib[0], args.transport[0]
         if args.case in ("floor", FLOOR_3):
-            result = floor_case(transport, args.conn, args.n,
-                                replies=2 if args.case == FLOOR_3 else 1)
+            result = floor_case(
+                transport, args.conn, args.n, replies=2 if args.case == FLOOR_3 else 1
+            )
         else:
             result = flow_case(lib, args.case, args.n, transport, args.conn)
         result["cpus"] = sorted(os.sched_getaffinity(0))
@@ -810,8 +971,10 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)
 
     if args.cpu is not None and args.cpu not in os.sched_getaffinity(0):
-        p.error(f"--cpu {args.cpu}: not one of the CPUs this process may use"
-                f" ({sorted(os.sched_getaffinity(0))})")
+        p.error(
+            f"--cpu {args.cpu}: not one of the CPUs this process may use"
+            f" ({sorted(os.sched_getaffinity(0))})"
+        )
     if args.baseline:
         BASELINE_TREE = os.path.abspath(args.baseline)
     transports = args.transport or list(TRANSPORTS)
@@ -824,8 +987,11 @@ def main(argv: list[str] | None = None) -> int:
         import bench_celery
 
         pythons["celery"] = bench_celery.ensure_celery_python()
-    print(f"# python {platform.python_version()}, {os.cpu_count()} CPUs; each case in a"
-          " fresh subprocess", file=sys.stderr)
+    print(
+        f"# python {platform.python_version()}, {os.cpu_count()} CPUs; each case in a"
+        " fresh subprocess",
+        file=sys.stderr,
+    )
     results = []
     hung: set[tuple[str, str, str]] = set()
     given = {"redis": args.redis_url, "amqp": args.amqp_url}
@@ -846,22 +1012,34 @@ def main(argv: list[str] | None = None) -> int:
                         timeout = args.timeout
                         if lib.startswith("taskflow") and transport == "filesystem":
                             timeout = min(timeout, TASKFLOW_FILESYSTEM_TIMEOUT_S)
-                        r = run_case(pythons[lib], lib, case, transport, urls[transport], n,
-                                     timeout, args.cpu)
+                        r = run_case(
+                            pythons[lib],
+                            lib,
+                            case,
+                            transport,
+                            urls[transport],
+                            n,
+                            timeout,
+                            args.cpu,
+                        )
                         r["rep"] = rep
                         results.append(r)
                         if r.get("error", "").startswith("timeout"):
                             hung.add((transport, lib, case))
-                        print(f"# {rep} {transport:<10} {lib:<16} {case:<10} n={n:<4}"
-                              f" {_shown(r)}", file=sys.stderr, flush=True)
+                        print(
+                            f"# {rep} {transport:<10} {lib:<16} {case:<10} n={n:<4} {_shown(r)}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
     if args.cpu is not None:
-        print(f"\nEvery case ran on CPU {args.cpu} only (--cpu; the brokers did not):"
-              " compare these figures with pinned runs only.")
+        print(
+            f"\nEvery case ran on CPU {args.cpu} only (--cpu; the brokers did not):"
+            " compare these figures with pinned runs only."
+        )
     print_table(results)
     if args.json:
         print(json.dumps(results, indent=1))
-    return 1 if any("error" in r for r in results
-                    if r["lib"] in ("flowengine", "floor")) else 0
+    return 1 if any("error" in r for r in results if r["lib"] in ("flowengine", "floor")) else 0
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ TOPIC = "bench"
 # the measurements (child side)
 # --------------------------------------------------------------------------
 
+
 def _wait_until(predicate: Any, what: str) -> None:
     deadline = time.monotonic() + ROUND_TIMEOUT_S
     while not predicate():
@@ -87,10 +88,10 @@ def measure_worker(requests: int, rounds: int) -> list[float]:
     from flowengine.engines.worker_based.worker_side import worker as worker_mod
 
     exchange = f"sides-{uuid.uuid4().hex[:8]}"
-    worker = worker_mod.Worker(exchange, TOPIC, [bench_remote_tasks.Noop],
-                               threads_count=WORKER_THREADS, transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    worker = worker_mod.Worker(
+        exchange, TOPIC, [bench_remote_tasks.Noop], threads_count=WORKER_THREADS, transport="memory"
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     if not worker.wait(ROUND_TIMEOUT_S):
         raise RuntimeError("worker did not start")
@@ -105,18 +106,32 @@ def measure_worker(requests: int, rounds: int) -> list[float]:
             for _ in range(requests):
                 request = pr.Request(task, uuid.uuid4().hex, pr.EXECUTE, {}, timeout=60)
                 now = clock.wall()
-                ready.append(client.prepare(
-                    request, TOPIC, reply_to="nobody", correlation_id=request.uuid,
-                    headers={pr.HEADER_ATTEMPT: 0, pr.HEADER_ORIGIN: "bench:1",
-                             "request_id": uuid.uuid4().hex, pr.HEADER_EXPIRES: now + 600,
-                             "heartbeat_misses": 3, "created": now, "enqueued": now}))
+                ready.append(
+                    client.prepare(
+                        request,
+                        TOPIC,
+                        reply_to="nobody",
+                        correlation_id=request.uuid,
+                        headers={
+                            pr.HEADER_ATTEMPT: 0,
+                            pr.HEADER_ORIGIN: "bench:1",
+                            "request_id": uuid.uuid4().hex,
+                            pr.HEADER_EXPIRES: now + 600,
+                            "heartbeat_misses": 3,
+                            "created": now,
+                            "enqueued": now,
+                        },
+                    )
+                )
             done = totals.succeeded + totals.failed + requests
             cpu, publisher = time.process_time(), time.thread_time()
             for outgoing in ready:
                 client.send([outgoing])
             publisher = time.thread_time() - publisher
-            _wait_until(lambda done=done: totals.succeeded + totals.failed >= done,
-                        "the worker to answer every request")
+            _wait_until(
+                lambda done=done: totals.succeeded + totals.failed >= done,
+                "the worker to answer every request",
+            )
             if totals.failed:
                 raise RuntimeError(f"{totals.failed} request(s) failed")
             per_request.append((time.process_time() - cpu - publisher) / requests * 1e6)
@@ -137,12 +152,16 @@ class _FakeWorker:
 
         self._pr = pr
         self._task_cls = task_cls
-        self._headers = {pr.HEADER_WORKER_ID: f"fake-{uuid.uuid4().hex}",
-                         pr.HEADER_ORIGIN: "bench:2", "heartbeat": 2.0}
-        handlers = {pr.REQUEST: dispatcher.Handler(self._request, settles=True),
-                    pr.NOTIFY: dispatcher.Handler(self._notify)}
-        self.proxy = px.Proxy(TOPIC, exchange, handlers,
-                              broker=BrokerSettings(transport="memory"))
+        self._headers = {
+            pr.HEADER_WORKER_ID: f"fake-{uuid.uuid4().hex}",
+            pr.HEADER_ORIGIN: "bench:2",
+            "heartbeat": 2.0,
+        }
+        handlers = {
+            pr.REQUEST: dispatcher.Handler(self._request, settles=True),
+            pr.NOTIFY: dispatcher.Handler(self._notify),
+        }
+        self.proxy = px.Proxy(TOPIC, exchange, handlers, broker=BrokerSettings(transport="memory"))
         #: Its thread's CPU time (s) when it first took a request this round, and last.
         self.first_cpu: float | None = None
         self.last_cpu = 0.0
@@ -153,20 +172,29 @@ class _FakeWorker:
         pr = self._pr
         props = message.properties
         headers = dict(self._headers, attempt=message.headers.get(pr.HEADER_ATTEMPT, 0))
-        self.proxy.publish(pr.Response(pr.PENDING), props["reply_to"],
-                           correlation_id=props["correlation_id"], headers=headers,
-                           settles=message)
-        self.proxy.publish(pr.Response(pr.SUCCESS, result=None), props["reply_to"],
-                           correlation_id=props["correlation_id"],
-                           headers=dict(headers, run_s=0.0))
+        self.proxy.publish(
+            pr.Response(pr.PENDING),
+            props["reply_to"],
+            correlation_id=props["correlation_id"],
+            headers=headers,
+            settles=message,
+        )
+        self.proxy.publish(
+            pr.Response(pr.SUCCESS, result=None),
+            props["reply_to"],
+            correlation_id=props["correlation_id"],
+            headers=dict(headers, run_s=0.0),
+        )
         self.last_cpu = time.thread_time()
 
     def _notify(self, data: Any, message: Any) -> None:
         pr = self._pr
-        self.proxy.publish(pr.Notify(topic=TOPIC, tasks=[self._task_cls]),
-                           message.properties["reply_to"],
-                           correlation_id=message.properties.get("correlation_id"),
-                           headers=self._headers)
+        self.proxy.publish(
+            pr.Notify(topic=TOPIC, tasks=[self._task_cls]),
+            message.properties["reply_to"],
+            correlation_id=message.properties.get("correlation_id"),
+            headers=self._headers,
+        )
 
 
 def measure_engine(tasks: int, rounds: int) -> list[float]:
@@ -187,9 +215,11 @@ def measure_engine(tasks: int, rounds: int) -> list[float]:
     try:
         for _ in range(rounds):
             flow = linear_flow.Flow("chain").add(
-                *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)])
-            engine = engines.load(flow, engine="worker-based", exchange=exchange,
-                                  topics=[TOPIC], transport="memory")
+                *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)]
+            )
+            engine = engines.load(
+                flow, engine="worker-based", exchange=exchange, topics=[TOPIC], transport="memory"
+            )
             engine.compile()
             engine.prepare()
             engine.validate()
@@ -208,13 +238,25 @@ def measure_engine(tasks: int, rounds: int) -> list[float]:
 # parent side
 # --------------------------------------------------------------------------
 
+
 def run_child(tree: str, side: str, n: int, rounds: int, cpu: int) -> float:
     """One process measuring ``side`` of ``tree``: the median of its rounds but the first."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, tree]))
-    cmd = [sys.executable, os.path.abspath(__file__), "--role", side, "--n", str(n),
-           "--rounds", str(rounds), "--cpu", str(cpu)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=HERE,
-                          timeout=CHILD_TIMEOUT_S)
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--role",
+        side,
+        "--n",
+        str(n),
+        "--rounds",
+        str(rounds),
+        "--cpu",
+        str(cpu),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, cwd=HERE, timeout=CHILD_TIMEOUT_S
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         raise RuntimeError(f"{side} of {tree}: exit {proc.returncode}: {last}")
@@ -225,20 +267,44 @@ def run_child(tree: str, side: str, n: int, rounds: int, cpu: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--side", choices=SIDES, action="append",
-                   help="side to measure (repeatable; default: both)")
-    p.add_argument("--baseline", metavar="TREE",
-                   help="another flowengine source tree, measured taking turns with this one")
-    p.add_argument("--repeat", type=int, default=REPEAT,
-                   help="processes per tree and side (default %(default)s)")
-    p.add_argument("--rounds", type=int, default=ROUNDS,
-                   help="rounds per process, the first left out (default %(default)s)")
-    p.add_argument("--requests", type=int, default=WORKER_REQUESTS,
-                   help="requests per worker round (default %(default)s)")
-    p.add_argument("--tasks", type=int, default=ENGINE_TASKS,
-                   help="tasks per engine round (default %(default)s)")
-    p.add_argument("--cpu", type=int, default=max(os.sched_getaffinity(0)),
-                   help="the CPU every measuring process runs on (default: the last one)")
+    p.add_argument(
+        "--side", choices=SIDES, action="append", help="side to measure (repeatable; default: both)"
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="another flowengine source tree, measured taking turns with this one",
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=REPEAT,
+        help="processes per tree and side (default %(default)s)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=ROUNDS,
+        help="rounds per process, the first left out (default %(default)s)",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=WORKER_REQUESTS,
+        help="requests per worker round (default %(default)s)",
+    )
+    p.add_argument(
+        "--tasks",
+        type=int,
+        default=ENGINE_TASKS,
+        help="tasks per engine round (default %(default)s)",
+    )
+    p.add_argument(
+        "--cpu",
+        type=int,
+        default=max(os.sched_getaffinity(0)),
+        help="the CPU every measuring process runs on (default: the last one)",
+    )
     p.add_argument("--json", action="store_true", help="also print every figure as JSON")
     # Child role (internal).
     p.add_argument("--role", choices=SIDES, help=argparse.SUPPRESS)
@@ -266,12 +332,13 @@ def main(argv: list[str] | None = None) -> int:
             for name, tree in trees.items():
                 value = run_child(tree, side, sizes[side], args.rounds, args.cpu)
                 figures.setdefault((side, name), []).append(value)
-                print(f"# {rep} {side:<6} {name:<10} {value:7.1f} us", file=sys.stderr,
-                      flush=True)
+                print(f"# {rep} {side:<6} {name:<10} {value:7.1f} us", file=sys.stderr, flush=True)
     units = {"worker": "worker request", "engine": "engine task"}
-    print(f"\nCPU per {' / '.join(units[side] for side in sides)} (us; memory transport,"
-          f" CPU {args.cpu} only; median [min-max] of {args.repeat} processes, each the"
-          f" median of its rounds but the first)")
+    print(
+        f"\nCPU per {' / '.join(units[side] for side in sides)} (us; memory transport,"
+        f" CPU {args.cpu} only; median [min-max] of {args.repeat} processes, each the"
+        f" median of its rounds but the first)"
+    )
     print("| side | " + " | ".join(trees) + (" | flowengine/baseline |" if args.baseline else " |"))
     print("|---" * (len(trees) + 1 + bool(args.baseline)) + "|")
     for side in sides:
@@ -281,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
             cells.append(f"{statistics.median(values):.1f} [{min(values):.1f}-{max(values):.1f}]")
         row = f"| {side} | " + " | ".join(cells)
         if args.baseline:
-            ratio = (statistics.median(figures[(side, 'flowengine')])
-                     / statistics.median(figures[(side, 'baseline')]))
+            ratio = statistics.median(figures[(side, "flowengine")]) / statistics.median(
+                figures[(side, "baseline")]
+            )
             row += f" | {ratio:.3f}x"
         print(row + " |")
     if args.json:

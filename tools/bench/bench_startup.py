@@ -43,8 +43,13 @@ RUNS = 30
 WARM_UP_RUNS = 3
 
 #: The columns, in order, with the phase each shows.
-COLUMNS = (("run()", "run"), ("start", "start"), ("consumer up", "consumer"),
-           ("task", "task"), ("stop", "stop"))
+COLUMNS = (
+    ("run()", "run"),
+    ("start", "start"),
+    ("consumer up", "consumer"),
+    ("task", "task"),
+    ("stop", "stop"),
+)
 
 #: Phase -> milliseconds so far in the run being measured.
 _CURRENT: dict[str, float] = collections.defaultdict(float)
@@ -83,8 +88,7 @@ def one_run(exchange: str, conn: dict[str, Any]) -> dict[str, float]:
     from flowengine.patterns import linear_flow
 
     flow = linear_flow.Flow("one").add(bench_remote_tasks.Noop("t0"))
-    engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=[br.TOPIC],
-                          **conn)
+    engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=[br.TOPIC], **conn)
     _CURRENT.clear()
     started = time.perf_counter()
     engine.run()
@@ -120,14 +124,21 @@ def table(results: dict[str, dict[str, list[float]]]) -> Iterator[str]:
     yield "| transport | " + " | ".join(title for title, _ in COLUMNS) + " |"
     yield "|---|" + "---|" * len(COLUMNS)
     for transport, phases in results.items():
-        yield f"| {transport} | " + " | ".join(_cell(phases.get(phase, []))
-                                              for _, phase in COLUMNS) + " |"
+        yield (
+            f"| {transport} | "
+            + " | ".join(_cell(phases.get(phase, [])) for _, phase in COLUMNS)
+            + " |"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--transport", choices=br.TRANSPORTS, action="append",
-                   help="transports to measure (repeatable; default: all)")
+    p.add_argument(
+        "--transport",
+        choices=br.TRANSPORTS,
+        action="append",
+        help="transports to measure (repeatable; default: all)",
+    )
     p.add_argument("--runs", type=int, default=RUNS, help="fresh engines per transport")
     args = p.parse_args(argv)
     transports = args.transport or list(br.TRANSPORTS)
@@ -141,13 +152,17 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # its broker could not start (said on stderr)
             results[transport] = measure(transport, urls.get(transport), args.runs)
         print(f"# {transport}: {args.runs} runs", file=sys.stderr, flush=True)
-    print(f"\nOne-task run() in phases (ms; median [min-max] of {args.runs} fresh engines,"
-          " workers up)")
+    print(
+        f"\nOne-task run() in phases (ms; median [min-max] of {args.runs} fresh engines,"
+        " workers up)"
+    )
     for row in table(results):
         print(row)
-    print("(start: the executor's start, of which consumer up: waiting for its reply consumer"
-          " to connect, declare and consume; task: the rest of run() between start and stop;"
-          " stop: the executor's stop)")
+    print(
+        "(start: the executor's start, of which consumer up: waiting for its reply consumer"
+        " to connect, declare and consume; task: the rest of run() between start and stop;"
+        " stop: the executor's stop)"
+    )
     return 0
 
 

@@ -56,8 +56,9 @@ WORKER_STAMPS_PREFIX = "timeline-worker-"
 WARM_UP_SHARE = 0.1
 
 
-def _wrap(cls: Any, name: str, label: Callable[[], str] | str,
-          tag: Callable[..., str] | None = None) -> None:
+def _wrap(
+    cls: Any, name: str, label: Callable[[], str] | str, tag: Callable[..., str] | None = None
+) -> None:
     """Stamp the start and end of ``cls.name`` (and its CPU time) under ``label``."""
     original = getattr(cls, name)
 
@@ -92,14 +93,18 @@ def instrument(side: str | None) -> None:
     from flowengine.engines.worker_based.messaging import consumer, publisher
     from flowengine.engines.worker_based.worker_side import intake, performer, replier
 
-    _wrap(publisher.Publisher, "_put", (lambda: _side() + ".put") if side is None
-          else f"{side}.put")
-    _wrap(consumer.Consumer, "_handle", (lambda: _side() + ".rx") if side is None
-          else f"{side}.rx")
+    _wrap(
+        publisher.Publisher, "_put", (lambda: _side() + ".put") if side is None else f"{side}.put"
+    )
+    _wrap(consumer.Consumer, "_handle", (lambda: _side() + ".rx") if side is None else f"{side}.rx")
     if side in (None, "e"):
         _wrap(request_publisher.RequestPublisher, "submit", "e.submit")
-        _wrap(replies.ReplyHandler, "process_response", "e.resp",
-              lambda self, data, message: ":" + str(data.get("state")))
+        _wrap(
+            replies.ReplyHandler,
+            "process_response",
+            "e.resp",
+            lambda self, data, message: ":" + str(data.get("state")),
+        )
         wait = builder._wait
 
         def stamped_wait(*args: Any, **kwargs: Any) -> Any:
@@ -136,21 +141,34 @@ def run(transport: str, tasks: int) -> list[tuple[int, str, str]]:
         exchange = f"timeline-{uuid.uuid4().hex[:8]}"
         in_process = transport == "memory"
         instrument(None if in_process else "e")
-        command = [sys.executable, os.path.abspath(__file__), "--role", "worker",
-                   "--exchange", exchange, "--conn", json.dumps(conn), "--out-dir", folder]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--role",
+            "worker",
+            "--exchange",
+            exchange,
+            "--conn",
+            json.dumps(conn),
+            "--out-dir",
+            folder,
+        ]
         with br.workers("flowengine", transport, exchange, conn, command=command):
             flow = linear_flow.Flow("chain").add(
-                *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)])
-            engines.load(flow, engine="worker-based", exchange=exchange,
-                         topics=[br.TOPIC], **conn).run()
+                *[bench_remote_tasks.Noop(f"t{i}") for i in range(tasks)]
+            )
+            engines.load(
+                flow, engine="worker-based", exchange=exchange, topics=[br.TOPIC], **conn
+            ).run()
         stamps = [(t, step, f"engine:{ident % 10000}") for t, step, ident in STAMPS]
         # Each worker process wrote its stamps as it ended (none on memory).
         outs = sorted(glob.glob(os.path.join(folder, f"{WORKER_STAMPS_PREFIX}*.json")))
         for i, out in enumerate(outs):
             with open(out) as f:
                 taken = json.load(f)
-            stamps += [(t, step, f"worker{i}:{ident % 10000}") for t, step, ident
-                       in taken["stamps"]]
+            stamps += [
+                (t, step, f"worker{i}:{ident % 10000}") for t, step, ident in taken["stamps"]
+            ]
             for step, values in taken["cpu"].items():
                 CPU[step] += values
     return sorted(stamps)
@@ -168,7 +186,7 @@ def cycles(stamps: list[tuple[int, str, str]]) -> list[list[tuple[int, str, str]
             current = [stamp]
         elif current is not None:
             current.append(stamp)
-    return found[int(len(found) * WARM_UP_SHARE):]
+    return found[int(len(found) * WARM_UP_SHARE) :]
 
 
 def report(transport: str, found: list[list[tuple[int, str, str]]]) -> None:
@@ -180,10 +198,13 @@ def report(transport: str, found: list[list[tuple[int, str, str]]]) -> None:
             key = step if not seen[step] else f"{step}#{seen[step]}"
             seen[step] += 1
             offsets[key].append((t - start) / 1000.0)
-    print(f"{transport}: {len(found)} tasks; median offset in the cycle (us), gap to the"
-          " step before, and how many cycles had the step")
-    rows = sorted((statistics.median(v), k, len(v)) for k, v in offsets.items()
-                  if len(v) > len(found) / 2)
+    print(
+        f"{transport}: {len(found)} tasks; median offset in the cycle (us), gap to the"
+        " step before, and how many cycles had the step"
+    )
+    rows = sorted(
+        (statistics.median(v), k, len(v)) for k, v in offsets.items() if len(v) > len(found) / 2
+    )
     previous = 0.0
     for offset, step, count in rows:
         print(f"  {offset:8.0f}  (+{offset - previous:5.0f})  {step}  [{count}]")
@@ -195,8 +216,9 @@ def report(transport: str, found: list[list[tuple[int, str, str]]]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--transport", default="amqp",
-                        choices=["memory", "filesystem", "redis", "amqp"])
+    parser.add_argument(
+        "--transport", default="amqp", choices=["memory", "filesystem", "redis", "amqp"]
+    )
     parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--role", default="engine", choices=["engine", "worker"])
     parser.add_argument("--exchange")

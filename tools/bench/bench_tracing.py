@@ -37,8 +37,7 @@ from collections.abc import Iterator
 from concurrent import futures
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from flowengine import engines, task, tracing  # noqa: E402
 from flowengine.engines.worker_based.worker_side import worker as wk  # noqa: E402
@@ -91,8 +90,7 @@ def serving(exchange: str, name: str, provider: Any) -> Iterator[None]:
     pool = futures.ThreadPoolExecutor(max_workers=2)
     with mode(name, provider):
         worker = wk.Worker(exchange, "bench", [Step], executor=pool, transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     if not worker.wait(WAIT_S):
         raise RuntimeError("worker did not start")
@@ -129,11 +127,16 @@ def flow_ms(modes: list[str], tasks: int, runs: int) -> dict[str, dict[str, floa
         for i in range(runs + 1):
             # Each round starts with another mode: whichever runs first after
             # the others' runs must not always be the same one.
-            for name in modes[i % len(modes):] + modes[:i % len(modes)]:
+            for name in modes[i % len(modes) :] + modes[: i % len(modes)]:
                 with mode(name, provider):
-                    engine = engines.load(make_flow(tasks), store={"v0": 0},
-                                          engine="worker-based", exchange=exchanges[name],
-                                          topics=["bench"], transport="memory")
+                    engine = engines.load(
+                        make_flow(tasks),
+                        store={"v0": 0},
+                        engine="worker-based",
+                        exchange=exchanges[name],
+                        topics=["bench"],
+                        transport="memory",
+                    )
                     started, cpu_started = time.perf_counter(), time.process_time()
                     engine.run()
                     elapsed = time.perf_counter() - started
@@ -146,9 +149,13 @@ def flow_ms(modes: list[str], tasks: int, runs: int) -> dict[str, dict[str, floa
                     samples[name].append((elapsed * 1000.0, cpu * 1000.0))
     if spans:
         print(f"sdk: {spans['sdk']} spans per flow", file=sys.stderr)
-    return {name: {"wall_ms": statistics.median(wall for wall, _ in values),
-                   "cpu_ms": statistics.median(cpu for _, cpu in values)}
-            for name, values in samples.items()}
+    return {
+        name: {
+            "wall_ms": statistics.median(wall for wall, _ in values),
+            "cpu_ms": statistics.median(cpu for _, cpu in values),
+        }
+        for name, values in samples.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,9 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     row = flow_ms(modes, args.tasks, args.runs)
     for figure in ("wall_ms", "cpu_ms"):
         base = row["off"][figure]
-        print(f"{figure[:-3]:<4} " + "  ".join(
-            f"{name} {row[name][figure]:7.1f} ms/flow ({row[name][figure] / base:.3f}x)"
-            for name in modes), flush=True)
+        print(
+            f"{figure[:-3]:<4} "
+            + "  ".join(
+                f"{name} {row[name][figure]:7.1f} ms/flow ({row[name][figure] / base:.3f}x)"
+                for name in modes
+            ),
+            flush=True,
+        )
     if args.json:
         print(json.dumps(row))
     return 0

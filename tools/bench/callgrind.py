@@ -18,8 +18,9 @@ from typing import Any, TextIO
 _COLLECTED = re.compile(r"Collected\s*:\s*(\d+)")
 
 
-def count(child: list[str], phases: tuple[str, ...], tasks: int, timeout_s: float,
-          cwd: str) -> dict[str, Any]:
+def count(
+    child: list[str], phases: tuple[str, ...], tasks: int, timeout_s: float, cwd: str
+) -> dict[str, Any]:
     """``{'<phase>_instr_per_task': float}`` for every phase after the first, or an error.
 
     ``child`` is the command of one case; it must accept ``--stop-after PHASE``.
@@ -29,11 +30,16 @@ def count(child: list[str], phases: tuple[str, ...], tasks: int, timeout_s: floa
         return {"error": "valgrind is not installed (apt-get install valgrind)"}
     totals = []
     for phase in phases:
-        cmd = [valgrind, "--tool=callgrind", "--callgrind-out-file=/dev/null", *child,
-               "--stop-after", phase]
+        cmd = [
+            valgrind,
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            *child,
+            "--stop-after",
+            phase,
+        ]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                                  cwd=cwd)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
         except subprocess.TimeoutExpired:
             return {"error": f"callgrind: timeout after {timeout_s:.0f} s"}
         found = _COLLECTED.findall(proc.stderr)
@@ -41,16 +47,25 @@ def count(child: list[str], phases: tuple[str, ...], tasks: int, timeout_s: floa
             last = (proc.stderr.strip().splitlines() or ["?"])[-1]
             return {"error": f"callgrind: exit {proc.returncode}: {last}"}
         totals.append(int(found[-1]))
-    return {"tasks": tasks, "phases": list(phases[1:]),
-            **{f"{phase}_instr_per_task": (totals[i] - totals[i - 1]) / tasks
-               for i, phase in enumerate(phases) if i}}
+    return {
+        "tasks": tasks,
+        "phases": list(phases[1:]),
+        **{
+            f"{phase}_instr_per_task": (totals[i] - totals[i - 1]) / tasks
+            for i, phase in enumerate(phases)
+            if i
+        },
+    }
 
 
 def print_table(rows: list[dict[str, Any]], out: TextIO = sys.stdout) -> None:
     """One row per case and library: thousands of instructions per task, per phase."""
     phases = next((r["phases"] for r in rows if "phases" in r), [])
-    print("\nInstructions per task, thousands (callgrind; tasks do nothing, so the run's"
-          " figure is engine overhead)", file=out)
+    print(
+        "\nInstructions per task, thousands (callgrind; tasks do nothing, so the run's"
+        " figure is engine overhead)",
+        file=out,
+    )
     head = f"{'case':<12} {'engine':<9} {'lib':<11}" + "".join(f" {p:>9}" for p in phases)
     print(head + "\n" + "-" * len(head), file=out)
     for r in rows:
@@ -58,5 +73,6 @@ def print_table(rows: list[dict[str, Any]], out: TextIO = sys.stdout) -> None:
         if "error" in r:
             print(f"{lead} ERROR {r['error']}", file=out)
             continue
-        print(lead + "".join(f" {r[f'{p}_instr_per_task'] / 1000:>8.1f}k" for p in phases),
-              file=out)
+        print(
+            lead + "".join(f" {r[f'{p}_instr_per_task'] / 1000:>8.1f}k" for p in phases), file=out
+        )

@@ -48,8 +48,11 @@ MODULES: dict[str, tuple[str, str]] = {
     "test_utils_binary": (INTERNAL, "taskflow.utils.misc binary encode/decode"),
     "utils.test_iter_utils": (INTERNAL, "taskflow.utils.iter_utils"),
     "utils.test_threading_utils": (INTERNAL, "taskflow.utils.threading_utils"),
-    "utils.test_kazoo_utils": (PUBLIC, "kazoo_utils.make_client: how the ZooKeeper backends'"
-                               " conf becomes a client (issue 13 names it API)"),
+    "utils.test_kazoo_utils": (
+        PUBLIC,
+        "kazoo_utils.make_client: how the ZooKeeper backends'"
+        " conf becomes a client (issue 13 names it API)",
+    ),
     "utils.test_redis_utils": (INTERNAL, "taskflow.utils.redis_utils (Redis client glue)"),
     "action_engine.test_builder": (INTERNAL, "action-engine machine builder"),
     "action_engine.test_compile": (INTERNAL, "action-engine compiler"),
@@ -66,14 +69,21 @@ MODULES: dict[str, tuple[str, str]] = {
     "worker_based.test_server": (INTERNAL, "worker-based server class, mocked proxy"),
     "worker_based.test_types": (INTERNAL, "worker-based topic/finder types"),
     "worker_based.test_worker": (INTERNAL, "worker-based worker class, mocked server"),
-    "test_conductors": (PUBLIC, "conductors.backends on a ZooKeeper board, documented in"
-                        " conductors"),
+    "test_conductors": (
+        PUBLIC,
+        "conductors.backends on a ZooKeeper board, documented in conductors",
+    ),
     "jobs.test_entrypoint": (PUBLIC, "jobs.backends.fetch of the redis/zookeeper boards"),
-    "jobs.test_etcd_job": (PUBLIC, "EtcdJobBoard through the JobBoard API on a real etcd,"
-                                   " documented in jobs"),
-    "jobs.test_redis_job": (PUBLIC, "RedisJobBoard through the JobBoard API, and how its conf"
-                                    " keys (host, ssl, sentinel...) become a redis-py client,"
-                                    " documented in jobs"),
+    "jobs.test_etcd_job": (
+        PUBLIC,
+        "EtcdJobBoard through the JobBoard API on a real etcd, documented in jobs",
+    ),
+    "jobs.test_redis_job": (
+        PUBLIC,
+        "RedisJobBoard through the JobBoard API, and how its conf"
+        " keys (host, ssl, sentinel...) become a redis-py client,"
+        " documented in jobs",
+    ),
     "jobs.test_zk_job": (PUBLIC, "ZookeeperJobBoard through the JobBoard API, documented in jobs"),
     "persistence.test_zk_persistence": (PUBLIC, "ZooKeeper backend, documented in persistence"),
 }
@@ -127,48 +137,52 @@ NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 _ZK_LAYOUT = "TaskFlow's znode layout under its default path (jobNNN.lock siblings)"
-_ZK_WAITS = (_ZK_LAYOUT + "; on flowengine it would only wait out WAIT_TIMEOUT, so it is"
-             " not run")
+_ZK_WAITS = _ZK_LAYOUT + "; on flowengine it would only wait out WAIT_TIMEOUT, so it is not run"
 # Tests of the jobboard/ZooKeeper modules that check TaskFlow's storage layout
 # or private names, or patch what TaskFlow calls inside: internal.
-INTERNAL_TESTS.update({
-    "jobs.test_zk_job::test_posting_owner_lost": "rewrites the lock znode: " + _ZK_LAYOUT,
-    "jobs.test_zk_job::test_posting_state_lock_lost": "deletes the lock znode: " + _ZK_LAYOUT,
-    "jobs.test_zk_job::test_trashing_claimed_job": "counts the children of the board's path",
-    "jobs.test_zk_job::test_posting_received_raw": "reads the job znode's raw data",
-    "jobs.test_zk_job::test_posting_dates": "patches impl_zookeeper.misc.millis_to_datetime",
-    "jobs.test_zk_job::test_register_entity": "reads the entity znode; expects"
-                                              " NotImplementedError for a non-conductor"
-                                              " (flowengine registers any kind)",
-    "test_listeners::test_bad_create": _ZK_WAITS,
-    "test_listeners::test_claim_lost_custom_handler": _ZK_WAITS,
-    "test_listeners::test_claim_lost_new_owner": _ZK_WAITS,
-    "test_listeners::test_claim_lost_suspended": _ZK_WAITS,
-})
+INTERNAL_TESTS.update(
+    {
+        "jobs.test_zk_job::test_posting_owner_lost": "rewrites the lock znode: " + _ZK_LAYOUT,
+        "jobs.test_zk_job::test_posting_state_lock_lost": "deletes the lock znode: " + _ZK_LAYOUT,
+        "jobs.test_zk_job::test_trashing_claimed_job": "counts the children of the board's path",
+        "jobs.test_zk_job::test_posting_received_raw": "reads the job znode's raw data",
+        "jobs.test_zk_job::test_posting_dates": "patches impl_zookeeper.misc.millis_to_datetime",
+        "jobs.test_zk_job::test_register_entity": "reads the entity znode; expects"
+        " NotImplementedError for a non-conductor"
+        " (flowengine registers any kind)",
+        "test_listeners::test_bad_create": _ZK_WAITS,
+        "test_listeners::test_claim_lost_custom_handler": _ZK_WAITS,
+        "test_listeners::test_claim_lost_new_owner": _ZK_WAITS,
+        "test_listeners::test_claim_lost_suspended": _ZK_WAITS,
+    }
+)
 # TaskFlow's etcd tests that replace the board's private ``_client`` with a
 # mock and check which etcd3gw calls TaskFlow's own board makes (its
 # ``jobNNN.data`` / ``jobNNN.lock`` keys under ``/taskflow/jobs``), or patch
 # its helpers: internal (flowengine's board is one transaction per change).
-_ETCD_MOCKED = ("replaces the board's _client with a mock and checks TaskFlow's etcd3gw"
-                " calls and keys")
-INTERNAL_TESTS.update({
-    "jobs.test_etcd_job::test_create_board": "reads the private _root_path (TaskFlow's"
-                                             " /taskflow/jobs root)",
-    "jobs.test_etcd_job::test_post": _ETCD_MOCKED + "; patches EtcdJobBoard.incr",
-    "jobs.test_etcd_job::test_claim": _ETCD_MOCKED + "; patches set_last_modified",
-    "jobs.test_etcd_job::test_claim_already_claimed": _ETCD_MOCKED + "; patches find_owner",
-    "jobs.test_etcd_job::test_claim_deleted": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test_consume": _ETCD_MOCKED + "; patches get_owner_and_data",
-    "jobs.test_etcd_job::test_consume_bad_owner": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test_abandon": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test_abandon_bad_owner": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test_trash": _ETCD_MOCKED + " (/taskflow/.trash)",
-    "jobs.test_etcd_job::test_trash_bad_owner": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test_trash_deleted_job": _ETCD_MOCKED,
-    "jobs.test_etcd_job::test__incr": "TaskFlow's key helper incr() and the private _client",
-    "jobs.test_etcd_job::test_get_one": "TaskFlow's key helper get_one() and the private"
-                                        " _client",
-})
+_ETCD_MOCKED = (
+    "replaces the board's _client with a mock and checks TaskFlow's etcd3gw calls and keys"
+)
+INTERNAL_TESTS.update(
+    {
+        "jobs.test_etcd_job::test_create_board": "reads the private _root_path (TaskFlow's"
+        " /taskflow/jobs root)",
+        "jobs.test_etcd_job::test_post": _ETCD_MOCKED + "; patches EtcdJobBoard.incr",
+        "jobs.test_etcd_job::test_claim": _ETCD_MOCKED + "; patches set_last_modified",
+        "jobs.test_etcd_job::test_claim_already_claimed": _ETCD_MOCKED + "; patches find_owner",
+        "jobs.test_etcd_job::test_claim_deleted": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test_consume": _ETCD_MOCKED + "; patches get_owner_and_data",
+        "jobs.test_etcd_job::test_consume_bad_owner": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test_abandon": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test_abandon_bad_owner": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test_trash": _ETCD_MOCKED + " (/taskflow/.trash)",
+        "jobs.test_etcd_job::test_trash_bad_owner": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test_trash_deleted_job": _ETCD_MOCKED,
+        "jobs.test_etcd_job::test__incr": "TaskFlow's key helper incr() and the private _client",
+        "jobs.test_etcd_job::test_get_one": "TaskFlow's key helper get_one() and the private"
+        " _client",
+    }
+)
 #: Internal tests not even run on flowengine (they would only time out).
 NOT_RUN = frozenset(test for test, why in INTERNAL_TESTS.items() if why is _ZK_WAITS)
 

@@ -36,8 +36,15 @@ def wheel_path(cache: Path) -> Path:
         return wheels[0]
     cache.mkdir(parents=True, exist_ok=True)
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-        f"taskflow=={TASKFLOW_VERSION}", "-d", str(cache),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        f"taskflow=={TASKFLOW_VERSION}",
+        "-d",
+        str(cache),
     ]
     subprocess.run(cmd, check=True, timeout=DOWNLOAD_TIMEOUT_S, stdout=subprocess.DEVNULL)
     wheels = sorted(cache.glob(f"taskflow-{TASKFLOW_VERSION}-*.whl"))
@@ -67,4 +74,3 @@ def unpacked_tests(cache: Path) -> Path:
         # Another runner won the race; its tree is identical.
         shutil.rmtree(staging, ignore_errors=True)
     return target
-

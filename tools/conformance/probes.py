@@ -19,6 +19,8 @@ _URL_ENV = "TAKSFLOW_TEST_URL"
 
 def _port(variable: str, default: int) -> int:
     return int(os.getenv(variable, str(default)))
+
+
 # A server on localhost answers within this, or it is taken as absent.
 PROBE_TIMEOUT_S = 2.0
 
@@ -43,8 +45,9 @@ def zookeeper_available(min_version, timeout: float = PROBE_TIMEOUT_S) -> bool:
         return False
     from kazoo.client import KazooClient
 
-    client = KazooClient(hosts=f"localhost:{_port('TASKFLOW_TEST_ZOOKEEPER_PORT', 2181)}",
-                         timeout=PROBE_TIMEOUT_S)
+    client = KazooClient(
+        hosts=f"localhost:{_port('TASKFLOW_TEST_ZOOKEEPER_PORT', 2181)}", timeout=PROBE_TIMEOUT_S
+    )
     try:
         client.start(timeout=min(float(timeout), PROBE_TIMEOUT_S))
         return not min_version or tuple(client.server_version()) >= tuple(min_version)
@@ -65,9 +68,11 @@ def redis_available(min_version) -> bool:
         return False
     import redis
 
-    client = redis.Redis(port=_port("TASKFLOW_TEST_REDIS_PORT", 6379),
-                         socket_timeout=PROBE_TIMEOUT_S,
-                         socket_connect_timeout=PROBE_TIMEOUT_S)
+    client = redis.Redis(
+        port=_port("TASKFLOW_TEST_REDIS_PORT", 6379),
+        socket_timeout=PROBE_TIMEOUT_S,
+        socket_connect_timeout=PROBE_TIMEOUT_S,
+    )
     try:
         version = client.info("server")["redis_version"]
     except Exception:
@@ -88,8 +93,9 @@ def etcd_available() -> bool:
     import etcd3gw
 
     try:
-        etcd3gw.Etcd3Client(port=_port("TASKFLOW_TEST_ETCD_PORT", 2379),
-                             timeout=PROBE_TIMEOUT_S).get("/")
+        etcd3gw.Etcd3Client(
+            port=_port("TASKFLOW_TEST_ETCD_PORT", 2379), timeout=PROBE_TIMEOUT_S
+        ).get("/")
     except Exception:
         return False
     return True

@@ -41,22 +41,42 @@ def baseline_file(project: str) -> Path:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--project", action="append", choices=sorted(real_users_env.PROJECTS),
-                        help="run only this project (repeatable; default: all)")
-    parser.add_argument("--source", type=Path,
-                        help="flowengine source tree to test (default: the flowengine"
-                             " this interpreter imports)")
-    parser.add_argument("--baseline-run", action="store_true",
-                        help="also run the tests on TaskFlow now and gate on that run"
-                             " instead of the baseline files")
-    parser.add_argument("--refresh-baseline", action="store_true",
-                        help="run the tests on TaskFlow and rewrite the baseline files")
-    parser.add_argument("--show-failures", action="store_true",
-                        help="print the report of every gated test that fails")
-    parser.add_argument("--keep-work", action="store_true",
-                        help="keep the work directory (its path is printed)")
-    parser.add_argument("--timeout", type=int, default=TEST_TIMEOUT_S,
-                        help="per-test timeout in seconds (default %(default)s)")
+    parser.add_argument(
+        "--project",
+        action="append",
+        choices=sorted(real_users_env.PROJECTS),
+        help="run only this project (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="flowengine source tree to test (default: the flowengine this interpreter imports)",
+    )
+    parser.add_argument(
+        "--baseline-run",
+        action="store_true",
+        help="also run the tests on TaskFlow now and gate on that run"
+        " instead of the baseline files",
+    )
+    parser.add_argument(
+        "--refresh-baseline",
+        action="store_true",
+        help="run the tests on TaskFlow and rewrite the baseline files",
+    )
+    parser.add_argument(
+        "--show-failures",
+        action="store_true",
+        help="print the report of every gated test that fails",
+    )
+    parser.add_argument(
+        "--keep-work", action="store_true", help="keep the work directory (its path is printed)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=TEST_TIMEOUT_S,
+        help="per-test timeout in seconds (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -67,8 +87,10 @@ def _flowengine_source(args: argparse.Namespace) -> Path:
         import flowengine  # the tree PYTHONPATH (or the editable install) names
 
         source = Path(flowengine.__file__).resolve().parents[1]
-    if not (source / "flowengine" / "__init__.py").is_file() or \
-            not (source / "setup.cfg").is_file():
+    if (
+        not (source / "flowengine" / "__init__.py").is_file()
+        or not (source / "setup.cfg").is_file()
+    ):
         raise SystemExit(f"{source} is not a flowengine source tree (flowengine/, setup.cfg)")
     return source
 
@@ -83,17 +105,26 @@ def _work_tree(work: Path, source: Path) -> Path:
     shutil.copyfile(HERE / "workdir_conftest.py", path / "conformance_recorder.py")
     (work / "pytest.ini").write_text(
         "[pytest]\n# Written by tools/conformance/real_users.py: the projects'"
-        " own settings stay out.\npython_files = test_*.py\n")
+        " own settings stay out.\npython_files = test_*.py\n"
+    )
     return path
 
 
 def _check_alias(python: Path, env: dict[str, str]) -> str:
     """Where flowengine comes from, after proving ``taskflow.X is flowengine.X``."""
-    probe = ("import taskflow_alias, taskflow.engines, flowengine.engines, os;"
-             "assert taskflow.engines is flowengine.engines, 'alias not in effect';"
-             "print(os.path.dirname(os.path.realpath(flowengine.__file__)))")
-    proc = subprocess.run([str(python), "-c", probe], env=env, capture_output=True,
-                          text=True, check=False, cwd=tempfile.gettempdir())
+    probe = (
+        "import taskflow_alias, taskflow.engines, flowengine.engines, os;"
+        "assert taskflow.engines is flowengine.engines, 'alias not in effect';"
+        "print(os.path.dirname(os.path.realpath(flowengine.__file__)))"
+    )
+    proc = subprocess.run(
+        [str(python), "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
     if proc.returncode:
         raise SystemExit(f"the taskflow alias does not work:\n{proc.stderr}")
     return proc.stdout.strip()
@@ -110,19 +141,40 @@ class ProjectRun:
     process: subprocess.Popen[bytes]
 
 
-def _start(python: Path, site: Path, work: Path, project: str, engine: str,
-           files: list[Path], args: argparse.Namespace, env: dict[str, str]) -> ProjectRun:
+def _start(
+    python: Path,
+    site: Path,
+    work: Path,
+    project: str,
+    engine: str,
+    files: list[Path],
+    args: argparse.Namespace,
+    env: dict[str, str],
+) -> ProjectRun:
     results_file = work / f"{project}-{engine}.jsonl"
     log = work / f"{project}-{engine}.log"
     plugins = ["-p", "taskflow_alias"] if engine == "flowengine" else []
-    cmd = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-           "-c", str(work / "pytest.ini"), "--rootdir", str(site), *plugins,
-           "-p", "conformance_recorder", f"--timeout={args.timeout}",
-           "--continue-on-collection-errors", *map(str, files)]
+    cmd = [
+        str(python),
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-c",
+        str(work / "pytest.ini"),
+        "--rootdir",
+        str(site),
+        *plugins,
+        "-p",
+        "conformance_recorder",
+        f"--timeout={args.timeout}",
+        "--continue-on-collection-errors",
+        *map(str, files),
+    ]
     run_env = dict(env, FLOWENGINE_CONFORMANCE_RESULTS=str(results_file))
     with open(log, "wb") as out:
-        process = subprocess.Popen(cmd, cwd=work, env=run_env, stdout=out,
-                                   stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, cwd=work, env=run_env, stdout=out, stderr=subprocess.STDOUT)
     return ProjectRun(project, engine, results_file, log, process)
 
 
@@ -143,8 +195,11 @@ def _read_baseline(project: str) -> set[str]:
     path = baseline_file(project)
     if not path.exists():
         raise SystemExit(f"no baseline {path.name}: run with --refresh-baseline")
-    return {line.strip() for line in path.read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    return {
+        line.strip()
+        for line in path.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
 
 
 def _write_baseline(project: str, passing: set[str]) -> None:
@@ -158,15 +213,18 @@ def _write_baseline(project: str, passing: set[str]) -> None:
     baseline_file(project).write_text(header + "".join(f"{t}\n" for t in sorted(passing)))
 
 
-def _report(project: str, baseline: set[str], run: results_mod.RunResults,
-            args: argparse.Namespace) -> list[str]:
+def _report(
+    project: str, baseline: set[str], run: results_mod.RunResults, args: argparse.Namespace
+) -> list[str]:
     """Print the project's line; return the baseline tests that fail on flowengine."""
     passed = run.passed()
     failing = sorted(baseline - passed)
     extra = len(passed - baseline)
     note = f" (+{extra} passing only on flowengine)" if extra else ""
-    print(f"{project} {real_users_env.PROJECTS[project]}: TaskFlow passes {len(baseline)},"
-          f" flowengine passes {len(baseline & passed)} of them{note}")
+    print(
+        f"{project} {real_users_env.PROJECTS[project]}: TaskFlow passes {len(baseline)},"
+        f" flowengine passes {len(baseline & passed)} of them{note}"
+    )
     for module, why in sorted(run.broken_modules.items()):
         print(f"  IMPORT ERROR {module}: {why.strip().splitlines()[-1] if why.strip() else ''}")
     for test in failing:
@@ -184,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     source = _flowengine_source(args)
     cache = fetching.cache_dir()
     python, built = real_users_env.ensure_venv(cache, source)
-    print(f"venv {python.parents[1].name} ({'built now' if built else 'cached'},"
-          f" {time.monotonic() - started:.0f} s)")
+    print(
+        f"venv {python.parents[1].name} ({'built now' if built else 'cached'},"
+        f" {time.monotonic() - started:.0f} s)"
+    )
     site = real_users_env.site_packages(python)
     (cache / "work").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="real-users-", dir=cache / "work"))
@@ -202,16 +262,20 @@ def main(argv: list[str] | None = None) -> int:
             files = [s.path for s in selected]
             # Projects and engines run side by side: separate processes, as
             # each project's global oslo.config registry must be.
-            runs += [_start(python, site, work, project, engine, files, args, env)
-                     for engine in engines]
+            runs += [
+                _start(python, site, work, project, engine, files, args, env) for engine in engines
+            ]
         outcomes = {(run.project, run.engine): _finish(run) for run in runs}
         failing: list[str] = []
         gated = 0
         for project in projects:
             if args.refresh_baseline:
                 _write_baseline(project, outcomes[project, "taskflow"].passed())
-            baseline = (outcomes[project, "taskflow"].passed()
-                        if "taskflow" in engines else _read_baseline(project))
+            baseline = (
+                outcomes[project, "taskflow"].passed()
+                if "taskflow" in engines
+                else _read_baseline(project)
+            )
             gated += len(baseline)
             failing += _report(project, baseline, outcomes[project, "flowengine"], args)
     finally:

@@ -31,8 +31,18 @@ PROJECTS = {"octavia": "19.0.0", "masakari": "22.0.0"}
 #: pytest). pyroute2: Octavia's requirements.txt lists it (behind a platform
 #: marker its wheel's metadata drops); the amphora driver tests import it.
 TEST_PACKAGES = (
-    "pytest", "pytest-timeout", "fixtures", "oslotest", "testtools", "testresources",
-    "testscenarios", "requests-mock", "WebTest", "ddt", "kazoo", "pyroute2",
+    "pytest",
+    "pytest-timeout",
+    "fixtures",
+    "oslotest",
+    "testtools",
+    "testresources",
+    "testscenarios",
+    "requests-mock",
+    "WebTest",
+    "ddt",
+    "kazoo",
+    "pyroute2",
 )
 #: flowengine extras whose modules the projects' TaskFlow code reaches
 #: (Octavia's persistence driver: SQL; its jobboard driver: ZooKeeper).
@@ -49,8 +59,9 @@ def flowengine_requirements(source: Path) -> list[str]:
     lines = parser.get("options", "install_requires").splitlines()
     for extra in FLOWENGINE_EXTRAS:
         lines += parser.get("options.extras_require", extra).splitlines()
-    return sorted({line.strip() for line in lines
-                   if line.strip() and not line.strip().startswith("#")})
+    return sorted(
+        {line.strip() for line in lines if line.strip() and not line.strip().startswith("#")}
+    )
 
 
 def requirements(source: Path) -> list[str]:
@@ -76,8 +87,12 @@ def venv_python(venv: Path) -> Path:
 
 def site_packages(python: Path) -> Path:
     """Where the venv installed the projects (their tests are read from there)."""
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
-                          "'purelib'))"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -92,10 +107,21 @@ def ensure_venv(cache: Path, source: Path) -> tuple[Path, bool]:
     shutil.rmtree(staging, ignore_errors=True)
     cache.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(staging)], check=True)
-    cmd = [str(venv_python(staging)), "-m", "pip", "install", "-q",
-           "-c", str(CONSTRAINTS), *requirements(source)]
-    print(f"building {venv.name} (pip install of {len(requirements(source))}"
-          " requirements, pinned by real-users-constraints.txt)", flush=True)
+    cmd = [
+        str(venv_python(staging)),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "-c",
+        str(CONSTRAINTS),
+        *requirements(source),
+    ]
+    print(
+        f"building {venv.name} (pip install of {len(requirements(source))}"
+        " requirements, pinned by real-users-constraints.txt)",
+        flush=True,
+    )
     subprocess.run(cmd, check=True, timeout=INSTALL_TIMEOUT_S)
     (staging / _COMPLETE).write_text("\n".join(requirements(source)) + "\n")
     try:

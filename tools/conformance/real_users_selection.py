@@ -77,9 +77,13 @@ def _module_file(site: Path, dotted: str) -> Path | None:
 
 
 def _dotted_strings(tree: ast.AST) -> list[str]:
-    return [node.value for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            and _DOTTED.fullmatch(node.value)]
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _DOTTED.fullmatch(node.value)
+    ]
 
 
 def _prefixes(dotted: str) -> list[str]:
@@ -108,8 +112,10 @@ def select(site: Path, package: str) -> list[Selected]:
     """The test modules of *package* (installed under *site*) that touch TaskFlow."""
     unit = site / package / "tests" / "unit"
     if not unit.is_dir():
-        raise FileNotFoundError(f"{package} has no tests/unit under {site}: was it installed"
-                                " from a wheel that ships its tests?")
+        raise FileNotFoundError(
+            f"{package} has no tests/unit under {site}: was it installed"
+            " from a wheel that ships its tests?"
+        )
     selected = []
     for path in sorted(unit.rglob("test_*.py")):
         reason = _reason(site, package, _parse(path))

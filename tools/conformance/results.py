@@ -14,7 +14,7 @@ PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 def test_id(nodeid: str) -> str:
     """``tfconformance/tests/unit/x/test_y.py::C::t`` -> ``x/test_y.py::C::t``."""
-    return nodeid[len(UNIT_PREFIX):] if nodeid.startswith(UNIT_PREFIX) else nodeid
+    return nodeid[len(UNIT_PREFIX) :] if nodeid.startswith(UNIT_PREFIX) else nodeid
 
 
 def module_of(test: str) -> str:

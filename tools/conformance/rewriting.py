@@ -75,12 +75,12 @@ def guard_engine_imports(text: str, package: str) -> str:
             names = [alias.asname or alias.name.split(".")[0] for alias in node.names]
         if module.split(".")[0] != package or "*" in names:
             continue
-        original = "".join(lines[node.lineno - 1:node.end_lineno])
+        original = "".join(lines[node.lineno - 1 : node.end_lineno])
         body = "".join("    " + line for line in original.splitlines(keepends=True))
         fallback = "".join(
             f"    {name} = _tfconformance_missing({name!r}, _import_error)\n" for name in names
         )
-        lines[node.lineno - 1:node.end_lineno] = [
+        lines[node.lineno - 1 : node.end_lineno] = [
             f"try:\n{body}except ImportError as _import_error:\n{fallback}"
         ]
     header = f"from {SCAFFOLD_PACKAGE}.probes import missing as _tfconformance_missing\n"
@@ -112,8 +112,15 @@ def build_work_tree(unpacked: Path, work: Path, target: str) -> Path:
     shutil.copyfile(HERE / "probes.py", package / "probes.py")
     for source in sorted(source_root.rglob("*.py")):
         relative = source.relative_to(source_root)
-        if relative.parts[0] == "tests" and len(relative.parts) == 2 and relative.name not in (
-            "__init__.py", "utils.py", "fixtures.py",
+        if (
+            relative.parts[0] == "tests"
+            and len(relative.parts) == 2
+            and relative.name
+            not in (
+                "__init__.py",
+                "utils.py",
+                "fixtures.py",
+            )
         ):
             continue  # tests/test_examples.py runs TaskFlow's examples: not unit tests
         text = source.read_text()

@@ -45,31 +45,65 @@ RUN_TIMEOUT_S = 1200
 # the conformance extra, and kombu for the worker-based engine (an optional
 # TaskFlow dependency that flowengine's environment always has).
 BASELINE_VENV_PACKAGES = (
-    "pytest", "pytest-timeout", "testtools", "testscenarios", "fixtures", "oslotest",
-    "oslo.utils", "oslo.serialization", "SQLAlchemy", "alembic", "redis", "kombu",
+    "pytest",
+    "pytest-timeout",
+    "testtools",
+    "testscenarios",
+    "fixtures",
+    "oslotest",
+    "oslo.utils",
+    "oslo.serialization",
+    "SQLAlchemy",
+    "alembic",
+    "redis",
+    "kombu",
 )
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--module", action="append", default=[],
-                        help="run only modules whose dotted name (e.g. persistence, "
-                             "test_engines) starts with or equals this; repeatable")
+    parser.add_argument(
+        "--module",
+        action="append",
+        default=[],
+        help="run only modules whose dotted name (e.g. persistence, "
+        "test_engines) starts with or equals this; repeatable",
+    )
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
-    parser.add_argument("--source", type=Path,
-                        help="flowengine source tree to test (prepended to PYTHONPATH)")
-    parser.add_argument("--show-failures", action="store_true",
-                        help="print the traceback of every failed gated test (all with --all)")
-    parser.add_argument("--causes", action="store_true",
-                        help="group failed gated tests (all with --all) by their error line")
-    parser.add_argument("--all", action="store_true",
-                        help="with --show-failures, also show internal/deferred failures")
-    parser.add_argument("--refresh-baseline", action="store_true",
-                        help=f"run the tests on TaskFlow itself and rewrite {BASELINE.name}")
-    parser.add_argument("--keep-work", action="store_true",
-                        help="keep the rewritten work tree (path printed) for debugging")
-    parser.add_argument("--timeout", type=int, default=TEST_TIMEOUT_S,
-                        help="per-test timeout in seconds (default %(default)s)")
+    parser.add_argument(
+        "--source", type=Path, help="flowengine source tree to test (prepended to PYTHONPATH)"
+    )
+    parser.add_argument(
+        "--show-failures",
+        action="store_true",
+        help="print the traceback of every failed gated test (all with --all)",
+    )
+    parser.add_argument(
+        "--causes",
+        action="store_true",
+        help="group failed gated tests (all with --all) by their error line",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="with --show-failures, also show internal/deferred failures",
+    )
+    parser.add_argument(
+        "--refresh-baseline",
+        action="store_true",
+        help=f"run the tests on TaskFlow itself and rewrite {BASELINE.name}",
+    )
+    parser.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep the rewritten work tree (path printed) for debugging",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=TEST_TIMEOUT_S,
+        help="per-test timeout in seconds (default %(default)s)",
+    )
     return parser.parse_args(argv)
 
 
@@ -97,26 +131,54 @@ def _taskflow_python(cache: Path) -> str:
     python = venv / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q",
-                        f"taskflow=={fetching.TASKFLOW_VERSION}", *BASELINE_VENV_PACKAGES],
-                       check=True)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                f"taskflow=={fetching.TASKFLOW_VERSION}",
+                *BASELINE_VENV_PACKAGES,
+            ],
+            check=True,
+        )
     return str(python)
 
 
-def _run_pytest(python: str, work: Path, files: list[str], args: argparse.Namespace,
-                env: dict[str, str]) -> results_mod.RunResults:
+def _run_pytest(
+    python: str, work: Path, files: list[str], args: argparse.Namespace, env: dict[str, str]
+) -> results_mod.RunResults:
     results_file = work / "results.jsonl"
     env = dict(env, **{"FLOWENGINE_CONFORMANCE_RESULTS": str(results_file)})
     if not args.refresh_baseline:  # TaskFlow itself runs them all, for the baseline
         env["FLOWENGINE_CONFORMANCE_NOT_RUN"] = json.dumps(sorted(classification.NOT_RUN))
-    cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(work),
-           f"--timeout={args.timeout}", "--continue-on-collection-errors", *files]
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        str(work),
+        f"--timeout={args.timeout}",
+        "--continue-on-collection-errors",
+        *files,
+    ]
     if args.keyword:
         cmd += ["-k", args.keyword]
     log = work / "pytest.log"
     with open(log, "w") as out:
-        proc = subprocess.run(cmd, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
-                              timeout=RUN_TIMEOUT_S, check=False)
+        proc = subprocess.run(
+            cmd,
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
     # 0 all passed, 1 some failed, 5 nothing selected (-k); anything else broke.
     if proc.returncode not in (0, 1, 5):
         tail = log.read_text(errors="replace")[-3000:]
@@ -126,8 +188,14 @@ def _run_pytest(python: str, work: Path, files: list[str], args: argparse.Namesp
 
 def _engine_origin(python: str, env: dict[str, str], target: str) -> str:
     probe = f"import {target}, os; print(os.path.dirname({target}.__file__))"
-    proc = subprocess.run([python, "-c", probe], env=env, capture_output=True, text=True,
-                          check=False, cwd=tempfile.gettempdir())
+    proc = subprocess.run(
+        [python, "-c", probe],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
     return proc.stdout.strip() or proc.stderr.strip().splitlines()[-1]
 
 
@@ -155,8 +223,11 @@ def _servers(env: dict[str, str]) -> Iterator[set[str]]:
         import brokers  # tests/brokers.py: the servers the test suite starts
     finally:
         sys.path.pop(0)
-    wanted = tuple(k for k, var in brokers.TASKFLOW_PORT_VARS.items()
-                   if var not in env and "TAKSFLOW_TEST_URL" not in env)
+    wanted = tuple(
+        k
+        for k, var in brokers.TASKFLOW_PORT_VARS.items()
+        if var not in env and "TAKSFLOW_TEST_URL" not in env
+    )
     with brokers.taskflow_test_servers(wanted) as (ports, unavailable):
         env.update(ports)
         os.environ.update(ports)
@@ -170,8 +241,11 @@ def _servers(env: dict[str, str]) -> Iterator[set[str]]:
 def _read_baseline() -> set[str]:
     if not BASELINE.exists():
         return set()
-    return {line.strip() for line in BASELINE.read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    return {
+        line.strip()
+        for line in BASELINE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
 
 
 def _write_baseline(passing: set[str]) -> None:
@@ -190,8 +264,13 @@ def _is_gated(test: str, missing: set[str] = frozenset()) -> bool:
     return classification.kind_of_test(module, test) == classification.PUBLIC
 
 
-def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
-            args: argparse.Namespace, missing: set[str]) -> int:
+def _report(
+    run: results_mod.RunResults,
+    baseline: set[str],
+    modules: list[str],
+    args: argparse.Namespace,
+    missing: set[str],
+) -> int:
     per_module: dict[str, Counter] = {m: Counter() for m in modules}
     for test, outcome in run.outcomes.items():
         per_module.setdefault(results_mod.module_of(test), Counter())[outcome] += 1
@@ -199,8 +278,11 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
     # those the run reached or whose module failed to import).
     expected = {t for t in baseline if results_mod.module_of(t) in per_module}
     if args.keyword:
-        expected = {t for t in expected
-                    if t in run.outcomes or results_mod.module_of(t) in run.broken_modules}
+        expected = {
+            t
+            for t in expected
+            if t in run.outcomes or results_mod.module_of(t) in run.broken_modules
+        }
     passed = run.passed()
     gated = {t for t in expected if _is_gated(t, missing)}
     print(f"{'module':40} {'kind':9} {'pass':>5} {'fail':>5} {'skip':>5}   gated passing")
@@ -210,15 +292,20 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
         note = f"{len(wanted & passed)}/{len(wanted)}" if wanted else "-"
         if module in run.broken_modules:
             note += "  IMPORT ERROR"
-        print(f"{module:40} {classification.kind_of(module):9} {counts['passed']:5} "
-              f"{counts['failed']:5} {counts['skipped']:5}   {note}")
+        print(
+            f"{module:40} {classification.kind_of(module):9} {counts['passed']:5} "
+            f"{counts['failed']:5} {counts['skipped']:5}   {note}"
+        )
     failing = sorted(gated - passed)
     shown = failing if not args.all else sorted(expected - passed)
     if args.show_failures:
         for test in shown:
             module = results_mod.module_of(test)
-            detail = run.details.get(test) or run.broken_modules.get(module) or (
-                "not run (not collected)")
+            detail = (
+                run.details.get(test)
+                or run.broken_modules.get(module)
+                or ("not run (not collected)")
+            )
             print(f"\n=== FAILED {test}\n{detail.rstrip()}")
     if args.causes:
         _print_causes(run, shown)
@@ -227,8 +314,9 @@ def _report(run: results_mod.RunResults, baseline: set[str], modules: list[str],
         for test in failing:
             print(f"  {test}")
     ungated = (expected - gated) - passed
-    print(f"\nnot gated (internal/deferred) tests passing on TaskFlow, failing here: "
-          f"{len(ungated)}")
+    print(
+        f"\nnot gated (internal/deferred) tests passing on TaskFlow, failing here: {len(ungated)}"
+    )
     n_passed = len(gated & passed)
     print(f"conformance: {n_passed} passed, {len(gated) - n_passed} failed of {len(gated)}")
     return 1 if failing else 0
@@ -253,7 +341,7 @@ def _cause(detail: str) -> str:
     if pytest_errors:
         cause = pytest_errors[-1]
     elif starts:
-        cause = " ".join(line.strip() for line in lines[starts[-1]:])
+        cause = " ".join(line.strip() for line in lines[starts[-1] :])
     elif lines:
         cause = lines[-1].strip()
     else:
@@ -291,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     elif env.get("PYTHONPATH"):
         # Relative entries would resolve against the work tree: make them absolute.
         env["PYTHONPATH"] = os.pathsep.join(
-            str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+            str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p
+        )
     python = _taskflow_python(cache) if args.refresh_baseline else sys.executable
     (cache / "work").mkdir(parents=True, exist_ok=True)
     # One work tree per invocation: parallel runs (other worktrees) never share one.

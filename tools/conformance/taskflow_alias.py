@@ -42,16 +42,18 @@ class _ExistingModuleLoader(importlib.abc.Loader):
 class TaskflowAliasFinder(importlib.abc.MetaPathFinder):
     """Finds ``taskflow`` and ``taskflow.*`` as the same-named flowengine modules."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
         if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
             return None
-        real_name = TARGET + fullname[len(ALIAS):]
+        real_name = TARGET + fullname[len(ALIAS) :]
         # An ImportError here is the caller's: flowengine lacks that module.
         module = importlib.import_module(real_name)
         is_package = hasattr(module, "__path__")
         return importlib.machinery.ModuleSpec(
-            fullname, _ExistingModuleLoader(module), is_package=is_package)
+            fullname, _ExistingModuleLoader(module), is_package=is_package
+        )
 
 
 def install() -> None:

@@ -85,5 +85,11 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     """A module that fails to import fails every test the baseline expects of it."""
     if report.failed:
-        _record({"nodeid": report.nodeid, "when": "collect", "outcome": "failed",
-                 "longrepr": str(report.longrepr)[-4000:]})
+        _record(
+            {
+                "nodeid": report.nodeid,
+                "when": "collect",
+                "outcome": "failed",
+                "longrepr": str(report.longrepr)[-4000:],
+            }
+        )

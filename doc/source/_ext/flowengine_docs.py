@@ -75,8 +75,11 @@ def _table(header: list[str], rows: list[list[str]]) -> nodes.table:
             row = nodes.row()
             for cell in cells_row:
                 entry = nodes.entry()
-                entry += nodes.paragraph(text="") if cell == "" else nodes.paragraph(
-                    "", "", nodes.literal(text=cell))
+                entry += (
+                    nodes.paragraph(text="")
+                    if cell == ""
+                    else nodes.paragraph("", "", nodes.literal(text=cell))
+                )
                 row += entry
             section += row
     return table
@@ -91,8 +94,9 @@ class _GeneratedDirective(SphinxDirective):
         try:
             return _resolve(target)
         except Exception as exc:  # any import/attribute problem is reported, not raised
-            LOG.warning("cannot load %s for %s: %s", target, self.name, exc,
-                        location=self.get_location())
+            LOG.warning(
+                "cannot load %s for %s: %s", target, self.name, exc, location=self.get_location()
+            )
             return None
 
     def _missing(self) -> list[nodes.Node]:

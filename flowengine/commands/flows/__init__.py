@@ -15,8 +15,13 @@ from typing import Any
 from flowengine.commands.flows import delete_cmd, list_cmd, resume_cmd, retry_cmd, show_cmd
 
 #: Subcommand name -> module.
-SUBCOMMANDS = {"list": list_cmd, "show": show_cmd, "resume": resume_cmd,
-               "retry": retry_cmd, "delete": delete_cmd}
+SUBCOMMANDS = {
+    "list": list_cmd,
+    "show": show_cmd,
+    "resume": resume_cmd,
+    "retry": retry_cmd,
+    "delete": delete_cmd,
+}
 
 
 def add_parser(sub: Any, parse_option: Any) -> None:
@@ -24,15 +29,25 @@ def add_parser(sub: Any, parse_option: Any) -> None:
     from flowengine.commands import backend_url
 
     p = sub.add_parser("flows", help="list, show, resume, retry or delete persisted flows")
-    flows_sub = p.add_subparsers(dest="flows_command", required=True,
-                                 metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    flows_sub = p.add_subparsers(
+        dest="flows_command", required=True, metavar="{" + ",".join(SUBCOMMANDS) + "}"
+    )
     for module in SUBCOMMANDS.values():
         sp = module.add_parser(flows_sub, parse_option)
-        sp.add_argument("--backend", default=None, metavar="URL",
-                        help="dir:PATH, sqlite:///PATH or postgresql://USER@HOST/DB"
-                             f" (default: ${backend_url.BACKEND_ENV})")
-        sp.add_argument("-v", "--verbose", action="store_true",
-                        default=argparse.SUPPRESS, help="log at DEBUG level")
+        sp.add_argument(
+            "--backend",
+            default=None,
+            metavar="URL",
+            help="dir:PATH, sqlite:///PATH or postgresql://USER@HOST/DB"
+            f" (default: ${backend_url.BACKEND_ENV})",
+        )
+        sp.add_argument(
+            "-v",
+            "--verbose",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="log at DEBUG level",
+        )
 
 
 def run(args: argparse.Namespace) -> int:

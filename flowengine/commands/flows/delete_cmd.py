@@ -17,14 +17,27 @@ EXIT_DECLINED = 1
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``delete`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "delete", help="delete a flow detail, or a logbook with its flows")
-    p.add_argument("flow", metavar="FLOW", nargs="?", default=None,
-                   help="flow detail uuid or its first characters")
-    p.add_argument("--book", default=None, metavar="NAME",
-                   help="delete this logbook (name or uuid) and all its flows instead")
+        "delete", help="delete a flow detail, or a logbook with its flows"
+    )
+    p.add_argument(
+        "flow",
+        metavar="FLOW",
+        nargs="?",
+        default=None,
+        help="flow detail uuid or its first characters",
+    )
+    p.add_argument(
+        "--book",
+        default=None,
+        metavar="NAME",
+        help="delete this logbook (name or uuid) and all its flows instead",
+    )
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    p.add_argument("--force", action="store_true",
-                   help="delete even flows that are RUNNING (their engine may be alive)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="delete even flows that are RUNNING (their engine may be alive)",
+    )
     return p
 
 
@@ -32,8 +45,10 @@ def _check_not_running(fds: list[Any], force: bool) -> None:
     running = [fd for fd in fds if fd.state in settings.IN_PROGRESS_STATES]
     if running and not force:
         names = ", ".join(f"{lookup.short(fd.uuid)} {fd.name!r} ({fd.state})" for fd in running)
-        raise CommandError(f"refusing to delete a flow that may still be running: {names};"
-                           " pass --force if its engine is dead")
+        raise CommandError(
+            f"refusing to delete a flow that may still be running: {names};"
+            " pass --force if its engine is dead"
+        )
 
 
 def _confirm(question: str, yes: bool) -> bool:
@@ -55,14 +70,15 @@ def run(args: argparse.Namespace, command: str) -> int:
     if (args.flow is None) == (args.book is None):
         raise CommandError("name what to delete: a FLOW or --book NAME (not both)")
     url = backend_url.parse_url(args.backend)
-    with backend_url.opened(url) as backend, \
-            contextlib.closing(backend.get_connection()) as conn:
+    with backend_url.opened(url) as backend, contextlib.closing(backend.get_connection()) as conn:
         if args.flow is not None:
             book, fd = lookup.find_flow(conn, args.flow, url.safe)
             _check_not_running([fd], args.force)
             where = f" from logbook {book.name!r}" if book is not None else ""
-            what = (f"flow {fd.uuid} {fd.name!r} ({fd.state},"
-                    f" {render.counts_text(views.atom_counts(fd))}){where}")
+            what = (
+                f"flow {fd.uuid} {fd.name!r} ({fd.state},"
+                f" {render.counts_text(views.atom_counts(fd))}){where}"
+            )
             if not _confirm(f"Delete {what}?", args.yes):
                 print(f"{command}: nothing deleted", file=sys.stderr)
                 return EXIT_DECLINED

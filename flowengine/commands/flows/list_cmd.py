@@ -15,14 +15,23 @@ from flowengine.commands.flows import settings
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``list`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "list", help="logbooks and their flows: state, times, atoms per state")
-    p.add_argument("--book", default=None, metavar="NAME",
-                   help="only the logbook(s) with this name (or uuid)")
-    p.add_argument("--state", dest="states", default=[], action="append", metavar="STATE",
-                   type=str.upper,
-                   help="only flows in this state (repeatable): " + ", ".join(settings.FLOW_STATES))
-    p.add_argument("--json", action="store_true",
-                   help="a JSON list of logbooks, each with its flows")
+        "list", help="logbooks and their flows: state, times, atoms per state"
+    )
+    p.add_argument(
+        "--book", default=None, metavar="NAME", help="only the logbook(s) with this name (or uuid)"
+    )
+    p.add_argument(
+        "--state",
+        dest="states",
+        default=[],
+        action="append",
+        metavar="STATE",
+        type=str.upper,
+        help="only flows in this state (repeatable): " + ", ".join(settings.FLOW_STATES),
+    )
+    p.add_argument(
+        "--json", action="store_true", help="a JSON list of logbooks, each with its flows"
+    )
     return p
 
 
@@ -33,15 +42,22 @@ def run(args: argparse.Namespace, command: str) -> int:
 
     for state in args.states:
         if state not in settings.FLOW_STATES:
-            raise CommandError(f"--state {state}: not a flow state (one of"
-                               f" {', '.join(settings.FLOW_STATES)})")
+            raise CommandError(
+                f"--state {state}: not a flow state (one of {', '.join(settings.FLOW_STATES)})"
+            )
     url = backend_url.parse_url(args.backend)
-    with backend_url.opened(url) as backend, \
-            contextlib.closing(backend.get_connection()) as conn:
+    with backend_url.opened(url) as backend, contextlib.closing(backend.get_connection()) as conn:
         books = _select(conn, args, url.safe)
     if args.json:
-        print(json.dumps([dict(views.book_view(book), flows=[views.flow_view(fd) for fd in fds])
-                          for book, fds in books], indent=2))
+        print(
+            json.dumps(
+                [
+                    dict(views.book_view(book), flows=[views.flow_view(fd) for fd in fds])
+                    for book, fds in books
+                ],
+                indent=2,
+            )
+        )
         return 0
     render.flows_table(books, url.safe)
     return 0

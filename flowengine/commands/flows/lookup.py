@@ -38,8 +38,10 @@ def book_to_fill(backend: Any, ref: str) -> Any:
     with contextlib.closing(backend.get_connection()) as conn:
         books = find_books(conn, ref)
     if len(books) > 1:
-        raise CommandError(f"{len(books)} logbooks are named {ref!r}"
-                           f" ({', '.join(b.uuid for b in books)}): --book UUID picks one")
+        raise CommandError(
+            f"{len(books)} logbooks are named {ref!r}"
+            f" ({', '.join(b.uuid for b in books)}): --book UUID picks one"
+        )
     return books[0] if books else models.LogBook(ref)
 
 
@@ -50,8 +52,9 @@ def find_book(conn: Any, ref: str, safe_url: str) -> Any:
         raise CommandError(f"no logbook named {ref!r} in {safe_url}")
     if len(books) > 1:
         uuids = ", ".join(b.uuid for b in books)
-        raise CommandError(f"{len(books)} logbooks are named {ref!r} ({uuids}):"
-                           " give the uuid of one")
+        raise CommandError(
+            f"{len(books)} logbooks are named {ref!r} ({uuids}): give the uuid of one"
+        )
     return books[0]
 
 
@@ -87,7 +90,9 @@ def find_flow(conn: Any, ref: str, safe_url: str) -> tuple[Any, Any]:
     if len(found) > 1:
         names = ", ".join(f"{fd.uuid} {fd.name!r}" for _, fd in found[:AMBIGUOUS_SHOWN])
         more = f" and {len(found) - AMBIGUOUS_SHOWN} more" if len(found) > AMBIGUOUS_SHOWN else ""
-        raise CommandError(f"{ref!r} is ambiguous: {len(found)} flow details start with it"
-                           f" ({names}{more}); give more of the uuid")
+        raise CommandError(
+            f"{ref!r} is ambiguous: {len(found)} flow details start with it"
+            f" ({names}{more}); give more of the uuid"
+        )
     book, fd = found[0]
     return book, conn.get_flow_details(fd.uuid)

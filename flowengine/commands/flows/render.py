@@ -18,10 +18,18 @@ FULL_PIPE_WIDTH_COLUMNS = 100_000
 
 #: Colour of each state (any other state is shown plain).
 STATE_STYLES = {
-    st.SUCCESS: "green", st.FAILURE: "bold red", st.REVERT_FAILURE: "bold red",
-    st.REVERTED: "magenta", st.REVERTING: "magenta", st.RUNNING: "yellow",
-    st.SUSPENDED: "cyan", st.SUSPENDING: "cyan", st.RESUMING: "cyan",
-    st.RETRYING: "yellow", st.PENDING: "dim", st.IGNORE: "dim",
+    st.SUCCESS: "green",
+    st.FAILURE: "bold red",
+    st.REVERT_FAILURE: "bold red",
+    st.REVERTED: "magenta",
+    st.REVERTING: "magenta",
+    st.RUNNING: "yellow",
+    st.SUSPENDED: "cyan",
+    st.SUSPENDING: "cyan",
+    st.RESUMING: "cyan",
+    st.RETRYING: "yellow",
+    st.PENDING: "dim",
+    st.IGNORE: "dim",
 }
 
 
@@ -72,9 +80,15 @@ def flows_table(books: list[tuple[Any, list[Any]]], safe_url: str) -> None:
             table.add_row(book_cell, "-", Text("(no flows)", style="dim"), "", "", "", "")
         for fd in fds:
             created, updated = views.times(fd)
-            table.add_row(book_cell, lookup.short(fd.uuid), Text(fd.name), _state(fd.state),
-                          when(created), when(updated),
-                          counts_text(views.atom_counts(fd)))
+            table.add_row(
+                book_cell,
+                lookup.short(fd.uuid),
+                Text(fd.name),
+                _state(fd.state),
+                when(created),
+                when(updated),
+                counts_text(views.atom_counts(fd)),
+            )
     console.print(table)
 
 
@@ -101,8 +115,13 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     _line(console, "Created", when(created))
     _line(console, "Updated", when(updated))
     factory = fd.meta.get("factory") if isinstance(fd.meta, dict) else None
-    _line(console, "Factory", _factory_text(factory) if factory else
-          "- (none recorded: `flows resume` and `retry` cannot rebuild it)")
+    _line(
+        console,
+        "Factory",
+        _factory_text(factory)
+        if factory
+        else "- (none recorded: `flows resume` and `retry` cannot rebuild it)",
+    )
     if records.get("engine"):
         _line(console, "Engine", records["engine"])
     if fd.state in settings.IN_PROGRESS_STATES and isinstance(records.get("owner"), dict):
@@ -115,17 +134,35 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
     shown = [views.atom_view(ad, fd) for ad in atoms]
     # Where each ran matters only for remote atoms: no empty column otherwise.
     remote_atoms = any(view["run"].get("worker") for view in shown)
-    columns = ("#", "ATOM", "TYPE", "STATE", "INTENTION", "TOOK",
-               *(("WORKER",) if remote_atoms else ()), "RESULT")
+    columns = (
+        "#",
+        "ATOM",
+        "TYPE",
+        "STATE",
+        "INTENTION",
+        "TOOK",
+        *(("WORKER",) if remote_atoms else ()),
+        "RESULT",
+    )
     for column in columns:
-        table.add_column(column, no_wrap=column != "RESULT" or not full,
-                         justify="right" if column in ("#", "TOOK") else "left")
+        table.add_column(
+            column,
+            no_wrap=column != "RESULT" or not full,
+            justify="right" if column in ("#", "TOOK") else "left",
+        )
     for i, (ad, view) in enumerate(zip(atoms, shown), 1):
         took = view["run"].get("duration_s")
         worker_cell = (Text(view["run"].get("worker") or "-"),) if remote_atoms else ()
-        table.add_row(str(i), Text(ad.name), view["type"], _state(view["state"]),
-                      ad.intention, "-" if took is None else f"{took:.3f} s", *worker_cell,
-                      Text(_result_text(view, full)))
+        table.add_row(
+            str(i),
+            Text(ad.name),
+            view["type"],
+            _state(view["state"]),
+            ad.intention,
+            "-" if took is None else f"{took:.3f} s",
+            *worker_cell,
+            Text(_result_text(view, full)),
+        )
     console.print(table)
     remote = records.get("engine") == "worker-based"
     for ad, view in zip(atoms, shown):
@@ -136,8 +173,10 @@ def show(book: Any, fd: Any, full: bool, reveal: bool = False) -> None:
         if view["type"] == "retry" and view["history"]:
             _history(console, ad.name, view["history"], full)
     for n, attempt in enumerate(records.get("retries") or (), 1):
-        failures = "; ".join(f"{name}: {text}" for name, text in
-                             (attempt.get("failures") or {}).items()) or "no failure stored"
+        failures = (
+            "; ".join(f"{name}: {text}" for name, text in (attempt.get("failures") or {}).items())
+            or "no failure stored"
+        )
         at = when(run_records.parse_time(attempt.get("at")))
         console.print(Text(f"Discarded by retry {n} ({at}): {attempt.get('state')}; {failures}"))
 
@@ -183,7 +222,13 @@ def _history(console: Any, name: str, history: list[dict[str, Any]], full: bool)
     console.print()
     console.print(Text(f"Retry {name}: {len(history)} attempt(s)", style="bold"))
     for n, attempt in enumerate(history, 1):
-        failures = ", ".join(f"{atom}: {f['exc_type_names'][0] if f['exc_type_names'] else ''}:"
-                             f" {f['message']}" for atom, f in attempt["failures"].items())
-        console.print(Text(f"  {n}. result {views.summarize(attempt['result'], full)}"
-                           + (f"; failed: {failures}" if failures else "")))
+        failures = ", ".join(
+            f"{atom}: {f['exc_type_names'][0] if f['exc_type_names'] else ''}: {f['message']}"
+            for atom, f in attempt["failures"].items()
+        )
+        console.print(
+            Text(
+                f"  {n}. result {views.summarize(attempt['result'], full)}"
+                + (f"; failed: {failures}" if failures else "")
+            )
+        )

@@ -18,12 +18,15 @@ from flowengine.commands.flows import settings
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``resume`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "resume", help="resume a flow left RUNNING or SUSPENDED (finished"
-                      " atoms do not run again)")
+        "resume", help="resume a flow left RUNNING or SUSPENDED (finished atoms do not run again)"
+    )
     p.add_argument("flow", metavar="FLOW", help="flow detail uuid or its first characters")
-    p.add_argument("--force", action="store_true",
-                   help="resume a RUNNING flow even when its engine may still be alive"
-                        " (another host, or no owner recorded)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="resume a RUNNING flow even when its engine may still be alive"
+        " (another host, or no owner recorded)",
+    )
     from flowengine.commands import engine_options
 
     engine_options.add_arguments(p, parse_option)
@@ -40,24 +43,31 @@ def check_resumable(fd: Any, force: bool) -> None:
     if state == st.SUCCESS:
         raise CommandError(f"{name} is already SUCCESS: nothing to resume")
     if state in (st.FAILURE, st.REVERTED):
-        raise CommandError(f"{name} ended {state}: `flowengine flows retry"
-                           f" {lookup.short(fd.uuid)}` runs it again")
+        raise CommandError(
+            f"{name} ended {state}: `flowengine flows retry {lookup.short(fd.uuid)}` runs it again"
+        )
     rerun.require_factory(fd)
     if state not in settings.IN_PROGRESS_STATES or force:
         return
     recorded = run_records.of(fd).get("owner")
     if not isinstance(recorded, dict):
-        raise CommandError(f"{name} is {state} and records no engine process (it was not"
-                           f" started by `flowengine run`): pass --force if no engine"
-                           f" runs it any more")
+        raise CommandError(
+            f"{name} is {state} and records no engine process (it was not"
+            f" started by `flowengine run`): pass --force if no engine"
+            f" runs it any more"
+        )
     alive = process_owner.is_alive(recorded)
     if alive:
-        raise CommandError(f"{name} is {state} in {process_owner.describe(recorded)}, which is"
-                           f" still alive: stop it first (a first SIGTERM suspends it)")
+        raise CommandError(
+            f"{name} is {state} in {process_owner.describe(recorded)}, which is"
+            f" still alive: stop it first (a first SIGTERM suspends it)"
+        )
     if alive is None:
-        raise CommandError(f"{name} is {state} in {process_owner.describe(recorded)}; this host"
-                           f" cannot tell whether it still runs: pass --force if it"
-                           f" does not")
+        raise CommandError(
+            f"{name} is {state} in {process_owner.describe(recorded)}; this host"
+            f" cannot tell whether it still runs: pass --force if it"
+            f" does not"
+        )
 
 
 def run(args: argparse.Namespace, command: str) -> int:

@@ -24,7 +24,8 @@ from flowengine.commands.errors import CommandError
 def add_parser(sub: Any, parse_option: Any) -> argparse.ArgumentParser:
     """Add ``retry`` to the ``flows`` subcommands."""
     p: argparse.ArgumentParser = sub.add_parser(
-        "retry", help="run a FAILURE or REVERTED flow again from the start")
+        "retry", help="run a FAILURE or REVERTED flow again from the start"
+    )
     p.add_argument("flow", metavar="FLOW", help="flow detail uuid or its first characters")
     from flowengine.commands import engine_options
 
@@ -41,8 +42,10 @@ def check_retriable(fd: Any) -> None:
     if state == st.SUCCESS:
         raise CommandError(f"{name} is already SUCCESS: nothing to retry")
     if state not in (st.FAILURE, st.REVERTED):
-        raise CommandError(f"{name} is {state}, it has not ended: `flowengine flows resume"
-                           f" {lookup.short(fd.uuid)}` carries it on")
+        raise CommandError(
+            f"{name} is {state}, it has not ended: `flowengine flows resume"
+            f" {lookup.short(fd.uuid)}` carries it on"
+        )
     rerun.require_factory(fd)
 
 

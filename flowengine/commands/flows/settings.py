@@ -9,8 +9,16 @@ from flowengine import states as st
 RESULT_SUMMARY_CHARS = 60
 
 #: Flow states, in the order `--state` lists them.
-FLOW_STATES = (st.PENDING, st.RUNNING, st.SUSPENDING, st.SUSPENDED, st.RESUMING,
-               st.SUCCESS, st.FAILURE, st.REVERTED)
+FLOW_STATES = (
+    st.PENDING,
+    st.RUNNING,
+    st.SUSPENDING,
+    st.SUSPENDED,
+    st.RESUMING,
+    st.SUCCESS,
+    st.FAILURE,
+    st.REVERTED,
+)
 
 #: States of a flow whose engine may be running it right now.
 IN_PROGRESS_STATES = (st.RUNNING, st.SUSPENDING, st.RESUMING)

@@ -27,8 +27,9 @@ _BUILTIN = {
 }
 
 
-def fetch(kind: str, name: str, jobboard: Any, namespace: str = CONDUCTOR_NAMESPACE,
-          **kwargs: Any) -> Any:
+def fetch(
+    kind: str, name: str, jobboard: Any, namespace: str = CONDUCTOR_NAMESPACE, **kwargs: Any
+) -> Any:
     """Build a conductor of ``kind`` named ``name`` on ``jobboard``.
 
     Raises NotFound for an unknown kind, ValueError for bad options.

@@ -21,11 +21,26 @@ class BlockingConductor(impl_executor.ExecutorConductor):
     def _executor_factory() -> Any:
         return futurist.SynchronousExecutor()
 
-    def __init__(self, name: str, jobboard: Any, persistence: Any = None, engine: Any = None,
-                 engine_options: dict[str, Any] | None = None, wait_timeout: Any = None,
-                 log: Any = None, max_simultaneous_jobs: int = MAX_SIMULTANEOUS_JOBS,
-                 allow_job_engine_options: bool = True) -> None:
-        super().__init__(name, jobboard, persistence=persistence, engine=engine,
-                         engine_options=engine_options, wait_timeout=wait_timeout, log=log,
-                         max_simultaneous_jobs=max_simultaneous_jobs,
-                         allow_job_engine_options=allow_job_engine_options)
+    def __init__(
+        self,
+        name: str,
+        jobboard: Any,
+        persistence: Any = None,
+        engine: Any = None,
+        engine_options: dict[str, Any] | None = None,
+        wait_timeout: Any = None,
+        log: Any = None,
+        max_simultaneous_jobs: int = MAX_SIMULTANEOUS_JOBS,
+        allow_job_engine_options: bool = True,
+    ) -> None:
+        super().__init__(
+            name,
+            jobboard,
+            persistence=persistence,
+            engine=engine,
+            engine_options=engine_options,
+            wait_timeout=wait_timeout,
+            log=log,
+            max_simultaneous_jobs=max_simultaneous_jobs,
+            allow_job_engine_options=allow_job_engine_options,
+        )

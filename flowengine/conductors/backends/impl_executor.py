@@ -61,34 +61,60 @@ class ExecutorConductor(base.Conductor):
     #: Jobs in progress at once (<= 0: no limit).
     MAX_SIMULTANEOUS_JOBS = -1
     #: Engine failures that abandon the job (a failed attempt) instead of consuming it.
-    NO_CONSUME_EXCEPTIONS: tuple[type[Exception], ...] = (excp.ExecutionFailure,
-                                                          excp.StorageFailure)
+    NO_CONSUME_EXCEPTIONS: tuple[type[Exception], ...] = (
+        excp.ExecutionFailure,
+        excp.StorageFailure,
+    )
     #: Events emitted on ``notifier`` (TaskFlow's, then flowengine's).
     EVENTS_EMITTED = (
-        "compilation_start", "compilation_end", "preparation_start", "preparation_end",
-        "validation_start", "validation_end", "running_start", "running_end",
-        "job_consumed", "job_abandoned", "job_trashed",
-        "job_claimed", "job_lost", "job_dead",
+        "compilation_start",
+        "compilation_end",
+        "preparation_start",
+        "preparation_end",
+        "validation_start",
+        "validation_end",
+        "running_start",
+        "running_end",
+        "job_consumed",
+        "job_abandoned",
+        "job_trashed",
+        "job_claimed",
+        "job_lost",
+        "job_dead",
     )
     _event_factory: Callable[[], threading.Event] = threading.Event
 
-    def __init__(self, name: str, jobboard: Any, persistence: Any = None, engine: Any = None,
-                 engine_options: dict[str, Any] | None = None, wait_timeout: Any = None,
-                 log: logging.Logger | None = None,
-                 max_simultaneous_jobs: int | None = MAX_SIMULTANEOUS_JOBS,
-                 allow_job_engine_options: bool = True) -> None:
-        super().__init__(name, jobboard, persistence=persistence, engine=engine,
-                         engine_options=engine_options,
-                         allow_job_engine_options=allow_job_engine_options)
-        self._wait_timeout = tt.convert_to_timeout(value=wait_timeout,
-                                                   default_value=self.WAIT_TIMEOUT,
-                                                   event_factory=self._event_factory)
+    def __init__(
+        self,
+        name: str,
+        jobboard: Any,
+        persistence: Any = None,
+        engine: Any = None,
+        engine_options: dict[str, Any] | None = None,
+        wait_timeout: Any = None,
+        log: logging.Logger | None = None,
+        max_simultaneous_jobs: int | None = MAX_SIMULTANEOUS_JOBS,
+        allow_job_engine_options: bool = True,
+    ) -> None:
+        super().__init__(
+            name,
+            jobboard,
+            persistence=persistence,
+            engine=engine,
+            engine_options=engine_options,
+            allow_job_engine_options=allow_job_engine_options,
+        )
+        self._wait_timeout = tt.convert_to_timeout(
+            value=wait_timeout, default_value=self.WAIT_TIMEOUT, event_factory=self._event_factory
+        )
         self._dead = self._event_factory()
         self._dead.set()
         self._log = log or self.LOG or LOG
-        self._max_simultaneous_jobs = int(max_simultaneous_jobs
-                                          if max_simultaneous_jobs is not None
-                                          else self.MAX_SIMULTANEOUS_JOBS)
+        self._max_simultaneous_jobs = int(
+            max_simultaneous_jobs
+            if max_simultaneous_jobs is not None
+            else self.MAX_SIMULTANEOUS_JOBS
+        )
         self._running: dict[str, outcomes.Running] = {}
         self._running_lock = threading.Lock()
         self._finisher = outcomes.Finisher(self)
@@ -130,8 +156,9 @@ class ExecutorConductor(base.Conductor):
         listeners.append(logging_listener.LoggingListener(engine, log=self._log))
         if not hasattr(self._jobboard, "on_claim_lost"):
             # A board without a lease keeper: check the claim on each change.
-            listeners.append(claims_listener.CheckingClaimListener(
-                engine, job, self._jobboard, self._name))
+            listeners.append(
+                claims_listener.CheckingClaimListener(engine, job, self._jobboard, self._name)
+            )
         return listeners
 
     def _dispatch_job(self, job: Any) -> bool:
@@ -154,7 +181,8 @@ class ExecutorConductor(base.Conductor):
         if run.decision is None:
             run.decision = outcomes.Decision(
                 outcomes.CONSUME if consume else (outcomes.TRASH if trash else outcomes.FAIL),
-                records.SUCCEEDED if consume else None)
+                records.SUCCEEDED if consume else None,
+            )
         self._finisher.finish(run)
 
     def _on_job_done(self, job: Any, fut: Any) -> None:
@@ -166,12 +194,16 @@ class ExecutorConductor(base.Conductor):
             raise
         except Exception as e:
             self._log.warning("Job dispatching failed: %s", job, exc_info=True)
-            run.decision = outcomes.Decision(outcomes.TRASH, records.TRASHED,
-                                             f"{type(e).__name__}: {e}")
+            run.decision = outcomes.Decision(
+                outcomes.TRASH, records.TRASHED, f"{type(e).__name__}: {e}"
+            )
             consume = False
         try:
-            self._try_finish_job(job, consume, trash=run.decision is not None
-                                 and run.decision.action == outcomes.TRASH)
+            self._try_finish_job(
+                job,
+                consume,
+                trash=run.decision is not None and run.decision.action == outcomes.TRASH,
+            )
         finally:
             with self._running_lock:
                 self._running.pop(job.uuid, None)
@@ -269,8 +301,9 @@ class ExecutorConductor(base.Conductor):
                         # list again soon to learn when its lease is due.
                         lost_race = True
             except excp.JobFailure:
-                self._log.warning("Job board failure while looking for jobs; retrying",
-                                  exc_info=True)
+                self._log.warning(
+                    "Job board failure while looking for jobs; retrying", exc_info=True
+                )
                 if self._leased_board:
                     self._jobboard.wait_for_change(seen, BOARD_FAILURE_PAUSE_S)
                 else:

@@ -29,18 +29,34 @@ class NonBlockingConductor(impl_executor.ExecutorConductor):
             workers = tu.get_optimal_thread_count()
         # The standard library's pool: its shutdown returns as soon as the
         # jobs did, where futurist's waits out its workers' 1 s poll.
-        return futures.ThreadPoolExecutor(max_workers=workers,
-                                          thread_name_prefix="flowengine-conductor")
+        return futures.ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="flowengine-conductor"
+        )
 
-    def __init__(self, name: str, jobboard: Any, persistence: Any = None, engine: Any = None,
-                 engine_options: dict[str, Any] | None = None, wait_timeout: Any = None,
-                 log: Any = None, max_simultaneous_jobs: int = MAX_SIMULTANEOUS_JOBS,
-                 executor_factory: Callable[..., Any] | None = None,
-                 allow_job_engine_options: bool = True) -> None:
-        super().__init__(name, jobboard, persistence=persistence, engine=engine,
-                         engine_options=engine_options, wait_timeout=wait_timeout, log=log,
-                         max_simultaneous_jobs=max_simultaneous_jobs,
-                         allow_job_engine_options=allow_job_engine_options)
+    def __init__(
+        self,
+        name: str,
+        jobboard: Any,
+        persistence: Any = None,
+        engine: Any = None,
+        engine_options: dict[str, Any] | None = None,
+        wait_timeout: Any = None,
+        log: Any = None,
+        max_simultaneous_jobs: int = MAX_SIMULTANEOUS_JOBS,
+        executor_factory: Callable[..., Any] | None = None,
+        allow_job_engine_options: bool = True,
+    ) -> None:
+        super().__init__(
+            name,
+            jobboard,
+            persistence=persistence,
+            engine=engine,
+            engine_options=engine_options,
+            wait_timeout=wait_timeout,
+            log=log,
+            max_simultaneous_jobs=max_simultaneous_jobs,
+            allow_job_engine_options=allow_job_engine_options,
+        )
         if executor_factory is None:
             self._executor_factory = self._default_executor_factory  # type: ignore[method-assign]
         elif not callable(executor_factory):

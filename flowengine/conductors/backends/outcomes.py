@@ -20,8 +20,17 @@ from flowengine import exceptions as excp
 from flowengine import states
 from flowengine.jobs import records
 
-__all__ = ["ABANDON", "CONSUME", "FAIL", "NOTHING", "TRASH", "Decision", "Finisher",
-           "Running", "run_job"]
+__all__ = [
+    "ABANDON",
+    "CONSUME",
+    "FAIL",
+    "NOTHING",
+    "TRASH",
+    "Decision",
+    "Finisher",
+    "Running",
+    "run_job",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -83,8 +92,7 @@ def _suspend(engine: Any, job: Any, why: str) -> None:
     except excp.FencedOut:
         LOG.debug("Suspending the engine of job %s: its state write was fenced out", job.uuid)
     except Exception:
-        LOG.warning("Failed suspending the engine of job %s (%s)", job.uuid, why,
-                    exc_info=True)
+        LOG.warning("Failed suspending the engine of job %s (%s)", job.uuid, why, exc_info=True)
 
 
 def _consume(engine: Any, reason: str | None = None) -> Decision:
@@ -123,8 +131,7 @@ def run_job(conductor: Any, run: Running) -> Decision:
         # leader lost for longer than a reconnection, a database failover):
         # the job is sound, so it fails this attempt and is tried again
         # after its back-off, where TaskFlow would trash it.
-        log.warning("Job %s could not load its flow (%s): given back as a failed attempt",
-                    job, e)
+        log.warning("Job %s could not load its flow (%s): given back as a failed attempt", job, e)
         return Decision(FAIL, reason=reason_of(e))
     with run.lock:
         run.engine = engine
@@ -138,9 +145,12 @@ def run_job(conductor: Any, run: Running) -> Decision:
         log.debug("Dispatching engine for job '%s'", job)
         try:
             try:
-                for stage, name in ((engine.compile, "compilation"),
-                                    (engine.prepare, "preparation"),
-                                    (engine.validate, "validation"), (engine.run, "running")):
+                for stage, name in (
+                    (engine.compile, "compilation"),
+                    (engine.prepare, "preparation"),
+                    (engine.validate, "validation"),
+                    (engine.run, "running"),
+                ):
                     conductor.notifier.notify(f"{name}_start", details)
                     try:
                         stage()
@@ -156,24 +166,27 @@ def run_job(conductor: Any, run: Running) -> Decision:
             if run.given_up():
                 return Decision(NOTHING, reason=reason_of(e))
             if all(f.check(*no_consume) for f in e):
-                log.warning("Job execution failed (consumption being skipped): %s [%s"
-                            " failures]", job, len(e))
+                log.warning(
+                    "Job execution failed (consumption being skipped): %s [%s failures]",
+                    job,
+                    len(e),
+                )
                 return Decision(FAIL, reason=reason_of(e))
-            log.warning("Job execution failed (consumption proceeding): %s [%s failures]",
-                        job, len(e))
+            log.warning(
+                "Job execution failed (consumption proceeding): %s [%s failures]", job, len(e)
+            )
             return _consume(engine, reason_of(e))
         except no_consume as e:
             if run.given_up() or isinstance(e, excp.FencedOut):
-                return Decision(NOTHING, reason=reason_of(e),
-                                lost=run.lost or isinstance(e, excp.FencedOut))
-            log.warning("Job execution failed (consumption being skipped): %s", job,
-                        exc_info=True)
+                return Decision(
+                    NOTHING, reason=reason_of(e), lost=run.lost or isinstance(e, excp.FencedOut)
+                )
+            log.warning("Job execution failed (consumption being skipped): %s", job, exc_info=True)
             return Decision(FAIL, reason=reason_of(e))
         except Exception as e:
             if run.given_up():
                 return Decision(NOTHING, reason=reason_of(e))
-            log.warning("Job execution failed (consumption proceeding): %s", job,
-                        exc_info=True)
+            log.warning("Job execution failed (consumption proceeding): %s", job, exc_info=True)
             return _consume(engine, reason_of(e))
     if engine.storage.get_flow_state() == states.SUSPENDED:
         log.info("Job execution was suspended: %s", job)
@@ -198,8 +211,9 @@ class Finisher:
         extended = hasattr(board, "wait_for_change")  # flowengine's board: outcomes, attempts
         if decision.action == CONSUME:
             if extended:
-                board.consume(job, who, outcome=decision.outcome or records.SUCCEEDED,
-                              reason=decision.reason)
+                board.consume(
+                    job, who, outcome=decision.outcome or records.SUCCEEDED, reason=decision.reason
+                )
             else:
                 board.consume(job, who)
             self._notify("job_consumed", job)
@@ -208,8 +222,11 @@ class Finisher:
             self._notify("job_trashed", job)
         else:
             failed = decision.action == FAIL
-            done = (board.abandon(job, who, failed=failed, reason=decision.reason)
-                    if extended else board.abandon(job, who))
+            done = (
+                board.abandon(job, who, failed=failed, reason=decision.reason)
+                if extended
+                else board.abandon(job, who)
+            )
             self._notify("job_abandoned", job)
             if isinstance(done, records.Outcome) and done.outcome == records.DEAD:
                 c._log.warning("Job %s failed its last attempt: moved to the dead letter", job)
@@ -235,8 +252,13 @@ class Finisher:
                 return
             except excp.BoardUnavailable as e:
                 if time.monotonic() > deadline or run.lost:
-                    log.warning("Gave up finishing job %s (%s) after %.0f s: its lease runs"
-                                " out and another conductor resumes it", job, e, FINISH_RETRY_S)
+                    log.warning(
+                        "Gave up finishing job %s (%s) after %.0f s: its lease runs"
+                        " out and another conductor resumes it",
+                        job,
+                        e,
+                        FINISH_RETRY_S,
+                    )
                     return
                 time.sleep(FINISH_RETRY_PAUSE_S)
             except excp.ClaimLost as e:
@@ -255,8 +277,7 @@ class Finisher:
         flow that succeeded even when the conductor was stopped meanwhile).
         """
         with run.lock:
-            if (run.released or run.finishing or run.decision is not None or run.lost
-                    or run.ended):
+            if run.released or run.finishing or run.decision is not None or run.lost or run.ended:
                 return
             run.released = True
             engine = run.engine
@@ -266,8 +287,11 @@ class Finisher:
             c._jobboard.abandon(run.job, c._name)
             self._notify("job_abandoned", run.job)
         except (excp.JobFailure, excp.NotFound) as e:
-            c._log.warning("Could not abandon job %s while stopping (%s); its lease runs out"
-                           " instead", run.job, e)
+            c._log.warning(
+                "Could not abandon job %s while stopping (%s); its lease runs out instead",
+                run.job,
+                e,
+            )
 
     def _report_lost(self, run: Running) -> None:
         with run.lock:
@@ -281,8 +305,7 @@ class Finisher:
         with run.lock:
             run.lost = True
             engine, finished = run.engine, run.finishing
-        self._conductor._log.warning("Lost the claim on job %s: suspending its engine",
-                                     run.job)
+        self._conductor._log.warning("Lost the claim on job %s: suspending its engine", run.job)
         _suspend(engine, run.job, "claim lost")
         if finished:  # its engine already stopped: nothing else will say so
             self._report_lost(run)

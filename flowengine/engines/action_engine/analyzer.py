@@ -40,9 +40,14 @@ REVERT = "revert"
 class Analyzer:
     """Tracks per-node counters and collects atoms whose readiness may have changed."""
 
-    def __init__(self, order: list[str], preds: dict[str, tuple[str, ...]],
-                 succs: dict[str, tuple[str, ...]], atom_names: Iterable[str],
-                 can_transition: Callable[[str, str, str], bool]) -> None:
+    def __init__(
+        self,
+        order: list[str],
+        preds: dict[str, tuple[str, ...]],
+        succs: dict[str, tuple[str, ...]],
+        atom_names: Iterable[str],
+        can_transition: Callable[[str, str, str], bool],
+    ) -> None:
         self._order = order
         self._preds = preds
         self._succs = succs
@@ -96,8 +101,7 @@ class Analyzer:
         self.in_flight.clear()
         self.candidates = {n for n in self._order if n not in self._flow_nodes}
 
-    def update(self, name: str, state: str | None = None,
-               intention: str | None = None) -> None:
+    def update(self, name: str, state: str | None = None, intention: str | None = None) -> None:
         """Record an atom's new state and/or intention and propagate what flips."""
         if state is not None:
             self.state[name] = state
@@ -124,8 +128,9 @@ class Analyzer:
             else:
                 candidates.add(n)
                 node_state = state[n]
-                done = waiting < 2 and node_state in _DONE_STATES \
-                    and intention[n] in _DONE_INTENTIONS
+                done = (
+                    waiting < 2 and node_state in _DONE_STATES and intention[n] in _DONE_INTENTIONS
+                )
                 clear = blocking < 2 and node_state in _CLEAR_STATES
             if done != waiting & 1:
                 pending[n] = waiting ^ 1
@@ -167,8 +172,9 @@ class Analyzer:
         """Pop the atoms to re-examine, in ``key`` order (topological)."""
         if not self.candidates:
             return []
-        found = sorted(self.candidates, key=key) if len(self.candidates) > 1 \
-            else list(self.candidates)
+        found = (
+            sorted(self.candidates, key=key) if len(self.candidates) > 1 else list(self.candidates)
+        )
         self.candidates = set()
         return found
 

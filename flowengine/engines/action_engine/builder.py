@@ -62,8 +62,7 @@ REVERTED = "reverted"
 
 def _declare(m: machines.FiniteMachine) -> machines.FiniteMachine:
     """Add the engine's states and transitions (the table above) to ``m``."""
-    for state in (GAME_OVER, UNDEFINED, st.ANALYZING, st.RESUMING,
-                  st.SCHEDULING, st.WAITING):
+    for state in (GAME_OVER, UNDEFINED, st.ANALYZING, st.RESUMING, st.SCHEDULING, st.WAITING):
         m.add_state(state)
     for state in (st.REVERTED, st.SUCCESS, st.SUSPENDED, st.FAILURE):
         m.add_state(state, terminal=True)
@@ -105,8 +104,9 @@ class MachineMemory:
         self.failures: list[ft.Failure] = []
 
 
-def _wait(completed: queue.SimpleQueue[ex.OutcomeFuture], timeout: float | None
-          ) -> list[ex.OutcomeFuture]:
+def _wait(
+    completed: queue.SimpleQueue[ex.OutcomeFuture], timeout: float | None
+) -> list[ex.OutcomeFuture]:
     """Block until at least one future finished (no polling); take all finished."""
     # Futures report themselves to `completed` when done (add_done_callback),
     # so each wait costs O(finished), not O(running) as concurrent.futures.wait
@@ -129,8 +129,12 @@ class MachineBuilder:
         self._runtime = runtime
         self._is_runnable = is_runnable
 
-    def build(self, statistics: dict[str, Any], timeout: float | None = None,
-              gather_statistics: bool = True) -> tuple[machines.FiniteMachine, MachineMemory]:
+    def build(
+        self,
+        statistics: dict[str, Any],
+        timeout: float | None = None,
+        gather_statistics: bool = True,
+    ) -> tuple[machines.FiniteMachine, MachineMemory]:
         """Return a fresh frozen machine and the memory its reactions share."""
         memory = MachineMemory()
         runtime = self._runtime
@@ -139,8 +143,13 @@ class MachineBuilder:
         is_runnable = self._is_runnable
         seconds_per_state = {state.lower(): 0.0 for state in TIMED_STATES}
         if gather_statistics:
-            statistics.update(discarded_failures=0, awaiting=0, completed=0,
-                              incomplete=0, seconds_per_state=seconds_per_state)
+            statistics.update(
+                discarded_failures=0,
+                awaiting=0,
+                completed=0,
+                incomplete=0,
+                seconds_per_state=seconds_per_state,
+            )
 
         def timed(state: str, reaction: Reaction) -> Reaction:
             """``reaction``, adding its time to seconds_per_state (TaskFlow's statistic)."""
@@ -154,6 +163,7 @@ class MachineBuilder:
                     return reaction(old_state, new_state, event)
                 finally:
                     seconds_per_state[key] += time.monotonic() - started
+
             return run
 
         def resume(old_state: str, new_state: str, event: str) -> str:
@@ -201,8 +211,11 @@ class MachineBuilder:
                     except Exception:
                         # Executors should resolve to a Failure, not raise; if
                         # one raises anyway it is still this atom's failure.
-                        outcome = ex.EXECUTED if runtime.analyzer.state[name] == st.RUNNING \
+                        outcome = (
+                            ex.EXECUTED
+                            if runtime.analyzer.state[name] == st.RUNNING
                             else ex.REVERTED
+                        )
                         result = ft.Failure()
                     result = completer.complete(name, outcome, result)
                     if isinstance(result, ft.Failure):

@@ -39,8 +39,18 @@ from flowengine.engines.action_engine.scopes import Ambiguity
 if TYPE_CHECKING:
     from flowengine.types import graph as graph_types
 
-__all__ = ["ATOMS", "FLOW", "FLOWS", "FLOW_END", "RETRY", "TASK", "Ambiguity", "ArgSpec",
-           "Compilation", "PatternCompiler"]
+__all__ = [
+    "ATOMS",
+    "FLOW",
+    "FLOWS",
+    "FLOW_END",
+    "RETRY",
+    "TASK",
+    "Ambiguity",
+    "ArgSpec",
+    "Compilation",
+    "PatternCompiler",
+]
 
 #: Node ``kind`` values in the execution graph.
 TASK = "task"
@@ -91,12 +101,22 @@ class Compilation:
     FLOW = FLOW
     FLOW_END = FLOW_END
 
-    def __init__(self, root: Any, topology: topo.Topology, retries: dict[str, str],
-                 atoms: dict[str, Any], order: tuple[str, ...], parents: dict[str, scopes.Unit],
-                 index: dict[str, int], units: dict[str, scopes.Unit], root_unit: scopes.Unit,
-                 providers: dict[str, dict[str, tuple[str, ...]]],
-                 ambiguities: dict[tuple[str, str], Ambiguity],
-                 outside: tuple[str, ...], freeze: bool = True) -> None:
+    def __init__(
+        self,
+        root: Any,
+        topology: topo.Topology,
+        retries: dict[str, str],
+        atoms: dict[str, Any],
+        order: tuple[str, ...],
+        parents: dict[str, scopes.Unit],
+        index: dict[str, int],
+        units: dict[str, scopes.Unit],
+        root_unit: scopes.Unit,
+        providers: dict[str, dict[str, tuple[str, ...]]],
+        ambiguities: dict[tuple[str, str], Ambiguity],
+        outside: tuple[str, ...],
+        freeze: bool = True,
+    ) -> None:
         self._root = root
         self._topology = topology
         self._retries = retries
@@ -221,12 +241,12 @@ class Compilation:
         unit = self._parents[retry_name]
         if unit.retry != retry_name:
             raise ValueError(f"'{retry_name}' is not a retry controller")
-        return self._order[unit.start + 1:unit.stop]
+        return self._order[unit.start + 1 : unit.stop]
 
     def flow_atoms(self, flow_node: str) -> tuple[str, ...]:
         """Atoms (topological order, retries included) inside a flow node's subtree."""
         unit = self._units[flow_node]
-        return self._order[unit.start:unit.stop]
+        return self._order[unit.start : unit.stop]
 
     def flow_nodes(self) -> tuple[str, ...]:
         """Start node names of every flow, outermost first."""
@@ -259,8 +279,9 @@ class Compilation:
         """
         levels = self._scopes.get(atom_name)
         if levels is None:
-            levels = scopes.walk_scopes(self._parents[atom_name], self._index[atom_name],
-                                        self._order)
+            levels = scopes.walk_scopes(
+                self._parents[atom_name], self._index[atom_name], self._order
+            )
             self._scopes[atom_name] = levels
         return levels
 
@@ -279,9 +300,11 @@ class Compilation:
         ``method`` is ``'execute'`` or ``'revert'``.  Such symbols must come
         from the store or injection, or the engine reports MissingDependencies.
         """
-        return frozenset(spec.symbol for spec in self._plan(atom_name, method == "revert")
-                         if not spec.providers and not spec.optional
-                         and not self._injected(atom_name, spec))
+        return frozenset(
+            spec.symbol
+            for spec in self._plan(atom_name, method == "revert")
+            if not spec.providers and not spec.optional and not self._injected(atom_name, spec)
+        )
 
     def iter_unresolved(self) -> Iterator[tuple[str, str, frozenset[str]]]:
         """Yield ``(atom_name, method, symbols)`` for every atom method with unresolved needs."""
@@ -306,8 +329,9 @@ class Compilation:
     def _plan(self, atom_name: str, revert: bool) -> tuple[ArgSpec, ...]:
         return tuple(ArgSpec._make(row) for row in self.plan_rows(atom_name, revert))
 
-    def plan_rows(self, atom_name: str, revert: bool = False
-                  ) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
+    def plan_rows(
+        self, atom_name: str, revert: bool = False
+    ) -> tuple[tuple[str, str, tuple[str, ...], bool], ...]:
         """:meth:`argument_plan` (or the revert one) as plain tuples: what the engine fetches by.
 
         Not cached: O(arguments) to build, needed about once per run of an
@@ -319,8 +343,12 @@ class Compilation:
             return ()
         optional = atom.revert_optional if revert else atom.optional
         found = self._providers[atom_name]
-        return tuple([(arg, symbol, found.get(symbol, ()), symbol in optional)
-                      for arg, symbol in mapping.items()])
+        return tuple(
+            [
+                (arg, symbol, found.get(symbol, ()), symbol in optional)
+                for arg, symbol in mapping.items()
+            ]
+        )
 
 
 class PatternCompiler:
@@ -362,8 +390,8 @@ class _Builder:
         self.freeze = freeze
         self.atoms: dict[str, Any] = {}
         self.duplicates: list[str] = []
-        self.parents: dict[str, scopes.Unit] = {}     # atom name -> containing unit
-        self.index: dict[str, int] = {}         # atom name -> index in parent (-1: retry)
+        self.parents: dict[str, scopes.Unit] = {}  # atom name -> containing unit
+        self.index: dict[str, int] = {}  # atom name -> index in parent (-1: retry)
         self.units: list[scopes.Unit] = []
         self.seen_flows: set[int] = set()
         # id(unit) -> links between its children as (from, to, metadata) indexes.
@@ -375,15 +403,16 @@ class _Builder:
         root = self.root
         if not isinstance(root, flow_mod.Flow):
             if not isinstance(root, task_mod.BaseTask):
-                raise TypeError(f"Unknown object {root!r} ({type(root).__name__})"
-                                f" requested to compile; expected a flow or a task")
+                raise TypeError(
+                    f"Unknown object {root!r} ({type(root).__name__})"
+                    f" requested to compile; expected a flow or a task"
+                )
             from flowengine.patterns import linear_flow
 
             root = linear_flow.Flow(str(root.name)).add(root)
         root_unit = self._walk(root, None, 0)
         if self.duplicates:
-            raise exc.Duplicate(f"Atoms with duplicate names found:"
-                                f" {sorted(set(self.duplicates))}")
+            raise exc.Duplicate(f"Atoms with duplicate names found: {sorted(set(self.duplicates))}")
         self._name_flows()
         order = self._order(root_unit)
         topology, retries = self._topology(order)
@@ -393,8 +422,21 @@ class _Builder:
             unit.forget_resolution()
         units = {u.node: u for u in self.units}
         atoms = {name: self.atoms[name] for name in order}
-        return Compilation(self.root, topology, retries, atoms, order, self.parents, self.index,
-                           units, root_unit, providers, ambiguities, outside, self.freeze)
+        return Compilation(
+            self.root,
+            topology,
+            retries,
+            atoms,
+            order,
+            self.parents,
+            self.index,
+            units,
+            root_unit,
+            providers,
+            ambiguities,
+            outside,
+            self.freeze,
+        )
 
     def _add_atom(self, atom: Any, unit: scopes.Unit, index: int) -> str:
         name = atom.name
@@ -409,16 +451,19 @@ class _Builder:
 
     def _walk(self, flow: Any, parent: scopes.Unit | None, index: int) -> scopes.Unit:
         if id(flow) in self.seen_flows:
-            raise ValueError(f"Flow '{flow.name}' appears more than once in the pattern"
-                             f" (nested in itself or added twice); this is not supported")
+            raise ValueError(
+                f"Flow '{flow.name}' appears more than once in the pattern"
+                f" (nested in itself or added twice); this is not supported"
+            )
         self.seen_flows.add(id(flow))
         unit = scopes.Unit(flow, parent, index)
         self.units.append(unit)
         if flow.retry is not None:
             self.any_retry = True
             if not isinstance(flow.retry, retry_mod.Retry):
-                raise TypeError(f"Retry controller {flow.retry!r} of flow '{flow.name}'"
-                                f" is not a Retry")
+                raise TypeError(
+                    f"Retry controller {flow.retry!r} of flow '{flow.name}' is not a Retry"
+                )
             unit.retry = self._add_atom(flow.retry, unit, -1)
         items = [item for item, _meta in flow.iter_nodes()]
         position = {id(item): pos for pos, item in enumerate(items)}
@@ -429,8 +474,9 @@ class _Builder:
             pu, pv = position.get(id(u)), position.get(id(v))
             if pu is None or pv is None:
                 missing = u if pu is None else v
-                raise exc.CompilationFailure(f"Flow '{flow.name}' links {_label(missing)}"
-                                             f" which is not one of its items")
+                raise exc.CompilationFailure(
+                    f"Flow '{flow.name}' links {_label(missing)} which is not one of its items"
+                )
             links.append((pu, pv, meta))
         perm = self._toposort(flow, items, links)
         where = {pos: i for i, pos in enumerate(perm)}
@@ -454,11 +500,15 @@ class _Builder:
             elif isinstance(item, task_mod.BaseTask):
                 unit.kids.append(self._add_atom(item, unit, i))
             elif isinstance(item, retry_mod.Retry):
-                raise TypeError(f"Retry {item.name!r} was added to flow '{flow.name}' as an"
-                                f" item; attach it with Flow(name, retry=...) instead")
+                raise TypeError(
+                    f"Retry {item.name!r} was added to flow '{flow.name}' as an"
+                    f" item; attach it with Flow(name, retry=...) instead"
+                )
             else:
-                raise TypeError(f"Unknown object {item!r} ({type(item).__name__}) requested"
-                                f" to compile in flow '{flow.name}'")
+                raise TypeError(
+                    f"Unknown object {item!r} ({type(item).__name__}) requested"
+                    f" to compile in flow '{flow.name}'"
+                )
         return unit
 
     @staticmethod
@@ -489,7 +539,7 @@ class _Builder:
         while node not in path:
             path.append(node)
             node = preds[node]
-        cycle = path[path.index(node):][::-1]
+        cycle = path[path.index(node) :][::-1]
         names = " -> ".join(_label(items[i]) for i in [*cycle, cycle[0]])
         raise exc.DependencyFailure(f"Flow '{flow.name}' has a dependency cycle: {names}")
 
@@ -546,8 +596,10 @@ class _Builder:
                     holder = holder.parent
                 if holder is not None and holder.retry is not None:
                     retries[name] = holder.retry
-        edges = ((u, v, topo.Decision(decider, depth) if decider is not None else None)
-                 for u, v, _invariant, decider, depth in iter_edges(self.units))
+        edges = (
+            (u, v, topo.Decision(decider, depth) if decider is not None else None)
+            for u, v, _invariant, decider, depth in iter_edges(self.units)
+        )
         return topo.Topology(nodes, kinds, edges), retries
 
 
@@ -607,12 +659,17 @@ def build_graph(compilation: Compilation, freeze: bool) -> graph_types.DiGraph:
         nodes.append((unit.node, {"kind": FLOW, "flow": unit.flow, "end": unit.end}))
         nodes.append((unit.end, {"kind": FLOW_END, "flow": unit.flow, "start": unit.node}))
     for name, atom in compilation.atoms.items():
-        nodes.append((name, {"kind": compilation.kind(name), "atom": atom,
-                             "retry": compilation.retry_of(name)}))
+        nodes.append(
+            (
+                name,
+                {"kind": compilation.kind(name), "atom": atom, "retry": compilation.retry_of(name)},
+            )
+        )
     graph.add_nodes_from(nodes)
-    graph.add_edges_from((u, v, {"invariant": invariant, "decider": decider,
-                                 "decider_depth": depth})
-                         for u, v, invariant, decider, depth in iter_edges(units))
+    graph.add_edges_from(
+        (u, v, {"invariant": invariant, "decider": decider, "decider_depth": depth})
+        for u, v, invariant, decider, depth in iter_edges(units)
+    )
     if freeze:
         nx.freeze(graph)
     return graph

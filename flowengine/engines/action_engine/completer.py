@@ -129,7 +129,8 @@ class Completer:
         if retry is None:
             return self._undefined
         decision = _decision_value(
-            runtime.retry_action.on_failure(runtime.atoms[retry], name, failure))
+            runtime.retry_action.on_failure(runtime.atoms[retry], name, failure)
+        )
         if decision == RETRY:
             return RevertAndRetry(runtime, retry)
         if decision == REVERT:

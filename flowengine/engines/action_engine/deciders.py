@@ -39,8 +39,9 @@ def _edge_decider(topology: Topology, u: str, v: str) -> EdgeDecider | None:
     return EdgeDecider(u, topology.kinds[u], decision.decider, de.Depth.translate(depth))
 
 
-def edge_deciders_for(topology: Topology, atom: str,
-                      memo: dict[str, tuple[EdgeDecider, ...]]) -> tuple[EdgeDecider, ...]:
+def edge_deciders_for(
+    topology: Topology, atom: str, memo: dict[str, tuple[EdgeDecider, ...]]
+) -> tuple[EdgeDecider, ...]:
     """Deciders on links into ``atom``, and into the flows that start before it."""
     found: list[EdgeDecider] = []
     for u in topology.preds[atom]:
@@ -52,8 +53,9 @@ def edge_deciders_for(topology: Topology, atom: str,
     return tuple(found)
 
 
-def _behind_flow_start(topology: Topology, start: str,
-                       memo: dict[str, tuple[EdgeDecider, ...]]) -> tuple[EdgeDecider, ...]:
+def _behind_flow_start(
+    topology: Topology, start: str, memo: dict[str, tuple[EdgeDecider, ...]]
+) -> tuple[EdgeDecider, ...]:
     # A decider on a link into a flow applies to every atom of that flow;
     # memoised per flow start node so each edge is looked at once.
     cached = memo.get(start)
@@ -75,13 +77,13 @@ def affected_atoms(topology: Topology, atom: str, depth: Any) -> list[str]:
     kinds = topology.kinds
     names = [atom]
     if depth == de.Depth.ALL:
-        names.extend(s for s in topology.forward(atom, lambda kind: True)
-                     if kinds[s] in ATOM_KINDS)
+        names.extend(s for s in topology.forward(atom, lambda kind: True) if kinds[s] in ATOM_KINDS)
     elif depth == de.Depth.FLOW:
         # Successors within the same flow: never enter nested flows (nor leave
         # through the flow's end) and stop at retry controllers.
-        names.extend(s for s in topology.forward(atom, lambda kind: kind == TASK)
-                     if kinds[s] == TASK)
+        names.extend(
+            s for s in topology.forward(atom, lambda kind: kind == TASK) if kinds[s] == TASK
+        )
     elif depth == de.Depth.NEIGHBORS:
         names.extend(s for s in topology.succs[atom] if kinds[s] == TASK)
     return names

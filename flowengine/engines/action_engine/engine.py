@@ -33,8 +33,11 @@ _R = TypeVar("_R")
 _EngineMethod = Callable[Concatenate["ActionEngine", _P], _R]
 
 
-def _pre_check(compiled: bool = True, storage_ensured: bool = True, validated: bool = True,
-               ) -> Callable[[_EngineMethod[_P, _R]], _EngineMethod[_P, _R]]:
+def _pre_check(
+    compiled: bool = True,
+    storage_ensured: bool = True,
+    validated: bool = True,
+) -> Callable[[_EngineMethod[_P, _R]], _EngineMethod[_P, _R]]:
     """Refuse to run a method before the engine reached the needed stage."""
 
     def decorator(meth: _EngineMethod[_P, _R]) -> _EngineMethod[_P, _R]:
@@ -45,11 +48,11 @@ def _pre_check(compiled: bool = True, storage_ensured: bool = True, validated: b
             if compiled and not self._compiled:
                 raise exc.InvalidState(f"Can not {what} an engine which has not been compiled")
             if storage_ensured and not self._storage_ensured:
-                raise exc.InvalidState(f"Can not {what} an engine which has not had"
-                                       " its storage populated")
+                raise exc.InvalidState(
+                    f"Can not {what} an engine which has not had its storage populated"
+                )
             if validated and not self._validated:
-                raise exc.InvalidState(f"Can not {what} an engine which has not been"
-                                       " validated")
+                raise exc.InvalidState(f"Can not {what} an engine which has not been validated")
             return meth(self, *args, **kwargs)
 
         return wrapper
@@ -91,9 +94,12 @@ class ActionEngine(base.Engine):
     NO_RERAISING_STATES = frozenset([states.SUSPENDED, states.SUCCESS])
 
     #: Informational machine states run_iter() yields but the flow never takes.
-    IGNORABLE_STATES = frozenset(itertools.chain(
-        [states.SCHEDULING, states.WAITING, states.RESUMING, states.ANALYZING],
-        builder.META_STATES))
+    IGNORABLE_STATES = frozenset(
+        itertools.chain(
+            [states.SCHEDULING, states.WAITING, states.RESUMING, states.ANALYZING],
+            builder.META_STATES,
+        )
+    )
 
     #: Machine transitions kept for the log when a run blows up.
     MAX_MACHINE_STATES_RETAINED = 10
@@ -155,12 +161,11 @@ class ActionEngine(base.Engine):
             with self._lock:
                 if self._storage is None:
                     self._storage = fe_storage.Storage(
-                        self._flow_detail, backend=self._backend,
-                        scope_fetcher=self._fetch_scopes)
+                        self._flow_detail, backend=self._backend, scope_fetcher=self._fetch_scopes
+                    )
                     # A result missing a declared index/key: a warning (as in
                     # TaskFlow) unless the user asked for a failure.
-                    self._storage.strict_results = bool(
-                        self._options.get("strict_results", False))
+                    self._storage.strict_results = bool(self._options.get("strict_results", False))
         return self._storage
 
     def _fetch_scopes(self, atom_name: str) -> Any:
@@ -199,7 +204,8 @@ class ActionEngine(base.Engine):
 
     def _run(self, timeout: float | None) -> Generator[str, object, None]:
         last_transitions: collections.deque[tuple[str | None, str | None]] = collections.deque(
-            maxlen=max(1, self.MAX_MACHINE_STATES_RETAINED))
+            maxlen=max(1, self.MAX_MACHINE_STATES_RETAINED)
+        )
         with _started(self._task_executor, self._retry_executor):
             self._change_state(states.RUNNING)
             started = time.monotonic()
@@ -208,9 +214,10 @@ class ActionEngine(base.Engine):
             try:
                 closed = False
                 machine, memory = builder.MachineBuilder(
-                    self._compiled_runtime, self._is_runnable).build(
-                        self._statistics, timeout=timeout,
-                        gather_statistics=self._gather_statistics)
+                    self._compiled_runtime, self._is_runnable
+                ).build(
+                    self._statistics, timeout=timeout, gather_statistics=self._gather_statistics
+                )
                 runner = runners.FiniteRunner(machine)
                 for transition in runner.run_iter(builder.START):
                     last_transitions.append(transition)
@@ -237,9 +244,12 @@ class ActionEngine(base.Engine):
                         if try_suspend:
                             self.suspend()
             except Exception:
-                LOG.exception("Engine execution has failed, something bad must have"
-                              " happened (last %s machine transitions were %s)",
-                              last_transitions.maxlen, list(last_transitions))
+                LOG.exception(
+                    "Engine execution has failed, something bad must have"
+                    " happened (last %s machine transitions were %s)",
+                    last_transitions.maxlen,
+                    list(last_transitions),
+                )
                 self._change_state(states.FAILURE)
                 raise
             else:
@@ -250,7 +260,8 @@ class ActionEngine(base.Engine):
                         if new_state not in self.NO_RERAISING_STATES:
                             failures = itertools.chain(
                                 self.storage.get_execute_failures().values(),
-                                self.storage.get_revert_failures().values())
+                                self.storage.get_revert_failures().values(),
+                            )
                             ft.Failure.reraise_if_any(list(failures))
             finally:
                 if self._gather_statistics:
@@ -269,12 +280,15 @@ class ActionEngine(base.Engine):
                 self._flow_state = self.storage.get_flow_state()
             if not moved:
                 return
-        self.notifier.notify(state, {
-            "engine": self,
-            "flow_name": self.storage.flow_name,
-            "flow_uuid": self.storage.flow_uuid,
-            "old_state": old_state,
-        })
+        self.notifier.notify(
+            state,
+            {
+                "engine": self,
+                "flow_name": self.storage.flow_name,
+                "flow_uuid": self.storage.flow_uuid,
+                "old_state": old_state,
+            },
+        )
 
     @property
     def _compiled_runtime(self) -> rt.Runtime:
@@ -288,8 +302,9 @@ class ActionEngine(base.Engine):
         self.storage.ensure_atoms(atoms)
         for atom in atoms:
             if atom.inject:
-                self.storage.inject_atom_args(atom.name, atom.inject,
-                                              transient=self._inject_transient)
+                self.storage.inject_atom_args(
+                    atom.name, atom.inject, transient=self._inject_transient
+                )
 
     @_pre_check(compiled=True, storage_ensured=True, validated=False)
     def validate(self) -> None:
@@ -302,8 +317,9 @@ class ActionEngine(base.Engine):
             last_atom = None
             missing_atoms = 0
             for atom, method, symbols in self._compiled_runtime.unsatisfied():
-                last_cause = exc.MissingDependencies(atom, sorted(symbols),
-                                                     cause=last_cause, method=method)
+                last_cause = exc.MissingDependencies(
+                    atom, sorted(symbols), cause=last_cause, method=method
+                )
                 last_atom = atom
                 missing_atoms += 1
                 missing.update(symbols)
@@ -343,9 +359,14 @@ class ActionEngine(base.Engine):
             if self._compiled:
                 return
             self._compilation = compiler.PatternCompiler(self._flow).compile()
-            self._runtime = rt.Runtime(self._compilation, self.storage,
-                                       self.atom_notifier, self._task_executor,
-                                       self._retry_executor, options=self._options)
+            self._runtime = rt.Runtime(
+                self._compilation,
+                self.storage,
+                self.atom_notifier,
+                self._task_executor,
+                self._retry_executor,
+                options=self._options,
+            )
             self._runtime.compile()
             self._compiled = True
             self._flow_state = self.storage.get_flow_state()
@@ -385,8 +406,7 @@ class ParallelActionEngine(ActionEngine):
     """
 
     _executor_str_matchers = [
-        _ExecutorTextMatch(frozenset(["thread", "threads", "threaded"]),
-                           _thread_executor_cls),
+        _ExecutorTextMatch(frozenset(["thread", "threads", "threaded"]), _thread_executor_cls),
         _ExecutorTextMatch(frozenset(["process", "processes"]), _process_executor_cls),
     ]
 
@@ -406,10 +426,13 @@ class ParallelActionEngine(ActionEngine):
                     executor_cls = m.load_cls()
                     break
             else:
-                expected = sorted(itertools.chain.from_iterable(
-                    m.strings for m in cls._executor_str_matchers))
-                raise ValueError(f"Unknown executor string '{desired}' expected one of"
-                                 f" {expected} (or mixed case equivalent)")
+                expected = sorted(
+                    itertools.chain.from_iterable(m.strings for m in cls._executor_str_matchers)
+                )
+                raise ValueError(
+                    f"Unknown executor string '{desired}' expected one of"
+                    f" {expected} (or mixed case equivalent)"
+                )
         elif isinstance(desired, ex.TaskExecutor):
             return desired
         elif desired is not None:
@@ -419,8 +442,10 @@ class ParallelActionEngine(ActionEngine):
                 executor_cls = ex.ParallelThreadTaskExecutor
             else:
                 expected_types = [cf.ThreadPoolExecutor, cf.ProcessPoolExecutor, cf.Executor]
-                raise TypeError(f"Unknown executor '{desired}' ({type(desired)}) expected"
-                                f" an instance of {expected_types}")
+                raise TypeError(
+                    f"Unknown executor '{desired}' ({type(desired)}) expected"
+                    f" an instance of {expected_types}"
+                )
             kwargs["executor"] = desired
         for key, convert in executor_cls.constructor_options:
             if key in options:

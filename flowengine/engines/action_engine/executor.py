@@ -45,8 +45,9 @@ Outcome = tuple[str, Any]
 OutcomeFuture = cf.Future[Outcome]
 
 
-def execute_task(task: Any, arguments: Arguments,
-                 progress_callback: ProgressCallback | None = None) -> Outcome:
+def execute_task(
+    task: Any, arguments: Arguments, progress_callback: ProgressCallback | None = None
+) -> Outcome:
     """Run ``task.execute`` here and now; return ``(EXECUTED, result|Failure)``."""
     if progress_callback is None:
         return EXECUTED, _call_execute(task, arguments)
@@ -61,16 +62,20 @@ def execute_task(task: Any, arguments: Arguments,
         notifier.deregister(EVENT_UPDATE_PROGRESS, progress_callback)
 
 
-def revert_task(task: Any, arguments: Arguments, result: Any, failures: Any,
-                progress_callback: ProgressCallback | None = None) -> Outcome:
+def revert_task(
+    task: Any,
+    arguments: Arguments,
+    result: Any,
+    failures: Any,
+    progress_callback: ProgressCallback | None = None,
+) -> Outcome:
     """Run ``task.revert`` here and now; return ``(REVERTED, result|Failure)``."""
     arguments = dict(arguments)
     arguments[REVERT_RESULT] = result
     arguments[REVERT_FLOW_FAILURES] = failures
     if progress_callback is None:
         return REVERTED, _call_revert(task, arguments)
-    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS,
-                                callback=progress_callback):
+    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
         return REVERTED, _call_revert(task, arguments)
 
 
@@ -137,14 +142,25 @@ class TaskExecutor(abc.ABC):
     """Executes and reverts tasks somewhere (here, a pool, a remote worker...)."""
 
     @abc.abstractmethod
-    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
-                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
+    def execute_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
         """Schedule ``task.execute(**arguments)``; the future never raises."""
 
     @abc.abstractmethod
-    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
-                    failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
+    def revert_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        result: Any,
+        failures: Any,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
         """Schedule ``task.revert(result=, flow_failures=, **arguments)``."""
 
     def start(self) -> None:
@@ -157,15 +173,25 @@ class TaskExecutor(abc.ABC):
 class SerialTaskExecutor(TaskExecutor):
     """Runs each task in the calling thread, right when it is scheduled."""
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
-                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
+    def execute_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
         return completed_future(execute_task(task, arguments, progress_callback))
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
-                    failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
-        return completed_future(revert_task(task, arguments, result, failures,
-                                            progress_callback))
+    def revert_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        result: Any,
+        failures: Any,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
+        return completed_future(revert_task(task, arguments, result, failures, progress_callback))
 
 
 def _optional_int(value: Any) -> int | None:
@@ -180,8 +206,7 @@ class ParallelTaskExecutor(TaskExecutor):
         ("max_workers", _optional_int),
     ]
 
-    def __init__(self, executor: cf.Executor | None = None,
-                 max_workers: int | None = None) -> None:
+    def __init__(self, executor: cf.Executor | None = None, max_workers: int | None = None) -> None:
         self._executor = executor
         self._max_workers = max_workers
         self._own_executor = executor is None
@@ -199,15 +224,25 @@ class ParallelTaskExecutor(TaskExecutor):
         assert executor is not None
         return executor.submit(fn, *args)
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: Arguments,
-                     progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
+    def execute_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
         return self._submit(execute_task, task, arguments, progress_callback)
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: Arguments, result: Any,
-                    failures: Any,
-                    progress_callback: ProgressCallback | None = None) -> OutcomeFuture:
-        return self._submit(revert_task, task, arguments, result, failures,
-                            progress_callback)
+    def revert_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: Arguments,
+        result: Any,
+        failures: Any,
+        progress_callback: ProgressCallback | None = None,
+    ) -> OutcomeFuture:
+        return self._submit(revert_task, task, arguments, result, failures, progress_callback)
 
     def start(self) -> None:
         if self._own_executor and self._executor is None:
@@ -226,8 +261,7 @@ class ParallelThreadTaskExecutor(ParallelTaskExecutor):
     """Runs tasks in parallel on a thread pool."""
 
     def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
-        return cf.ThreadPoolExecutor(max_workers=max_workers,
-                                     thread_name_prefix="flowengine-task")
+        return cf.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="flowengine-task")
 
 
 class SerialRetryExecutor:

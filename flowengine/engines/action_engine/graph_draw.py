@@ -71,9 +71,12 @@ def _compile(flow_or_compilation: flow_mod.Flow | compiler.Compilation) -> compi
     return compiler.PatternCompiler(flow_or_compilation).compile()
 
 
-def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
-           atom_states: AtomStates | None = None, title: str | None = None,
-           failed_atoms: Collection[str] = ()) -> str:
+def to_dot(
+    flow_or_compilation: flow_mod.Flow | compiler.Compilation,
+    atom_states: AtomStates | None = None,
+    title: str | None = None,
+    failed_atoms: Collection[str] = (),
+) -> str:
     """DOT text for a flow (or its Compilation), atoms coloured by ``atom_states``.
 
     ``failed_atoms``: atoms whose own execution failed, outlined in red and
@@ -92,9 +95,14 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
             parent = compilation.parent_flow(node)
         members.setdefault(parent, []).append(node)
     ids = {node: f"n{i}" for i, node in enumerate(graph.nodes)}
-    lines = ["digraph flow {", "  rankdir=TB;", "  compound=true;", '  fontname="Helvetica";',
-             '  node [fontname="Helvetica", fontsize=11];',
-             '  edge [color="#555555", arrowsize=0.7];']
+    lines = [
+        "digraph flow {",
+        "  rankdir=TB;",
+        "  compound=true;",
+        '  fontname="Helvetica";',
+        '  node [fontname="Helvetica", fontsize=11];',
+        '  edge [color="#555555", arrowsize=0.7];',
+    ]
     if title:
         lines.append(f"  label={_quote(title)}; labelloc=t;")
 
@@ -102,12 +110,11 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
         pad = "  " * depth
         flow = graph.nodes[flow_node]["flow"]
         label = f"{flow.name} ({type(flow).__module__.rsplit('.', 1)[-1]})"
-        retry = next((m for m in members.get(flow_node, ())
-                      if kinds[m] == compilation.RETRY), None)
+        retry = next((m for m in members.get(flow_node, ()) if kinds[m] == compilation.RETRY), None)
         if retry is not None:
             label += f" - retry: {retry}"
         lines.append(f"{pad}subgraph cluster_{ids[flow_node]} {{")
-        lines.append(f"{pad}  label={_quote(label)}; style=rounded; color=\"#888888\";")
+        lines.append(f'{pad}  label={_quote(label)}; style=rounded; color="#888888";')
         lines.append(f"{pad}  {ids[flow_node]} [shape=point, width=0.08];")
         lines.append(f"{pad}  {ids[graph.nodes[flow_node]['end']]} [shape=point, width=0.08];")
         for member in members.get(flow_node, ()):
@@ -123,8 +130,12 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
         if kinds[root] == compilation.FLOW:
             emit_cluster(root, 1)
         elif kinds[root] in (compilation.TASK, compilation.RETRY):
-            lines.append("  " + _atom_line(root, kinds[root], compilation, atom_states,
-                                           failed_atoms).replace("@ID@", ids[root]))
+            lines.append(
+                "  "
+                + _atom_line(root, kinds[root], compilation, atom_states, failed_atoms).replace(
+                    "@ID@", ids[root]
+                )
+            )
     for a, b, data in graph.edges(data=True):
         style = ' [style=dashed, label="decider"]' if data.get("decider") else ""
         lines.append(f"  {ids[a]} -> {ids[b]}{style};")
@@ -134,26 +145,36 @@ def to_dot(flow_or_compilation: flow_mod.Flow | compiler.Compilation,
 
 def failed_here(label: str) -> list[str]:
     """The DOT attributes of an atom whose own execution failed (``label`` completed)."""
-    return [f"label={dot_label(label + FAILED_HERE)}", f"color={_quote(FAILED_OUTLINE)}",
-            "penwidth=3"]
+    return [
+        f"label={dot_label(label + FAILED_HERE)}",
+        f"color={_quote(FAILED_OUTLINE)}",
+        "penwidth=3",
+    ]
 
 
-def _atom_line(name: str, kind: str, compilation: compiler.Compilation,
-               atom_states: AtomStates | None, failed_atoms: Collection[str] = ()) -> str:
+def _atom_line(
+    name: str,
+    kind: str,
+    compilation: compiler.Compilation,
+    atom_states: AtomStates | None,
+    failed_atoms: Collection[str] = (),
+) -> str:
     atom = compilation.atoms[name]
     label = name
     cls = type(atom).__name__
     if cls != name:
         label += f"\\n{cls}"
-    attrs = ["shape=box", "style=\"rounded,filled\""] if kind == compilation.TASK else \
-        ["shape=diamond", "style=filled", "peripheries=2"]
+    attrs = (
+        ["shape=box", 'style="rounded,filled"']
+        if kind == compilation.TASK
+        else ["shape=diamond", "style=filled", "peripheries=2"]
+    )
     state = (atom_states or {}).get(name)
     if state is not None:
         label += f"\\n[{state}]"
         attrs.append(f"fillcolor={_quote(STATE_COLOURS.get(state, '#ffffff'))}")
     else:
-        attrs.append('fillcolor="#ffffff"' if kind == compilation.TASK
-                     else 'fillcolor="#f2d0f7"')
+        attrs.append('fillcolor="#ffffff"' if kind == compilation.TASK else 'fillcolor="#f2d0f7"')
     if name in failed_atoms:
         return f"@ID@ [{', '.join(failed_here(label) + attrs)}];"
     return f"@ID@ [label={dot_label(label)}, {', '.join(attrs)}];"
@@ -168,26 +189,40 @@ def render(dot_text: str, fmt: str) -> bytes:
     """Render DOT text to ``fmt`` (svg/png/pdf) with ``dot``; GraphvizMissing without it."""
     program = dot_program()
     if program is None:
-        raise GraphvizMissing(f"Rendering {fmt} needs Graphviz's 'dot' program (Debian:"
-                              f" apt-get install graphviz); DOT text works without it")
-    proc = subprocess.run([program, f"-T{fmt}"], input=dot_text.encode(),
-                          capture_output=True, timeout=DOT_TIMEOUT_S, check=False)
+        raise GraphvizMissing(
+            f"Rendering {fmt} needs Graphviz's 'dot' program (Debian:"
+            f" apt-get install graphviz); DOT text works without it"
+        )
+    proc = subprocess.run(
+        [program, f"-T{fmt}"],
+        input=dot_text.encode(),
+        capture_output=True,
+        timeout=DOT_TIMEOUT_S,
+        check=False,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"dot failed ({proc.returncode}):"
-                           f" {proc.stderr.decode(errors='replace')[:500]}")
+        raise RuntimeError(
+            f"dot failed ({proc.returncode}): {proc.stderr.decode(errors='replace')[:500]}"
+        )
     return proc.stdout
 
 
-def write(flow_or_compilation: flow_mod.Flow | compiler.Compilation, path: str,
-          atom_states: AtomStates | None = None, title: str | None = None) -> str:
+def write(
+    flow_or_compilation: flow_mod.Flow | compiler.Compilation,
+    path: str,
+    atom_states: AtomStates | None = None,
+    title: str | None = None,
+) -> str:
     """Write the drawing to ``path``; its extension picks the format. Returns the format."""
     fmt = os.path.splitext(path)[1].lstrip(".").lower() or "dot"
     if fmt not in (*RENDERED_FORMATS, *DOT_FORMATS):
         # Writing DOT text under another extension would make a file that
         # neither a viewer nor Graphviz can open: refuse before writing.
-        raise ValueError(f"cannot write {path!r}: the extension {fmt!r} is not a format"
-                         f" flowengine draws; use one of"
-                         f" {', '.join('.' + f for f in (*RENDERED_FORMATS, *DOT_FORMATS))}")
+        raise ValueError(
+            f"cannot write {path!r}: the extension {fmt!r} is not a format"
+            f" flowengine draws; use one of"
+            f" {', '.join('.' + f for f in (*RENDERED_FORMATS, *DOT_FORMATS))}"
+        )
     text = to_dot(flow_or_compilation, atom_states, title)
     if fmt in RENDERED_FORMATS:
         data = render(text, fmt)

@@ -50,8 +50,9 @@ def _child_execute(task: Any, arguments: ex.Arguments, want_progress: bool) -> _
     return (outcome, result), (recorder.events if recorder else [])
 
 
-def _child_revert(task: Any, arguments: ex.Arguments, result: Any, failures: Any,
-                  want_progress: bool) -> _ChildResult:
+def _child_revert(
+    task: Any, arguments: ex.Arguments, result: Any, failures: Any, want_progress: bool
+) -> _ChildResult:
     recorder = _ProgressRecorder() if want_progress else None
     outcome, value = ex.revert_task(task, arguments, result, failures, recorder)
     return (outcome, value), (recorder.events if recorder else [])
@@ -69,11 +70,16 @@ class ParallelProcessTaskExecutor(ex.ParallelTaskExecutor):
     """Runs tasks in parallel in a pool of child processes."""
 
     def _create_executor(self, max_workers: int | None = None) -> cf.Executor:
-        return cf.ProcessPoolExecutor(max_workers=max_workers,
-                                      mp_context=multiprocessing.get_context(_START_METHOD))
+        return cf.ProcessPoolExecutor(
+            max_workers=max_workers, mp_context=multiprocessing.get_context(_START_METHOD)
+        )
 
-    def _relay(self, inner: cf.Future[_ChildResult], outcome_if_lost: str,
-               progress_callback: ex.ProgressCallback | None) -> ex.OutcomeFuture:
+    def _relay(
+        self,
+        inner: cf.Future[_ChildResult],
+        outcome_if_lost: str,
+        progress_callback: ex.ProgressCallback | None,
+    ) -> ex.OutcomeFuture:
         outer: ex.OutcomeFuture = cf.Future()
 
         def _done(fut: cf.Future[_ChildResult]) -> None:
@@ -93,17 +99,33 @@ class ParallelProcessTaskExecutor(ex.ParallelTaskExecutor):
         inner.add_done_callback(_done)
         return outer
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: ex.Arguments,
-                     progress_callback: ex.ProgressCallback | None = None
-                     ) -> ex.OutcomeFuture:
-        inner = self._submit(_child_execute, _without_listeners(task), arguments,
-                             progress_callback is not None)
+    def execute_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: ex.Arguments,
+        progress_callback: ex.ProgressCallback | None = None,
+    ) -> ex.OutcomeFuture:
+        inner = self._submit(
+            _child_execute, _without_listeners(task), arguments, progress_callback is not None
+        )
         return self._relay(inner, ex.EXECUTED, progress_callback)
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: ex.Arguments, result: Any,
-                    failures: Any,
-                    progress_callback: ex.ProgressCallback | None = None
-                    ) -> ex.OutcomeFuture:
-        inner = self._submit(_child_revert, _without_listeners(task), arguments, result,
-                             failures, progress_callback is not None)
+    def revert_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: ex.Arguments,
+        result: Any,
+        failures: Any,
+        progress_callback: ex.ProgressCallback | None = None,
+    ) -> ex.OutcomeFuture:
+        inner = self._submit(
+            _child_revert,
+            _without_listeners(task),
+            arguments,
+            result,
+            failures,
+            progress_callback is not None,
+        )
         return self._relay(inner, ex.REVERTED, progress_callback)

@@ -24,9 +24,15 @@ if TYPE_CHECKING:
 class Runtime:
     """Everything the engine's state machine needs while running one flow."""
 
-    def __init__(self, compilation: Compilation, storage: Storage, atom_notifier: Notifier,
-                 task_executor: ex.TaskExecutor, retry_executor: ex.SerialRetryExecutor,
-                 options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        compilation: Compilation,
+        storage: Storage,
+        atom_notifier: Notifier,
+        task_executor: ex.TaskExecutor,
+        retry_executor: ex.SerialRetryExecutor,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.compilation = compilation
         self.storage = storage
         self.options = dict(options or {})
@@ -45,14 +51,16 @@ class Runtime:
         order = topology.topological()
         self.order_index = {n: i for i, n in enumerate(order)}
         compiled_atoms = self.compilation.atoms
-        self.atoms: dict[str, Any] = {n: compiled_atoms[n] for n in order
-                                      if kinds[n] in de.ATOM_KINDS}
+        self.atoms: dict[str, Any] = {
+            n: compiled_atoms[n] for n in order if kinds[n] in de.ATOM_KINDS
+        }
         self.atom_order = list(self.atoms)
         self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
         retries = set(self.retries)
         self._is_retry = retries.__contains__
-        self.analyzer = an.Analyzer(order, topology.preds, topology.succs, self.atom_order,
-                                    self._can_transition)
+        self.analyzer = an.Analyzer(
+            order, topology.preds, topology.succs, self.atom_order, self._can_transition
+        )
         # Only atoms behind a link with a decider have any (most flows have none).
         self.edge_deciders: dict[str, tuple[de.EdgeDecider, ...]] = {}
         if topology.deciders:
@@ -66,12 +74,24 @@ class Runtime:
         self._retry_of: dict[str, str | None] = {}
         tracker = self.analyzer.update
         state_of = self.analyzer.state.__getitem__
-        self.task_action = ta.TaskAction(self.storage, self._atom_notifier, tracker,
-                                         self.uuid_of, state_of, self.fetch_args,
-                                         self._task_executor)
-        self.retry_action = ra.RetryAction(self.storage, self._atom_notifier, tracker,
-                                           self.uuid_of, state_of, self.fetch_args,
-                                           self._retry_executor)
+        self.task_action = ta.TaskAction(
+            self.storage,
+            self._atom_notifier,
+            tracker,
+            self.uuid_of,
+            state_of,
+            self.fetch_args,
+            self._task_executor,
+        )
+        self.retry_action = ra.RetryAction(
+            self.storage,
+            self._atom_notifier,
+            tracker,
+            self.uuid_of,
+            state_of,
+            self.fetch_args,
+            self._retry_executor,
+        )
         self.completer = co.Completer(self)
         self.scheduler = sc.Scheduler(self)
 
@@ -94,8 +114,10 @@ class Runtime:
         # Only atoms with a symbol no atom in scope provides can miss one.
         for name in self.compilation.needing_outside_values():
             atom = self.atoms[name]
-            for method, plan in (("execute", self._plan(name, False)),
-                                 ("revert", self._plan(name, True))):
+            for method, plan in (
+                ("execute", self._plan(name, False)),
+                ("revert", self._plan(name, True)),
+            ):
                 missing_args = self.storage.unsatisfied_args(name, plan)
                 if missing_args:
                     symbols = {spec[1] for spec in plan if spec[0] in missing_args}
@@ -161,8 +183,10 @@ class Runtime:
         """Atoms after ``name`` in the graph (a retry's subflow and beyond)."""
         found = self._subgraphs.get(name)
         if found is None:
-            found = sorted(self.topology.descendants(name) & self.atoms.keys(),
-                           key=self.order_index.__getitem__)
+            found = sorted(
+                self.topology.descendants(name) & self.atoms.keys(),
+                key=self.order_index.__getitem__,
+            )
             self._subgraphs[name] = found
         return found
 
@@ -191,8 +215,10 @@ class Runtime:
     def load_states(self) -> None:
         """Read every atom's state and intention from storage."""
         storage = self.storage
-        self.analyzer.load((name, storage.get_atom_state(name), storage.get_atom_intention(name))
-                           for name in self.atom_order)
+        self.analyzer.load(
+            (name, storage.get_atom_state(name), storage.get_atom_intention(name))
+            for name in self.atom_order
+        )
 
     def set_intentions(self, names: Iterable[str], intention: str) -> None:
         """Give each atom ``intention`` (persisted)."""
@@ -202,8 +228,12 @@ class Runtime:
                 self.storage.set_atom_intention(name, intention)
                 self.analyzer.update(name, intention=intention)
 
-    def reset_atoms(self, names: Iterable[str], state: str | None = st.PENDING,
-                    intention: str | None = st.EXECUTE) -> None:
+    def reset_atoms(
+        self,
+        names: Iterable[str],
+        state: str | None = st.PENDING,
+        intention: str | None = st.EXECUTE,
+    ) -> None:
         """Move atoms to ``state`` (notifying) and give them ``intention``."""
         for name in names:
             if state is not None:
@@ -233,8 +263,7 @@ class Runtime:
         analyzer = self.analyzer
         if self.completer.resolving:
             for name in self.atom_order:
-                if analyzer.state[name] == st.FAILURE and \
-                        analyzer.intention[name] == st.EXECUTE:
+                if analyzer.state[name] == st.FAILURE and analyzer.intention[name] == st.EXECUTE:
                     self.completer.process_failure(name, self.storage.get(name))
         for retry in self.retries:
             if analyzer.state[retry] == st.RETRYING:
@@ -265,8 +294,7 @@ class Runtime:
                 what = analyzer.readiness(name)
                 if what is None:
                     continue
-                if what == an.EXECUTE and name in self.edge_deciders \
-                        and not self._decide(name):
+                if what == an.EXECUTE and name in self.edge_deciders and not self._decide(name):
                     continue
                 ready.append((name, what))
 
@@ -299,8 +327,9 @@ class Runtime:
         if not nays:
             return True
         depth = de.pick_depth(nays)
-        self.reset_atoms(de.affected_atoms(self.topology, name, depth),
-                         state=st.IGNORE, intention=st.IGNORE)
+        self.reset_atoms(
+            de.affected_atoms(self.topology, name, depth), state=st.IGNORE, intention=st.IGNORE
+        )
         return False
 
     def _flow_atoms(self, flow_node: str) -> list[str]:
@@ -316,4 +345,3 @@ class Runtime:
             except (KeyError, ValueError):
                 pass
         return [n for n in self.topology.ancestors(flow_node) if n in self.atoms]
-

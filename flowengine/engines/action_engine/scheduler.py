@@ -16,8 +16,9 @@ class Scheduler:
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
 
-    def schedule(self, ready: list[tuple[str, str]]
-                 ) -> tuple[dict[ex.OutcomeFuture, str], list[ft.Failure]]:
+    def schedule(
+        self, ready: list[tuple[str, str]]
+    ) -> tuple[dict[ex.OutcomeFuture, str], list[ft.Failure]]:
         """Start each ``(atom, EXECUTE|REVERT)``; return futures and start failures."""
         runtime = self._runtime
         atoms = runtime.atoms

@@ -33,35 +33,52 @@ class Ambiguity(NamedTuple):
         return exc.AmbiguousDependency(
             f"Atom '{self.atom}' requires symbol '{self.symbol}' which is provided"
             f" by {list(self.providers)} with no order between them; link them or"
-            f" rename one of the outputs")
+            f" rename one of the outputs"
+        )
 
 
 class Unit:
     """Compile-time record of one flow: its children, links and provider tables."""
 
-    __slots__ = ("flow", "parent", "index", "node", "end", "retry", "kids", "preds",
-                 "link_ends", "link_meta", "chain", "prov", "latest", "reach", "start", "stop")
+    __slots__ = (
+        "flow",
+        "parent",
+        "index",
+        "node",
+        "end",
+        "retry",
+        "kids",
+        "preds",
+        "link_ends",
+        "link_meta",
+        "chain",
+        "prov",
+        "latest",
+        "reach",
+        "start",
+        "stop",
+    )
 
     def __init__(self, flow: Any, parent: Unit | None, index: int) -> None:
         self.flow = flow
         self.parent = parent
-        self.index = index          # position among the parent's children
-        self.node = ""              # execution graph start node name
-        self.end = ""               # execution graph end node name
+        self.index = index  # position among the parent's children
+        self.node = ""  # execution graph start node name
+        self.end = ""  # execution graph end node name
         self.retry: str | None = None
-        self.kids: list[Any] = []   # atom names (str) or Unit, topological order
-        self.preds: list[tuple[int, ...]] = []   # child index -> linked-from child indexes
+        self.kids: list[Any] = []  # atom names (str) or Unit, topological order
+        self.preds: list[tuple[int, ...]] = []  # child index -> linked-from child indexes
         # Links between children, in the flow's order: link k goes from child
         # link_ends[2k] to child link_ends[2k + 1] (8 bytes an end, not a
         # tuple each); link_meta[k]: what the execution graph uses of its
         # metadata (deciders, invariant), for the few links that have any.
         self.link_ends = array.array("q")
         self.link_meta: dict[int, dict[str, Any]] = {}
-        self.chain = False          # every child linked to the next (linear)
+        self.chain = False  # every child linked to the next (linear)
         self.prov: dict[str, list[tuple[int, str]]] = {}
         self.latest: dict[str, tuple[str, ...]] = {}
         self.reach: dict[tuple[int, int], bool] = {}
-        self.start = 0              # slice of Compilation.topological_order
+        self.start = 0  # slice of Compilation.topological_order
         self.stop = 0
 
     def forget_resolution(self) -> None:
@@ -106,8 +123,7 @@ def _neg_ci(entry: tuple[int, str]) -> int:
     return -entry[0]
 
 
-def walk_scopes(unit: Unit | None, b: int,
-                order: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+def walk_scopes(unit: Unit | None, b: int, order: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """Visible atoms per level for the item at child index ``b`` of ``unit`` (-1: its retry).
 
     Each level lists, nearest first, the atoms of one enclosing flow that run
@@ -127,7 +143,7 @@ def walk_scopes(unit: Unit | None, b: int,
                 if isinstance(kid, str):
                     level.append(kid)
                 else:
-                    level.extend(reversed(order[kid.start:kid.stop]))
+                    level.extend(reversed(order[kid.start : kid.stop]))
         if unit.retry is not None:
             level.append(unit.retry)
         levels.append(tuple(level))
@@ -141,10 +157,15 @@ def walk_scopes(unit: Unit | None, b: int,
 class ProviderResolver:
     """Computes, for every atom and consumed symbol, its providers nearest first."""
 
-    def __init__(self, atoms: dict[str, Any], units: list[Unit],
-                 parents: dict[str, Unit], index: dict[str, int]) -> None:
+    def __init__(
+        self,
+        atoms: dict[str, Any],
+        units: list[Unit],
+        parents: dict[str, Unit],
+        index: dict[str, int],
+    ) -> None:
         self._atoms = atoms
-        self._units = units        # outermost first
+        self._units = units  # outermost first
         self._parents = parents
         self._index = index
         self._collect_providers(self._needed())
@@ -235,8 +256,9 @@ class ProviderResolver:
             unit = unit.parent
         return tuple(found), clash
 
-    def _level_clash(self, unit: Unit, level: list[tuple[int, str]],
-                     symbol: str) -> tuple[str, ...]:
+    def _level_clash(
+        self, unit: Unit, level: list[tuple[int, str]], symbol: str
+    ) -> tuple[str, ...]:
         first = level[0][0]
         if first == -1:
             return ()
@@ -252,9 +274,11 @@ class ProviderResolver:
                     winners += self._kid_latest(unit, ci, symbol)
         return winners if len(winners) > 1 else ()
 
-    def resolve(self, order: tuple[str, ...]) -> tuple[dict[str, dict[str, tuple[str, ...]]],
-                                                        dict[tuple[str, str], Ambiguity],
-                                                        tuple[str, ...]]:
+    def resolve(
+        self, order: tuple[str, ...]
+    ) -> tuple[
+        dict[str, dict[str, tuple[str, ...]]], dict[tuple[str, str], Ambiguity], tuple[str, ...]
+    ]:
         """Per atom: symbol -> providers nearest first; the ambiguities; and the atoms
         with some symbol nobody in scope provides (in ``order``)."""
         providers: dict[str, dict[str, tuple[str, ...]]] = {}

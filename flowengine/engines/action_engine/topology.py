@@ -36,8 +36,12 @@ class Topology:
 
     __slots__ = ("order", "kinds", "preds", "succs", "deciders")
 
-    def __init__(self, order: list[str], kinds: dict[str, str],
-                 edges: Iterable[tuple[str, str, Decision | None]]) -> None:
+    def __init__(
+        self,
+        order: list[str],
+        kinds: dict[str, str],
+        edges: Iterable[tuple[str, str, Decision | None]],
+    ) -> None:
         #: Every node, in insertion order.
         self.order = order
         #: Node name -> kind (task, retry, flow, flow_end).
@@ -60,10 +64,12 @@ class Topology:
             if decision is not None:
                 self.deciders[(u, v)] = decision
         #: Node name -> its predecessors / successors (edge order).
-        self.preds: dict[str, tuple[str, ...]] = {n: tuple(preds[n]) if n in preds else _NONE
-                                                   for n in order}
-        self.succs: dict[str, tuple[str, ...]] = {n: tuple(succs[n]) if n in succs else _NONE
-                                                   for n in order}
+        self.preds: dict[str, tuple[str, ...]] = {
+            n: tuple(preds[n]) if n in preds else _NONE for n in order
+        }
+        self.succs: dict[str, tuple[str, ...]] = {
+            n: tuple(succs[n]) if n in succs else _NONE for n in order
+        }
 
     def topological(self) -> list[str]:
         """Nodes by generations (Kahn): those with no predecessor first, in insertion order."""

@@ -52,12 +52,15 @@ def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
     elif isinstance(conf, dict):
         conf = dict(conf)
     else:
-        raise TypeError(f"Jobboard configuration must be a URL string or a dict, not"
-                        f" {type(conf).__name__}")
+        raise TypeError(
+            f"Jobboard configuration must be a URL string or a dict, not {type(conf).__name__}"
+        )
     board = conf.get("board")
     if not isinstance(board, str) or not board:
-        raise ValueError(f"Jobboard configuration needs a 'board' key naming the backend"
-                         f" (memory, redis, sqlite, postgresql, zookeeper, etcd): {sorted(conf)}")
+        raise ValueError(
+            f"Jobboard configuration needs a 'board' key naming the backend"
+            f" (memory, redis, sqlite, postgresql, zookeeper, etcd): {sorted(conf)}"
+        )
     try:
         uri = misc.parse_uri(board)
     except ValueError:
@@ -94,8 +97,9 @@ def _find_class(name: str, namespace: str) -> Any:
         raise exc.NotFound(f"Could not find jobboard {name!r}: {e}", cause=e) from e
 
 
-def fetch(name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
-          **kwargs: Any) -> Any:
+def fetch(
+    name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE, **kwargs: Any
+) -> Any:
     """Build the jobboard ``conf`` names (not connected yet).
 
     ``kwargs`` go to the board (``persistence=``, ``client=``...). Raises
@@ -107,8 +111,9 @@ def fetch(name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESP
 
 
 @contextlib.contextmanager
-def backend(name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
-            **kwargs: Any) -> Iterator[Any]:
+def backend(
+    name: str, conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE, **kwargs: Any
+) -> Iterator[Any]:
     """Fetch a jobboard, connect it, yield it, close it afterwards."""
     board = fetch(name, conf, namespace=namespace, **kwargs)
     board.connect()

@@ -49,6 +49,8 @@ def board_layout(conf: dict[str, Any]) -> TaskflowLayout | None:
     if value in (None, ""):
         return None
     if value not in COMPAT_VALUES:
-        raise ValueError(f"Unknown compat {value!r} for a jobboard; valid: {COMPAT_VALUES}"
-                         f" (or none for flowengine's own layout)")
+        raise ValueError(
+            f"Unknown compat {value!r} for a jobboard; valid: {COMPAT_VALUES}"
+            f" (or none for flowengine's own layout)"
+        )
     return TaskflowLayout()

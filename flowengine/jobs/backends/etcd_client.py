@@ -32,8 +32,15 @@ __all__ = ["CONF_KEYS", "EtcdGateway", "Kv", "make_client"]
 #: TaskFlow's connection keys of its etcd board and their types (passed to
 #: ``etcd3gw.Etcd3Client``).
 CONF_KEYS: tuple[tuple[str, type], ...] = (
-    ("host", str), ("port", int), ("protocol", str), ("ca_cert", str), ("cert_key", str),
-    ("cert_cert", str), ("timeout", float), ("api_path", str))
+    ("host", str),
+    ("port", int),
+    ("protocol", str),
+    ("ca_cert", str),
+    ("cert_key", str),
+    ("cert_cert", str),
+    ("timeout", float),
+    ("api_path", str),
+)
 #: Request timeout (s) when the configuration names none: a board must not
 #: hang forever on a server that accepted the connection and then stalled.
 DEFAULT_TIMEOUT_S = 10.0
@@ -81,19 +88,25 @@ class Kv:
         try:
             data = json.loads(self.value)
         except ValueError as e:
-            raise exc.JobFailure(f"etcd key {self.key} does not hold JSON: {self.value[:200]!r}"
-                                 ) from e
+            raise exc.JobFailure(
+                f"etcd key {self.key} does not hold JSON: {self.value[:200]!r}"
+            ) from e
         if not isinstance(data, dict):
-            raise exc.JobFailure(f"etcd key {self.key} does not hold a JSON object:"
-                                 f" {self.value[:200]!r}")
+            raise exc.JobFailure(
+                f"etcd key {self.key} does not hold a JSON object: {self.value[:200]!r}"
+            )
         return data
 
     @classmethod
     def from_wire(cls, kv: dict[str, Any]) -> Kv:
         """From the gateway's JSON form of a KeyValue."""
-        return cls(_unb64(kv.get("key")).decode("utf-8"), _unb64(kv.get("value")),
-                   int(kv.get("create_revision") or 0), int(kv.get("mod_revision") or 0),
-                   int(kv.get("lease") or 0))
+        return cls(
+            _unb64(kv.get("key")).decode("utf-8"),
+            _unb64(kv.get("value")),
+            int(kv.get("create_revision") or 0),
+            int(kv.get("mod_revision") or 0),
+            int(kv.get("lease") or 0),
+        )
 
 
 class EtcdGateway:
@@ -108,10 +121,13 @@ class EtcdGateway:
         """etcd3gw's errors as the board's: unreachable -> BoardUnavailable, else JobFailure."""
         try:
             yield
-        except (etcd_exc.ConnectionFailedError, etcd_exc.ConnectionTimeoutError,
-                requests.exceptions.ConnectionError, requests.exceptions.Timeout) as e:
-            raise exc.BoardUnavailable(f"etcd at {self.where} is unreachable: {e}",
-                                       cause=e) from e
+        except (
+            etcd_exc.ConnectionFailedError,
+            etcd_exc.ConnectionTimeoutError,
+            requests.exceptions.ConnectionError,
+            requests.exceptions.Timeout,
+        ) as e:
+            raise exc.BoardUnavailable(f"etcd at {self.where} is unreachable: {e}", cause=e) from e
         except etcd_exc.Etcd3Exception as e:
             raise exc.JobFailure(f"etcd at {self.where} refused a request: {e}", cause=e) from e
 
@@ -143,23 +159,26 @@ class EtcdGateway:
     def revision_is(key: str, mod_revision: int) -> dict[str, Any]:
         """Compare: the key was last changed at ``mod_revision`` (0: it does not exist)."""
         if mod_revision == 0:
-            return {"key": _b64(key), "result": "EQUAL", "target": "CREATE",
-                    "create_revision": 0}
-        return {"key": _b64(key), "result": "EQUAL", "target": "MOD",
-                "mod_revision": mod_revision}
+            return {"key": _b64(key), "result": "EQUAL", "target": "CREATE", "create_revision": 0}
+        return {"key": _b64(key), "result": "EQUAL", "target": "MOD", "mod_revision": mod_revision}
 
     # Running them.
 
-    def txn(self, compare: Sequence[dict[str, Any]], success: Sequence[dict[str, Any]]
-            ) -> tuple[bool, int, list[list[Kv]]]:
+    def txn(
+        self, compare: Sequence[dict[str, Any]], success: Sequence[dict[str, Any]]
+    ) -> tuple[bool, int, list[list[Kv]]]:
         """Run a transaction: (succeeded, its revision, the ranges' results in order)."""
         with self.translated():
-            reply = self.client.transaction({"compare": list(compare),
-                                             "success": list(success), "failure": []})
+            reply = self.client.transaction(
+                {"compare": list(compare), "success": list(success), "failure": []}
+            )
         ok = bool(reply.get("succeeded"))
         revision = int(reply.get("header", {}).get("revision") or 0)
-        ranges = [[Kv.from_wire(kv) for kv in r["response_range"].get("kvs", [])]
-                  for r in reply.get("responses", []) if "response_range" in r]
+        ranges = [
+            [Kv.from_wire(kv) for kv in r["response_range"].get("kvs", [])]
+            for r in reply.get("responses", [])
+            if "response_range" in r
+        ]
         return ok, revision, ranges
 
     def read(self, *requests: dict[str, Any]) -> tuple[int, list[list[Kv]]]:
@@ -194,9 +213,9 @@ class EtcdGateway:
     def version(self) -> str:
         """The server's version (also proves it answers)."""
         with self.translated():
-            reply = self.client.session.get(self.client.base_url + "/version",
-                                            timeout=self.client.timeout)
+            reply = self.client.session.get(
+                self.client.base_url + "/version", timeout=self.client.timeout
+            )
         if reply.status_code != 200:
-            raise exc.JobFailure(f"etcd at {self.where} answered /version with"
-                                 f" {reply.status_code}")
+            raise exc.JobFailure(f"etcd at {self.where} answered /version with {reply.status_code}")
         return str(reply.json().get("etcdserver", "?"))

@@ -40,8 +40,13 @@ class EtcdEvents:
         self._gateway = gateway
         self._root = root.rstrip("/") + "/"
         self._thread = event_thread.EventThread(
-            name, self._open, self._receive, self._shut, self._decode,
-            (requests.exceptions.RequestException, WatchEnded, OSError, ValueError))
+            name,
+            self._open,
+            self._receive,
+            self._shut,
+            self._decode,
+            (requests.exceptions.RequestException, WatchEnded, OSError, ValueError),
+        )
 
     def start(self) -> bool:
         """Open the watch; True once etcd confirmed it."""
@@ -60,9 +65,12 @@ class EtcdEvents:
         create = etcd_client.EtcdGateway.get(self._root, prefix=True)["request_range"]
         # No read timeout: the stream is idle while the board is; stop() shuts
         # its socket to end a blocked read.
-        response = client.session.post(client.get_url("/watch"),
-                                       json={"create_request": create}, stream=True,
-                                       timeout=(client.timeout, None))
+        response = client.session.post(
+            client.get_url("/watch"),
+            json={"create_request": create},
+            stream=True,
+            timeout=(client.timeout, None),
+        )
         if response.status_code != 200:
             response.close()
             raise WatchEnded(f"etcd refused the watch: HTTP {response.status_code}")
@@ -105,7 +113,7 @@ class EtcdEvents:
         kv = etcd_client.Kv.from_wire(event.get("kv") or {})
         if not kv.key.startswith(self._root):
             return None
-        folder, _, uuid = kv.key[len(self._root):].partition("/")
+        folder, _, uuid = kv.key[len(self._root) :].partition("/")
         deleted = event.get("type") == "DELETE"
         if folder == "listed":
             if deleted:

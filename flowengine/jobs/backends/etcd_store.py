@@ -49,8 +49,11 @@ __all__ = ["EtcdStore"]
 RACE_ATTEMPTS = 8
 #: Places a job leaves the board for, with its outcome.
 PARKED = (records.IN_TRASH, records.IN_DEAD_LETTER, records.CONSUMED)
-_WHERE = {Action.CONSUME: records.CONSUMED, Action.TRASH: records.IN_TRASH,
-          Action.FAIL: records.IN_DEAD_LETTER}
+_WHERE = {
+    Action.CONSUME: records.CONSUMED,
+    Action.TRASH: records.IN_TRASH,
+    Action.FAIL: records.IN_DEAD_LETTER,
+}
 _G = EtcdGateway
 
 
@@ -63,8 +66,9 @@ def _lock_token(lock: Kv) -> int:
 class EtcdStore(BoardStore):
     """Jobs of one board under ``root`` in etcd (see the module docstring)."""
 
-    def __init__(self, make_client: Callable[[], Any], root: str, where: str,
-                 owns_client: bool = True) -> None:
+    def __init__(
+        self, make_client: Callable[[], Any], root: str, where: str, owns_client: bool = True
+    ) -> None:
         self._make_client = make_client
         self._root = root.rstrip("/")
         self._where = where
@@ -135,8 +139,10 @@ class EtcdStore(BoardStore):
         for _ in range(RACE_ATTEMPTS * 4):
             _rev, (found,) = self._g.read(_G.get(key))
             value = int(found[0].value or b"0") + 1 if found else 1
-            ok, _r, _ = self._g.txn([_G.revision_is(key, found[0].mod_revision if found else 0)],
-                                    [_G.put(key, str(value))])
+            ok, _r, _ = self._g.txn(
+                [_G.revision_is(key, found[0].mod_revision if found else 0)],
+                [_G.put(key, str(value))],
+            )
             if ok:
                 return value
         raise exc.JobFailure(f"Could not increment {key}: it kept changing under us")
@@ -144,8 +150,9 @@ class EtcdStore(BoardStore):
     # Reading.
 
     def _pair(self, uuid: str) -> tuple[Kv | None, Kv | None]:
-        _rev, (job, lock) = self._g.read(_G.get(self._k("listed", uuid)),
-                                         _G.get(self._k("locks", uuid)))
+        _rev, (job, lock) = self._g.read(
+            _G.get(self._k("listed", uuid)), _G.get(self._k("locks", uuid))
+        )
         return (job[0] if job else None), (lock[0] if lock else None)
 
     @staticmethod
@@ -157,20 +164,26 @@ class EtcdStore(BoardStore):
 
     def _record(self, uuid: str, job: Kv, lock: Kv | None, where: str) -> JobRecord:
         data = job.json()
-        posting = records.decode_posting_fields(data.get("posting") or "", uuid,
-                                                data.get("sequence") or job.create_revision)
+        posting = records.decode_posting_fields(
+            data.get("posting") or "", uuid, data.get("sequence") or job.create_revision
+        )
         owner = data.get("owner")
         nb = float(data.get("not_before") or 0)
-        return JobRecord(posting, attempts=int(data.get("attempts") or 0),
-                         token=job.mod_revision if owner else int(data.get("token") or 0),
-                         owner=owner,
-                         leased=where == records.LISTED and self._live(job, lock),
-                         not_before=nb if nb > time.time() else None, where=where)
+        return JobRecord(
+            posting,
+            attempts=int(data.get("attempts") or 0),
+            token=job.mod_revision if owner else int(data.get("token") or 0),
+            owner=owner,
+            leased=where == records.LISTED and self._live(job, lock),
+            not_before=nb if nb > time.time() else None,
+            where=where,
+        )
 
     def _records(self, where: str) -> list[JobRecord]:
         folder = "listed" if where == records.LISTED else where
-        _rev, (jobs, locks) = self._g.read(_G.get(self._k(folder), prefix=True),
-                                           _G.get(self._k("locks"), prefix=True))
+        _rev, (jobs, locks) = self._g.read(
+            _G.get(self._k(folder), prefix=True), _G.get(self._k("locks"), prefix=True)
+        )
         lock_of = {kv.key.rsplit("/", 1)[-1]: kv for kv in locks}
         out = []
         for kv in jobs:
@@ -194,15 +207,19 @@ class EtcdStore(BoardStore):
             data = kv.json()
             # etcd deletes the key when its lease ends; the time check covers the gap.
             if data.get("outcome") and float(data.get("outcome_until") or 0) >= time.time():
-                found.append((self._record(kv.key.rsplit("/", 1)[-1], kv, None,
-                                           records.CONSUMED),
-                              Outcome.from_dict(data["outcome"])))
+                found.append(
+                    (
+                        self._record(kv.key.rsplit("/", 1)[-1], kv, None, records.CONSUMED),
+                        Outcome.from_dict(data["outcome"]),
+                    )
+                )
         return newest_first(found, limit)
 
     def _find(self, uuid: str) -> tuple[str, Kv, Kv | None] | None:
         places = ("listed", *PARKED)
-        _rev, (*found, lock) = self._g.read(*(_G.get(self._k(p, uuid)) for p in places),
-                                            _G.get(self._k("locks", uuid)))
+        _rev, (*found, lock) = self._g.read(
+            *(_G.get(self._k(p, uuid)) for p in places), _G.get(self._k("locks", uuid))
+        )
         for place, kvs in zip(places, found):
             if kvs:
                 where = records.LISTED if place == "listed" else place
@@ -246,13 +263,15 @@ class EtcdStore(BoardStore):
         key = self._k("listed", uuid)
         ok, revision, _ = self._g.txn(
             [_G.revision_is(key, 0)],
-            [_G.put(key, {"posting": records.encode_posting(body), "attempts": 0})])
+            [_G.put(key, {"posting": records.encode_posting(body), "attempts": 0})],
+        )
         if not ok:
             raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
         return JobRecord({**posting, "sequence": revision})
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """Lease the job to ``who``; the claim's revision is its token (see BoardStore.claim)."""
         for _ in range(RACE_ATTEMPTS):
             job, lock = self._pair(uuid)
@@ -263,43 +282,58 @@ class EtcdStore(BoardStore):
                 raise held(uuid, data.get("owner"))
             nb = float(data.get("not_before") or 0)
             if nb > time.time():
-                raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                         f" {nb - time.time():.1f} s")
+                raise exc.UnclaimableJob(
+                    f"Job {uuid} is backing off for another {nb - time.time():.1f} s"
+                )
             attempts = int(data.get("attempts") or 0)
             if attempts >= max_attempts:
                 token = job.mod_revision if data.get("owner") else int(data.get("token") or 0)
-                dead = Outcome(uuid, records.DEAD, None, token, attempts, time.time(),
-                               "too many attempts")
+                dead = Outcome(
+                    uuid, records.DEAD, None, token, attempts, time.time(), "too many attempts"
+                )
                 if self._park(uuid, job, lock, records.IN_DEAD_LETTER, dead, outcome_ttl_s):
-                    raise exc.UnclaimableJob(f"Job {uuid} was claimed {attempts} times without"
-                                             f" finishing: moved to the dead letter")
+                    raise exc.UnclaimableJob(
+                        f"Job {uuid} was claimed {attempts} times without"
+                        f" finishing: moved to the dead letter"
+                    )
                 continue
             lease = self._g.grant(lease_s)
             state = {**data, "owner": who, "attempts": attempts + 1, "not_before": 0}
             lock_key = self._k("locks", uuid)
             ok, revision, _ = self._g.txn(
-                [_G.revision_is(self._k("listed", uuid), job.mod_revision),
-                 _G.revision_is(lock_key, lock.mod_revision if lock else 0)],
-                [_G.put(self._k("listed", uuid), state),
-                 _G.put(lock_key, {"who": who, "lease": lease}, lease=lease)])
+                [
+                    _G.revision_is(self._k("listed", uuid), job.mod_revision),
+                    _G.revision_is(lock_key, lock.mod_revision if lock else 0),
+                ],
+                [
+                    _G.put(self._k("listed", uuid), state),
+                    _G.put(lock_key, {"who": who, "lease": lease}, lease=lease),
+                ],
+            )
             if ok:
                 return Claim(uuid, who, revision, attempts + 1)
             self._g.revoke(lease)
         raise held(uuid, None)  # others kept changing it: someone is claiming it now
 
-    def _park(self, uuid: str, job: Kv, lock: Kv | None, where: str, done: Outcome,
-              outcome_ttl_s: float) -> bool:
+    def _park(
+        self, uuid: str, job: Kv, lock: Kv | None, where: str, done: Outcome, outcome_ttl_s: float
+    ) -> bool:
         """Move a listed job to ``where`` with its outcome; False if it changed meanwhile."""
-        parked = {**job.json(), "owner": None, "token": done.token, "attempts": done.attempts,
-                  "sequence": job.json().get("sequence") or job.create_revision,
-                  "outcome": done.to_dict(), "outcome_until": done.at + outcome_ttl_s}
+        parked = {
+            **job.json(),
+            "owner": None,
+            "token": done.token,
+            "attempts": done.attempts,
+            "sequence": job.json().get("sequence") or job.create_revision,
+            "outcome": done.to_dict(),
+            "outcome_until": done.at + outcome_ttl_s,
+        }
         # A consumed job is kept only as long as its outcome: etcd deletes it then.
         lease = self._g.grant(outcome_ttl_s) if where == records.CONSUMED else 0
         ops = [_G.delete(self._k("listed", uuid)), _G.put(self._k(where, uuid), parked, lease)]
         if lock is not None:
             ops.append(_G.delete(self._k("locks", uuid)))
-        ok, _rev, _ = self._g.txn([_G.revision_is(self._k("listed", uuid), job.mod_revision)],
-                                  ops)
+        ok, _rev, _ = self._g.txn([_G.revision_is(self._k("listed", uuid), job.mod_revision)], ops)
         if lease and not ok:
             self._g.revoke(lease)
         return ok
@@ -308,9 +342,13 @@ class EtcdStore(BoardStore):
         """Keep every held claim's lease alive; re-lease lapsed ones nobody took; return lost."""
         if not held:
             return set()
-        _rev, reads = self._g.read(*(op for uuid, _t in held
-                                     for op in (_G.get(self._k("listed", uuid)),
-                                                _G.get(self._k("locks", uuid)))))
+        _rev, reads = self._g.read(
+            *(
+                op
+                for uuid, _t in held
+                for op in (_G.get(self._k("listed", uuid)), _G.get(self._k("locks", uuid)))
+            )
+        )
         lost: set[str] = set()
         for i, (uuid, token) in enumerate(held):
             job = reads[2 * i][0] if reads[2 * i] else None
@@ -318,8 +356,11 @@ class EtcdStore(BoardStore):
             if job is None or not job.json().get("owner") or job.mod_revision != token:
                 lost.add(uuid)  # finished, or claimed again since
                 continue
-            if lock is not None and _lock_token(lock) == token and self._g.keepalive(
-                    int(lock.json().get("lease") or lock.lease)):
+            if (
+                lock is not None
+                and _lock_token(lock) == token
+                and self._g.keepalive(int(lock.json().get("lease") or lock.lease))
+            ):
                 continue
             if not self._relock(uuid, job, lock, token, lease_s):
                 lost.add(uuid)
@@ -330,10 +371,18 @@ class EtcdStore(BoardStore):
         lease = self._g.grant(lease_s)
         lock_key = self._k("locks", uuid)
         ok, _rev, _ = self._g.txn(
-            [_G.revision_is(self._k("listed", uuid), token),
-             _G.revision_is(lock_key, lock.mod_revision if lock else 0)],
-            [_G.put(lock_key, {"who": job.json()["owner"], "lease": lease, "token": token},
-                    lease=lease)])
+            [
+                _G.revision_is(self._k("listed", uuid), token),
+                _G.revision_is(lock_key, lock.mod_revision if lock else 0),
+            ],
+            [
+                _G.put(
+                    lock_key,
+                    {"who": job.json()["owner"], "lease": lease, "token": token},
+                    lease=lease,
+                )
+            ],
+        )
         if not ok:
             self._g.revoke(lease)
         elif lock is not None:
@@ -354,10 +403,19 @@ class EtcdStore(BoardStore):
 
     # Finishing.
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail in one transaction fenced by ``token``."""
         for _ in range(RACE_ATTEMPTS):
             job, lock = self._pair(uuid)
@@ -381,8 +439,10 @@ class EtcdStore(BoardStore):
                         self._g.revoke(int(lock.json().get("lease") or lock.lease))
                     return None
                 continue
-            kind = {Action.CONSUME: outcome or records.SUCCEEDED,
-                    Action.TRASH: records.TRASHED}.get(action, records.DEAD)
+            kind = {
+                Action.CONSUME: outcome or records.SUCCEEDED,
+                Action.TRASH: records.TRASHED,
+            }.get(action, records.DEAD)
             done = Outcome(uuid, kind, who, token, attempts, time.time(), reason)
             if self._park(uuid, job, lock, _WHERE[action], done, outcome_ttl_s):
                 if lock is not None:
@@ -393,19 +453,32 @@ class EtcdStore(BoardStore):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""
         for _ in range(RACE_ATTEMPTS):
-            _rev, (trashed, dead) = self._g.read(_G.get(self._k(records.IN_TRASH, uuid)),
-                                                 _G.get(self._k(records.IN_DEAD_LETTER, uuid)))
-            where, found = ((records.IN_TRASH, trashed[0]) if trashed
-                            else (records.IN_DEAD_LETTER, dead[0]) if dead else ("", None))
+            _rev, (trashed, dead) = self._g.read(
+                _G.get(self._k(records.IN_TRASH, uuid)),
+                _G.get(self._k(records.IN_DEAD_LETTER, uuid)),
+            )
+            where, found = (
+                (records.IN_TRASH, trashed[0])
+                if trashed
+                else (records.IN_DEAD_LETTER, dead[0])
+                if dead
+                else ("", None)
+            )
             if found is None:
                 raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
-            state = {k: v for k, v in found.json().items()
-                     if k not in ("outcome", "outcome_until", "owner", "not_before")}
+            state = {
+                k: v
+                for k, v in found.json().items()
+                if k not in ("outcome", "outcome_until", "owner", "not_before")
+            }
             state["attempts"] = 0
             ok, _r, _ = self._g.txn(
-                [_G.revision_is(found.key, found.mod_revision),
-                 _G.revision_is(self._k("listed", uuid), 0)],
-                [_G.delete(found.key), _G.put(self._k("listed", uuid), state)])
+                [
+                    _G.revision_is(found.key, found.mod_revision),
+                    _G.revision_is(self._k("listed", uuid), 0),
+                ],
+                [_G.delete(found.key), _G.put(self._k("listed", uuid), state)],
+            )
             if ok:
                 record = self.get(uuid)
                 if record is None:

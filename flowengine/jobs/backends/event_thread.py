@@ -40,10 +40,15 @@ class EventThread:
     to unblock ``receive``.
     """
 
-    def __init__(self, name: str, open: Callable[[], Any],
-                 receive: Callable[[Any], Iterable[Any]], shut: Callable[[Any], None],
-                 decode: Callable[[Any], BoardEvent | None],
-                 errors: tuple[type[BaseException], ...]) -> None:
+    def __init__(
+        self,
+        name: str,
+        open: Callable[[], Any],
+        receive: Callable[[Any], Iterable[Any]],
+        shut: Callable[[Any], None],
+        decode: Callable[[Any], BoardEvent | None],
+        errors: tuple[type[BaseException], ...],
+    ) -> None:
         self._name = name
         self._open, self._receive, self._shut, self._decode = open, receive, shut, decode
         self._errors = errors
@@ -60,8 +65,9 @@ class EventThread:
 
     def start(self) -> bool:
         """Start the thread; True once subscribed (False after SUBSCRIBE_TIMEOUT_S)."""
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"flowengine-board-events-{self._name}")
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"flowengine-board-events-{self._name}"
+        )
         self._thread.start()
         return self._ready.wait(SUBSCRIBE_TIMEOUT_S)
 
@@ -96,8 +102,12 @@ class EventThread:
                 handle = self._open()
             except self._errors as e:
                 if not broken:
-                    LOG.warning("Board %s: cannot listen for events (%s); retrying every"
-                                " %.1f s", self._name, e, RECONNECT_DELAY_S)
+                    LOG.warning(
+                        "Board %s: cannot listen for events (%s); retrying every %.1f s",
+                        self._name,
+                        e,
+                        RECONNECT_DELAY_S,
+                    )
                 broken = True
                 self._stop.wait(RECONNECT_DELAY_S)
                 continue
@@ -119,13 +129,13 @@ class EventThread:
                             self._deliver(event)
             except self._errors as e:
                 if not self._stop.is_set():
-                    LOG.warning("Board %s: event connection lost (%s); reconnecting",
-                                self._name, e)
+                    LOG.warning("Board %s: event connection lost (%s); reconnecting", self._name, e)
                     broken = True
             except Exception as e:  # closed under us by stop(): any error ends it
                 if not self._stop.is_set():
-                    LOG.warning("Board %s: event connection failed (%s); reconnecting",
-                                self._name, e)
+                    LOG.warning(
+                        "Board %s: event connection failed (%s); reconnecting", self._name, e
+                    )
                     broken = True
             with self._lock:
                 if self._handle is handle:

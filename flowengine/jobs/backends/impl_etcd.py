@@ -48,8 +48,9 @@ class EtcdJobBoard(board.LeasedJobBoard):
     #: TaskFlow's connection keys (name, type).
     ETCD_CONFIG_OPTIONS = etcd_client.CONF_KEYS
 
-    def __init__(self, name: str, conf: dict[str, Any], client: Any = None,
-                 persistence: Any = None) -> None:
+    def __init__(
+        self, name: str, conf: dict[str, Any], client: Any = None, persistence: Any = None
+    ) -> None:
         conf = dict(conf)
         if conf.get("ttl") and "lease_s" not in conf:
             conf["lease_s"] = float(conf["ttl"])  # TaskFlow's name for the claim's lifetime
@@ -57,11 +58,15 @@ class EtcdJobBoard(board.LeasedJobBoard):
         if conf.get("namespace"):
             parts.append(str(conf["namespace"]).strip("/"))
         root = "/".join(p for p in parts if p)
-        where = f"{conf.get('host') or conf.get('hostname') or 'localhost'}:" \
-                f"{conf.get('port') or 2379}"
-        store = EtcdStore((lambda: client) if client is not None
-                          else (lambda: etcd_client.make_client(conf)),
-                          root, where, owns_client=client is None)
+        where = (
+            f"{conf.get('host') or conf.get('hostname') or 'localhost'}:{conf.get('port') or 2379}"
+        )
+        store = EtcdStore(
+            (lambda: client) if client is not None else (lambda: etcd_client.make_client(conf)),
+            root,
+            where,
+            owns_client=client is None,
+        )
         super().__init__(name, conf, store, persistence=persistence)
         self._root_path = root
         self._etcd_store = store

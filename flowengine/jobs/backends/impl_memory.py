@@ -101,11 +101,17 @@ class MemoryStore(BoardStore):
 
     def _view(self, entry: _Entry) -> JobRecord:
         now = time.monotonic()
-        leased = (entry.record.owner is not None and entry.lease_until is not None
-                  and entry.lease_until > now)
-        return replace(entry.record, leased=leased,
-                       lease_expires_at=_wall(entry.lease_until) if leased else None,
-                       not_before=_wall(entry.not_before))
+        leased = (
+            entry.record.owner is not None
+            and entry.lease_until is not None
+            and entry.lease_until > now
+        )
+        return replace(
+            entry.record,
+            leased=leased,
+            lease_expires_at=_wall(entry.lease_until) if leased else None,
+            not_before=_wall(entry.not_before),
+        )
 
     def post(self, posting: dict[str, Any], max_attempts: int) -> JobRecord:
         """Store a new job with the next sequence number."""
@@ -119,8 +125,11 @@ class MemoryStore(BoardStore):
     def listing(self) -> list[JobRecord]:
         """Every listed job."""
         with self._shared.lock:
-            return [self._view(e) for e in self._shared.jobs.values()
-                    if e.record.where == records.LISTED]
+            return [
+                self._view(e)
+                for e in self._shared.jobs.values()
+                if e.record.where == records.LISTED
+            ]
 
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is, or None (a consumed one until its outcome expires)."""
@@ -139,8 +148,9 @@ class MemoryStore(BoardStore):
         """Where ``entry`` is in the job machine (see flowengine.jobs.lifecycle)."""
         rec = entry.record
         if rec.where != records.LISTED:
-            return {records.IN_TRASH: lifecycle.TRASHED, records.CONSUMED: lifecycle.CONSUMED
-                    }.get(rec.where, lifecycle.DEAD)
+            return {records.IN_TRASH: lifecycle.TRASHED, records.CONSUMED: lifecycle.CONSUMED}.get(
+                rec.where, lifecycle.DEAD
+            )
         if rec.owner is not None:
             if entry.lease_until is not None and entry.lease_until > now:
                 return states.CLAIMED
@@ -157,15 +167,17 @@ class MemoryStore(BoardStore):
             raise exc.NotFound(f"Job {uuid} not found to be {verb}")
         return entry
 
-    def _record_outcome(self, entry: _Entry, outcome: str, who: str | None, reason: str | None,
-                        ttl_s: float) -> Outcome:
+    def _record_outcome(
+        self, entry: _Entry, outcome: str, who: str | None, reason: str | None, ttl_s: float
+    ) -> Outcome:
         rec = entry.record
         done = Outcome(rec.uuid, outcome, who, rec.token, rec.attempts, time.time(), reason)
         self._shared.outcomes[rec.uuid] = (done, time.monotonic() + ttl_s)
         return done
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """Lease the job to ``who`` (see BoardStore.claim)."""
         now = time.monotonic()
         with self._shared.lock:
@@ -174,26 +186,34 @@ class MemoryStore(BoardStore):
             if view.leased:
                 raise held(uuid, view.owner)
             if entry.not_before is not None and now < entry.not_before:
-                raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                         f" {entry.not_before - now:.1f} s")
+                raise exc.UnclaimableJob(
+                    f"Job {uuid} is backing off for another {entry.not_before - now:.1f} s"
+                )
             lifecycle.advance(self._state(entry, now), "claim")  # InvalidState if not
             if entry.record.attempts >= max_attempts:
                 lifecycle.advance(states.UNCLAIMED, "too_many_attempts")
                 entry.record = replace(entry.record, where=records.IN_DEAD_LETTER, owner=None)
-                done = self._record_outcome(entry, records.DEAD, None, "too many attempts",
-                                            outcome_ttl_s)
+                done = self._record_outcome(
+                    entry, records.DEAD, None, "too many attempts", outcome_ttl_s
+                )
                 dead = True
             else:
                 dead = False
                 self._shared.token += 1
-                entry.record = replace(entry.record, token=self._shared.token, owner=who,
-                                       attempts=entry.record.attempts + 1)
+                entry.record = replace(
+                    entry.record,
+                    token=self._shared.token,
+                    owner=who,
+                    attempts=entry.record.attempts + 1,
+                )
                 entry.lease_until, entry.not_before = now + lease_s, None
                 claim = Claim(uuid, who, self._shared.token, entry.record.attempts)
         if dead:
             self._emit(BoardEvent(EventKind.DONE, uuid, done.outcome))
-            raise exc.UnclaimableJob(f"Job {uuid} was claimed {max_attempts} times without"
-                                     f" finishing: moved to the dead letter")
+            raise exc.UnclaimableJob(
+                f"Job {uuid} was claimed {max_attempts} times without"
+                f" finishing: moved to the dead letter"
+            )
         return claim
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
@@ -202,8 +222,12 @@ class MemoryStore(BoardStore):
         with self._shared.lock:
             for uuid, token in held:
                 entry = self._shared.jobs.get(uuid)
-                if (entry is None or entry.record.where != records.LISTED
-                        or entry.record.token != token or entry.record.owner is None):
+                if (
+                    entry is None
+                    or entry.record.where != records.LISTED
+                    or entry.record.token != token
+                    or entry.record.owner is None
+                ):
                     lost.add(uuid)
                 else:
                     entry.lease_until = time.monotonic() + lease_s
@@ -217,10 +241,19 @@ class MemoryStore(BoardStore):
                 return None
             return max(0.0, entry.lease_until - time.monotonic())  # type: ignore[operator]
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail, fenced by ``token``."""
         verb = {Action.CONSUME: "consumed", Action.TRASH: "trashed"}.get(action, "abandoned")
         done: Outcome | None = None
@@ -230,15 +263,22 @@ class MemoryStore(BoardStore):
             if rec.owner is None:
                 raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
             if rec.token != token:
-                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                    f" superseded by claim {rec.token} of {rec.owner}")
+                raise exc.ClaimLost(
+                    f"Can not {action.value} job {uuid}: claim {token} was"
+                    f" superseded by claim {rec.token} of {rec.owner}"
+                )
             if rec.owner != who:
-                raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
-                                     f" by {who} (it is owned by {rec.owner})")
+                raise exc.JobFailure(
+                    f"Can not {action.value} job {uuid} which is not owned"
+                    f" by {who} (it is owned by {rec.owner})"
+                )
             last = action is Action.FAIL and rec.attempts >= max_attempts
-            lifecycle.advance(states.CLAIMED, {Action.ABANDON: "abandon", Action.CONSUME: "consume",
-                                               Action.TRASH: "trash"}.get(
-                action, "fail_last_attempt" if last else "fail"))
+            lifecycle.advance(
+                states.CLAIMED,
+                {Action.ABANDON: "abandon", Action.CONSUME: "consume", Action.TRASH: "trash"}.get(
+                    action, "fail_last_attempt" if last else "fail"
+                ),
+            )
             entry.lease_until = None
             if action is Action.ABANDON:
                 entry.record = replace(rec, owner=None, attempts=max(0, rec.attempts - 1))
@@ -246,11 +286,14 @@ class MemoryStore(BoardStore):
                 entry.record = replace(rec, owner=None)
                 entry.not_before = time.monotonic() + backoff_s if backoff_s > 0 else None
             else:
-                kind = {Action.CONSUME: outcome or records.SUCCEEDED,
-                        Action.TRASH: records.TRASHED}.get(action, records.DEAD)
+                kind = {
+                    Action.CONSUME: outcome or records.SUCCEEDED,
+                    Action.TRASH: records.TRASHED,
+                }.get(action, records.DEAD)
                 done = self._record_outcome(entry, kind, who, reason, outcome_ttl_s)
-                where = {Action.CONSUME: records.CONSUMED,
-                         Action.TRASH: records.IN_TRASH}.get(action, records.IN_DEAD_LETTER)
+                where = {Action.CONSUME: records.CONSUMED, Action.TRASH: records.IN_TRASH}.get(
+                    action, records.IN_DEAD_LETTER
+                )
                 entry.record = replace(rec, owner=None, where=where)
         if done is None:
             self._emit(BoardEvent(EventKind.RELEASED, uuid))
@@ -304,7 +347,12 @@ class MemoryJobBoard(board.LeasedJobBoard):
 
     JOB_CLASS = MemoryJob
 
-    def __init__(self, name: str, conf: dict[str, Any], persistence: Any = None,
-                 store: MemoryStore | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        conf: dict[str, Any],
+        persistence: Any = None,
+        store: MemoryStore | None = None,
+    ) -> None:
         store = store or MemoryStore(str(conf.get("namespace") or DEFAULT_NAMESPACE))
         super().__init__(name, conf, store, persistence=persistence)

@@ -84,10 +84,12 @@ def claim_from_reply(uuid: str, who: str, reply: list[Any]) -> Claim:
     if status == "claimed":
         raise held(uuid, reply[1])
     if status == "backoff":
-        raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                 f" {int(reply[1]) / 1000:.1f} s")
-    raise exc.UnclaimableJob(f"Job {uuid} was claimed {reply[1]} times without"
-                             f" finishing: moved to the dead letter")
+        raise exc.UnclaimableJob(
+            f"Job {uuid} is backing off for another {int(reply[1]) / 1000:.1f} s"
+        )
+    raise exc.UnclaimableJob(
+        f"Job {uuid} was claimed {reply[1]} times without finishing: moved to the dead letter"
+    )
 
 
 class RedisStore(BoardStore):
@@ -101,17 +103,24 @@ class RedisStore(BoardStore):
     #: read that hash and delete every posting in it they cannot decode.
     LISTED_KEY = "listed"
     #: Who may have written a posting this store cannot read (for the warning).
-    FOREIGN = ("another program (TaskFlow's board, whose postings are msgpack?); give it a"
-               " namespace of its own, or share its jobs with compat='taskflow'")
+    FOREIGN = (
+        "another program (TaskFlow's board, whose postings are msgpack?); give it a"
+        " namespace of its own, or share its jobs with compat='taskflow'"
+    )
 
     @property
     def namespace(self) -> str:
         """The prefix of every key of this board."""
         return self._ns
 
-    def __init__(self, client: redis_client.TextClient, namespace: str, where: str,
-                 owns_client: bool = True,
-                 reopen: Callable[[], redis_client.TextClient] | None = None) -> None:
+    def __init__(
+        self,
+        client: redis_client.TextClient,
+        namespace: str,
+        where: str,
+        owns_client: bool = True,
+        reopen: Callable[[], redis_client.TextClient] | None = None,
+    ) -> None:
         self._client = client
         self._ns = namespace
         self._where = where
@@ -136,8 +145,12 @@ class RedisStore(BoardStore):
         return ":".join((self._ns, *parts))
 
     def _job_keys(self, uuid: str) -> dict[str, str]:
-        return {"state": self._key("state", uuid), "owner": self._key("owner", uuid),
-                "outcome": self._key("outcome", uuid), "done": self._key("done", uuid)}
+        return {
+            "state": self._key("state", uuid),
+            "owner": self._key("owner", uuid),
+            "outcome": self._key("outcome", uuid),
+            "done": self._key("done", uuid),
+        }
 
     @property
     def connected(self) -> bool:
@@ -154,13 +167,16 @@ class RedisStore(BoardStore):
             self._client.ping()
             version = str(self._client.info("server").get("redis_version", "0"))
             if tuple(int(p) for p in version.split(".")[:2]) < MIN_REDIS_VERSION:
-                raise exc.JobFailure(f"The Redis jobboard needs Redis 6.2 or newer;"
-                                     f" {self._where} runs {version}")
+                raise exc.JobFailure(
+                    f"The Redis jobboard needs Redis 6.2 or newer; {self._where} runs {version}"
+                )
             # Posts, claims, renewals and outcomes count once a replica has
             # them: a failover then loses none (see redis_replicas).
             scripted = redis_replicas.replicated(self._client, self.replicas, self._where)
-            self._scripts = {name: scripted.register_script(getattr(self.SCRIPTS, name))
-                             for name in self.SCRIPTS.__all__}
+            self._scripts = {
+                name: scripted.register_script(getattr(self.SCRIPTS, name))
+                for name in self.SCRIPTS.__all__
+            }
 
     def close(self) -> None:
         """Stop the event thread; close the client if this store made it."""
@@ -185,12 +201,18 @@ class RedisStore(BoardStore):
         """Deliver the channel's events to ``callback`` (subscribed when this returns)."""
         if self._events is None:
             self._events = event_thread.EventThread(
-                self._ns, self._open_pubsub, self._receive, lambda ps: ps.close(),
-                self._decode, (redis_exc.ConnectionError, redis_exc.TimeoutError))
+                self._ns,
+                self._open_pubsub,
+                self._receive,
+                lambda ps: ps.close(),
+                self._decode,
+                (redis_exc.ConnectionError, redis_exc.TimeoutError),
+            )
             self._events.add(callback)
             if not self._events.start():
-                raise exc.BoardUnavailable(f"Could not subscribe to {self.channel} on"
-                                           f" {self._where}")
+                raise exc.BoardUnavailable(
+                    f"Could not subscribe to {self.channel} on {self._where}"
+                )
         else:
             self._events.add(callback)
 
@@ -224,16 +246,26 @@ class RedisStore(BoardStore):
         if (key, uuid) in self._unreadable:
             return
         self._unreadable.add((key, uuid))
-        LOG.warning("Skipping the posting at %s[%s] on %s: %s. Left in place and not read"
-                    " again; namespace %r is shared with %s", key, uuid, self._where, why,
-                    self._ns, self.FOREIGN)
+        LOG.warning(
+            "Skipping the posting at %s[%s] on %s: %s. Left in place and not read"
+            " again; namespace %r is shared with %s",
+            key,
+            uuid,
+            self._where,
+            why,
+            self._ns,
+            self.FOREIGN,
+        )
 
     def _readable(self, key: str, blobs: dict[Any, Any]) -> dict[str, dict[str, Any]]:
         """uuid -> posting of each raw ``blobs`` entry that is a flowengine posting."""
         out = {}
         for raw_uuid, blob in blobs.items():
-            uuid = raw_uuid.decode("utf-8", "replace") if isinstance(raw_uuid, bytes) \
+            uuid = (
+                raw_uuid.decode("utf-8", "replace")
+                if isinstance(raw_uuid, bytes)
                 else str(raw_uuid)
+            )
             try:
                 text = blob.decode("utf-8") if isinstance(blob, bytes) else blob
                 out[uuid] = records.decode_posting_fields(text, uuid, 0)
@@ -241,25 +273,37 @@ class RedisStore(BoardStore):
                 self._skip(key, uuid, e)
         return out
 
-    def _record(self, uuid: str, posting: Any, state: dict[str, str],
-                owner: Any, pttl: int, where: str,
-                server_now: tuple[int, int]) -> JobRecord:
+    def _record(
+        self,
+        uuid: str,
+        posting: Any,
+        state: dict[str, str],
+        owner: Any,
+        pttl: int,
+        where: str,
+        server_now: tuple[int, int],
+    ) -> JobRecord:
         data = {**posting, "sequence": int(state.get("sequence") or 0)}
         leased = bool(owner) and pttl != -2
         now = time.time()
         # not_before is on the server's clock: hand it out on this host's.
-        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0]
-                                                              + server_now[1] / 1e6)
-        return JobRecord(data, attempts=int(state.get("attempts") or 0),
-                         token=int(state.get("token") or 0), owner=state.get("owner"),
-                         leased=leased,
-                         lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
-                         not_before=now + left_s if left_s > 0 else None, where=where)
+        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0] + server_now[1] / 1e6)
+        return JobRecord(
+            data,
+            attempts=int(state.get("attempts") or 0),
+            token=int(state.get("token") or 0),
+            owner=state.get("owner"),
+            leased=leased,
+            lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
+            not_before=now + left_s if left_s > 0 else None,
+            where=where,
+        )
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         with redis_client.translated(self._where):
-            postings = self._readable(hash_key, raw_command(self._client, "HGETALL", hash_key)
-                                      or {})
+            postings = self._readable(
+                hash_key, raw_command(self._client, "HGETALL", hash_key) or {}
+            )
             if not postings:
                 return []
             pipe = self._client.pipeline(transaction=True)
@@ -272,7 +316,7 @@ class RedisStore(BoardStore):
             server_now, *replies = pipe.execute()
         out = []
         for i, (uuid, posting) in enumerate(postings.items()):
-            state, owner, pttl = replies[3 * i:3 * i + 3]
+            state, owner, pttl = replies[3 * i : 3 * i + 3]
             out.append(self._record(uuid, posting, state, owner, pttl, where, server_now))
         return out
 
@@ -291,9 +335,11 @@ class RedisStore(BoardStore):
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is, or None."""
         keys = self._job_keys(uuid)
-        places = [(records.LISTED, self._listed),
-                  (records.IN_TRASH, self._key(records.IN_TRASH)),
-                  (records.IN_DEAD_LETTER, self._key(records.IN_DEAD_LETTER))]
+        places = [
+            (records.LISTED, self._listed),
+            (records.IN_TRASH, self._key(records.IN_TRASH)),
+            (records.IN_DEAD_LETTER, self._key(records.IN_DEAD_LETTER)),
+        ]
         with redis_client.translated(self._where):
             # Postings as bytes (one may be another program's, not text), then the
             # claim facts in one transaction.
@@ -327,15 +373,20 @@ class RedisStore(BoardStore):
         head, _, tail = self._job_keys("\0")["done"].partition("\0")
         pattern = f"{_glob_escape(head)}*{_glob_escape(tail)}"
         with redis_client.translated(self._where):
-            uuids = sorted({key[len(head):len(key) - len(tail)]
-                            for key in self._client.scan_iter(match=pattern, count=500)})
+            uuids = sorted(
+                {
+                    key[len(head) : len(key) - len(tail)]
+                    for key in self._client.scan_iter(match=pattern, count=500)
+                }
+            )
             if not uuids:
                 return []
             pipe = self._client.pipeline(transaction=False)
             for uuid in uuids:
                 pipe.get(self._job_keys(uuid)["outcome"])
-            outcomes = [Outcome.from_dict(json.loads(raw)) for raw in pipe.execute()
-                        if raw is not None]  # None: expired since the scan
+            outcomes = [
+                Outcome.from_dict(json.loads(raw)) for raw in pipe.execute() if raw is not None
+            ]  # None: expired since the scan
         newest = sorted(outcomes, key=finish_order, reverse=True)[:limit]
         found = []
         for done in newest:
@@ -363,21 +414,39 @@ class RedisStore(BoardStore):
         uuid = posting["uuid"]
         body = dict(posting)
         body.pop("sequence", None)
-        reply = self._run("POST", [self._listed, self._key("sequence"),
-                                   self._job_keys(uuid)["state"]],
-                          [uuid, records.encode_posting(body), self.channel])
+        reply = self._run(
+            "POST",
+            [self._listed, self._key("sequence"), self._job_keys(uuid)["state"]],
+            [uuid, records.encode_posting(body), self.channel],
+        )
         if reply[0] != "ok":
             raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
         return JobRecord({**posting, "sequence": int(reply[1])})
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """Lease the job to ``who`` (see BoardStore.claim)."""
         keys = self._job_keys(uuid)
-        reply = self._run("CLAIM", [self._listed, keys["state"], keys["owner"],
-                                    self._key("token"), self._key("dead"), keys["outcome"]],
-                          [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
-                           int(outcome_ttl_s * 1000), self.channel])
+        reply = self._run(
+            "CLAIM",
+            [
+                self._listed,
+                keys["state"],
+                keys["owner"],
+                self._key("token"),
+                self._key("dead"),
+                keys["outcome"],
+            ],
+            [
+                uuid,
+                who,
+                max(1, int(lease_s * 1000)),
+                max_attempts,
+                int(outcome_ttl_s * 1000),
+                self.channel,
+            ],
+        )
         return claim_from_reply(uuid, who, reply)
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
@@ -393,18 +462,45 @@ class RedisStore(BoardStore):
         keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail, fenced by ``token`` (one script)."""
         keys = self._job_keys(uuid)
-        reply = self._run("FINISH", [self._listed, keys["state"], keys["owner"],
-                                     keys["outcome"], self._key("trash"), self._key("dead"),
-                                     keys["done"]],
-                          [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
-                           reason or "", int(backoff_s * 1000), max_attempts,
-                           max(1, int(outcome_ttl_s * 1000)), self.channel])
+        reply = self._run(
+            "FINISH",
+            [
+                self._listed,
+                keys["state"],
+                keys["owner"],
+                keys["outcome"],
+                self._key("trash"),
+                self._key("dead"),
+                keys["done"],
+            ],
+            [
+                uuid,
+                who,
+                str(token),
+                action.value,
+                outcome or records.SUCCEEDED,
+                reason or "",
+                int(backoff_s * 1000),
+                max_attempts,
+                max(1, int(outcome_ttl_s * 1000)),
+                self.channel,
+            ],
+        )
         status = reply[0]
         if status == "done":
             return Outcome.from_dict(json.loads(reply[1]))
@@ -415,17 +511,23 @@ class RedisStore(BoardStore):
         if status == "unclaimed":
             raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
         if status == "lost":
-            raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                f" superseded by claim {reply[1]} of {reply[2]}")
-        raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned by"
-                             f" {who} (it is owned by {reply[1]})")
+            raise exc.ClaimLost(
+                f"Can not {action.value} job {uuid}: claim {token} was"
+                f" superseded by claim {reply[1]} of {reply[2]}"
+            )
+        raise exc.JobFailure(
+            f"Can not {action.value} job {uuid} which is not owned by"
+            f" {who} (it is owned by {reply[1]})"
+        )
 
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""
         keys = self._job_keys(uuid)
-        reply = self._run("REQUEUE", [self._listed, self._key("trash"),
-                                      self._key("dead"), keys["state"], keys["outcome"]],
-                          [uuid, self.channel])
+        reply = self._run(
+            "REQUEUE",
+            [self._listed, self._key("trash"), self._key("dead"), keys["state"], keys["outcome"]],
+            [uuid, self.channel],
+        )
         if reply[0] != "ok":
             raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
         found = self.get(uuid)
@@ -436,8 +538,11 @@ class RedisStore(BoardStore):
     def register_entity(self, entity: dict[str, Any], ttl_s: float) -> None:
         """SET <ns>:entity:<name> to the entity's JSON for ``ttl_s``."""
         with redis_client.translated(self._where):
-            self._client.set(self._key("entity", entity["name"]), json.dumps(entity),
-                             px=max(1, int(ttl_s * 1000)))
+            self._client.set(
+                self._key("entity", entity["name"]),
+                json.dumps(entity),
+                px=max(1, int(ttl_s * 1000)),
+            )
 
 
 class RedisJob(job_mod.BoardJob):
@@ -455,12 +560,15 @@ class RedisJobBoard(board.LeasedJobBoard):
     MIN_REDIS_VERSION = MIN_REDIS_VERSION
     JOB_CLASS = RedisJob
 
-    def __init__(self, name: str, conf: dict[str, Any],
-                 client: redis_client.TextClient | None = None,
-                 persistence: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        conf: dict[str, Any],
+        client: redis_client.TextClient | None = None,
+        persistence: Any = None,
+    ) -> None:
         layout = compat.board_layout(conf)
-        namespace = conf.get("namespace", layout.default_namespace if layout
-                             else DEFAULT_NAMESPACE)
+        namespace = conf.get("namespace", layout.default_namespace if layout else DEFAULT_NAMESPACE)
         if isinstance(namespace, bytes):
             namespace = namespace.decode("utf-8")
         store_class: Callable[..., RedisStore] = layout.redis_store(conf) if layout else RedisStore
@@ -468,8 +576,13 @@ class RedisJobBoard(board.LeasedJobBoard):
         if client is not None:
             store = store_class(client, str(namespace), where, owns_client=False)
         else:
-            store = store_class(redis_client.make_client(conf), str(namespace), where,
-                                owns_client=True, reopen=lambda: redis_client.make_client(conf))
+            store = store_class(
+                redis_client.make_client(conf),
+                str(namespace),
+                where,
+                owns_client=True,
+                reopen=lambda: redis_client.make_client(conf),
+            )
         store.replicas = redis_client.replica_wait(conf, where)
         super().__init__(name, conf, store, persistence=persistence)
         self._namespace = store.namespace

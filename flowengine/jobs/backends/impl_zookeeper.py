@@ -49,8 +49,11 @@ DEFAULT_PATH = "/flowengine/jobs"
 #: pings every third of it, and below 2 s a loaded host loses its session
 #: (and so its leases) to a scheduling hiccup.
 MIN_SESSION_S = 2.0
-_WHERE = {Action.CONSUME: records.CONSUMED, Action.TRASH: records.IN_TRASH,
-          Action.FAIL: records.IN_DEAD_LETTER}
+_WHERE = {
+    Action.CONSUME: records.CONSUMED,
+    Action.TRASH: records.IN_TRASH,
+    Action.FAIL: records.IN_DEAD_LETTER,
+}
 
 
 class ZkStore(ZkReader):
@@ -64,8 +67,7 @@ class ZkStore(ZkReader):
         data = self._encode({"posting": records.encode_posting(body), "attempts": 0})
         try:
             with self._zk():
-                _path, stat = self._client.create(self._p("listed", uuid), data,
-                                                  include_data=True)
+                _path, stat = self._client.create(self._p("listed", uuid), data, include_data=True)
         except exc.JobFailure as e:
             if isinstance(e.cause, k_exc.NodeExistsError):
                 raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists") from e
@@ -79,8 +81,9 @@ class ZkStore(ZkReader):
         data, stat = job
         return {**data, "sequence": data.get("sequence") or stat.czxid, **changes}
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """Lease the job to ``who``; the claim's zxid is its token (see BoardStore.claim)."""
         for _ in range(RACE_ATTEMPTS):
             job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
@@ -93,23 +96,31 @@ class ZkStore(ZkReader):
             now = self._now_ms()
             nb = float(data.get("not_before") or 0)
             if nb > now:
-                raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                         f" {(nb - now) / 1000:.1f} s")
+                raise exc.UnclaimableJob(
+                    f"Job {uuid} is backing off for another {(nb - now) / 1000:.1f} s"
+                )
             attempts = int(data.get("attempts") or 0)
             if attempts >= max_attempts:
                 token = stat.mzxid if data.get("owner") else int(data.get("token") or 0)
-                done = Outcome(uuid, records.DEAD, None, token, attempts, now / 1000,
-                               "too many attempts")
+                done = Outcome(
+                    uuid, records.DEAD, None, token, attempts, now / 1000, "too many attempts"
+                )
                 if self._park(uuid, job, lease, records.IN_DEAD_LETTER, done, outcome_ttl_s):
-                    raise exc.UnclaimableJob(f"Job {uuid} was claimed {attempts} times without"
-                                             f" finishing: moved to the dead letter")
+                    raise exc.UnclaimableJob(
+                        f"Job {uuid} was claimed {attempts} times without"
+                        f" finishing: moved to the dead letter"
+                    )
                 continue
             state = self._state(job, owner=who, attempts=attempts + 1, not_before=0)
             lease_data = {"who": who, "token": 0, "lease_ms": int(lease_s * 1000)}
 
-            def build(txn: Any, lease: Read = lease, state: dict[str, Any] = state,
-                      version: int = stat.version, lease_data: dict[str, Any] = lease_data
-                      ) -> None:
+            def build(
+                txn: Any,
+                lease: Read = lease,
+                state: dict[str, Any] = state,
+                version: int = stat.version,
+                lease_data: dict[str, Any] = lease_data,
+            ) -> None:
                 if lease is not None:  # a lapsed lease: ours replaces it
                     txn.delete(self._p("leases", uuid), lease[1].version)
                 txn.set_data(self._p("listed", uuid), self._encode(state), version)
@@ -122,13 +133,19 @@ class ZkStore(ZkReader):
                 return Claim(uuid, who, new_stat.mzxid, attempts + 1)
         raise held(uuid, None)  # others kept changing it: someone is claiming it now
 
-    def _park(self, uuid: str, job: Read, lease: Read, where: str, done: Outcome,
-              outcome_ttl_s: float) -> bool:
+    def _park(
+        self, uuid: str, job: Read, lease: Read, where: str, done: Outcome, outcome_ttl_s: float
+    ) -> bool:
         """Move a listed job to ``where`` with its outcome; False if it changed meanwhile."""
         assert job is not None
-        parked = self._state(job, owner=None, token=done.token, attempts=done.attempts,
-                             outcome=done.to_dict(),
-                             outcome_until=done.at * 1000 + outcome_ttl_s * 1000)
+        parked = self._state(
+            job,
+            owner=None,
+            token=done.token,
+            attempts=done.attempts,
+            outcome=done.to_dict(),
+            outcome_until=done.at * 1000 + outcome_ttl_s * 1000,
+        )
 
         def build(txn: Any) -> None:
             if lease is not None:
@@ -143,8 +160,9 @@ class ZkStore(ZkReader):
         if not held:
             return set()
         uuids = [u for u, _t in held]
-        reads = self._reads([p for u in uuids
-                             for p in (self._p("listed", u), self._p("leases", u))])
+        reads = self._reads(
+            [p for u in uuids for p in (self._p("listed", u), self._p("leases", u))]
+        )
         lost: set[str] = set()
         touches = []
         for i, (uuid, token) in enumerate(held):
@@ -153,11 +171,13 @@ class ZkStore(ZkReader):
                 lost.add(uuid)  # finished, or claimed again since
                 continue
             mine = lease is not None and int(lease[0].get("token") or lease[1].czxid) == token
-            body = self._encode({"who": job[0]["owner"], "token": token,
-                                 "lease_ms": int(lease_s * 1000)})
+            body = self._encode(
+                {"who": job[0]["owner"], "token": token, "lease_ms": int(lease_s * 1000)}
+            )
             if mine and lease is not None:
-                touches.append((uuid, self._client.set_async(self._p("leases", uuid), body,
-                                                             lease[1].version)))
+                touches.append(
+                    (uuid, self._client.set_async(self._p("leases", uuid), body, lease[1].version))
+                )
             elif not self._take_back(uuid, job, lease, body):
                 lost.add(uuid)
         tokens = dict(held)
@@ -194,10 +214,19 @@ class ZkStore(ZkReader):
 
         return self._commit(build) is not None
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail in one multi, fenced by the job's version."""
         for _ in range(RACE_ATTEMPTS):
             job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
@@ -215,8 +244,12 @@ class ZkStore(ZkReader):
                     changes["not_before"] = now + backoff_s * 1000 if backoff_s > 0 else 0
                 state = self._state(job, **changes)
 
-                def build(txn: Any, lease: Read = lease, state: dict[str, Any] = state,
-                          version: int = stat.version) -> None:
+                def build(
+                    txn: Any,
+                    lease: Read = lease,
+                    state: dict[str, Any] = state,
+                    version: int = stat.version,
+                ) -> None:
                     if lease is not None:
                         txn.delete(self._p("leases", uuid), lease[1].version)
                     txn.set_data(self._p("listed", uuid), self._encode(state), version)
@@ -224,8 +257,10 @@ class ZkStore(ZkReader):
                 if self._commit(build) is not None:
                     return None
                 continue
-            kind = {Action.CONSUME: outcome or records.SUCCEEDED,
-                    Action.TRASH: records.TRASHED}.get(action, records.DEAD)
+            kind = {
+                Action.CONSUME: outcome or records.SUCCEEDED,
+                Action.TRASH: records.TRASHED,
+            }.get(action, records.DEAD)
             done = Outcome(uuid, kind, who, token, attempts, now / 1000, reason)
             if self._park(uuid, job, lease, _WHERE[action], done, outcome_ttl_s):
                 return done
@@ -234,18 +269,26 @@ class ZkStore(ZkReader):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""
         for _ in range(RACE_ATTEMPTS):
-            trashed, dead = self._reads([self._p(records.IN_TRASH, uuid),
-                                         self._p(records.IN_DEAD_LETTER, uuid)])
-            where, found = ((records.IN_TRASH, trashed) if trashed is not None
-                            else (records.IN_DEAD_LETTER, dead))
+            trashed, dead = self._reads(
+                [self._p(records.IN_TRASH, uuid), self._p(records.IN_DEAD_LETTER, uuid)]
+            )
+            where, found = (
+                (records.IN_TRASH, trashed)
+                if trashed is not None
+                else (records.IN_DEAD_LETTER, dead)
+            )
             if found is None:
                 raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
-            state = {k: v for k, v in self._state(found).items()
-                     if k not in ("outcome", "outcome_until", "owner", "not_before")}
+            state = {
+                k: v
+                for k, v in self._state(found).items()
+                if k not in ("outcome", "outcome_until", "owner", "not_before")
+            }
             state["attempts"] = 0
 
-            def build(txn: Any, where: str = where, found: Read = found,
-                      state: dict[str, Any] = state) -> None:
+            def build(
+                txn: Any, where: str = where, found: Read = found, state: dict[str, Any] = state
+            ) -> None:
                 assert found is not None
                 txn.delete(self._p(where, uuid), found[1].version)
                 txn.create(self._p("listed", uuid), self._encode(state))
@@ -286,8 +329,14 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
     TRASH_FOLDER = records.IN_TRASH
     ENTITY_FOLDER = "entities"
 
-    def __init__(self, name: str, conf: dict[str, Any], client: KazooClient | None = None,
-                 persistence: Any = None, emit_notifications: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        conf: dict[str, Any],
+        client: KazooClient | None = None,
+        persistence: Any = None,
+        emit_notifications: bool = True,
+    ) -> None:
         conf = dict(conf)
         url = conf.get("url") or conf.get("board")
         if isinstance(url, str) and url.lower().startswith("zookeeper:"):
@@ -300,15 +349,20 @@ class ZookeeperJobBoard(board.LeasedJobBoard):
             path = posixpath.join(path, str(conf["namespace"]))
         if client is None:
             # A paused claimer's session (and its leases) ends about when its lease does.
-            conf.setdefault("timeout", max(MIN_SESSION_S,
-                                           policy.BoardPolicy.from_conf(conf).lease_s))
+            conf.setdefault(
+                "timeout", max(MIN_SESSION_S, policy.BoardPolicy.from_conf(conf).lease_s)
+            )
         check = str(conf.get("check_compatible", True)).strip().lower()
         store_class: Any = layout.zk_store() if layout else ZkStore
-        store = store_class(client if client is not None else kazoo_utils.make_client(conf),
-                        path, owns_client=client is None,
-                        check_compatible=check in ("1", "t", "true", "on", "y", "yes"),
-                        where="" if client is not None else str(kazoo_utils.parse_hosts(
-                            conf.get("hosts", kazoo_utils.DEFAULT_HOSTS))))
+        store = store_class(
+            client if client is not None else kazoo_utils.make_client(conf),
+            path,
+            owns_client=client is None,
+            check_compatible=check in ("1", "t", "true", "on", "y", "yes"),
+            where=""
+            if client is not None
+            else str(kazoo_utils.parse_hosts(conf.get("hosts", kazoo_utils.DEFAULT_HOSTS))),
+        )
         super().__init__(name, conf, store, persistence=persistence)
         self._path = path
 

@@ -49,8 +49,17 @@ try:  # redis-py 7+: its probe for maintenance notifications, off as in TaskFlow
 except ImportError:  # older redis-py has no such probe
     maint_notifications = None  # type: ignore[assignment]
 
-__all__ = ["CLIENT_KEYS", "SENTINEL_PORT", "check_certificates", "client_kwargs",
-           "close_client", "describe", "make_client", "replica_wait", "translated"]
+__all__ = [
+    "CLIENT_KEYS",
+    "SENTINEL_PORT",
+    "check_certificates",
+    "client_kwargs",
+    "close_client",
+    "describe",
+    "make_client",
+    "replica_wait",
+    "translated",
+]
 
 #: The default port of a Redis Sentinel (``host``/``port`` name one with ``sentinel``).
 SENTINEL_PORT = 26379
@@ -64,11 +73,22 @@ def _flag(value: Any) -> bool:
 
 #: TaskFlow's client keys and how each value is converted for redis-py.
 CLIENT_KEYS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
-    ("host", str), ("port", int), ("db", int), ("username", str), ("password", str),
-    ("encoding", str), ("encoding_errors", str), ("socket_timeout", float),
-    ("socket_connect_timeout", float), ("retry_on_timeout", _flag),
-    ("health_check_interval", int), ("unix_socket_path", str),
-    ("ssl", _flag), ("ssl_keyfile", str), ("ssl_certfile", str), ("ssl_cert_reqs", str),
+    ("host", str),
+    ("port", int),
+    ("db", int),
+    ("username", str),
+    ("password", str),
+    ("encoding", str),
+    ("encoding_errors", str),
+    ("socket_timeout", float),
+    ("socket_connect_timeout", float),
+    ("retry_on_timeout", _flag),
+    ("health_check_interval", int),
+    ("unix_socket_path", str),
+    ("ssl", _flag),
+    ("ssl_keyfile", str),
+    ("ssl_certfile", str),
+    ("ssl_cert_reqs", str),
     ("ssl_ca_certs", str),
 )
 
@@ -80,11 +100,11 @@ TextClient: TypeAlias = redis.Redis
 
 def client_kwargs(conf: dict[str, Any]) -> dict[str, Any]:
     """The redis-py keyword arguments the conf's client keys give (converted)."""
-    kwargs = {key: convert(conf[key]) for key, convert in CLIENT_KEYS
-              if conf.get(key) is not None}
+    kwargs = {key: convert(conf[key]) for key, convert in CLIENT_KEYS if conf.get(key) is not None}
     if maint_notifications is not None:
         kwargs["maint_notifications_config"] = maint_notifications.MaintNotificationsConfig(
-            enabled=False)
+            enabled=False
+        )
     return kwargs
 
 
@@ -115,10 +135,13 @@ def _address(entry: Any) -> tuple[str, int]:
 def _url_keys(url: str) -> dict[str, Any]:
     """TaskFlow's client keys a ``redis://`` / ``rediss://`` URL gives."""
     parts = parse.urlsplit(url)
-    keys: dict[str, Any] = {"host": parts.hostname, "port": parts.port,
-                            "username": parse.unquote(parts.username or "") or None,
-                            "password": parse.unquote(parts.password or "") or None,
-                            "db": parts.path.strip("/") or None}
+    keys: dict[str, Any] = {
+        "host": parts.hostname,
+        "port": parts.port,
+        "username": parse.unquote(parts.username or "") or None,
+        "password": parse.unquote(parts.password or "") or None,
+        "db": parts.path.strip("/") or None,
+    }
     if parts.scheme == "rediss":
         keys["ssl"] = True
     return {k: v for k, v in keys.items() if v is not None}
@@ -147,8 +170,9 @@ def _through_sentinels(conf: dict[str, Any]) -> TextClient:
     if conf.get("url"):
         conf = {**_url_keys(conf["url"]), **{k: v for k, v in conf.items() if v is not None}}
     if conf.get("unix_socket_path") is not None:
-        raise ValueError("unix_socket_path can not be combined with sentinel (Sentinels"
-                         " hand out TCP addresses)")
+        raise ValueError(
+            "unix_socket_path can not be combined with sentinel (Sentinels hand out TCP addresses)"
+        )
     sentinels = _sentinels(conf)
     kwargs = _without_ssl_options(client_kwargs(conf))
     kwargs.pop("host", None)
@@ -158,7 +182,8 @@ def _through_sentinels(conf: dict[str, Any]) -> TextClient:
         sentinel_kwargs = _without_ssl_options(dict(sentinel_kwargs))
     # Looked up at call time (not imported by name), as TaskFlow's tests patch it.
     manager = redis_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs)
+        sentinels, sentinel_kwargs=sentinel_kwargs, **kwargs
+    )
     # The master's connections are made from the manager's connection kwargs
     # when master_for() builds its pool; the Sentinels' clients exist already
     # but connect lazily, so their pools still take the time bounds, and no
@@ -181,8 +206,11 @@ def replica_wait(conf: dict[str, Any], where: str) -> redis_replicas.ReplicaWait
     replicas = int(conf.get("wait_replicas", 1 if through_sentinel else 0))
     if replicas <= 0:
         return None
-    return redis_replicas.shared(where, replicas, float(
-        conf.get("wait_replicas_timeout_s", redis_replicas.DEFAULT_TIMEOUT_S)))
+    return redis_replicas.shared(
+        where,
+        replicas,
+        float(conf.get("wait_replicas_timeout_s", redis_replicas.DEFAULT_TIMEOUT_S)),
+    )
 
 
 def make_client(conf: dict[str, Any]) -> TextClient:
@@ -240,12 +268,15 @@ def translated(where: str) -> Iterator[None]:
             raise exc.JobFailure(
                 f"Redis at {where}: TLS certificate verification failed"
                 f" ({problem.verify_message or problem.reason}); check ssl_ca_certs (the CA"
-                f" that signed the server's certificate) and the host name", cause=e) from e
+                f" that signed the server's certificate) and the host name",
+                cause=e,
+            ) from e
         hint = ""
         if misc.find_cause(e, ssl.SSLError) is not None:  # may also be a server that went away
-            hint = (" (TLS: if the server requires client certificates, check ssl_certfile"
-                    " and ssl_keyfile)")
-        raise exc.BoardUnavailable(f"Redis at {where} is unreachable: {e}{hint}",
-                                   cause=e) from e
+            hint = (
+                " (TLS: if the server requires client certificates, check ssl_certfile"
+                " and ssl_keyfile)"
+            )
+        raise exc.BoardUnavailable(f"Redis at {where} is unreachable: {e}{hint}", cause=e) from e
     except redis_exc.RedisError as e:
         raise exc.JobFailure(f"Redis at {where} failed: {e}", cause=e) from e

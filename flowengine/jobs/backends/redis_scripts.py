@@ -43,7 +43,9 @@ return {'ok', tostring(seq)}
 
 #: KEYS listed, state, owner, token counter, dead, outcome;
 #: ARGV uuid, who, lease_ms, max_attempts, outcome_ttl_ms, channel
-CLAIM = _NOW + """
+CLAIM = (
+    _NOW
+    + """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local holder = redis.call('HGET', KEYS[3], 'who')
@@ -70,6 +72,7 @@ redis.call('HSET', KEYS[3], 'who', ARGV[2], 'token', token)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return {'ok', tostring(token), tostring(attempts)}
 """
+)
 
 #: KEYS owner_1, state_1, ..., owner_n, state_n, listed;
 #: ARGV lease_ms, uuid_1, token_1, ... -> the uuids lost
@@ -98,7 +101,9 @@ return lost
 #: KEYS listed, state, owner, outcome, trash, dead, done;
 #: ARGV uuid, who, token, action, outcome, reason, backoff_ms, max_attempts,
 #: outcome_ttl_ms, channel
-FINISH = _NOW + """
+FINISH = (
+    _NOW
+    + """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local owner = redis.call('HGET', KEYS[2], 'owner')
@@ -140,6 +145,7 @@ redis.call('SET', KEYS[4], encoded, 'PX', ARGV[9])
 redis.call('PUBLISH', ARGV[10], 'done ' .. ARGV[1] .. ' ' .. outcome)
 return {'done', encoded}
 """
+)
 
 #: KEYS listed, trash, dead, state, outcome; ARGV uuid, channel
 REQUEUE = """

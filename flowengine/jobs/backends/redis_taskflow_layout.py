@@ -59,13 +59,20 @@ class TaskflowRedisStore(RedisStore):
     SCRIPTS = redis_taskflow_scripts
     CHANNEL = "flowengine.events"
     LISTED_KEY = "listings"  # TaskFlow's
-    FOREIGN = ("another program (a flowengine board without compat='taskflow', whose"
-               " postings are JSON?); give it a namespace of its own")
+    FOREIGN = (
+        "another program (a flowengine board without compat='taskflow', whose"
+        " postings are JSON?); give it a namespace of its own"
+    )
 
-    def __init__(self, client: redis_client.TextClient, namespace: str, where: str,
-                 owns_client: bool = True,
-                 reopen: Callable[[], redis_client.TextClient] | None = None,
-                 poll_s: float = POLL_S) -> None:
+    def __init__(
+        self,
+        client: redis_client.TextClient,
+        namespace: str,
+        where: str,
+        owns_client: bool = True,
+        reopen: Callable[[], redis_client.TextClient] | None = None,
+        poll_s: float = POLL_S,
+    ) -> None:
         super().__init__(client, namespace, where, owns_client, reopen)
         self._poll_s = poll_s
 
@@ -74,8 +81,10 @@ class TaskflowRedisStore(RedisStore):
         return f"{self._ns}:{'.'.join(parts)}"
 
     def _job_keys(self, uuid: str) -> dict[str, str]:
-        return {name: self._key(uuid, name) for name in
-                ("owned", "last_modified", "flowengine", "outcome", "done")}
+        return {
+            name: self._key(uuid, name)
+            for name in ("owned", "last_modified", "flowengine", "outcome", "done")
+        }
 
     # Events: flowengine's own, plus a re-read every poll period for TaskFlow's changes.
 
@@ -90,16 +99,19 @@ class TaskflowRedisStore(RedisStore):
 
     # Reading.
 
-    def _posting(self, key: str, uuid: str, blob: bytes | None,
-                 where: str) -> dict[str, Any] | None:
+    def _posting(
+        self, key: str, uuid: str, blob: bytes | None, where: str
+    ) -> dict[str, Any] | None:
         """The posting in ``blob``; None (one warning per job) if it is not TaskFlow's."""
         if blob is None:
             return None
         try:
             posting = taskflow_codec.loads(blob)
             if posting.get("uuid") != uuid or "name" not in posting:
-                raise ValueError(f"a map with uuid {posting.get('uuid')!r} and keys"
-                                 f" {sorted(map(str, posting))}, not a posting of job {uuid}")
+                raise ValueError(
+                    f"a map with uuid {posting.get('uuid')!r} and keys"
+                    f" {sorted(map(str, posting))}, not a posting of job {uuid}"
+                )
         except ValueError as e:
             self._skip(key, uuid, f"it is {e}")
             return None
@@ -125,20 +137,32 @@ class TaskflowRedisStore(RedisStore):
                 pipe.pttl(keys["owned"])
                 pipe.hgetall(keys["flowengine"])
             server_now, *replies = pipe.execute()
-        return [tuple(replies[3 * i:3 * i + 3]) for i in range(len(uuids))], server_now
+        return [tuple(replies[3 * i : 3 * i + 3]) for i in range(len(uuids))], server_now
 
-    def _record(self, uuid: str, posting: Any, state: dict[str, str], owner: Any,
-                pttl: int, where: str, server_now: tuple[int, int]) -> JobRecord:
+    def _record(
+        self,
+        uuid: str,
+        posting: Any,
+        state: dict[str, str],
+        owner: Any,
+        pttl: int,
+        where: str,
+        server_now: tuple[int, int],
+    ) -> JobRecord:
         holder = cast(str | None, owner)
         now = time.time()
-        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0]
-                                                              + server_now[1] / 1e6)
+        left_s = int(state.get("not_before") or 0) / 1000.0 - (server_now[0] + server_now[1] / 1e6)
         leased = holder is not None and where == records.LISTED
-        return JobRecord(posting, attempts=int(state.get("attempts") or 0),
-                         token=int(state.get("token") or 0),
-                         owner=holder if leased else state.get("owner"), leased=leased,
-                         lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
-                         not_before=now + left_s if left_s > 0 else None, where=where)
+        return JobRecord(
+            posting,
+            attempts=int(state.get("attempts") or 0),
+            token=int(state.get("token") or 0),
+            owner=holder if leased else state.get("owner"),
+            leased=leased,
+            lease_expires_at=now + pttl / 1000.0 if leased and pttl > 0 else None,
+            not_before=now + left_s if left_s > 0 else None,
+            where=where,
+        )
 
     def _records(self, hash_key: str, where: str) -> list[JobRecord]:
         postings = {}
@@ -149,8 +173,10 @@ class TaskflowRedisStore(RedisStore):
         if not postings:
             return []
         facts, server_now = self._facts(list(postings))
-        return [self._record(uuid, posting, side, holder, pttl, where, server_now)
-                for (uuid, posting), (holder, pttl, side) in zip(postings.items(), facts)]
+        return [
+            self._record(uuid, posting, side, holder, pttl, where, server_now)
+            for (uuid, posting), (holder, pttl, side) in zip(postings.items(), facts)
+        ]
 
     def listing(self) -> list[JobRecord]:
         """Every listed job TaskFlow's encoding lets us read."""
@@ -162,15 +188,17 @@ class TaskflowRedisStore(RedisStore):
 
     def parked(self, where: str) -> list[JobRecord]:
         """Jobs in TaskFlow's trash or flowengine's dead letter."""
-        key = self._key("trash") if where == records.IN_TRASH else self._key("flowengine",
-                                                                            "dead")
+        key = self._key("trash") if where == records.IN_TRASH else self._key("flowengine", "dead")
         return self._records(key, where)
 
     def get(self, uuid: str) -> JobRecord | None:
         """The job wherever it is (listed, trash, dead letter, consumed), or None."""
         keys = self._job_keys(uuid)
-        places = ((records.LISTED, self._listed), (records.IN_TRASH, self._key("trash")),
-                  (records.IN_DEAD_LETTER, self._key("flowengine", "dead")))
+        places = (
+            (records.LISTED, self._listed),
+            (records.IN_TRASH, self._key("trash")),
+            (records.IN_DEAD_LETTER, self._key("flowengine", "dead")),
+        )
         with redis_client.translated(self._where):
             pipe = self._client.pipeline(transaction=False)  # NEVER_DECODE needs no MULTI
             for _where, key in places:
@@ -205,25 +233,50 @@ class TaskflowRedisStore(RedisStore):
         with redis_client.translated(self._where):
             sequence = int(self._client.incr(self._key("sequence")))
         created = posting.get("created_on")
-        body = {**posting, "sequence": sequence,
-                "created_on": (datetime.datetime.fromisoformat(created)
-                               if isinstance(created, str) else created or _utcnow())}
-        reply = self._run("POST", [self._listed, self._job_keys(uuid)["flowengine"]],
-                          [uuid, taskflow_codec.dumps(body), self.channel])
+        body = {
+            **posting,
+            "sequence": sequence,
+            "created_on": (
+                datetime.datetime.fromisoformat(created)
+                if isinstance(created, str)
+                else created or _utcnow()
+            ),
+        }
+        reply = self._run(
+            "POST",
+            [self._listed, self._job_keys(uuid)["flowengine"]],
+            [uuid, taskflow_codec.dumps(body), self.channel],
+        )
         if reply[0] != "ok":
             raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
         return JobRecord(body)
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """TaskFlow's claim (``.owned`` = who) with a lease and a token (see the scripts)."""
         keys = self._job_keys(uuid)
-        reply = self._run("CLAIM", [self._listed, keys["owned"], keys["last_modified"],
-                                    keys["flowengine"], self._key("flowengine", "token"),
-                                    self._key("flowengine", "dead"), keys["outcome"]],
-                          [uuid, who, max(1, int(lease_s * 1000)), max_attempts,
-                           int(outcome_ttl_s * 1000), self.channel,
-                           taskflow_codec.dumps(_utcnow())])
+        reply = self._run(
+            "CLAIM",
+            [
+                self._listed,
+                keys["owned"],
+                keys["last_modified"],
+                keys["flowengine"],
+                self._key("flowengine", "token"),
+                self._key("flowengine", "dead"),
+                keys["outcome"],
+            ],
+            [
+                uuid,
+                who,
+                max(1, int(lease_s * 1000)),
+                max_attempts,
+                int(outcome_ttl_s * 1000),
+                self.channel,
+                taskflow_codec.dumps(_utcnow()),
+            ],
+        )
         return claim_from_reply(uuid, who, reply)
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
@@ -239,19 +292,47 @@ class TaskflowRedisStore(RedisStore):
         keys.append(self._listed)
         return set(self._run("RENEW", keys, args))
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail as TaskFlow would, fenced (one script)."""
         keys = self._job_keys(uuid)
-        reply = self._run("FINISH", [self._listed, keys["owned"], keys["last_modified"],
-                                     keys["flowengine"], keys["outcome"], self._key("trash"),
-                                     self._key("flowengine", "dead"), keys["done"]],
-                          [uuid, who, str(token), action.value, outcome or records.SUCCEEDED,
-                           reason or "", int(backoff_s * 1000), max_attempts,
-                           max(1, int(outcome_ttl_s * 1000)), self.channel,
-                           taskflow_codec.dumps(_utcnow())])
+        reply = self._run(
+            "FINISH",
+            [
+                self._listed,
+                keys["owned"],
+                keys["last_modified"],
+                keys["flowengine"],
+                keys["outcome"],
+                self._key("trash"),
+                self._key("flowengine", "dead"),
+                keys["done"],
+            ],
+            [
+                uuid,
+                who,
+                str(token),
+                action.value,
+                outcome or records.SUCCEEDED,
+                reason or "",
+                int(backoff_s * 1000),
+                max_attempts,
+                max(1, int(outcome_ttl_s * 1000)),
+                self.channel,
+                taskflow_codec.dumps(_utcnow()),
+            ],
+        )
         status = reply[0]
         if status == "done":
             return Outcome.from_dict(json.loads(reply[1]))
@@ -262,17 +343,29 @@ class TaskflowRedisStore(RedisStore):
         if status == "unclaimed":
             raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
         if status == "lost":
-            raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                f" superseded by claim {reply[1]} of {reply[2]}")
-        raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned by"
-                             f" {who} (it is owned by {reply[1]})")
+            raise exc.ClaimLost(
+                f"Can not {action.value} job {uuid}: claim {token} was"
+                f" superseded by claim {reply[1]} of {reply[2]}"
+            )
+        raise exc.JobFailure(
+            f"Can not {action.value} job {uuid} which is not owned by"
+            f" {who} (it is owned by {reply[1]})"
+        )
 
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on TaskFlow's listing from the trash or dead letter, attempts reset."""
         keys = self._job_keys(uuid)
-        reply = self._run("REQUEUE", [self._listed, self._key("trash"),
-                                      self._key("flowengine", "dead"), keys["flowengine"],
-                                      keys["outcome"]], [uuid, self.channel])
+        reply = self._run(
+            "REQUEUE",
+            [
+                self._listed,
+                self._key("trash"),
+                self._key("flowengine", "dead"),
+                keys["flowengine"],
+                keys["outcome"],
+            ],
+            [uuid, self.channel],
+        )
         if reply[0] != "ok":
             raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
         found = self.get(uuid)
@@ -283,5 +376,8 @@ class TaskflowRedisStore(RedisStore):
     def register_entity(self, entity: dict[str, Any], ttl_s: float) -> None:
         """TaskFlow's Redis board registers nothing; flowengine keeps its own key."""
         with redis_client.translated(self._where):
-            self._client.set(self._key("flowengine", "entity", str(entity["name"])),
-                             json.dumps(entity), px=max(1, int(ttl_s * 1000)))
+            self._client.set(
+                self._key("flowengine", "entity", str(entity["name"])),
+                json.dumps(entity),
+                px=max(1, int(ttl_s * 1000)),
+            )

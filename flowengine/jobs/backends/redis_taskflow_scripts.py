@@ -50,7 +50,9 @@ return {'ok'}
 
 #: KEYS listings, owned, last_modified, side, token counter, dead, outcome;
 #: ARGV uuid, who, lease_ms, max_attempts, outcome_ttl_ms, channel, now blob
-CLAIM = _NOW + """
+CLAIM = (
+    _NOW
+    + """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local holder = redis.call('GET', KEYS[2])
@@ -79,6 +81,7 @@ redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
 redis.call('SET', KEYS[3], ARGV[7])
 return {'ok', tostring(token), tostring(attempts)}
 """
+)
 
 #: KEYS owned_1, side_1, ..., owned_n, side_n, listings;
 #: ARGV lease_ms, uuid_1, token_1, ... -> the uuids lost
@@ -106,7 +109,9 @@ return lost
 #: KEYS listings, owned, last_modified, side, outcome, trash, dead, done;
 #: ARGV uuid, who, token, action, outcome, reason, backoff_ms, max_attempts,
 #: outcome_ttl_ms, channel, now blob
-FINISH = _NOW + """
+FINISH = (
+    _NOW
+    + """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local owner = redis.call('HGET', KEYS[4], 'owner')
@@ -155,6 +160,7 @@ redis.call('SET', KEYS[5], encoded, 'PX', ARGV[9])
 redis.call('PUBLISH', ARGV[10], 'done ' .. ARGV[1] .. ' ' .. outcome)
 return {'done', encoded}
 """
+)
 
 #: KEYS listings, trash, dead, side, outcome; ARGV uuid, channel: the same
 #: script as the board's own layout (its keys play the same parts).

@@ -40,8 +40,11 @@ class SqlEvents:
         self._namespace = namespace
         self._url = url
         self._channel = _channel(namespace)
-        self._directory = (local_events.directory_for(database, namespace)
-                           if dialect == "sqlite" and database else None)
+        self._directory = (
+            local_events.directory_for(database, namespace)
+            if dialect == "sqlite" and database
+            else None
+        )
         self._local: list[Callable[[BoardEvent], None]] = []
         self._thread: event_thread.EventThread | None = None
 
@@ -50,8 +53,9 @@ class SqlEvents:
         if self._dialect == "postgresql":
             import sqlalchemy as sa
 
-            conn.execute(sa.text("SELECT pg_notify(:c, :p)"),
-                         {"c": self._channel, "p": event.encode()})
+            conn.execute(
+                sa.text("SELECT pg_notify(:c, :p)"), {"c": self._channel, "p": event.encode()}
+            )
 
     def after_commit(self, event: BoardEvent) -> None:
         """Deliver ``event`` after its transaction committed (SQLite, or in-process)."""
@@ -71,17 +75,28 @@ class SqlEvents:
         if self._thread is None:
             if self._dialect == "postgresql":
                 self._thread = event_thread.EventThread(
-                    self._namespace, self._pg_open, self._pg_receive, lambda c: c.close(),
-                    BoardEvent.decode, _pg_errors())
+                    self._namespace,
+                    self._pg_open,
+                    self._pg_receive,
+                    lambda c: c.close(),
+                    BoardEvent.decode,
+                    _pg_errors(),
+                )
             else:
                 directory: str = self._directory  # type: ignore[assignment]
                 self._thread = event_thread.EventThread(
-                    self._namespace, lambda: local_events.listen(directory),
-                    local_events.receive, local_events.shut, BoardEvent.decode, (OSError,))
+                    self._namespace,
+                    lambda: local_events.listen(directory),
+                    local_events.receive,
+                    local_events.shut,
+                    BoardEvent.decode,
+                    (OSError,),
+                )
             self._thread.add(callback)
             if not self._thread.start():
-                raise exc.BoardUnavailable(f"Could not listen for jobboard events of"
-                                           f" namespace {self._namespace!r}")
+                raise exc.BoardUnavailable(
+                    f"Could not listen for jobboard events of namespace {self._namespace!r}"
+                )
         else:
             self._thread.add(callback)
 
@@ -108,8 +123,7 @@ class SqlEvents:
     def _pg_open(self) -> Any:
         import psycopg
 
-        conninfo = self._url.set(drivername="postgresql").render_as_string(
-            hide_password=False)
+        conninfo = self._url.set(drivername="postgresql").render_as_string(hide_password=False)
         conn = psycopg.connect(conninfo, autocommit=True)
         conn.execute(f'LISTEN "{self._channel}"')
         return conn

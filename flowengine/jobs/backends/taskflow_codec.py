@@ -46,8 +46,9 @@ def _to_ext(value: Any) -> msgpack.ExtType:
             fields["tz"] = str(value.tzinfo)
         return msgpack.ExtType(_DATETIME, dumps(fields))
     if isinstance(value, datetime.date):
-        return msgpack.ExtType(_DATE, dumps({"year": value.year, "month": value.month,
-                                             "day": value.day}))
+        return msgpack.ExtType(
+            _DATE, dumps({"year": value.year, "month": value.month, "day": value.day})
+        )
     if isinstance(value, uuid.UUID):
         return msgpack.ExtType(_UUID, value.hex.encode("ascii"))
     if isinstance(value, frozenset):
@@ -66,12 +67,14 @@ def _from_ext(code: int, data: bytes) -> Any:
     if code == _DATETIME:
         fields = _text_keys(loads_any(data))
         tz = fields.pop("tz", None)
-        moment = datetime.datetime(**{k: fields[k] for k in ("year", "month", "day",
-                                                             *_CLOCK_FIELDS)})
+        moment = datetime.datetime(
+            **{k: fields[k] for k in ("year", "month", "day", *_CLOCK_FIELDS)}
+        )
         if tz:
             zone = tz.decode("ascii") if isinstance(tz, bytes) else str(tz)
-            moment = moment.replace(tzinfo=datetime.UTC if zone == "UTC"
-                                    else zoneinfo.ZoneInfo(zone))
+            moment = moment.replace(
+                tzinfo=datetime.UTC if zone == "UTC" else zoneinfo.ZoneInfo(zone)
+            )
         return moment
     if code == _DATE:
         fields = _text_keys(loads_any(data))
@@ -90,8 +93,9 @@ def dumps(value: Any) -> bytes:
     try:
         return msgpack.packb(value, default=_to_ext, use_bin_type=True)
     except (TypeError, ValueError, OverflowError) as e:
-        raise exc.JobFailure(f"Cannot encode {type(value).__name__} as TaskFlow's msgpack:"
-                             f" {e}", cause=e) from e
+        raise exc.JobFailure(
+            f"Cannot encode {type(value).__name__} as TaskFlow's msgpack: {e}", cause=e
+        ) from e
 
 
 def loads_any(blob: bytes) -> Any:

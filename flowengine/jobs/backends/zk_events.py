@@ -42,8 +42,9 @@ STOP_TIMEOUT_S = 10.0
 class _SetWatch:
     """Turns successive listings of one znode's children into added/removed events."""
 
-    def __init__(self, added: EventKind | None, removed: EventKind,
-                 emit: Callable[[BoardEvent], None]) -> None:
+    def __init__(
+        self, added: EventKind | None, removed: EventKind, emit: Callable[[BoardEvent], None]
+    ) -> None:
         self._added, self._removed, self._emit = added, removed, emit
         self._known: set[str] | None = None
         self.stopped = False
@@ -71,13 +72,14 @@ class _SetWatch:
 class ZkEvents:
     """Watches ``listed_path`` and ``leases_path`` and delivers board events to callbacks."""
 
-    def __init__(self, client: KazooClient, listed_path: str, leases_path: str,
-                 name: str) -> None:
+    def __init__(self, client: KazooClient, listed_path: str, leases_path: str, name: str) -> None:
         self._client = client
         self._callbacks: list[Callable[[BoardEvent], None]] = []
         self._queue: queue.Queue[BoardEvent | None] = queue.Queue()
-        self._watches = [_SetWatch(EventKind.POSTED, EventKind.DONE, self._queue.put),
-                         _SetWatch(None, EventKind.RELEASED, self._queue.put)]
+        self._watches = [
+            _SetWatch(EventKind.POSTED, EventKind.DONE, self._queue.put),
+            _SetWatch(None, EventKind.RELEASED, self._queue.put),
+        ]
         self._paths = (listed_path, leases_path)
         self._name = name
         self._interrupted = False
@@ -85,8 +87,9 @@ class ZkEvents:
 
     def start(self) -> None:
         """Arm the watches (they hold their first listing when this returns)."""
-        self._thread = threading.Thread(target=self._deliver, daemon=True,
-                                        name=f"flowengine-board-events-{self._name}")
+        self._thread = threading.Thread(
+            target=self._deliver, daemon=True, name=f"flowengine-board-events-{self._name}"
+        )
         self._thread.start()
         self._client.add_listener(self._on_state)
         for path, watch in zip(self._paths, self._watches):
@@ -110,8 +113,11 @@ class ZkEvents:
         # kazoo's connection thread: only note it, never block here.
         if state in (KazooState.SUSPENDED, KazooState.LOST):
             if not self._interrupted:
-                LOG.warning("Board %s: ZooKeeper connection %s; events resume on"
-                            " reconnection", self._name, str(state).lower())
+                LOG.warning(
+                    "Board %s: ZooKeeper connection %s; events resume on reconnection",
+                    self._name,
+                    str(state).lower(),
+                )
             self._interrupted = True
         elif state == KazooState.CONNECTED and self._interrupted:
             self._interrupted = False

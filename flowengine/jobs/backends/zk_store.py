@@ -79,8 +79,14 @@ class ZkReader(BoardStore):
     Subclassed by the writing half; not a complete store on its own.
     """
 
-    def __init__(self, client: KazooClient, path: str, owns_client: bool,
-                 check_compatible: bool = True, where: str = "") -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        owns_client: bool,
+        check_compatible: bool = True,
+        where: str = "",
+    ) -> None:
         self._client = client
         self._where = where or str(client.hosts)
         self.path = path
@@ -100,13 +106,20 @@ class ZkReader(BoardStore):
     def _zk(self) -> Iterator[None]:
         try:
             yield
-        except (k_exc.ConnectionLoss, k_exc.SessionExpiredError, k_exc.OperationTimeoutError,
-                k_exc.ZookeeperStoppedError, self._client.handler.timeout_exception) as e:
-            raise exc.BoardUnavailable(f"ZooKeeper at {self._where} is unreachable:"
-                                       f" {type(e).__name__} {e}", cause=e) from e
+        except (
+            k_exc.ConnectionLoss,
+            k_exc.SessionExpiredError,
+            k_exc.OperationTimeoutError,
+            k_exc.ZookeeperStoppedError,
+            self._client.handler.timeout_exception,
+        ) as e:
+            raise exc.BoardUnavailable(
+                f"ZooKeeper at {self._where} is unreachable: {type(e).__name__} {e}", cause=e
+            ) from e
         except (k_exc.KazooException, k_exc.ZookeeperError) as e:
-            raise exc.JobFailure(f"ZooKeeper at {self._where} failed:"
-                                 f" {type(e).__name__} {e}", cause=e) from e
+            raise exc.JobFailure(
+                f"ZooKeeper at {self._where} failed: {type(e).__name__} {e}", cause=e
+            ) from e
 
     def _wait(self, result: IAsyncResult) -> Any:
         with self._zk():
@@ -146,17 +159,24 @@ class ZkReader(BoardStore):
         txn = self._client.transaction()
         build(txn)
         results: list[Any] = self._wait(txn.commit_async())
-        failures = [r for r in results if isinstance(r, k_exc.KazooException) and not
-                    isinstance(r, (k_exc.RolledBackError, k_exc.RuntimeInconsistency))]
+        failures = [
+            r
+            for r in results
+            if isinstance(r, k_exc.KazooException)
+            and not isinstance(r, (k_exc.RolledBackError, k_exc.RuntimeInconsistency))
+        ]
         if failures:
-            if all(isinstance(r, (k_exc.BadVersionError, k_exc.NodeExistsError,
-                                  k_exc.NoNodeError)) for r in failures):
+            if all(
+                isinstance(r, (k_exc.BadVersionError, k_exc.NodeExistsError, k_exc.NoNodeError))
+                for r in failures
+            ):
                 return None
             raise exc.JobFailure(f"ZooKeeper transaction on {self.path} failed: {failures}")
         return results
 
-    def _write(self, path: str, data: bytes, create_first: bool = False,
-               **create: Any) -> ZnodeStat:
+    def _write(
+        self, path: str, data: bytes, create_first: bool = False, **create: Any
+    ) -> ZnodeStat:
         """Set ``path`` to ``data``, creating it if missing; the znode's stat.
 
         Race-free against other clients doing the same at the same moment: a
@@ -173,8 +193,7 @@ class ZkReader(BoardStore):
                     pass
             create_first = False
             try:
-                made: ZnodeStat = self._client.create(path, data, include_data=True,
-                                                      **create)[1]
+                made: ZnodeStat = self._client.create(path, data, include_data=True, **create)[1]
                 return made
             except k_exc.NodeExistsError:
                 continue  # another client made it first: set it next round
@@ -242,8 +261,9 @@ class ZkReader(BoardStore):
     def subscribe(self, callback: Callable[[BoardEvent], None]) -> None:
         """Deliver the watches' events to ``callback`` (armed when this returns)."""
         if self._events is None:
-            self._events = zk_events.ZkEvents(self._client, self._p("listed"),
-                                              self._p("leases"), self.path)
+            self._events = zk_events.ZkEvents(
+                self._client, self._p("listed"), self._p("leases"), self.path
+            )
             self._events.add(callback)
             with self._zk():
                 self._events.start()
@@ -265,26 +285,35 @@ class ZkReader(BoardStore):
     def _record(self, uuid: str, job: Read, lease: Read, where: str) -> JobRecord:
         assert job is not None
         data, stat = job
-        posting = records.decode_posting_fields(data.get("posting") or "", uuid,
-                                                data.get("sequence") or stat.czxid)
+        posting = records.decode_posting_fields(
+            data.get("posting") or "", uuid, data.get("sequence") or stat.czxid
+        )
         owner = data.get("owner")
         live, ends = self._lease_of(job, lease) if where == records.LISTED else (False, None)
         nb = float(data.get("not_before") or 0)
-        return JobRecord(posting, attempts=int(data.get("attempts") or 0),
-                         token=stat.mzxid if owner else int(data.get("token") or 0),
-                         owner=owner, leased=live,
-                         lease_expires_at=self._host_s(ends) if live and ends else None,
-                         not_before=self._host_s(nb) if nb > self._now_ms() else None,
-                         where=where)
+        return JobRecord(
+            posting,
+            attempts=int(data.get("attempts") or 0),
+            token=stat.mzxid if owner else int(data.get("token") or 0),
+            owner=owner,
+            leased=live,
+            lease_expires_at=self._host_s(ends) if live and ends else None,
+            not_before=self._host_s(nb) if nb > self._now_ms() else None,
+            where=where,
+        )
 
     def _records(self, where: str) -> list[JobRecord]:
         folder = self._p(where)
         names = sorted(self._wait(self._client.get_children_async(folder)))
         jobs = self._reads([posixpath.join(folder, n) for n in names])
-        leases = (self._reads([self._p("leases", n) for n in names])
-                  if where == records.LISTED else [None] * len(names))
-        return [self._record(n, j, le, where) for n, j, le in zip(names, jobs, leases)
-                if j is not None]  # gone between the listing and the read
+        leases = (
+            self._reads([self._p("leases", n) for n in names])
+            if where == records.LISTED
+            else [None] * len(names)
+        )
+        return [
+            self._record(n, j, le, where) for n, j, le in zip(names, jobs, leases) if j is not None
+        ]  # gone between the listing and the read
 
     def listing(self) -> list[JobRecord]:
         """Every listed job."""
@@ -308,14 +337,17 @@ class ZkReader(BoardStore):
             if read is None or not read[0].get("outcome"):
                 continue  # gone between the listing and the read
             if float(read[0].get("outcome_until") or 0) >= now:
-                found.append((self._record(name, read, None, records.CONSUMED),
-                              Outcome.from_dict(read[0]["outcome"])))
+                found.append(
+                    (
+                        self._record(name, read, None, records.CONSUMED),
+                        Outcome.from_dict(read[0]["outcome"]),
+                    )
+                )
         return newest_first(found, limit)
 
     def _find(self, uuid: str) -> tuple[str, Read, Read] | None:
         places = (records.LISTED, *PARKED)
-        *found, lease = self._reads([*(self._p(w, uuid) for w in places),
-                                     self._p("leases", uuid)])
+        *found, lease = self._reads([*(self._p(w, uuid) for w in places), self._p("leases", uuid)])
         for where, read in zip(places, found):
             if read is not None:
                 return where, read, lease
@@ -327,8 +359,11 @@ class ZkReader(BoardStore):
         if found is None:
             return None
         where, job, lease = found
-        if where == records.CONSUMED and job is not None and (
-                float(job[0].get("outcome_until") or 0) < self._now_ms()):
+        if (
+            where == records.CONSUMED
+            and job is not None
+            and (float(job[0].get("outcome_until") or 0) < self._now_ms())
+        ):
             return None
         return self._record(uuid, job, lease, where)
 

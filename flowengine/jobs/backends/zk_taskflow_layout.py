@@ -47,8 +47,15 @@ from flowengine.jobs.backends.zk_store import ZkReader
 from flowengine.jobs.records import JobRecord, Outcome
 from flowengine.jobs.store import BoardEvent, Finished, newest_first
 
-__all__ = ["JOB_PREFIX", "LOCK_POSTFIX", "SIDE", "Found", "TaskflowZkEvents",
-           "TaskflowZkReader", "iso_time"]
+__all__ = [
+    "JOB_PREFIX",
+    "LOCK_POSTFIX",
+    "SIDE",
+    "Found",
+    "TaskflowZkEvents",
+    "TaskflowZkReader",
+    "iso_time",
+]
 
 LOG = logging.getLogger(__name__)
 
@@ -59,8 +66,7 @@ Found = tuple[dict[str, Any] | None, ZnodeStat] | None
 
 def iso_time(ms: int) -> str:
     """A znode time (ms since the epoch) as TaskFlow's naive-UTC ISO time."""
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).replace(
-        tzinfo=None).isoformat()
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).replace(tzinfo=None).isoformat()
 
 
 def _is_job(name: str) -> bool:
@@ -70,14 +76,16 @@ def _is_job(name: str) -> bool:
 class _Children:
     """One watch on ``P`` split into the jobs watch and the locks watch of :class:`ZkEvents`."""
 
-    def __init__(self, jobs: Callable[[list[str]], bool],
-                 locks: Callable[[list[str]], bool]) -> None:
+    def __init__(
+        self, jobs: Callable[[list[str]], bool], locks: Callable[[list[str]], bool]
+    ) -> None:
         self._jobs, self._locks = jobs, locks
 
     def __call__(self, children: list[str]) -> bool:
         keep_jobs = self._jobs([c for c in children if _is_job(c)])
-        keep_locks = self._locks([c[:-len(LOCK_POSTFIX)] for c in children
-                                  if c.endswith(LOCK_POSTFIX)])
+        keep_locks = self._locks(
+            [c[: -len(LOCK_POSTFIX)] for c in children if c.endswith(LOCK_POSTFIX)]
+        )
         return keep_jobs and keep_locks
 
 
@@ -96,8 +104,9 @@ class TaskflowZkEvents(zk_events.ZkEvents):
 
     def start(self) -> None:
         """Arm the watch (it holds its first listing when this returns)."""
-        self._thread = threading.Thread(target=self._deliver, daemon=True,
-                                        name=f"flowengine-board-events-{self._name}")
+        self._thread = threading.Thread(
+            target=self._deliver, daemon=True, name=f"flowengine-board-events-{self._name}"
+        )
         self._thread.start()
         self._client.add_listener(self._on_state)
         self._client.ChildrenWatch(self._path, _Children(*self._watches))
@@ -106,8 +115,14 @@ class TaskflowZkEvents(zk_events.ZkEvents):
 class TaskflowZkReader(ZkReader):
     """The reads of a board store on TaskFlow's znodes (see the module docstring)."""
 
-    def __init__(self, client: Any, path: str, owns_client: bool,
-                 check_compatible: bool = True, where: str = "") -> None:
+    def __init__(
+        self,
+        client: Any,
+        path: str,
+        owns_client: bool,
+        check_compatible: bool = True,
+        where: str = "",
+    ) -> None:
         super().__init__(client, path, owns_client, check_compatible, where)
         parent, base = posixpath.split(path.rstrip("/"))
         self.trash_path = posixpath.join(parent, ".trash")
@@ -124,8 +139,11 @@ class TaskflowZkReader(ZkReader):
 
     def _place(self, where: str, name: str) -> str:
         """The znode of ``name`` in the trash, dead letter or done folder (the folder if "")."""
-        folder = self.trash_path if where == records.IN_TRASH else posixpath.join(
-            self._side, "dead" if where == records.IN_DEAD_LETTER else "done")
+        folder = (
+            self.trash_path
+            if where == records.IN_TRASH
+            else posixpath.join(self._side, "dead" if where == records.IN_DEAD_LETTER else "done")
+        )
         return posixpath.join(folder, name) if name else folder
 
     # Reading.
@@ -147,8 +165,7 @@ class TaskflowZkReader(ZkReader):
             except exc.JobFailure as e:
                 if path not in self._unreadable:
                     self._unreadable.add(path)
-                    LOG.warning("Skipping %s: %s. It is left in place and not read again",
-                                path, e)
+                    LOG.warning("Skipping %s: %s. It is left in place and not read again", path, e)
                 value = None
             out.append((value, stat))
         return out
@@ -160,26 +177,33 @@ class TaskflowZkReader(ZkReader):
         stat = job[1]
         side = data.get(SIDE) or {}
         posting = {k: v for k, v in data.items() if k != SIDE}
-        posting["sequence"] = int(name[len(JOB_PREFIX):]) if name[len(JOB_PREFIX):].isdigit() \
-            else stat.czxid
+        posting["sequence"] = (
+            int(name[len(JOB_PREFIX) :]) if name[len(JOB_PREFIX) :].isdigit() else stat.czxid
+        )
         if not posting.get("created_on"):
             posting["created_on"] = iso_time(stat.ctime)  # TaskFlow's: the znode's ctime
         self._names[str(data["uuid"])] = name
         holder = (lock[0] or {}).get("owner") if lock is not None else None
         nb = float(side.get("not_before") or 0)
-        return JobRecord(posting, attempts=int(side.get("attempts") or 0),
-                         token=stat.mzxid if side.get("owner") else int(side.get("token") or 0),
-                         owner=holder or side.get("owner"),
-                         leased=lock is not None and where == records.LISTED,
-                         not_before=self._host_s(nb) if nb > self._now_ms() else None,
-                         where=where)
+        return JobRecord(
+            posting,
+            attempts=int(side.get("attempts") or 0),
+            token=stat.mzxid if side.get("owner") else int(side.get("token") or 0),
+            owner=holder or side.get("owner"),
+            leased=lock is not None and where == records.LISTED,
+            not_before=self._host_s(nb) if nb > self._now_ms() else None,
+            where=where,
+        )
 
     def _scan(self, folder: str, where: str) -> list[JobRecord]:
         with self._zk():
             names = sorted(n for n in self._client.get_children(folder) if _is_job(n))
         reads = self._found([posixpath.join(folder, n) for n in names])
-        locks = (self._found([self._job(n + LOCK_POSTFIX) for n in names])
-                 if where == records.LISTED else [None] * len(names))
+        locks = (
+            self._found([self._job(n + LOCK_POSTFIX) for n in names])
+            if where == records.LISTED
+            else [None] * len(names)
+        )
         out = [self._job_record(n, j, lk, where) for n, j, lk in zip(names, reads, locks)]
         return [r for r in out if r is not None]
 
@@ -199,20 +223,28 @@ class TaskflowZkReader(ZkReader):
 
     def parked(self, where: str) -> list[JobRecord]:
         """TaskFlow's trash, or flowengine's dead letter."""
-        return self._scan(self.trash_path if where == records.IN_TRASH
-                          else self._place(where, ""), where)
+        return self._scan(
+            self.trash_path if where == records.IN_TRASH else self._place(where, ""), where
+        )
 
     def _locate(self, uuid: str) -> tuple[str, str, Found, Found] | None:
         """(where, name, job, lock) of a job, scanning again once if its name is unknown."""
         for attempt in range(2):
             name = self._names.get(uuid)
             if name is not None:
-                job, lock, trashed, dead = self._found([
-                    self._job(name), self._job(name + LOCK_POSTFIX),
-                    self._place(records.IN_TRASH, name), self._place(records.IN_DEAD_LETTER,
-                                                                     name)])
-                for where, found in ((records.LISTED, job), (records.IN_TRASH, trashed),
-                                     (records.IN_DEAD_LETTER, dead)):
+                job, lock, trashed, dead = self._found(
+                    [
+                        self._job(name),
+                        self._job(name + LOCK_POSTFIX),
+                        self._place(records.IN_TRASH, name),
+                        self._place(records.IN_DEAD_LETTER, name),
+                    ]
+                )
+                for where, found in (
+                    (records.LISTED, job),
+                    (records.IN_TRASH, trashed),
+                    (records.IN_DEAD_LETTER, dead),
+                ):
                     if found is not None:
                         return where, name, found, lock
             if attempt == 0:
@@ -227,8 +259,11 @@ class TaskflowZkReader(ZkReader):
             where, name, job, lock = found
             return self._job_record(name, job, lock, where)
         done = self._found([self._place(records.CONSUMED, uuid)])[0]
-        if done is None or done[0] is None or float(done[0].get("outcome_until") or 0) < \
-                self._now_ms():
+        if (
+            done is None
+            or done[0] is None
+            or float(done[0].get("outcome_until") or 0) < self._now_ms()
+        ):
             return None
         return JobRecord({**done[0]["posting"], "sequence": 0}, where=records.CONSUMED)
 
@@ -246,12 +281,25 @@ class TaskflowZkReader(ZkReader):
         found = []
         for read in self._found([posixpath.join(folder, n) for n in names]):
             data = read[0] if read is not None else None
-            if not data or not data.get("outcome") or not isinstance(data.get("posting"), dict) \
-                    or float(data.get("outcome_until") or 0) < now:
+            if (
+                not data
+                or not data.get("outcome")
+                or not isinstance(data.get("posting"), dict)
+                or float(data.get("outcome_until") or 0) < now
+            ):
                 continue  # gone, unreadable (warned once) or expired
             done = Outcome.from_dict(data["outcome"])
-            found.append((JobRecord({**data["posting"], "sequence": 0}, attempts=done.attempts,
-                                    token=done.token, where=records.CONSUMED), done))
+            found.append(
+                (
+                    JobRecord(
+                        {**data["posting"], "sequence": 0},
+                        attempts=done.attempts,
+                        token=done.token,
+                        where=records.CONSUMED,
+                    ),
+                    done,
+                )
+            )
         return newest_first(found, limit)
 
     def outcome(self, uuid: str) -> Outcome | None:
@@ -279,8 +327,12 @@ class TaskflowZkReader(ZkReader):
             self._start_client()
             if self._check:
                 kazoo_utils.check_compatible(self._client, (3, 4, 0))
-            for folder in (self.path, self.trash_path, self._place(records.IN_DEAD_LETTER, ""),
-                           self._place(records.CONSUMED, "")):
+            for folder in (
+                self.path,
+                self.trash_path,
+                self._place(records.IN_DEAD_LETTER, ""),
+                self._place(records.CONSUMED, ""),
+            ):
                 self._client.ensure_path(folder)
             self._observe(self._write(posixpath.join(self._side, "clock"), b""))
         self._connected = True

@@ -30,8 +30,11 @@ from flowengine.jobs.store import Action, held
 
 __all__ = ["TaskflowZkStore"]
 
-_WHERE = {Action.CONSUME: records.CONSUMED, Action.TRASH: records.IN_TRASH,
-          Action.FAIL: records.IN_DEAD_LETTER}
+_WHERE = {
+    Action.CONSUME: records.CONSUMED,
+    Action.TRASH: records.IN_TRASH,
+    Action.FAIL: records.IN_DEAD_LETTER,
+}
 #: The keys of a posting TaskFlow writes (and reads) on ZooKeeper.
 _POSTING_KEYS = ("uuid", "name", "priority", "details", "book")
 
@@ -74,15 +77,17 @@ class TaskflowZkStore(TaskflowZkReader):
         """Create ``P/jobN`` (SEQUENTIAL) holding TaskFlow's JSON posting."""
         body = {k: posting[k] for k in _POSTING_KEYS if k in posting}
         with self._zk():
-            path, stat = self._client.create(self._job(JOB_PREFIX), _json(body), sequence=True,
-                                             include_data=True)
+            path, stat = self._client.create(
+                self._job(JOB_PREFIX), _json(body), sequence=True, include_data=True
+            )
         self._observe(stat)
         name = posixpath.basename(path)
         self._names[posting["uuid"]] = name
-        return JobRecord({**posting, "sequence": int(name[len(JOB_PREFIX):])})
+        return JobRecord({**posting, "sequence": int(name[len(JOB_PREFIX) :])})
 
-    def claim(self, uuid: str, who: str, lease_s: float, max_attempts: int,
-              outcome_ttl_s: float) -> Claim:
+    def claim(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> Claim:
         """TaskFlow's lock plus the posting rewritten in one multi (its mzxid: the token)."""
         for _ in range(RACE_ATTEMPTS):
             name, data, stat, lock = self._listed(uuid, "claimed")
@@ -92,25 +97,39 @@ class TaskflowZkStore(TaskflowZkReader):
             now = self._now_ms()
             nb = float(side.get("not_before") or 0)
             if nb > now:
-                raise exc.UnclaimableJob(f"Job {uuid} is backing off for another"
-                                         f" {(nb - now) / 1000:.1f} s")
+                raise exc.UnclaimableJob(
+                    f"Job {uuid} is backing off for another {(nb - now) / 1000:.1f} s"
+                )
             attempts = int(side.get("attempts") or 0)
             if attempts >= max_attempts:
-                done = Outcome(uuid, records.DEAD, None, int(side.get("token") or 0), attempts,
-                               now / 1000, "too many attempts")
-                if self._park(name, data, stat, None, records.IN_DEAD_LETTER, done,
-                              outcome_ttl_s):
-                    raise exc.UnclaimableJob(f"Job {uuid} was claimed {attempts} times without"
-                                             f" finishing: moved to the dead letter")
+                done = Outcome(
+                    uuid,
+                    records.DEAD,
+                    None,
+                    int(side.get("token") or 0),
+                    attempts,
+                    now / 1000,
+                    "too many attempts",
+                )
+                if self._park(name, data, stat, None, records.IN_DEAD_LETTER, done, outcome_ttl_s):
+                    raise exc.UnclaimableJob(
+                        f"Job {uuid} was claimed {attempts} times without"
+                        f" finishing: moved to the dead letter"
+                    )
                 continue
-            claimed = {**data, SIDE: {**side, "owner": who, "attempts": attempts + 1,
-                                      "not_before": 0}}
+            claimed = {
+                **data,
+                SIDE: {**side, "owner": who, "attempts": attempts + 1, "not_before": 0},
+            }
 
-            def build(txn: Any, name: str = name, claimed: dict[str, Any] = claimed,
-                      version: int = stat.version) -> None:
+            def build(
+                txn: Any,
+                name: str = name,
+                claimed: dict[str, Any] = claimed,
+                version: int = stat.version,
+            ) -> None:
                 txn.set_data(self._job(name), _json(claimed), version)
-                txn.create(self._job(name + LOCK_POSTFIX), _json({"owner": who}),
-                           ephemeral=True)
+                txn.create(self._job(name + LOCK_POSTFIX), _json({"owner": who}), ephemeral=True)
 
             results = self._commit(build)
             if results is not None:
@@ -118,8 +137,16 @@ class TaskflowZkStore(TaskflowZkReader):
                 return Claim(uuid, who, results[0].mzxid, attempts + 1)
         raise held(uuid, None)
 
-    def _park(self, name: str, data: dict[str, Any], stat: Any, lock: Found, where: str,
-              done: Outcome, outcome_ttl_s: float) -> bool:
+    def _park(
+        self,
+        name: str,
+        data: dict[str, Any],
+        stat: Any,
+        lock: Found,
+        where: str,
+        done: Outcome,
+        outcome_ttl_s: float,
+    ) -> bool:
         """Move a listed job to ``where`` with its outcome; False if it changed meanwhile."""
         until = done.at * 1000 + outcome_ttl_s * 1000
         posting = {k: v for k, v in data.items() if k != SIDE}
@@ -128,8 +155,15 @@ class TaskflowZkStore(TaskflowZkReader):
             parked = {"posting": posting, "outcome": done.to_dict(), "outcome_until": until}
         else:  # TaskFlow's trash keeps the posting; our side notes say how it ended
             place = self._place(where, name)
-            parked = {**posting, SIDE: {"attempts": done.attempts, "token": done.token,
-                                        "outcome": done.to_dict(), "outcome_until": until}}
+            parked = {
+                **posting,
+                SIDE: {
+                    "attempts": done.attempts,
+                    "token": done.token,
+                    "outcome": done.to_dict(),
+                    "outcome_until": until,
+                },
+            }
 
         def build(txn: Any) -> None:
             txn.create(place, _json(parked))
@@ -144,15 +178,19 @@ class TaskflowZkStore(TaskflowZkReader):
         lost: set[str] = set()
         for uuid, token in held:
             name = self._names.get(uuid)
-            job, lock = (self._found([self._job(name), self._job(name + LOCK_POSTFIX)])
-                         if name else (None, None))
+            job, lock = (
+                self._found([self._job(name), self._job(name + LOCK_POSTFIX)])
+                if name
+                else (None, None)
+            )
             side = (job[0] or {}).get(SIDE) or {} if job is not None else {}
             owner = side.get("owner")
             if job is None or not owner or job[1].mzxid != token:
                 lost.add(uuid)  # finished, or claimed again since
             elif lock is not None:
                 mine = (lock[0] or {}).get("owner") == owner and (
-                    lock[1].ephemeralOwner == self._session())
+                    lock[1].ephemeralOwner == self._session()
+                )
                 if not mine:
                     lost.add(uuid)
             elif not self._take_back(str(name), job[1].version, owner):
@@ -166,10 +204,19 @@ class TaskflowZkStore(TaskflowZkReader):
 
         return self._commit(build) is not None
 
-    def finish(self, uuid: str, who: str, token: int, action: Action, *,
-               outcome: str | None = None, reason: str | None = None,
-               backoff_s: float = 0.0, max_attempts: int = 1,
-               outcome_ttl_s: float = 0.0) -> Outcome | None:
+    def finish(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        *,
+        outcome: str | None = None,
+        reason: str | None = None,
+        backoff_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome_ttl_s: float = 0.0,
+    ) -> Outcome | None:
         """Consume / trash / abandon / fail as TaskFlow would, fenced by the posting's mzxid."""
         for _ in range(RACE_ATTEMPTS):
             name, data, stat, lock = self._listed(uuid, f"{action.value}ed")
@@ -178,18 +225,26 @@ class TaskflowZkStore(TaskflowZkReader):
             holder = (lock[0] or {}).get("owner") if lock is not None else None
             if not owner:
                 if holder:
-                    raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not"
-                                         f" owned by {who} (it is owned by {holder})")
+                    raise exc.JobFailure(
+                        f"Can not {action.value} job {uuid} which is not"
+                        f" owned by {who} (it is owned by {holder})"
+                    )
                 raise exc.NotFound(f"Can not {action.value} job {uuid}: nobody claimed it")
             if stat.mzxid != token:
-                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                    f" superseded by claim {stat.mzxid} of {owner}")
+                raise exc.ClaimLost(
+                    f"Can not {action.value} job {uuid}: claim {token} was"
+                    f" superseded by claim {stat.mzxid} of {owner}"
+                )
             if holder is not None and holder != owner:
-                raise exc.ClaimLost(f"Can not {action.value} job {uuid}: claim {token} was"
-                                    f" superseded by a TaskFlow claim of {holder}")
+                raise exc.ClaimLost(
+                    f"Can not {action.value} job {uuid}: claim {token} was"
+                    f" superseded by a TaskFlow claim of {holder}"
+                )
             if owner != who:
-                raise exc.JobFailure(f"Can not {action.value} job {uuid} which is not owned"
-                                     f" by {who} (it is owned by {owner})")
+                raise exc.JobFailure(
+                    f"Can not {action.value} job {uuid} which is not owned"
+                    f" by {who} (it is owned by {owner})"
+                )
             attempts = int(side.get("attempts") or 0)
             now = self._now_ms()
             if action is Action.ABANDON or (action is Action.FAIL and attempts < max_attempts):
@@ -200,9 +255,13 @@ class TaskflowZkStore(TaskflowZkReader):
                     changes["not_before"] = now + backoff_s * 1000 if backoff_s > 0 else 0
                 released = {**data, SIDE: {**side, **changes}}
 
-                def build(txn: Any, name: str = name, lock: Found = lock,
-                          released: dict[str, Any] = released, version: int = stat.version
-                          ) -> None:
+                def build(
+                    txn: Any,
+                    name: str = name,
+                    lock: Found = lock,
+                    released: dict[str, Any] = released,
+                    version: int = stat.version,
+                ) -> None:
                     if lock is not None:
                         txn.delete(self._job(name + LOCK_POSTFIX), lock[1].version)
                     txn.set_data(self._job(name), _json(released), version)
@@ -210,8 +269,10 @@ class TaskflowZkStore(TaskflowZkReader):
                 if self._commit(build) is not None:
                     return None
                 continue
-            kind = {Action.CONSUME: outcome or records.SUCCEEDED,
-                    Action.TRASH: records.TRASHED}.get(action, records.DEAD)
+            kind = {
+                Action.CONSUME: outcome or records.SUCCEEDED,
+                Action.TRASH: records.TRASHED,
+            }.get(action, records.DEAD)
             done = Outcome(uuid, kind, who, token, attempts, now / 1000, reason)
             if self._park(name, data, stat, lock, _WHERE[action], done, outcome_ttl_s):
                 return done
@@ -220,8 +281,12 @@ class TaskflowZkStore(TaskflowZkReader):
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Post a trashed or dead-lettered job again (a new ``jobN``), attempts reset."""
         found = self._locate(uuid)
-        if found is None or found[0] not in (records.IN_TRASH, records.IN_DEAD_LETTER) \
-                or found[2] is None or found[2][0] is None:
+        if (
+            found is None
+            or found[0] not in (records.IN_TRASH, records.IN_DEAD_LETTER)
+            or found[2] is None
+            or found[2][0] is None
+        ):
             raise exc.NotFound(f"Job {uuid} is neither trashed nor dead-lettered")
         where, name, parked, _lock = found
         assert parked is not None  # checked above
@@ -243,7 +308,8 @@ class TaskflowZkStore(TaskflowZkReader):
 
     def register_entity(self, entity: dict[str, Any], ttl_s: float) -> None:
         """An ephemeral ``.entities/<kind>/<name>``, where TaskFlow lists its conductors."""
-        path = posixpath.join(self.entity_path, str(entity.get("kind") or "conductor"),
-                              str(entity["name"]))
+        path = posixpath.join(
+            self.entity_path, str(entity.get("kind") or "conductor"), str(entity["name"])
+        )
         with self._zk():
             self._write(path, _json(entity), create_first=True, ephemeral=True, makepath=True)

@@ -41,8 +41,9 @@ def _extract_name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, A
     if isinstance(conf, str):
         conf = {"connection": conf}
     elif not isinstance(conf, dict):
-        raise TypeError("Backend configuration must be a string or a dict,"
-                        f" not {type(conf).__name__}")
+        raise TypeError(
+            f"Backend configuration must be a string or a dict, not {type(conf).__name__}"
+        )
     else:
         conf = dict(conf)
     try:
@@ -86,8 +87,9 @@ def _find_class(name: str, namespace: str) -> type[base.Backend]:
         raise exc.NotFound(f"Could not find backend {name}: {e}", cause=e)
 
 
-def fetch(conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
-          **kwargs: Any) -> base.Backend:
+def fetch(
+    conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE, **kwargs: Any
+) -> base.Backend:
     """Build the backend named by ``conf`` (URL string or dict with 'connection').
 
     Raises NotFound when no backend of that name exists.
@@ -99,8 +101,9 @@ def fetch(conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
 
 
 @contextlib.contextmanager
-def backend(conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE,
-            **kwargs: Any) -> Iterator[base.Backend]:
+def backend(
+    conf: str | dict[str, Any], namespace: str = BACKEND_NAMESPACE, **kwargs: Any
+) -> Iterator[base.Backend]:
     """Fetch a backend, upgrade its structure, yield it and close it afterwards."""
     be = fetch(conf, namespace=namespace, **kwargs)
     try:

@@ -19,10 +19,10 @@ class FileCache:
     """
 
     def __init__(self, maxsize: int | None = None) -> None:
-        if maxsize is not None and (isinstance(maxsize, bool) or not isinstance(maxsize, int)
-                                    or maxsize < 1):
-            raise ValueError(f"max_cache_size must be a positive integer or None,"
-                             f" not {maxsize!r}")
+        if maxsize is not None and (
+            isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1
+        ):
+            raise ValueError(f"max_cache_size must be a positive integer or None, not {maxsize!r}")
         self.maxsize = maxsize
         self._entries: OrderedDict[str, tuple[tuple[int, int, int], bytes]] = OrderedDict()
         self._lock = threading.Lock()

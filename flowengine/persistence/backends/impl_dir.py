@@ -52,8 +52,7 @@ TASKFLOW_ITEM_LOCK = "lock"
 #: is disposable (tests, tmpfs).
 FSYNC_DEFAULT = True
 
-_KIND_OF_DIR = {"books": "LogBook", "flow_details": "FlowDetail",
-                "atom_details": "AtomDetail"}
+_KIND_OF_DIR = {"books": "LogBook", "flow_details": "FlowDetail", "atom_details": "AtomDetail"}
 
 
 def _as_bool(value: Any) -> bool:
@@ -72,8 +71,10 @@ def _path_from_conf(conf: dict[str, Any]) -> str:
             # 'dir:///abs/path' -> '/abs/path'; 'dir://rel/path' -> 'rel/path'.
             path = parse.unquote(parsed.netloc + parsed.path)
     if not path:
-        raise ValueError("The directory backend needs a path: 'dir:///some/path'"
-                         " or {'connection': 'dir', 'path': '/some/path'}")
+        raise ValueError(
+            "The directory backend needs a path: 'dir:///some/path'"
+            " or {'connection': 'dir', 'path': '/some/path'}"
+        )
     return os.path.abspath(path)
 
 
@@ -225,8 +226,9 @@ class DirConnection(path_based.PathBasedConnection):
         except exc.FlowEngineError:
             raise
         except OSError as e:
-            raise exc.StorageFailure(f"Storage backend internal error under"
-                                     f" {self.backend.base_path}: {e}", cause=e) from e
+            raise exc.StorageFailure(
+                f"Storage backend internal error under {self.backend.base_path}: {e}", cause=e
+            ) from e
 
     def _transaction(self) -> contextlib.AbstractContextManager[Any]:
         return self._guard(exclusive=True)
@@ -274,7 +276,7 @@ class DirConnection(path_based.PathBasedConnection):
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 if self._fsync:
                     os.fsync(fd)
             finally:
@@ -299,8 +301,12 @@ class DirConnection(path_based.PathBasedConnection):
         # and the 'lock' file TaskFlow's backend keeps in each item directory.
         try:
             with os.scandir(path) as entries:
-                return sorted(e.name for e in entries if not e.name.startswith(".")
-                              and (e.is_symlink() or e.is_dir(follow_symlinks=False)))
+                return sorted(
+                    e.name
+                    for e in entries
+                    if not e.name.startswith(".")
+                    and (e.is_symlink() or e.is_dir(follow_symlinks=False))
+                )
         except FileNotFoundError:
             raise exc.NotFound(f"Path '{path}' not found")
 
@@ -323,8 +329,9 @@ class DirConnection(path_based.PathBasedConnection):
         try:
             os.makedirs(self.backend.base_path, exist_ok=True)
         except OSError as e:
-            raise exc.StorageFailure(f"Unable to create backend path"
-                                     f" {self.backend.base_path}: {e}", cause=e) from e
+            raise exc.StorageFailure(
+                f"Unable to create backend path {self.backend.base_path}: {e}", cause=e
+            ) from e
         with self._guard(exclusive=True):
             super().upgrade()
 
@@ -349,8 +356,7 @@ class DirConnection(path_based.PathBasedConnection):
                     continue  # a writer died between mkdir and the first write
         return iter(books)
 
-    def get_flows_for_book(self, book_uuid: str,
-                           lazy: bool = False) -> Iterator[models.FlowDetail]:
+    def get_flows_for_book(self, book_uuid: str, lazy: bool = False) -> Iterator[models.FlowDetail]:
         """Iterate over the flow details of a logbook."""
         with self._guard(exclusive=False):
             return iter(list(super().get_flows_for_book(book_uuid, lazy=lazy)))

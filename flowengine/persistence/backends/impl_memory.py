@@ -55,8 +55,9 @@ class _Inode:
 
     __slots__ = ("name", "path", "value", "target", "children", "parent")
 
-    def __init__(self, name: str, path: str, parent: _Inode | None = None,
-                 value: Any = None) -> None:
+    def __init__(
+        self, name: str, path: str, parent: _Inode | None = None, value: Any = None
+    ) -> None:
         self.name = name
         self.path = path
         self.value = value
@@ -103,8 +104,9 @@ class FakeFilesystem:
             self._settle()
         return self._index
 
-    def defer_live_atoms(self, atoms_path: str, flow_path: str,
-                         details: list[models.AtomDetail]) -> None:
+    def defer_live_atoms(
+        self, atoms_path: str, flow_path: str, details: list[models.AtomDetail]
+    ) -> None:
         """Store ``details`` live under ``atoms_path``, linked from ``flow_path`` (both exist).
 
         Nothing is built until the filesystem is next read (any lookup by
@@ -124,8 +126,11 @@ class FakeFilesystem:
             below = path.rstrip("/") + "/"
             for atoms_path, flow_path, _details in self._deferred:
                 for folder in (atoms_path, flow_path):
-                    if path.startswith(folder + "/") or children and (
-                            path == folder or folder.startswith(below)):
+                    if (
+                        path.startswith(folder + "/")
+                        or children
+                        and (path == folder or folder.startswith(below))
+                    ):
                         self._settle()
                         return self._index
         return self._index
@@ -153,8 +158,10 @@ class FakeFilesystem:
         if not path:
             raise ValueError("This filesystem can only normalize paths that are not empty")
         if not path.startswith(cls.root_path):
-            raise ValueError("This filesystem can only normalize paths that start"
-                             f" with {cls.root_path}: '{path}' is not valid")
+            raise ValueError(
+                "This filesystem can only normalize paths that start"
+                f" with {cls.root_path}: '{path}' is not valid"
+            )
         return posixpath.normpath(path)
 
     @staticmethod
@@ -206,8 +213,10 @@ class FakeFilesystem:
         seen = [path]
         while node.target is not None:
             if node.target in seen:
-                raise ValueError("Recursive link following not allowed (loop %s detected)"
-                                 % (seen + [node.target]))
+                raise ValueError(
+                    "Recursive link following not allowed (loop %s detected)"
+                    % (seen + [node.target])
+                )
             seen.append(node.target)
             node = self._node(node.target)
         return node
@@ -282,7 +291,7 @@ class FakeFilesystem:
     def _relative(self, top: _Inode, node: _Inode) -> str:
         if top is self._root:
             return node.path[1:]
-        return node.path[len(top.path) + 1:]
+        return node.path[len(top.path) + 1 :]
 
     def ls(self, path: str, absolute: bool = False) -> list[str]:
         """Names (or absolute paths) of the direct children of ``path``."""
@@ -378,16 +387,16 @@ class MemoryConnection(path_based.PathBasedConnection):
         self._live = backend._live_atoms
         self.upgrade()
 
-    def _write_flow(self, fd: models.FlowDetail, transaction: Any,
-                    ignore_missing: bool) -> None:
+    def _write_flow(self, fd: models.FlowDetail, transaction: Any, ignore_missing: bool) -> None:
         if not self._live:
             super()._write_flow(fd, transaction, ignore_missing)
             return
         # The private backend's bulk path (a flow's atoms registered at once):
         # the atoms kept live, their nodes made when someone reads.
         self._write(fd, transaction, ignore_missing)
-        self._memory.defer_live_atoms(self._atom_path, self._join_path(self._flow_path, fd.uuid),
-                                      list(fd))
+        self._memory.defer_live_atoms(
+            self._atom_path, self._join_path(self._flow_path, fd.uuid), list(fd)
+        )
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -440,8 +449,9 @@ class MemoryConnection(path_based.PathBasedConnection):
     def validate(self) -> None:
         """Always usable."""
 
-    def update_atom_details(self, atom_detail: models.AtomDetail,
-                            ignore_missing: bool = False) -> models.AtomDetail:
+    def update_atom_details(
+        self, atom_detail: models.AtomDetail, ignore_missing: bool = False
+    ) -> models.AtomDetail:
         """Save an existing atom detail (NotFound if unknown, unless ignore_missing)."""
         # Hot path (one call per atom state change): skip the generic
         # path-building and context-manager layers of the base class.
@@ -451,8 +461,7 @@ class MemoryConnection(path_based.PathBasedConnection):
                 node = self._memory._nodes.get(path)
                 if node is None:
                     if not ignore_missing:
-                        raise exc.NotFound(f"No AtomDetail found with uuid"
-                                           f" '{atom_detail.uuid}'")
+                        raise exc.NotFound(f"No AtomDetail found with uuid '{atom_detail.uuid}'")
                     self._memory.put_normalized(path, LiveAtom(atom_detail))
                 elif type(node.value) is not LiveAtom or node.value.detail is not atom_detail:
                     node.value = LiveAtom(atom_detail)

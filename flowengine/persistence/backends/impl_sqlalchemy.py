@@ -63,8 +63,7 @@ VALIDATE_FIRST_WAIT_S = 0.5
 VALIDATE_MAX_WAIT_S = 8.0
 # Errors of the connection itself, worth trying again (a server starting or
 # restarting, a pool momentarily exhausted); anything else is final.
-_CONNECTION_ERRORS = (sa_exc.OperationalError, sa_exc.DisconnectionError,
-                      sa_exc.TimeoutError)
+_CONNECTION_ERRORS = (sa_exc.OperationalError, sa_exc.DisconnectionError, sa_exc.TimeoutError)
 # URLs meaning an in-memory SQLite database (one per engine: keep a single connection).
 _SQLITE_IN_MEMORY = ("sqlite://", "sqlite:///", "sqlite:///:memory:")
 
@@ -101,12 +100,15 @@ class SQLAlchemyBackend(base.Backend):
     ``engine`` may be an existing SQLAlchemy engine (then not disposed on close).
     """
 
-    def __init__(self, conf: dict[str, Any] | None = None,
-                 engine: sa.engine.Engine | None = None) -> None:
+    def __init__(
+        self, conf: dict[str, Any] | None = None, engine: sa.engine.Engine | None = None
+    ) -> None:
         super().__init__(conf)
         if engine is None and not self._conf.get("connection"):
-            raise ValueError("The SQL backend needs a 'connection' URL, e.g."
-                             " 'sqlite:///flows.db' or 'postgresql://user@host/db'")
+            raise ValueError(
+                "The SQL backend needs a 'connection' URL, e.g."
+                " 'sqlite:///flows.db' or 'postgresql://user@host/db'"
+            )
         self._engine: sa.engine.Engine | None = engine
         self._owns_engine = engine is None
 
@@ -117,8 +119,10 @@ class SQLAlchemyBackend(base.Backend):
             # The driver flowengine depends on ('sql' extra), whatever
             # SQLAlchemy's default for a bare 'postgresql://' is.
             url = url.set(drivername=f"postgresql+{PG_DEFAULT_DRIVER}")
-        args: dict[str, Any] = {"echo": _as_bool(conf.get("echo", False)),
-                                "pool_recycle": int(conf.get("idle_timeout", POOL_RECYCLE_S))}
+        args: dict[str, Any] = {
+            "echo": _as_bool(conf.get("echo", False)),
+            "pool_recycle": int(conf.get("idle_timeout", POOL_RECYCLE_S)),
+        }
         is_sqlite = url.get_backend_name() == "sqlite"
         if is_sqlite:
             if conf["connection"].strip().lower() in _SQLITE_IN_MEMORY:
@@ -127,8 +131,11 @@ class SQLAlchemyBackend(base.Backend):
                 args["connect_args"] = {"check_same_thread": False}
         else:
             # Defaults are fine for the server pool; TaskFlow's option names.
-            for key, arg in (("max_pool_size", "pool_size"), ("max_overflow", "max_overflow"),
-                             ("pool_timeout", "pool_timeout")):
+            for key, arg in (
+                ("max_pool_size", "pool_size"),
+                ("max_overflow", "max_overflow"),
+                ("pool_timeout", "pool_timeout"),
+            ):
                 if key in conf:
                     args[arg] = int(conf[key])
             # Read committed: each statement sees committed data, no dirty reads.
@@ -150,8 +157,9 @@ class SQLAlchemyBackend(base.Backend):
             try:
                 self._engine = self._create_engine()
             except (sa_exc.SQLAlchemyError, ImportError, ValueError) as e:
-                raise exc.StorageFailure(f"Cannot create a SQL engine for"
-                                         f" {self._safe_url()}: {e}", cause=e) from e
+                raise exc.StorageFailure(
+                    f"Cannot create a SQL engine for {self._safe_url()}: {e}", cause=e
+                ) from e
         return self._engine
 
     def _safe_url(self) -> str:
@@ -231,9 +239,9 @@ class SQLAlchemyConnection(base.Connection):
             if tls is not None:
                 raise tls from e
             hint = " (schema missing: call upgrade() first)" if _is_missing_schema(e) else ""
-            raise exc.StorageFailure(f"Storage backend internal error"
-                                     f" ({self._backend._safe_url()}){hint}: {e}",
-                                     cause=e) from e
+            raise exc.StorageFailure(
+                f"Storage backend internal error ({self._backend._safe_url()}){hint}: {e}", cause=e
+            ) from e
 
     def _before_write(self, conn: sa.engine.Connection) -> None:
         """Runs first in every write transaction (a fenced connection checks its fence)."""
@@ -262,15 +270,23 @@ class SQLAlchemyConnection(base.Connection):
                 if attempt == attempts:
                     raise exc.StorageFailure(
                         f"Cannot connect to {self._backend._safe_url()} (attempt"
-                        f" {attempt} of {attempts}): {e}", cause=e) from e
-                LOG.warning("Connecting to %s failed (attempt %d of %d), trying again in"
-                            " %.1f s: %s", self._backend._safe_url(), attempt, attempts,
-                            wait_s, e)
+                        f" {attempt} of {attempts}): {e}",
+                        cause=e,
+                    ) from e
+                LOG.warning(
+                    "Connecting to %s failed (attempt %d of %d), trying again in %.1f s: %s",
+                    self._backend._safe_url(),
+                    attempt,
+                    attempts,
+                    wait_s,
+                    e,
+                )
                 time.sleep(wait_s)
                 wait_s = min(wait_s * 2, VALIDATE_MAX_WAIT_S)
             except sa_exc.SQLAlchemyError as e:
-                raise exc.StorageFailure(f"Cannot connect to {self._backend._safe_url()}:"
-                                         f" {e}", cause=e) from e
+                raise exc.StorageFailure(
+                    f"Cannot connect to {self._backend._safe_url()}: {e}", cause=e
+                ) from e
 
     def check_schema(self) -> None:
         """StorageFailure unless the schema is at this flowengine's revision.
@@ -282,9 +298,11 @@ class SQLAlchemyConnection(base.Connection):
             current = migration.current_revision(conn)
         head = migration.head_revision()
         if current != head:
-            raise exc.StorageFailure(f"SQL schema of {self._backend._safe_url()} is at"
-                                     f" revision {current!r}, expected {head!r}:"
-                                     " call upgrade()")
+            raise exc.StorageFailure(
+                f"SQL schema of {self._backend._safe_url()} is at"
+                f" revision {current!r}, expected {head!r}:"
+                " call upgrade()"
+            )
 
     def upgrade(self) -> None:
         """Create or migrate the schema to the newest revision (alembic).
@@ -296,8 +314,9 @@ class SQLAlchemyConnection(base.Connection):
         # Several engines may start at once: one migrates, the others wait.
         with _sqlite_migration_lock(self._engine), self._txn() as conn:
             if self._dialect == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"),
-                             {"k": PG_MIGRATION_LOCK_KEY})
+                conn.execute(
+                    sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": PG_MIGRATION_LOCK_KEY}
+                )
             migration.db_sync(conn, where=self._backend._safe_url())
 
     def clear_all(self) -> None:
@@ -308,8 +327,13 @@ class SQLAlchemyConnection(base.Connection):
 
     # Writing.
 
-    def _upsert(self, conn: sa.engine.Connection, table: sa.Table,
-                values: list[dict[str, Any]], stamp: bool = False) -> None:
+    def _upsert(
+        self,
+        conn: sa.engine.Connection,
+        table: sa.Table,
+        values: list[dict[str, Any]],
+        stamp: bool = False,
+    ) -> None:
         """Insert rows or update them; a row's parent is kept when none is given.
 
         ``stamp``: set ``created_at`` on insert and ``updated_at`` on update,
@@ -329,30 +353,37 @@ class SQLAlchemyConnection(base.Connection):
                 stmt = sa_sqlite.insert(table)
             else:
                 stmt = sa_postgresql.insert(table)
-            updates: dict[str, Any] = {
-                c: stmt.excluded[c] for c in values[0] if c not in keep}
+            updates: dict[str, Any] = {c: stmt.excluded[c] for c in values[0] if c not in keep}
             updates.update(touched)
             if "parent_uuid" in updates:
-                updates["parent_uuid"] = sa.func.coalesce(stmt.excluded.parent_uuid,
-                                                          table.c.parent_uuid)
-            conn.execute(stmt.on_conflict_do_update(index_elements=[table.c.uuid],
-                                                    set_=updates), values)
+                updates["parent_uuid"] = sa.func.coalesce(
+                    stmt.excluded.parent_uuid, table.c.parent_uuid
+                )
+            conn.execute(
+                stmt.on_conflict_do_update(index_elements=[table.c.uuid], set_=updates), values
+            )
             return
         for row in values:  # other dialects: update, else insert
-            changes = {k: v for k, v in row.items()
-                       if k not in keep and not (k == "parent_uuid" and v is None)}
+            changes = {
+                k: v
+                for k, v in row.items()
+                if k not in keep and not (k == "parent_uuid" and v is None)
+            }
             changes.update(touched)
-            done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
-                                .values(changes)).rowcount
+            done = conn.execute(
+                table.update().where(table.c.uuid == row["uuid"]).values(changes)
+            ).rowcount
             if not done:
                 conn.execute(table.insert().values(row))
 
-    def _update_existing(self, conn: sa.engine.Connection, table: sa.Table,
-                         row: dict[str, Any], kind: str) -> None:
+    def _update_existing(
+        self, conn: sa.engine.Connection, table: sa.Table, row: dict[str, Any], kind: str
+    ) -> None:
         changes = {k: v for k, v in row.items() if k not in ("uuid", "parent_uuid")}
         changes["updated_at"] = _utcnow()
-        done = conn.execute(table.update().where(table.c.uuid == row["uuid"])
-                            .values(changes)).rowcount
+        done = conn.execute(
+            table.update().where(table.c.uuid == row["uuid"]).values(changes)
+        ).rowcount
         if not done:
             raise exc.NotFound(f"No {kind} found with uuid '{row['uuid']}'")
 
@@ -365,8 +396,9 @@ class SQLAlchemyConnection(base.Connection):
             out.append(row)
         return out
 
-    def update_atom_details(self, atom_detail: models.AtomDetail,
-                            ignore_missing: bool = False) -> models.AtomDetail:
+    def update_atom_details(
+        self, atom_detail: models.AtomDetail, ignore_missing: bool = False
+    ) -> models.AtomDetail:
         """Save an atom detail (NotFound if unknown, unless ignore_missing)."""
         row = rows.atom_to_row(atom_detail)  # SerializationFailure before any write
         with self._txn(write=True) as conn:
@@ -377,8 +409,9 @@ class SQLAlchemyConnection(base.Connection):
                 self._update_existing(conn, tables.ATOMS, row, "AtomDetail")
         return atom_detail
 
-    def update_flow_details(self, flow_detail: models.FlowDetail,
-                            ignore_missing: bool = False) -> models.FlowDetail:
+    def update_flow_details(
+        self, flow_detail: models.FlowDetail, ignore_missing: bool = False
+    ) -> models.FlowDetail:
         """Save a flow detail and the atom details it contains."""
         flow_row = rows.flow_to_row(flow_detail)
         atom_rows = self._atom_rows(flow_detail)
@@ -412,8 +445,9 @@ class SQLAlchemyConnection(base.Connection):
         with self._txn(write=True) as conn:
             conn.execute(tables.ATOMS.delete().where(tables.ATOMS.c.parent_uuid.in_(flows)))
             conn.execute(tables.FLOWS.delete().where(tables.FLOWS.c.parent_uuid == book_uuid))
-            done = conn.execute(tables.LOGBOOKS.delete()
-                                .where(tables.LOGBOOKS.c.uuid == book_uuid)).rowcount
+            done = conn.execute(
+                tables.LOGBOOKS.delete().where(tables.LOGBOOKS.c.uuid == book_uuid)
+            ).rowcount
             if not done:
                 raise exc.NotFound(f"No logbook found with uuid '{book_uuid}'")
 
@@ -421,8 +455,9 @@ class SQLAlchemyConnection(base.Connection):
         """Delete a flow detail and its atom details (NotFound if unknown)."""
         with self._txn() as conn:
             conn.execute(tables.ATOMS.delete().where(tables.ATOMS.c.parent_uuid == fd_uuid))
-            done = conn.execute(tables.FLOWS.delete()
-                                .where(tables.FLOWS.c.uuid == fd_uuid)).rowcount
+            done = conn.execute(
+                tables.FLOWS.delete().where(tables.FLOWS.c.uuid == fd_uuid)
+            ).rowcount
             if not done:
                 raise exc.NotFound(f"No flow detail found with uuid '{fd_uuid}'")
 
@@ -436,14 +471,16 @@ class SQLAlchemyConnection(base.Connection):
         return row
 
     @staticmethod
-    def _flows_with_atoms(conn: sa.engine.Connection, flow_rows: Iterable[Any],
-                          atoms_where: Any, lazy: bool) -> list[models.FlowDetail]:
+    def _flows_with_atoms(
+        conn: sa.engine.Connection, flow_rows: Iterable[Any], atoms_where: Any, lazy: bool
+    ) -> list[models.FlowDetail]:
         flows = [rows.flow_from_row(r) for r in flow_rows]
         if lazy or not flows:
             return flows
         by_uuid = {fd.uuid: fd for fd in flows}
-        for r in conn.execute(sa.select(tables.ATOMS).where(atoms_where)
-                              .order_by(tables.ATOMS.c.uuid)):
+        for r in conn.execute(
+            sa.select(tables.ATOMS).where(atoms_where).order_by(tables.ATOMS.c.uuid)
+        ):
             fd = by_uuid.get(r.parent_uuid)
             if fd is not None:
                 fd.add(rows.atom_from_row(r))
@@ -451,15 +488,19 @@ class SQLAlchemyConnection(base.Connection):
 
     def _books(self, conn: sa.engine.Connection, where: Any, lazy: bool) -> list[models.LogBook]:
         F, A = tables.FLOWS, tables.ATOMS
-        books = [rows.book_from_row(r)
-                 for r in conn.execute(sa.select(tables.LOGBOOKS).where(where)
-                                       .order_by(tables.LOGBOOKS.c.uuid))]
+        books = [
+            rows.book_from_row(r)
+            for r in conn.execute(
+                sa.select(tables.LOGBOOKS).where(where).order_by(tables.LOGBOOKS.c.uuid)
+            )
+        ]
         if lazy or not books:
             return books
         by_uuid = {b.uuid: b for b in books}
         book_ids = list(by_uuid)
-        flow_rows = conn.execute(sa.select(F).where(F.c.parent_uuid.in_(book_ids))
-                                 .order_by(F.c.uuid)).all()
+        flow_rows = conn.execute(
+            sa.select(F).where(F.c.parent_uuid.in_(book_ids)).order_by(F.c.uuid)
+        ).all()
         flow_ids = sa.select(F.c.uuid).where(F.c.parent_uuid.in_(book_ids))
         flows = self._flows_with_atoms(conn, flow_rows, A.c.parent_uuid.in_(flow_ids), False)
         for row, fd in zip(flow_rows, flows):
@@ -480,14 +521,14 @@ class SQLAlchemyConnection(base.Connection):
             books = self._books(conn, sa.true(), lazy)
         return iter(books)
 
-    def get_flows_for_book(self, book_uuid: str,
-                           lazy: bool = False) -> Iterator[models.FlowDetail]:
+    def get_flows_for_book(self, book_uuid: str, lazy: bool = False) -> Iterator[models.FlowDetail]:
         """Iterate over the flow details of a logbook (NotFound if unknown)."""
         F, A = tables.FLOWS, tables.ATOMS
         with self._txn() as conn:
             self._one(conn, tables.LOGBOOKS, book_uuid, "logbook")
-            flow_rows = conn.execute(sa.select(F).where(F.c.parent_uuid == book_uuid)
-                                     .order_by(F.c.uuid)).all()
+            flow_rows = conn.execute(
+                sa.select(F).where(F.c.parent_uuid == book_uuid).order_by(F.c.uuid)
+            ).all()
             flow_ids = sa.select(F.c.uuid).where(F.c.parent_uuid == book_uuid)
             flows = self._flows_with_atoms(conn, flow_rows, A.c.parent_uuid.in_(flow_ids), lazy)
         return iter(flows)
@@ -496,8 +537,9 @@ class SQLAlchemyConnection(base.Connection):
         """Load a flow detail (with its atom details unless lazy); NotFound if unknown."""
         with self._txn() as conn:
             row = self._one(conn, tables.FLOWS, fd_uuid, "flow detail")
-            return self._flows_with_atoms(conn, [row], tables.ATOMS.c.parent_uuid == fd_uuid,
-                                          lazy)[0]
+            return self._flows_with_atoms(conn, [row], tables.ATOMS.c.parent_uuid == fd_uuid, lazy)[
+                0
+            ]
 
     def get_atom_details(self, ad_uuid: str) -> models.AtomDetail:
         """Load an atom detail; NotFound if unknown."""

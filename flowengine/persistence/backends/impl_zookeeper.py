@@ -50,8 +50,7 @@ MIN_ZK_VERSION = (3, 4, 0)
 #: How long get_connection() waits for the first session before giving up:
 #: a reachable server answers in milliseconds; a dead one should fail fast.
 CONNECT_TIMEOUT_S = 15.0
-_KIND_OF_DIR = {"books": "LogBook", "flow_details": "FlowDetail",
-                "atom_details": "AtomDetail"}
+_KIND_OF_DIR = {"books": "LogBook", "flow_details": "FlowDetail", "atom_details": "AtomDetail"}
 #: Fence advances retried when another claimer moved the fence in between.
 ADVANCE_ATTEMPTS = 5
 #: How long a call waits for its client to reconnect (to another node of the
@@ -62,8 +61,7 @@ RECONNECT_WAIT_S = 15.0
 RECONNECT_FIRST_PAUSE_S = 0.05
 RECONNECT_MAX_PAUSE_S = 0.5
 #: Errors after which the same call is worth making again once reconnected.
-_RECONNECTABLE = (k_exc.ConnectionLoss, k_exc.OperationTimeoutError,
-                  k_exc.SessionExpiredError)
+_RECONNECTABLE = (k_exc.ConnectionLoss, k_exc.OperationTimeoutError, k_exc.SessionExpiredError)
 _T = TypeVar("_T")
 
 
@@ -77,8 +75,9 @@ class ZkBackend(path_based.PathBasedBackend):
 
     DEFAULT_PATH = "/taskflow"
 
-    def __init__(self, conf: dict[str, Any] | None = None,
-                 client: KazooClient | None = None) -> None:
+    def __init__(
+        self, conf: dict[str, Any] | None = None, client: KazooClient | None = None
+    ) -> None:
         conf = dict(conf or {})
         url = conf.get("connection")
         if isinstance(url, str) and url.lower().startswith("zookeeper:"):
@@ -107,8 +106,9 @@ class ZkBackend(path_based.PathBasedBackend):
                 try:
                     self._client.start(timeout=CONNECT_TIMEOUT_S)
                 except (k_exc.KazooException, k_exc.ZookeeperError) as e:
-                    raise exc.StorageFailure(f"ZooKeeper at {self._client.hosts} is"
-                                             f" unreachable: {e}", cause=e) from e
+                    raise exc.StorageFailure(
+                        f"ZooKeeper at {self._client.hosts} is unreachable: {e}", cause=e
+                    ) from e
         return self._client
 
     def get_connection(self) -> ZkConnection:
@@ -130,8 +130,9 @@ class ZkBackend(path_based.PathBasedBackend):
             try:
                 kazoo_utils.finalize_client(self._client)
             except (k_exc.KazooException, k_exc.ZookeeperError) as e:
-                raise exc.StorageFailure(f"Unable to finalize the ZooKeeper client: {e}",
-                                         cause=e) from e
+                raise exc.StorageFailure(
+                    f"Unable to finalize the ZooKeeper client: {e}", cause=e
+                ) from e
 
 
 class ZkConnection(path_based.PathBasedConnection):
@@ -160,8 +161,7 @@ class ZkConnection(path_based.PathBasedConnection):
         except k_exc.NodeExistsError as e:
             raise exc.Duplicate(f"Storage backend duplicate node: {e}", cause=e) from e
         except k_exc.SessionExpiredError as e:
-            raise exc.StorageFailure(f"Storage backend session has expired: {e}",
-                                     cause=e) from e
+            raise exc.StorageFailure(f"Storage backend session has expired: {e}", cause=e) from e
         except self._client.handler.timeout_exception as e:
             raise exc.StorageFailure(f"Storage backend timeout: {e}", cause=e) from e
         except (k_exc.KazooException, k_exc.ZookeeperError) as e:
@@ -237,8 +237,7 @@ class ZkConnection(path_based.PathBasedConnection):
                 yield txn
                 self._commit(txn)
         except kazoo_utils.KazooTransactionException as e:
-            raise exc.StorageFailure(f"Storage backend transaction failed: {e}",
-                                     cause=e) from e
+            raise exc.StorageFailure(f"Storage backend transaction failed: {e}", cause=e) from e
         finally:
             self._local.txn = None
 
@@ -324,8 +323,9 @@ class ZkConnection(path_based.PathBasedConnection):
             try:
                 kazoo_utils.check_compatible(self._client, MIN_ZK_VERSION)
             except exc.IncompatibleVersion as e:
-                raise exc.StorageFailure(f"Backend storage is not a compatible version: {e}",
-                                         cause=e) from e
+                raise exc.StorageFailure(
+                    f"Backend storage is not a compatible version: {e}", cause=e
+                ) from e
 
 
 class ZkFencedConnection(fencing.PathFencedConnection):
@@ -401,5 +401,7 @@ class ZkFencedConnection(fencing.PathFencedConnection):
                 if isinstance(e.cause, k_exc.BadVersionError):
                     continue  # moved meanwhile: look again
                 raise
-        raise exc.StorageFailure(f"Fence {self._path} kept moving: gave up advancing it after"
-                                 f" {ADVANCE_ATTEMPTS} attempts")
+        raise exc.StorageFailure(
+            f"Fence {self._path} kept moving: gave up advancing it after"
+            f" {ADVANCE_ATTEMPTS} attempts"
+        )

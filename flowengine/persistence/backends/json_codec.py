@@ -39,7 +39,9 @@ def encode_field(value: Any, what: str, field: str) -> str:
         raise exc.SerializationFailure(
             f"Cannot store {what}: field {field!r} is not JSON serialisable ({e});"
             " results, failures and metadata kept by this backend must be JSON"
-            " (dict, list, str, int, float, bool, None)", cause=e) from e
+            " (dict, list, str, int, float, bool, None)",
+            cause=e,
+        ) from e
 
 
 def encode(data: Mapping[str, Any], what: str) -> str:
@@ -58,5 +60,4 @@ def decode(text: str | bytes, where: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as e:
-        raise exc.InvalidFormat(f"Stored data at {where} is not valid JSON: {e}",
-                                cause=e) from e
+        raise exc.InvalidFormat(f"Stored data at {where} is not valid JSON: {e}", cause=e) from e

@@ -34,8 +34,7 @@ def tls_pg(tmp_path_factory):
     except (pg_server.PgUnavailable, brokers.BrokerUnavailable) as e:
         reason = f"PostgreSQL with TLS unavailable: {e}"
     else:
-        sys.stderr.write(f"\n[postgresql tls] up at {server.url} in"
-                         f" {server.start_time_s:.2f} s\n")
+        sys.stderr.write(f"\n[postgresql tls] up at {server.url} in {server.start_time_s:.2f} s\n")
         yield certs, server
         server.stop()
         return

@@ -36,8 +36,9 @@ FAIL_FAST_S = 6.0
 WAIT_S = 30.0
 #: Attempts validate() may make: a TLS failure must not use them.
 VALIDATE_RETRIES = 5
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 def test_the_sql_persistence_over_verify_full_with_a_client_certificate(tls_pg):
@@ -53,8 +54,9 @@ def test_the_sql_persistence_over_verify_full_with_a_client_certificate(tls_pg):
             # Then it reads back, over a TLS session
             assert conn.get_logbook(book.uuid).name == "over-tls"
         with backend.engine.connect() as raw:
-            ssl_on = raw.execute(sa.text(
-                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")).scalar_one()
+            ssl_on = raw.execute(
+                sa.text("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+            ).scalar_one()
         assert ssl_on is True
     finally:
         backend.close()
@@ -104,7 +106,8 @@ def test_a_wrong_ca_fails_at_once_in_one_line_without_passwords(tls_pg, caplog):
     try:
         # When each connects (validate() being allowed several attempts)
         store_error, store_s = _fails_fast(
-            lambda: backend.get_connection().validate(max_retries=VALIDATE_RETRIES))
+            lambda: backend.get_connection().validate(max_retries=VALIDATE_RETRIES)
+        )
         board_error, board_s = _fails_fast(board.connect)
     finally:
         board.close()
@@ -146,8 +149,15 @@ def test_a_client_without_a_certificate_is_told_the_server_refused_it(tls_pg):
 def test_the_cli_names_a_wrong_ca_in_one_line(tls_pg):
     # Given `flowengine jobs list` on the TLS server trusting the wrong CA
     certs, server = tls_pg
-    cmd = [sys.executable, "-m", "flowengine", "jobs", "list",
-           "--board", _secret_url(server, certs, ca=certs.base.other_ca)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "jobs",
+        "list",
+        "--board",
+        _secret_url(server, certs, ca=certs.base.other_ca),
+    ]
     env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # When it runs
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, env=env)

@@ -72,13 +72,17 @@ def test_quorum_queues_are_declared_on_the_cluster(rabbit_cluster, unique_name, 
         workers.start()
         topic_queue = names.topic_queue_name(unique_name, "q")
         # Then its topic queue is a quorum queue with a leader on a cluster node
-        _wait(lambda: rabbit_cluster.queue_type(topic_queue) is not None,
-              "the topic queue", timeout_s=60.0)
+        _wait(
+            lambda: rabbit_cluster.queue_type(topic_queue) is not None,
+            "the topic queue",
+            timeout_s=60.0,
+        )
         assert rabbit_cluster.queue_type(topic_queue) == "quorum"
         assert rabbit_cluster.queue_leader(topic_queue) in (0, 1, 2)
         # ...and so is its private queue (every durable queue of the topology)
-        listed = rabbit_cluster.ctl(0, "list_queues", "--quiet", "--no-table-headers",
-                                    "name", "type")
+        listed = rabbit_cluster.ctl(
+            0, "list_queues", "--quiet", "--no-table-headers", "name", "type"
+        )
         mine = [line.split() for line in listed.splitlines() if unique_name in line]
         assert len(mine) >= 3, listed  # topic, private, control
         assert {kind for _name, kind in mine} == {"quorum"}, mine
@@ -86,8 +90,7 @@ def test_quorum_queues_are_declared_on_the_cluster(rabbit_cluster, unique_name, 
         workers.stop_all()
 
 
-def test_classic_and_quorum_declarations_conflict_with_one_clear_error(rabbit_cluster,
-                                                                       unique_name):
+def test_classic_and_quorum_declarations_conflict_with_one_clear_error(rabbit_cluster, unique_name):
     # Given a topic queue a process declared classic (durable)...
     classic = BrokerSettings(rabbit_cluster.urls[0], durable=True)
     quorum = BrokerSettings(rabbit_cluster.urls[1], durable=True, queue_type="quorum")
@@ -125,8 +128,12 @@ def test_quorum_needs_the_durable_topology_and_amqp():
         BrokerSettings("redis://127.0.0.1:6379/0", durable=True, queue_type="quorum")
     with pytest.raises(ValueError, match="queue_type"):
         BrokerSettings("amqp://127.0.0.1//", durable=True, queue_type="stream")
-    assert BrokerSettings.from_options({"url": "amqp://h1//;amqp://h2//", "durable": True,
-                                        "queue_type": "quorum"}).queue_type == "quorum"
+    assert (
+        BrokerSettings.from_options(
+            {"url": "amqp://h1//;amqp://h2//", "durable": True, "queue_type": "quorum"}
+        ).queue_type
+        == "quorum"
+    )
 
 
 @pytest.mark.slow
@@ -140,12 +147,22 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
     logs.mkdir()
     workers = Workers(conn, unique_name, "fault", records, str(logs))
     names_ = [f"s{i}" for i in range(TASKS)]
-    flow = uf.Flow("cluster").add(*[
-        fault_tasks.Step(name, provides=f"r{i}", inject={"n": i, "pause": TASK_PAUSE_S})
-        for i, name in enumerate(names_)])
-    engine = engines.load(flow, engine="worker-based", exchange=unique_name,
-                          topics=["fault"], transition_timeout=TRANSITION_TIMEOUT_S,
-                          heartbeat_misses=MISSES, events=True, **conn.kwargs())
+    flow = uf.Flow("cluster").add(
+        *[
+            fault_tasks.Step(name, provides=f"r{i}", inject={"n": i, "pause": TASK_PAUSE_S})
+            for i, name in enumerate(names_)
+        ]
+    )
+    engine = engines.load(
+        flow,
+        engine="worker-based",
+        exchange=unique_name,
+        topics=["fault"],
+        transition_timeout=TRANSITION_TIMEOUT_S,
+        heartbeat_misses=MISSES,
+        events=True,
+        **conn.kwargs(),
+    )
     results: list[float] = []  # monotonic time of each task's SUCCESS seen by the engine
 
     def on_atom(state: str, details: dict) -> None:
@@ -154,9 +171,11 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
 
     engine.atom_notifier.register("*", on_atom)
     events: list[tuple[float, str]] = []
-    receiver = EventReceiver(unique_name,
-                             lambda event: events.append((time.monotonic(), event["type"])),
-                             broker=BrokerSettings(rabbit_cluster.failover_url))
+    receiver = EventReceiver(
+        unique_name,
+        lambda event: events.append((time.monotonic(), event["type"])),
+        broker=BrokerSettings(rabbit_cluster.failover_url),
+    )
     receiving = threading.Thread(target=receiver.run, daemon=True)
     broker = BrokerSettings(rabbit_cluster.failover_url, durable=True, queue_type="quorum")
     outcome: list[BaseException] = []
@@ -167,12 +186,17 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
         for _ in range(WORKERS):
             workers.start()
         topic_queue = names.topic_queue_name(unique_name, "fault")
-        _wait(lambda: rabbit_cluster.queue_leader(topic_queue) is not None,
-              "the topic queue's leader", timeout_s=60.0)
+        _wait(
+            lambda: rabbit_cluster.queue_leader(topic_queue) is not None,
+            "the topic queue's leader",
+            timeout_s=60.0,
+        )
         leader = rabbit_cluster.queue_leader(topic_queue)
         with ControlClient(unique_name, broker) as control:
-            _wait(lambda: len(control.ask("ping", timeout_s=1.0)) == WORKERS,
-                  "every worker to answer a ping")
+            _wait(
+                lambda: len(control.ask("ping", timeout_s=1.0)) == WORKERS,
+                "every worker to answer a ping",
+            )
 
         def run() -> None:
             try:
@@ -184,8 +208,11 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
         runner.start()
         # When the node holding the topic queue's leader is killed with SIGKILL
         # once a third of the flow is done
-        _wait(lambda: _ends(records) >= KILL_AFTER_RESULTS or not runner.is_alive(),
-              "results before the kill", timeout_s=RUN_TIMEOUT_S)
+        _wait(
+            lambda: _ends(records) >= KILL_AFTER_RESULTS or not runner.is_alive(),
+            "results before the kill",
+            timeout_s=RUN_TIMEOUT_S,
+        )
         assert runner.is_alive(), f"the flow ended before the kill: {outcome}"
         killed["wall"] = time.time()
         killed["mono"] = rabbit_cluster.kill(leader)
@@ -194,8 +221,10 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
         assert not runner.is_alive(), "flow did not finish\n" + workers.logs()
         # ...the control client reaches every worker through a surviving node
         with ControlClient(unique_name, broker) as control:
-            _wait(lambda: len(control.ask("ping", timeout_s=1.0)) == WORKERS,
-                  "every worker to answer a ping after the failover")
+            _wait(
+                lambda: len(control.ask("ping", timeout_s=1.0)) == WORKERS,
+                "every worker to answer a ping after the failover",
+            )
     finally:
         workers.stop_all()
         receiver.stop()
@@ -211,10 +240,12 @@ def test_kill9_of_the_queue_leader_node_mid_flow(rabbit_cluster, unique_name, tm
     new_results = [t for t in results[results_before:] if t > killed["mono"]]
     assert new_results, "no result after the kill"
     failover_s = new_results[0] - killed["mono"]
-    print(f"\n[rabbitmq cluster] kill -9 of node {leader} (the topic queue's leader)"
-          f" after {results_before} results: {report.summary()}; sequential re-runs"
-          f" {len(report.duplicated)}; first new result {failover_s:.2f} s after the kill;"
-          f" heartbeat {HEARTBEAT_S} s x {MISSES}")
+    print(
+        f"\n[rabbitmq cluster] kill -9 of node {leader} (the topic queue's leader)"
+        f" after {results_before} results: {report.summary()}; sequential re-runs"
+        f" {len(report.duplicated)}; first new result {failover_s:.2f} s after the kill;"
+        f" heartbeat {HEARTBEAT_S} s x {MISSES}"
+    )
     assert report.lost == [], report.summary()
     assert report.concurrent == [], report.summary()
     assert len(report.done_once) + len(report.duplicated) == TASKS

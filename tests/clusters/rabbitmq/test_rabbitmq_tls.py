@@ -31,9 +31,15 @@ RUN_TIMEOUT_S = 60.0
 
 
 def _engine(flow, exchange: str, url: str, ssl_options: dict):
-    return engines.load(flow, engine="worker-based", exchange=exchange, topics=["tls"],
-                        url=url, transport_options={"ssl": ssl_options},
-                        transition_timeout=RUN_TIMEOUT_S)
+    return engines.load(
+        flow,
+        engine="worker-based",
+        exchange=exchange,
+        topics=["tls"],
+        url=url,
+        transport_options={"ssl": ssl_options},
+        transition_timeout=RUN_TIMEOUT_S,
+    )
 
 
 def test_a_flow_runs_over_tls_with_client_certificates(tls_rabbitmq, unique_name, tmp_path):
@@ -47,8 +53,9 @@ def test_a_flow_runs_over_tls_with_client_certificates(tls_rabbitmq, unique_name
     logs.mkdir()
     workers = Workers(conn, unique_name, "tls", records, str(logs))
     names = [f"t{i}" for i in range(5)]
-    flow = uf.Flow("tls").add(*[fault_tasks.Step(name, provides=f"r{i}", inject={"n": i})
-                                for i, name in enumerate(names)])
+    flow = uf.Flow("tls").add(
+        *[fault_tasks.Step(name, provides=f"r{i}", inject={"n": i}) for i, name in enumerate(names)]
+    )
     engine = _engine(flow, unique_name, server.url, options)
     try:
         workers.start()
@@ -79,8 +86,9 @@ def _fails_fast(flow_name: str, exchange: str, url: str, ssl_options: dict) -> s
 def test_a_wrong_ca_fails_fast_with_one_line(tls_rabbitmq, unique_name):
     server, certs = tls_rabbitmq
     # When the client trusts another CA than the one that signed the server's certificate
-    text = _fails_fast("wrong-ca", unique_name, server.url,
-                       rabbitmq_tls.client_ssl(certs, ca=certs.other_ca))
+    text = _fails_fast(
+        "wrong-ca", unique_name, server.url, rabbitmq_tls.client_ssl(certs, ca=certs.other_ca)
+    )
     print(f"\n[rabbitmq tls] wrong CA: {text}")
     # Then the engine says so at once, in one line
     assert "certificate is not trusted" in text and "ca_certs" in text, text
@@ -98,17 +106,36 @@ def test_a_wrong_host_name_fails_fast_with_one_line(tls_rabbitmq, unique_name):
 
 def test_the_command_line_says_a_wrong_ca_in_one_line(tls_rabbitmq, unique_name):
     server, certs = tls_rabbitmq
-    options = {**rabbitmq_tls.client_ssl(certs, ca=certs.other_ca),
-               "cert_reqs": int(ssl.CERT_REQUIRED)}
+    options = {
+        **rabbitmq_tls.client_ssl(certs, ca=certs.other_ca),
+        "cert_reqs": int(ssl.CERT_REQUIRED),
+    }
     # When `flowengine queues` is pointed at the TLS broker trusting the wrong CA
     result = subprocess.run(
-        [sys.executable, "-m", "flowengine", "queues", "--url", server.url,
-         "--exchange", unique_name, "--transport-option", f"ssl={json.dumps(options)}"],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env(""), cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "queues",
+            "--url",
+            server.url,
+            "--exchange",
+            unique_name,
+            "--transport-option",
+            f"ssl={json.dumps(options)}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        env=env(""),
+        cwd=ROOT,
+    )
     # Then it ends with one line on stderr saying why, without the password
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    print(f"\n[rabbitmq tls] flowengine queues, wrong CA (exit {result.returncode}):"
-          f" {result.stderr.strip()}")
+    print(
+        f"\n[rabbitmq tls] flowengine queues, wrong CA (exit {result.returncode}):"
+        f" {result.stderr.strip()}"
+    )
     assert result.returncode != 0
     assert len(lines) == 1, result.stderr
     assert "certificate is not trusted" in lines[0], result.stderr

@@ -52,11 +52,13 @@ def sentinel_url(cluster: redis_sentinel.SentinelCluster, query: str = "") -> st
     return ";".join([f"{first}/0{query}", *rest])
 
 
-def transport_conn(cluster: redis_sentinel.SentinelCluster, query: str = "",
-                   **options) -> Conn:
+def transport_conn(cluster: redis_sentinel.SentinelCluster, query: str = "", **options) -> Conn:
     """How workers and engines reach the cluster's master through its Sentinels."""
-    return Conn("sentinel", url=sentinel_url(cluster, query),
-                transport_options={"master_name": cluster.service, **options})
+    return Conn(
+        "sentinel",
+        url=sentinel_url(cluster, query),
+        transport_options={"master_name": cluster.service, **options},
+    )
 
 
 def restore(cluster: redis_sentinel.SentinelCluster, killed: brokers.BrokerProcess) -> None:
@@ -79,6 +81,8 @@ def restore(cluster: redis_sentinel.SentinelCluster, killed: brokers.BrokerProce
 
     while not in_sync():
         if time.monotonic() > deadline:
-            raise AssertionError(f"the killed server did not come back as a replica within"
-                                 f" {RESTORE_WAIT_S} s:\n{killed.log_tail()}")
+            raise AssertionError(
+                f"the killed server did not come back as a replica within"
+                f" {RESTORE_WAIT_S} s:\n{killed.log_tail()}"
+            )
         time.sleep(POLL_S)

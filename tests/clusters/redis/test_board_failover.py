@@ -47,15 +47,19 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(clus
     # Given three conductors on a board reached through the Sentinels, and 50 jobs
     namespace = f"t{uuid.uuid4().hex[:8]}"
     board_url = f"redis://127.0.0.1:{cluster.sentinel_ports[0]}"
-    options = {"sentinel": cluster.service, "sentinel_fallbacks": cluster.fallbacks,
-               "namespace": namespace}
+    options = {
+        "sentinel": cluster.service,
+        "sentinel_fallbacks": cluster.fallbacks,
+        "namespace": namespace,
+    }
     persistence_url = f"sqlite:///{tmp_path}/flows.db"
     ledger = os.path.join(tmp_path, "ledger.jsonl")
     persistence = persistence_backends.fetch(persistence_url)
     with contextlib.closing(persistence.get_connection()) as conn:
         conn.upgrade()
-    board = backends.fetch("poster", {"board": board_url, "lease_s": LEASE_S, **options},
-                           persistence=persistence)
+    board = backends.fetch(
+        "poster", {"board": board_url, "lease_s": LEASE_S, **options}, persistence=persistence
+    )
     board.connect()
     extra = [a for k, v in options.items() for a in ("--board-option", f"{k}={json.dumps(v)}")]
     conductors = fleet.Fleet(str(tmp_path), board_url, persistence_url, LEASE_S, extra=extra)
@@ -64,15 +68,23 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(clus
         members = [conductors.start(concurrency=2, wait=False) for _ in range(3)]
         for member in members:
             conductors.wait_log(member, "ready on board", WAIT_S)
-        jobs = [fleet.post(board, persistence, ledger_flows.chain_factory,
-                           {"ledger": ledger, "job": f"j{i}", "delay": TASK_DELAY_S},
-                           name=f"j{i}") for i in range(JOBS)]
+        jobs = [
+            fleet.post(
+                board,
+                persistence,
+                ledger_flows.chain_factory,
+                {"ledger": ledger, "job": f"j{i}", "delay": TASK_DELAY_S},
+                name=f"j{i}",
+            )
+            for i in range(JOBS)
+        ]
 
         def finished() -> int:
             return sum(1 for r in checker.read(ledger) if r["task"] == "t2" and r["ev"] == "end")
 
-        waiting.wait_until(lambda: finished() >= DONE_BEFORE_KILL,
-                           f"{DONE_BEFORE_KILL} jobs to finish", WAIT_S)
+        waiting.wait_until(
+            lambda: finished() >= DONE_BEFORE_KILL, f"{DONE_BEFORE_KILL} jobs to finish", WAIT_S
+        )
         # When the master is killed -9 mid-run
         done_at_kill = finished()
         old_port = cluster.master_port()
@@ -84,8 +96,9 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(clus
         # Then every job finishes (the test's own board rides it out too)
         outcomes = {job.uuid: board.wait_for_outcome(job, WAIT_S) for job in jobs}
         all_done_s = time.monotonic() - killed_at
-        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), \
-            [u for u, o in outcomes.items() if o is None or o.outcome != "succeeded"]
+        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), [
+            u for u, o in outcomes.items() if o is None or o.outcome != "succeeded"
+        ]
         # And each task ran once: none lost, none re-run, none run twice at once
         keys = [(f"j{i}", t) for i in range(JOBS) for t in TASKS]
         verdict = checker.check(ledger, keys)
@@ -97,7 +110,8 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_master_failover(clus
             f" -9 with {done_at_kill} jobs done; Sentinels named the new master"
             f" {failover_s:.2f} s later; first job finished {first_new_s:.2f} s after the"
             f" kill; all done {all_done_s:.2f} s after; {verdict.summary()};"
-            f" concurrent {len(concurrent)}\n")
+            f" concurrent {len(concurrent)}\n"
+        )
         assert not verdict.lost, verdict.summary()
         assert not concurrent, concurrent
         assert not verdict.duplicated, verdict.summary()

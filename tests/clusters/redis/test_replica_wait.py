@@ -37,12 +37,19 @@ def _replica(cluster):
 
 def test_a_publication_returns_once_the_replica_has_it(cluster, caplog):
     # Given a channel through the Sentinels, waiting for 1 replica (the default)
-    broker = BrokerSettings(sentinel_url(cluster), transport_options={
-        "master_name": cluster.service, redis_replicas.TIMEOUT_OPTION: TIMEOUT_S})
+    broker = BrokerSettings(
+        sentinel_url(cluster),
+        transport_options={
+            "master_name": cluster.service,
+            redis_replicas.TIMEOUT_OPTION: TIMEOUT_S,
+        },
+    )
     queue = f"q-{uuid.uuid4().hex[:8]}"
     replica = _replica(cluster)
-    with contextlib.closing(broker.connection()) as conn, \
-            contextlib.closing(cluster.client(replica.port)) as on_replica:
+    with (
+        contextlib.closing(broker.connection()) as conn,
+        contextlib.closing(cluster.client(replica.port)) as on_replica,
+    ):
         channel = conn.default_channel
         with channel.conn_or_acquire() as client:
             publishing = channel.replicated(client)

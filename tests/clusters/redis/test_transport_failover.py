@@ -50,23 +50,49 @@ POLL_S = 0.02
 
 
 def _worker(conn, exchange: str, records: str, log_dir: str, n: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-           "--topic", "fault", "--threads", "2", "--heartbeat-interval", str(HEARTBEAT_S),
-           "--tasks", "tests.reliability.fault_tasks", "--events", *conn.cli_args()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--exchange",
+        exchange,
+        "--topic",
+        "fault",
+        "--threads",
+        "2",
+        "--heartbeat-interval",
+        str(HEARTBEAT_S),
+        "--tasks",
+        "tests.reliability.fault_tasks",
+        "--events",
+        *conn.cli_args(),
+    ]
     with open(os.path.join(log_dir, f"worker-{n}.log"), "wb") as log:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env(records),
-                                cwd=ROOT)
+        return subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, env=env(records), cwd=ROOT
+        )
 
 
 def _events(conn, exchange: str, records: str) -> tuple[subprocess.Popen, queue.Queue]:
     """``flowengine events --json`` consuming (its "Listening" line read), and its lines."""
-    cmd = [sys.executable, "-m", "flowengine", "events", "--json", "--exchange", exchange,
-           *conn.cli_args()]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env(records), cwd=ROOT)
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "events",
+        "--json",
+        "--exchange",
+        exchange,
+        *conn.cli_args(),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(records), cwd=ROOT
+    )
     lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")],
-                     daemon=True).start()
+    threading.Thread(
+        target=lambda: [lines.put(x) for x in iter(proc.stdout.readline, "")], daemon=True
+    ).start()
     assert "Listening for events" in proc.stderr.readline()
     return proc, lines
 
@@ -97,22 +123,33 @@ def _succeeded(lines: queue.Queue, count: int) -> list[str]:
 
 
 def test_a_flow_finishes_across_a_master_failover_without_loss_or_overlap(
-        cluster, tmp_path, unique_name):
+    cluster, tmp_path, unique_name
+):
     # Given 3 workers, an events follower and a 100-task flow, all through the Sentinels
     conn = transport_conn(cluster)
     records, log_dir = str(tmp_path / "records.jsonl"), str(tmp_path / "logs")
     os.mkdir(log_dir)
     names = [f"s{i}" for i in range(TASKS)]
     after_names = [f"after{i}" for i in range(3)]
-    flow = uf.Flow("failover").add(*[
-        fault_tasks.Work(name, provides=f"r{i}", inject={"n": i, "pause": PAUSE_S})
-        for i, name in enumerate(names)])
-    engine = engines.load(flow, engine="worker-based", exchange=unique_name,
-                          topics=["fault"], transition_timeout=TRANSITION_TIMEOUT_S,
-                          heartbeat_misses=MISSES, **conn.kwargs())
+    flow = uf.Flow("failover").add(
+        *[
+            fault_tasks.Work(name, provides=f"r{i}", inject={"n": i, "pause": PAUSE_S})
+            for i, name in enumerate(names)
+        ]
+    )
+    engine = engines.load(
+        flow,
+        engine="worker-based",
+        exchange=unique_name,
+        topics=["fault"],
+        transition_timeout=TRANSITION_TIMEOUT_S,
+        heartbeat_misses=MISSES,
+        **conn.kwargs(),
+    )
     results_at: list[float] = []  # when the engine took in each task's result
     engine.atom_notifier.register(
-        states.SUCCESS, lambda state, details: results_at.append(time.monotonic()))
+        states.SUCCESS, lambda state, details: results_at.append(time.monotonic())
+    )
     workers = [_worker(conn, unique_name, records, log_dir, n) for n in range(WORKERS)]
     follower = None
     outcome: list[BaseException] = []
@@ -139,17 +176,43 @@ def test_a_flow_finishes_across_a_master_failover_without_loss_or_overlap(
         assert not runner.is_alive(), "flow did not finish\n" + _logs(log_dir)
         # Then the control client finds the three workers on the new master
         ping = subprocess.run(
-            [sys.executable, "-m", "flowengine", "inspect", "ping", "--json",
-             "--exchange", unique_name, "--limit", str(WORKERS), "--timeout", "10",
-             *conn.cli_args()],
-            capture_output=True, text=True, env=env(records), cwd=ROOT, timeout=WAIT_S)
+            [
+                sys.executable,
+                "-m",
+                "flowengine",
+                "inspect",
+                "ping",
+                "--json",
+                "--exchange",
+                unique_name,
+                "--limit",
+                str(WORKERS),
+                "--timeout",
+                "10",
+                *conn.cli_args(),
+            ],
+            capture_output=True,
+            text=True,
+            env=env(records),
+            cwd=ROOT,
+            timeout=WAIT_S,
+        )
         # ...and the event stream reaches `flowengine events` through it
         follower, event_lines = _events(conn, unique_name, records)
-        after = uf.Flow("after").add(*[
-            fault_tasks.Step(f"after{i}", provides=f"a{i}", inject={"n": i, "pause": 0.0})
-            for i in range(3)])
-        engines.run(after, engine="worker-based", exchange=unique_name, topics=["fault"],
-                    transition_timeout=TRANSITION_TIMEOUT_S, **conn.kwargs())
+        after = uf.Flow("after").add(
+            *[
+                fault_tasks.Step(f"after{i}", provides=f"a{i}", inject={"n": i, "pause": 0.0})
+                for i in range(3)
+            ]
+        )
+        engines.run(
+            after,
+            engine="worker-based",
+            exchange=unique_name,
+            topics=["fault"],
+            transition_timeout=TRANSITION_TIMEOUT_S,
+            **conn.kwargs(),
+        )
         seen_events = _succeeded(event_lines, 3)
     finally:
         proc_utils.stop_processes([*workers, *([follower] if follower else [])], 15.0)
@@ -173,7 +236,8 @@ def test_a_flow_finishes_across_a_master_failover_without_loss_or_overlap(
         f" {len(report.duplicated)}; requests re-dispatched {lost_and_sent_again};"
         f" Sentinels named the new master {failover_s:.2f} s after kill -9; first result"
         f" through it {first_new_s if first_new_s is None else round(first_new_s, 2)} s after"
-        f" the kill; flow done {flow_done_s:.2f} s after it\n")
+        f" the kill; flow done {flow_done_s:.2f} s after it\n"
+    )
     # Never two runs of one request at once, none lost
     assert report.concurrent == [], report.summary()
     assert report.lost == [], report.summary()

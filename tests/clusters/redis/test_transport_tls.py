@@ -38,29 +38,48 @@ PASSWORD = "not-to-be-shown"
 
 
 def _query(ca: str, certs: redis_tls.Certificates) -> str:
-    return (f"?ssl_ca_certs={ca}&ssl_certfile={certs.client_cert}"
-            f"&ssl_keyfile={certs.client_key}")
+    return f"?ssl_ca_certs={ca}&ssl_certfile={certs.client_cert}&ssl_keyfile={certs.client_key}"
 
 
 def _sentinel_tls(certs: redis_tls.Certificates, ca: str) -> dict:
     """``sentinel_kwargs`` for TLS to the Sentinels (redis-py's arguments)."""
-    return {"ssl": True, "ssl_ca_certs": ca, "ssl_certfile": certs.client_cert,
-            "ssl_keyfile": certs.client_key}
+    return {
+        "ssl": True,
+        "ssl_ca_certs": ca,
+        "ssl_certfile": certs.client_cert,
+        "ssl_keyfile": certs.client_key,
+    }
 
 
 def _run_flow(**conn) -> None:
     exchange = unique()
     with running_worker(exchange, "t", [event_tasks.Step], **conn):
-        engine = engines.load(sample_flows.steps(3), store={"v0": 0}, engine="worker-based",
-                              exchange=exchange, topics=["t"], transition_timeout=WAIT_S,
-                              **conn)
+        engine = engines.load(
+            sample_flows.steps(3),
+            store={"v0": 0},
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            transition_timeout=WAIT_S,
+            **conn,
+        )
         engine.run()
     assert engine.storage.fetch("v3") == 3
 
 
 def _inspect(url: str, *options: str) -> tuple[subprocess.CompletedProcess, float]:
-    cmd = [sys.executable, "-m", "flowengine", "inspect", "ping", "--url", url,
-           "--timeout", "1", *options]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "inspect",
+        "ping",
+        "--url",
+        url,
+        "--timeout",
+        "1",
+        *options,
+    ]
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, env=env)
@@ -87,15 +106,18 @@ def test_a_flow_runs_over_rediss_with_a_ca_and_a_client_certificate(tls_redis):
 def _certificate_for_another_host(certs: redis_tls.Certificates, directory) -> tuple[str, str]:
     """A server certificate the tests' CA signed for a name that is not 127.0.0.1."""
     key = os.path.join(os.path.dirname(certs.ca), "ca.key")
-    return redis_tls._sign(str(directory), "elsewhere", (certs.ca, key),
-                           "subjectAltName=DNS:elsewhere.invalid\n"
-                           "keyUsage=critical,digitalSignature\n"
-                           "extendedKeyUsage=serverAuth\n")
+    return redis_tls._sign(
+        str(directory),
+        "elsewhere",
+        (certs.ca, key),
+        "subjectAltName=DNS:elsewhere.invalid\n"
+        "keyUsage=critical,digitalSignature\n"
+        "extendedKeyUsage=serverAuth\n",
+    )
 
 
 @pytest.mark.parametrize("wrong", ["ca", "host-name"])
-def test_a_certificate_that_does_not_verify_fails_at_once_in_one_line(tls_redis, tmp_path,
-                                                                      wrong):
+def test_a_certificate_that_does_not_verify_fails_at_once_in_one_line(tls_redis, tmp_path, wrong):
     # Given a client trusting a CA that did not sign the server's certificate,
     # or a server whose certificate names another host (the URL has a password)
     certs, server = tls_redis
@@ -103,8 +125,11 @@ def test_a_certificate_that_does_not_verify_fails_at_once_in_one_line(tls_redis,
     if wrong == "host-name":
         cert, key = _certificate_for_another_host(certs, tmp_path)
         elsewhere = redis_tls.start_tls_redis(
-            redis_tls.Certificates(certs.ca, cert, key, certs.client_cert, certs.client_key,
-                                   certs.other_ca), auth_clients=True)
+            redis_tls.Certificates(
+                certs.ca, cert, key, certs.client_cert, certs.client_key, certs.other_ca
+            ),
+            auth_clients=True,
+        )
         ca, port = certs.ca, elsewhere.port
     try:
         url = f"rediss://:{PASSWORD}@127.0.0.1:{port}/0{_query(ca, certs)}"
@@ -119,8 +144,11 @@ def test_a_certificate_that_does_not_verify_fails_at_once_in_one_line(tls_redis,
     assert elapsed < FAIL_FAST_S, elapsed
     assert "TLS certificate verification failed" in line, line
     assert "check ssl_ca_certs" in line and "host name" in line, line
-    assert ("self-signed certificate" in line or "unable to get" in line
-            if wrong == "ca" else "mismatch" in line), line
+    assert (
+        "self-signed certificate" in line or "unable to get" in line
+        if wrong == "ca"
+        else "mismatch" in line
+    ), line
 
 
 def test_a_flow_runs_through_sentinel_with_tls_on_every_link(tls_sentinel_cluster):
@@ -128,20 +156,28 @@ def test_a_flow_runs_through_sentinel_with_tls_on_every_link(tls_sentinel_cluste
     # master's TLS options in the URL, the Sentinels' in sentinel_kwargs
     cluster = tls_sentinel_cluster
     certs = cluster.tls
-    conn = {"url": sentinel_url(cluster, _query(certs.ca, certs)),
-            "transport_options": {"master_name": cluster.service,
-                                  "sentinel_kwargs": _sentinel_tls(certs, certs.ca)}}
+    conn = {
+        "url": sentinel_url(cluster, _query(certs.ca, certs)),
+        "transport_options": {
+            "master_name": cluster.service,
+            "sentinel_kwargs": _sentinel_tls(certs, certs.ca),
+        },
+    }
     # When a worker and an engine run a flow through them, Then it succeeds
     _run_flow(**conn)
     # And Sentinels trusting the wrong CA fail a command at once, in one line
     wrong = _sentinel_tls(certs, certs.other_ca)
     done, elapsed = _inspect(
         sentinel_url(cluster, _query(certs.ca, certs)),
-        "--transport-option", f"master_name={cluster.service}",
-        "--transport-option", f"sentinel_kwargs={json.dumps(wrong)}")
+        "--transport-option",
+        f"master_name={cluster.service}",
+        "--transport-option",
+        f"sentinel_kwargs={json.dumps(wrong)}",
+    )
     line = _one_line(done)
-    sys.stderr.write(f"\n[redis sentinel tls, wrong CA for the Sentinels] {elapsed:.2f} s:"
-                     f" {line}\n")
+    sys.stderr.write(
+        f"\n[redis sentinel tls, wrong CA for the Sentinels] {elapsed:.2f} s: {line}\n"
+    )
     assert "TLS certificate verification failed" in line, line
     assert "ssl_ca_certs in sentinel_kwargs" in line, line
     assert elapsed < FAIL_FAST_S, elapsed

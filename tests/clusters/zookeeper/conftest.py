@@ -32,17 +32,23 @@ IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 class ZkCluster:
     """The ensemble and the certificates its TLS ports use."""
 
-    def __init__(self, ensemble: zookeeper_ensemble.Ensemble,
-                 certs: redis_tls.Certificates) -> None:
+    def __init__(
+        self, ensemble: zookeeper_ensemble.Ensemble, certs: redis_tls.Certificates
+    ) -> None:
         self.ensemble = ensemble
         self.certs = certs
 
     def tls_conf(self, **overrides: object) -> dict:
         """TaskFlow's kazoo keys (plus flowengine's ``ca``) for the TLS ports."""
-        return {"hosts": self.ensemble.secure_hosts, "use_ssl": "true",
-                "verify_certs": "true", "ca": self.certs.ca,
-                "certfile": self.certs.client_cert, "keyfile": self.certs.client_key,
-                **overrides}
+        return {
+            "hosts": self.ensemble.secure_hosts,
+            "use_ssl": "true",
+            "verify_certs": "true",
+            "ca": self.certs.ca,
+            "certfile": self.certs.client_cert,
+            "keyfile": self.certs.client_key,
+            **overrides,
+        }
 
 
 @pytest.fixture(scope="session")
@@ -50,13 +56,17 @@ def zk_ensemble(tmp_path_factory) -> ZkCluster:
     """Three ZooKeeper nodes (plain and TLS client ports) for this pytest process."""
     certs = redis_tls.make_certificates(tmp_path_factory.mktemp("zk-certs"))
     try:
-        ensemble = zookeeper_ensemble.start(zookeeper_ensemble.NodeTls(
-            certs.server_cert, certs.server_key, certs.ca, need_client_auth=True))
+        ensemble = zookeeper_ensemble.start(
+            zookeeper_ensemble.NodeTls(
+                certs.server_cert, certs.server_key, certs.ca, need_client_auth=True
+            )
+        )
     except brokers.BrokerUnavailable as e:
         reason = f"ZooKeeper ensemble unavailable: {e}"
     else:
-        sys.stderr.write(f"\n[zookeeper ensemble] {ensemble.hosts} up in"
-                         f" {ensemble.start_time_s:.2f} s\n")
+        sys.stderr.write(
+            f"\n[zookeeper ensemble] {ensemble.hosts} up in {ensemble.start_time_s:.2f} s\n"
+        )
         yield ZkCluster(ensemble, certs)
         ensemble.stop()
         return

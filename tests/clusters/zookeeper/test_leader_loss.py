@@ -27,8 +27,7 @@ from flowengine.utils import kazoo_utils
 from tests import waiting
 from tests.conductors import checker, fleet, ledger_flows
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow,
-              pytest.mark.xdist_group("zookeeper_ensemble")]
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.xdist_group("zookeeper_ensemble")]
 
 #: The boards' lease, so their ZooKeeper session timeout (a board asks for
 #: a session as long as its lease): well above an election on loopback
@@ -58,11 +57,18 @@ def test_a_board_and_its_persistence_keep_session_and_claims_across_a_leader_los
     hosts = leader_first(e)
     namespace = f"t{uuid.uuid4().hex[:10]}"
     client = kazoo_utils.make_client({"hosts": hosts, "timeout": LEASE_S})
-    persistence = impl_zookeeper.ZkBackend({"path": f"/flowengine-test/{namespace}"},
-                                           client=client)
-    board = backends.fetch("survivor", {"board": "zookeeper", "path": "/flowengine-test/jobs",
-                                        "namespace": namespace, "lease_s": LEASE_S},
-                           client=client, persistence=persistence)
+    persistence = impl_zookeeper.ZkBackend({"path": f"/flowengine-test/{namespace}"}, client=client)
+    board = backends.fetch(
+        "survivor",
+        {
+            "board": "zookeeper",
+            "path": "/flowengine-test/jobs",
+            "namespace": namespace,
+            "lease_s": LEASE_S,
+        },
+        client=client,
+        persistence=persistence,
+    )
     try:
         with contextlib.closing(persistence.get_connection()) as conn:
             conn.upgrade()
@@ -96,9 +102,11 @@ def test_a_board_and_its_persistence_keep_session_and_claims_across_a_leader_los
         with contextlib.closing(persistence.get_connection()) as conn:
             assert conn.get_logbook(book.uuid).name == "before-the-kill"
             conn.save_logbook(models.LogBook("after-the-kill"))
-        sys.stderr.write(f"\n[zookeeper ensemble] leader node {killed + 1} killed; session"
-                         f" {session[0]:#x} back on another node after {reconnected_s:.2f} s;"
-                         f" client states {states}\n")
+        sys.stderr.write(
+            f"\n[zookeeper ensemble] leader node {killed + 1} killed; session"
+            f" {session[0]:#x} back on another node after {reconnected_s:.2f} s;"
+            f" client states {states}\n"
+        )
     finally:
         board.close()
         persistence.close()
@@ -132,23 +140,32 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
     persistence = persistence_backends.fetch(persistence_url)
     with contextlib.closing(persistence.get_connection()) as conn:
         conn.upgrade()
-    board = backends.fetch("poster", {"board": board_url, "lease_s": LEASE_S},
-                           persistence=persistence)
+    board = backends.fetch(
+        "poster", {"board": board_url, "lease_s": LEASE_S}, persistence=persistence
+    )
     board.connect()
     conductors = fleet.Fleet(str(tmp_path), board_url, persistence_url, LEASE_S)
     try:
         members = [conductors.start(wait=False) for _ in range(3)]
         for member in members:
             conductors.wait_log(member, "ready on board", WAIT_S)
-        jobs = [fleet.post(board, persistence, ledger_flows.chain_factory,
-                           {"ledger": ledger, "job": f"j{i}", "delay": TASK_DELAY_S},
-                           name=f"j{i}") for i in range(JOBS)]
+        jobs = [
+            fleet.post(
+                board,
+                persistence,
+                ledger_flows.chain_factory,
+                {"ledger": ledger, "job": f"j{i}", "delay": TASK_DELAY_S},
+                name=f"j{i}",
+            )
+            for i in range(JOBS)
+        ]
 
         def finished() -> int:
             return sum(1 for r in checker.read(ledger) if r["task"] == "t2" and r["ev"] == "end")
 
-        waiting.wait_until(lambda: finished() >= DONE_BEFORE_KILL,
-                           f"{DONE_BEFORE_KILL} jobs to finish", WAIT_S)
+        waiting.wait_until(
+            lambda: finished() >= DONE_BEFORE_KILL, f"{DONE_BEFORE_KILL} jobs to finish", WAIT_S
+        )
         # When the leader is killed -9 mid-run
         done_at_kill = finished()
         killed, killed_at = e.kill_leader()
@@ -158,8 +175,9 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
         # Then every job finishes (the test's own board rides it out too)
         outcomes = {job.uuid: board.wait_for_outcome(job, WAIT_S) for job in jobs}
         all_done_s = time.monotonic() - killed_at
-        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), \
-            [u for u, o in outcomes.items() if o is None or o.outcome != "succeeded"]
+        assert all(o is not None and o.outcome == "succeeded" for o in outcomes.values()), [
+            u for u, o in outcomes.items() if o is None or o.outcome != "succeeded"
+        ]
         # And each task ran once: none lost, none re-run, none run twice at once
         keys = [(f"j{i}", t) for i in range(JOBS) for t in ("t0", "t1", "t2")]
         verdict = checker.check(ledger, keys)
@@ -170,7 +188,8 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
             f" {killed + 1} killed -9 with {done_at_kill} jobs done; node {new_leader + 1}"
             f" leads {elected_s:.2f} s later; first job consumed {first_new_s:.2f} s"
             f" after the kill; all done {all_done_s:.2f} s after; {verdict.summary()};"
-            f" concurrent {len(concurrent)}\n")
+            f" concurrent {len(concurrent)}\n"
+        )
         assert not verdict.lost, verdict.summary()
         assert not concurrent, concurrent
         assert not verdict.duplicated, verdict.summary()
@@ -183,7 +202,6 @@ def test_three_conductors_finish_50_jobs_each_once_across_a_leader_kill(ensemble
         conductors.stop()
         board.close()
         persistence.close()
-
 
 
 def test_a_multi_cut_off_by_a_connection_loss_is_replayed_to_take_effect_once(ensemble):
@@ -206,8 +224,9 @@ def test_a_multi_cut_off_by_a_connection_loss_is_replayed_to_take_effect_once(en
         assert rest.operations == []
         # And a create whose znode holds other data is kept, to fail as it would have
         client.set(f"{root}/b", b"someone else's")
-        assert [type(op).__name__ for op in conn._remaining(applied.operations).operations] \
-            == ["Create"]
+        assert [type(op).__name__ for op in conn._remaining(applied.operations).operations] == [
+            "Create"
+        ]
         # And a multi that was not applied is replayed whole
         fresh = client.transaction()
         fresh.create(f"{root}/c", b"3")

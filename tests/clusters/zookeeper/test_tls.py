@@ -30,20 +30,26 @@ pytestmark = [pytest.mark.broker, pytest.mark.xdist_group("zookeeper_ensemble")]
 FAIL_FAST_S = 8.0
 #: Bound on every wait (s): only a bug reaches it.
 WAIT_S = 30.0
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+_ROOT = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+)
 
 
 def _board_conf(cluster, **overrides) -> dict:
-    return {"board": "zookeeper", "path": "/flowengine-test/tls-jobs",
-            "namespace": f"t{uuid.uuid4().hex[:10]}", **cluster.tls_conf(**overrides)}
+    return {
+        "board": "zookeeper",
+        "path": "/flowengine-test/tls-jobs",
+        "namespace": f"t{uuid.uuid4().hex[:10]}",
+        **cluster.tls_conf(**overrides),
+    }
 
 
 def test_a_board_and_persistence_over_tls_with_taskflow_keys(zk_ensemble):
     # Given a ZooKeeper persistence backend and two boards on the TLS ports
     # of all three nodes (the server's version is checked, over TLS too)
     persistence = impl_zookeeper.ZkBackend(
-        {"path": f"/flowengine-test/tls-{uuid.uuid4().hex[:8]}", **zk_ensemble.tls_conf()})
+        {"path": f"/flowengine-test/tls-{uuid.uuid4().hex[:8]}", **zk_ensemble.tls_conf()}
+    )
     conf = _board_conf(zk_ensemble)
     poster = backends.fetch("poster", conf, persistence=persistence)
     worker = backends.fetch("worker", conf, persistence=persistence)
@@ -81,9 +87,9 @@ def test_a_wrong_ca_fails_at_once_in_one_line(zk_ensemble):
     # Given a board and a persistence backend trusting a CA that did not sign
     # the servers' certificates
     board = backends.fetch("wrong-ca", _board_conf(zk_ensemble, ca=zk_ensemble.certs.other_ca))
-    persistence = impl_zookeeper.ZkBackend({"path": "/flowengine-test/tls",
-                                            **zk_ensemble.tls_conf(
-                                                ca=zk_ensemble.certs.other_ca)})
+    persistence = impl_zookeeper.ZkBackend(
+        {"path": "/flowengine-test/tls", **zk_ensemble.tls_conf(ca=zk_ensemble.certs.other_ca)}
+    )
     try:
         # When each connects
         board_error, board_s = _fails_fast(board.connect)
@@ -122,11 +128,23 @@ def test_a_client_without_a_certificate_is_told_the_server_refused_it(zk_ensembl
 def test_the_cli_names_a_wrong_ca_in_one_line(zk_ensemble):
     # Given `flowengine jobs list` on the TLS ports trusting the wrong CA
     certs = zk_ensemble.certs
-    cmd = [sys.executable, "-m", "flowengine", "jobs", "list",
-           "--board", f"zookeeper://{zk_ensemble.ensemble.secure_hosts}/flowengine-test/cli",
-           "--board-option", "use_ssl=true", "--board-option", f"ca={certs.other_ca}",
-           "--board-option", f"certfile={certs.client_cert}",
-           "--board-option", f"keyfile={certs.client_key}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "jobs",
+        "list",
+        "--board",
+        f"zookeeper://{zk_ensemble.ensemble.secure_hosts}/flowengine-test/cli",
+        "--board-option",
+        "use_ssl=true",
+        "--board-option",
+        f"ca={certs.other_ca}",
+        "--board-option",
+        f"certfile={certs.client_cert}",
+        "--board-option",
+        f"keyfile={certs.client_key}",
+    ]
     env = {**os.environ, "PYTHONPATH": _ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # When it runs
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=WAIT_S, env=env)

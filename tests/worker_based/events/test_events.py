@@ -32,14 +32,21 @@ from tests.worker_based.test_cli import _env
 def _linear(n: int) -> linear_flow.Flow:
     flow = linear_flow.Flow("steps")
     for i in range(n):
-        flow.add(event_tasks.Step(f"step-{i}", rebind={"value": f"v{i}"},
-                                  provides=f"v{i + 1}"))
+        flow.add(event_tasks.Step(f"step-{i}", rebind={"value": f"v{i}"}, provides=f"v{i + 1}"))
     return flow
 
 
 def _run(flow, exchange: str, store: dict, **conn) -> engines.base.Engine:
-    engine = engines.load(flow, store=store, engine="worker-based", exchange=exchange,
-                          topics=["t"], events=True, transition_timeout=WAIT_S, **conn)
+    engine = engines.load(
+        flow,
+        store=store,
+        engine="worker-based",
+        exchange=exchange,
+        topics=["t"],
+        events=True,
+        transition_timeout=WAIT_S,
+        **conn,
+    )
     engine.run()
     return engine
 
@@ -96,8 +103,7 @@ def test_full_buffer_drops_and_counts():
 
 def test_events_are_off_by_default():
     assert event_hooks.EVENTS_BY_DEFAULT is False
-    hooks = EventsMiddleware.create("x", "w", ["t"], [],
-                                            BrokerSettings(transport="memory"))
+    hooks = EventsMiddleware.create("x", "w", ["t"], [], BrokerSettings(transport="memory"))
     assert hooks.enabled is False
 
 
@@ -122,8 +128,10 @@ def test_events_carry_standard_fields_and_reach_every_receiver():
 def test_linear_flow_events_in_order_with_no_missing_terminal():
     # Given a worker and an engine with events on, and a receiver listening
     exchange = unique()
-    with collecting(exchange, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.Step], events=True, **MEMORY):
+    with (
+        collecting(exchange, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.Step], events=True, **MEMORY),
+    ):
         # When a 5-task linear flow runs
         engine = _run(_linear(5), exchange, {"v0": 0}, **MEMORY)
         assert seen.wait_for(flow_and_requests_finished(5)), brief(seen.events)
@@ -132,8 +140,7 @@ def test_linear_flow_events_in_order_with_no_missing_terminal():
     count = check_sequences(seen.events)
     assert len(count.done_once) == 5 and not count.duplicated and not count.lost
     for runs in count.runs.values():
-        assert runs == [["task-received", "task-started", "task-progress",
-                         "task-succeeded"]]
+        assert runs == [["task-received", "task-started", "task-progress", "task-succeeded"]]
     succeeded = seen.of_type("task-succeeded")
     flow_id = engine.storage.flow_uuid
     for event in succeeded:
@@ -143,14 +150,17 @@ def test_linear_flow_events_in_order_with_no_missing_terminal():
     # each end carries the worker's count so far (one worker: 1, 2, ... 5)
     assert sorted(e["processed"] for e in succeeded) == [1, 2, 3, 4, 5]
     assert [e["type"] for e in seen.of_type("flow-started", "flow-finished")] == [
-        "flow-started", "flow-finished"]
+        "flow-started",
+        "flow-finished",
+    ]
     assert seen.of_type("flow-finished")[0]["state"] == "SUCCESS"
     assert seen.of_type("worker-online")
     # And the engine's statistics hold each remote atom's timings
     atoms = engine.statistics["atoms"]
     assert sorted(atoms) == [f"step-{i}" for i in range(5)]
-    assert all(a["attempts"] == 1 and a["queue_time"] >= 0 and a["run_time"] >= 0
-               for a in atoms.values())
+    assert all(
+        a["attempts"] == 1 and a["queue_time"] >= 0 and a["run_time"] >= 0 for a in atoms.values()
+    )
 
 
 def test_failure_and_retry_events(tmp_path):
@@ -158,9 +168,12 @@ def test_failure_and_retry_events(tmp_path):
     exchange = unique()
     marker = tmp_path / "marker"
     flow = linear_flow.Flow("retried", retry=retry.Times(3, name="again")).add(
-        event_tasks.FailOnce("flaky", inject={"marker": str(marker)}, provides="out"))
-    with collecting(exchange, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.FailOnce], events=True, **MEMORY):
+        event_tasks.FailOnce("flaky", inject={"marker": str(marker)}, provides="out")
+    )
+    with (
+        collecting(exchange, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.FailOnce], events=True, **MEMORY),
+    ):
         # When it runs
         engine = _run(flow, exchange, {}, **MEMORY)
         # (execute failed, revert, execute again)
@@ -169,8 +182,12 @@ def test_failure_and_retry_events(tmp_path):
     # Then the first execution failed, was reverted, retried and succeeded
     count = check_sequences(seen.events)
     assert not count.duplicated and not count.lost
-    runs = [run[-1] for (uuid, action), runs in count.runs.items() if action == "execute"
-            for run in runs]
+    runs = [
+        run[-1]
+        for (uuid, action), runs in count.runs.items()
+        if action == "execute"
+        for run in runs
+    ]
     assert runs == ["task-failed", "task-succeeded"]
     assert seen.of_type("task-failed")[0]["exception"]
     assert [e["name"] for e in seen.of_type("task-retried")] == ["again"]
@@ -180,11 +197,12 @@ def test_failure_and_retry_events(tmp_path):
 def test_failed_flow_has_terminal_events_for_execute_and_revert():
     exchange = unique()
     flow = linear_flow.Flow("doomed").add(
-        event_tasks.Step("first", provides="v1", rebind={"value": "v0"}),
-        event_tasks.Boom("boom"))
-    with collecting(exchange, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.Step, event_tasks.Boom],
-                           events=True, **MEMORY):
+        event_tasks.Step("first", provides="v1", rebind={"value": "v0"}), event_tasks.Boom("boom")
+    )
+    with (
+        collecting(exchange, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.Step, event_tasks.Boom], events=True, **MEMORY),
+    ):
         with pytest.raises(exceptions.WrappedFailure, match="boom"):
             _run(flow, exchange, {"v0": 1}, **MEMORY)
         assert seen.wait_for(flow_and_requests_finished(4)), brief(seen.events)
@@ -192,16 +210,28 @@ def test_failed_flow_has_terminal_events_for_execute_and_revert():
     assert not count.duplicated and not count.lost
     # execute of both, revert of both: four requests, each done once
     assert sorted(action for _, action in count.done_once) == [
-        "execute", "execute", "revert", "revert"]
+        "execute",
+        "execute",
+        "revert",
+        "revert",
+    ]
     assert seen.of_type("flow-finished")[0]["state"] == "REVERTED"
 
 
 def test_worker_without_events_sends_none():
     exchange = unique()
-    with collecting(exchange, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.Step], **MEMORY):
-        engine = engines.load(_linear(2), store={"v0": 0}, engine="worker-based",
-                              exchange=exchange, topics=["t"], **MEMORY)
+    with (
+        collecting(exchange, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.Step], **MEMORY),
+    ):
+        engine = engines.load(
+            _linear(2),
+            store={"v0": 0},
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            **MEMORY,
+        )
         engine.run()
         # A marker event published after the run arrives after anything the
         # run could have sent (same memory transport): nothing else came.
@@ -225,19 +255,37 @@ def test_bad_exchange_event_is_ignored_by_receiver():
 def test_worker_processes_publish_events(tmp_path):
     # Given two `flowengine worker --events` processes on the filesystem transport
     exchange = unique()
-    conn = {"transport": "filesystem",
-            "transport_options": {"data_folder": str(tmp_path / "bus")}}
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-           "--topic", "t", "--tasks", "tests.worker_based.event_tasks", "--events",
-           "--threads", "2", "--transport", "filesystem",
-           "--transport-option", f"data_folder={tmp_path / 'bus'}"]
+    conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path / "bus")}}
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--exchange",
+        exchange,
+        "--topic",
+        "t",
+        "--tasks",
+        "tests.worker_based.event_tasks",
+        "--events",
+        "--threads",
+        "2",
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={tmp_path / 'bus'}",
+    ]
     with collecting(exchange, **conn) as seen:
-        procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=_env()) for _ in range(2)]
+        procs = [
+            subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+            for _ in range(2)
+        ]
         try:
             assert seen.wait_for(
-                lambda events: len({e["hostname"] for e in events
-                                    if e["type"] == "worker-online"}) == 2)
+                lambda events: (
+                    len({e["hostname"] for e in events if e["type"] == "worker-online"}) == 2
+                )
+            )
             # When a 10-task flow runs on them
             engine = _run(_linear(10), exchange, {"v0": 0}, **conn)
             assert engine.storage.fetch("v10") == 10
@@ -248,19 +296,23 @@ def test_worker_processes_publish_events(tmp_path):
             for proc in procs:
                 assert proc.wait(WAIT_S) == 0
         # Then worker-offline arrives from both
-        assert seen.wait_for(lambda events: sum(e["type"] == "worker-offline"
-                                                for e in events) == 2)
+        assert seen.wait_for(lambda events: sum(e["type"] == "worker-offline" for e in events) == 2)
     # And every request is done once, in clock order per sender
     count = check_sequences(seen.events)
     assert len(count.done_once) == 10 and not count.duplicated and not count.lost
 
 
-
 def test_remote_statistics_describe_the_latest_run():
     exchange = unique()
     with running_worker(exchange, "t", [event_tasks.Step], **MEMORY):
-        engine = engines.load(_linear(2), store={"v0": 0}, engine="worker-based",
-                              exchange=exchange, topics=["t"], **MEMORY)
+        engine = engines.load(
+            _linear(2),
+            store={"v0": 0},
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            **MEMORY,
+        )
         engine.run()
         engine.reset()
         engine.run()
@@ -293,8 +345,10 @@ def test_a_flow_on_every_broker_streams_complete_sequences(broker):
     conn = {"url": broker.url}
     if broker.transport_options:
         conn["transport_options"] = broker.transport_options
-    with collecting(exchange, **conn) as seen, \
-            running_worker(exchange, "t", [event_tasks.Step], events=True, **conn):
+    with (
+        collecting(exchange, **conn) as seen,
+        running_worker(exchange, "t", [event_tasks.Step], events=True, **conn),
+    ):
         # When a 3-task flow runs
         engine = _run(_linear(3), exchange, {"v0": 0}, **conn)
         assert engine.storage.fetch("v3") == 3
@@ -306,8 +360,10 @@ def test_a_flow_on_every_broker_streams_complete_sequences(broker):
 
 def test_engine_publisher_holds_no_thread_between_runs():
     exchange = unique()
-    with collecting(exchange, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.Step], events=True, **MEMORY):
+    with (
+        collecting(exchange, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.Step], events=True, **MEMORY),
+    ):
         engine = _run(_linear(1), exchange, {"v0": 0}, **MEMORY)
         publisher = engine._flow_events.publisher
         assert publisher._thread is None

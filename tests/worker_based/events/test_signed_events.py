@@ -37,11 +37,11 @@ OTHER_KEY = "o" * 32
 MARKER = "marker"
 
 
-def _send(exchange: str, hostname: str, secret=None, event_type: str = "worker-heartbeat",
-          **conn) -> None:
+def _send(
+    exchange: str, hostname: str, secret=None, event_type: str = "worker-heartbeat", **conn
+) -> None:
     """Publish one event from a sender of its own and wait until it left."""
-    publisher = ev.EventPublisher(exchange, hostname=hostname, secret=secret,
-                                  **(conn or MEMORY))
+    publisher = ev.EventPublisher(exchange, hostname=hostname, secret=secret, **(conn or MEMORY))
     publisher.send(event_type)
     assert publisher.flush(WAIT_S), "event was not published"
     publisher.close()
@@ -50,20 +50,33 @@ def _send(exchange: str, hostname: str, secret=None, event_type: str = "worker-h
 def _send_raw(exchange: str, body: bytes, headers: dict, **conn) -> None:
     """Publish a hand-made event message (what a forger can do)."""
     conn = conn or MEMORY
-    connection = event_channel.connection(BrokerSettings(
-        conn.get("url"), conn.get("transport"), conn.get("transport_options") or {}))
+    connection = event_channel.connection(
+        BrokerSettings(conn.get("url"), conn.get("transport"), conn.get("transport_options") or {})
+    )
     try:
-        producer = kombu.Producer(connection.channel(),
-                                  exchange=event_channel.exchange(exchange))
-        producer.publish(body, routing_key="worker-heartbeat", headers=headers,
-                         content_type="application/json", content_encoding="utf-8")
+        producer = kombu.Producer(connection.channel(), exchange=event_channel.exchange(exchange))
+        producer.publish(
+            body,
+            routing_key="worker-heartbeat",
+            headers=headers,
+            content_type="application/json",
+            content_encoding="utf-8",
+        )
     finally:
         event_channel.release(connection)
 
 
 def _event_body(hostname: str) -> bytes:
-    return json.dumps({"type": "worker-heartbeat", "hostname": hostname, "pid": 1,
-                       "clock": 1, "timestamp": 0.0, "utcoffset": 0}).encode("utf-8")
+    return json.dumps(
+        {
+            "type": "worker-heartbeat",
+            "hostname": hostname,
+            "pid": 1,
+            "clock": 1,
+            "timestamp": 0.0,
+            "utcoffset": 0,
+        }
+    ).encode("utf-8")
 
 
 class _Listening:
@@ -71,8 +84,9 @@ class _Listening:
 
     def __init__(self, exchange: str, secret=None, **conn) -> None:
         self.collector = Collector()
-        self.receiver = ev.EventReceiver(exchange, self.collector, secret=secret,
-                                         **(conn or MEMORY))
+        self.receiver = ev.EventReceiver(
+            exchange, self.collector, secret=secret, **(conn or MEMORY)
+        )
         self._thread = threading.Thread(target=self.receiver.run, daemon=True)
 
     def __enter__(self) -> _Listening:
@@ -86,7 +100,8 @@ class _Listening:
 
     def wait_marker(self) -> None:
         assert self.collector.wait_for(
-            lambda events: any(e["hostname"] == MARKER for e in events)), "no marker"
+            lambda events: any(e["hostname"] == MARKER for e in events)
+        ), "no marker"
 
     def senders(self) -> list[str]:
         return [e["hostname"] for e in self.collector.events]
@@ -115,8 +130,10 @@ def test_unsigned_wrong_key_and_forged_events_are_dropped_and_counted(caplog, mo
     exchange = unique()
     genuine = _event_body("genuine")
     signature = event_signing.sign(signing.Keyring([KEY]), genuine)
-    with caplog.at_level(logging.WARNING, logger="flowengine.engines.worker_based.events"), \
-            _Listening(exchange, secret=KEY) as seen:
+    with (
+        caplog.at_level(logging.WARNING, logger="flowengine.engines.worker_based.events"),
+        _Listening(exchange, secret=KEY) as seen,
+    ):
         # When events arrive unsigned, signed with another key, with a
         # genuine signature over another body, and with a mangled signature
         _send(exchange, "unsigned")
@@ -137,8 +154,10 @@ def test_unsigned_wrong_key_and_forged_events_are_dropped_and_counted(caplog, mo
 
 def test_drop_warnings_are_rate_limited_but_every_drop_is_counted(caplog):
     exchange = unique()
-    with caplog.at_level(logging.WARNING, logger="flowengine.engines.worker_based.events"), \
-            _Listening(exchange, secret=KEY) as seen:
+    with (
+        caplog.at_level(logging.WARNING, logger="flowengine.engines.worker_based.events"),
+        _Listening(exchange, secret=KEY) as seen,
+    ):
         for i in range(3):
             _send(exchange, f"unsigned-{i}")
         _send(exchange, MARKER, secret=KEY)
@@ -164,7 +183,8 @@ def test_publishers_sign_only_when_given_a_key():
     assert ev.EventPublisher("x", **MEMORY).keyring is None
     assert ev.EventPublisher("x", secret=False, **MEMORY).keyring is None
     assert ev.EventPublisher("x", secret=KEY, **MEMORY).keyring.key_ids == [
-        signing.key_id(KEY.encode())]
+        signing.key_id(KEY.encode())
+    ]
     # A worker's events are signed with the worker's keyring, and only when on
     broker = BrokerSettings(transport="memory", secret=[KEY])
     on = EventsMiddleware.create("x", "w", ["t"], [], broker, enabled=True)
@@ -182,8 +202,12 @@ def test_signed_events_on_redis(redis_url):
         # When a signed, an unsigned and a forged event are published
         _send(exchange, "signed", secret=KEY, **conn)
         _send(exchange, "unsigned", **conn)
-        _send_raw(exchange, _event_body("forged"),
-                  event_signing.sign(signing.Keyring([KEY]), _event_body("genuine")), **conn)
+        _send_raw(
+            exchange,
+            _event_body("forged"),
+            event_signing.sign(signing.Keyring([KEY]), _event_body("genuine")),
+            **conn,
+        )
         _send(exchange, MARKER, secret=KEY, **conn)
         seen.wait_marker()
     # Then only the signed ones arrived
@@ -199,14 +223,23 @@ def test_task_retried_carries_the_request_uuid_and_engine_events_are_signed(tmp_
     # and a flow whose retry controller re-runs a task that fails once
     exchange = unique()
     flow = linear_flow.Flow("retried", retry=retry.Times(3, name="again")).add(
-        event_tasks.FailOnce("flaky", inject={"marker": str(tmp_path / "marker")},
-                             provides="out"))
-    with collecting(exchange, secret=KEY, **MEMORY) as seen, \
-            running_worker(exchange, "t", [event_tasks.FailOnce], events=True,
-                           secret=KEY, **MEMORY):
+        event_tasks.FailOnce("flaky", inject={"marker": str(tmp_path / "marker")}, provides="out")
+    )
+    with (
+        collecting(exchange, secret=KEY, **MEMORY) as seen,
+        running_worker(exchange, "t", [event_tasks.FailOnce], events=True, secret=KEY, **MEMORY),
+    ):
         # When it runs
-        engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=["t"],
-                              events=True, secret=KEY, transition_timeout=WAIT_S, **MEMORY)
+        engine = engines.load(
+            flow,
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            events=True,
+            secret=KEY,
+            transition_timeout=WAIT_S,
+            **MEMORY,
+        )
         engine.run()
         assert seen.wait_for(flow_finished())
     # Then the engine's signed events arrived, and task-retried names the
@@ -224,20 +257,27 @@ def test_task_retried_carries_the_request_uuid_and_engine_events_are_signed(tmp_
 def test_worker_events_are_signed_with_the_worker_keyring():
     # Given a worker signing its messages, with events on
     exchange = unique()
-    with running_worker(exchange, "t", [event_tasks.Step], events=True, secret=KEY,
-                        **MEMORY) as worker:
+    with running_worker(
+        exchange, "t", [event_tasks.Step], events=True, secret=KEY, **MEMORY
+    ) as worker:
         assert worker.server.events.publisher.keyring is not None
         # When a receiver holding the key listens while the worker works
         with _Listening(exchange, secret=KEY) as seen:
-            engine = engines.load(linear_flow.Flow("one").add(event_tasks.Step("s")),
-                                  store={"value": 1}, engine="worker-based",
-                                  exchange=exchange, topics=["t"], secret=KEY, **MEMORY)
+            engine = engines.load(
+                linear_flow.Flow("one").add(event_tasks.Step("s")),
+                store={"value": 1},
+                engine="worker-based",
+                exchange=exchange,
+                topics=["t"],
+                secret=KEY,
+                **MEMORY,
+            )
             engine.run()
             # The worker sends task-succeeded after its reply, from its own
             # publisher: waited for itself, as a marker sent now may overtake it.
             assert seen.collector.wait_for(
-                lambda events: any(e["type"] == "task-succeeded" for e in events)), \
-                seen.senders()
+                lambda events: any(e["type"] == "task-succeeded" for e in events)
+            ), seen.senders()
             _send(exchange, MARKER, secret=KEY)
             seen.wait_marker()
     # Then the worker's task events arrived, verified
@@ -255,16 +295,30 @@ def test_events_command_shows_only_events_signed_with_its_keys(tmp_path):
     exchange = unique()
     keys = tmp_path / "keys"
     keys.write_text(f"# signing key first\n{KEY}\n")
-    conn = {"transport": "filesystem",
-            "transport_options": {"data_folder": str(tmp_path / "bus")}}
-    cmd = [sys.executable, "-m", "flowengine", "events", "--exchange", exchange,
-           "--transport", "filesystem", "--transport-option",
-           f"data_folder={tmp_path / 'bus'}", "--json", "--secret-file", str(keys)]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path / "bus")}}
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "events",
+        "--exchange",
+        exchange,
+        "--transport",
+        "filesystem",
+        "--transport-option",
+        f"data_folder={tmp_path / 'bus'}",
+        "--json",
+        "--secret-file",
+        str(keys),
+    ]
+    proc = subprocess.Popen(
+        cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     stdout: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [stdout.put(x) for x in iter(proc.stdout.readline, "")]
-                     + [stdout.put("")], daemon=True).start()
+    threading.Thread(
+        target=lambda: [stdout.put(x) for x in iter(proc.stdout.readline, "")] + [stdout.put("")],
+        daemon=True,
+    ).start()
     try:
         listening = proc.stderr.readline()
         assert "Listening for events" in listening and "verifying signatures" in listening
@@ -287,9 +341,22 @@ def test_events_command_shows_only_events_signed_with_its_keys(tmp_path):
 def test_events_command_refuses_a_key_file_without_keys(tmp_path):
     empty = tmp_path / "keys"
     empty.write_text("# nothing here\n")
-    done = subprocess.run([sys.executable, "-m", "flowengine", "events", "--transport",
-                           "memory", "--secret-file", str(empty)], env=_env(),
-                          capture_output=True, text=True, timeout=WAIT_S)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flowengine",
+            "events",
+            "--transport",
+            "memory",
+            "--secret-file",
+            str(empty),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert done.returncode == 2
     assert "holds no key" in done.stderr
 

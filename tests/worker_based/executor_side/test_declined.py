@@ -28,23 +28,40 @@ LOST_AFTER_S = 0.3
 
 
 def _decline(fake: FakeWorker, message: Any, attempt: int = 0) -> None:
-    fake.proxy.publish(pr.Response(pr.PENDING), message.properties["reply_to"],
-                       correlation_id=message.properties["correlation_id"],
-                       headers={pr.HEADER_WORKER_ID: fake.worker_id, pr.HEADER_ATTEMPT: attempt,
-                                lv.HEADER_HEARTBEAT: 0.1, names.HEADER_DECLINED: True})
+    fake.proxy.publish(
+        pr.Response(pr.PENDING),
+        message.properties["reply_to"],
+        correlation_id=message.properties["correlation_id"],
+        headers={
+            pr.HEADER_WORKER_ID: fake.worker_id,
+            pr.HEADER_ATTEMPT: attempt,
+            lv.HEADER_HEARTBEAT: 0.1,
+            names.HEADER_DECLINED: True,
+        },
+    )
 
 
 def _reply(fake: FakeWorker, message: Any, state: str, attempt: int, **data: Any) -> None:
-    fake.proxy.publish(pr.Response(state, **data), message.properties["reply_to"],
-                       correlation_id=message.properties["correlation_id"],
-                       headers={pr.HEADER_WORKER_ID: fake.worker_id, pr.HEADER_ATTEMPT: attempt,
-                                lv.HEADER_HEARTBEAT: 0.1})
+    fake.proxy.publish(
+        pr.Response(state, **data),
+        message.properties["reply_to"],
+        correlation_id=message.properties["correlation_id"],
+        headers={
+            pr.HEADER_WORKER_ID: fake.worker_id,
+            pr.HEADER_ATTEMPT: attempt,
+            lv.HEADER_HEARTBEAT: 0.1,
+        },
+    )
 
 
 def test_declined_request_nobody_holds_is_sent_again():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, running_executor(
-            exchange, ["t"], policy=RequestPolicy(lost_after=LOST_AFTER_S)) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(
+            exchange, ["t"], policy=RequestPolicy(lost_after=LOST_AFTER_S)
+        ) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         assert fake.wait_requests(1)
@@ -66,9 +83,11 @@ def test_declined_request_nobody_holds_is_sent_again():
 def test_declined_request_a_live_worker_holds_is_left_to_it():
     exchange = unique()
     cond = threading.Condition()
-    with FakeWorker(exchange, "t", [ECHO], cond=cond) as holder, \
-            FakeWorker(exchange, "t2", [ECHO], cond=cond) as other, running_executor(
-                exchange, ["t"], policy=RequestPolicy(lost_after=5.0)) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO], cond=cond) as holder,
+        FakeWorker(exchange, "t2", [ECHO], cond=cond) as other,
+        running_executor(exchange, ["t"], policy=RequestPolicy(lost_after=5.0)) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         fut = executor.execute_task(et.Echo("e"), "u-2", {"value": 1})
         assert holder.wait_requests(1)
@@ -86,8 +105,12 @@ def test_declined_request_a_live_worker_holds_is_left_to_it():
 @pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_declined_request_with_an_outcome_already_in_is_not_sent_again():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, running_executor(
-            exchange, ["t"], policy=RequestPolicy(lost_after=LOST_AFTER_S)) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(
+            exchange, ["t"], policy=RequestPolicy(lost_after=LOST_AFTER_S)
+        ) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         fut = executor.execute_task(et.Echo("e"), "u-3", {"value": 1})
         assert fake.wait_requests(1)

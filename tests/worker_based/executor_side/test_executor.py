@@ -35,11 +35,14 @@ def _failure(exc_obj: BaseException) -> ft.Failure:
 
 def test_execute_returns_result_and_forwards_progress():
     exchange = unique()
-    with running_worker(exchange, "t", [et.Echo, et.Progress]), \
-            running_executor(exchange, ["t"]) as executor:
+    with (
+        running_worker(exchange, "t", [et.Echo, et.Progress]),
+        running_executor(exchange, ["t"]) as executor,
+    ):
         events = []
-        fut = executor.execute_task(et.Progress("p"), "u-1", {},
-                                    progress_callback=lambda *a: events.append(a))
+        fut = executor.execute_task(
+            et.Progress("p"), "u-1", {}, progress_callback=lambda *a: events.append(a)
+        )
         assert fut.result(WAIT_S) == (base.EXECUTED, "done")
         assert events == [("update_progress", {"progress": 0.5})]
         fut = executor.execute_task(et.Echo("e"), "u-2", {"value": [1, "a"]})
@@ -48,8 +51,7 @@ def test_execute_returns_result_and_forwards_progress():
 
 def test_failure_comes_back_as_failure():
     exchange = unique()
-    with running_worker(exchange, "t", [et.Fail]), \
-            running_executor(exchange, ["t"]) as executor:
+    with running_worker(exchange, "t", [et.Fail]), running_executor(exchange, ["t"]) as executor:
         event, result = executor.execute_task(et.Fail("f"), "u-1", {}).result(WAIT_S)
         assert event == base.EXECUTED
         assert isinstance(result, ft.Failure)
@@ -60,11 +62,14 @@ def test_revert_request_carries_result_and_failures():
     # Given a task whose execute failed elsewhere in the flow
     exchange = unique()
     failures = {"boom": _failure(RuntimeError("Woot!"))}
-    with running_worker(exchange, "t", [et.RevertRecorder]), \
-            running_executor(exchange, ["t"]) as executor:
+    with (
+        running_worker(exchange, "t", [et.RevertRecorder]),
+        running_executor(exchange, ["t"]) as executor,
+    ):
         # When reverting it with a failure as its result and the flow failures
-        fut = executor.revert_task(et.RevertRecorder("r"), "u-1", {},
-                                   _failure(ValueError("own")), failures)
+        fut = executor.revert_task(
+            et.RevertRecorder("r"), "u-1", {}, _failure(ValueError("own")), failures
+        )
         event, result = fut.result(WAIT_S)
     # Then the remote revert saw both, rebuilt from failure dicts
     assert event == base.REVERTED
@@ -73,8 +78,10 @@ def test_revert_request_carries_result_and_failures():
 
 def test_request_body_and_headers():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], root_id="root-1", parent_id="p-1") as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], root_id="root-1", parent_id="p-1") as executor,
+    ):
         before = time.time()
         executor.execute_task(et.Echo("e"), "u-1", {"value": 3})
         assert fake.wait_requests(1)
@@ -93,8 +100,10 @@ def test_request_body_and_headers():
 def test_request_timeout_when_no_worker_can_take_it():
     # Given a worker that cannot run Echo, and a short transition timeout
     exchange = unique()
-    with running_worker(exchange, "t", [et.Other]), \
-            running_executor(exchange, ["t"], transition_timeout=0.2) as executor:
+    with (
+        running_worker(exchange, "t", [et.Other]),
+        running_executor(exchange, ["t"], transition_timeout=0.2) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         started = time.monotonic()
         event, result = executor.execute_task(et.Echo("e"), "u-1", {"value": 1}).result(WAIT_S)
@@ -108,8 +117,10 @@ def test_request_timeout_when_no_worker_can_take_it():
 
 def test_request_timeout_when_pending_and_late_replies_are_ignored():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], transition_timeout=0.2) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], transition_timeout=0.2) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         assert fake.wait_requests(1)
@@ -129,11 +140,11 @@ def test_request_timeout_when_pending_and_late_replies_are_ignored():
 def test_out_of_order_replies_complete_the_request():
     # Given a worker whose SUCCESS overtakes its RUNNING (and a late EVENT)
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"]) as executor:
+    with FakeWorker(exchange, "t", [ECHO]) as fake, running_executor(exchange, ["t"]) as executor:
         events = []
-        fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1},
-                                    progress_callback=lambda *a: events.append(a))
+        fut = executor.execute_task(
+            et.Echo("e"), "u-1", {"value": 1}, progress_callback=lambda *a: events.append(a)
+        )
         assert fake.wait_requests(1)
         message = fake.requests[0][1]
         fake.reply(message, pr.EVENT, event_type="update_progress", details={"progress": 1.0})
@@ -145,16 +156,16 @@ def test_out_of_order_replies_complete_the_request():
 
 def test_malformed_and_unknown_replies_are_survived():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"]) as executor:
+    with FakeWorker(exchange, "t", [ECHO]) as fake, running_executor(exchange, ["t"]) as executor:
         fut = executor.execute_task(et.Echo("e"), "u-1", {"value": 1})
         assert fake.wait_requests(1)
         message = fake.requests[0][1]
         fake.reply_raw(message, {"state": "SUCCESS"})  # no data
         fake.reply_raw(message, {"state": "FAILURE", "data": {"result": {"bad": 1}}})
         fake.reply_raw(message, {"state": "BOGUS", "data": {}})
-        fake.proxy.publish(pr.Response(pr.SUCCESS, result=0), executor.uuid,
-                           correlation_id="nobody-asked")
+        fake.proxy.publish(
+            pr.Response(pr.SUCCESS, result=0), executor.uuid, correlation_id="nobody-asked"
+        )
         fake.reply(message, pr.RUNNING)
         fake.reply(message, pr.RUNNING)  # a heartbeat repeats RUNNING
         fake.reply(message, pr.SUCCESS, result=7)
@@ -163,11 +174,9 @@ def test_malformed_and_unknown_replies_are_survived():
 
 def test_unserialisable_arguments_fail_the_request():
     exchange = unique()
-    with running_worker(exchange, "t", [et.Echo]), \
-            running_executor(exchange, ["t"]) as executor:
+    with running_worker(exchange, "t", [et.Echo]), running_executor(exchange, ["t"]) as executor:
         assert executor.wait_for_workers(1, WAIT_S) == 0
-        _, result = executor.execute_task(et.Echo("e"), "u-1",
-                                          {"value": object()}).result(WAIT_S)
+        _, result = executor.execute_task(et.Echo("e"), "u-1", {"value": object()}).result(WAIT_S)
         assert isinstance(result, ft.Failure)
         assert result.check(exc.SerializationFailure)
 
@@ -192,24 +201,27 @@ def test_worker_on_unlisted_topic_is_learned_from_its_announcement():
         with running_worker(exchange, "elsewhere", [et.Echo]):
             assert executor.wait_for_workers(1, WAIT_S) == 0
             assert "elsewhere" in executor.finder.topics
-            assert executor.execute_task(et.Echo("e"), "u", {"value": 1}).result(WAIT_S) \
-                == (base.EXECUTED, 1)
+            assert executor.execute_task(et.Echo("e"), "u", {"value": 1}).result(WAIT_S) == (
+                base.EXECUTED,
+                1,
+            )
 
 
 def test_an_engine_given_topics_never_uses_a_worker_of_another_topic():
     # Given an engine given topic "a", and a worker of topic "b" that
     # announces itself on the same exchange before a worker of "a" does,
     exchange = unique()
-    with running_executor(exchange, ["a"]) as executor, \
-            running_worker(exchange, "b", [et.Echo]) as other:
+    with (
+        running_executor(exchange, ["a"]) as executor,
+        running_worker(exchange, "b", [et.Echo]) as other,
+    ):
         with running_worker(exchange, "a", [et.Echo]) as worker:
             # when the worker of "a" is known (its announcement came after b's),
             assert executor.wait_for_workers(1, WAIT_S) == 0
             # then the worker of "b" is not, and every request runs on "a".
             assert executor.finder.total_workers == 1
             assert executor.finder.topics == ["a"]
-            futs = [executor.execute_task(et.Echo("e"), f"u{i}", {"value": i})
-                    for i in range(10)]
+            futs = [executor.execute_task(et.Echo("e"), f"u{i}", {"value": i}) for i in range(10)]
             assert [f.result(WAIT_S)[1] for f in futs] == list(range(10))
             assert worker.server.memory.finished_count() == 10
             assert other.server.memory.finished_count() == 0
@@ -220,15 +232,15 @@ def test_heterogeneous_workers_on_one_topic():
     # (started after the executor: each announces itself; a NOTIFY sent to a
     # shared topic queue reaches only one of its competing consumers)
     exchange = unique()
-    with running_executor(exchange, ["t"]) as executor, \
-            running_worker(exchange, "t", [et.Echo]), \
-            running_worker(exchange, "t", [et.Echo, et.Other]):
+    with (
+        running_executor(exchange, ["t"]) as executor,
+        running_worker(exchange, "t", [et.Echo]),
+        running_worker(exchange, "t", [et.Echo, et.Other]),
+    ):
         assert executor.wait_for_workers(2, WAIT_S) == 0
         # When many requests of both kinds are sent
-        futs = [executor.execute_task(et.Other("o"), f"o-{i}", {"value": i})
-                for i in range(20)]
-        futs += [executor.execute_task(et.Echo("e"), f"e-{i}", {"value": i})
-                 for i in range(20)]
+        futs = [executor.execute_task(et.Other("o"), f"o-{i}", {"value": i}) for i in range(20)]
+        futs += [executor.execute_task(et.Echo("e"), f"e-{i}", {"value": i}) for i in range(20)]
         results = [f.result(WAIT_S) for f in futs]
     # Then every one ran where it could (no UnknownTask failures)
     assert [r[1] for r in results] == [2 * i for i in range(20)] + list(range(20))
@@ -236,34 +248,40 @@ def test_heterogeneous_workers_on_one_topic():
 
 def test_heterogeneous_workers_on_different_topics():
     exchange = unique()
-    with running_worker(exchange, "t1", [et.Echo]), \
-            running_worker(exchange, "t2", [et.Other]), \
-            running_executor(exchange, ["t1", "t2"]) as executor:
+    with (
+        running_worker(exchange, "t1", [et.Echo]),
+        running_worker(exchange, "t2", [et.Other]),
+        running_executor(exchange, ["t1", "t2"]) as executor,
+    ):
         assert executor.wait_for_workers(2, WAIT_S) == 0
-        futs = [executor.execute_task(et.Other("o"), f"o-{i}", {"value": i})
-                for i in range(10)]
-        futs += [executor.execute_task(et.Echo("e"), f"e-{i}", {"value": i})
-                 for i in range(10)]
+        futs = [executor.execute_task(et.Other("o"), f"o-{i}", {"value": i}) for i in range(10)]
+        futs += [executor.execute_task(et.Echo("e"), f"e-{i}", {"value": i}) for i in range(10)]
         results = [f.result(WAIT_S)[1] for f in futs]
     assert results == [2 * i for i in range(10)] + list(range(10))
 
 
 def test_two_executors_share_one_pool_of_workers():
     exchange = unique()
-    with running_executor(exchange, ["t"]) as one, \
-            running_executor(exchange, ["t"]) as two, \
-            running_worker(exchange, "t", [et.Echo]), running_worker(exchange, "t", [et.Echo]):
+    with (
+        running_executor(exchange, ["t"]) as one,
+        running_executor(exchange, ["t"]) as two,
+        running_worker(exchange, "t", [et.Echo]),
+        running_worker(exchange, "t", [et.Echo]),
+    ):
         assert one.wait_for_workers(2, WAIT_S) == 0
         assert two.wait_for_workers(2, WAIT_S) == 0
         results: dict[str, list] = {}
 
         def submit(executor, tag):
-            futs = [executor.execute_task(et.Echo("e"), f"{tag}-{i}", {"value": f"{tag}{i}"})
-                    for i in range(25)]
+            futs = [
+                executor.execute_task(et.Echo("e"), f"{tag}-{i}", {"value": f"{tag}{i}"})
+                for i in range(25)
+            ]
             results[tag] = [f.result(WAIT_S)[1] for f in futs]
 
-        threads = [threading.Thread(target=submit, args=(ex, tag))
-                   for ex, tag in ((one, "a"), (two, "b"))]
+        threads = [
+            threading.Thread(target=submit, args=(ex, tag)) for ex, tag in ((one, "a"), (two, "b"))
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -275,8 +293,10 @@ def test_two_executors_share_one_pool_of_workers():
 def test_worker_expiry_after_silence():
     # Given a worker that announced itself once, then went silent
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]) as fake, \
-            running_executor(exchange, ["t"], worker_expiry=0.3) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]) as fake,
+        running_executor(exchange, ["t"], worker_expiry=0.3) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         fake.answer_notify = False
         # Then the executor forgets it after worker_expiry seconds
@@ -288,8 +308,10 @@ def test_worker_expiry_after_silence():
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_live_worker_does_not_expire():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO]), \
-            running_executor(exchange, ["t"], worker_expiry=0.6) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO]),
+        running_executor(exchange, ["t"], worker_expiry=0.6) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         # It keeps answering the NOTIFY beat (every 0.2 s): still known later
         assert not wait_workers(executor, lambda f: f.total_workers == 0, timeout=1.0)
@@ -336,8 +358,9 @@ def test_wait_for_workers_counts_workers(workers):
 
 
 def _liveness_executor(exchange, topics, lost_after_s=0.3, max_attempts=3):
-    cm = running_executor(exchange, topics, policy=RequestPolicy(lost_after=lost_after_s,
-                                                                 max_attempts=max_attempts))
+    cm = running_executor(
+        exchange, topics, policy=RequestPolicy(lost_after=lost_after_s, max_attempts=max_attempts)
+    )
     executor = cm.__enter__()
     return cm, executor
 
@@ -346,8 +369,10 @@ def test_lost_running_request_is_dispatched_again_elsewhere():
     # Given two workers that can both run Echo
     exchange = unique()
     cond = threading.Condition()
-    with FakeWorker(exchange, "t1", [ECHO], cond=cond) as a, \
-            FakeWorker(exchange, "t2", [ECHO], cond=cond) as b:
+    with (
+        FakeWorker(exchange, "t1", [ECHO], cond=cond) as a,
+        FakeWorker(exchange, "t2", [ECHO], cond=cond) as b,
+    ):
         cm, executor = _liveness_executor(exchange, ["t1", "t2"])
         try:
             assert executor.wait_for_workers(2, WAIT_S) == 0
@@ -423,8 +448,9 @@ def test_taskflow_worker_without_heartbeats_is_never_declared_lost():
             assert fake.wait_requests(1)
             message = fake.requests[0][1]
             # A RUNNING without a worker_id header (as TaskFlow's workers send)
-            fake.proxy.publish(pr.Response(pr.RUNNING), message.properties["reply_to"],
-                               correlation_id="u-1")
+            fake.proxy.publish(
+                pr.Response(pr.RUNNING), message.properties["reply_to"], correlation_id="u-1"
+            )
             assert not fake.wait_requests(2, timeout=0.4)
             fake.reply(message, pr.SUCCESS, result=5)
             assert fut.result(WAIT_S) == (base.EXECUTED, 5)
@@ -450,9 +476,12 @@ def test_request_refused_by_a_worker_not_yet_known_is_routed_again():
 
     with FakeWorker(exchange, "t", [ECHO], private=True, on_request=refuse) as unknown:
         unknown.answer_notify = False  # silent to the start NOTIFY: stays unknown
-        with running_executor(exchange, ["t"]) as executor, \
-                FakeWorker(exchange, "t", [ECHO, OTHER], consume_topic=False, private=True,
-                           on_request=run) as capable:
+        with (
+            running_executor(exchange, ["t"]) as executor,
+            FakeWorker(
+                exchange, "t", [ECHO, OTHER], consume_topic=False, private=True, on_request=run
+            ) as capable,
+        ):
             capable.announce()
             assert executor.wait_for_workers(1, WAIT_S) == 0
             # (the start NOTIFY on the topic key reached it and went unanswered)
@@ -471,8 +500,10 @@ def test_stop_unbinds_the_reply_queue(tmp_path):
     # Given an executor on the filesystem transport (kombu ignores auto_delete there)
     exchange = unique()
     conn = {"transport": "filesystem", "transport_options": {"data_folder": str(tmp_path)}}
-    with running_worker(exchange, "t", [et.Echo], **conn), \
-            running_executor(exchange, ["t"], **conn) as executor:
+    with (
+        running_worker(exchange, "t", [et.Echo], **conn),
+        running_executor(exchange, ["t"], **conn) as executor,
+    ):
         assert executor.execute_task(et.Echo("e"), "u", {"value": 1}).result(WAIT_S)[1] == 1
         table = (tmp_path / "control" / f"{exchange}.exchange").read_text()
         reply_queue = pr.reply_queue_name(exchange, executor.uuid)

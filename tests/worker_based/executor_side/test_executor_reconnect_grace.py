@@ -62,8 +62,7 @@ class _OneTopicFinder:
 
 def _held(book: tr.RequestBook, silent_for_s: float = 0.0) -> tr.Tracked:
     """A request RUNNING on worker 'w1', last heard ``silent_for_s`` seconds ago."""
-    request = pr.Request(et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1},
-                         timeout=None)
+    request = pr.Request(et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1}, timeout=None)
     tracked = tr.Tracked(request, None, None)
     route, _ = book.submit(tracked)
     assert route is not None
@@ -79,6 +78,7 @@ def _lost_at(book: tr.RequestBook, now: float) -> list[tr.Tracked]:
 
 
 # --- the book ---
+
 
 def test_held_request_is_not_lost_right_after_the_grace_but_after_a_full_bound():
     # Given a held request silent for longer than its bound (as after an outage)
@@ -100,8 +100,9 @@ def test_grace_only_covers_held_requests_and_never_moves_a_clock_back():
     book = tr.RequestBook(_OneTopicFinder(), None)
     now = time.monotonic()
     # A request published but not heard from (no worker holds it yet)
-    unheard = tr.Tracked(pr.Request(et.Echo("e"), "unheard", pr.EXECUTE, {"value": 1},
-                                    timeout=None), None, None)
+    unheard = tr.Tracked(
+        pr.Request(et.Echo("e"), "unheard", pr.EXECUTE, {"value": 1}, timeout=None), None, None
+    )
     book.submit(unheard)
     # A request heard from after the moment the grace is given for
     later = _held(book)
@@ -113,16 +114,17 @@ def test_grace_only_covers_held_requests_and_never_moves_a_clock_back():
 
 # --- the housekeeper's consumer callback ---
 
+
 @pytest.fixture
 def housekeeper():
     """A housekeeper (never run) whose book routes everything to topic 't'."""
     book = tr.RequestBook(_OneTopicFinder(), None)
-    return Housekeeper("executor-1", book, finder=None, policy=RequestPolicy(),
-                       requests=None, unserved_watch=None)
+    return Housekeeper(
+        "executor-1", book, finder=None, policy=RequestPolicy(), requests=None, unserved_watch=None
+    )
 
 
-def test_consumer_restart_after_an_outage_forgives_but_first_start_does_not(housekeeper,
-                                                                            caplog):
+def test_consumer_restart_after_an_outage_forgives_but_first_start_does_not(housekeeper, caplog):
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     # Given a held request long silent
     tracked = _held(housekeeper.book, silent_for_s=BOUND_S * 3)
@@ -159,6 +161,7 @@ def test_loss_found_just_before_the_grace_is_not_acted_on(housekeeper):
 
 # --- a real broker outage ---
 
+
 class _Signals:
     """What Hold reports to the test, and the test's go-ahead (reset per test)."""
 
@@ -184,8 +187,6 @@ class Hold(task.Task):
         return value
 
 
-
-
 def _record_heard(executor: wex.WorkerTaskExecutor) -> list[tuple[int, tr.Tracked]]:
     """Record each heartbeat the executor handles, with its reconnections so far."""
     heard: list[tuple[int, tr.Tracked]] = []
@@ -200,8 +201,9 @@ def _record_heard(executor: wex.WorkerTaskExecutor) -> list[tuple[int, tr.Tracke
     return heard
 
 
-def _record_consumer_starts(executor: wex.WorkerTaskExecutor, tracked: tr.Tracked
-                            ) -> list[tuple[float, float | None]]:
+def _record_consumer_starts(
+    executor: wex.WorkerTaskExecutor, tracked: tr.Tracked
+) -> list[tuple[float, float | None]]:
     """Record (when, ``tracked.last_heard``) each time consuming resumes.
 
     Taken right after the executor's own callback, before the consumer reads
@@ -221,8 +223,7 @@ def _record_consumer_starts(executor: wex.WorkerTaskExecutor, tracked: tr.Tracke
 
 @pytest.mark.broker
 @pytest.mark.slow
-def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_redis,
-                                                                        caplog):
+def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_redis, caplog):
     caplog.set_level(logging.INFO, logger="flowengine.engines.worker_based.executor_side")
     _Signals.reset()
     exchange, topic = unique(), "grace"
@@ -231,10 +232,13 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
     errors: list[BaseException] = []
     done = threading.Event()
     # Given two workers that can run Hold, and an executor allowing 3 misses
-    with running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn), \
-            running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn), \
-            running_executor(exchange, [topic], policy=RequestPolicy(heartbeat_misses=MISSES),
-                             **conn) as executor:
+    with (
+        running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn),
+        running_worker(exchange, topic, [Hold], heartbeat_interval=HEARTBEAT_S, **conn),
+        running_executor(
+            exchange, [topic], policy=RequestPolicy(heartbeat_misses=MISSES), **conn
+        ) as executor,
+    ):
         try:
             assert executor.wait_for_workers(2, WAIT_S) == 0
             heard = _record_heard(executor)
@@ -251,8 +255,10 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             threading.Thread(target=run, daemon=True).start()
             # ...and Hold running on one of them, its RUNNING heard
             assert _Signals.started.wait(WAIT_S)
-            _wait_until(lambda: any(
-                t.request.current_state == pr.RUNNING for _, t in heard), "its RUNNING heard")
+            _wait_until(
+                lambda: any(t.request.current_state == pr.RUNNING for _, t in heard),
+                "its RUNNING heard",
+            )
             tracked = heard[-1][1]
             assert tracked.lost_after == pytest.approx(LOST_AFTER_S)
             starts = _record_consumer_starts(executor, tracked)
@@ -266,8 +272,10 @@ def test_outage_longer_than_the_loss_bound_does_not_run_the_task_twice(private_r
             back_at, last_heard = starts[0]
             assert last_heard is not None and last_heard + tracked.lost_after > back_at
             # ...and the executor hears a heartbeat again
-            _wait_until(lambda: any(reconnects >= 1 for reconnects, _ in heard),
-                        "a heartbeat after the reconnection")
+            _wait_until(
+                lambda: any(reconnects >= 1 for reconnects, _ in heard),
+                "a heartbeat after the reconnection",
+            )
             # And the request was never declared lost (nor dispatched again)
             assert list(executor.lost_history) == []
             assert tracked.attempt == 0

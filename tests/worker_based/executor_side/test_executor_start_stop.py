@@ -29,17 +29,20 @@ def _dead_port() -> int:
     return port
 
 
-@pytest.mark.parametrize("url, durable, deleted, expected", [
-    # RabbitMQ deletes an auto-delete queue when its consumer goes
-    ("amqp://guest:guest@127.0.0.1:1//", False, False, False),
-    # a durable reply queue is not auto-delete: it expires, or we delete it
-    ("amqp://guest:guest@127.0.0.1:1//", True, False, True),
-    # kombu's virtual transports ignore auto-delete
-    ("memory://", False, False, True),
-    ("redis://127.0.0.1:1/0", False, False, True),
-    # unless the consumer's retired lease took its private queues with it
-    ("redis://127.0.0.1:1/0", False, True, False),
-])
+@pytest.mark.parametrize(
+    "url, durable, deleted, expected",
+    [
+        # RabbitMQ deletes an auto-delete queue when its consumer goes
+        ("amqp://guest:guest@127.0.0.1:1//", False, False, False),
+        # a durable reply queue is not auto-delete: it expires, or we delete it
+        ("amqp://guest:guest@127.0.0.1:1//", True, False, True),
+        # kombu's virtual transports ignore auto-delete
+        ("memory://", False, False, True),
+        ("redis://127.0.0.1:1/0", False, False, True),
+        # unless the consumer's retired lease took its private queues with it
+        ("redis://127.0.0.1:1/0", False, True, False),
+    ],
+)
 def test_which_reply_queues_are_left_to_remove(url, durable, deleted, expected):
     broker = BrokerSettings(url, durable=durable)
     # told by the connection the caller has (a proxy's template: never connected)
@@ -58,8 +61,10 @@ def test_a_stopped_executor_on_redis_has_its_reply_queue_deleted_with_its_lease(
         # (once its lease was first taken: before that there is nothing to retire,
         # and stop() deletes the queue itself, as a loaded machine showed)
         holder = executor.proxy._consumer._lease.consumer_id
-        waiting.wait_until(lambda: client.hexists(redis_consumers.REGISTRY_KEY, holder),
-                           "the executor's consumer lease")
+        waiting.wait_until(
+            lambda: client.hexists(redis_consumers.REGISTRY_KEY, holder),
+            "the executor's consumer lease",
+        )
     # Then the lease's retirement deleted it (so stop() did not have to)
     assert executor.proxy.private_queues_deleted
     assert not client.exists(queue)
@@ -71,8 +76,12 @@ def test_a_stopped_executor_on_redis_has_its_reply_queue_deleted_with_its_lease(
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_connecting_the_publisher_early_never_raises():
     # Given a broker nobody listens on, Then connecting early is quiet
-    proxy = px.Proxy("t", unique(), broker=BrokerSettings(f"redis://127.0.0.1:{_dead_port()}/0"),
-                     options=px.ProxyOptions(publish_timeout_s=0.3))
+    proxy = px.Proxy(
+        "t",
+        unique(),
+        broker=BrokerSettings(f"redis://127.0.0.1:{_dead_port()}/0"),
+        options=px.ProxyOptions(publish_timeout_s=0.3),
+    )
     proxy.connect_publisher()
 
 
@@ -92,8 +101,9 @@ def test_a_stopped_consumer_deletes_its_reply_queue_itself(transport, tmp_path, 
     # them; filesystem: closing the channel that marked it private), so
     # stop() need not connect again to declare and delete it.
     dropped_by_stop: list[str] = []
-    monkeypatch.setattr(reply_queue, "drop_reply_queue",
-                        lambda broker, exchange, uuid: dropped_by_stop.append(uuid))
+    monkeypatch.setattr(
+        reply_queue, "drop_reply_queue", lambda broker, exchange, uuid: dropped_by_stop.append(uuid)
+    )
     options = {"data_folder": str(tmp_path)} if transport == "filesystem" else {}
     conn = {"transport": transport, "transport_options": options}
     exchange = unique()
@@ -122,8 +132,9 @@ def test_drop_queue_unbinds_a_memory_queue():
     broker, exchange, queue = BrokerSettings(transport="memory"), unique(), unique("q")
     keys = ("k1", pr.ANNOUNCE_ROUTING_KEY)
     with broker.connection() as conn:
-        declared = topology.make_queue(queue, compat.make_exchange(exchange), keys,
-                                       auto_delete=True)
+        declared = topology.make_queue(
+            queue, compat.make_exchange(exchange), keys, auto_delete=True
+        )
         declared(conn.default_channel).declare()
     assert _exists(broker, exchange, queue)
     inventory.drop_queue(broker, exchange, queue, keys, auto_delete=True)

@@ -52,8 +52,9 @@ class _OneTopicFinder:
 
 
 def _request() -> tr.Tracked:
-    request = pr.Request(et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1},
-                         timeout=TIMEOUT_S)
+    request = pr.Request(
+        et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1}, timeout=TIMEOUT_S
+    )
     return tr.Tracked(request, None, request.created_on + TIMEOUT_S)
 
 
@@ -85,18 +86,26 @@ def test_after_a_round_over_an_empty_book_the_housekeeper_has_a_next_look():
     # Given a housekeeper over an empty book, running
     book = tr.RequestBook(_OneTopicFinder(), TIMEOUT_S)
     watch = types.SimpleNamespace(check=lambda waiting, now: None)
-    keeper = Housekeeper("executor", book, _OneTopicFinder(),  # type: ignore[arg-type]
-                         RequestPolicy(transition_timeout=TIMEOUT_S),
-                         requests=None,  # type: ignore[arg-type]
-                         unserved_watch=watch)  # type: ignore[arg-type]
+    keeper = Housekeeper(
+        "executor",
+        book,
+        _OneTopicFinder(),  # type: ignore[arg-type]
+        RequestPolicy(transition_timeout=TIMEOUT_S),
+        requests=None,  # type: ignore[arg-type]
+        unserved_watch=watch,
+    )  # type: ignore[arg-type]
     keeper.arm()
     started = time.monotonic()
     thread = threading.Thread(target=keeper.run, daemon=True)
     thread.start()
     try:
         # When it has gone round once
-        waiting.wait_until(lambda: book.next_deadline is not None,
-                           "the housekeeper's first round", timeout=WAIT_S, poll_s=0.01)
+        waiting.wait_until(
+            lambda: book.next_deadline is not None,
+            "the housekeeper's first round",
+            timeout=WAIT_S,
+            poll_s=0.01,
+        )
         # Then the book knows when it looks again (its longest sleep at most)
         assert book.next_deadline <= time.monotonic() + HOUSEKEEPING_MAX_SLEEP_S
         assert book.next_deadline >= started

@@ -50,8 +50,14 @@ def test_an_engines_run_time_is_the_bodys_not_the_time_since_a_late_running_repl
     exchange = unique()
     with running_worker(exchange, "t", [et.Sleeps]):
         flow = lf.Flow("timed").add(et.Sleeps("nap"))
-        engine = engines.load(flow, engine="worker-based", exchange=exchange, topics=["t"],
-                              store={"seconds": 0.3}, **MEMORY)
+        engine = engines.load(
+            flow,
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            store={"seconds": 0.3},
+            **MEMORY,
+        )
         engine.run()
     atom = engine.statistics["atoms"]["nap"]
     assert atom["run_time"] >= 0.3  # the body slept that long, whatever the load

@@ -70,8 +70,9 @@ def proxy():
 
 @pytest.fixture
 def finder(proxy, clock):
-    f = discovery.ProxyWorkerFinder("executor-1", proxy, ["t1", "t2"], beat_periodicity=5,
-                             worker_expiry=60)
+    f = discovery.ProxyWorkerFinder(
+        "executor-1", proxy, ["t1", "t2"], beat_periodicity=5, worker_expiry=60
+    )
     f._clock = clock
     return f
 

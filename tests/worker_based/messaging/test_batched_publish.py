@@ -43,8 +43,9 @@ def _settings(broker: Any) -> BrokerSettings:
     return BrokerSettings(broker.url, transport_options=broker.transport_options)
 
 
-def _bound_queue(conn: kombu.Connection, exchange: kombu.Exchange, name: str,
-                 key: str) -> kombu.Queue:
+def _bound_queue(
+    conn: kombu.Connection, exchange: kombu.Exchange, name: str, key: str
+) -> kombu.Queue:
     queue = kombu.Queue(name, exchange, routing_key=key, durable=False)
     queue(conn.default_channel).declare()
     return queue
@@ -61,13 +62,10 @@ def _drain(conn: kombu.Connection, queue: kombu.Queue, count: int) -> list[Any]:
         if len(got) >= count:
             done.set()
 
-    with kombu.Consumer(conn.default_channel, [queue], callbacks=[on_message],
-                        accept=["json"]):
+    with kombu.Consumer(conn.default_channel, [queue], callbacks=[on_message], accept=["json"]):
         while not done.is_set():
             conn.drain_events(timeout=WAIT_S)
     return got
-
-
 
 
 # --- Publisher.send, on every broker ---
@@ -81,8 +79,7 @@ def test_a_batch_arrives_in_order_on_every_broker(broker):
     with settings.connection() as conn:
         queue = _bound_queue(conn, exchange, unique("q"), "k")
         # When a batch is sent
-        batch = [publisher.prepare("T", {"n": n}, "k", correlation_id=str(n))
-                 for n in range(BATCH)]
+        batch = [publisher.prepare("T", {"n": n}, "k", correlation_id=str(n)) for n in range(BATCH)]
         publisher.send(batch)
         # Then every message arrives, in order
         assert _drain(conn, queue, BATCH) == [{"n": n} for n in range(BATCH)]
@@ -96,8 +93,9 @@ def test_an_empty_batch_sends_nothing():
 @pytest.mark.broker
 def test_a_batch_that_cannot_go_out_says_how_much_did(private_redis):
     # Given a broker that is gone
-    publisher = Publisher(BrokerSettings(private_redis.url), topology.make_exchange(unique()),
-                          timeout_s=0.3)
+    publisher = Publisher(
+        BrokerSettings(private_redis.url), topology.make_exchange(unique()), timeout_s=0.3
+    )
     private_redis.kill()
     batch = [publisher.prepare("T", {"n": n}, "k") for n in range(3)]
     # When sending a batch, Then it fails naming what failed and how much went out
@@ -144,8 +142,7 @@ def test_redis_drops_a_publication_nobody_is_bound_for(private_redis):
         queue(conn.default_channel).delete()
         # When publishing with its key, Then nothing is pushed (kombu drops it too):
         # no list is left behind under the deleted queue's name
-        kombu.Producer(conn.default_channel, exchange=exchange).publish({"n": 1},
-                                                                       routing_key="k")
+        kombu.Producer(conn.default_channel, exchange=exchange).publish({"n": 1}, routing_key="k")
         assert not client.exists(queue.name)
     client.close()
 
@@ -191,8 +188,6 @@ def test_a_redis_publisher_holds_one_connection(private_redis):
     client.close()
 
 
-
-
 @pytest.mark.broker
 def test_a_redis_batch_whose_block_raises_pushes_nothing(private_redis):
     exchange = topology.make_exchange(unique())
@@ -223,30 +218,40 @@ def _auto_success(fake: FakeWorker, data: dict, message: Any) -> None:
 
 @pytest.mark.parametrize("kind", ["memory", pytest.param("redis", marks=pytest.mark.broker)])
 def test_requests_submitted_together_reach_the_worker_in_order_and_complete(kind, request):
-    conn = ({"transport": "memory"} if kind == "memory"
-            else {"url": request.getfixturevalue("redis_url")})
+    conn = (
+        {"transport": "memory"}
+        if kind == "memory"
+        else {"url": request.getfixturevalue("redis_url")}
+    )
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success, **conn) as fake, \
-            running_executor(exchange, ["t"], **conn) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO], on_request=_auto_success, **conn) as fake,
+        running_executor(exchange, ["t"], **conn) as executor,
+    ):
         assert wait_workers(executor, lambda f: f.total_workers >= 1)
         # When many requests are submitted in one go (as the engine schedules)
-        futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
-                   for n in range(BATCH * 3)]
+        futures = [
+            executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
+            for n in range(BATCH * 3)
+        ]
         # Then each completes with its own result
-        assert [f.result(WAIT_S) for f in futures] == [(base.EXECUTED, n)
-                                                       for n in range(BATCH * 3)]
+        assert [f.result(WAIT_S) for f in futures] == [(base.EXECUTED, n) for n in range(BATCH * 3)]
     # and the worker got them in the order they were submitted
     assert [data["arguments"]["value"] for data, _ in fake.requests] == list(range(BATCH * 3))
 
 
 def test_an_unencodable_request_fails_alone_and_its_batch_goes_out():
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success) as fake, \
-            running_executor(exchange, ["t"]) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO], on_request=_auto_success) as fake,
+        running_executor(exchange, ["t"]) as executor,
+    ):
         assert wait_workers(executor, lambda f: f.total_workers >= 1)
         values: list[Any] = [0, object(), 2]
-        futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": v})
-                   for n, v in enumerate(values)]
+        futures = [
+            executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": v})
+            for n, v in enumerate(values)
+        ]
         results = [f.result(WAIT_S) for f in futures]
     assert results[0] == (base.EXECUTED, 0) and results[2] == (base.EXECUTED, 2)
     assert isinstance(results[1][1], ft.Failure)
@@ -268,18 +273,23 @@ def _recording_sends(executor: Any, monkeypatch: Any) -> list[tuple[str, int]]:
 
 
 def _burst(executor: Any, first: int) -> None:
-    futures = [executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
-               for n in range(first, first + BATCH)]
+    futures = [
+        executor.execute_task(et.Echo(f"e{n}"), f"u-{n}", {"value": n})
+        for n in range(first, first + BATCH)
+    ]
     assert [f.result(WAIT_S)[1] for f in futures] == list(range(first, first + BATCH))
 
 
 @pytest.mark.broker
 def test_on_redis_a_request_alone_is_published_by_submit_and_a_burst_by_the_sender(
-        redis_url, monkeypatch):
+    redis_url, monkeypatch
+):
     exchange = unique()
     conn = {"url": redis_url}
-    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success, **conn), \
-            running_executor(exchange, ["t"], **conn) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO], on_request=_auto_success, **conn),
+        running_executor(exchange, ["t"], **conn) as executor,
+    ):
         assert executor.proxy.batches_publications
         assert wait_workers(executor, lambda f: f.total_workers >= 1)
         senders = _recording_sends(executor, monkeypatch)
@@ -299,8 +309,10 @@ def test_on_redis_a_request_alone_is_published_by_submit_and_a_burst_by_the_send
 
 def test_where_a_batch_saves_nothing_submit_publishes_every_request_itself(monkeypatch):
     exchange = unique()
-    with FakeWorker(exchange, "t", [ECHO], on_request=_auto_success), \
-            running_executor(exchange, ["t"]) as executor:
+    with (
+        FakeWorker(exchange, "t", [ECHO], on_request=_auto_success),
+        running_executor(exchange, ["t"]) as executor,
+    ):
         assert not executor.proxy.batches_publications  # the memory transport
         assert wait_workers(executor, lambda f: f.total_workers >= 1)
         senders = _recording_sends(executor, monkeypatch)

@@ -27,8 +27,11 @@ TOPIC = "calc"
 
 def read_dead_letters(broker, exchange: str, queue: str) -> list[kombu.Message]:
     """Every message in dead-letter queue ``queue`` (taken: the queue ends empty)."""
-    conn = kombu.Connection(broker.url, transport=transports.resolve(broker.url, None),
-                            transport_options=dict(broker.transport_options))
+    conn = kombu.Connection(
+        broker.url,
+        transport=transports.resolve(broker.url, None),
+        transport_options=dict(broker.transport_options),
+    )
     try:
         exchange_ = kombu.Exchange(exchange, type="direct", durable=False, auto_delete=False)
         bound = dl.declare_queue(conn.channel(), exchange_, queue, durable=False)
@@ -55,29 +58,35 @@ def test_broker_settings_check_the_limits():
         BrokerSettings("memory://", max_redeliveries=0)
     with pytest.raises(ValueError, match="max_body_bytes"):
         BrokerSettings("memory://", max_body_bytes=0)
-    options = BrokerSettings.from_options({"url": "memory://", "max_body_bytes": 10,
-                                           "max_redeliveries": 5})
+    options = BrokerSettings.from_options(
+        {"url": "memory://", "max_body_bytes": 10, "max_redeliveries": 5}
+    )
     assert (options.max_body_bytes, options.max_redeliveries) == (10, 5)
 
 
-def test_kombu_level_poison_is_dead_lettered_and_the_worker_goes_on(broker, unique_name,
-                                                                     caplog):
+def test_kombu_level_poison_is_dead_lettered_and_the_worker_goes_on(broker, unique_name, caplog):
     # Given a worker and a client on the broker,
     conn = conn_kwargs(broker)
     caplog.set_level(logging.INFO)
     sender = RawSender(unique_name, **conn)
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2,
-                               **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2, **conn) as worker,
+        ):
             # when a request arrives whose compression header lies about its
             # body, and one whose headers are not a mapping (AMQP cannot carry those),
-            sender.send(b'{"not": "zlib"}', TOPIC, headers={"compression": "application/x-gzip"},
-                        **request_props(client, "zipped"))
+            sender.send(
+                b'{"not": "zlib"}',
+                TOPIC,
+                headers={"compression": "application/x-gzip"},
+                **request_props(client, "zipped"),
+            )
             sent = 1
             if broker.kind != "amqp":
-                sender.send(b"{}", TOPIC, headers=["not", "a", "mapping"],
-                            **request_props(client, "listed"))
+                sender.send(
+                    b"{}", TOPIC, headers=["not", "a", "mapping"], **request_props(client, "listed")
+                )
                 sent += 1
             # and then a good request,
             cid = client.request(wt.Add(), arguments={"x": 40, "y": 2}, routing_key=TOPIC)
@@ -89,8 +98,10 @@ def test_kombu_level_poison_is_dead_lettered_and_the_worker_goes_on(broker, uniq
             assert "compressed" in json.dumps(final["data"])
             proxy = worker.server.proxy
             # (its FAILURE goes out before it is dead-lettered)
-            waiting.wait_until(lambda: proxy.dead_lettered == {
-                f"{unique_name}_{TOPIC}.dead": sent}, "the poison dead-lettered")
+            waiting.wait_until(
+                lambda: proxy.dead_lettered == {f"{unique_name}_{TOPIC}.dead": sent},
+                "the poison dead-lettered",
+            )
             assert proxy.reconnect_count == 0 and proxy.failing is None
     finally:
         sender.close()
@@ -105,8 +116,14 @@ def test_kombu_level_poison_is_dead_lettered_and_the_worker_goes_on(broker, uniq
         assert (original["exchange"], original["routing_key"]) == (unique_name, TOPIC)
     assert "compressed ('application/x-gzip')" in by_cid["zipped"]["reason"]
     assert by_cid["zipped"]["headers"] == {"compression": "application/x-gzip"}
-    assert letters[[dl.original_message(m.headers)["properties"]["correlation_id"]
-                    for m in letters].index("zipped")].body == b'{"not": "zlib"}'
+    assert (
+        letters[
+            [dl.original_message(m.headers)["properties"]["correlation_id"] for m in letters].index(
+                "zipped"
+            )
+        ].body
+        == b'{"not": "zlib"}'
+    )
     if broker.kind != "amqp":
         assert "headers are a list" in by_cid["listed"]["reason"]
         assert by_cid["listed"]["headers"] == ["not", "a", "mapping"]
@@ -118,16 +135,21 @@ def test_an_oversized_request_is_refused_naming_the_limit(broker, unique_name):
     conn = conn_kwargs(broker)
     sender = RawSender(unique_name, **conn)
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1,
-                               max_body_bytes=1000, **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(
+                unique_name, TOPIC, ["worker_tasks"], threads_count=1, max_body_bytes=1000, **conn
+            ) as worker,
+        ):
             sender.send(json.dumps({"pad": "x" * 2000}), TOPIC, **request_props(client, "big"))
             final = client.final("big")
             assert final["state"] == "FAILURE"
             assert "exceeds the limit of 1000 bytes" in json.dumps(final["data"])
             proxy = worker.server.proxy
-            waiting.wait_until(lambda: proxy.dead_lettered == {
-                f"{unique_name}_{TOPIC}.dead": 1}, "the oversized request dead-lettered")
+            waiting.wait_until(
+                lambda: proxy.dead_lettered == {f"{unique_name}_{TOPIC}.dead": 1},
+                "the oversized request dead-lettered",
+            )
     finally:
         sender.close()
     (letter,) = read_dead_letters(broker, unique_name, f"{unique_name}_{TOPIC}.dead")
@@ -136,12 +158,19 @@ def test_an_oversized_request_is_refused_naming_the_limit(broker, unique_name):
 
 # Not memory: kombu's memory transport drops what a closed channel left
 # unacknowledged (do_restore is off), so nothing comes back to be counted.
-@pytest.mark.parametrize("broker", ["filesystem", pytest.param("redis", marks=pytest.mark.broker),
-                                    pytest.param("amqp", marks=pytest.mark.broker)],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "broker",
+    [
+        "filesystem",
+        pytest.param("redis", marks=pytest.mark.broker),
+        pytest.param("amqp", marks=pytest.mark.broker),
+    ],
+    indirect=True,
+)
 @pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)
 def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
-        broker, unique_name, monkeypatch, caplog):
+    broker, unique_name, monkeypatch, caplog
+):
     # Given a consume loop whose dead-lettering fails unexpectedly three
     # times (an error of the loop's own, the refused message in hand),
     failures_left = [3]
@@ -159,16 +188,19 @@ def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
     caplog.set_level(logging.INFO)
     sender = RawSender(unique_name, **conn)
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1,
-                               **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1, **conn) as worker,
+        ):
             proxy = worker.server.proxy
             # when a message it refuses arrives,
             sender.send("{not json", TOPIC, **request_props(client, "poison"))
             # it is taken again after each failure, then dead-lettered unread
             # once it was in hand three times (default max_redeliveries),
-            waiting.wait_until(lambda: sum(proxy.dead_lettered.values()) == 1,
-                               "the poison dead-lettered after three strikes")
+            waiting.wait_until(
+                lambda: sum(proxy.dead_lettered.values()) == 1,
+                "the poison dead-lettered after three strikes",
+            )
             # the loop counted as failing meanwhile and says so,
             assert "keeps failing" in caplog.text
             assert "stops announcing itself" in caplog.text
@@ -181,6 +213,5 @@ def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
     finally:
         sender.close()
     (letter,) = read_dead_letters(broker, unique_name, f"{unique_name}_{TOPIC}.dead")
-    assert letter.headers[dl.HEADER_REASON] == \
-        "it was in hand 3 times when the consume loop failed"
+    assert letter.headers[dl.HEADER_REASON] == "it was in hand 3 times when the consume loop failed"
     assert caplog.text.count("while handling a message") == 3

@@ -42,8 +42,9 @@ class Commands:
         self._monkeypatch = monkeypatch
         self._capsys = capsys
         if broker.kind == "memory":  # the command's broker is this process's memory
-            monkeypatch.setattr(broker_options, "broker_settings",
-                                lambda args, why: BrokerSettings("memory://"))
+            monkeypatch.setattr(
+                broker_options, "broker_settings", lambda args, why: BrokerSettings("memory://")
+            )
 
     def __call__(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
         """(exit status, stdout, stderr) of ``flowengine ARGS`` on the broker and exchange."""
@@ -56,8 +57,10 @@ class Commands:
             return code, out, err
         where += ["--url", self.broker.url]
         for key, value in self.broker.transport_options.items():
-            where += ["--transport-option", f"{key}={json.dumps(value)}"
-                      if not isinstance(value, str) else f"{key}={value}"]
+            where += [
+                "--transport-option",
+                f"{key}={json.dumps(value)}" if not isinstance(value, str) else f"{key}={value}",
+            ]
         proc = flowengine(*args, *where, stdin=stdin)
         return proc.returncode, proc.stdout, proc.stderr
 
@@ -77,7 +80,8 @@ def states(client: Client, cid: str) -> list[str]:
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
-        broker, unique_name, monkeypatch, capsys):
+    broker, unique_name, monkeypatch, capsys
+):
     run = Commands(broker, unique_name, monkeypatch, capsys)
     dead = f"{unique_name}_{TOPIC}.dead"
     conn = conn_kwargs(broker)
@@ -86,20 +90,32 @@ def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
         with Client(unique_name, **conn) as client:
             # Given a worker whose body limit is too small for one request,
             # which refuses it and two messages that are not JSON,
-            with running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1,
-                                max_body_bytes=SMALL_LIMIT, **conn) as worker:
+            with running_worker(
+                unique_name,
+                TOPIC,
+                ["worker_tasks"],
+                threads_count=1,
+                max_body_bytes=SMALL_LIMIT,
+                **conn,
+            ) as worker:
                 proxy = worker.server.proxy
 
                 def dead_lettered(count: int) -> None:
                     # One at a time: two connections publish, so only this sets their
                     # order. Polled: nothing signals the worker's count.
-                    waiting.wait_until(lambda: proxy.dead_lettered == {dead: count},
-                                       f"{count} dead letter(s)", timeout=WAIT_S)
+                    waiting.wait_until(
+                        lambda: proxy.dead_lettered == {dead: count},
+                        f"{count} dead letter(s)",
+                        timeout=WAIT_S,
+                    )
 
                 sender.send("{not json", TOPIC, **request_props(client, "poison-1"))
                 dead_lettered(1)
-                big = client.request(wt.Add(name="add-" + "x" * SMALL_LIMIT),
-                                     arguments={"x": 40, "y": 2}, routing_key=TOPIC)
+                big = client.request(
+                    wt.Add(name="add-" + "x" * SMALL_LIMIT),
+                    arguments={"x": 40, "y": 2},
+                    routing_key=TOPIC,
+                )
                 dead_lettered(2)
                 sender.send("{still not json", TOPIC, **request_props(client, "poison-2"))
                 dead_lettered(3)
@@ -115,13 +131,25 @@ def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
             code, out, err = run("deadletters", "list", dead)
             assert code == 0, err
             lines = out.splitlines()
-            assert lines[0].split() == ["#", "REFUSED", "AT", "(UTC)", "TYPE", "CORRELATION",
-                                        "ID", "FROM", "QUEUE", "REASON"]
+            assert lines[0].split() == [
+                "#",
+                "REFUSED",
+                "AT",
+                "(UTC)",
+                "TYPE",
+                "CORRELATION",
+                "ID",
+                "FROM",
+                "QUEUE",
+                "REASON",
+            ]
             assert [line.split()[0] for line in lines[1:]] == ["1", "2", "3"]
             cids = [line.split()[4] for line in lines[1:]]
             assert cids == ["poison-1", big, "poison-2"]
-            assert all(line.split()[3] == pr.REQUEST and line.split()[5] ==
-                       f"{unique_name}_{TOPIC}" for line in lines[1:])
+            assert all(
+                line.split()[3] == pr.REQUEST and line.split()[5] == f"{unique_name}_{TOPIC}"
+                for line in lines[1:]
+            )
             assert f"exceeds the limit of {SMALL_LIMIT} bytes" in lines[2]
             assert "3 dead letter(s) in queue" in err
             # and the refused request is shown whole,
@@ -130,7 +158,10 @@ def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
             shown = json.loads(out)
             assert shown["reason"].startswith("body of ")
             assert (shown["exchange"], shown["routing_key"], shown["queue"]) == (
-                unique_name, TOPIC, f"{unique_name}_{TOPIC}")
+                unique_name,
+                TOPIC,
+                f"{unique_name}_{TOPIC}",
+            )
             assert shown["properties"]["correlation_id"] == big
             assert shown["properties"]["content_type"] == "application/json"
             assert "add-xxxx" in shown["body_excerpt"] and shown["truncated_from"] is None
@@ -138,14 +169,14 @@ def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
             letters = dlr.read_dead_letters(settings(broker), unique_name, dead)
             assert [letter.correlation_id for letter in letters] == cids
             # then, the cause fixed (a worker with the default limit), requeued:
-            with running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1,
-                                **conn):
+            with running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=1, **conn):
                 code, out, err = run("deadletters", "requeue", dead, "--index", "2", "--yes")
                 assert code == 0, err
                 assert "Requeued 1 dead letter(s)" in out
                 # Then it runs, answering its engine,
-                assert client.wait_for(lambda: pr.SUCCESS in states(client, big), WAIT_S), \
-                    states(client, big)
+                assert client.wait_for(lambda: pr.SUCCESS in states(client, big), WAIT_S), states(
+                    client, big
+                )
             assert client.responses[big][-1][0]["data"] == {"result": 42}
     finally:
         sender.close()
@@ -159,16 +190,32 @@ def test_dead_letters_are_listed_shown_requeued_once_fixed_and_purged(
     assert dlr.read_dead_letters(settings(broker), unique_name, dead) == []
 
 
-def _put_dead_letter(conn: kombu.Connection, exchange: kombu.Exchange, dead: str,
-                     routing_key: str, cid: str, *, truncated: int | None = None) -> None:
+def _put_dead_letter(
+    conn: kombu.Connection,
+    exchange: kombu.Exchange,
+    dead: str,
+    routing_key: str,
+    cid: str,
+    *,
+    truncated: int | None = None,
+) -> None:
     """A dead letter as a consume loop writes it, for a message sent with ``routing_key``."""
     headers = {
-        dl.HEADER_REASON: "refused for the test", dl.HEADER_QUEUE: f"{exchange.name}_x",
-        dl.HEADER_EXCHANGE: exchange.name, dl.HEADER_ROUTING_KEY: routing_key,
-        dl.HEADER_AT: 1_700_000_000.25, dl.HEADER_BY: "test",
-        dl.HEADER_PROPERTIES: json.dumps({
-            "type": pr.REQUEST, "correlation_id": cid, "reply_to": "nobody",
-            "content_type": "application/json", "content_encoding": "utf-8"}),
+        dl.HEADER_REASON: "refused for the test",
+        dl.HEADER_QUEUE: f"{exchange.name}_x",
+        dl.HEADER_EXCHANGE: exchange.name,
+        dl.HEADER_ROUTING_KEY: routing_key,
+        dl.HEADER_AT: 1_700_000_000.25,
+        dl.HEADER_BY: "test",
+        dl.HEADER_PROPERTIES: json.dumps(
+            {
+                "type": pr.REQUEST,
+                "correlation_id": cid,
+                "reply_to": "nobody",
+                "content_type": "application/json",
+                "content_encoding": "utf-8",
+            }
+        ),
         dl.HEADER_HEADERS: json.dumps({"attempt": 1, "trace": "t-1"}),
     }
     if truncated is not None:
@@ -176,23 +223,29 @@ def _put_dead_letter(conn: kombu.Connection, exchange: kombu.Exchange, dead: str
     channel = conn.channel()
     dl.declare_queue(channel, exchange, dead, durable=False)
     kombu.Producer(channel, exchange=exchange, auto_declare=False).publish(
-        b'{"cid": "%s"}' % cid.encode(), routing_key=dead, headers=headers,
-        content_type="application/octet-stream", content_encoding="binary")
+        b'{"cid": "%s"}' % cid.encode(),
+        routing_key=dead,
+        headers=headers,
+        content_type="application/octet-stream",
+        content_encoding="binary",
+    )
 
 
-def test_requeue_sends_a_message_back_as_it_was_and_keeps_what_it_cannot_send(
-        broker, unique_name):
+def test_requeue_sends_a_message_back_as_it_was_and_keeps_what_it_cannot_send(broker, unique_name):
     # Given a dead letter for a bound routing key, one whose body was cut,
     # and one for a routing key nothing is bound to,
     exchange = compat.make_exchange(unique_name)
     dead = f"{unique_name}_x.dead"
     target = topology.make_queue(f"{unique_name}_target", exchange, ("target",))
-    conn = kombu.Connection(broker.url, transport=transports.resolve(broker.url, None),
-                            transport_options=dict(broker.transport_options))
+    conn = kombu.Connection(
+        broker.url,
+        transport=transports.resolve(broker.url, None),
+        transport_options=dict(broker.transport_options),
+    )
     try:
         target(conn.channel()).declare()
         _put_dead_letter(conn, exchange, dead, "target", "ok-1")
-        _put_dead_letter(conn, exchange, dead, "target", "cut", truncated=10 ** 6)
+        _put_dead_letter(conn, exchange, dead, "target", "cut", truncated=10**6)
         _put_dead_letter(conn, exchange, dead, "target", "ok-2")
         _put_dead_letter(conn, exchange, dead, "nobody-listens", "lost")
         # when all are requeued,
@@ -210,8 +263,7 @@ def test_requeue_sends_a_message_back_as_it_was_and_keeps_what_it_cannot_send(
         assert first.properties["type"] == pr.REQUEST
         assert first.properties["reply_to"] == "nobody"
         assert (first.content_type, first.content_encoding) == ("application/json", "utf-8")
-        assert {k: first.headers[k] for k in ("attempt", "trace")} == {"attempt": 1,
-                                                                        "trace": "t-1"}
+        assert {k: first.headers[k] for k in ("attempt", "trace")} == {"attempt": 1, "trace": "t-1"}
         assert not any(k.startswith("x-dead-") for k in first.headers)
         # and the others stay in the dead-letter queue, each kept saying why.
         kept = {letter.correlation_id: why for letter, why in report.kept}
@@ -222,7 +274,7 @@ def test_requeue_sends_a_message_back_as_it_was_and_keeps_what_it_cannot_send(
             assert "no queue is bound to exchange" in kept["lost"]
         left = dlr.read_dead_letters(settings(broker), unique_name, dead)
         assert [letter.correlation_id for letter in left] == ["cut", "lost"]
-        assert left[0].refused_at_text == "2023-11-14 22:13:20" and left[0].truncated == 10 ** 6
+        assert left[0].refused_at_text == "2023-11-14 22:13:20" and left[0].truncated == 10**6
     finally:
         conn.release()
 
@@ -233,8 +285,11 @@ def test_mistakes_are_one_line_and_change_nothing(broker, unique_name, monkeypat
     run = Commands(broker, unique_name, monkeypatch, capsys)
     exchange = compat.make_exchange(unique_name)
     dead = f"{unique_name}_x.dead"
-    conn = kombu.Connection(broker.url, transport=transports.resolve(broker.url, None),
-                            transport_options=dict(broker.transport_options))
+    conn = kombu.Connection(
+        broker.url,
+        transport=transports.resolve(broker.url, None),
+        transport_options=dict(broker.transport_options),
+    )
     try:
         _put_dead_letter(conn, exchange, dead, "target", "only")
         for args, message in [

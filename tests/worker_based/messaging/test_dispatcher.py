@@ -43,8 +43,9 @@ def FakeMessage(body=b"{}", **properties):  # noqa: N802 - reads like the class 
 
 def _dispatcher(handler, **kwargs):
     rejected = []
-    disp = d.TypeDispatcher({"REQUEST": handler},
-                            on_reject=lambda m, reason: rejected.append(reason), **kwargs)
+    disp = d.TypeDispatcher(
+        {"REQUEST": handler}, on_reject=lambda m, reason: rejected.append(reason), **kwargs
+    )
     return disp, rejected
 
 
@@ -65,10 +66,13 @@ def test_valid_message_is_processed_and_left_for_the_consumer_to_settle():
     assert msg.outcome is None and msg.message.calls == []
 
 
-@pytest.mark.parametrize("props,needle", [
-    ({}, "no 'type' property"),
-    ({"type": "BOGUS"}, "unexpected message type 'BOGUS'"),
-])
+@pytest.mark.parametrize(
+    "props,needle",
+    [
+        ({}, "no 'type' property"),
+        ({"type": "BOGUS"}, "unexpected message type 'BOGUS'"),
+    ],
+)
 def test_missing_or_unknown_type_is_rejected(props, needle, caplog):
     disp, rejected = _dispatcher(d.Handler(lambda data, msg: pytest.fail("processed")))
     msg = FakeMessage(**props)
@@ -80,9 +84,12 @@ def test_missing_or_unknown_type_is_rejected(props, needle, caplog):
 
 
 def test_missing_required_properties_are_named():
-    disp, rejected = _dispatcher(d.Handler(lambda data, msg: pytest.fail("processed"),
-                                           required_properties=("reply_to",
-                                                                "correlation_id")))
+    disp, rejected = _dispatcher(
+        d.Handler(
+            lambda data, msg: pytest.fail("processed"),
+            required_properties=("reply_to", "correlation_id"),
+        )
+    )
     msg = FakeMessage(type="REQUEST", reply_to="r")
     disp.on_message({}, msg)
     assert msg.refusal and msg.outcome is None
@@ -93,8 +100,9 @@ def test_invalid_body_is_rejected_with_the_validators_reason(caplog):
     def validator(data):
         raise exc.InvalidFormat("'task_cls' is a required property")
 
-    disp, rejected = _dispatcher(d.Handler(lambda data, msg: pytest.fail("processed"),
-                                           validator=validator))
+    disp, rejected = _dispatcher(
+        d.Handler(lambda data, msg: pytest.fail("processed"), validator=validator)
+    )
     msg = FakeMessage(type="REQUEST")
     with caplog.at_level(logging.WARNING):
         disp.on_message({}, msg)
@@ -125,8 +133,9 @@ def test_handler_exception_is_logged_not_raised(caplog):
 def test_requeue_filters_vote():
     seen = []
     votes = [lambda data, msg: data.get("later", False)]
-    disp = d.TypeDispatcher({"REQUEST": d.Handler(lambda data, msg: seen.append(data))},
-                            requeue_filters=votes)
+    disp = d.TypeDispatcher(
+        {"REQUEST": d.Handler(lambda data, msg: seen.append(data))}, requeue_filters=votes
+    )
     later, now = FakeMessage(type="REQUEST"), FakeMessage(type="REQUEST")
     disp.on_message({"later": True}, later)
     disp.on_message({"later": False}, now)
@@ -140,8 +149,9 @@ def test_failing_requeue_filter_counts_as_no():
         raise ValueError("nope")
 
     seen = []
-    disp = d.TypeDispatcher({"REQUEST": d.Handler(lambda data, msg: seen.append(1))},
-                            requeue_filters=[broken])
+    disp = d.TypeDispatcher(
+        {"REQUEST": d.Handler(lambda data, msg: seen.append(1))}, requeue_filters=[broken]
+    )
     disp.on_message({}, FakeMessage(type="REQUEST"))
     assert seen == [1]
 

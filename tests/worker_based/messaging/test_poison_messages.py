@@ -85,8 +85,7 @@ from tests import waiting
 from tests.proc_utils import stop_processes
 from tests.worker_based import poison_tasks as pt
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 TOPIC = "poison"
 
@@ -111,8 +110,15 @@ TARGET_CONTROL = "control"  # every worker's control key
 TARGET_CONTROL_OWN = "control-own"  # this worker's control key
 TARGET_REPLY = "reply"  # the engine's reply queue
 TARGET_EVENTS = "events"
-TARGETS = (TARGET_TOPIC, TARGET_PRIVATE, TARGET_BROADCAST, TARGET_CONTROL,
-           TARGET_CONTROL_OWN, TARGET_REPLY, TARGET_EVENTS)
+TARGETS = (
+    TARGET_TOPIC,
+    TARGET_PRIVATE,
+    TARGET_BROADCAST,
+    TARGET_CONTROL,
+    TARGET_CONTROL_OWN,
+    TARGET_REPLY,
+    TARGET_EVENTS,
+)
 
 #: Where a publish went: sent, or refused before reaching a queue.
 SENT = "sent"
@@ -121,6 +127,7 @@ REFUSED_BY_BROKER = "refused by the broker"
 
 
 # --- what each consume loop accepts (the test's own oracle) -------------------
+
 
 def _validator(schema: dict[str, Any]) -> Any:
     return jsonschema.Draft4Validator(schema)
@@ -139,15 +146,21 @@ _WORKER_TYPES = {
 }
 _CONTROL_TYPES = {wc.CONTROL: ((), _CONTROL_OK.is_valid)}
 _REPLY_TYPES = {
-    pr.RESPONSE: (("correlation_id",),
-                  lambda data: _RESPONSE_OK.is_valid(pr.Response.normalize(data))),
+    pr.RESPONSE: (
+        ("correlation_id",),
+        lambda data: _RESPONSE_OK.is_valid(pr.Response.normalize(data)),
+    ),
     pr.NOTIFY: ((), _NOTIFY_RESPONSE_OK.is_valid),
 }
 ACCEPTED_TYPES = {
-    TARGET_TOPIC: _WORKER_TYPES, TARGET_PRIVATE: _WORKER_TYPES,
-    TARGET_BROADCAST: _WORKER_TYPES, TARGET_CONTROL: _CONTROL_TYPES,
-    TARGET_CONTROL_OWN: _CONTROL_TYPES, TARGET_REPLY: _REPLY_TYPES,
+    TARGET_TOPIC: _WORKER_TYPES,
+    TARGET_PRIVATE: _WORKER_TYPES,
+    TARGET_BROADCAST: _WORKER_TYPES,
+    TARGET_CONTROL: _CONTROL_TYPES,
+    TARGET_CONTROL_OWN: _CONTROL_TYPES,
+    TARGET_REPLY: _REPLY_TYPES,
 }
+
 
 def _refusal_of(body: Any, poison: Poison) -> str | None:
     """Why a consume loop must refuse ``poison`` received with ``body``; None: it may not."""
@@ -173,8 +186,10 @@ def _refusal_of(body: Any, poison: Poison) -> str | None:
     message_type = props.get("type")
     if not message_type or not isinstance(message_type, str):
         return "type property"
-    if any(props.get(p) is not None and not isinstance(props[p], str)
-           for p in ("reply_to", "correlation_id")):
+    if any(
+        props.get(p) is not None and not isinstance(props[p], str)
+        for p in ("reply_to", "correlation_id")
+    ):
         return "mistyped property"
     accepted = ACCEPTED_TYPES[poison.target]
     if message_type not in accepted:
@@ -224,36 +239,77 @@ def must_refuse(poison: Poison, kind: str) -> str | None:
 
 # --- strategies ------------------------------------------------------------------
 
-KNOWN_TYPES = (pr.REQUEST, pr.RESPONSE, pr.NOTIFY, wc.CONTROL, wc.CONTROL_REPLY,
-               consumer_mod.WAKE_TYPE)
+KNOWN_TYPES = (
+    pr.REQUEST,
+    pr.RESPONSE,
+    pr.NOTIFY,
+    wc.CONTROL,
+    wc.CONTROL_REPLY,
+    consumer_mod.WAKE_TYPE,
+)
 
 #: Header names flowengine reads (their values are fuzzed like any other).
-HEADER_NAMES = (*names.HEADER_NAMES, names.HEADER_CREATED, names.HEADER_ENQUEUED,
-                names.HEADER_RUN_S, names.HEADER_DECLINED, lv.HEADER_HEARTBEAT,
-                lv.HEADER_REQUEST_ID, lv.HEADER_HEARTBEAT_MISSES, lv.HEADER_LOST_AFTER,
-                "signature", "signature_key_id", consumer_mod.WAKE_HEADER,
-                dl.HEADER_REASON, dl.HEADER_QUEUE, "compression")
+HEADER_NAMES = (
+    *names.HEADER_NAMES,
+    names.HEADER_CREATED,
+    names.HEADER_ENQUEUED,
+    names.HEADER_RUN_S,
+    names.HEADER_DECLINED,
+    lv.HEADER_HEARTBEAT,
+    lv.HEADER_REQUEST_ID,
+    lv.HEADER_HEARTBEAT_MISSES,
+    lv.HEADER_LOST_AFTER,
+    "signature",
+    "signature_key_id",
+    consumer_mod.WAKE_HEADER,
+    dl.HEADER_REASON,
+    dl.HEADER_QUEUE,
+    "compression",
+)
 
 #: Names that appear in protocol bodies (so generated objects hit the schemas' keys).
-FIELD_NAMES = ("task_cls", "task_name", "task_version", "action", "arguments", "result",
-               "failures", "state", "data", "event_type", "details", "topic", "tasks",
-               "command", "destination", "exc_type_names", "__type__", "__value__")
+FIELD_NAMES = (
+    "task_cls",
+    "task_name",
+    "task_version",
+    "action",
+    "arguments",
+    "result",
+    "failures",
+    "state",
+    "data",
+    "event_type",
+    "details",
+    "topic",
+    "tasks",
+    "command",
+    "destination",
+    "exc_type_names",
+    "__type__",
+    "__value__",
+)
 
 surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 texts = st.one_of(st.text(max_size=12), st.text(st.characters() | surrogates, max_size=6))
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
-                         st.floats(), texts)
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(), texts)
 # kombu's JSON turns {"__type__": ..., "__value__": ...} into objects (or raises).
-kombu_tagged = st.fixed_dictionaries({
-    "__type__": st.sampled_from(["bytes", "base64", "datetime", "date", "time", "decimal",
-                                 "uuid", "no-such-type"]),
-    "__value__": st.one_of(json_scalars, st.just("2026-05-22T10:00:00"))})
+kombu_tagged = st.fixed_dictionaries(
+    {
+        "__type__": st.sampled_from(
+            ["bytes", "base64", "datetime", "date", "time", "decimal", "uuid", "no-such-type"]
+        ),
+        "__value__": st.one_of(json_scalars, st.just("2026-05-22T10:00:00")),
+    }
+)
 json_values = st.recursive(
     st.one_of(json_scalars, kombu_tagged),
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(st.one_of(st.sampled_from(FIELD_NAMES), texts),
-                                            inner, max_size=4)),
-    max_leaves=10)
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(st.sampled_from(FIELD_NAMES), texts), inner, max_size=4),
+    ),
+    max_leaves=10,
+)
+
 
 def weighted(*choices: tuple[int, Any]) -> Any:
     """A strategy drawing from one of ``choices``, (weight, strategy) pairs, by weight."""
@@ -262,68 +318,148 @@ def weighted(*choices: tuple[int, Any]) -> Any:
 
 
 header_values = st.one_of(
-    json_values, st.binary(max_size=8), st.datetimes(), st.decimals(places=3),
-    st.uuids(), st.integers(2**63, 2**70), st.sets(st.integers(0, 9), max_size=2),
-    st.tuples(st.integers(), texts), st.sampled_from([float("nan"), float("inf")]))
+    json_values,
+    st.binary(max_size=8),
+    st.datetimes(),
+    st.decimals(places=3),
+    st.uuids(),
+    st.integers(2**63, 2**70),
+    st.sets(st.integers(0, 9), max_size=2),
+    st.tuples(st.integers(), texts),
+    st.sampled_from([float("nan"), float("inf")]),
+)
 header_maps = st.dictionaries(
-    st.one_of(st.sampled_from(HEADER_NAMES), texts, st.integers(0, 3)), header_values,
-    max_size=5)
+    st.one_of(st.sampled_from(HEADER_NAMES), texts, st.integers(0, 3)), header_values, max_size=5
+)
 headers_st = weighted(
-    (3, st.none()), (1, st.just({})), (5, header_maps),
+    (3, st.none()),
+    (1, st.just({})),
+    (5, header_maps),
     # Not a mapping at all (AMQP cannot carry these; the others can).
-    (1, st.one_of(st.lists(header_values, min_size=1, max_size=3),
-                  st.text(min_size=1, max_size=8), st.integers(1, 99))))
-compression_names = st.sampled_from(["application/x-gzip", "zlib", "gzip", "bzip2",
-                                     "application/x-bz2", "lzma", "br", "no-such-codec"])
+    (
+        1,
+        st.one_of(
+            st.lists(header_values, min_size=1, max_size=3),
+            st.text(min_size=1, max_size=8),
+            st.integers(1, 99),
+        ),
+    ),
+)
+compression_names = st.sampled_from(
+    [
+        "application/x-gzip",
+        "zlib",
+        "gzip",
+        "bzip2",
+        "application/x-bz2",
+        "lzma",
+        "br",
+        "no-such-codec",
+    ]
+)
 
-odd_values = st.one_of(st.integers(), st.lists(st.integers(0, 9), max_size=2),
-                       st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-                       st.binary(max_size=5), st.floats(), st.booleans())
+odd_values = st.one_of(
+    st.integers(),
+    st.lists(st.integers(0, 9), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.binary(max_size=5),
+    st.floats(),
+    st.booleans(),
+)
 hex_ids = st.uuids().map(lambda u: u.hex)
 correlation_ids = weighted((2, st.none()), (5, hex_ids), (1, texts), (1, odd_values))
 content_types = weighted(
     (8, st.just("application/json")),
-    (1, st.sampled_from(["application/x-python-serialize", "application/x-yaml",
-                         "application/x-msgpack", "text/plain", "application/data",
-                         "application/text", "Application/JSON", ""])),
-    (1, st.none()), (1, st.text(max_size=10)))
+    (
+        1,
+        st.sampled_from(
+            [
+                "application/x-python-serialize",
+                "application/x-yaml",
+                "application/x-msgpack",
+                "text/plain",
+                "application/data",
+                "application/text",
+                "Application/JSON",
+                "",
+            ]
+        ),
+    ),
+    (1, st.none()),
+    (1, st.text(max_size=10)),
+)
 content_encodings = weighted(
     (6, st.just("utf-8")),
-    (2, st.sampled_from(["binary", "latin-1", "utf-16", "ascii", "no-such-codec", "UTF-8",
-                         ""])),
-    (1, st.none()))
-priorities = weighted((4, st.none()), (3, st.integers(0, 9)), (1, st.integers(-10, 1000)),
-                      (1, st.text(max_size=3)), (1, st.floats()),
-                      (1, st.lists(st.integers(), max_size=2)))
-delivery_modes = weighted((4, st.none()), (3, st.sampled_from([1, 2])),
-                          (1, st.integers(-3, 300)), (1, st.text(max_size=5)), (1, st.floats()))
+    (2, st.sampled_from(["binary", "latin-1", "utf-16", "ascii", "no-such-codec", "UTF-8", ""])),
+    (1, st.none()),
+)
+priorities = weighted(
+    (4, st.none()),
+    (3, st.integers(0, 9)),
+    (1, st.integers(-10, 1000)),
+    (1, st.text(max_size=3)),
+    (1, st.floats()),
+    (1, st.lists(st.integers(), max_size=2)),
+)
+delivery_modes = weighted(
+    (4, st.none()),
+    (3, st.sampled_from([1, 2])),
+    (1, st.integers(-3, 300)),
+    (1, st.text(max_size=5)),
+    (1, st.floats()),
+)
 # Long expirations only: a message must not expire before its consumer reads it.
-expirations = weighted((6, st.none()), (1, st.sampled_from(["600000", "abc", "-1", "1.5"])),
-                       (1, st.integers(1, 10**9)))
-user_ids = weighted((6, st.none()), (1, st.sampled_from(["guest", "mallory"])),
-                    (1, st.integers()))
+expirations = weighted(
+    (6, st.none()), (1, st.sampled_from(["600000", "abc", "-1", "1.5"])), (1, st.integers(1, 10**9))
+)
+user_ids = weighted((6, st.none()), (1, st.sampled_from(["guest", "mallory"])), (1, st.integers()))
 
 
 def types_for(target: str) -> Any:
     """``type`` properties: mostly one the target's loop handles, else anything."""
     accepted = sorted(ACCEPTED_TYPES.get(target, {})) or list(KNOWN_TYPES)
-    return weighted((6, st.sampled_from(accepted)), (2, st.sampled_from(KNOWN_TYPES)),
-                    (1, st.just("")), (1, st.none()), (1, texts), (1, odd_values))
+    return weighted(
+        (6, st.sampled_from(accepted)),
+        (2, st.sampled_from(KNOWN_TYPES)),
+        (1, st.just("")),
+        (1, st.none()),
+        (1, texts),
+        (1, odd_values),
+    )
 
 
 #: Valid bodies of each kind, mutated below (some stay valid).
 TEMPLATES: tuple[dict[str, Any], ...] = (
-    {"task_cls": "tests.worker_based.poison_tasks.AddTo",
-     "task_name": "tests.worker_based.poison_tasks.AddTo", "task_version": "1.0",
-     "action": "execute", "arguments": {"start": 1, "n": 2}},
-    {"task_cls": "no.such.Task", "task_name": "no.such.Task", "task_version": ["1", "0"],
-     "action": "revert", "arguments": {}, "result": ["success", 3], "failures": {}},
+    {
+        "task_cls": "tests.worker_based.poison_tasks.AddTo",
+        "task_name": "tests.worker_based.poison_tasks.AddTo",
+        "task_version": "1.0",
+        "action": "execute",
+        "arguments": {"start": 1, "n": 2},
+    },
+    {
+        "task_cls": "no.such.Task",
+        "task_name": "no.such.Task",
+        "task_version": ["1", "0"],
+        "action": "revert",
+        "arguments": {},
+        "result": ["success", 3],
+        "failures": {},
+    },
     {"state": "SUCCESS", "data": {"result": 42}},
     {"state": "RUNNING", "data": {}},
     {"state": "EVENT", "data": {"event_type": "progress", "details": {"progress": 0.5}}},
     {"state": "EVENT", "event_type": "progress", "details": {}},  # TaskFlow's flat EVENT
-    {"state": "FAILURE", "data": {"result": {"exc_type_names": ["RuntimeError"],
-                                             "exception_str": "x", "traceback_str": ""}}},
+    {
+        "state": "FAILURE",
+        "data": {
+            "result": {
+                "exc_type_names": ["RuntimeError"],
+                "exception_str": "x",
+                "traceback_str": "",
+            }
+        },
+    },
     {},
     {"topic": "elsewhere", "tasks": ["no.such.Task"]},
     {"command": "ping"},
@@ -367,8 +503,12 @@ bodies = weighted(
     (2, st.tuples(st.just("json"), json_values.map(_dumps))),
     (2, st.tuples(st.just("random bytes"), st.binary(max_size=200))),
     (1, st.tuples(st.just("text"), texts.map(lambda t: t.encode("utf-8", "surrogatepass")))),
-    (1, st.tuples(st.just("utf-16 json"),
-                  near_valid().map(lambda v: json.dumps(v).encode("utf-16")))),
+    (
+        1,
+        st.tuples(
+            st.just("utf-16 json"), near_valid().map(lambda v: json.dumps(v).encode("utf-16"))
+        ),
+    ),
     (1, st.tuples(st.just("oversized"), st.integers(LIMIT, 2 * LIMIT).map(_padded))),
     (1, st.tuples(st.just("zlib"), near_valid().map(lambda v: zlib.compress(_dumps(v))))),
     (1, st.tuples(st.just("bzip2"), near_valid().map(lambda v: bz2.compress(_dumps(v))))),
@@ -393,10 +533,12 @@ class Poison:
     routing_key: Any = None
 
     def summary(self) -> str:
-        return (f"{self.target}: body={self.body_kind} {self.body[:60]!r}"
-                f" content_type={self.content_type!r}"
-                f" content_encoding={self.content_encoding!r} headers={self.headers!r:.120}"
-                f" priority={self.priority!r} properties={self.properties!r:.200}")
+        return (
+            f"{self.target}: body={self.body_kind} {self.body[:60]!r}"
+            f" content_type={self.content_type!r}"
+            f" content_encoding={self.content_encoding!r} headers={self.headers!r:.120}"
+            f" priority={self.priority!r} properties={self.properties!r:.200}"
+        )
 
 
 def _safe(body: bytes) -> bytes:
@@ -405,8 +547,9 @@ def _safe(body: bytes) -> bytes:
         data = kombu_json.loads(body)
     except Exception:
         return body
-    if isinstance(data, dict) and (data.get("command") in (wc.SHUTDOWN, wc.CANCEL)
-                                   or data.get("topic") == TOPIC):
+    if isinstance(data, dict) and (
+        data.get("command") in (wc.SHUTDOWN, wc.CANCEL) or data.get("topic") == TOPIC
+    ):
         return b"{}"
     return body
 
@@ -419,11 +562,16 @@ def poisons(draw: Any, engine_uuid: str) -> Poison:
     headers = draw(headers_st)
     if body_kind in ("zlib", "bzip2") or draw(st.integers(0, 19)) == 19:
         headers = dict(headers) if isinstance(headers, dict) else {}
-        headers["compression"] = ("application/x-gzip" if body_kind == "zlib"
-                                  else "application/x-bz2" if body_kind == "bzip2"
-                                  else draw(compression_names))
-    reply_to = draw(weighted((5, correlation_ids), (2, st.just(engine_uuid)),
-                             (2, st.just("poison-nowhere"))))
+        headers["compression"] = (
+            "application/x-gzip"
+            if body_kind == "zlib"
+            else "application/x-bz2"
+            if body_kind == "bzip2"
+            else draw(compression_names)
+        )
+    reply_to = draw(
+        weighted((5, correlation_ids), (2, st.just(engine_uuid)), (2, st.just("poison-nowhere")))
+    )
     properties = {
         "type": draw(types_for(target)),
         "correlation_id": draw(correlation_ids),
@@ -438,15 +586,27 @@ def poisons(draw: Any, engine_uuid: str) -> Poison:
     content_type = draw(content_types)
     if body_kind == "pickle":
         content_type = "application/x-python-serialize"
-    return Poison(target, body_kind, _safe(body), content_type, draw(content_encodings),
-                  headers, draw(priorities), properties)
+    return Poison(
+        target,
+        body_kind,
+        _safe(body),
+        content_type,
+        draw(content_encodings),
+        headers,
+        draw(priorities),
+        properties,
+    )
 
 
 # --- publishing and reading back --------------------------------------------
 
+
 def _kombu_connection(broker: Any, **extra_options: Any) -> kombu.Connection:
-    return kombu.Connection(broker.url, transport=transports.resolve(broker.url, None),
-                            transport_options={**broker.transport_options, **extra_options})
+    return kombu.Connection(
+        broker.url,
+        transport=transports.resolve(broker.url, None),
+        transport_options={**broker.transport_options, **extra_options},
+    )
 
 
 class RawPublisher:
@@ -467,8 +627,11 @@ class RawPublisher:
     def _ready_channel(self) -> Any:
         if self._conn is None or not self._conn.connected:
             self.close()
-            self._conn = (_kombu_connection(self._broker, confirm_publish=True) if self._amqp
-                          else _kombu_connection(self._broker))
+            self._conn = (
+                _kombu_connection(self._broker, confirm_publish=True)
+                if self._amqp
+                else _kombu_connection(self._broker)
+            )
             self._conn.ensure_connection(max_retries=3)
             self._channel = None
         if self._channel is None or (self._amqp and not self._channel.is_open):
@@ -482,16 +645,22 @@ class RawPublisher:
         channel = self._ready_channel()
         try:
             message = channel.prepare_message(
-                poison.body, poison.priority, poison.content_type, poison.content_encoding,
-                poison.headers, dict(poison.properties))
+                poison.body,
+                poison.priority,
+                poison.content_type,
+                poison.content_encoding,
+                poison.headers,
+                dict(poison.properties),
+            )
             if self._amqp:
                 message._serialize_properties()  # raises on what AMQP cannot carry
         except Exception as e:
             return f"{REFUSED_BY_CLIENT}: {type(e).__name__}"
         try:
             if self._amqp:
-                channel.basic_publish(message, exchange=exchange, routing_key=routing_key,
-                                      confirm_timeout=WAIT_S)
+                channel.basic_publish(
+                    message, exchange=exchange, routing_key=routing_key, confirm_timeout=WAIT_S
+                )
             else:
                 # Virtual transports serialise the envelope here (and raise first).
                 channel.basic_publish(message, exchange=exchange, routing_key=routing_key)
@@ -522,11 +691,11 @@ class DeadLetterReader:
 
     def __init__(self, broker: Any, exchange: str, queues: list[str]) -> None:
         self._conn = _kombu_connection(broker)
-        self._exchange = kombu.Exchange(exchange, type="direct", durable=False,
-                                        auto_delete=False)
+        self._exchange = kombu.Exchange(exchange, type="direct", durable=False, auto_delete=False)
         channel = self._conn.channel()
-        self._bound = {name: dl.declare_queue(channel, self._exchange, name, durable=False)
-                       for name in queues}
+        self._bound = {
+            name: dl.declare_queue(channel, self._exchange, name, durable=False) for name in queues
+        }
         #: Every dead letter taken so far, by message id (a list: there must be one each).
         self.by_id: dict[Any, list[DeadLetter]] = collections.defaultdict(list)
         self.taken = 0
@@ -538,8 +707,12 @@ class DeadLetterReader:
             while (message := bound.get(no_ack=True)) is not None:
                 headers = message.headers or {}
                 props = dl.original_message(headers)["properties"]
-                letter = DeadLetter(props.get("message_id"), headers.get(dl.HEADER_QUEUE),
-                                    headers.get(dl.HEADER_REASON), name)
+                letter = DeadLetter(
+                    props.get("message_id"),
+                    headers.get(dl.HEADER_QUEUE),
+                    headers.get(dl.HEADER_REASON),
+                    name,
+                )
                 self.by_id[letter.message_id].append(letter)
                 count += 1
         self.taken += count
@@ -556,23 +729,38 @@ class DeadLetterReader:
 
 # --- the worker, its control loop, the event receiver -----------------------------
 
+
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (ROOT, os.environ.get("PYTHONPATH")) if p))
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)
+    )
 
 
 @contextlib.contextmanager
-def worker_process(broker: Any, exchange: str, log_path: str
-                   ) -> Iterator[subprocess.Popen[bytes]]:
+def worker_process(broker: Any, exchange: str, log_path: str) -> Iterator[subprocess.Popen[bytes]]:
     """A ``flowengine worker`` process serving poison_tasks (stopped at the end)."""
-    cmd = [sys.executable, "-m", "flowengine", "worker", "--exchange", exchange,
-           "--topic", TOPIC, "--tasks", "tests.worker_based.poison_tasks", "--threads", "2",
-           "--max-body-bytes", str(LIMIT), "--url", broker.url]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowengine",
+        "worker",
+        "--exchange",
+        exchange,
+        "--topic",
+        TOPIC,
+        "--tasks",
+        "tests.worker_based.poison_tasks",
+        "--threads",
+        "2",
+        "--max-body-bytes",
+        str(LIMIT),
+        "--url",
+        broker.url,
+    ]
     for key, value in broker.transport_options.items():
         cmd += ["--transport-option", f"{key}={json.dumps(value)}"]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(),
-                                cwd=ROOT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
         try:
             yield proc
         finally:
@@ -584,11 +772,16 @@ def worker_thread(broker: Any, exchange: str) -> Iterator[Any]:
     """An in-process worker (the memory transport lives in one process only)."""
     from flowengine.engines.worker_based.worker_side import worker as wk
 
-    worker = wk.Worker(exchange, TOPIC, ["tests.worker_based.poison_tasks"],
-                       threads_count=2, url=broker.url,
-                       transport_options=dict(broker.transport_options), max_body_bytes=LIMIT)
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    worker = wk.Worker(
+        exchange,
+        TOPIC,
+        ["tests.worker_based.poison_tasks"],
+        threads_count=2,
+        url=broker.url,
+        transport_options=dict(broker.transport_options),
+        max_body_bytes=LIMIT,
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     thread.start()
     try:
         assert worker.wait(WAIT_S), "worker did not start"
@@ -604,10 +797,8 @@ class Events:
     def __init__(self, exchange: str, settings_: BrokerSettings) -> None:
         self.seen: list[dict[str, Any]] = []
         self._cond = threading.Condition()
-        self.receiver = events_receiver.EventReceiver(exchange, self._handle,
-                                                      broker=settings_)
-        self.thread = threading.Thread(target=self.receiver.run, daemon=True,
-                                       name="poison-events")
+        self.receiver = events_receiver.EventReceiver(exchange, self._handle, broker=settings_)
+        self.thread = threading.Thread(target=self.receiver.run, daemon=True, name="poison-events")
 
     def _handle(self, event: dict[str, Any]) -> None:
         with self._cond:
@@ -621,7 +812,8 @@ class Events:
     def wait_for(self, event_type: str, timeout: float = WAIT_S) -> bool:
         with self._cond:
             return self._cond.wait_for(
-                lambda: any(e.get("type") == event_type for e in self.seen), timeout)
+                lambda: any(e.get("type") == event_type for e in self.seen), timeout
+            )
 
     def stop(self) -> None:
         self.receiver.stop()
@@ -645,10 +837,8 @@ class Rig:
     dead: DeadLetterReader
     stats: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     kinds: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
-    outcomes: collections.Counter[str] = dataclasses.field(
-        default_factory=collections.Counter)
-    secondary: collections.Counter[str] = dataclasses.field(
-        default_factory=collections.Counter)
+    outcomes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    secondary: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     #: Every gate a flow used (all released at the end, so no task waits on).
     gates: list[str] = dataclasses.field(default_factory=list)
 
@@ -669,12 +859,14 @@ class Rig:
         ex = self.exchange
         return {
             TARGET_TOPIC: (ex, TOPIC, self.topic_queue),
-            TARGET_PRIVATE: (ex, names.worker_routing_key(TOPIC, self.worker_id),
-                             self.private_queue),
+            TARGET_PRIVATE: (
+                ex,
+                names.worker_routing_key(TOPIC, self.worker_id),
+                self.private_queue,
+            ),
             TARGET_BROADCAST: (ex, lv.broadcast_routing_key(TOPIC), self.private_queue),
             TARGET_CONTROL: (ex, wc.CONTROL_ROUTING_KEY, self.control_queue),
-            TARGET_CONTROL_OWN: (ex, wc.worker_control_key(self.worker_id),
-                                 self.control_queue),
+            TARGET_CONTROL_OWN: (ex, wc.worker_control_key(self.worker_id), self.control_queue),
             TARGET_REPLY: (ex, engine_uuid, names.reply_queue_name(ex, engine_uuid)),
             # A routing key as events have (kombu's Redis fanout drops an empty one).
             TARGET_EVENTS: (events_channel.events_exchange_name(ex), "poison.event", ""),
@@ -684,7 +876,10 @@ class Rig:
         """Wait (bounded) until ``queue`` holds no message ready; fail if it never does."""
         depth = waiting.wait_until(
             lambda: inventory.queue_depth(self.settings, exchange, queue) == 0 or None,
-            f"queue {queue} to be drained", timeout=WAIT_S, poll_s=0.05)
+            f"queue {queue} to be drained",
+            timeout=WAIT_S,
+            poll_s=0.05,
+        )
         assert depth, queue
 
     def ping(self) -> bool:
@@ -713,6 +908,7 @@ def rig(broker, unique_name, tmp_path) -> Iterator[Rig]:
             def read_log() -> str:
                 with open(log_path, encoding="utf-8", errors="replace") as fh:
                     return fh.read()
+
         control = control_client.ControlClient(unique_name, settings_)
         control.start()
         stack.callback(control.stop)
@@ -720,22 +916,40 @@ def rig(broker, unique_name, tmp_path) -> Iterator[Rig]:
         def pinged() -> list[Any]:
             assert alive(), "the worker exited:\n" + (read_log() if read_log else "")
             return control.ask(wc.PING, timeout_s=1.0, limit=1)
-        answer = waiting.wait_until(pinged, "the worker answering ping", timeout=WAIT_S,
-                                    poll_s=0.05)[0]
+
+        answer = waiting.wait_until(
+            pinged, "the worker answering ping", timeout=WAIT_S, poll_s=0.05
+        )[0]
         events = Events(unique_name, settings_)
         events.start()
         stack.callback(events.stop)
-        publisher = RawPublisher(broker, [
-            kombu.Exchange(unique_name, type="direct", durable=False, auto_delete=False),
-            events_channel.exchange(unique_name)])
+        publisher = RawPublisher(
+            broker,
+            [
+                kombu.Exchange(unique_name, type="direct", durable=False, auto_delete=False),
+                events_channel.exchange(unique_name),
+            ],
+        )
         stack.callback(publisher.close)
-        topic_dead = dl.dead_letter_queue_name(names.topic_queue_name(unique_name, TOPIC),
-                                               unique_name, private=False)
+        topic_dead = dl.dead_letter_queue_name(
+            names.topic_queue_name(unique_name, TOPIC), unique_name, private=False
+        )
         private_dead = dl.dead_letter_queue_name("", unique_name, private=True)
         dead = DeadLetterReader(broker, unique_name, [topic_dead, private_dead])
         stack.callback(dead.close)
-        rig = Rig(broker, unique_name, str(folder), settings_, alive, answer.worker_id,
-                  read_log, control, events, publisher, dead)
+        rig = Rig(
+            broker,
+            unique_name,
+            str(folder),
+            settings_,
+            alive,
+            answer.worker_id,
+            read_log,
+            control,
+            events,
+            publisher,
+            dead,
+        )
         # Released first at the end: no task of a failed batch waits for them.
         stack.callback(lambda: [pt.release(str(folder), gate) for gate in rig.gates])
         yield rig
@@ -743,11 +957,18 @@ def rig(broker, unique_name, tmp_path) -> Iterator[Rig]:
 
 # --- flows --------------------------------------------------------------------
 
+
 def _load(rig: Rig, flow: Any, store: dict[str, Any]) -> Any:
-    return engines.load(flow, store=store, engine="worker-based", exchange=rig.exchange,
-                        topics=[TOPIC], url=rig.broker.url,
-                        transport_options=dict(rig.broker.transport_options),
-                        max_body_bytes=LIMIT)
+    return engines.load(
+        flow,
+        store=store,
+        engine="worker-based",
+        exchange=rig.exchange,
+        topics=[TOPIC],
+        url=rig.broker.url,
+        transport_options=dict(rig.broker.transport_options),
+        max_body_bytes=LIMIT,
+    )
 
 
 class GatedFlow:
@@ -758,11 +979,15 @@ class GatedFlow:
         self.base = 1000 * (batch + 1)
         self.gates = (f"b{batch}-first", f"b{batch}-last")
         flow = lf.Flow(f"poison-{batch}").add(
-            pt.Gate("first", provides="start", inject={"gate": self.gates[0],
-                                                       "base": self.base}),
-            uf.Flow("adders").add(*[pt.AddTo(f"add{i}", provides=f"v{i}", inject={"n": i})
-                                    for i in range(1, ADDERS + 1)]),
-            pt.Gate("last", provides="end", inject={"gate": self.gates[1], "base": -1}))
+            pt.Gate("first", provides="start", inject={"gate": self.gates[0], "base": self.base}),
+            uf.Flow("adders").add(
+                *[
+                    pt.AddTo(f"add{i}", provides=f"v{i}", inject={"n": i})
+                    for i in range(1, ADDERS + 1)
+                ]
+            ),
+            pt.Gate("last", provides="end", inject={"gate": self.gates[1], "base": -1}),
+        )
         self.engine = _load(rig, flow, {"folder": rig.folder})
         self.uuid = self.engine._task_executor.uuid
         self.error: list[BaseException] = []
@@ -776,9 +1001,15 @@ class GatedFlow:
 
     def start(self) -> None:
         self.thread.start()
-        waiting.wait_until(lambda: os.path.exists(pt.started_path(self.folder, self.gates[0]))
-                           or not self.thread.is_alive(), "the flow's first gate to run",
-                           timeout=WAIT_S, poll_s=0.01)
+        waiting.wait_until(
+            lambda: (
+                os.path.exists(pt.started_path(self.folder, self.gates[0]))
+                or not self.thread.is_alive()
+            ),
+            "the flow's first gate to run",
+            timeout=WAIT_S,
+            poll_s=0.01,
+        )
         assert not self.error, self.error
 
     def release(self, which: int) -> None:
@@ -788,17 +1019,23 @@ class GatedFlow:
         self.thread.join(WAIT_S)
         assert not self.thread.is_alive(), "the engine did not finish its flow"
         assert not self.error, self.error
-        return {name: self.engine.storage.fetch(name)
-                for name in ["start", "end", *[f"v{i}" for i in range(1, ADDERS + 1)]]}
+        return {
+            name: self.engine.storage.fetch(name)
+            for name in ["start", "end", *[f"v{i}" for i in range(1, ADDERS + 1)]]
+        }
 
     def expected(self) -> dict[str, Any]:
-        return {"start": self.base, "end": -1,
-                **{f"v{i}": self.base + i for i in range(1, ADDERS + 1)}}
+        return {
+            "start": self.base,
+            "end": -1,
+            **{f"v{i}": self.base + i for i in range(1, ADDERS + 1)},
+        }
 
 
 def run_normal_flow(rig: Rig) -> None:
-    flow = uf.Flow("after").add(*[pt.AddTo(f"after{i}", provides=f"a{i}", inject={"n": i})
-                                  for i in range(3)])
+    flow = uf.Flow("after").add(
+        *[pt.AddTo(f"after{i}", provides=f"a{i}", inject={"n": i}) for i in range(3)]
+    )
     engine = _load(rig, flow, {"start": 7})
     done: list[Any] = []
     thread = threading.Thread(target=lambda: done.append(engine.run()), daemon=True)
@@ -810,17 +1047,24 @@ def run_normal_flow(rig: Rig) -> None:
 
 # --- one batch ------------------------------------------------------------------
 
+
 def _sentinel(target: str, mid: str) -> Poison:
     """A message every consume loop refuses (not JSON), sent last to ``target``'s queue."""
-    message_type = {TARGET_CONTROL: wc.CONTROL, TARGET_REPLY: pr.RESPONSE}.get(target,
-                                                                              pr.REQUEST)
-    return Poison(target, "sentinel", b"sentinel: not json", "application/json", "utf-8",
-                  {}, None, {"type": message_type, "message_id": mid})
+    message_type = {TARGET_CONTROL: wc.CONTROL, TARGET_REPLY: pr.RESPONSE}.get(target, pr.REQUEST)
+    return Poison(
+        target,
+        "sentinel",
+        b"sentinel: not json",
+        "application/json",
+        "utf-8",
+        {},
+        None,
+        {"type": message_type, "message_id": mid},
+    )
 
 
 def _request_props(**extra: Any) -> dict[str, Any]:
-    return {"type": pr.REQUEST, "reply_to": "poison-nowhere", "correlation_id": "c0ffee",
-            **extra}
+    return {"type": pr.REQUEST, "reply_to": "poison-nowhere", "correlation_id": "c0ffee", **extra}
 
 
 _VALID_REQUEST = _dumps(TEMPLATES[0])
@@ -829,43 +1073,151 @@ _VALID_REQUEST = _dumps(TEMPLATES[0])
 #: consume loops before, and what a transport's envelope cannot carry back.
 EXPLICIT = (
     # kombu's JSON refuses to read these back out of a virtual transport's envelope.
-    Poison(TARGET_TOPIC, "tagged header", _VALID_REQUEST, "application/json", "utf-8",
-           {"expires": {"__type__": "no-such-type", "__value__": 1}}, None,
-           _request_props()),
-    Poison(TARGET_PRIVATE, "tagged header", _VALID_REQUEST, "application/json", "utf-8",
-           {"attempt": {"__type__": "datetime", "__value__": "not a date"}}, None,
-           _request_props()),
-    Poison(TARGET_REPLY, "tagged property", _dumps(TEMPLATES[2]), "application/json",
-           "utf-8", {}, None,
-           {"type": pr.RESPONSE, "correlation_id": {"__type__": "uuid", "__value__": "zz"}}),
-    Poison(TARGET_CONTROL, "tagged property", _dumps(TEMPLATES[9]), "application/json",
-           "utf-8", {}, None, {"type": wc.CONTROL, "reply_to": {"__type__": "decimal",
-                                                               "__value__": "x"}}),
+    Poison(
+        TARGET_TOPIC,
+        "tagged header",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        {"expires": {"__type__": "no-such-type", "__value__": 1}},
+        None,
+        _request_props(),
+    ),
+    Poison(
+        TARGET_PRIVATE,
+        "tagged header",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        {"attempt": {"__type__": "datetime", "__value__": "not a date"}},
+        None,
+        _request_props(),
+    ),
+    Poison(
+        TARGET_REPLY,
+        "tagged property",
+        _dumps(TEMPLATES[2]),
+        "application/json",
+        "utf-8",
+        {},
+        None,
+        {"type": pr.RESPONSE, "correlation_id": {"__type__": "uuid", "__value__": "zz"}},
+    ),
+    Poison(
+        TARGET_CONTROL,
+        "tagged property",
+        _dumps(TEMPLATES[9]),
+        "application/json",
+        "utf-8",
+        {},
+        None,
+        {"type": wc.CONTROL, "reply_to": {"__type__": "decimal", "__value__": "x"}},
+    ),
     # A compressed, otherwise valid request (issue 35's first report) and a lying one.
-    Poison(TARGET_TOPIC, "zlib", zlib.compress(_VALID_REQUEST), "application/json", "utf-8",
-           {"compression": "application/x-gzip"}, None, _request_props()),
-    Poison(TARGET_TOPIC, "near-valid json", _VALID_REQUEST, "application/json", "utf-8",
-           {"compression": "application/x-gzip"}, None, _request_props()),
+    Poison(
+        TARGET_TOPIC,
+        "zlib",
+        zlib.compress(_VALID_REQUEST),
+        "application/json",
+        "utf-8",
+        {"compression": "application/x-gzip"},
+        None,
+        _request_props(),
+    ),
+    Poison(
+        TARGET_TOPIC,
+        "near-valid json",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        {"compression": "application/x-gzip"},
+        None,
+        _request_props(),
+    ),
     # Headers that are not a mapping (AMQP cannot carry them).
-    Poison(TARGET_PRIVATE, "near-valid json", _VALID_REQUEST, "application/json", "utf-8",
-           ["not", "a", "mapping"], None, _request_props()),
-    Poison(TARGET_REPLY, "near-valid json", _dumps(TEMPLATES[2]), "application/json",
-           "utf-8", "headers", None, {"type": pr.RESPONSE, "correlation_id": "c0ffee"}),
+    Poison(
+        TARGET_PRIVATE,
+        "near-valid json",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        ["not", "a", "mapping"],
+        None,
+        _request_props(),
+    ),
+    Poison(
+        TARGET_REPLY,
+        "near-valid json",
+        _dumps(TEMPLATES[2]),
+        "application/json",
+        "utf-8",
+        "headers",
+        None,
+        {"type": pr.RESPONSE, "correlation_id": "c0ffee"},
+    ),
     # A pickle, which must never be unpickled.
-    Poison(TARGET_CONTROL_OWN, "pickle", pickle.dumps({"command": "ping"}),
-           "application/x-python-serialize", "binary", {}, None, {"type": wc.CONTROL}),
+    Poison(
+        TARGET_CONTROL_OWN,
+        "pickle",
+        pickle.dumps({"command": "ping"}),
+        "application/x-python-serialize",
+        "binary",
+        {},
+        None,
+        {"type": wc.CONTROL},
+    ),
     # Properties of wrong types and out of range.
-    Poison(TARGET_TOPIC, "near-valid json", _VALID_REQUEST, "application/json", "utf-8", {},
-           10**6, _request_props(correlation_id=7, delivery_mode="often")),
-    Poison(TARGET_BROADCAST, "near-valid json", b"{}", "application/json", "utf-8", {}, "high",
-           {"type": pr.NOTIFY, "reply_to": ["a", "list"]}),
+    Poison(
+        TARGET_TOPIC,
+        "near-valid json",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        {},
+        10**6,
+        _request_props(correlation_id=7, delivery_mode="often"),
+    ),
+    Poison(
+        TARGET_BROADCAST,
+        "near-valid json",
+        b"{}",
+        "application/json",
+        "utf-8",
+        {},
+        "high",
+        {"type": pr.NOTIFY, "reply_to": ["a", "list"]},
+    ),
     # Short strings that are not UTF-8 (AMQP carries any octets).
-    Poison(TARGET_TOPIC, "near-valid json", _VALID_REQUEST, "application/json", "utf-8", {},
-           None, _request_props(reply_to=b"\xe3&\xfe")),
-    Poison(TARGET_REPLY, "near-valid json", _dumps(TEMPLATES[2]), b"application/\xff",
-           "utf-8", {}, None, {"type": b"\xffRESPONSE", "correlation_id": b"\xc3\x28"}),
-    Poison(TARGET_CONTROL, "near-valid json", _dumps(TEMPLATES[9]), "application/json",
-           b"\xfe", {b"\xff": b"\xfe"}, None, {"type": wc.CONTROL}),
+    Poison(
+        TARGET_TOPIC,
+        "near-valid json",
+        _VALID_REQUEST,
+        "application/json",
+        "utf-8",
+        {},
+        None,
+        _request_props(reply_to=b"\xe3&\xfe"),
+    ),
+    Poison(
+        TARGET_REPLY,
+        "near-valid json",
+        _dumps(TEMPLATES[2]),
+        b"application/\xff",
+        "utf-8",
+        {},
+        None,
+        {"type": b"\xffRESPONSE", "correlation_id": b"\xc3\x28"},
+    ),
+    Poison(
+        TARGET_CONTROL,
+        "near-valid json",
+        _dumps(TEMPLATES[9]),
+        "application/json",
+        b"\xfe",
+        {b"\xff": b"\xfe"},
+        None,
+        {"type": wc.CONTROL},
+    ),
 )
 
 #: The reply_to a generated message carries for "the engine's reply queue"
@@ -908,8 +1260,7 @@ class Batch:
             return
         rig.outcomes[SENT] += 1
         reason = must_refuse(poison, rig.broker.kind)
-        rig.kinds[poison.target if poison.target == TARGET_EVENTS
-                  else reason or "maybe valid"] += 1
+        rig.kinds[poison.target if poison.target == TARGET_EVENTS else reason or "maybe valid"] += 1
         self.sent[mid] = (poison, queue, reason)
 
     def check(self) -> None:
@@ -927,18 +1278,32 @@ class Batch:
             sentinels[mid] = queue
         events_exchange = events_channel.events_exchange_name(rig.exchange)
         sentinel_event = f"poison.sentinel.{self.number}"
-        event = Poison(TARGET_EVENTS, "sentinel", _dumps({"type": sentinel_event}),
-                       "application/json", "utf-8", {}, None, {"type": "event"})
+        event = Poison(
+            TARGET_EVENTS,
+            "sentinel",
+            _dumps({"type": sentinel_event}),
+            "application/json",
+            "utf-8",
+            {},
+            None,
+            {"type": "event"},
+        )
         assert rig.publisher.publish(event, events_exchange, sentinel_event) == SENT
         certain = [mid for mid, (_p, _q, reason) in sent.items() if reason is not None]
-        if not waiting.holds_within(lambda: rig.dead.has(*sentinels, *certain),
-                                    timeout=WAIT_S, poll_s=0.02):
-            missing = [sent[mid][0].summary() + f" [{sent[mid][2]}]" for mid in certain
-                       if mid not in rig.dead.by_id]
+        if not waiting.holds_within(
+            lambda: rig.dead.has(*sentinels, *certain), timeout=WAIT_S, poll_s=0.02
+        ):
+            missing = [
+                sent[mid][0].summary() + f" [{sent[mid][2]}]"
+                for mid in certain
+                if mid not in rig.dead.by_id
+            ]
             raise AssertionError(
-                f"not dead-lettered ({len(missing)}), e.g.:\n" + "\n".join(missing[:10])
+                f"not dead-lettered ({len(missing)}), e.g.:\n"
+                + "\n".join(missing[:10])
                 + f"\nsentinels: {[s in rig.dead.by_id for s in sentinels]}\n"
-                + rig.diagnostics()[-5000:])
+                + rig.diagnostics()[-5000:]
+            )
         rig.dead.take()
         assert rig.events.wait_for(sentinel_event), "the event receiver stopped reading"
 
@@ -959,8 +1324,7 @@ class Batch:
             letters = rig.dead.by_id.get(mid, [])
             assert len(letters) <= 1, (poison.summary(), letters)
             if reason is not None:
-                assert letters and letters[0].queue == queue, (poison.summary(), reason,
-                                                               letters)
+                assert letters and letters[0].queue == queue, (poison.summary(), reason, letters)
             if letters:
                 rig.stats["dead-lettered"] += 1
                 rig.stats[f"dead-lettered from {poison.target}"] += 1
@@ -993,26 +1357,32 @@ class Batch:
 def write_summary(rig: Rig, seconds: float) -> str:
     events = rig.events.receiver
     stats = rig.stats
-    line = (f"[poison/{rig.broker.kind}] {stats['generated']} generated in"
-            f" {stats['batches']} batches, {seconds:.1f} s;"
-            f" publish outcomes {dict(rig.outcomes)};"
-            f" dead-lettered {rig.stats['dead-lettered']}"
-            f" (of which valid by the oracle {rig.stats['dead-lettered, valid by the oracle']});"
-            f" secondary dead letters {rig.stats['secondary dead letters']};"
-            f" event receiver: {events.unreadable_count} unreadable dropped,"
-            f" {len(rig.events.seen)} events handled; worker alive {rig.worker_alive()},"
-            f" gated flows {rig.stats['gated flows completed']},"
-            f" normal flows {rig.stats['normal flows completed']}")
-    detail = "\n".join([
-        line,
-        "kinds (oracle's reason, for what was sent): " + json.dumps(
-            dict(rig.kinds.most_common()), sort_keys=False),
-        "targets: " + json.dumps({k: v for k, v in sorted(rig.stats.items())
-                                  if k.startswith("target ")}),
-        "dead-lettered per target: " + json.dumps(
-            {k: v for k, v in sorted(rig.stats.items()) if k.startswith("dead-lettered from")}),
-        "secondary dead letters: " + json.dumps(dict(rig.secondary)),
-    ])
+    line = (
+        f"[poison/{rig.broker.kind}] {stats['generated']} generated in"
+        f" {stats['batches']} batches, {seconds:.1f} s;"
+        f" publish outcomes {dict(rig.outcomes)};"
+        f" dead-lettered {rig.stats['dead-lettered']}"
+        f" (of which valid by the oracle {rig.stats['dead-lettered, valid by the oracle']});"
+        f" secondary dead letters {rig.stats['secondary dead letters']};"
+        f" event receiver: {events.unreadable_count} unreadable dropped,"
+        f" {len(rig.events.seen)} events handled; worker alive {rig.worker_alive()},"
+        f" gated flows {rig.stats['gated flows completed']},"
+        f" normal flows {rig.stats['normal flows completed']}"
+    )
+    detail = "\n".join(
+        [
+            line,
+            "kinds (oracle's reason, for what was sent): "
+            + json.dumps(dict(rig.kinds.most_common()), sort_keys=False),
+            "targets: "
+            + json.dumps({k: v for k, v in sorted(rig.stats.items()) if k.startswith("target ")}),
+            "dead-lettered per target: "
+            + json.dumps(
+                {k: v for k, v in sorted(rig.stats.items()) if k.startswith("dead-lettered from")}
+            ),
+            "secondary dead letters: " + json.dumps(dict(rig.secondary)),
+        ]
+    )
     with open(f"/tmp/poison_summary_{rig.broker.kind}.txt", "w", encoding="utf-8") as fh:
         fh.write(detail + "\n")
     return detail
@@ -1027,8 +1397,16 @@ BAD_LOG_LINES = ("Traceback", "ERROR", "CRITICAL")
 def test_the_oracle_judges_amqp_messages_by_the_properties_the_wire_carries():
     # py-amqp writes correlation_id=0 as '' (a string): a valid NOTIFY on the
     # wire, where the same message on Redis keeps an int the worker refuses.
-    poison = Poison(TARGET_TOPIC, "json", b"{}", "application/json", "utf-8", None, None,
-                    {"type": pr.NOTIFY, "correlation_id": 0, "reply_to": "engine"})
+    poison = Poison(
+        TARGET_TOPIC,
+        "json",
+        b"{}",
+        "application/json",
+        "utf-8",
+        None,
+        None,
+        {"type": pr.NOTIFY, "correlation_id": 0, "reply_to": "engine"},
+    )
     assert must_refuse(poison, "redis") == "mistyped property"
     assert must_refuse(poison, "amqp") is None
 
@@ -1044,9 +1422,14 @@ def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig,
     current: list[Batch] = []
     failed: list[BaseException] = []
 
-    @settings(max_examples=BATCHES * PER_BATCH, deadline=None, derandomize=True,
-              database=None, phases=[Phase.explicit, Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=BATCHES * PER_BATCH,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(poisons(ENGINE_PLACEHOLDER))
     def each_message(poison: Poison) -> None:
         if failed:
@@ -1081,15 +1464,18 @@ def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig,
     errors = [r.getMessage()[:300] for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, errors
     worker_log = rig.diagnostics()
-    bad = [line[:300] for line in worker_log.splitlines()
-           if any(word in line for word in BAD_LOG_LINES)]
+    bad = [
+        line[:300]
+        for line in worker_log.splitlines()
+        if any(word in line for word in BAD_LOG_LINES)
+    ]
     assert not bad, bad
 
 
 @pytest.mark.broker
-def test_an_event_whose_routing_key_is_not_utf8_does_not_stop_the_receiver(amqp_url,
-                                                                          unique_name,
-                                                                          caplog):
+def test_an_event_whose_routing_key_is_not_utf8_does_not_stop_the_receiver(
+    amqp_url, unique_name, caplog
+):
     # py-amqp raises UnicodeDecodeError decoding the Basic.Deliver of a message
     # whose routing key is not UTF-8 (amqp/serialization.py, 's' fields), before
     # any consumer sees it, and the connection is gone. Only a fanout (or
@@ -1100,22 +1486,43 @@ def test_an_event_whose_routing_key_is_not_utf8_does_not_stop_the_receiver(amqp_
     publisher = RawPublisher(broker, [events_channel.exchange(unique_name)])
     try:
         exchange = events_channel.events_exchange_name(unique_name)
-        poison = Poison(TARGET_EVENTS, "json", _dumps({"type": "poison"}), "application/json",
-                        "utf-8", {}, None, {"type": "event"})
+        poison = Poison(
+            TARGET_EVENTS,
+            "json",
+            _dumps({"type": "poison"}),
+            "application/json",
+            "utf-8",
+            {},
+            None,
+            {"type": "event"},
+        )
         with caplog.at_level(logging.WARNING, logger="flowengine"):
             assert publisher.publish(poison, exchange, b"\xff.\xfe") == SENT
             # Then the receiver says why its stream broke, and consumes again:
             # an event published after it reaches the handler (events are
             # fire-and-forget: one sent while it reconnects is lost, so send
             # until one arrives, within a bound)
-            waiting.wait_until(lambda: any(
-                "Event stream of" in r.getMessage() and "can't decode" in r.getMessage()
-                for r in caplog.records), "the receiver to report the broken stream", WAIT_S)
+            waiting.wait_until(
+                lambda: any(
+                    "Event stream of" in r.getMessage() and "can't decode" in r.getMessage()
+                    for r in caplog.records
+                ),
+                "the receiver to report the broken stream",
+                WAIT_S,
+            )
         deadline = time.monotonic() + WAIT_S
         seen = False
         while not seen and time.monotonic() < deadline:
-            after = Poison(TARGET_EVENTS, "json", _dumps({"type": "after"}),
-                           "application/json", "utf-8", {}, None, {"type": "event"})
+            after = Poison(
+                TARGET_EVENTS,
+                "json",
+                _dumps({"type": "after"}),
+                "application/json",
+                "utf-8",
+                {},
+                None,
+                {"type": "event"},
+            )
             assert publisher.publish(after, exchange, "after") == SENT
             seen = events.wait_for("after", timeout=0.5)
         assert seen, "the event receiver stopped reading"

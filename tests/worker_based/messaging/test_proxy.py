@@ -72,21 +72,26 @@ class Running:
 
 
 def _proxy(broker, unique_name, handler, topic="t", **kwargs):
-    return px.Proxy(topic, unique_name, {pr.REQUEST: dispatcher.Handler(handler)},
-                    **as_broker(conn_kwargs(broker)), options=px.ProxyOptions(**kwargs))
+    return px.Proxy(
+        topic,
+        unique_name,
+        {pr.REQUEST: dispatcher.Handler(handler)},
+        **as_broker(conn_kwargs(broker)),
+        options=px.ProxyOptions(**kwargs),
+    )
 
 
 def test_publish_and_consume(broker, unique_name):
     rec = Recorder()
     with Running(_proxy(broker, unique_name, rec)) as proxy:
         assert proxy.is_running
-        proxy.publish(Body({"n": 1}), "t", reply_to="r", correlation_id="c",
-                      headers={pr.HEADER_ATTEMPT: 2})
+        proxy.publish(
+            Body({"n": 1}), "t", reply_to="r", correlation_id="c", headers={pr.HEADER_ATTEMPT: 2}
+        )
         assert rec.wait_count(1)
     data, props, headers = rec.items[0]
     assert data == {"n": 1}
-    assert (props["type"], props["reply_to"], props["correlation_id"]) == (
-        "REQUEST", "r", "c")
+    assert (props["type"], props["reply_to"], props["correlation_id"]) == ("REQUEST", "r", "c")
     assert headers[pr.HEADER_ATTEMPT] == 2
     assert not proxy.is_running
 
@@ -101,8 +106,10 @@ def test_extra_bindings_and_several_routing_keys(broker, unique_name):
 
 def test_explicit_queues(broker, unique_name):
     rec = Recorder()
-    queues = [px.QueueSpec(f"{unique_name}_a", ("a",)),
-              px.QueueSpec(f"{unique_name}_b", ("b", "c"), auto_delete=True)]
+    queues = [
+        px.QueueSpec(f"{unique_name}_a", ("a",)),
+        px.QueueSpec(f"{unique_name}_b", ("b", "c"), auto_delete=True),
+    ]
     proxy = _proxy(broker, unique_name, rec, queues=queues, wake_routing_key="b")
     assert proxy.queues == queues
     with Running(proxy):
@@ -142,6 +149,7 @@ def test_declarations_wait_for_no_answer_but_the_consumers(broker, unique_name, 
 def test_concurrent_publishers_all_arrive(broker, unique_name):
     rec = Recorder()
     with Running(_proxy(broker, unique_name, rec)) as proxy:
+
         def burst(k):
             for i in range(50):
                 proxy.publish(Body({"k": k, "i": i}), "t")
@@ -161,12 +169,17 @@ def test_handler_publishing_from_the_consumer_thread(broker, unique_name):
     # A reply published from inside a handler goes through the separate
     # publisher connection (py-amqp would recurse if it reused the consumer's).
     rec = Recorder()
-    replies = px.Proxy("replies", unique_name, {pr.RESPONSE: dispatcher.Handler(rec)},
-                       **as_broker(conn_kwargs(broker)))
+    replies = px.Proxy(
+        "replies",
+        unique_name,
+        {pr.RESPONSE: dispatcher.Handler(rec)},
+        **as_broker(conn_kwargs(broker)),
+    )
 
     def echo(data, message):
-        proxy.publish(pr.Response(pr.SUCCESS, result=data["i"]), "replies",
-                      correlation_id=str(data["i"]))
+        proxy.publish(
+            pr.Response(pr.SUCCESS, result=data["i"]), "replies", correlation_id=str(data["i"])
+        )
 
     proxy = _proxy(broker, unique_name, echo)
     with Running(replies), Running(proxy):
@@ -207,8 +220,12 @@ def test_unencodable_body_is_a_serialization_failure(unique_name):
 
 
 def test_oversized_body_is_refused_before_sending(unique_name):
-    proxy = px.Proxy("t", unique_name, broker=BrokerSettings(transport="memory"),
-                     options=px.ProxyOptions(consume=px.ConsumeOptions(max_body_bytes=100)))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        broker=BrokerSettings(transport="memory"),
+        options=px.ProxyOptions(consume=px.ConsumeOptions(max_body_bytes=100)),
+    )
     proxy.publish(Body({"small": "x" * 10}), "t")
     with pytest.raises(exc.SerializationFailure, match="exceeds the limit of 100 bytes"):
         proxy.publish(Body({"big": "x" * 200}), "t")
@@ -217,14 +234,23 @@ def test_oversized_body_is_refused_before_sending(unique_name):
 def test_malformed_messages_do_not_stop_the_loop(broker, unique_name, caplog):
     rec = Recorder()
     rejected = []
-    proxy = _proxy(broker, unique_name, rec, on_reject=lambda m, r: rejected.append(r),
-                   consume=px.ConsumeOptions(max_body_bytes=1000))
+    proxy = _proxy(
+        broker,
+        unique_name,
+        rec,
+        on_reject=lambda m, r: rejected.append(r),
+        consume=px.ConsumeOptions(max_body_bytes=1000),
+    )
     sender = RawSender(unique_name, **conn_kwargs(broker))
     try:
         with Running(proxy):
             sender.send("{not json", "t", type="REQUEST")
-            sender.send(b"\x80\x04pickle", "t", content_type="application/x-python-serialize",
-                        type="REQUEST")
+            sender.send(
+                b"\x80\x04pickle",
+                "t",
+                content_type="application/x-python-serialize",
+                type="REQUEST",
+            )
             sender.send('{"big": "' + "z" * 2000 + '"}', "t", type="REQUEST")
             sender.send('{"fine": true}', "t", type="REQUEST")
             assert rec.wait_count(1)
@@ -262,10 +288,15 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
         def after_consume_start(self):
             starts.append(1)
 
-    proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     broker=BrokerSettings(transport="memory"),
-                     options=px.ProxyOptions(observer=CountStarts()))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        {pr.REQUEST: dispatcher.Handler(rec)},
+        broker=BrokerSettings(transport="memory"),
+        options=px.ProxyOptions(observer=CountStarts()),
+    )
     from flowengine.engines.worker_based.transports import memory as mem
+
     real_drain = mem.Transport.drain_events
     broken = threading.Event()
 
@@ -288,8 +319,13 @@ def test_connection_error_is_survived_by_reconnecting(unique_name, monkeypatch, 
 
 def test_on_wait_runs_while_idle(unique_name):
     calls = threading.Event()
-    proxy = px.Proxy("t", unique_name, on_wait=calls.set, broker=BrokerSettings(transport="memory"),
-                     options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.02)))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        on_wait=calls.set,
+        broker=BrokerSettings(transport="memory"),
+        options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.02)),
+    )
     with Running(proxy):
         assert calls.wait(WAIT_S)
 
@@ -301,8 +337,13 @@ def test_failing_callbacks_are_contained(unique_name, caplog):
         ticks.append(1)
         raise RuntimeError("on_wait exploded")
 
-    proxy = px.Proxy("t", unique_name, on_wait=on_wait, broker=BrokerSettings(transport="memory"),
-                     options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.01)))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        on_wait=on_wait,
+        broker=BrokerSettings(transport="memory"),
+        options=px.ProxyOptions(consume=px.ConsumeOptions(wait_period_s=0.01)),
+    )
     with Running(proxy):
         deadline = time.monotonic() + WAIT_S
         while len(ticks) < 3 and time.monotonic() < deadline:
@@ -313,8 +354,9 @@ def test_failing_callbacks_are_contained(unique_name, caplog):
 
 def test_stop_is_prompt(broker, unique_name):
     # Given a loop that would look at stop() only once a minute on its own
-    proxy = _proxy(broker, unique_name, Recorder(),
-                   consume=px.ConsumeOptions(wait_period_s=STOP_CHECK_S))
+    proxy = _proxy(
+        broker, unique_name, Recorder(), consume=px.ConsumeOptions(wait_period_s=STOP_CHECK_S)
+    )
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     assert proxy.wait(WAIT_S)
@@ -333,8 +375,12 @@ def test_cannot_start_twice_at_once(unique_name):
 
 def test_can_restart_after_stop(unique_name):
     rec = Recorder()
-    proxy = px.Proxy("t", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     broker=BrokerSettings(transport="memory"))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        {pr.REQUEST: dispatcher.Handler(rec)},
+        broker=BrokerSettings(transport="memory"),
+    )
     with Running(proxy):
         proxy.publish(Body({"round": 1}), "t")
         assert rec.wait_count(1)
@@ -346,9 +392,14 @@ def test_can_restart_after_stop(unique_name):
 
 
 def test_connection_details_never_show_the_password():
-    proxy = px.Proxy("t", "ex", broker=BrokerSettings(
-        "amqp://user:s3cret@broker.invalid:5672//",
-        transport_options={"sentinel_password": "s3cret", "region": "x"}))
+    proxy = px.Proxy(
+        "t",
+        "ex",
+        broker=BrokerSettings(
+            "amqp://user:s3cret@broker.invalid:5672//",
+            transport_options={"sentinel_password": "s3cret", "region": "x"},
+        ),
+    )
     details = proxy.connection_details
     assert "s3cret" not in repr(details)
     assert details.uri.startswith("amqp://user:**@broker.invalid")
@@ -358,10 +409,15 @@ def test_connection_details_never_show_the_password():
 
 
 def test_default_retry_options_and_properties():
-    assert px.Proxy.DEFAULT_RETRY_OPTIONS == {"max_retries": 3, "interval_start": 1,
-                                              "interval_step": 1, "interval_max": 1}
-    proxy = px.Proxy("t", "ex", broker=BrokerSettings(transport="memory",
-                                                      retry_options={"max_retries": 1}))
+    assert px.Proxy.DEFAULT_RETRY_OPTIONS == {
+        "max_retries": 3,
+        "interval_start": 1,
+        "interval_step": 1,
+        "interval_max": 1,
+    }
+    proxy = px.Proxy(
+        "t", "ex", broker=BrokerSettings(transport="memory", retry_options={"max_retries": 1})
+    )
     assert proxy.broker.retry_options == {"max_retries": 1}
     assert (proxy.topic, proxy.exchange) == ("t", "ex")
     assert isinstance(proxy.dispatcher, dispatcher.TypeDispatcher)
@@ -375,16 +431,20 @@ def test_broker_settings_and_loose_arguments_are_not_both_given():
 
 
 def test_broker_settings_never_show_the_password():
-    settings = BrokerSettings("amqp://user:s3cret@broker.invalid:5672//",
-                              transport_options={"api_token": "s3cret"})
+    settings = BrokerSettings(
+        "amqp://user:s3cret@broker.invalid:5672//", transport_options={"api_token": "s3cret"}
+    )
     assert "s3cret" not in repr(settings)
     assert "amqp://user:**@broker.invalid" in repr(settings)
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("redis://broker.invalid:6379/0", "redis://broker.invalid:6379/0"),
-    ("redis://:s3cret@broker.invalid:6379/0", "redis://:**@broker.invalid:6379/0"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("redis://broker.invalid:6379/0", "redis://broker.invalid:6379/0"),
+        ("redis://:s3cret@broker.invalid:6379/0", "redis://:**@broker.invalid:6379/0"),
+    ],
+)
 def test_a_url_without_a_password_is_shown_without_a_mask(url, shown):
     # kombu's own as_uri(include_password=False) gives redis://:**@host for
     # both: a user could not tell whether a password is configured.
@@ -400,9 +460,12 @@ def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_nam
         if len(rec.items) == 1:
             message.requeue()
 
-    proxy = px.Proxy("t", unique_name,
-                     {pr.REQUEST: dispatcher.Handler(handler, settles=True)},
-                     broker=BrokerSettings(transport="memory"))
+    proxy = px.Proxy(
+        "t",
+        unique_name,
+        {pr.REQUEST: dispatcher.Handler(handler, settles=True)},
+        broker=BrokerSettings(transport="memory"),
+    )
     with Running(proxy):
         # When one message arrives
         proxy.publish(Body({"n": 1}), "t")
@@ -412,8 +475,9 @@ def test_a_handler_that_settles_its_message_is_not_acknowledged_again(unique_nam
 
 
 @pytest.mark.parametrize("batched,durable", [(True, False), (False, False), (True, True)])
-def test_amqp_reply_queues_are_consumed_without_acknowledgements(amqp_url, unique_name,
-                                                                 monkeypatch, batched, durable):
+def test_amqp_reply_queues_are_consumed_without_acknowledgements(
+    amqp_url, unique_name, monkeypatch, batched, durable
+):
     # Given a consumer of a queue private to it on RabbitMQ: batched (an
     # executor's reply queue, deleted with its consumer) or not, transient or
     # durable (which may outlive a broker restart)
@@ -428,11 +492,18 @@ def test_amqp_reply_queues_are_consumed_without_acknowledgements(amqp_url, uniqu
 
     monkeypatch.setattr(amqp.channel.Channel, "basic_ack", counting_ack)
     rec = Recorder()
-    queues = [px.QueueSpec(f"{unique_name}_replies", ("r",), auto_delete=True, private=True,
-                           batched=batched)]
-    proxy = px.Proxy("r", unique_name, {pr.REQUEST: dispatcher.Handler(rec)},
-                     broker=BrokerSettings(url=amqp_url, durable=durable),
-                     options=px.ProxyOptions(queues=queues, wake_routing_key="r"))
+    queues = [
+        px.QueueSpec(
+            f"{unique_name}_replies", ("r",), auto_delete=True, private=True, batched=batched
+        )
+    ]
+    proxy = px.Proxy(
+        "r",
+        unique_name,
+        {pr.REQUEST: dispatcher.Handler(rec)},
+        broker=BrokerSettings(url=amqp_url, durable=durable),
+        options=px.ProxyOptions(queues=queues, wake_routing_key="r"),
+    )
     with Running(proxy):
         # When messages arrive
         for n in range(5):

@@ -37,16 +37,23 @@ def test_a_flow_runs_when_the_first_node_of_the_list_is_down(dead_first):
     flow = lf.Flow("f").add(executor_tasks.Echo("echo", inject={"value": 7}))
     with running_worker(exchange, "t", [executor_tasks.Echo], url=dead_first):
         # When the flow runs
-        engine = engines.load(flow, engine="worker-based", exchange=exchange,
-                              topics=["t"], url=dead_first, transition_timeout=30)
+        engine = engines.load(
+            flow,
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            url=dead_first,
+            transition_timeout=30,
+        )
         engine.run()
     # Then it ran on the live node
     assert engine.storage.get_flow_state() == states.SUCCESS
 
 
 @pytest.mark.parametrize("strategy", ["round-robin", "shuffle"])
-def test_each_attempt_tries_every_url_and_remembers_the_one_that_answered(dead_first,
-                                                                          amqp_url, strategy):
+def test_each_attempt_tries_every_url_and_remembers_the_one_that_answered(
+    dead_first, amqp_url, strategy
+):
     broker = BrokerSettings(dead_first, failover_strategy=strategy)
     live_port = BrokerSettings(amqp_url).connection().port
     nodes = failover.Failover(broker.connection())

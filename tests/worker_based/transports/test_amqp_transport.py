@@ -45,8 +45,12 @@ class Script:
         return piece
 
 
-FRAMES = [frame(1, 1, b"method"), frame(2, 1, b"header" * 3), frame(3, 1, b"x" * 500),
-          frame(8, 0, b"")]
+FRAMES = [
+    frame(1, 1, b"method"),
+    frame(2, 1, b"header" * 3),
+    frame(3, 1, b"x" * 500),
+    frame(8, 0, b""),
+]
 WANTED = [(1, 1, b"method"), (2, 1, b"header" * 3), (3, 1, b"x" * 500), (8, 0, b"")]
 
 
@@ -65,7 +69,7 @@ def test_frames_sent_in_one_burst_are_read_with_one_call():
 @pytest.mark.parametrize("piece_bytes", [1, 2, 3, 7, 8, 13, 100])
 def test_frames_cut_anywhere_arrive_whole(piece_bytes):
     stream = b"".join(FRAMES)
-    pieces = [stream[i:i + piece_bytes] for i in range(0, len(stream), piece_bytes)]
+    pieces = [stream[i : i + piece_bytes] for i in range(0, len(stream), piece_bytes)]
     reader = amqp_transport.FrameReader(Script(pieces))
     assert read_all(reader, len(FRAMES)) == WANTED
 
@@ -110,7 +114,7 @@ def test_the_buffer_stays_about_one_chunk_long():
     many = [frame(3, 1, os.urandom(40)) for _ in range(1000)]
     stream = b"".join(many)
     chunk = 256
-    pieces = [stream[i:i + chunk] for i in range(0, len(stream), chunk)]
+    pieces = [stream[i : i + chunk] for i in range(0, len(stream), chunk)]
     reader = amqp_transport.FrameReader(Script(pieces), chunk_bytes=chunk)
     # when they are read one by one,
     largest = 0
@@ -130,6 +134,7 @@ def test_a_frame_larger_than_a_chunk_is_received_whole():
 
 
 # --- against a real rabbitmq-server ---
+
 
 def counting_recv(conn: kombu.Connection) -> Callable[[], int]:
     """Count the receive calls of a connected connection's frame reader."""
@@ -187,8 +192,9 @@ def read_waiting(transport: Any, timeout: float | None) -> tuple[int, int, bytes
 
 
 @pytest.mark.parametrize("timeout", [0, 0.01])
-def test_a_read_with_a_timeout_leaves_the_socket_timeout_alone(socket_transport, monkeypatch,
-                                                              timeout):
+def test_a_read_with_a_timeout_leaves_the_socket_timeout_alone(
+    socket_transport, monkeypatch, timeout
+):
     transport, peer = socket_transport
     timeouts_set = counting_timeouts(monkeypatch)
     # Nothing arrived: a timeout, as py-amqp's reads raise,
@@ -244,19 +250,22 @@ def test_a_backlog_arrives_whole_and_in_order_with_few_receive_calls(amqp_url, m
     name = f"burst-{uuid.uuid4().hex[:8]}"
     large = {i: os.urandom(300_000).hex() for i in (10, 1000, 1999)}
     with transports.connection(amqp_url, None) as conn:
-        queue = kombu.Queue(name, kombu.Exchange(name, type="direct"), routing_key=name,
-                            auto_delete=True)
+        queue = kombu.Queue(
+            name, kombu.Exchange(name, type="direct"), routing_key=name, auto_delete=True
+        )
         producer = kombu.Producer(conn.channel(), exchange=queue.exchange)
         queue(producer.channel).declare()
         for i in range(2000):
-            producer.publish({"i": i, "data": large.get(i, "small")}, routing_key=name,
-                             headers={"attempt": 1, "request_id": uuid.uuid4().hex})
+            producer.publish(
+                {"i": i, "data": large.get(i, "small")},
+                routing_key=name,
+                headers={"attempt": 1, "request_id": uuid.uuid4().hex},
+            )
         received: list[dict] = []
         calls = counting_recv(conn)
         timeouts_set = counting_timeouts(monkeypatch)
         # when they are consumed, each with a timeout,
-        with conn.Consumer(queue, callbacks=[lambda body, m: received.append(body)],
-                           no_ack=True):
+        with conn.Consumer(queue, callbacks=[lambda body, m: received.append(body)], no_ack=True):
             while len(received) < 2000:
                 conn.drain_events(timeout=10)
         # then each arrives once, in order, whole,
@@ -273,16 +282,17 @@ def test_a_read_that_times_out_leaves_the_connection_usable(amqp_url, monkeypatc
     name = f"quiet-{uuid.uuid4().hex[:8]}"
     timeouts_set = counting_timeouts(monkeypatch)
     with transports.connection(amqp_url, None) as conn:
-        queue = kombu.Queue(name, kombu.Exchange(name, type="direct"), routing_key=name,
-                            auto_delete=True)
+        queue = kombu.Queue(
+            name, kombu.Exchange(name, type="direct"), routing_key=name, auto_delete=True
+        )
         received: list[dict] = []
-        with conn.Consumer(queue, callbacks=[lambda body, m: received.append(body)],
-                           no_ack=True):
+        with conn.Consumer(queue, callbacks=[lambda body, m: received.append(body)], no_ack=True):
             for timeout in (0, 0.05):
                 with pytest.raises(socket.timeout):
                     conn.drain_events(timeout=timeout)
             kombu.Producer(conn.channel(), exchange=queue.exchange).publish(
-                {"after": "timeouts"}, routing_key=name)
+                {"after": "timeouts"}, routing_key=name
+            )
             conn.drain_events(timeout=10)
         assert received == [{"after": "timeouts"}]
         # Waits, and py-amqp's poll for broker notices before the publication,

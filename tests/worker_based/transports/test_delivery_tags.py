@@ -64,10 +64,12 @@ def test_memory_messages_keep_their_body_and_get_counter_tags():
     queue = kombu.Queue(name, exchange, routing_key=name, durable=False, auto_delete=True)
     received: list[kombu.Message] = []
     with kombu.Connection(transport=transports.resolve(None, "memory")) as conn:
-        with conn.Consumer(queue, callbacks=[lambda body, message: received.append(message)],
-                           accept=["json"]):
-            conn.Producer().publish({"n": 1}, exchange=exchange, routing_key=name,
-                                    serializer="json")
+        with conn.Consumer(
+            queue, callbacks=[lambda body, message: received.append(message)], accept=["json"]
+        ):
+            conn.Producer().publish(
+                {"n": 1}, exchange=exchange, routing_key=name, serializer="json"
+            )
             conn.drain_events(timeout=5)
     # Then it arrives as sent, unencoded (no base64 round trip), with a counter tag
     [message] = received

@@ -36,21 +36,38 @@ CHILD = HERE / "fs_private_consumer.py"
 def names() -> dict[str, str]:
     """Fresh exchange / queue / routing key names for one test."""
     tag = uuid.uuid4().hex[:8]
-    return {"exchange": f"fsp-{tag}", "queue": f"fsp-{tag}_t.host:1:{tag}",
-            "key": f"t.{tag}", "broadcast": "t.broadcast"}
+    return {
+        "exchange": f"fsp-{tag}",
+        "queue": f"fsp-{tag}_t.host:1:{tag}",
+        "key": f"t.{tag}",
+        "broadcast": "t.broadcast",
+    }
 
 
 class Child:
     """A consumer process holding a private queue (see fs_private_consumer.py)."""
 
     def __init__(self, folder: Path, names: dict[str, str]) -> None:
-        config = {"data_folder": str(folder), "exchange": names["exchange"],
-                  "queue": names["queue"], "routing_keys": [names["key"], names["broadcast"]]}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-        self.proc = subprocess.Popen([sys.executable, str(CHILD), json.dumps(config)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=env)
+        config = {
+            "data_folder": str(folder),
+            "exchange": names["exchange"],
+            "queue": names["queue"],
+            "routing_keys": [names["key"], names["broadcast"]],
+        }
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p]
+            ),
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, str(CHILD), json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def close(self) -> str:
@@ -84,14 +101,16 @@ def spawn(tmp_path: Path, names: dict[str, str]) -> Iterator[Callable[[], Child]
 
 
 def connect(folder: Path) -> kombu.Connection:
-    return kombu.Connection("filesystem://localhost", transport=transports.FILESYSTEM,
-                            transport_options={"data_folder": str(folder)})
+    return kombu.Connection(
+        "filesystem://localhost",
+        transport=transports.FILESYSTEM,
+        transport_options={"data_folder": str(folder)},
+    )
 
 
 def bindings(folder: Path, names: dict[str, str]) -> list[list[str]]:
     table = folder / "control" / f"{names['exchange']}.exchange"
-    return [entry for entry in json.loads(table.read_text() or "[]")
-            if entry[2] == names["queue"]]
+    return [entry for entry in json.loads(table.read_text() or "[]") if entry[2] == names["queue"]]
 
 
 def markers(folder: Path, names: dict[str, str]) -> list[fp.Marker]:
@@ -103,15 +122,16 @@ def message_files(folder: Path, names: dict[str, str]) -> list[str]:
     suffix = f".{names['queue']}.msg"
     messages = folder / "messages"
     places = [messages, messages / ".claims", messages / ".own" / names["queue"]]
-    return [n for where in places if where.is_dir() for n in os.listdir(where)
-            if n.endswith(suffix)]
+    return [
+        n for where in places if where.is_dir() for n in os.listdir(where) if n.endswith(suffix)
+    ]
 
 
-def publish(conn: kombu.Connection, names: dict[str, str], routing_key: str,
-            body: object) -> None:
+def publish(conn: kombu.Connection, names: dict[str, str], routing_key: str, body: object) -> None:
     exchange = kombu.Exchange(names["exchange"], type="direct")
     kombu.Producer(conn.channel(), exchange=exchange).publish(
-        body, routing_key=routing_key, serializer="json")
+        body, routing_key=routing_key, serializer="json"
+    )
 
 
 def consume_until(conn: kombu.Connection, condition: Callable[[], bool]) -> bool:
@@ -127,7 +147,8 @@ def consume_until(conn: kombu.Connection, condition: Callable[[], bool]) -> bool
 
 
 def test_private_queue_of_a_killed_consumer_is_deleted_with_its_bindings(
-        tmp_path, names, spawn, caplog):
+    tmp_path, names, spawn, caplog
+):
     # Given a consumer process with a private queue, holding one of its
     # messages unacknowledged,
     child = spawn()
@@ -142,12 +163,16 @@ def test_private_queue_of_a_killed_consumer_is_deleted_with_its_bindings(
         assert len(message_files(tmp_path, names)) == 3
         # then a live consumer deletes the queue: bindings, marker and messages,
         with caplog.at_level(logging.WARNING, logger=housekeeping.LOG.name):
-            assert consume_until(conn, lambda: not bindings(tmp_path, names)
-                                 and not markers(tmp_path, names))
+            assert consume_until(
+                conn, lambda: not bindings(tmp_path, names) and not markers(tmp_path, names)
+            )
     assert message_files(tmp_path, names) == []
     # and says how many messages went with it.
-    warnings = [r.getMessage() for r in caplog.records
-                if r.getMessage().startswith(f"Deleted private queue {names['queue']!r}")]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith(f"Deleted private queue {names['queue']!r}")
+    ]
     assert len(warnings) == 1 and "dropped 3 message(s)" in warnings[0], warnings
 
 

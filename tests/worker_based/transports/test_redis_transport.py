@@ -86,8 +86,11 @@ class Names:
         return kombu.Exchange(self.exchange, type="direct")
 
     def queue(self, which: str) -> kombu.Queue:
-        name, key = {"work": (self.work, WORK_KEY), "reply": (self.reply, REPLY_KEY),
-                     "private": (self.private, PRIVATE_KEY)}[which]
+        name, key = {
+            "work": (self.work, WORK_KEY),
+            "reply": (self.reply, REPLY_KEY),
+            "private": (self.private, PRIVATE_KEY),
+        }[which]
         return kombu.Queue(name, self.kombu_exchange(), routing_key=key)
 
 
@@ -103,13 +106,17 @@ def stack() -> Iterator[contextlib.ExitStack]:
         yield s
 
 
-def connect(stack: contextlib.ExitStack, url: str, consumer: str | None = None,
-            lease_s: float = LONG_LEASE_S, transport: str = OURS) -> kombu.Connection:
+def connect(
+    stack: contextlib.ExitStack,
+    url: str,
+    consumer: str | None = None,
+    lease_s: float = LONG_LEASE_S,
+    transport: str = OURS,
+) -> kombu.Connection:
     """A kombu connection on ``transport`` (ours: as ``consumer`` with ``lease_s``)."""
     options = {}
     if transport == OURS:
-        options = {rc.CONSUMER_OPTION: consumer or uuid.uuid4().hex,
-                   rc.LEASE_OPTION: lease_s}
+        options = {rc.CONSUMER_OPTION: consumer or uuid.uuid4().hex, rc.LEASE_OPTION: lease_s}
     conn = kombu.Connection(url, transport=transport, transport_options=options)
     stack.callback(conn.release)
     return conn
@@ -122,8 +129,13 @@ def inspector(stack: contextlib.ExitStack, url: str) -> redis.Redis:
     return client
 
 
-def keeper(stack: contextlib.ExitStack, conn: kombu.Connection, consumer: str,
-           lease_s: float, reclaim: bool) -> leases.LeaseKeeper:
+def keeper(
+    stack: contextlib.ExitStack,
+    conn: kombu.Connection,
+    consumer: str,
+    lease_s: float,
+    reclaim: bool,
+) -> leases.LeaseKeeper:
     """A LeaseKeeper for ``consumer`` retired after the test (if still registered).
 
     Its template is a clone made here: the keeper clones its template from
@@ -142,25 +154,36 @@ def declare(conn: kombu.Connection, *queues: kombu.Queue) -> None:
     channel.close()
 
 
-def publish(conn: kombu.Connection, names: Names, body: Any, routing_key: str = WORK_KEY,
-            **properties: Any) -> None:
+def publish(
+    conn: kombu.Connection, names: Names, body: Any, routing_key: str = WORK_KEY, **properties: Any
+) -> None:
     channel = conn.channel()
     kombu.Producer(channel, exchange=names.kombu_exchange()).publish(
-        body, routing_key=routing_key, **properties)
+        body, routing_key=routing_key, **properties
+    )
     channel.close()
 
 
 class Taker:
     """Consumes one queue on its own channel and collects what it is given."""
 
-    def __init__(self, conn: kombu.Connection, queue: kombu.Queue,
-                 channel: Any = None, prefetch_count: int | None = 1) -> None:
+    def __init__(
+        self,
+        conn: kombu.Connection,
+        queue: kombu.Queue,
+        channel: Any = None,
+        prefetch_count: int | None = 1,
+    ) -> None:
         self.conn = conn
         self.channel = channel or conn.channel()
         self.messages: list[kombu.Message] = []
-        self.consumer = kombu.Consumer(self.channel, queues=[queue], accept=["json"],
-                                       on_message=self.messages.append,
-                                       prefetch_count=prefetch_count)
+        self.consumer = kombu.Consumer(
+            self.channel,
+            queues=[queue],
+            accept=["json"],
+            on_message=self.messages.append,
+            prefetch_count=prefetch_count,
+        )
         self.consumer.consume()
 
     def next(self, timeout: float = WAIT_S) -> kombu.Message:
@@ -208,19 +231,34 @@ def bound_to(r: redis.Redis, exchange: str, queue: str) -> list[bytes]:
     return entries
 
 
-def start_consumer_process(stack: contextlib.ExitStack, tmp_path: Path, url: str,
-                           names: Names, consumer: str) -> tuple[subprocess.Popen, Path, Path]:
+def start_consumer_process(
+    stack: contextlib.ExitStack, tmp_path: Path, url: str, names: Names, consumer: str
+) -> tuple[subprocess.Popen, Path, Path]:
     """redis_transport_consumer.py as ``consumer``; (process, marker path, log path)."""
     marker, log_path = tmp_path / "taken.json", tmp_path / "consumer.log"
-    config = {"url": url, "exchange": names.exchange, "queue": names.work,
-              "routing_key": WORK_KEY, "private_queue": names.private,
-              "private_key": PRIVATE_KEY, "consumer_id": consumer,
-              "lease_s": SHORT_LEASE_S, "marker": str(marker)}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    config = {
+        "url": url,
+        "exchange": names.exchange,
+        "queue": names.work,
+        "routing_key": WORK_KEY,
+        "private_queue": names.private,
+        "private_key": PRIVATE_KEY,
+        "consumer_id": consumer,
+        "lease_s": SHORT_LEASE_S,
+        "marker": str(marker),
+    }
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
+    )
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(CONSUMER_SCRIPT), json.dumps(config)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            [sys.executable, str(CONSUMER_SCRIPT), json.dumps(config)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
 
     def reap() -> None:
         if proc.poll() is None:
@@ -235,8 +273,9 @@ def start_consumer_process(stack: contextlib.ExitStack, tmp_path: Path, url: str
 
 
 @pytest.mark.slow
-def test_a_killed_consumers_message_goes_to_the_next_consumer(private_redis, names,
-                                                              tmp_path, stack):
+def test_a_killed_consumers_message_goes_to_the_next_consumer(
+    private_redis, names, tmp_path, stack
+):
     url = private_redis.url
     r = inspector(stack, url)
     pub = connect(stack, url)
@@ -300,16 +339,18 @@ def test_a_killed_consumers_message_goes_to_the_next_consumer(private_redis, nam
 
 
 @pytest.mark.parametrize("lose_first_answer", [False, True], ids=["answered", "answer-lost"])
-def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, stack,
-                                                           monkeypatch, lose_first_answer):
+def test_a_reply_settles_the_message_it_answers_in_one_step(
+    redis_url, names, stack, monkeypatch, lose_first_answer
+):
     r = inspector(stack, redis_url)
     setup = connect(stack, redis_url)
     declare(setup, names.queue("work"), names.queue("reply"))
     settles: list[bool] = []
     real_settle = rc.settle
 
-    def settle(client: Any, held_in: str, raw: bytes, tag: str, nonce: str,
-               pushes: list, queue: str = "") -> bool:
+    def settle(
+        client: Any, held_in: str, raw: bytes, tag: str, nonce: str, pushes: list, queue: str = ""
+    ) -> bool:
         settled = real_settle(client, held_in, raw, tag, nonce, pushes, queue)
         if b"request-1" in raw:
             settles.append(settled)
@@ -328,21 +369,29 @@ def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, st
     def on_request(data: Any, message: Any) -> None:
         seen["before"] = state()
         try:
-            proxy.publish(pr.Response(pr.PENDING), REPLY_KEY,
-                          correlation_id=message.properties["correlation_id"],
-                          settles=message)
+            proxy.publish(
+                pr.Response(pr.PENDING),
+                REPLY_KEY,
+                correlation_id=message.properties["correlation_id"],
+                settles=message,
+            )
         except Exception as e:
             seen["error"] = e
         seen["after"] = state()
         handled.set()
 
     handler = dispatcher.Handler(on_request, settles=True)
-    proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler},
-                     broker=BrokerSettings(redis_url), options=px.ProxyOptions(
-                         queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                         wake_routing_key=WORK_KEY,
-                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                      LONG_LEASE_S))))
+    proxy = px.Proxy(
+        WORK_KEY,
+        names.exchange,
+        {TEST_TYPE: handler},
+        broker=BrokerSettings(redis_url),
+        options=px.ProxyOptions(
+            queues=[px.QueueSpec(names.work, (WORK_KEY,))],
+            wake_routing_key=WORK_KEY,
+            consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer, LONG_LEASE_S)),
+        ),
+    )
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -366,7 +415,8 @@ def test_a_reply_settles_the_message_it_answers_in_one_step(redis_url, names, st
 
 @pytest.mark.parametrize("how", ["settle_with", "ack"])
 def test_settling_a_message_given_back_by_a_reclaim_fails_and_pushes_nothing(
-        redis_url, names, stack, how):
+    redis_url, names, stack, how
+):
     r = inspector(stack, redis_url)
     conn = connect(stack, redis_url, names.consumer)
     declare(conn, names.queue("work"), names.queue("reply"))
@@ -379,9 +429,9 @@ def test_settling_a_message_given_back_by_a_reclaim_fails_and_pushes_nothing(
     # Then settling it (with a reply, or a plain ack) is refused
     with pytest.raises(exc.DeliveryNotSettled, match="another consumer"):
         if how == "settle_with":
-            message.channel.settle_with(message.delivery_tag,
-                                        [(names.reply, b'{"reply": 1}')],
-                                        message.channel.client)
+            message.channel.settle_with(
+                message.delivery_tag, [(names.reply, b'{"reply": 1}')], message.channel.client
+            )
         else:
             message.ack()
     # and pushes nothing, and the message still waits for the next consumer
@@ -405,13 +455,13 @@ def test_a_stale_holder_cannot_settle_what_another_consumer_settled(redis_url, n
     # When the frozen consumer wakes up and settles it with its reply
     # Then it is refused (it must not run the request a second time) and pushes nothing
     with pytest.raises(exc.DeliveryNotSettled):
-        stale.channel.settle_with(stale.delivery_tag, [(names.reply, b'{"reply": 1}')],
-                                  stale.channel.client)
+        stale.channel.settle_with(
+            stale.delivery_tag, [(names.reply, b'{"reply": 1}')], stale.channel.client
+        )
     assert r.llen(names.reply) == 0
 
 
-def test_of_two_copies_of_one_message_only_the_first_settled_is_handled(redis_url, names,
-                                                                       stack):
+def test_of_two_copies_of_one_message_only_the_first_settled_is_handled(redis_url, names, stack):
     r = inspector(stack, redis_url)
     first_conn = connect(stack, redis_url, f"{names.consumer}-1")
     second_conn = connect(stack, redis_url, f"{names.consumer}-2")
@@ -424,20 +474,21 @@ def test_of_two_copies_of_one_message_only_the_first_settled_is_handled(redis_ur
     first = Taker(first_conn, names.queue("work")).next()
     second = Taker(second_conn, names.queue("work")).next()
     assert first.delivery_tag == second.delivery_tag
-    first.channel.settle_with(first.delivery_tag, [(names.reply, b'{"reply": 1}')],
-                              first.channel.client)
+    first.channel.settle_with(
+        first.delivery_tag, [(names.reply, b'{"reply": 1}')], first.channel.client
+    )
     # Then the second is refused (it must not run it too), pushes nothing and
     # holds nothing more
     with pytest.raises(exc.DeliveryNotSettled):
-        second.channel.settle_with(second.delivery_tag, [(names.reply, b'{"reply": 2}')],
-                                   second.channel.client)
+        second.channel.settle_with(
+            second.delivery_tag, [(names.reply, b'{"reply": 2}')], second.channel.client
+        )
     assert r.lrange(names.reply, 0, -1) == [b'{"reply": 1}']
     assert r.llen(inflight(f"{names.consumer}-2", names.work)) == 0
 
 
 def test_a_message_routed_to_two_queues_is_settled_in_each(redis_url, names, stack):
-    other = kombu.Queue(f"{names.exchange}.other", names.kombu_exchange(),
-                        routing_key=WORK_KEY)
+    other = kombu.Queue(f"{names.exchange}.other", names.kombu_exchange(), routing_key=WORK_KEY)
     first_conn = connect(stack, redis_url, f"{names.consumer}-1")
     second_conn = connect(stack, redis_url, f"{names.consumer}-2")
     declare(first_conn, names.queue("work"), other)
@@ -452,7 +503,8 @@ def test_a_message_routed_to_two_queues_is_settled_in_each(redis_url, names, sta
 
 
 def test_a_publication_sent_again_after_a_lost_answer_keeps_its_delivery_tag(
-        redis_url, names, stack, monkeypatch):
+    redis_url, names, stack, monkeypatch
+):
     from flowengine.engines.worker_based.messaging.publisher import Publisher
     from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
@@ -482,8 +534,11 @@ def test_a_publication_sent_again_after_a_lost_answer_keeps_its_delivery_tag(
 # --- 3. plain kombu and ours share queues ---
 
 
-@pytest.mark.parametrize(("publisher", "consumer"), [(KOMBU_REDIS, OURS), (OURS, KOMBU_REDIS)],
-                         ids=["kombu-to-ours", "ours-to-kombu"])
+@pytest.mark.parametrize(
+    ("publisher", "consumer"),
+    [(KOMBU_REDIS, OURS), (OURS, KOMBU_REDIS)],
+    ids=["kombu-to-ours", "ours-to-kombu"],
+)
 def test_plain_kombu_and_ours_exchange_messages(redis_url, names, stack, publisher, consumer):
     r = inspector(stack, redis_url)
     sender = connect(stack, redis_url, transport=publisher)
@@ -491,8 +546,7 @@ def test_plain_kombu_and_ours_exchange_messages(redis_url, names, stack, publish
     declare(receiver, names.queue("work"))
     taker = Taker(receiver, names.queue("work"))
     # Given a message published by one transport
-    publish(sender, names, {"from": publisher}, correlation_id="interop-1",
-            headers={"h": 1})
+    publish(sender, names, {"from": publisher}, correlation_id="interop-1", headers={"h": 1})
     # When the other consumes it
     message = taker.next()
     # Then it gets it whole, and acknowledging it leaves nothing behind
@@ -509,7 +563,8 @@ def test_plain_kombu_and_ours_exchange_messages(redis_url, names, stack, publish
 
 
 def test_a_take_whose_answer_was_lost_comes_back_when_its_consumer_consumes_again(
-        redis_url, names, stack, caplog):
+    redis_url, names, stack, caplog
+):
     r = inspector(stack, redis_url)
     setup = connect(stack, redis_url)
     declare(setup, names.queue("work"))
@@ -528,8 +583,10 @@ def test_a_take_whose_answer_was_lost_comes_back_when_its_consumer_consumes_agai
     # Then its holding was put back, said so, and given to it again
     assert message.delivery_tag == tag
     assert message.properties["correlation_id"] == "lost-1"
-    assert any("Put back 1 message" in rec.getMessage() and names.work in rec.getMessage()
-               for rec in caplog.records)
+    assert any(
+        "Put back 1 message" in rec.getMessage() and names.work in rec.getMessage()
+        for rec in caplog.records
+    )
     message.ack()
     assert r.llen(inflight(names.consumer, names.work)) == 0
 
@@ -537,8 +594,9 @@ def test_a_take_whose_answer_was_lost_comes_back_when_its_consumer_consumes_agai
 # --- 3b. replies: taken in batches, settled with the next take ---
 
 
-def _batch_taker(stack: contextlib.ExitStack, url: str, names: Names,
-                 monkeypatch: pytest.MonkeyPatch) -> tuple[Taker, list[int]]:
+def _batch_taker(
+    stack: contextlib.ExitStack, url: str, names: Names, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Taker, list[int]]:
     """A Taker of the private queue marked for batches, and the sizes its takes asked for."""
     conn = connect(stack, url, names.consumer)
     channel = conn.channel()
@@ -548,8 +606,7 @@ def _batch_taker(stack: contextlib.ExitStack, url: str, names: Names,
     takes: list[int] = []
     real_take = rc.take
 
-    def take(client: Any, queue: str, held_in: str, limit: int,
-             settled: Any = ()) -> list[bytes]:
+    def take(client: Any, queue: str, held_in: str, limit: int, settled: Any = ()) -> list[bytes]:
         takes.append(limit)
         return real_take(client, queue, held_in, limit, settled)
 
@@ -558,7 +615,8 @@ def _batch_taker(stack: contextlib.ExitStack, url: str, names: Names,
 
 
 def test_a_burst_of_replies_comes_in_one_take_and_is_settled_with_the_next(
-        redis_url, names, stack, monkeypatch):
+    redis_url, names, stack, monkeypatch
+):
     r = inspector(stack, redis_url)
     taker, takes = _batch_taker(stack, redis_url, names, monkeypatch)
     held_in = inflight(names.consumer, names.private)
@@ -588,8 +646,7 @@ def test_a_burst_of_replies_comes_in_one_take_and_is_settled_with_the_next(
     assert r.llen(held_in) == 0 and r.llen(names.private) == 0
 
 
-def test_replies_of_a_batch_not_acknowledged_go_back_in_order(redis_url, names, stack,
-                                                               monkeypatch):
+def test_replies_of_a_batch_not_acknowledged_go_back_in_order(redis_url, names, stack, monkeypatch):
     r = inspector(stack, redis_url)
     taker, _ = _batch_taker(stack, redis_url, names, monkeypatch)
     publisher = connect(stack, redis_url)
@@ -608,7 +665,8 @@ def test_replies_of_a_batch_not_acknowledged_go_back_in_order(redis_url, names, 
 
 @pytest.mark.slow
 def test_a_message_taken_before_a_redis_restart_is_put_back_on_reconnect(
-        persistent_redis, names, stack):
+    persistent_redis, names, stack
+):
     url = persistent_redis.url
     r = inspector(stack, url)
     setup = connect(stack, url)
@@ -628,11 +686,16 @@ def test_a_message_taken_before_a_redis_restart_is_put_back_on_reconnect(
             again.set()
 
     handler = dispatcher.Handler(on_message, settles=True)  # held while it is handled
-    proxy = px.Proxy(WORK_KEY, names.exchange, {TEST_TYPE: handler},
-                     broker=BrokerSettings(url), options=px.ProxyOptions(
-                         queues=[px.QueueSpec(names.work, (WORK_KEY,))],
-                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                      LONG_LEASE_S))))
+    proxy = px.Proxy(
+        WORK_KEY,
+        names.exchange,
+        {TEST_TYPE: handler},
+        broker=BrokerSettings(url),
+        options=px.ProxyOptions(
+            queues=[px.QueueSpec(names.work, (WORK_KEY,))],
+            consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer, LONG_LEASE_S)),
+        ),
+    )
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
@@ -651,18 +714,21 @@ def test_a_message_taken_before_a_redis_restart_is_put_back_on_reconnect(
     assert again.wait(WAIT_S), "the held message was not put back"
     assert deliveries[0] == deliveries[1] and len(deliveries) == 2
     assert proxy.reconnect_count >= 1
-    wait_until(lambda: r.llen(inflight(names.consumer, names.work)) == 0,
-               "the second delivery was settled")
+    wait_until(
+        lambda: r.llen(inflight(names.consumer, names.work)) == 0, "the second delivery was settled"
+    )
     assert r.llen(names.work) == 0
 
 
 # --- 5. poison payloads ---
 
 
-@pytest.mark.parametrize("raw", [b"\xff\xfe not json", b'{"body": "no properties"}'],
-                         ids=["not-json", "no-delivery-tag"])
+@pytest.mark.parametrize(
+    "raw", [b"\xff\xfe not json", b'{"body": "no properties"}'], ids=["not-json", "no-delivery-tag"]
+)
 def test_an_undecodable_payload_is_dropped_and_the_next_message_delivered(
-        redis_url, names, stack, caplog, raw):
+    redis_url, names, stack, caplog, raw
+):
     r = inspector(stack, redis_url)
     conn = connect(stack, redis_url, names.consumer)
     declare(conn, names.queue("work"))
@@ -688,8 +754,7 @@ def test_an_undecodable_payload_is_dropped_and_the_next_message_delivered(
 # --- 6. leases: retiring, and never reclaiming a live consumer ---
 
 
-def test_retiring_puts_holdings_back_and_deletes_private_queues(redis_url, names, stack,
-                                                                caplog):
+def test_retiring_puts_holdings_back_and_deletes_private_queues(redis_url, names, stack, caplog):
     r = inspector(stack, redis_url)
     conn = connect(stack, redis_url, names.consumer)
     lease = keeper(stack, conn, names.consumer, LONG_LEASE_S, reclaim=False)
@@ -751,14 +816,17 @@ def test_a_live_consumer_is_never_reclaimed_and_a_dead_one_is(private_redis, nam
     # When the holder stops renewing (as if dead)
     holder.stop(retire=False)
     # Then the same reclaimer puts its message back
-    wait_until(lambda: reclaimer.renew_once() == 1 or r.llen(names.work) == 1,
-               "the dead holder's message came back")
+    wait_until(
+        lambda: reclaimer.renew_once() == 1 or r.llen(names.work) == 1,
+        "the dead holder's message came back",
+    )
     assert tags(r, names.work) == [message.delivery_tag]
     assert reclaimer.reclaimed_count == 1
 
 
 def test_a_consumer_reclaimed_while_frozen_still_gives_back_what_it_takes_later(
-        private_redis, names, stack):
+    private_redis, names, stack
+):
     url = private_redis.url
     r = inspector(stack, url)
     conn = connect(stack, url, names.consumer, SHORT_LEASE_S)
@@ -777,9 +845,10 @@ def test_a_consumer_reclaimed_while_frozen_still_gives_back_what_it_takes_later(
     # When it dies for good and a live consumer reclaims it
     other = f"{names.consumer}-reclaimer"
     reclaimer = keeper(stack, connect(stack, url, other), other, SHORT_LEASE_S, reclaim=True)
-    wait_until(lambda: reclaimer.renew_once() >= 0
-               and not r.hexists(rc.REGISTRY_KEY, names.consumer),
-               "the dead consumer was reclaimed")
+    wait_until(
+        lambda: reclaimer.renew_once() >= 0 and not r.hexists(rc.REGISTRY_KEY, names.consumer),
+        "the dead consumer was reclaimed",
+    )
     # Then its message is back in the queue, not stranded in its in-flight list
     assert tags(r, names.work) == [message.delivery_tag]
 
@@ -788,18 +857,24 @@ def test_a_consumer_reclaimed_while_frozen_still_gives_back_what_it_takes_later(
 def test_a_proxy_whose_lease_lapsed_declares_its_private_queue_again(redis_url, names, stack):
     r = inspector(stack, redis_url)
     private = names.queue("private")
-    proxy = px.Proxy("t", names.exchange, broker=BrokerSettings(redis_url),
-                     options=px.ProxyOptions(
-                         consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer,
-                                                                      SHORT_LEASE_S)),
-                         queues=[px.QueueSpec(private.name, (PRIVATE_KEY,), private=True)]))
+    proxy = px.Proxy(
+        "t",
+        names.exchange,
+        broker=BrokerSettings(redis_url),
+        options=px.ProxyOptions(
+            consume=px.ConsumeOptions(lease=px.LeaseSpec(names.consumer, SHORT_LEASE_S)),
+            queues=[px.QueueSpec(private.name, (PRIVATE_KEY,), private=True)],
+        ),
+    )
     thread = threading.Thread(target=proxy.start, daemon=True)
     thread.start()
     stack.callback(thread.join, WAIT_S)
     stack.callback(proxy.stop)
     assert proxy.wait(WAIT_S)
-    wait_until(lambda: r.sismember(f"{rc.CONSUMER_PREFIX}{names.consumer}.private",
-                                   private.name), "the proxy registered its private queue")
+    wait_until(
+        lambda: r.sismember(f"{rc.CONSUMER_PREFIX}{names.consumer}.private", private.name),
+        "the proxy registered its private queue",
+    )
     # Given a live proxy reclaimed by the others (as if it had been frozen)
     bound_before = bound_to(r, names.exchange, private.name)
     assert bound_before
@@ -807,15 +882,21 @@ def test_a_proxy_whose_lease_lapsed_declares_its_private_queue_again(redis_url, 
     assert bound_to(r, names.exchange, private.name) == []
     # When its lease keeper renews next, learning the lease had lapsed
     # Then the proxy consumes again, with its private queue bound again
-    wait_until(lambda: proxy.reconnect_count >= 1 and proxy.wait(0), "the proxy reconnected",
-               timeout=3 * WAIT_S)
-    wait_until(lambda: bound_to(r, names.exchange, private.name) == bound_before,
-               "the private queue was bound again")
+    wait_until(
+        lambda: proxy.reconnect_count >= 1 and proxy.wait(0),
+        "the proxy reconnected",
+        timeout=3 * WAIT_S,
+    )
+    wait_until(
+        lambda: bound_to(r, names.exchange, private.name) == bound_before,
+        "the private queue was bound again",
+    )
     assert r.hexists(rc.REGISTRY_KEY, names.consumer)
 
 
 def test_a_lease_keeper_leaves_its_template_connection_to_the_callers_thread(
-        redis_url, names, stack, monkeypatch):
+    redis_url, names, stack, monkeypatch
+):
     r = inspector(stack, redis_url)
     made_by: list[tuple[kombu.Connection, threading.Thread]] = []
     real_create = kombu.Connection.create_transport
@@ -826,9 +907,11 @@ def test_a_lease_keeper_leaves_its_template_connection_to_the_callers_thread(
 
     monkeypatch.setattr(kombu.Connection, "create_transport", create_transport)
     # Given a connection its owner has not used yet, handed to a lease keeper
-    conn = kombu.Connection(redis_url, transport=OURS, transport_options={
-        rc.CONSUMER_OPTION: names.consumer,
-        rc.LEASE_OPTION: LONG_LEASE_S})
+    conn = kombu.Connection(
+        redis_url,
+        transport=OURS,
+        transport_options={rc.CONSUMER_OPTION: names.consumer, rc.LEASE_OPTION: LONG_LEASE_S},
+    )
     stack.callback(conn.release)
     lease = leases.LeaseKeeper(conn, names.consumer, LONG_LEASE_S, reclaim=False)
     stack.callback(lease.stop, retire=True)
@@ -837,8 +920,7 @@ def test_a_lease_keeper_leaves_its_template_connection_to_the_callers_thread(
     wait_until(lambda: r.exists(rc.lease_key(names.consumer)) == 1, "the keeper renewed")
     # Then it never set up the owner's connection from its own thread (where
     # it would race with the owner's first use of it)
-    assert [t.name for c, t in made_by if c is conn and t is not threading.current_thread()] \
-        == []
+    assert [t.name for c, t in made_by if c is conn and t is not threading.current_thread()] == []
 
 
 # --- 7. a worker never runs a request it could not settle ---
@@ -861,14 +943,16 @@ class Mark(task.Task):
 
 @pytest.mark.parametrize("attempt", [1, None], ids=["pending-reply", "plain-ack"])
 def test_a_worker_does_not_run_a_request_whose_message_was_given_away(
-        redis_url, names, stack, monkeypatch, caplog, attempt):
+    redis_url, names, stack, monkeypatch, caplog, attempt
+):
     r = inspector(stack, redis_url)
     MARKS.clear()
     thief = f"{names.exchange}.given-to-another-consumer"
     real_settle = rc.settle
 
-    def settle(client: Any, held_in: str, raw: bytes, tag: str, nonce: str,
-               pushes: list, queue: str = "") -> bool:
+    def settle(
+        client: Any, held_in: str, raw: bytes, tag: str, nonce: str, pushes: list, queue: str = ""
+    ) -> bool:
         if SABOTAGE.encode() in raw and not r.exists(thief):
             # The worker's lease lapsed before it settled: the message went
             # back and another consumer took it.
@@ -881,22 +965,32 @@ def test_a_worker_does_not_run_a_request_whose_message_was_given_away(
     headers = {} if attempt is None else {pr.HEADER_ATTEMPT: attempt}
     # Given a worker on Redis, and a request whose message another consumer
     # is given while the worker holds it (before it settles it)
-    with Client(names.exchange, url=redis_url) as client, \
-            running_worker(names.exchange, "marks", [Mark], threads_count=1, url=redis_url), \
-            caplog.at_level(logging.WARNING):
+    with (
+        Client(names.exchange, url=redis_url) as client,
+        running_worker(names.exchange, "marks", [Mark], threads_count=1, url=redis_url),
+        caplog.at_level(logging.WARNING),
+    ):
         # When that request and then another are sent, and the other is
         # answered (so the worker's loop is done with the first)
-        lost = client.request(Mark(), arguments={"label": "take-away"}, routing_key="marks",
-                              headers={**headers, SABOTAGE: 1})
-        later = client.request(Mark(), arguments={"label": "later"}, routing_key="marks",
-                               headers=headers)
+        lost = client.request(
+            Mark(),
+            arguments={"label": "take-away"},
+            routing_key="marks",
+            headers={**headers, SABOTAGE: 1},
+        )
+        later = client.request(
+            Mark(), arguments={"label": "later"}, routing_key="marks", headers=headers
+        )
         assert client.final(later)["state"] == pr.SUCCESS
     # Then the first request never ran there and was not answered, a WARNING
     # names it, and its message is with the consumer that was given it
     assert MARKS == ["later"]
     assert client.states(lost) == []
-    warnings = [rec.getMessage() for rec in caplog.records
-                if rec.levelno == logging.WARNING and lost in rec.getMessage()]
+    warnings = [
+        rec.getMessage()
+        for rec in caplog.records
+        if rec.levelno == logging.WARNING and lost in rec.getMessage()
+    ]
     assert any("not run" in w for w in warnings), warnings
     [given_away] = r.lrange(thief, 0, -1)
     assert json.loads(given_away)["properties"]["correlation_id"] == lost
@@ -920,8 +1014,7 @@ def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
         assert third.ping()
 
 
-def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
-        private_redis, stack):
+def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(private_redis, stack):
     # kombu opens a channel with a PING through the pool consuming takes its
     # connection from, and sent every other command through a second pool:
     # two connections per channel before it consumed anything. Ours borrow
@@ -932,11 +1025,14 @@ def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
     exchange = kombu.Exchange("x", type="direct")
     queue = kombu.Queue("q", exchange, routing_key="k")
     queue(conn.default_channel).declare()
-    kombu.Producer(conn.default_channel).publish({"n": 1}, exchange=exchange,
-                                                 routing_key="k")
+    kombu.Producer(conn.default_channel).publish({"n": 1}, exchange=exchange, routing_key="k")
     got: list[Any] = []
-    with kombu.Consumer(conn.default_channel, [queue], accept=["json"],
-                        callbacks=[lambda body, message: got.append((body, message))]):
+    with kombu.Consumer(
+        conn.default_channel,
+        [queue],
+        accept=["json"],
+        callbacks=[lambda body, message: got.append((body, message))],
+    ):
         conn.drain_events(timeout=WAIT_S)
         # Then declaring, binding, publishing and consuming took one connection
         assert redis_stats.connections_received(watcher) == opened + 1
@@ -947,10 +1043,9 @@ def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(
     assert watcher.llen("q") == 0
 
 
-
-
-def test_connections_name_flowengine_without_reading_package_metadata(redis_url, stack,
-                                                                      monkeypatch):
+def test_connections_name_flowengine_without_reading_package_metadata(
+    redis_url, stack, monkeypatch
+):
     # redis-py versions with DriverInfo read their own version from the
     # package's metadata for every connection they are not told it for: a
     # millisecond each, several per engine start. Ours tell it, once.
@@ -961,8 +1056,9 @@ def test_connections_name_flowengine_without_reading_package_metadata(redis_url,
     assert driver.formatted_name == f"redis-py(flowengine_v{flowengine.__version__})"
     looked_up: list[str] = []
     real_lookup = redis.utils.get_lib_version
-    monkeypatch.setattr(redis.utils, "get_lib_version",
-                        lambda: looked_up.append("lookup") or real_lookup())
+    monkeypatch.setattr(
+        redis.utils, "get_lib_version", lambda: looked_up.append("lookup") or real_lookup()
+    )
     channel = connect(stack, redis_url).default_channel  # the asynchronous pool pings
     with channel.conn_or_acquire() as client:  # the pool commands go through
         assert client.ping()

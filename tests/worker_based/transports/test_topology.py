@@ -29,8 +29,7 @@ def test_durable_topology_keeps_everything_and_expires_private_queues():
     assert ex.durable and shared.durable and not shared.auto_delete
     # Durable + auto-delete would vanish in the restart it should survive
     assert private.durable and not private.auto_delete
-    assert private.queue_arguments == {
-        "x-expires": int(topology.IDLE_QUEUE_EXPIRES_S * 1000)}
+    assert private.queue_arguments == {"x-expires": int(topology.IDLE_QUEUE_EXPIRES_S * 1000)}
     assert topology.publish_properties(True) == {"delivery_mode": 2}
 
 
@@ -50,8 +49,12 @@ def test_publish_to_a_dead_broker_ends_in_publish_timeout_within_its_bound():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    proxy = px.Proxy("t", unique(), broker=BrokerSettings(f"redis://127.0.0.1:{port}/0"),
-                     options=px.ProxyOptions(publish_timeout_s=0.3))
+    proxy = px.Proxy(
+        "t",
+        unique(),
+        broker=BrokerSettings(f"redis://127.0.0.1:{port}/0"),
+        options=px.ProxyOptions(publish_timeout_s=0.3),
+    )
     # When publishing, Then a typed, recoverable error (not a hang, not kombu's)
     with pytest.raises(exc.PublishTimeout, match="broker unreachable"):
         proxy.publish(pr.Notify(), "t")

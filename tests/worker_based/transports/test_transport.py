@@ -37,9 +37,11 @@ WAIT_S = 10.0
 def fs_conn(folder, **options) -> kombu.Connection:
     opts = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
     opts.update(options)
-    return kombu.Connection("filesystem://localhost",
-                            transport=transports.resolve(None, "filesystem"),
-                            transport_options=opts)
+    return kombu.Connection(
+        "filesystem://localhost",
+        transport=transports.resolve(None, "filesystem"),
+        transport_options=opts,
+    )
 
 
 def test_resolve_picks_flowengine_transports():
@@ -59,11 +61,14 @@ def test_resolve_picks_flowengine_transports():
     assert transports.resolve(None, original) == original  # opt-out stays possible
     aliases = kombu.transport.TRANSPORT_ALIASES
     assert aliases["flowengine-filesystem"].endswith("filesystem:Transport")
-    assert kombu.Connection("memory://", transport="flowengine-memory").transport_cls \
+    assert (
+        kombu.Connection("memory://", transport="flowengine-memory").transport_cls
         == "flowengine-memory"
+    )
 
 
 # --- filesystem ---
+
 
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
 def test_many_fast_messages_arrive_whole_and_in_order(tmp_path):
@@ -142,8 +147,11 @@ def test_a_message_inotify_reported_is_delivered_after_one_listing(tmp_path):
 
 def _traced_consumer(conn, queue, got, trace):
     """Consume ``queue`` on ``conn``; each listing and each inotify wait is added to ``trace``."""
-    consumer = kombu.Consumer(conn, [kombu.Queue(queue, kombu.Exchange(queue), queue)],
-                              callbacks=[lambda body, message: got.append(body) or message.ack()])
+    consumer = kombu.Consumer(
+        conn,
+        [kombu.Queue(queue, kombu.Exchange(queue), queue)],
+        callbacks=[lambda body, message: got.append(body) or message.ack()],
+    )
     consumer.consume()
     channel = consumer.channel
     if not hasattr(channel, "_traced"):
@@ -226,8 +234,9 @@ def _own_queue(conn, name, got):
     channel = conn.channel()
     channel.mark_private(name)
     queue = kombu.Queue(name, kombu.Exchange(name), name)
-    consumer = kombu.Consumer(channel, [queue],
-                              callbacks=[lambda body, message: got.append(body) or message.ack()])
+    consumer = kombu.Consumer(
+        channel, [queue], callbacks=[lambda body, message: got.append(body) or message.ack()]
+    )
     consumer.consume()
     return consumer
 
@@ -260,10 +269,15 @@ def test_a_message_kombus_own_transport_wrote_for_a_private_queue_is_delivered(t
     # Given a private queue, and a message for it that kombu's own
     # filesystem transport (a TaskFlow process's) wrote in the message
     # folder, knowing nothing of the queue's folder,
-    kombus = kombu.Connection("filesystem://", transport="kombu.transport.filesystem:Transport",
-                              transport_options={"data_folder_in": str(tmp_path),
-                                                 "data_folder_out": str(tmp_path),
-                                                 "control_folder": str(tmp_path / "control")})
+    kombus = kombu.Connection(
+        "filesystem://",
+        transport="kombu.transport.filesystem:Transport",
+        transport_options={
+            "data_folder_in": str(tmp_path),
+            "data_folder_out": str(tmp_path),
+            "control_folder": str(tmp_path / "control"),
+        },
+    )
     with fs_conn(tmp_path) as owner, kombus as producer:
         got: list[str] = []
         _own_queue(owner, "mine-too", got)
@@ -280,7 +294,8 @@ def test_a_message_kombus_own_transport_wrote_for_a_private_queue_is_delivered(t
 
 
 def test_a_message_for_a_private_queue_deleted_meanwhile_is_dropped_not_an_error(
-        tmp_path, caplog, monkeypatch):
+    tmp_path, caplog, monkeypatch
+):
     # Given a private queue whose folder goes (its owner deleting it) after
     # a publisher saw it and before its message is renamed into it,
     with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
@@ -298,8 +313,7 @@ def test_a_message_for_a_private_queue_deleted_meanwhile_is_dropped_not_an_error
         assert not [n for n in os.listdir(tmp_path) if n.endswith(".gone.msg")]
 
 
-def test_a_message_for_a_private_queue_that_cannot_be_written_is_an_error_not_a_drop(
-        tmp_path):
+def test_a_message_for_a_private_queue_that_cannot_be_written_is_an_error_not_a_drop(tmp_path):
     # Given a private queue, and the folder messages are written in gone,
     with fs_conn(tmp_path) as owner, fs_conn(tmp_path) as producer:
         _own_queue(owner, "unwritable", [])
@@ -330,7 +344,8 @@ def test_a_reply_queue_is_taken_without_claim_files_and_each_message_once(tmp_pa
                 except queue_mod.Empty:
                     pass
                 claims_seen = claims_seen or any(
-                    n.startswith(".claim-") for n in os.listdir(tmp_path))
+                    n.startswith(".claim-") for n in os.listdir(tmp_path)
+                )
             if not taken:
                 break
     # then every message was taken exactly once, each reader's in order, and
@@ -449,8 +464,7 @@ def test_a_recent_table_is_read_again_but_parsed_only_when_its_bytes_changed(tmp
         assert sorted(q.queue for q in reader.get_table("tbl")) == ["queue1", "queue2"]
 
 
-def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_path,
-                                                                         monkeypatch):
+def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_path, monkeypatch):
     with fs_conn(tmp_path) as reader_conn, fs_conn(tmp_path) as writer_conn:
         reader, writer = reader_conn.channel(), writer_conn.channel()
         writer._queue_bind("tbl", "k1", "", "queue1")
@@ -465,8 +479,9 @@ def test_a_table_read_just_after_a_change_is_not_trusted_once_it_settles(tmp_pat
         os.utime(table, ns=(changed_ns, changed_ns))
         # Long after, the stat key is the one the cached table was read under,
         # but that read was racy: the table is read again.
-        monkeypatch.setattr(fs_bindings, "_wall_ns",
-                            lambda: changed_ns + 2 * fs_bindings.TABLE_RACY_WINDOW_NS)
+        monkeypatch.setattr(
+            fs_bindings, "_wall_ns", lambda: changed_ns + 2 * fs_bindings.TABLE_RACY_WINDOW_NS
+        )
         assert [q.queue for q in reader.get_table("tbl")] == ["queue2"]
 
 
@@ -498,17 +513,23 @@ def test_a_queue_declared_in_two_folders_by_one_process_is_bound_in_both(tmp_pat
 
 def test_default_control_folder_is_shared_not_cwd(tmp_path):
     inbox, outbox = tmp_path / "in", tmp_path / "out"
-    with kombu.Connection("filesystem://localhost", transport="flowengine-filesystem",
-                          transport_options={"data_folder_in": str(inbox),
-                                             "data_folder_out": str(outbox)}) as conn:
+    with kombu.Connection(
+        "filesystem://localhost",
+        transport="flowengine-filesystem",
+        transport_options={"data_folder_in": str(inbox), "data_folder_out": str(outbox)},
+    ) as conn:
         channel = conn.channel()
         assert channel.control_folder == tmp_path / "control"
         assert inbox.is_dir() and outbox.is_dir()  # created when missing
-    with kombu.Connection("filesystem://localhost", transport="flowengine-filesystem",
-                          transport_options={"data_folder": str(tmp_path / "all")}) as conn:
+    with kombu.Connection(
+        "filesystem://localhost",
+        transport="flowengine-filesystem",
+        transport_options={"data_folder": str(tmp_path / "all")},
+    ) as conn:
         channel = conn.channel()
-        assert channel.data_folder_in == channel.data_folder_out == \
-            str(tmp_path / "all" / "messages")
+        assert (
+            channel.data_folder_in == channel.data_folder_out == str(tmp_path / "all" / "messages")
+        )
         assert channel.control_folder == tmp_path / "all" / "control"
 
 
@@ -554,8 +575,10 @@ def test_a_consumer_wakes_only_for_messages_of_its_queues(tmp_path):
         # other queues' messages
         (tmp_path / ".tmp-1").write_bytes(b"{}")
         os.rename(tmp_path / ".tmp-1", tmp_path / "00000000000000000001_a.theirs.msg")
-        os.rename(tmp_path / "00000000000000000001_a.theirs.msg",
-                  tmp_path / ".claim-1@h@t@00000000000000000001_a.theirs.msg")
+        os.rename(
+            tmp_path / "00000000000000000001_a.theirs.msg",
+            tmp_path / ".claim-1@h@t@00000000000000000001_a.theirs.msg",
+        )
         # Then it is not woken (the kernel queued those events as they happened)
         assert watcher.landed(wanted) is False
         # But a message of its queue wakes it, written in place or renamed into it
@@ -571,10 +594,13 @@ def test_a_consumer_wakes_only_for_messages_of_its_queues(tmp_path):
 
 # --- memory ---
 
+
 def test_memory_consumer_wakes_at_once_on_put():
     name = f"wake-{time.monotonic_ns()}"
-    with kombu.Connection("memory://localhost", transport="flowengine-memory") as prod, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as cons:
+    with (
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as prod,
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as cons,
+    ):
         cq, pq = cons.SimpleQueue(name), prod.SimpleQueue(name)
         delays = []
         for _ in range(20):
@@ -603,9 +629,11 @@ def test_memory_consumer_wakes_at_once_on_put():
 
 def test_memory_put_wakes_only_the_consumers_of_its_queue():
     first, second = (f"wake-{i}-{time.monotonic_ns()}" for i in range(2))
-    with kombu.Connection("memory://localhost", transport="flowengine-memory") as a, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as b, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as p:
+    with (
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as a,
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as b,
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as p,
+    ):
         # Given two consumers, each of its own queue, both having looked once
         qa, qb = a.SimpleQueue(first), b.SimpleQueue(second)
         for q in (qa, qb):
@@ -639,15 +667,21 @@ def test_memory_put_wakes_one_of_several_idle_consumers_of_its_queue():
     name = f"one-{time.monotonic_ns()}"
     # (No idle re-check while the test runs: a consumer awake for one at the
     # put would not be asleep, and would rightly be woken too.)
-    conns = [kombu.Connection("memory://localhost", transport="flowengine-memory",
-                              transport_options={"polling_interval": WAIT_S})
-             for _ in range(3)]
+    conns = [
+        kombu.Connection(
+            "memory://localhost",
+            transport="flowengine-memory",
+            transport_options={"polling_interval": WAIT_S},
+        )
+        for _ in range(3)
+    ]
     got: list = []
     try:
         producer, consumers = conns[0], conns[1:]
         for conn in consumers:
-            conn.Consumer(kombu.Queue(name), callbacks=[lambda body, message: message.ack()],
-                          accept=["json"]).consume()
+            conn.Consumer(
+                kombu.Queue(name), callbacks=[lambda body, message: message.ack()], accept=["json"]
+            ).consume()
         # Given two consumers of one queue, both asleep in drain_events
         threads = [threading.Thread(target=_drain_one, args=(conn, got)) for conn in consumers]
         for t in threads:
@@ -675,16 +709,24 @@ def test_memory_put_wakes_one_of_several_idle_consumers_of_its_queue():
 def test_memory_put_wakes_every_consumer_when_none_sleeps_ready():
     name = f"all-{time.monotonic_ns()}"
     options = {"polling_interval": WAIT_S}  # no idle re-check meanwhile
-    with kombu.Connection("memory://localhost", transport="flowengine-memory",
-                          transport_options=options) as full, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory",
-                             transport_options=options) as busy, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as producer:
+    with (
+        kombu.Connection(
+            "memory://localhost", transport="flowengine-memory", transport_options=options
+        ) as full,
+        kombu.Connection(
+            "memory://localhost", transport="flowengine-memory", transport_options=options
+        ) as busy,
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as producer,
+    ):
         # Given a consumer at its prefetch limit (one message delivered, not
         # acknowledged) asleep in drain_events,
         held = []
-        full.Consumer(kombu.Queue(name), callbacks=[lambda b, m: held.append(m)],
-                      accept=["json"], prefetch_count=1).consume()
+        full.Consumer(
+            kombu.Queue(name),
+            callbacks=[lambda b, m: held.append(m)],
+            accept=["json"],
+            prefetch_count=1,
+        ).consume()
         producer.SimpleQueue(name).put({"n": 0})
         full.drain_events(timeout=WAIT_S)
         assert len(held) == 1 and not full.default_channel.qos.can_consume()
@@ -693,8 +735,9 @@ def test_memory_put_wakes_every_consumer_when_none_sleeps_ready():
         sleeper.start()
         _wait_until(lambda: full.transport._waiter._cond._waiters, "it never slept")
         # and another that looked once and went on with other work (not asleep)
-        busy.Consumer(kombu.Queue(name), callbacks=[lambda b, m: m.ack()],
-                      accept=["json"]).consume()
+        busy.Consumer(
+            kombu.Queue(name), callbacks=[lambda b, m: m.ack()], accept=["json"]
+        ).consume()
         with pytest.raises(TimeoutError):
             busy.drain_events(timeout=0.001)
         waiters = full.transport._waiter, busy.transport._waiter
@@ -714,9 +757,12 @@ def test_memory_put_wakes_every_consumer_when_none_sleeps_ready():
 
 def test_memory_interoperates_with_kombus_memory_transport():
     name = f"interop-{time.monotonic_ns()}"
-    with kombu.Connection("memory://localhost",
-                          transport="kombu.transport.memory:Transport") as plain, \
-            kombu.Connection("memory://localhost", transport="flowengine-memory") as ours:
+    with (
+        kombu.Connection(
+            "memory://localhost", transport="kombu.transport.memory:Transport"
+        ) as plain,
+        kombu.Connection("memory://localhost", transport="flowengine-memory") as ours,
+    ):
         cq, pq = ours.SimpleQueue(name), plain.SimpleQueue(name)
         pq.put({"from": "kombu"})
         message = cq.get(timeout=WAIT_S)
@@ -729,20 +775,30 @@ def test_memory_interoperates_with_kombus_memory_transport():
 
 # --- request/reply round trip through two proxies ---
 
+
 def _round_trips(transport, options, count=200):
     exchange = f"rt{time.monotonic_ns()}"
     replied = threading.Event()
 
     def on_request(data, message):
-        server.publish(pr.Response(pr.SUCCESS, result=data["n"]),
-                       message.properties["reply_to"],
-                       correlation_id=message.properties["correlation_id"])
+        server.publish(
+            pr.Response(pr.SUCCESS, result=data["n"]),
+            message.properties["reply_to"],
+            correlation_id=message.properties["correlation_id"],
+        )
 
-    server = px.Proxy("server", exchange, {pr.REQUEST: dispatcher.Handler(on_request)},
-                      broker=BrokerSettings(transport=transport, transport_options=options))
-    client = px.Proxy("client", exchange,
-                      {pr.RESPONSE: dispatcher.Handler(lambda d, m: replied.set())},
-                      broker=BrokerSettings(transport=transport, transport_options=options))
+    server = px.Proxy(
+        "server",
+        exchange,
+        {pr.REQUEST: dispatcher.Handler(on_request)},
+        broker=BrokerSettings(transport=transport, transport_options=options),
+    )
+    client = px.Proxy(
+        "client",
+        exchange,
+        {pr.RESPONSE: dispatcher.Handler(lambda d, m: replied.set())},
+        broker=BrokerSettings(transport=transport, transport_options=options),
+    )
     threads = [threading.Thread(target=p.start, daemon=True) for p in (server, client)]
     for t in threads:
         t.start()
@@ -839,8 +895,12 @@ def test_message_of_a_consumer_killed_before_ack_is_delivered_again(tmp_path):
     # Given a message taken by a consumer process that never acknowledges it,
     with fs_conn(tmp_path) as conn:
         conn.SimpleQueue("claims").put({"n": 7})
-        child = subprocess.Popen([sys.executable, "-c", _CONSUME_AND_HANG, str(tmp_path)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CONSUME_AND_HANG, str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert child.stdout.readline().strip() == "7"
             assert len(claims_in(tmp_path / ".claims")) == 1
@@ -922,12 +982,19 @@ def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
     # Given a process that writes a message, forks a child that writes one,
     # then writes one more (in a process of its own: forking this
     # many-threaded test process could copy a lock some thread holds),
-    done = subprocess.run([sys.executable, "-c", _PUT_FORK_PUT, str(tmp_path)],
-                          capture_output=True, text=True, timeout=WAIT_S)
+    done = subprocess.run(
+        [sys.executable, "-c", _PUT_FORK_PUT, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
     assert done.returncode == 0, done.stderr
     # then each file had a name part of its own: the part after the stamp is
     # also its temporary file's name, which parent and child would have
     # written at once with the same counter (O_EXCL: "Cannot add message file").
-    parts = [name.partition("_")[2].partition(".")[0]
-             for name in os.listdir(tmp_path) if name.endswith(".forked.msg")]
+    parts = [
+        name.partition("_")[2].partition(".")[0]
+        for name in os.listdir(tmp_path)
+        if name.endswith(".forked.msg")
+    ]
     assert len(parts) == 3 and len(set(parts)) == 3

@@ -23,8 +23,8 @@ def test_bound_is_the_best_sample_plus_time_since():
 
 def test_old_samples_leave_the_window_but_the_newest_stays():
     pc = peer_clock.PeerClock()
-    pc.observe(1000.0, 10.0)           # fast transit, soon too old to count
-    pc.observe(1000.0, 12.0)           # two seconds slower
+    pc.observe(1000.0, 10.0)  # fast transit, soon too old to count
+    pc.observe(1000.0, 12.0)  # two seconds slower
     later = 12.0 + peer_clock.WINDOW_S
     assert pc.now(later) == pytest.approx(1000.0 + peer_clock.WINDOW_S)
     pc2 = peer_clock.PeerClock()
@@ -53,7 +53,10 @@ def test_no_wall_clock_read_bypasses_the_process_clock():
     # Every wall-clock reading of worker_based goes through wire/clock.py, so
     # a test (or a badly set host) moving that clock moves all of them.
     package = pathlib.Path(clock.__file__).parent.parent
-    offenders = [str(path.relative_to(package)) for path in package.rglob("*.py")
-                 if path.name != "clock.py"
-                 and re.search(r"\btime\.time\(\)|datetime\.now\(", path.read_text())]
+    offenders = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "clock.py"
+        and re.search(r"\btime\.time\(\)|datetime\.now\(", path.read_text())
+    ]
     assert offenders == []

@@ -31,10 +31,12 @@ SEED_TABLE = """\
 | WAITING[^] | on_pending | PENDING |    .     |    .    |
 +------------+------------+---------+----------+---------+"""
 
-SEED_TRACEBACK = ('  File "/homes/harlowja/dev/os/taskflow/taskflow/engines/action_engine/'
-                  'executor.py", line 56, in _execute_task\n    result = task.execute('
-                  '**arguments)\n  File "/homes/harlowja/dev/os/taskflow/taskflow/tests/'
-                  'utils.py", line 165, in execute\n    raise RuntimeError(\'Woot!\')\n')
+SEED_TRACEBACK = (
+    '  File "/homes/harlowja/dev/os/taskflow/taskflow/engines/action_engine/'
+    'executor.py", line 56, in _execute_task\n    result = task.execute('
+    '**arguments)\n  File "/homes/harlowja/dev/os/taskflow/taskflow/tests/'
+    "utils.py\", line 165, in execute\n    raise RuntimeError('Woot!')\n"
+)
 SEED_FAILURE = {
     "exc_type_names": ["RuntimeError", "StandardError", "Exception"],
     "exception_str": "Woot!",
@@ -58,8 +60,7 @@ SEED_REVERT = {
     "task_version": [1, 0],
 }
 SEED_RUNNING = {"data": {}, "state": "RUNNING"}
-SEED_PROGRESS = {"details": {"progress": 0.5}, "event_type": "update_progress",
-                 "state": "EVENT"}
+SEED_PROGRESS = {"details": {"progress": 0.5}, "event_type": "update_progress", "state": "EVENT"}
 SEED_SUCCESS = {"data": {"result": 666}, "state": "SUCCESS"}
 SEED_FAILED = {"data": {"result": SEED_FAILURE}, "state": "FAILURE"}
 
@@ -72,6 +73,7 @@ def _failure() -> ft.Failure:
 
 
 # --- the state machine ---
+
 
 def test_machine_table_is_the_seed_table():
     assert pr.build_a_machine().pformat() == SEED_TABLE
@@ -142,11 +144,16 @@ def test_request_rejects_unknown_action():
 
 # --- request bodies ---
 
+
 def test_request_to_dict_execute_is_valid_and_json():
     body = pr.Request(wt.Add(), "u1", pr.EXECUTE, {"x": 1, "y": 2}).to_dict()
-    assert body == {"task_cls": "worker_tasks.Add", "task_name": "worker_tasks.Add",
-                    "task_version": [1, 0], "action": "execute",
-                    "arguments": {"x": 1, "y": 2}}
+    assert body == {
+        "task_cls": "worker_tasks.Add",
+        "task_name": "worker_tasks.Add",
+        "task_version": [1, 0],
+        "action": "execute",
+        "arguments": {"x": 1, "y": 2},
+    }
     pr.Request.validate(json.loads(json.dumps(body)))
 
 
@@ -177,8 +184,11 @@ def test_seed_request_examples_are_valid(body):
     assert unit.task_cls == body["task_cls"]
 
 
-@pytest.mark.parametrize("body", [SEED_RUNNING, SEED_PROGRESS, SEED_SUCCESS, SEED_FAILED],
-                         ids=["running", "progress", "success", "failure"])
+@pytest.mark.parametrize(
+    "body",
+    [SEED_RUNNING, SEED_PROGRESS, SEED_SUCCESS, SEED_FAILED],
+    ids=["running", "progress", "success", "failure"],
+)
 def test_seed_response_examples_are_valid(body):
     pr.Response.validate(copy.deepcopy(body))
     resp = pr.Response.from_dict(copy.deepcopy(body))
@@ -205,16 +215,20 @@ def test_notify_schemas_accept_seed_shapes():
     with pytest.raises(exc.InvalidFormat, match="'tasks' is a required property"):
         pr.Notify.validate({"topic": "t"}, response=True)
     note = pr.Notify(topic="t", tasks=["x"])
-    assert (note.topic, note.tasks, note.to_dict()) == ("t", ["x"], {"topic": "t",
-                                                                    "tasks": ["x"]})
+    assert (note.topic, note.tasks, note.to_dict()) == ("t", ["x"], {"topic": "t", "tasks": ["x"]})
 
 
 def test_schemas_are_the_seed_schemas():
     assert pr.Notify.SENDER_SCHEMA == {"additionalProperties": False, "type": "object"}
-    assert pr.Request.SCHEMA["required"] == ["task_cls", "task_name", "task_version",
-                                             "action"]
+    assert pr.Request.SCHEMA["required"] == ["task_cls", "task_name", "task_version", "action"]
     assert pr.Response.SCHEMA["properties"]["state"]["enum"] == [
-        "WAITING", "PENDING", "RUNNING", "SUCCESS", "FAILURE", "EVENT"]
+        "WAITING",
+        "PENDING",
+        "RUNNING",
+        "SUCCESS",
+        "FAILURE",
+        "EVENT",
+    ]
 
 
 def _without(body, key):
@@ -232,22 +246,37 @@ def _with(body, path, value):
     return body
 
 
-@pytest.mark.parametrize("body,needle", [
-    (_without(SEED_EXECUTE, "task_cls"), "'task_cls' is a required property"),
-    (_without(SEED_EXECUTE, "action"), "'action' is a required property"),
-    (_with(SEED_EXECUTE, ["action"], "explode"), "'explode' is not one of"),
-    (_with(SEED_EXECUTE, ["arguments"], [1]), "$.arguments"),
-    (_with(SEED_EXECUTE, ["task_version"], 3), "$.task_version"),
-    (_with(SEED_REVERT, ["result"], "oops"), "'result' must be"),
-    (_with(SEED_REVERT, ["result"], ["maybe", 1]), "'result' must be"),
-    (_with(SEED_REVERT, ["result", 1, "exception_str"], 5), "$.result[1]"),
-    (_with(SEED_REVERT, ["result", 1, "version"], 2), "version 2 is not supported"),
-    (_with(SEED_REVERT, ["failures", "taskflow.tests.utils.TaskWithFailure"],
-           {"exception_str": "x"}), "$.failures"),
-    (_with(SEED_REVERT, ["failures", "taskflow.tests.utils.TaskWithFailure",
-                         "exc_type_names"], ["Nope"]), "initial exception"),
-    ([1, 2], "is not of type 'object'"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        (_without(SEED_EXECUTE, "task_cls"), "'task_cls' is a required property"),
+        (_without(SEED_EXECUTE, "action"), "'action' is a required property"),
+        (_with(SEED_EXECUTE, ["action"], "explode"), "'explode' is not one of"),
+        (_with(SEED_EXECUTE, ["arguments"], [1]), "$.arguments"),
+        (_with(SEED_EXECUTE, ["task_version"], 3), "$.task_version"),
+        (_with(SEED_REVERT, ["result"], "oops"), "'result' must be"),
+        (_with(SEED_REVERT, ["result"], ["maybe", 1]), "'result' must be"),
+        (_with(SEED_REVERT, ["result", 1, "exception_str"], 5), "$.result[1]"),
+        (_with(SEED_REVERT, ["result", 1, "version"], 2), "version 2 is not supported"),
+        (
+            _with(
+                SEED_REVERT,
+                ["failures", "taskflow.tests.utils.TaskWithFailure"],
+                {"exception_str": "x"},
+            ),
+            "$.failures",
+        ),
+        (
+            _with(
+                SEED_REVERT,
+                ["failures", "taskflow.tests.utils.TaskWithFailure", "exc_type_names"],
+                ["Nope"],
+            ),
+            "initial exception",
+        ),
+        ([1, 2], "is not of type 'object'"),
+    ],
+)
 def test_invalid_requests_are_rejected_naming_the_problem(body, needle):
     with pytest.raises(exc.InvalidFormat) as info:
         pr.Request.validate(body)
@@ -255,19 +284,26 @@ def test_invalid_requests_are_rejected_naming_the_problem(body, needle):
     assert "\n" not in str(info.value)  # one line: fit for logs and FAILURE replies
 
 
-@pytest.mark.parametrize("body,needle", [
-    ({"state": "RUNNING"}, "'data' is a required property"),
-    ({"state": "BOGUS", "data": {}}, "'BOGUS' is not one of"),
-    ({"state": "SUCCESS", "data": {}}, "needs data.result"),
-    ({"state": "FAILURE", "data": {}}, "needs data.result"),
-    ({"state": "FAILURE", "data": {"result": {"exception_str": "x"}}}, "$.data.result"),
-    ({"state": "FAILURE", "data": {"result": dict(SEED_FAILURE, version=None)}},
-     "'version'"),
-    ({"state": "FAILURE", "data": {"result": dict(SEED_FAILURE, causes=[
-        dict(SEED_FAILURE, version=7)])}}, "version 7"),
-    ({"state": "EVENT", "data": {}}, "needs data.event_type"),
-    ({"state": "RUNNING", "data": {}, "extra": 1}, "Additional properties"),
-])
+@pytest.mark.parametrize(
+    "body,needle",
+    [
+        ({"state": "RUNNING"}, "'data' is a required property"),
+        ({"state": "BOGUS", "data": {}}, "'BOGUS' is not one of"),
+        ({"state": "SUCCESS", "data": {}}, "needs data.result"),
+        ({"state": "FAILURE", "data": {}}, "needs data.result"),
+        ({"state": "FAILURE", "data": {"result": {"exception_str": "x"}}}, "$.data.result"),
+        ({"state": "FAILURE", "data": {"result": dict(SEED_FAILURE, version=None)}}, "'version'"),
+        (
+            {
+                "state": "FAILURE",
+                "data": {"result": dict(SEED_FAILURE, causes=[dict(SEED_FAILURE, version=7)])},
+            },
+            "version 7",
+        ),
+        ({"state": "EVENT", "data": {}}, "needs data.event_type"),
+        ({"state": "RUNNING", "data": {}, "extra": 1}, "Additional properties"),
+    ],
+)
 def test_invalid_responses_are_rejected_naming_the_problem(body, needle):
     with pytest.raises(exc.InvalidFormat) as info:
         pr.Response.validate(body)
@@ -301,6 +337,7 @@ def test_validators_are_compiled_once_and_fast():
 
 # --- helpers ---
 
+
 def test_queue_and_key_helpers():
     assert pr.topic_queue_name("ex", "t") == "ex_t"
     assert pr.worker_routing_key("t", "h:1:ab") == "t.h:1:ab"
@@ -313,9 +350,15 @@ def test_queue_and_key_helpers():
 
 
 def test_header_names():
-    assert (pr.HEADER_EXPIRES, pr.HEADER_ATTEMPT, pr.HEADER_ROOT_ID, pr.HEADER_PARENT_ID,
-            pr.HEADER_ORIGIN, pr.HEADER_TIMELIMIT, pr.HEADER_WORKER_ID) == (
-        "expires", "attempt", "root_id", "parent_id", "origin", "timelimit", "worker_id")
+    assert (
+        pr.HEADER_EXPIRES,
+        pr.HEADER_ATTEMPT,
+        pr.HEADER_ROOT_ID,
+        pr.HEADER_PARENT_ID,
+        pr.HEADER_ORIGIN,
+        pr.HEADER_TIMELIMIT,
+        pr.HEADER_WORKER_ID,
+    ) == ("expires", "attempt", "root_id", "parent_id", "origin", "timelimit", "worker_id")
 
 
 def test_parse_expires():
@@ -333,18 +376,31 @@ def test_parse_expires():
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=12)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
 request_like = st.fixed_dictionaries(
-    {}, optional={"task_cls": json_values | st.text(), "task_name": json_values,
-                  "task_version": json_values, "action": st.sampled_from(
-                      ["execute", "revert", "x"]) | json_values,
-                  "arguments": json_values, "result": json_values,
-                  "failures": json_values})
+    {},
+    optional={
+        "task_cls": json_values | st.text(),
+        "task_name": json_values,
+        "task_version": json_values,
+        "action": st.sampled_from(["execute", "revert", "x"]) | json_values,
+        "arguments": json_values,
+        "result": json_values,
+        "failures": json_values,
+    },
+)
 response_like = st.fixed_dictionaries(
-    {}, optional={"state": st.sampled_from(["RUNNING", "SUCCESS", "FAILURE", "EVENT"])
-                  | json_values, "data": json_values, "event_type": json_values})
+    {},
+    optional={
+        "state": st.sampled_from(["RUNNING", "SUCCESS", "FAILURE", "EVENT"]) | json_values,
+        "data": json_values,
+        "event_type": json_values,
+    },
+)
 
 
 @pytest.mark.slow  # half a second or more: out of the fast tier (tests/fast_tier.py)

@@ -17,33 +17,50 @@ from flowengine.engines.worker_based.wire import schemas
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
-                                                                max_size=3),
-    max_leaves=6)
-STATES = st.sampled_from(["WAITING", "PENDING", "RUNNING", "SUCCESS", "FAILURE", "EVENT",
-                          "running", "", "OTHER"])
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+STATES = st.sampled_from(
+    ["WAITING", "PENDING", "RUNNING", "SUCCESS", "FAILURE", "EVENT", "running", "", "OTHER"]
+)
 PAYLOADS = st.one_of(
-    st.just({}), JSON,
+    st.just({}),
+    JSON,
     st.fixed_dictionaries({"result": JSON}),
     st.fixed_dictionaries({"event_type": JSON, "details": JSON}),
     st.fixed_dictionaries({"event_type": st.text(max_size=5), "details": st.just({})}),
-    st.dictionaries(st.sampled_from(["result", "event_type", "details", "x"]), JSON,
-                    max_size=3))
+    st.dictionaries(st.sampled_from(["result", "event_type", "details", "x"]), JSON, max_size=3),
+)
 RESPONSES = st.one_of(
     st.fixed_dictionaries({"state": STATES | JSON, "data": PAYLOADS}),
     st.fixed_dictionaries({"state": STATES, "data": PAYLOADS}, optional={"extra": JSON}),
     st.dictionaries(st.sampled_from(["state", "data"]), JSON, max_size=2),
-    JSON)
+    JSON,
+)
 REQUESTS = st.one_of(
     st.fixed_dictionaries(
-        {"task_cls": st.text(max_size=5) | JSON, "task_name": st.text(max_size=5) | JSON,
-         "task_version": st.text(max_size=3) | st.lists(st.integers(), max_size=2) | JSON,
-         "action": st.sampled_from(["execute", "revert", "EXECUTE", ""]) | JSON},
-        optional={"arguments": st.just({}) | JSON, "failures": st.just({}) | JSON,
-                  "result": JSON, "other": JSON}),
-    st.dictionaries(st.sampled_from(["task_cls", "task_name", "task_version", "action"]),
-                    st.text(max_size=3), max_size=4),
-    JSON)
+        {
+            "task_cls": st.text(max_size=5) | JSON,
+            "task_name": st.text(max_size=5) | JSON,
+            "task_version": st.text(max_size=3) | st.lists(st.integers(), max_size=2) | JSON,
+            "action": st.sampled_from(["execute", "revert", "EXECUTE", ""]) | JSON,
+        },
+        optional={
+            "arguments": st.just({}) | JSON,
+            "failures": st.just({}) | JSON,
+            "result": JSON,
+            "other": JSON,
+        },
+    ),
+    st.dictionaries(
+        st.sampled_from(["task_cls", "task_name", "task_version", "action"]),
+        st.text(max_size=3),
+        max_size=4,
+    ),
+    JSON,
+)
 
 
 @pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
@@ -63,13 +80,21 @@ def test_request_fast_path_accepts_only_schema_valid_bodies(body):
 
 
 def test_usual_messages_take_the_fast_path():
-    for state, data in (("PENDING", {}), ("RUNNING", {}), ("SUCCESS", {"result": [1, "x"]}),
-                        ("FAILURE", {"result": {"exc_type_names": ["RuntimeError"]}}),
-                        ("EVENT", {"event_type": "update_progress",
-                                   "details": {"progress": 0.5}})):
+    for state, data in (
+        ("PENDING", {}),
+        ("RUNNING", {}),
+        ("SUCCESS", {"result": [1, "x"]}),
+        ("FAILURE", {"result": {"exc_type_names": ["RuntimeError"]}}),
+        ("EVENT", {"event_type": "update_progress", "details": {"progress": 0.5}}),
+    ):
         assert schemas.response_fast({"state": state, "data": data}), state
-    request = {"task_cls": "m.T", "task_name": "t", "task_version": [1, 0],
-               "action": "execute", "arguments": {"x": 1}}
+    request = {
+        "task_cls": "m.T",
+        "task_name": "t",
+        "task_version": [1, 0],
+        "action": "execute",
+        "arguments": {"x": 1},
+    }
     assert schemas.request_fast(request)
     assert schemas.request_fast(dict(request, action="revert", result=None, failures={}))
 

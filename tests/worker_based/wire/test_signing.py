@@ -34,11 +34,17 @@ def test_a_signed_message_verifies():
     ring.verify(*_signed(ring))
 
 
-@pytest.mark.parametrize("change", [
-    ("body", b'{"task_cls": "y"}'),
-    ("type", "NOTIFY"), ("correlation_id", "c-2"), ("reply_to", "attacker"),
-    ("expires", 1800000000.0), ("attempt", 1),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("body", b'{"task_cls": "y"}'),
+        ("type", "NOTIFY"),
+        ("correlation_id", "c-2"),
+        ("reply_to", "attacker"),
+        ("expires", 1800000000.0),
+        ("attempt", 1),
+    ],
+)
 def test_changing_any_covered_field_breaks_the_signature(change):
     # Given a message signed with the shared key
     ring = signing.Keyring([KEY])
@@ -107,10 +113,10 @@ def test_load_keyring_sources(tmp_path):
     assert ring.signing_key_id == signing.key_id(KEY.encode())
     path = tmp_path / "keys"
     path.write_text(f"# new key first\n{KEY}\n\n{OLD_KEY}\n")
-    ring = signing.load_keyring(None, environ={signing.SECRET_FILE_ENV: str(path),
-                                               signing.SECRET_ENV: "ignored" * 4})
-    assert ring.key_ids == sorted([signing.key_id(KEY.encode()),
-                                   signing.key_id(OLD_KEY.encode())])
+    ring = signing.load_keyring(
+        None, environ={signing.SECRET_FILE_ENV: str(path), signing.SECRET_ENV: "ignored" * 4}
+    )
+    assert ring.key_ids == sorted([signing.key_id(KEY.encode()), signing.key_id(OLD_KEY.encode())])
     assert ring.signing_key_id == signing.key_id(KEY.encode())
     path.write_text("# nothing\n")
     with pytest.raises(ValueError, match="no key"):
@@ -119,12 +125,16 @@ def test_load_keyring_sources(tmp_path):
 
 # --- through proxies (memory transport) ---
 
+
 def test_signed_worker_and_executor_run_a_task():
     # Given a worker and an executor sharing a key
     exchange, topic = unique(), unique("t")
-    with running_worker(exchange, topic, [worker_tasks.Add], transport="memory",
-                        secret=KEY) as worker, \
-            running_executor(exchange, [topic], secret=[KEY]) as executor:
+    with (
+        running_worker(
+            exchange, topic, [worker_tasks.Add], transport="memory", secret=KEY
+        ) as worker,
+        running_executor(exchange, [topic], secret=[KEY]) as executor,
+    ):
         assert executor.wait_for_workers(1, WAIT_S) == 0
         # When a task runs
         fut = executor.execute_task(worker_tasks.Add("a"), "u-1", {"x": 1, "y": 2})
@@ -138,20 +148,28 @@ def test_signed_worker_and_executor_run_a_task():
 def test_worker_with_key_refuses_unsigned_requests_unanswered(caplog):
     # Given a worker with a key and a client without one
     exchange, topic = unique(), unique("t")
-    with running_worker(exchange, topic, [worker_tasks.Add], transport="memory",
-                        secret=KEY) as worker, \
-            Client(exchange, transport="memory", secret=False) as client:
+    with (
+        running_worker(
+            exchange, topic, [worker_tasks.Add], transport="memory", secret=KEY
+        ) as worker,
+        Client(exchange, transport="memory", secret=False) as client,
+    ):
         dispatcher = worker.server.proxy.dispatcher
         # When the client sends a request
         with caplog.at_level(logging.WARNING):
-            cid = client.request(worker_tasks.Add("a"), arguments={"x": 1, "y": 2},
-                                 routing_key=topic)
+            cid = client.request(
+                worker_tasks.Add("a"), arguments={"x": 1, "y": 2}, routing_key=topic
+            )
             # Then the worker refuses it, says why and counts it (the
             # warning is logged on the consumer's thread after the count
             # changes: wait for the line itself)
-            assert client.wait_for(lambda: any(
-                "not signed" in r.getMessage() and cid in r.getMessage()
-                for r in list(caplog.records)), WAIT_S)
+            assert client.wait_for(
+                lambda: any(
+                    "not signed" in r.getMessage() and cid in r.getMessage()
+                    for r in list(caplog.records)
+                ),
+                WAIT_S,
+            )
         assert client.states(cid) == []  # no answer to an untrusted reply address
         assert dispatcher.unverified_count == 1
         assert worker.server.proxy.unverified_count == 1
@@ -161,10 +179,10 @@ def test_worker_with_key_refuses_unsigned_requests_unanswered(caplog):
 def test_executor_with_key_refuses_unsigned_replies():
     # Given an executor with a key and a worker without it
     exchange, topic = unique(), unique("t")
-    with running_worker(exchange, topic, [worker_tasks.Add], transport="memory",
-                        secret=False), \
-            running_executor(exchange, [topic], secret=KEY,
-                             transition_timeout=WAIT_S) as executor:
+    with (
+        running_worker(exchange, topic, [worker_tasks.Add], transport="memory", secret=False),
+        running_executor(exchange, [topic], secret=KEY, transition_timeout=WAIT_S) as executor,
+    ):
         # Then the worker's announcements are refused: it is never used
         assert executor.wait_for_workers(1, 0.5) == 1
         assert executor._proxy.unverified_count >= 1
@@ -178,11 +196,20 @@ def test_password_never_logged_on_connection_failures(caplog):
     port.bind(("127.0.0.1", 0))
     free = port.getsockname()[1]
     port.close()
-    proxy = px.Proxy("t", unique(), broker=BrokerSettings(
-        f"amqp://user:{secret_pw}@127.0.0.1:{free}//",
-        retry_options={"max_retries": 1, "interval_start": 0,
-                       "interval_step": 0, "interval_max": 0}),
-                     options=px.ProxyOptions(publish_timeout_s=0.5))
+    proxy = px.Proxy(
+        "t",
+        unique(),
+        broker=BrokerSettings(
+            f"amqp://user:{secret_pw}@127.0.0.1:{free}//",
+            retry_options={
+                "max_retries": 1,
+                "interval_start": 0,
+                "interval_step": 0,
+                "interval_max": 0,
+            },
+        ),
+        options=px.ProxyOptions(publish_timeout_s=0.5),
+    )
     from flowengine.engines.worker_based import protocol as pr
 
     # When publishing fails
@@ -193,7 +220,8 @@ def test_password_never_logged_on_connection_failures(caplog):
     assert isinstance(info.value, exc.RecoverableError)
     assert secret_pw not in str(info.value)
     for record in caplog.records:
-        text = record.getMessage() + (logging.Formatter().formatException(record.exc_info)
-                                      if record.exc_info else "")
+        text = record.getMessage() + (
+            logging.Formatter().formatException(record.exc_info) if record.exc_info else ""
+        )
         assert secret_pw not in text
     assert secret_pw not in str(proxy.connection_details)

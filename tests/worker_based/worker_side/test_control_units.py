@@ -23,6 +23,7 @@ WAIT_S = 10.0
 
 # --- messages ---
 
+
 def test_a_control_request_round_trips_and_says_whom_it_concerns():
     request = wc.ControlRequest(wc.CANCEL, {"request": "r-1"}, ("w-1",))
     again = wc.ControlRequest.from_dict(request.to_dict())
@@ -31,14 +32,17 @@ def test_a_control_request_round_trips_and_says_whom_it_concerns():
     assert wc.ControlRequest(wc.PING).concerns("anyone")
 
 
-@pytest.mark.parametrize("body, problem", [
-    ({"command": "reboot"}, "is not one of"),
-    ({"command": "cancel", "arguments": {}}, "'request' is a required property"),
-    ({"command": "cancel", "arguments": {"request": "r", "force": True}}, "force"),
-    ({"command": "ping", "arguments": {"x": 1}}, "Arguments of control command 'ping'"),
-    ({"command": "ping", "extra": 1}, "Additional properties"),
-    ({"command": "ping", "destination": "w-1"}, "destination"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        ({"command": "reboot"}, "is not one of"),
+        ({"command": "cancel", "arguments": {}}, "'request' is a required property"),
+        ({"command": "cancel", "arguments": {"request": "r", "force": True}}, "force"),
+        ({"command": "ping", "arguments": {"x": 1}}, "Arguments of control command 'ping'"),
+        ({"command": "ping", "extra": 1}, "Additional properties"),
+        ({"command": "ping", "destination": "w-1"}, "destination"),
+    ],
+)
 def test_a_bad_control_request_is_refused_naming_the_problem(body, problem):
     with pytest.raises(exc.InvalidFormat) as info:
         wc.ControlRequest.validate(body)
@@ -54,10 +58,17 @@ def test_a_control_reply_round_trips_and_is_validated():
 
 # --- activity and cancellation ---
 
+
 def _job(uuid: str = "r-1", action: str = pr.EXECUTE, name: str = "t") -> Job:
     work = pr.WorkUnit(task_cls="m.T", task_name=name, action=action, arguments={})
-    return Job(endpoint=None, task=None, work=work, key=(uuid, action, "s-1"),  # type: ignore[arg-type]
-               headers=Headers.parse({}), topic="topic")
+    return Job(
+        endpoint=None,
+        task=None,
+        work=work,
+        key=(uuid, action, "s-1"),  # type: ignore[arg-type]
+        headers=Headers.parse({}),
+        topic="topic",
+    )
 
 
 def test_cancelling_a_queued_request_refuses_it_when_a_thread_would_start_it():
@@ -66,8 +77,12 @@ def test_cancelling_a_queued_request_refuses_it_when_a_thread_would_start_it():
     activity.after_receive(job)
     assert activity.snapshot()[0]["state"] == act.QUEUED
     found = activity.cancel("r-1")
-    assert found == {"request": "r-1", "held": True, "states": [act.QUEUED],
-                     "process_killed": False}
+    assert found == {
+        "request": "r-1",
+        "held": True,
+        "states": [act.QUEUED],
+        "process_killed": False,
+    }
     refusal = activity.refuse_start(job)
     assert isinstance(refusal, exc.RequestCancelled)
     assert "before it started" in str(refusal)
@@ -113,6 +128,7 @@ def test_cancellations_are_forgotten_after_their_keep_period():
 
 # --- several topics ---
 
+
 def test_the_room_gives_the_freed_place_to_the_highest_waiting_topic():
     room = priority.PriorityRoom(capacity=1, ranks=2)
     high, low = room.memory(), room.memory()
@@ -147,8 +163,11 @@ def test_a_loop_waiting_for_its_turn_gives_up_when_the_worker_stops():
     memory.admit(("busy", "execute", None), "r", 0)
     stop = threading.Event()
     result: list[Any] = []
-    waiter = threading.Thread(target=lambda: result.append(room.admit(
-        0, memory, stop, ("k", "execute", None), "r", 0, None, True)))
+    waiter = threading.Thread(
+        target=lambda: result.append(
+            room.admit(0, memory, stop, ("k", "execute", None), "r", 0, None, True)
+        )
+    )
     waiter.start()
     stop.set()
     memory.wake_waiters()
@@ -172,9 +191,22 @@ def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
     memory.forget(("over", "execute", None))
     pauses = threading.Semaphore(0)
     result: list[Any] = []
-    waiter = threading.Thread(target=lambda: result.append(room.admit(
-        0, memory, never, ("k", "execute", None), "r", 0, None, True,
-        loss_bound=(3, 9.0), pause=pauses.release)))
+    waiter = threading.Thread(
+        target=lambda: result.append(
+            room.admit(
+                0,
+                memory,
+                never,
+                ("k", "execute", None),
+                "r",
+                0,
+                None,
+                True,
+                loss_bound=(3, 9.0),
+                pause=pauses.release,
+            )
+        )
+    )
     waiter.start()
     assert pauses.acquire(timeout=WAIT_S)  # paused at least once while full
     memory.forget(("busy", "execute", None))
@@ -186,16 +218,22 @@ def test_a_full_room_is_waited_for_in_the_loop_and_the_turn_wait_keeps_alive():
 
 # --- exception handlers ---
 
+
 def _failed() -> eh.FailedRequest:
-    return eh.FailedRequest("t", "m.T", "execute", "r-1", 0, "w-1",
-                            ft.Failure.from_exception(ValueError("boom")), 0.1)
+    return eh.FailedRequest(
+        "t", "m.T", "execute", "r-1", 0, "w-1", ft.Failure.from_exception(ValueError("boom")), 0.1
+    )
 
 
 def test_handlers_run_in_order_and_false_stops_the_chain(caplog):
     seen: list[str] = []
-    chain = eh.HandlerChain([lambda f: seen.append("first"),
-                             lambda f: seen.append("second") or False,
-                             lambda f: seen.append("third")])
+    chain = eh.HandlerChain(
+        [
+            lambda f: seen.append("first"),
+            lambda f: seen.append("second") or False,
+            lambda f: seen.append("third"),
+        ]
+    )
     chain(_failed())
     assert seen == ["first", "second"]
     assert "failed in" not in caplog.text  # the default handler did not run
@@ -210,11 +248,14 @@ def test_a_raising_handler_is_logged_and_the_default_still_runs(caplog):
     assert "Task 't' (m.T) execute for request r-1 failed in 0.100 s: boom" in caplog.text
 
 
-@pytest.mark.parametrize("spec, error, text", [
-    ("nocolon", ValueError, "expected 'module:function'"),
-    ("json:nothing_here", ImportError, "has no 'nothing_here'"),
-    ("json:__name__", ValueError, "is not callable"),
-])
+@pytest.mark.parametrize(
+    "spec, error, text",
+    [
+        ("nocolon", ValueError, "expected 'module:function'"),
+        ("json:nothing_here", ImportError, "has no 'nothing_here'"),
+        ("json:__name__", ValueError, "is not callable"),
+    ],
+)
 def test_a_bad_handler_name_is_refused(spec, error, text):
     with pytest.raises(error) as info:
         eh.load_handler(spec)

@@ -57,12 +57,15 @@ def test_progress_reaches_the_callback_only_while_running():
     events = []
     endpoint = ep.Endpoint(wt.Progress)
     made = endpoint.generate()
+
     def record(event_type, details):
         events.append((event_type, details))
 
     assert endpoint.execute(made, progress_callback=record) == "done"
-    assert events == [("update_progress", {"progress": 0.5}),
-                      ("update_progress", {"progress": 1.0})]
+    assert events == [
+        ("update_progress", {"progress": 0.5}),
+        ("update_progress", {"progress": 1.0}),
+    ]
     made.update_progress(0.2)  # after the run: callback deregistered
     assert len(events) == 2
 
@@ -70,8 +73,13 @@ def test_progress_reaches_the_callback_only_while_running():
 def test_revert_gets_result_and_flow_failures():
     fail = ft.Failure.from_exception(RuntimeError("x"))
     endpoint = ep.Endpoint(wt.Fail)
-    out = endpoint.revert(endpoint.generate(), arguments={}, result=fail,
-                          failures={"a": fail, "b": fail}, task_uuid="ignored")
+    out = endpoint.revert(
+        endpoint.generate(),
+        arguments={},
+        result=fail,
+        failures={"a": fail, "b": fail},
+        task_uuid="ignored",
+    )
     assert out == {"result_type": "Failure", "failures": ["a", "b"]}
 
 

@@ -23,10 +23,12 @@ class _Runner:
         return True
 
 
-def _held(memory: held.RequestMemory, name: str, announced: bool = True,
-          misses: int | None = 5) -> held.Held:
-    verdict = memory.admit((name, pr.EXECUTE, "sub"), "reply", 0, announced=announced,
-                           loss_bound=(misses, None))
+def _held(
+    memory: held.RequestMemory, name: str, announced: bool = True, misses: int | None = 5
+) -> held.Held:
+    verdict = memory.admit(
+        (name, pr.EXECUTE, "sub"), "reply", 0, announced=announced, loss_bound=(misses, None)
+    )
     assert verdict.held is not None
     return verdict.held
 
@@ -45,7 +47,9 @@ def test_unconfirmed_requests_are_stopped_before_the_engines_bound():
     # When more has, both are fenced: the running body is stopped, the queued
     # one will not start
     assert {h.key for h in fence.check(100.0 + FENCE_AT_FRACTION + 0.01)} == {
-        running.key, queued.key}
+        running.key,
+        queued.key,
+    }
     assert runner.interrupted == [running.key[:2]]
     assert memory.start(queued.key) is None
     assert memory.is_fenced(running.key)
@@ -56,8 +60,13 @@ def test_unconfirmed_requests_are_stopped_before_the_engines_bound():
 def test_taskflow_requests_and_a_failing_broker_are_left_alone():
     memory, runner = held.RequestMemory(), _Runner()
     failing = [True]
-    fence = Fence(memory, runner, INTERVAL_S, "w1",  # type: ignore[arg-type]
-                  broker_failing=lambda: failing[0])
+    fence = Fence(
+        memory,
+        runner,
+        INTERVAL_S,
+        "w1",  # type: ignore[arg-type]
+        broker_failing=lambda: failing[0],
+    )
     taskflow = _held(memory, "tf", announced=False)
     ours = _held(memory, "ours")
     taskflow.confirmed_at = ours.confirmed_at = 100.0

@@ -111,8 +111,11 @@ def test_waiting_until_none_held_ends_when_the_last_of_those_is_finished():
     assert memory.wait_until_none_held(keys, deadline=time.monotonic()) is False
     # and a thread waiting for both wakes once the second one goes too
     result: list[bool] = []
-    waiting = threading.Thread(target=lambda: result.append(
-        memory.wait_until_none_held(keys, deadline=time.monotonic() + WAIT_S)))
+    waiting = threading.Thread(
+        target=lambda: result.append(
+            memory.wait_until_none_held(keys, deadline=time.monotonic() + WAIT_S)
+        )
+    )
     waiting.start()
     memory.forget(second)
     waiting.join(WAIT_S)

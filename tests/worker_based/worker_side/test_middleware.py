@@ -29,8 +29,15 @@ TOPIC = "mw"
 MEMORY = {"transport": "memory"}
 
 #: The hooks of a request that ran, in the order the worker calls them.
-RAN = ["after_receive", "refuse_start", "before_execute", "override_result",
-       "after_execute", "after_reply", "after_release"]
+RAN = [
+    "after_receive",
+    "refuse_start",
+    "before_execute",
+    "override_result",
+    "after_execute",
+    "after_reply",
+    "after_release",
+]
 
 
 class Recorder(Middleware):
@@ -88,8 +95,9 @@ class Recorder(Middleware):
     def after_release(self, job: Job) -> None:
         self._record("after_release", job.task_uuid)
 
-    def after_expire(self, topic: str, task_uuid: str, task_name: str | None,
-                     headers: Headers) -> None:
+    def after_expire(
+        self, topic: str, task_uuid: str, task_name: str | None, headers: Headers
+    ) -> None:
         self._record("after_expire", task_uuid, topic)
 
     def after_consumer_start(self, topic: str) -> None:
@@ -104,8 +112,10 @@ class Broken(Middleware):
 
     def __getattribute__(self, name: str) -> Any:
         if name.startswith(("after_", "before_", "on_", "refuse_", "override_")):
+
             def broken(*args: Any) -> None:
                 raise RuntimeError(f"broken {name}")
+
             return broken
         return super().__getattribute__(name)
 
@@ -113,15 +123,23 @@ class Broken(Middleware):
 @pytest.fixture
 def served(unique_name: str) -> Iterator[tuple[Client, Any, Recorder]]:
     recorder = Recorder()
-    with Client(unique_name, **MEMORY) as client, \
-            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2,
-                           middleware=[recorder], **MEMORY) as worker:
+    with (
+        Client(unique_name, **MEMORY) as client,
+        running_worker(
+            unique_name, TOPIC, ["worker_tasks"], threads_count=2, middleware=[recorder], **MEMORY
+        ) as worker,
+    ):
         yield client, worker, recorder
 
 
 def _send(client: Client, task: Any, cid: str, headers: dict[str, Any] | None = None) -> None:
-    client.proxy.publish(pr.Request(task, cid, pr.EXECUTE, {}), TOPIC, reply_to=client.uuid,
-                         correlation_id=cid, headers=headers)
+    client.proxy.publish(
+        pr.Request(task, cid, pr.EXECUTE, {}),
+        TOPIC,
+        reply_to=client.uuid,
+        correlation_id=cid,
+        headers=headers,
+    )
 
 
 def test_the_worker_walks_one_list_built_ins_first_then_yours(served):
@@ -147,8 +165,7 @@ def test_a_successful_request_goes_through_every_hook_in_order(served):
     assert recorder.detail("after_receive", cid) == TOPIC
     assert recorder.detail("after_execute", cid) == "done"
     # ...and the body's hooks on the thread that ran it
-    assert (recorder.threads[("before_execute", cid)]
-            == recorder.threads[("after_execute", cid)])
+    assert recorder.threads[("before_execute", cid)] == recorder.threads[("after_execute", cid)]
 
 
 def test_a_failed_request_goes_through_the_same_hooks_with_its_failure(served):
@@ -194,9 +211,18 @@ def test_an_expired_request_is_dropped_with_only_after_expire(served):
 def test_a_raising_middleware_is_logged_and_breaks_nothing(unique_name, caplog):
     recorder = Recorder()
     # Given a middleware raising in every hook, before ours
-    with caplog.at_level(logging.ERROR), Client(unique_name, **MEMORY) as client, \
-            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2,
-                           middleware=[Broken(), recorder], **MEMORY):
+    with (
+        caplog.at_level(logging.ERROR),
+        Client(unique_name, **MEMORY) as client,
+        running_worker(
+            unique_name,
+            TOPIC,
+            ["worker_tasks"],
+            threads_count=2,
+            middleware=[Broken(), recorder],
+            **MEMORY,
+        ),
+    ):
         # When a request runs
         cid = client.request(wt.Add(), arguments={"x": 1, "y": 2}, routing_key=TOPIC)
         # Then it succeeds as if nothing were wrong, not vetoed by the raising
@@ -206,8 +232,13 @@ def test_a_raising_middleware_is_logged_and_breaks_nothing(unique_name, caplog):
         # And the middleware after the broken one heard every hook
         assert recorder.hooks_of(cid) == RAN
     # And each failure was logged, naming the hook
-    for hook in ("after_receive", "refuse_start", "before_execute", "after_execute",
-                 "after_release"):
+    for hook in (
+        "after_receive",
+        "refuse_start",
+        "before_execute",
+        "after_execute",
+        "after_release",
+    ):
         assert f"failed in {hook}" in caplog.text, hook
     # The server stopped cleanly too: the last hook heard
     assert recorder.hooks_of(TOPIC)[-1] == "after_server_stop"

@@ -32,17 +32,18 @@ INTERVAL_S = 0.5
 
 
 @contextlib.contextmanager
-def replier_and_client(announce_period_s: float = pr.NOTIFY_PERIOD_S,
-                       interval_s: float = INTERVAL_S, **conn: Any
-                       ) -> Iterator[tuple[Replier, held.RequestMemory, Client]]:
+def replier_and_client(
+    announce_period_s: float = pr.NOTIFY_PERIOD_S, interval_s: float = INTERVAL_S, **conn: Any
+) -> Iterator[tuple[Replier, held.RequestMemory, Client]]:
     exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
     conn = conn or {"transport": "memory"}
     broker = as_broker(conn)["broker"]
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A", "tasks.B"))
     memory = held.RequestMemory()
     proxy = Proxy(TOPIC, exchange, broker=broker)
-    replier = Replier(proxy, memory, identity, interval_s, MiddlewareChain(),
-                      announce_period_s=announce_period_s)
+    replier = Replier(
+        proxy, memory, identity, interval_s, MiddlewareChain(), announce_period_s=announce_period_s
+    )
     # Consuming, as a server's proxy is: the replier announces only then.
     loop = threading.Thread(target=proxy.start, daemon=True)
     with Client(exchange, **conn) as client:
@@ -158,13 +159,13 @@ def test_give_back_answers_once_with_the_attempt():
         assert _sent_before_marker(replier, client, "u-1") == [pr.FAILURE]
         data, headers = client.responses["u-1"][0]
         assert headers[pr.HEADER_ATTEMPT] == 2
-        assert any(name.endswith("WorkerShutdown")
-                   for name in data["data"]["result"]["exc_type_names"])
+        assert any(
+            name.endswith("WorkerShutdown") for name in data["data"]["result"]["exc_type_names"]
+        )
 
 
 @pytest.mark.parametrize("pending_too,expected", [(True, [pr.PENDING]), (False, [])])
-def test_a_duplicate_of_a_queued_request_hears_pending_only_from_flowengine(pending_too,
-                                                                           expected):
+def test_a_duplicate_of_a_queued_request_hears_pending_only_from_flowengine(pending_too, expected):
     with replier_and_client() as (replier, memory, client):
         entry = _hold(memory, client)
         state, outcome = replier.repeat_state(entry, client.uuid, "u-1", pending_too)
@@ -196,8 +197,7 @@ def test_a_heartbeat_round_announces_the_worker_only_when_due(period_s, announce
 def test_a_leaving_announcement_lists_no_tasks():
     with replier_and_client() as (replier, _memory, client):
         replier.announce(leaving=True)
-        assert client.wait_for(lambda: any(h.get(pr.HEADER_LEAVING)
-                                           for _d, h in client.notifies))
+        assert client.wait_for(lambda: any(h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
         data, headers = client.notifies[-1]
         assert data == {"topic": TOPIC, "tasks": []} and headers[pr.HEADER_WORKER_ID] == "w-1"
 
@@ -205,8 +205,9 @@ def test_a_leaving_announcement_lists_no_tasks():
 def test_the_heartbeat_thread_repeats_what_is_held_and_reannounces(broker):
     # Given a replier on a real broker that announces at every round, holding
     # a request for a flowengine executor
-    with replier_and_client(announce_period_s=0.0, interval_s=lv.MIN_HEARTBEAT_INTERVAL_S,
-                            **conn_kwargs(broker)) as (replier, memory, client):
+    with replier_and_client(
+        announce_period_s=0.0, interval_s=lv.MIN_HEARTBEAT_INTERVAL_S, **conn_kwargs(broker)
+    ) as (replier, memory, client):
         entry = _hold(memory, client)
         # When its heartbeat thread runs
         replier.start()
@@ -232,8 +233,14 @@ def test_no_announcement_while_the_proxy_is_not_consuming():
     exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
     broker = as_broker({"transport": "memory"})["broker"]
     identity = Identity("w-1", "host:1", TOPIC, ("tasks.A",))
-    replier = Replier(Proxy(TOPIC, exchange, broker=broker), held.RequestMemory(), identity,
-                      INTERVAL_S, MiddlewareChain(), announce_period_s=0.0)
+    replier = Replier(
+        Proxy(TOPIC, exchange, broker=broker),
+        held.RequestMemory(),
+        identity,
+        INTERVAL_S,
+        MiddlewareChain(),
+        announce_period_s=0.0,
+    )
     with Client(exchange, transport="memory") as client:
         # When a heartbeat round finds an announcement due
         replier.beat()

@@ -22,9 +22,10 @@ TOPIC = "calc"
 def served(broker, unique_name):
     """A worker serving worker_tasks on TOPIC and a client, both on ``broker``."""
     conn = conn_kwargs(broker)
-    with Client(unique_name, **conn) as client, \
-            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2,
-                           **conn) as worker:
+    with (
+        Client(unique_name, **conn) as client,
+        running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2, **conn) as worker,
+    ):
         yield client, worker
 
 
@@ -51,10 +52,10 @@ def test_task_failure_is_a_valid_failure_reply(served):
 def test_revert_gets_result_and_failures(served):
     client, _worker = served
     fail = ft.Failure.from_exception(RuntimeError("earlier"))
-    cid = client.request(wt.Fail(), action=pr.REVERT, routing_key=TOPIC, result=fail,
-                         failures={"a": fail, "b": fail})
-    assert client.final(cid)["data"]["result"] == {"result_type": "Failure",
-                                                   "failures": ["a", "b"]}
+    cid = client.request(
+        wt.Fail(), action=pr.REVERT, routing_key=TOPIC, result=fail, failures={"a": fail, "b": fail}
+    )
+    assert client.final(cid)["data"]["result"] == {"result_type": "Failure", "failures": ["a", "b"]}
 
 
 def test_progress_events_arrive_in_order_before_the_result(served):
@@ -138,10 +139,18 @@ def test_notify_is_answered_with_topic_and_tasks(served):
 def test_expired_request_is_dropped_unrun(served, caplog):
     client, _worker = served
     with caplog.at_level(logging.INFO):
-        stale = client.request(wt.Add(), arguments={"x": 1, "y": 1}, routing_key=TOPIC,
-                               headers={pr.HEADER_EXPIRES: time.time() - 5})
-        fresh = client.request(wt.Add(), arguments={"x": 2, "y": 2}, routing_key=TOPIC,
-                               headers={pr.HEADER_EXPIRES: time.time() + 60})
+        stale = client.request(
+            wt.Add(),
+            arguments={"x": 1, "y": 1},
+            routing_key=TOPIC,
+            headers={pr.HEADER_EXPIRES: time.time() - 5},
+        )
+        fresh = client.request(
+            wt.Add(),
+            arguments={"x": 2, "y": 2},
+            routing_key=TOPIC,
+            headers={pr.HEADER_EXPIRES: time.time() + 60},
+        )
         assert client.final(fresh)["data"]["result"] == 4
         # (the stale one's own outcome waited for, not inferred from the fresh one's)
         dropped = client.final(stale)
@@ -153,8 +162,12 @@ def test_expired_request_is_dropped_unrun(served, caplog):
 
 def test_bad_expires_header_is_a_failure(served):
     client, _worker = served
-    cid = client.request(wt.Add(), arguments={"x": 1, "y": 1}, routing_key=TOPIC,
-                         headers={pr.HEADER_EXPIRES: "whenever"})
+    cid = client.request(
+        wt.Add(),
+        arguments={"x": 1, "y": 1},
+        routing_key=TOPIC,
+        headers={pr.HEADER_EXPIRES: "whenever"},
+    )
     assert "expires" in client.final(cid)["data"]["result"]["exception_str"]
 
 
@@ -163,10 +176,10 @@ def test_announces_on_start_and_on_leaving(broker, unique_name):
     with Client(unique_name, **conn) as client:
         with running_worker(unique_name, TOPIC, [wt.Add], **conn) as worker:
             wid = worker.worker_id
-            assert client.wait_for(lambda: any(
-                h.get(pr.HEADER_WORKER_ID) == wid for _d, h in client.notifies))
-        assert client.wait_for(lambda: any(
-            h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
+            assert client.wait_for(
+                lambda: any(h.get(pr.HEADER_WORKER_ID) == wid for _d, h in client.notifies)
+            )
+        assert client.wait_for(lambda: any(h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
     mine = [(d, h) for d, h in client.notifies if h.get(pr.HEADER_WORKER_ID) == wid]
     assert mine[0][0] == {"topic": TOPIC, "tasks": ["worker_tasks.Add"]}
     assert not mine[0][1].get(pr.HEADER_LEAVING)
@@ -178,16 +191,16 @@ def test_notify_answered_while_every_thread_is_busy(broker, unique_name):
     wt.STARTED.clear()
     wt.RELEASE.clear()
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, [wt.Blocking], threads_count=1,
-                               **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(unique_name, TOPIC, [wt.Blocking], threads_count=1, **conn) as worker,
+        ):
             busy = client.request(wt.Blocking(), routing_key=TOPIC)
             assert wt.STARTED.wait(10)
             queued = client.request(wt.Blocking(), routing_key=TOPIC)  # waits for a thread
             # The answer itself, not an announcement (those come from the
             # heartbeat thread, busy task threads or not).
-            client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid,
-                                 correlation_id="probe")
+            client.proxy.publish(pr.Notify(), TOPIC, reply_to=client.uuid, correlation_id="probe")
             assert client.wait_for(lambda: client.answers("probe"), timeout=5)
             assert client.answers("probe")[0][1][pr.HEADER_WORKER_ID] == worker.worker_id
             # Still busy: the first has not finished, the second has not started.
@@ -204,9 +217,10 @@ def test_duplicate_of_a_running_request_is_not_run_twice(broker, unique_name, ca
     wt.STARTED.clear()
     wt.RELEASE.clear()
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, [wt.Blocking], threads_count=2,
-                               **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(unique_name, TOPIC, [wt.Blocking], threads_count=2, **conn) as worker,
+        ):
             req = pr.Request(wt.Blocking(), "dup-1", pr.EXECUTE, {})
             client.proxy.publish(req, TOPIC, reply_to=client.uuid, correlation_id="dup-1")
             assert wt.STARTED.wait(10)
@@ -265,8 +279,7 @@ def test_no_heartbeat_follows_an_outcome(served, monkeypatch):
     assert client.states(cid) == ["RUNNING", "SUCCESS"]
 
 
-def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served,
-                                                                         monkeypatch):
+def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served, monkeypatch):
     client, worker = served
     server = worker.server
     real_publish = server.proxy.publish
@@ -279,8 +292,7 @@ def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served
             outcomes.append(1)
             if len(outcomes) == 1:
                 # Given the outcome about to go out, when a duplicate arrives now
-                client.proxy.publish(request, TOPIC, reply_to=client.uuid,
-                                     correlation_id="dup-2")
+                client.proxy.publish(request, TOPIC, reply_to=client.uuid, correlation_id="dup-2")
                 answered_duplicate.wait(10)  # bounded: without an answer the test fails
             else:
                 answered_duplicate.set()
@@ -295,6 +307,7 @@ def test_a_duplicate_arriving_while_the_outcome_is_sent_gets_that_outcome(served
 
 
 # --- a batch of bad messages, then good requests ---
+
 
 def _bad_messages(rng: random.Random, topic: str, reply_to: str):
     """Yield (kind, body, properties, expects_failure_reply) for many malformed messages."""
@@ -315,15 +328,18 @@ def _bad_messages(rng: random.Random, topic: str, reply_to: str):
         elif choice == 4:
             body["task_version"] = rng.choice([1.5, None, {"v": 1}])
         elif choice == 5:
-            body.update(action="revert", result=rng.choice(
-                ["x", [1], ["failure", {"exception_str": 1}], ["maybe", 2]]))
+            body.update(
+                action="revert",
+                result=rng.choice(["x", [1], ["failure", {"exception_str": 1}], ["maybe", 2]]),
+            )
         elif choice == 6:
             body.update(action="revert", failures={"a": dict(fail_dict, version=99)})
         elif choice == 7:
             body.update(action="revert", failures={"a": {"traceback_str": "t"}})
         elif choice == 8:
-            body["task_cls"] = rng.choice(["os.system", "subprocess.Popen",
-                                           "worker_tasks._Helper", "no.such.Task"])
+            body["task_cls"] = rng.choice(
+                ["os.system", "subprocess.Popen", "worker_tasks._Helper", "no.such.Task"]
+            )
         elif choice == 9:
             body["task_cls"] = "worker_tasks.Add"
             body["arguments"] = {"x": 1}  # wrong arguments: a task failure
@@ -358,13 +374,18 @@ def _bad_messages(rng: random.Random, topic: str, reply_to: str):
             yield "wrong type", json.dumps(good), p, p["type"] == "BOGUS"
         elif kind == 8:
             p = props(cid)
-            p["content_type"] = rng.choice(["application/x-python-serialize",
-                                            "application/x-yaml", "text/plain"])
+            p["content_type"] = rng.choice(
+                ["application/x-python-serialize", "application/x-yaml", "text/plain"]
+            )
             yield "content type", json.dumps(good), p, True
         elif huge_left:
             huge_left -= 1  # a few are enough: each is over 8 MiB
-            yield "huge", json.dumps(dict(good, pad="h" * (pr.MAX_BODY_BYTES + 10))), \
-                props(cid), True
+            yield (
+                "huge",
+                json.dumps(dict(good, pad="h" * (pr.MAX_BODY_BYTES + 10))),
+                props(cid),
+                True,
+            )
         else:
             yield "schema", json.dumps(mutated()), props(cid), True
 
@@ -378,9 +399,10 @@ def test_a_thousand_bad_messages_then_good_requests(broker, unique_name, caplog)
     sender = RawSender(unique_name, **conn)
     caplog.set_level(logging.WARNING)
     try:
-        with Client(unique_name, **conn) as client, \
-                running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2,
-                               **conn) as worker:
+        with (
+            Client(unique_name, **conn) as client,
+            running_worker(unique_name, TOPIC, ["worker_tasks"], threads_count=2, **conn) as worker,
+        ):
             expected, kinds = [], {}
             for kind, body, props, answer in _bad_messages(rng, TOPIC, client.uuid):
                 if sum(kinds.values()) >= 1000:
@@ -391,17 +413,24 @@ def test_a_thousand_bad_messages_then_good_requests(broker, unique_name, caplog)
                 if answer:
                     expected.append(props["correlation_id"])
             # When good requests follow,
-            good = [client.request(wt.Add(), arguments={"x": i, "y": 1}, routing_key=TOPIC)
-                    for i in range(20)]
+            good = [
+                client.request(wt.Add(), arguments={"x": i, "y": 1}, routing_key=TOPIC)
+                for i in range(20)
+            ]
             # Then every good request succeeds,
-            assert [client.final(cid, timeout=30)["data"]["result"] for cid in good] == \
-                [i + 1 for i in range(20)]
+            assert [client.final(cid, timeout=30)["data"]["result"] for cid in good] == [
+                i + 1 for i in range(20)
+            ]
+
             # every bad one with a reply address got a FAILURE (or, for a wrong
             # task argument, ran and failed), none got a SUCCESS. Waited for
             # until each has its outcome: one that ran says RUNNING first.
             def unfinished() -> list[tuple[str, list[str]]]:
-                return [(c, client.states(c)) for c in expected
-                        if not {pr.SUCCESS, pr.FAILURE} & set(client.states(c))]
+                return [
+                    (c, client.states(c))
+                    for c in expected
+                    if not {pr.SUCCESS, pr.FAILURE} & set(client.states(c))
+                ]
 
             assert client.wait_for(lambda: not unfinished(), 30), unfinished()[:5]
             for cid in expected:
@@ -412,10 +441,21 @@ def test_a_thousand_bad_messages_then_good_requests(broker, unique_name, caplog)
             assert rejected >= sum(kinds.values()) - kinds.get("schema", 0)
     finally:
         sender.close()
-    assert set(kinds) == {"schema", "bad json", "missing property", "wrong type",
-                          "content type", "huge"}
+    assert set(kinds) == {
+        "schema",
+        "bad json",
+        "missing property",
+        "wrong type",
+        "content type",
+        "huge",
+    }
     text = caplog.text
-    for needle in ("not of the expected format", "undecodable body",
-                   "lacks required property", "unexpected message type",
-                   "exceeds the limit", "does not serve"):
+    for needle in (
+        "not of the expected format",
+        "undecodable body",
+        "lacks required property",
+        "unexpected message type",
+        "exceeds the limit",
+        "does not serve",
+    ):
         assert needle in text, needle

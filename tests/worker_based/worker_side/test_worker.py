@@ -16,9 +16,16 @@ from flowengine import task
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.worker_side import worker as wk
 
-SERVED = ["worker_tasks.Add", "worker_tasks.BadFailure", "worker_tasks.Blocking",
-          "worker_tasks.Fail", "worker_tasks.Huge", "worker_tasks.NeedsArg",
-          "worker_tasks.Progress", "worker_tasks.Unserialisable"]
+SERVED = [
+    "worker_tasks.Add",
+    "worker_tasks.BadFailure",
+    "worker_tasks.Blocking",
+    "worker_tasks.Fail",
+    "worker_tasks.Huge",
+    "worker_tasks.NeedsArg",
+    "worker_tasks.Progress",
+    "worker_tasks.Unserialisable",
+]
 
 
 def names(endpoints):
@@ -32,8 +39,9 @@ def test_module_exposes_only_task_classes_defined_there(item):
     assert names(wk.derive_endpoints([item])) == SERVED
 
 
-@pytest.mark.parametrize("item", ["worker_tasks:Add", "worker_tasks.Add", wt.Add],
-                         ids=["colon", "dotted", "class"])
+@pytest.mark.parametrize(
+    "item", ["worker_tasks:Add", "worker_tasks.Add", wt.Add], ids=["colon", "dotted", "class"]
+)
 def test_single_class_items(item):
     assert names(wk.derive_endpoints([item])) == ["worker_tasks.Add"]
 
@@ -43,15 +51,18 @@ def test_duplicates_are_merged_in_first_seen_order():
     assert [ep.name for ep in eps] == ["worker_tasks.Fail", "worker_tasks.Add"]
 
 
-@pytest.mark.parametrize("item,error,needle", [
-    ("worker_tasks:_Helper", TypeError, "not a Task subclass"),
-    ("worker_tasks.RELEASE", TypeError, "not a Task subclass"),
-    (wt._Helper, TypeError, "not a Task subclass"),
-    (task.Task, TypeError, "abstract"),
-    (42, TypeError, "unexpected type int"),
-    ("no_such_module_anywhere", ImportError, "no_such_module_anywhere"),
-    ("worker_tasks.Nope", ImportError, "worker_tasks.Nope"),
-])
+@pytest.mark.parametrize(
+    "item,error,needle",
+    [
+        ("worker_tasks:_Helper", TypeError, "not a Task subclass"),
+        ("worker_tasks.RELEASE", TypeError, "not a Task subclass"),
+        (wt._Helper, TypeError, "not a Task subclass"),
+        (task.Task, TypeError, "abstract"),
+        (42, TypeError, "unexpected type int"),
+        ("no_such_module_anywhere", ImportError, "no_such_module_anywhere"),
+        ("worker_tasks.Nope", ImportError, "worker_tasks.Nope"),
+    ],
+)
 def test_bad_items_are_refused_naming_them(item, error, needle):
     with pytest.raises(error, match=needle):
         wk.derive_endpoints([item])
@@ -77,21 +88,34 @@ def test_threads_count_must_be_positive():
 
 
 def test_banner_shows_what_and_where_but_no_password():
-    worker = wk.Worker("bank", "payments", [wt.Add, wt.Fail], threads_count=3,
-                       url="amqp://bob:hunter2@mq.invalid:5672//")
+    worker = wk.Worker(
+        "bank",
+        "payments",
+        [wt.Add, wt.Fail],
+        threads_count=3,
+        url="amqp://bob:hunter2@mq.invalid:5672//",
+    )
     banner = worker.banner
     assert "hunter2" not in banner
-    for needle in ("WBE worker", "Exchange = bank", "Topic = payments",
-                   "Transport = amqp", "Uri = amqp://bob:**@mq.invalid:5672//",
-                   "Thread count = 3", "- worker_tasks.Add", "- worker_tasks.Fail",
-                   "Executor = concurrent.futures.thread.ThreadPoolExecutor",
-                   f"Worker id = {worker.worker_id}"):
+    for needle in (
+        "WBE worker",
+        "Exchange = bank",
+        "Topic = payments",
+        "Transport = amqp",
+        "Uri = amqp://bob:**@mq.invalid:5672//",
+        "Thread count = 3",
+        "- worker_tasks.Add",
+        "- worker_tasks.Fail",
+        "Executor = concurrent.futures.thread.ThreadPoolExecutor",
+        f"Worker id = {worker.worker_id}",
+    ):
         assert needle in banner, needle
     worker.stop()  # never started: stopping is harmless
 
 
 def test_custom_executor_is_used_and_not_shut_down():
     from concurrent import futures
+
     pool = futures.ThreadPoolExecutor(1)
     worker = wk.Worker("ex", "t", [wt.Add], executor=pool, transport="memory")
     assert "Thread count" not in worker.banner
@@ -102,11 +126,11 @@ def test_custom_executor_is_used_and_not_shut_down():
 
 def test_run_serves_until_stop(unique_name, caplog):
     written = []
-    worker = wk.Worker(unique_name, "t", ["worker_tasks"], threads_count=1,
-                       transport="memory")
+    worker = wk.Worker(unique_name, "t", ["worker_tasks"], threads_count=1, transport="memory")
     assert worker.topic == "t" and names(worker.endpoints) == SERVED
-    thread = threading.Thread(target=worker.run,
-                              kwargs={"banner_writer": written.append}, daemon=True)
+    thread = threading.Thread(
+        target=worker.run, kwargs={"banner_writer": written.append}, daemon=True
+    )
     with Client(unique_name, transport="memory") as client:
         thread.start()
         assert worker.wait(10)
@@ -130,8 +154,9 @@ def test_run_logs_the_banner_by_default(unique_name, caplog):
 
 
 @contextlib.contextmanager
-def _running_a_blocking_request(unique_name: str) -> Iterator[tuple[wk.Worker, Client, str,
-                                                                  threading.Thread]]:
+def _running_a_blocking_request(
+    unique_name: str,
+) -> Iterator[tuple[wk.Worker, Client, str, threading.Thread]]:
     """A memory-transport worker serving in a thread, running one Blocking request.
 
     Yields (worker, client, request correlation id, the worker's thread) once
@@ -141,8 +166,7 @@ def _running_a_blocking_request(unique_name: str) -> Iterator[tuple[wk.Worker, C
     wt.STARTED.clear()
     wt.RELEASE.clear()
     worker = wk.Worker(unique_name, "t", [wt.Blocking], threads_count=1, transport="memory")
-    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False},
-                              daemon=True)
+    thread = threading.Thread(target=worker.run, kwargs={"display_banner": False}, daemon=True)
     try:
         with Client(unique_name, transport="memory") as client:
             thread.start()
@@ -158,8 +182,7 @@ def test_stop_finishes_running_requests_first(unique_name):
     with _running_a_blocking_request(unique_name) as (worker, client, cid, thread):
         stopper = threading.Thread(target=worker.stop)
         stopper.start()
-        assert client.wait_for(lambda: any(
-            h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
+        assert client.wait_for(lambda: any(h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
         wt.RELEASE.set()  # the running task finishes and still answers
         stopper.join(10)
         thread.join(10)
@@ -201,27 +224,38 @@ def test_worker_in_another_process_over_the_filesystem(tmp_path, unique_name):
     import sys
 
     options = {"data_folder": str(tmp_path)}
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))]
-        + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [
+                os.path.dirname(
+                    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                )
+            ]
+            + [p for p in [os.environ.get("PYTHONPATH")] if p]
+        ),
+    )
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # worker_tasks.py
     with Client(unique_name, transport="filesystem", transport_options=options) as client:
-        proc = subprocess.Popen([sys.executable, "-c", WORKER_SCRIPT, unique_name,
-                                 str(tmp_path), here], env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER_SCRIPT, unique_name, str(tmp_path), here], env=env
+        )
         try:
             # The worker announces itself as soon as it consumes: no polling.
-            assert client.wait_for(lambda: any(
-                h.get(pr.HEADER_WORKER_ID) for _d, h in client.notifies), timeout=30)
-            cids = [client.request(wt.Add(), arguments={"x": i, "y": i}, routing_key="t")
-                    for i in range(50)]
-            assert [client.final(c)["data"]["result"] for c in cids] == \
-                [2 * i for i in range(50)]
+            assert client.wait_for(
+                lambda: any(h.get(pr.HEADER_WORKER_ID) for _d, h in client.notifies), timeout=30
+            )
+            cids = [
+                client.request(wt.Add(), arguments={"x": i, "y": i}, routing_key="t")
+                for i in range(50)
+            ]
+            assert [client.final(c)["data"]["result"] for c in cids] == [2 * i for i in range(50)]
             assert all(client.states(c) == ["RUNNING", "SUCCESS"] for c in cids)
             proc.terminate()
             assert proc.wait(30) == 0
-            assert client.wait_for(lambda: any(
-                h.get(pr.HEADER_LEAVING) for _d, h in client.notifies))
+            assert client.wait_for(
+                lambda: any(h.get(pr.HEADER_LEAVING) for _d, h in client.notifies)
+            )
         finally:
             if proc.poll() is None:
                 proc.kill()

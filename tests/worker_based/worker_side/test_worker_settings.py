@@ -33,10 +33,17 @@ MEMORY_BROKER = BrokerSettings(transport="memory")
 # --- WorkerSettings: checked once, naming the option ---------------------------
 
 
-@pytest.mark.parametrize("field,value", [
-    ("soft_time_limit", -1), ("time_limit", 0), ("heartbeat_interval", 0.0001),
-    ("heartbeat_interval", "often"), ("worker_id", ""), ("exception_handlers", [42]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("soft_time_limit", -1),
+        ("time_limit", 0),
+        ("heartbeat_interval", 0.0001),
+        ("heartbeat_interval", "often"),
+        ("worker_id", ""),
+        ("exception_handlers", [42]),
+    ],
+)
 def test_a_bad_setting_is_refused_naming_it(field, value):
     with pytest.raises(ValueError, match=field):
         WorkerSettings(**{field: value})
@@ -57,48 +64,70 @@ def test_settings_are_frozen_and_normalised():
 
 
 def test_worker_keeps_taskflow_signature_then_takes_objects():
-    tf_worker = pytest.importorskip("taskflow.engines.worker_based.worker",
-                                    reason="needs TaskFlow (the interop extra)")
+    tf_worker = pytest.importorskip(
+        "taskflow.engines.worker_based.worker", reason="needs TaskFlow (the interop extra)"
+    )
     theirs = list(inspect.signature(tf_worker.Worker.__init__).parameters.values())[1:]
     ours = list(inspect.signature(wk.Worker.__init__).parameters.values())[1:]
-    assert [(p.name, p.default) for p in ours[:len(theirs)]] == [
-        (p.name, p.default) for p in theirs]
+    assert [(p.name, p.default) for p in ours[: len(theirs)]] == [
+        (p.name, p.default) for p in theirs
+    ]
     kinds = inspect.Parameter
-    assert [(p.name, p.kind) for p in ours[len(theirs):]] == [
-        ("broker", kinds.KEYWORD_ONLY), ("settings", kinds.KEYWORD_ONLY),
-        ("options", kinds.VAR_KEYWORD)]
+    assert [(p.name, p.kind) for p in ours[len(theirs) :]] == [
+        ("broker", kinds.KEYWORD_ONLY),
+        ("settings", kinds.KEYWORD_ONLY),
+        ("options", kinds.VAR_KEYWORD),
+    ]
 
 
 def test_loose_keywords_are_folded_into_settings_and_broker():
-    worker = wk.Worker("ex", "t", [et.Echo], threads_count=1, transport="memory",
-                       worker_id="w-loose", soft_time_limit=5, control=False,
-                       max_redeliveries=7)
-    assert worker.settings == WorkerSettings(worker_id="w-loose", soft_time_limit=5,
-                                             control=False)
+    worker = wk.Worker(
+        "ex",
+        "t",
+        [et.Echo],
+        threads_count=1,
+        transport="memory",
+        worker_id="w-loose",
+        soft_time_limit=5,
+        control=False,
+        max_redeliveries=7,
+    )
+    assert worker.settings == WorkerSettings(worker_id="w-loose", soft_time_limit=5, control=False)
     assert worker.broker.max_redeliveries == 7 and worker.broker.transport == "memory"
     assert worker.worker_id == "w-loose" and worker.control is None
     assert worker.task_runner.default_limits.soft == 5
 
 
 def test_settings_object_drives_the_worker():
-    settings = WorkerSettings(worker_id="w-obj", time_limit=9, heartbeat_interval=1.5,
-                              control=False)
-    worker = wk.Worker("ex", "t", [et.Echo], threads_count=1, broker=MEMORY_BROKER,
-                       settings=settings)
+    settings = WorkerSettings(
+        worker_id="w-obj", time_limit=9, heartbeat_interval=1.5, control=False
+    )
+    worker = wk.Worker(
+        "ex", "t", [et.Echo], threads_count=1, broker=MEMORY_BROKER, settings=settings
+    )
     assert worker.settings is settings and worker.broker is MEMORY_BROKER
     assert worker.worker_id == "w-obj" and worker.control is None
     assert worker.server.heartbeat_interval == 1.5
     assert worker.task_runner.default_limits.hard == 9
 
 
-@pytest.mark.parametrize("kwargs,error,needle", [
-    ({"no_such_option": 1}, TypeError, "no_such_option"),
-    ({"settings": WorkerSettings(), "soft_time_limit": 1}, TypeError, "soft_time_limit"),
-    ({"broker": MEMORY_BROKER, "durable": True}, TypeError, "durable"),
-    ({"broker": MEMORY_BROKER, "url": "memory://"}, ValueError, "not both"),
-    ({"transport": "memory", "heartbeat_interval": 0.0001}, ValueError, "heartbeat_interval"),
-], ids=["unknown", "settings and loose", "broker and loose broker option",
-        "broker and url", "bad loose value"])
+@pytest.mark.parametrize(
+    "kwargs,error,needle",
+    [
+        ({"no_such_option": 1}, TypeError, "no_such_option"),
+        ({"settings": WorkerSettings(), "soft_time_limit": 1}, TypeError, "soft_time_limit"),
+        ({"broker": MEMORY_BROKER, "durable": True}, TypeError, "durable"),
+        ({"broker": MEMORY_BROKER, "url": "memory://"}, ValueError, "not both"),
+        ({"transport": "memory", "heartbeat_interval": 0.0001}, ValueError, "heartbeat_interval"),
+    ],
+    ids=[
+        "unknown",
+        "settings and loose",
+        "broker and loose broker option",
+        "broker and url",
+        "bad loose value",
+    ],
+)
 def test_options_given_wrong_are_refused_naming_them(kwargs, error, needle):
     with pytest.raises(error, match=needle):
         wk.Worker("ex", "t", [et.Echo], threads_count=1, **kwargs)
@@ -112,8 +141,9 @@ def test_server_and_proxy_take_at_most_seven_parameters():
 
 def test_server_and_proxy_still_take_taskflows_broker_keywords():
     # TaskFlow's own tests build them so: keywords only, and only those four
-    proxy = px.Proxy("t", unique(), None, transport="memory",
-                     transport_options={"polling_interval": 0.01})
+    proxy = px.Proxy(
+        "t", unique(), None, transport="memory", transport_options={"polling_interval": 0.01}
+    )
     assert proxy.broker.transport == "memory"
     assert proxy.broker.transport_options == {"polling_interval": 0.01}
     with cf.ThreadPoolExecutor(1) as pool:
@@ -133,12 +163,26 @@ def test_a_flow_runs_with_broker_objects_on_both_sides():
     exchange = unique()
     settings = WorkerSettings(worker_id=f"w-{exchange}", control=False)
     flow = lf.Flow("f").add(et.Echo("e", provides="out"))
-    with collecting(exchange, broker=MEMORY_BROKER) as seen, \
-            running_worker(exchange, "t", [et.Echo], threads_count=1, broker=MEMORY_BROKER,
-                           settings=dataclasses.replace(settings, events=True)):
-        engine = engines.load(flow, store={"value": 4}, engine="worker-based",
-                              exchange=exchange, topics=["t"], broker=MEMORY_BROKER,
-                              events=True)
+    with (
+        collecting(exchange, broker=MEMORY_BROKER) as seen,
+        running_worker(
+            exchange,
+            "t",
+            [et.Echo],
+            threads_count=1,
+            broker=MEMORY_BROKER,
+            settings=dataclasses.replace(settings, events=True),
+        ),
+    ):
+        engine = engines.load(
+            flow,
+            store={"value": 4},
+            engine="worker-based",
+            exchange=exchange,
+            topics=["t"],
+            broker=MEMORY_BROKER,
+            events=True,
+        )
         # When it runs
         engine.run()
         # Then the task ran on that worker, and the engine's events used the broker too
@@ -146,7 +190,9 @@ def test_a_flow_runs_with_broker_objects_on_both_sides():
     assert engine.storage.fetch("out") == 4
     assert {e["hostname"] for e in seen.of_type("task-succeeded")} == {f"w-{exchange}"}
     assert [e["type"] for e in seen.of_type("flow-started", "flow-finished")] == [
-        "flow-started", "flow-finished"]
+        "flow-started",
+        "flow-finished",
+    ]
 
 
 def test_engine_refuses_broker_with_loose_broker_options():
@@ -159,8 +205,8 @@ def test_engine_refuses_broker_with_loose_broker_options():
 
 def test_a_job_naming_its_broker_overrides_the_conductors_broker_object():
     conductor = impl_blocking.BlockingConductor(
-        "c", None, engine="worker-based", engine_options={"broker": MEMORY_BROKER,
-                                                          "exchange": "x"})
+        "c", None, engine="worker-based", engine_options={"broker": MEMORY_BROKER, "exchange": "x"}
+    )
 
     def job(options):
         return types.SimpleNamespace(details={"engine_options": options})

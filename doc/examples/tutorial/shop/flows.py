@@ -7,4 +7,5 @@ from shop import tasks
 def make_order():
     """A new order flow; `flowengine run shop.flows:make_order` calls this."""
     return linear_flow.Flow("order").add(
-        tasks.ReserveSeat(), tasks.ChargeCard(), tasks.SendConfirmation())
+        tasks.ReserveSeat(), tasks.ChargeCard(), tasks.SendConfirmation()
+    )

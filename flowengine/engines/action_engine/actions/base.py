@@ -11,8 +11,9 @@ from flowengine import states
 NO_RESULT: Any = object()
 
 #: States whose change also saves the atom's result (or failure).
-SAVE_RESULT_STATES = frozenset((states.SUCCESS, states.FAILURE,
-                                states.REVERTED, states.REVERT_FAILURE))
+SAVE_RESULT_STATES = frozenset(
+    (states.SUCCESS, states.FAILURE, states.REVERTED, states.REVERT_FAILURE)
+)
 
 
 class Action:
@@ -22,10 +23,15 @@ class Action:
     name_key = "atom_name"
     uuid_key = "atom_uuid"
 
-    def __init__(self, storage: Any, notifier: Any,
-                 tracker: Callable[[str, str], Any], uuid_of: Callable[[str], str],
-                 state_of: Callable[[str], str],
-                 fetch_args: Callable[[str, bool], dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        notifier: Any,
+        tracker: Callable[[str, str], Any],
+        uuid_of: Callable[[str], str],
+        state_of: Callable[[str], str],
+        fetch_args: Callable[[str, bool], dict[str, Any]],
+    ) -> None:
         self._storage = storage
         self._notifier = notifier
         # tracker(name, new_state) keeps the runtime's view (readiness) current.
@@ -38,8 +44,7 @@ class Action:
     def _notify(self, name: str, state: str, old_state: str, result: Any) -> None:
         if not self._notifier:
             return  # nobody listens: skip building the details (twice per task)
-        details = {self.name_key: name, self.uuid_key: self._uuid_of(name),
-                   "old_state": old_state}
+        details = {self.name_key: name, self.uuid_key: self._uuid_of(name), "old_state": old_state}
         if result is not NO_RESULT:
             details["result"] = result
         self._notifier.notify(state, details)

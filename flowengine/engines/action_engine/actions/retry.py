@@ -20,8 +20,16 @@ class RetryAction(base.Action):
     name_key = "retry_name"
     uuid_key = "retry_uuid"
 
-    def __init__(self, storage: Any, notifier: Any, tracker: Any, uuid_of: Any,
-                 state_of: Any, fetch_args: Any, retry_executor: ex.SerialRetryExecutor) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        notifier: Any,
+        tracker: Any,
+        uuid_of: Any,
+        state_of: Any,
+        fetch_args: Any,
+        retry_executor: ex.SerialRetryExecutor,
+    ) -> None:
         super().__init__(storage, notifier, tracker, uuid_of, state_of, fetch_args)
         self._executor = retry_executor
 
@@ -30,8 +38,9 @@ class RetryAction(base.Action):
         arguments[EXECUTE_REVERT_HISTORY] = self._storage.get_retry_history(retry.name)
         return arguments
 
-    def change_state(self, atom: Any, state: str, result: Any = base.NO_RESULT,
-                     progress: float | None = None) -> None:
+    def change_state(
+        self, atom: Any, state: str, result: Any = base.NO_RESULT, progress: float | None = None
+    ) -> None:
         """Move a retry to ``state``; a REVERTED retry forgets its history."""
         super().change_state(atom, state, result)
         if state == states.REVERTED:

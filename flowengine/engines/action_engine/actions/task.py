@@ -19,16 +19,25 @@ class TaskAction(base.Action):
     name_key = "task_name"
     uuid_key = "task_uuid"
 
-    def __init__(self, storage: Any, notifier: Any, tracker: Any, uuid_of: Any,
-                 state_of: Any, fetch_args: Any, task_executor: ex.TaskExecutor) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        notifier: Any,
+        tracker: Any,
+        uuid_of: Any,
+        state_of: Any,
+        fetch_args: Any,
+        task_executor: ex.TaskExecutor,
+    ) -> None:
         super().__init__(storage, notifier, tracker, uuid_of, state_of, fetch_args)
         self._executor = task_executor
         # Last progress saved per unfinished task, to skip rewriting an
         # unchanged value.
         self._progress: dict[str, float] = {}
 
-    def _set_progress(self, task: Any, progress: float, store: bool = False,
-                      report: bool = True) -> None:
+    def _set_progress(
+        self, task: Any, progress: float, store: bool = False, report: bool = True
+    ) -> None:
         # The engine itself reports 0.0 when a task starts and 1.0 when it
         # ends (on the task's notifier, as TaskFlow); storage is only written
         # when the value changes (or ``store`` says to).
@@ -47,8 +56,9 @@ class TaskAction(base.Action):
         if report:
             task.update_progress(progress)
 
-    def change_state(self, atom: Any, state: str, result: Any = base.NO_RESULT,
-                     progress: float | None = None) -> None:
+    def change_state(
+        self, atom: Any, state: str, result: Any = base.NO_RESULT, progress: float | None = None
+    ) -> None:
         """Move a task to ``state`` and optionally record its progress."""
         super().change_state(atom, state, result)
         if progress is not None:
@@ -87,11 +97,16 @@ class TaskAction(base.Action):
                 self._storage.set_task_progress(name, progress, details=details)
             except Exception:
                 LOG.exception("Failed saving progress %s of task '%s'", progress, name)
-            notify(ex.EVENT_UPDATE_PROGRESS, {
-                "task_name": name, "task_uuid": self._uuid_of(name),
-                "progress": progress, "details": details,
-                "old_state": states.RUNNING,
-            })
+            notify(
+                ex.EVENT_UPDATE_PROGRESS,
+                {
+                    "task_name": name,
+                    "task_uuid": self._uuid_of(name),
+                    "progress": progress,
+                    "details": details,
+                    "old_state": states.RUNNING,
+                },
+            )
 
         return on_progress
 
@@ -100,8 +115,9 @@ class TaskAction(base.Action):
         name = task.name
         self.change_state(task, states.RUNNING, progress=0.0)
         arguments = self._fetch_args(name, False)
-        return self._executor.execute_task(task, self._uuid_of(name), arguments,
-                                           progress_callback=self._progress_callback(task))
+        return self._executor.execute_task(
+            task, self._uuid_of(name), arguments, progress_callback=self._progress_callback(task)
+        )
 
     def complete_execution(self, task: Any, result: Any) -> None:
         """Save what execute returned (a Failure means the task failed)."""
@@ -117,9 +133,14 @@ class TaskAction(base.Action):
         arguments = self._fetch_args(name, True)
         result = self._storage.get(name)
         failures = self._storage.get_execute_failures()
-        return self._executor.revert_task(task, self._uuid_of(name), arguments,
-                                          result, failures,
-                                          progress_callback=self._progress_callback(task))
+        return self._executor.revert_task(
+            task,
+            self._uuid_of(name),
+            arguments,
+            result,
+            failures,
+            progress_callback=self._progress_callback(task),
+        )
 
     def complete_reversion(self, task: Any, result: Any) -> None:
         """Save what revert returned (a Failure means the revert failed)."""

@@ -50,8 +50,20 @@ from flowengine.engines.worker_based.events.receiver import EventReceiver
 from flowengine.engines.worker_based.wire.names import HEADER_CREATED, HEADER_ENQUEUED
 
 __all__ = [
-    "EVENT_TYPES", "FLOW_EVENTS", "HEADER_CREATED", "HEADER_ENQUEUED", "STANDARD_FIELDS",
-    "TASK_EVENTS", "TERMINAL_TASK_EVENTS", "WORKER_EVENTS", "EventPublisher",
-    "EventReceiver", "LamportClock", "default_hostname", "events_exchange_name",
-    "request_timings", "timing_headers", "utcoffset_hours",
+    "EVENT_TYPES",
+    "FLOW_EVENTS",
+    "HEADER_CREATED",
+    "HEADER_ENQUEUED",
+    "STANDARD_FIELDS",
+    "TASK_EVENTS",
+    "TERMINAL_TASK_EVENTS",
+    "WORKER_EVENTS",
+    "EventPublisher",
+    "EventReceiver",
+    "LamportClock",
+    "default_hostname",
+    "events_exchange_name",
+    "request_timings",
+    "timing_headers",
+    "utcoffset_hours",
 ]

@@ -40,8 +40,13 @@ def connection(broker: BrokerSettings) -> Connection:
 
 def exchange(exchange_name: str) -> Exchange:
     """The fanout, non-durable events exchange for task exchange ``exchange_name``."""
-    return Exchange(events_exchange_name(exchange_name), type="fanout", durable=False,
-                          auto_delete=False, delivery_mode="transient")
+    return Exchange(
+        events_exchange_name(exchange_name),
+        type="fanout",
+        durable=False,
+        auto_delete=False,
+        delivery_mode="transient",
+    )
 
 
 def release(conn: Connection) -> None:

@@ -57,13 +57,19 @@ class FlowEvents:
             if not enabled:
                 broker = dataclasses.replace(broker, secret=False)
         else:
-            broker = BrokerSettings(url=options.get("url"), transport=options.get("transport"),
-                                    transport_options=options.get("transport_options") or {},
-                                    secret=options.get("secret") if enabled else False)
+            broker = BrokerSettings(
+                url=options.get("url"),
+                transport=options.get("transport"),
+                transport_options=options.get("transport_options") or {},
+                secret=options.get("secret") if enabled else False,
+            )
         publisher = EventPublisher(
             exchange,
             hostname=f"engine:{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}",
-            enabled=enabled, secret=broker.keyring, broker=broker)
+            enabled=enabled,
+            secret=broker.keyring,
+            broker=broker,
+        )
         return cls(publisher)
 
     def attach(self, engine: Engine) -> None:
@@ -74,8 +80,11 @@ class FlowEvents:
         engine.atom_notifier.register(engine.atom_notifier.ANY, self._on_atom)
 
     def _on_flow(self, state: str, details: Mapping[str, Any]) -> None:
-        fields = {"root_id": details.get("flow_uuid"), "flow_name": details.get("flow_name"),
-                  "state": state}
+        fields = {
+            "root_id": details.get("flow_uuid"),
+            "flow_name": details.get("flow_name"),
+            "state": state,
+        }
         if state == states.RUNNING:
             self.root_id = details.get("flow_uuid")
             self._retries.clear()
@@ -92,9 +101,15 @@ class FlowEvents:
             # requested again under it), so a view can follow it as a request.
             atom_uuid: str | None = details.get("retry_uuid") or details.get("atom_uuid")
             attempt = self._retries[atom_uuid] = self._retries.get(atom_uuid, 0) + 1
-            self.publisher.send("task-retried", uuid=atom_uuid, retry_uuid=atom_uuid,
-                                name=details.get("retry_name") or details.get("atom_name"),
-                                root_id=self.root_id, attempt=attempt, state=state)
+            self.publisher.send(
+                "task-retried",
+                uuid=atom_uuid,
+                retry_uuid=atom_uuid,
+                name=details.get("retry_name") or details.get("atom_name"),
+                root_id=self.root_id,
+                attempt=attempt,
+                state=state,
+            )
 
     def close(self) -> None:
         """Flush and stop publishing."""

@@ -24,8 +24,15 @@ HEARTBEAT_PERIOD_S = 2.0
 
 #: Event types, by sender.
 WORKER_EVENTS = ("worker-online", "worker-heartbeat", "worker-offline")
-TASK_EVENTS = ("task-received", "task-started", "task-progress", "task-succeeded",
-               "task-failed", "task-retried", "task-expired")
+TASK_EVENTS = (
+    "task-received",
+    "task-started",
+    "task-progress",
+    "task-succeeded",
+    "task-failed",
+    "task-retried",
+    "task-expired",
+)
 FLOW_EVENTS = ("flow-started", "flow-finished")
 EVENT_TYPES = WORKER_EVENTS + TASK_EVENTS + FLOW_EVENTS
 
@@ -47,11 +54,18 @@ def default_hostname() -> str:
     return f"{os.getpid()}@{socket.gethostname()}"
 
 
-def make_event(event_type: str, hostname: str, pid: int,
-               fields: Mapping[str, Any]) -> dict[str, Any]:
+def make_event(
+    event_type: str, hostname: str, pid: int, fields: Mapping[str, Any]
+) -> dict[str, Any]:
     """A new event: the standard fields (clock still 0, for the sender to set), then ``fields``."""
-    event = {"type": event_type, "hostname": hostname, "pid": pid,
-             "clock": 0, "timestamp": clock.wall(), "utcoffset": utcoffset_hours()}
+    event = {
+        "type": event_type,
+        "hostname": hostname,
+        "pid": pid,
+        "clock": 0,
+        "timestamp": clock.wall(),
+        "utcoffset": utcoffset_hours(),
+    }
     event.update(fields)
     return event
 

@@ -56,11 +56,19 @@ class EventPublisher:
     ``transport_options``. Raises ValueError for a key that is too short.
     """
 
-    def __init__(self, exchange: str, url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 hostname: str | None = None, enabled: bool = True,
-                 buffer_size: int = EVENT_BUFFER_SIZE, secret: Any = None, *,
-                 broker: BrokerSettings | None = None) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+        hostname: str | None = None,
+        enabled: bool = True,
+        buffer_size: int = EVENT_BUFFER_SIZE,
+        secret: Any = None,
+        *,
+        broker: BrokerSettings | None = None,
+    ) -> None:
         self.enabled = enabled
         self.keyring = None if secret is None else signing.load_keyring(secret)
         self.hostname = hostname or default_hostname()
@@ -69,11 +77,11 @@ class EventPublisher:
         self.dropped = 0
         self._exchange_name = exchange
         # Signing is this object's own (``secret``), not the broker settings'.
-        self._broker = BrokerSettings.given(broker, url, transport, transport_options,
-                                            secret=False)
+        self._broker = BrokerSettings.given(broker, url, transport, transport_options, secret=False)
         # Events, flush() markers, and None: the thread's signal to end.
         self._buffer: queue.Queue[dict[str, Any] | threading.Event | None] = queue.Queue(
-            buffer_size)
+            buffer_size
+        )
         self._send_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -92,8 +100,11 @@ class EventPublisher:
                 self.dropped += 1
                 return None
             if self._thread is None:
-                self._thread = threading.Thread(target=self._publish_loop, daemon=True,
-                                                name=f"flowengine-events-{self.hostname}")
+                self._thread = threading.Thread(
+                    target=self._publish_loop,
+                    daemon=True,
+                    name=f"flowengine-events-{self.hostname}",
+                )
                 self._thread.start()
         return event
 
@@ -142,8 +153,11 @@ class EventPublisher:
             try:
                 self._buffer.put(None, timeout=timeout)
             except queue.Full:
-                LOG.warning("Events of %s not all published: buffer still full after"
-                            " %.1f s", self.hostname, timeout)
+                LOG.warning(
+                    "Events of %s not all published: buffer still full after %.1f s",
+                    self.hostname,
+                    timeout,
+                )
                 return
         thread.join(timeout)
 
@@ -167,8 +181,12 @@ class EventPublisher:
                 headers = None if keyring is None else event_signing.sign(keyring, body)
             except Exception as e:
                 self.dropped += 1
-                LOG.warning("Event %s of %s dropped: it cannot be encoded (%s)",
-                            event.get("type"), self.hostname, e)
+                LOG.warning(
+                    "Event %s of %s dropped: it cannot be encoded (%s)",
+                    event.get("type"),
+                    self.hostname,
+                    e,
+                )
                 continue
             # A connection that broke since the last event (its broker node
             # died) gets one fresh one at once (another node of a failover
@@ -178,11 +196,15 @@ class EventPublisher:
                 try:
                     if producer is None:
                         conn = failover.connect_any(channel.connection(self._broker))
-                        producer = Producer(conn.channel(), exchange=exchange,
-                                            auto_declare=True)
-                    producer.publish(body, routing_key=event["type"], headers=headers,
-                                     content_type="application/json",
-                                     content_encoding="utf-8", delivery_mode=1)
+                        producer = Producer(conn.channel(), exchange=exchange, auto_declare=True)
+                    producer.publish(
+                        body,
+                        routing_key=event["type"],
+                        headers=headers,
+                        content_type="application/json",
+                        content_encoding="utf-8",
+                        delivery_mode=1,
+                    )
                     break
                 except Exception as e:
                     producer = None
@@ -191,13 +213,19 @@ class EventPublisher:
                         conn = None
                     if not fresh:
                         fresh = True
-                        LOG.info("Events connection of %s lost (%s); reconnecting",
-                                 self.hostname, e)
+                        LOG.info(
+                            "Events connection of %s lost (%s); reconnecting", self.hostname, e
+                        )
                         continue
                     self.dropped += 1
-                    LOG.warning("Event %s of %s dropped: the events exchange is unreachable"
-                                " (%s); retrying in %.1f s", event["type"], self.hostname, e,
-                                RECONNECT_DELAY_S)
+                    LOG.warning(
+                        "Event %s of %s dropped: the events exchange is unreachable"
+                        " (%s); retrying in %.1f s",
+                        event["type"],
+                        self.hostname,
+                        e,
+                        RECONNECT_DELAY_S,
+                    )
                     time.sleep(RECONNECT_DELAY_S)  # back off from a broker that is down
                     break
         if conn is not None:

@@ -80,10 +80,17 @@ class EventReceiver:
     ``transport_options``. Raises ValueError for a key that is too short.
     """
 
-    def __init__(self, exchange: str, handler: Callable[[dict[str, Any]], Any],
-                 url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 secret: Any = None, *, broker: BrokerSettings | None = None) -> None:
+    def __init__(
+        self,
+        exchange: str,
+        handler: Callable[[dict[str, Any]], Any],
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+        secret: Any = None,
+        *,
+        broker: BrokerSettings | None = None,
+    ) -> None:
         self.keyring = None if secret is None else signing.load_keyring(secret)
         #: Events dropped because their signature was missing or wrong.
         self.unverified_count = 0
@@ -93,8 +100,7 @@ class EventReceiver:
         self._exchange_name = exchange
         self._handler = handler
         # Signing is this object's own (``secret``), not the broker settings'.
-        self._broker = BrokerSettings.given(broker, url, transport, transport_options,
-                                            secret=False)
+        self._broker = BrokerSettings.given(broker, url, transport, transport_options, secret=False)
         self.clock = LamportClock()
         self._ready = threading.Event()
         # Set once run() is consuming *or* has failed: wait_ready() must not
@@ -115,10 +121,17 @@ class EventReceiver:
     def run(self, limit: int | None = None) -> int:
         """Consume until stop() (or ``limit`` events); return how many were handled."""
         exchange = channel.exchange(self._exchange_name)
-        bounded = Queue(self._queue_name, exchange=exchange, routing_key="#",
-                        durable=False, auto_delete=True,
-                        queue_arguments={"x-max-length": RECEIVER_QUEUE_MAX_LENGTH,
-                                         "x-message-ttl": RECEIVER_MESSAGE_TTL_MS})
+        bounded = Queue(
+            self._queue_name,
+            exchange=exchange,
+            routing_key="#",
+            durable=False,
+            auto_delete=True,
+            queue_arguments={
+                "x-max-length": RECEIVER_QUEUE_MAX_LENGTH,
+                "x-message-ttl": RECEIVER_MESSAGE_TTL_MS,
+            },
+        )
         handled = itertools.count()
         count = 0
         conn: Connection | None = None
@@ -165,8 +178,13 @@ class EventReceiver:
                 conn = failover.connect_any(channel.connection(self._broker))
                 events_channel = conn.channel()
                 guarded.guard(events_channel)
-                with Consumer(events_channel, [bounded], on_message=on_message,
-                              on_decode_error=on_unreadable, accept=["json"]):
+                with Consumer(
+                    events_channel,
+                    [bounded],
+                    on_message=on_message,
+                    on_decode_error=on_unreadable,
+                    accept=["json"],
+                ):
                     self._ready.set()
                     self._started_or_failed.set()
                     while not self._stop.is_set():
@@ -182,9 +200,12 @@ class EventReceiver:
                 # that, the caller hears why it never started.
                 if not self._ready.is_set() or self._stop.is_set():
                     raise
-                LOG.warning("Event stream of %s lost (%s); reconnecting in %.1f s",
-                            channel.events_exchange_name(self._exchange_name), e,
-                            RECONNECT_PAUSE_S)
+                LOG.warning(
+                    "Event stream of %s lost (%s); reconnecting in %.1f s",
+                    channel.events_exchange_name(self._exchange_name),
+                    e,
+                    RECONNECT_PAUSE_S,
+                )
                 self._stop.wait(RECONNECT_PAUSE_S)
             finally:
                 self._started_or_failed.set()
@@ -195,16 +216,22 @@ class EventReceiver:
     def _refuse(self, reason: str) -> None:
         """Count an event that failed verification; warn now and then, saying why."""
         self.unverified_count += 1
-        self._warn_dropped(f"{reason}; the monitor shows only events signed with a key it"
-                           " holds", self.unverified_count)
+        self._warn_dropped(
+            f"{reason}; the monitor shows only events signed with a key it holds",
+            self.unverified_count,
+        )
 
     def _warn_dropped(self, reason: str, count: int) -> None:
         """Warn of a dropped event, at most once per UNVERIFIED_WARNING_PERIOD_S."""
         now = time.monotonic()
         if now - self._last_warning >= UNVERIFIED_WARNING_PERIOD_S:
             self._last_warning = now
-            LOG.warning("Dropped an event from %s unread: %s (%d dropped so far)",
-                        channel.events_exchange_name(self._exchange_name), reason, count)
+            LOG.warning(
+                "Dropped an event from %s unread: %s (%d dropped so far)",
+                channel.events_exchange_name(self._exchange_name),
+                reason,
+                count,
+            )
 
 
 def decode(body: Any) -> Iterator[dict[str, Any]]:

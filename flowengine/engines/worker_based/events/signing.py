@@ -25,8 +25,7 @@ def sign(keyring: signing.Keyring, body: bytes) -> dict[str, str]:
     return keyring.sign(body, _NO_FIELDS, _NO_FIELDS)
 
 
-def verify(keyring: signing.Keyring, body: bytes | str,
-           headers: Mapping[str, Any] | None) -> None:
+def verify(keyring: signing.Keyring, body: bytes | str, headers: Mapping[str, Any] | None) -> None:
     """Check a received event's signature.
 
     Raises :class:`~flowengine.exceptions.UnverifiedMessage` saying why
@@ -36,6 +35,9 @@ def verify(keyring: signing.Keyring, body: bytes | str,
         body = body.encode("utf-8")
     headers = headers or {}
     # Only the signature headers are read: no other header is covered.
-    carried = {name: headers[name] for name in (signing.HEADER_SIGNATURE,
-                                                 signing.HEADER_KEY_ID) if name in headers}
+    carried = {
+        name: headers[name]
+        for name in (signing.HEADER_SIGNATURE, signing.HEADER_KEY_ID)
+        if name in headers
+    }
     keyring.verify(body, _NO_FIELDS, carried)

@@ -32,14 +32,24 @@ def cancel_held(proxy: Proxy, holders: Mapping[str, str]) -> int:
     for request_uuid, worker_id in holders.items():
         message = wc.ControlRequest(wc.CANCEL, {"request": request_uuid}, (worker_id,))
         try:
-            proxy.publish(message, control_client.routing_keys((worker_id,)),
-                          headers={names.HEADER_ORIGIN: names.make_origin()},
-                          timeout_s=CANCEL_PUBLISH_TIMEOUT_S)
+            proxy.publish(
+                message,
+                control_client.routing_keys((worker_id,)),
+                headers={names.HEADER_ORIGIN: names.make_origin()},
+                timeout_s=CANCEL_PUBLISH_TIMEOUT_S,
+            )
         except Exception as e:
-            LOG.warning("Could not ask worker %s to cancel request %s (%s); not asking the"
-                        " others", worker_id, request_uuid, e)
+            LOG.warning(
+                "Could not ask worker %s to cancel request %s (%s); not asking the others",
+                worker_id,
+                request_uuid,
+                e,
+            )
             break
         asked += 1
-        LOG.info("Asked worker %s to cancel request %s: this engine stops without waiting"
-                 " for it", worker_id, request_uuid)
+        LOG.info(
+            "Asked worker %s to cancel request %s: this engine stops without waiting for it",
+            worker_id,
+            request_uuid,
+        )
     return asked

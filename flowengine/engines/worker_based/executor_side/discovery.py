@@ -47,8 +47,13 @@ class TopicWorker:
     _identity: Any
     _worker_id: str | None
 
-    def __init__(self, topic: str, tasks: Iterable[Any], identity: Any = _NO_IDENTITY,
-                 worker_id: str | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        tasks: Iterable[Any],
+        identity: Any = _NO_IDENTITY,
+        worker_id: str | None = None,
+    ) -> None:
         names = tuple(task_class_name(t) for t in tasks)
         object.__setattr__(self, "_topic", topic)
         object.__setattr__(self, "_tasks", names)
@@ -106,8 +111,7 @@ class TopicWorker:
 
     def __repr__(self) -> str:
         ident = "*" if self._identity is _NO_IDENTITY else self._identity
-        return (f"TopicWorker(identity={ident}, tasks={list(self._tasks)},"
-                f" topic={self._topic})")
+        return f"TopicWorker(identity={ident}, tasks={list(self._tasks)}, topic={self._topic})"
 
 
 class _Route:
@@ -129,10 +133,15 @@ class _Route:
 class ProxyWorkerFinder:
     """Requests and receives responses about workers' topic + task details."""
 
-    def __init__(self, uuid: str, proxy: Any, topics: Iterable[str],
-                 beat_periodicity: float | None = NOTIFY_PERIOD_S,
-                 worker_expiry: float | None = WORKER_EXPIRY_S,
-                 on_change: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        uuid: str,
+        proxy: Any,
+        topics: Iterable[str],
+        beat_periodicity: float | None = NOTIFY_PERIOD_S,
+        worker_expiry: float | None = WORKER_EXPIRY_S,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
         self._uuid = uuid
         self._proxy = proxy
         self._topics = list(topics)
@@ -209,12 +218,17 @@ class ProxyWorkerFinder:
         shared topic queue (TaskFlow's workers only listen there).
         """
         with self._cond:
-            keys = [key for topic in self._topics
-                    for key in (lv.broadcast_routing_key(topic), topic)]
+            keys = [
+                key for topic in self._topics for key in (lv.broadcast_routing_key(topic), topic)
+            ]
         if keys:
             # The send time lets workers follow our clock (wire/peer_clock.py).
-            self._proxy.publish(pr.Notify(), keys, reply_to=self._uuid,
-                                headers={names.HEADER_ENQUEUED: clock.wall()})
+            self._proxy.publish(
+                pr.Notify(),
+                keys,
+                reply_to=self._uuid,
+                headers={names.HEADER_ENQUEUED: clock.wall()},
+            )
         self._messages_published += 1
         self._last_published = self._clock()
 
@@ -264,8 +278,12 @@ class ProxyWorkerFinder:
                 self._workers[identity] = candidate
                 self._membership_changed()
                 changed = candidate
-                LOG.debug("Worker %s is %s (%d workers known)", candidate,
-                          "new" if current is None else "updated", len(self._workers))
+                LOG.debug(
+                    "Worker %s is %s (%d workers known)",
+                    candidate,
+                    "new" if current is None else "updated",
+                    len(self._workers),
+                )
             self._last_seen[identity] = self._clock()
         if changed is not None and self._on_change is not None:
             self._on_change()
@@ -293,8 +311,12 @@ class ProxyWorkerFinder:
             if dead:
                 self._membership_changed()
         for worker, silent in dead:
-            LOG.info("Removed worker %s: it has not answered notifications for %0.3f s;"
-                     " no more requests will be sent to it", worker, silent)
+            LOG.info(
+                "Removed worker %s: it has not answered notifications for %0.3f s;"
+                " no more requests will be sent to it",
+                worker,
+                silent,
+            )
         return len(dead)
 
     def has_worker(self, worker_id: str) -> bool:
@@ -302,8 +324,7 @@ class ProxyWorkerFinder:
         known = self._worker_ids
         if known is None:
             with self._cond:
-                known = self._worker_ids = frozenset(
-                    w.worker_id for w in self._workers.values())
+                known = self._worker_ids = frozenset(w.worker_id for w in self._workers.values())
         return worker_id in known
 
     def forget_worker(self, worker_id: str) -> int:
@@ -347,9 +368,14 @@ class ProxyWorkerFinder:
                 if w.routing_key is not None:
                     destinations.append((w, w.routing_key))
                 else:
-                    LOG.warning("Worker %s can run %s but shares topic %r with workers"
-                                " that cannot and has no private queue; not routing"
-                                " there", w, task_cls, topic)
+                    LOG.warning(
+                        "Worker %s can run %s but shares topic %r with workers"
+                        " that cannot and has no private queue; not routing"
+                        " there",
+                        w,
+                        task_cls,
+                        topic,
+                    )
         return _Route(destinations)
 
     def get_route_for_task(self, task: Any) -> tuple[TopicWorker, str] | None:

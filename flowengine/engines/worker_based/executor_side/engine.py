@@ -95,10 +95,13 @@ class WorkerBasedActionEngine(engine.ActionEngine):
         super().__init__(flow, flow_detail, backend, options)
         self._remote_exceptions = self._options.get("remote_exceptions", "wrapped")
         if self._remote_exceptions not in REMOTE_EXCEPTIONS:
-            raise ValueError(f"remote_exceptions must be one of {', '.join(REMOTE_EXCEPTIONS)}"
-                             f" (got {self._remote_exceptions!r})")
+            raise ValueError(
+                f"remote_exceptions must be one of {', '.join(REMOTE_EXCEPTIONS)}"
+                f" (got {self._remote_exceptions!r})"
+            )
         self._flow_events = event_hooks.FlowEvents.from_options(
-            self._options, self._options.get("exchange") or DEFAULT_EXCHANGE)
+            self._options, self._options.get("exchange") or DEFAULT_EXCHANGE
+        )
         self._flow_events.attach(self)
         remote = getattr(self._task_executor, "remote_statistics", None)
         if remote is not None:
@@ -129,8 +132,9 @@ class WorkerBasedActionEngine(engine.ActionEngine):
         """Use the given executor or build a WorkerTaskExecutor from the options."""
         # The 'executor' option may be any object with the executor's methods
         # (checked by name in _fetch_task_executor): duck-typed, as TaskFlow's.
-        return cast(base_executor.TaskExecutor,
-                    self._fetch_task_executor(self._options, self._flow_detail))
+        return cast(
+            base_executor.TaskExecutor, self._fetch_task_executor(self._options, self._flow_detail)
+        )
 
     @classmethod
     def _fetch_task_executor(cls, options: dict[str, Any], flow_detail: Any) -> Any:
@@ -139,10 +143,12 @@ class WorkerBasedActionEngine(engine.ActionEngine):
         if given is not None:
             missing = [m for m in _EXECUTOR_METHODS if not callable(getattr(given, m, None))]
             if missing:
-                raise TypeError(f"Expected an instance of type"
-                                f" '{executor.WorkerTaskExecutor.__name__}' (or one with"
-                                f" methods {', '.join(_EXECUTOR_METHODS)}) instead of type"
-                                f" '{type(given).__name__}' for 'executor' option")
+                raise TypeError(
+                    f"Expected an instance of type"
+                    f" '{executor.WorkerTaskExecutor.__name__}' (or one with"
+                    f" methods {', '.join(_EXECUTOR_METHODS)}) instead of type"
+                    f" '{type(given).__name__}' for 'executor' option"
+                )
             return given
         flow_uuid = getattr(flow_detail, "uuid", None)
         topics = options.get("topics") or []
@@ -158,4 +164,6 @@ class WorkerBasedActionEngine(engine.ActionEngine):
             worker_expiry=options.get("worker_expiry", pr.EXPIRES_AFTER_S),
             broker=BrokerSettings.from_options(options),
             policy=RequestPolicy.from_options(options),
-            root_id=flow_uuid, parent_id=flow_uuid)
+            root_id=flow_uuid,
+            parent_id=flow_uuid,
+        )

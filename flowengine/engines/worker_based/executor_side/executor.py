@@ -50,8 +50,7 @@ from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.wire import liveness as lv
 
-__all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S",
-           "WorkerTaskExecutor"]
+__all__ = ["START_TIMEOUT_S", "STOP_JOIN_TIMEOUT_S", "UNREACHABLE_GIVE_UP_S", "WorkerTaskExecutor"]
 
 LOG = logging.getLogger(__name__)
 
@@ -99,14 +98,23 @@ class WorkerTaskExecutor(base.TaskExecutor):
     ``root_id``/``parent_id`` (trace ids carried by every request).
     """
 
-    def __init__(self, uuid: str, exchange: str, topics: Iterable[str],
-                 transition_timeout: float | None = pr.REQUEST_TIMEOUT_S,
-                 url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None,
-                 worker_expiry: float | None = discovery.WORKER_EXPIRY_S, *,
-                 broker: BrokerSettings | None = None, policy: RequestPolicy | None = None,
-                 root_id: str | None = None, parent_id: str | None = None) -> None:
+    def __init__(
+        self,
+        uuid: str,
+        exchange: str,
+        topics: Iterable[str],
+        transition_timeout: float | None = pr.REQUEST_TIMEOUT_S,
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+        retry_options: Mapping[str, Any] | None = None,
+        worker_expiry: float | None = discovery.WORKER_EXPIRY_S,
+        *,
+        broker: BrokerSettings | None = None,
+        policy: RequestPolicy | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> None:
         self._uuid = uuid
         self._exchange = exchange
         self._policy = policy = policy or RequestPolicy(transition_timeout=transition_timeout)
@@ -115,41 +123,74 @@ class WorkerTaskExecutor(base.TaskExecutor):
         # only this executor reads it, so it goes when we do -- on a clean
         # stop at once, after kill -9 when our lease lapses (Redis,
         # filesystem; AMQP deletes an auto-delete queue with its consumer).
-        reply_queue_spec = px.QueueSpec(pr.reply_queue_name(exchange, uuid),
-                                        (uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True,
-                                        private=True, batched=True)
+        reply_queue_spec = px.QueueSpec(
+            pr.reply_queue_name(exchange, uuid),
+            (uuid, pr.ANNOUNCE_ROUTING_KEY),
+            auto_delete=True,
+            private=True,
+            batched=True,
+        )
         broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
-        self._proxy = px.Proxy(uuid, exchange, None, self._consumer_ticked, broker=broker,
-                               options=px.ProxyOptions(
-                                   queues=[reply_queue_spec], wake_routing_key=uuid,
-                                   observer=_ReplyLoop(self._consumer_started),
-                                   consume=px.ConsumeOptions(wait_period_s=CONSUMER_TICK_S,
-                                                             # start() raises the problem
-                                                             quiet_until_started=True)))
+        self._proxy = px.Proxy(
+            uuid,
+            exchange,
+            None,
+            self._consumer_ticked,
+            broker=broker,
+            options=px.ProxyOptions(
+                queues=[reply_queue_spec],
+                wake_routing_key=uuid,
+                observer=_ReplyLoop(self._consumer_started),
+                consume=px.ConsumeOptions(
+                    wait_period_s=CONSUMER_TICK_S,
+                    # start() raises the problem
+                    quiet_until_started=True,
+                ),
+            ),
+        )
         beat = discovery.NOTIFY_PERIOD_S
         if worker_expiry is not None and worker_expiry > 0:
             # Three beats per expiry period: a worker must miss three NOTIFY
             # requests in a row before it is forgotten.
             beat = min(beat, worker_expiry / 3.0)
-        self._finder = discovery.ProxyWorkerFinder(uuid, self._proxy, topics,
-                                            beat_periodicity=beat,
-                                            worker_expiry=worker_expiry,
-                                            on_change=self._workers_changed)
+        self._finder = discovery.ProxyWorkerFinder(
+            uuid,
+            self._proxy,
+            topics,
+            beat_periodicity=beat,
+            worker_expiry=worker_expiry,
+            on_change=self._workers_changed,
+        )
         self._book = tr.RequestBook(self._finder, policy.transition_timeout)
         #: Queue/run times and attempts of each remote atom (engine statistics).
         self.remote_statistics = remote_stats.RemoteStatistics()
-        self._requests = RequestPublisher(self._proxy, self._book, uuid,
-                                          policy.transition_timeout,
-                                          on_new_deadline=self._wake_housekeeper,
-                                          loss_bound=_loss_bound_headers(policy))
+        self._requests = RequestPublisher(
+            self._proxy,
+            self._book,
+            uuid,
+            policy.transition_timeout,
+            on_new_deadline=self._wake_housekeeper,
+            loss_bound=_loss_bound_headers(policy),
+        )
         self._requests.set_trace_ids(root_id, parent_id)
-        self._housekeeper = Housekeeper(uuid, self._book, self._finder, policy,
-                                        self._requests,
-                                        unserved.UnservedWatch(exchange, self._finder))
-        self._replies = ReplyHandler(uuid, self._book, self._finder, policy,
-                                     self.remote_statistics, probe=self._probe,
-                                     wake_housekeeper=self._wake_housekeeper,
-                                     release_waiting=self._workers_changed)
+        self._housekeeper = Housekeeper(
+            uuid,
+            self._book,
+            self._finder,
+            policy,
+            self._requests,
+            unserved.UnservedWatch(exchange, self._finder),
+        )
+        self._replies = ReplyHandler(
+            uuid,
+            self._book,
+            self._finder,
+            policy,
+            self.remote_statistics,
+            probe=self._probe,
+            wake_housekeeper=self._wake_housekeeper,
+            release_waiting=self._workers_changed,
+        )
         self._proxy.dispatcher.type_handlers.update(self._replies.handlers())
         # The threads start() started, which stop() joins.
         self._threads: list[threading.Thread] = []
@@ -191,17 +232,25 @@ class WorkerTaskExecutor(base.TaskExecutor):
         """The latest requests found lost (oldest first)."""
         return self._housekeeper.lost_history
 
-    def execute_task(self, task: Any, task_uuid: str, arguments: dict[str, Any],
-                     progress_callback: Callable[..., Any] | None = None
-                     ) -> futures.Future[Any]:
+    def execute_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: dict[str, Any],
+        progress_callback: Callable[..., Any] | None = None,
+    ) -> futures.Future[Any]:
         """Schedule the task's execution on a worker; the future never raises."""
-        return self._requests.submit(task, task_uuid, pr.EXECUTE, arguments,
-                                     progress_callback)
+        return self._requests.submit(task, task_uuid, pr.EXECUTE, arguments, progress_callback)
 
-    def revert_task(self, task: Any, task_uuid: str, arguments: dict[str, Any], result: Any,
-                    failures: dict[str, Any],
-                    progress_callback: Callable[..., Any] | None = None
-                    ) -> futures.Future[Any]:
+    def revert_task(
+        self,
+        task: Any,
+        task_uuid: str,
+        arguments: dict[str, Any],
+        result: Any,
+        failures: dict[str, Any],
+        progress_callback: Callable[..., Any] | None = None,
+    ) -> futures.Future[Any]:
         """Schedule the task's revert on a worker (result/failures sent as dicts).
 
         A task whose execute request expired before any worker could take it
@@ -212,8 +261,15 @@ class WorkerTaskExecutor(base.TaskExecutor):
             done: futures.Future[Any] = futures.Future()
             done.set_result((base.REVERTED, None))
             return done
-        return self._requests.submit(task, task_uuid, pr.REVERT, arguments, progress_callback,
-                                     result=result, failures=failures)
+        return self._requests.submit(
+            task,
+            task_uuid,
+            pr.REVERT,
+            arguments,
+            progress_callback,
+            result=result,
+            failures=failures,
+        )
 
     def wait_for_workers(self, workers: int = 1, timeout: float | None = None) -> int:
         """Wait for at least ``workers`` workers; return how many are still missing."""
@@ -242,8 +298,11 @@ class WorkerTaskExecutor(base.TaskExecutor):
         try:
             self._finder.publish()
         except Exception:
-            LOG.warning("Failed to send NOTIFY to topics %s; will retry in the next beat",
-                        self._finder.topics, exc_info=True)
+            LOG.warning(
+                "Failed to send NOTIFY to topics %s; will retry in the next beat",
+                self._finder.topics,
+                exc_info=True,
+            )
         # After the first NOTIFY: its first beat would otherwise send one too,
         # and every worker would answer twice.
         self._spawn(self._housekeeper.run, "housekeeping")
@@ -268,20 +327,32 @@ class WorkerTaskExecutor(base.TaskExecutor):
             if thread is not current:
                 thread.join(STOP_JOIN_TIMEOUT_S)
         self._threads = []
-        if (started and self._proxy.has_consumed  # else no reply queue was declared
-                and inventory.needs_dropping(self._proxy.broker,
-                                             self._proxy.private_queues_deleted,
-                                             self._proxy.template_connection)):
+        if (
+            started
+            and self._proxy.has_consumed  # else no reply queue was declared
+            and inventory.needs_dropping(
+                self._proxy.broker,
+                self._proxy.private_queues_deleted,
+                self._proxy.template_connection,
+            )
+        ):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
         leftovers = self._book.drain()
         if leftovers:
-            LOG.warning("Executor %s stopped with %d requests unfinished; they fail",
-                        self._uuid, len(leftovers))
+            LOG.warning(
+                "Executor %s stopped with %d requests unfinished; they fail",
+                self._uuid,
+                len(leftovers),
+            )
         for tracked in leftovers:
-            self._requests.fail(tracked, exc.ExecutionFailure(
-                f"Executor {self._uuid} stopped before request {tracked.request} finished"),
-                log=False)
+            self._requests.fail(
+                tracked,
+                exc.ExecutionFailure(
+                    f"Executor {self._uuid} stopped before request {tracked.request} finished"
+                ),
+                log=False,
+            )
 
     # -- wiring between the parts -------------------------------------------
 
@@ -289,8 +360,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._housekeeper.consumer_ticked()
 
     def _consumer_started(self) -> None:
-        self._housekeeper.consumer_started(self._proxy.reconnect_count,
-                                           self._proxy.last_outage_s)
+        self._housekeeper.consumer_started(self._proxy.reconnect_count, self._proxy.last_outage_s)
 
     def _workers_changed(self) -> None:
         self._requests.signal_workers_changed()
@@ -301,9 +371,12 @@ class WorkerTaskExecutor(base.TaskExecutor):
     def _probe(self, topic: str, worker_id: str) -> None:
         """Ask a worker we never heard from (privately) who it is."""
         try:
-            self._proxy.publish(pr.Notify(), pr.worker_routing_key(topic, worker_id),
-                                reply_to=self._uuid,
-                                headers={names.HEADER_ENQUEUED: clock.wall()})
+            self._proxy.publish(
+                pr.Notify(),
+                pr.worker_routing_key(topic, worker_id),
+                reply_to=self._uuid,
+                headers={names.HEADER_ENQUEUED: clock.wall()},
+            )
         except Exception:
             LOG.warning("Failed to send NOTIFY to worker %s", worker_id, exc_info=True)
 
@@ -311,8 +384,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
 
     def _spawn(self, target: Callable[[], None], role: str) -> None:
         """Run ``target`` in a daemon thread named ``flowengine-<role>-<executor id>``."""
-        thread = threading.Thread(target=self._logged, args=(target,), daemon=True,
-                                  name=f"flowengine-{role}-{self._uuid}")
+        thread = threading.Thread(
+            target=self._logged, args=(target,), daemon=True, name=f"flowengine-{role}-{self._uuid}"
+        )
         thread.start()
         self._threads.append(thread)
 
@@ -339,5 +413,8 @@ class WorkerTaskExecutor(base.TaskExecutor):
         try:
             self._proxy.start()
         except Exception:
-            LOG.exception("Reply consumer of executor %s died; requests in flight will"
-                          " time out or be failed on stop()", self._uuid)
+            LOG.exception(
+                "Reply consumer of executor %s died; requests in flight will"
+                " time out or be failed on stop()",
+                self._uuid,
+            )

@@ -40,8 +40,9 @@ LOST_HISTORY_MAX = 1000
 HOUSEKEEPING_MAX_SLEEP_S = 5.0
 
 
-class LostRecord(collections.namedtuple(
-        "LostRecord", "request_uuid worker_id attempt silent_s detected_at")):
+class LostRecord(
+    collections.namedtuple("LostRecord", "request_uuid worker_id attempt silent_s detected_at")
+):
     """One request found lost: whose worker, which attempt, after how long a silence."""
 
 
@@ -53,9 +54,15 @@ class Housekeeper:
     its own and :meth:`stop` to end it.
     """
 
-    def __init__(self, executor_uuid: str, book: tr.RequestBook,
-                 finder: discovery.ProxyWorkerFinder, policy: RequestPolicy,
-                 requests: RequestPublisher, unserved_watch: unserved.UnservedWatch) -> None:
+    def __init__(
+        self,
+        executor_uuid: str,
+        book: tr.RequestBook,
+        finder: discovery.ProxyWorkerFinder,
+        policy: RequestPolicy,
+        requests: RequestPublisher,
+        unserved_watch: unserved.UnservedWatch,
+    ) -> None:
         self._uuid = executor_uuid
         self._book = book
         self._finder = finder
@@ -70,7 +77,8 @@ class Housekeeper:
         self._reconnects_seen = 0
         #: The latest requests found lost (oldest first).
         self.lost_history: collections.deque[LostRecord] = collections.deque(
-            maxlen=LOST_HISTORY_MAX)
+            maxlen=LOST_HISTORY_MAX
+        )
         # Uuids of tasks whose execute request expired before any worker was
         # known: nothing ran, so their revert needs no worker.
         self._never_dispatched: set[str] = set()
@@ -124,10 +132,14 @@ class Housekeeper:
         forgiven = self._book.forgive(time.monotonic())
         if forgiven:
             outage = outage_s
-            LOG.info("Executor %s hears replies again after %s without a broker connection;"
-                     " the silence clock of %d held request(s) restarts now (their workers"
-                     " could not be heard meanwhile)", self._uuid,
-                     "an outage" if outage is None else f"{outage:.1f} s", forgiven)
+            LOG.info(
+                "Executor %s hears replies again after %s without a broker connection;"
+                " the silence clock of %d held request(s) restarts now (their workers"
+                " could not be heard meanwhile)",
+                self._uuid,
+                "an outage" if outage is None else f"{outage:.1f} s",
+                forgiven,
+            )
             self._wake.set()  # the scanner picks up the later deadlines
 
     def run(self) -> None:
@@ -147,11 +159,15 @@ class Housekeeper:
                     LOG.info("%s", error)
                     self._requests.fail(tracked, error, log=False)
                 for tracked in overrun:
-                    self._requests.fail(tracked, exc.RequestTimeout(
-                        f"Request {_describe(tracked.request)} ran on worker"
-                        f" {tracked.worker_id} for longer than its run_timeout of"
-                        f" {self._policy.run_timeout} s; it is failed (the worker may still"
-                        f" finish it; its reply is ignored)"))
+                    self._requests.fail(
+                        tracked,
+                        exc.RequestTimeout(
+                            f"Request {_describe(tracked.request)} ran on worker"
+                            f" {tracked.worker_id} for longer than its run_timeout of"
+                            f" {self._policy.run_timeout} s; it is failed (the worker may still"
+                            f" finish it; its reply is ignored)"
+                        ),
+                    )
                 for tracked in lost:
                     self._recover_lost(tracked, now)
                 next_deadline = self._book.next_deadline
@@ -167,22 +183,26 @@ class Housekeeper:
                     sleep_s = min(sleep_s, beat)
                 self._book.scanner_wakes_at(time.monotonic() + sleep_s)
             except Exception:
-                LOG.warning("Housekeeping of executor %s failed; retrying", self._uuid,
-                            exc_info=True)
+                LOG.warning(
+                    "Housekeeping of executor %s failed; retrying", self._uuid, exc_info=True
+                )
             self._wake.wait(sleep_s)
             self._wake.clear()
 
     def _timeout_error(self, tracked: tr.Tracked) -> exc.RequestTimeout:
         """RequestTimeout with a message saying what it means for the user."""
         waited = self._policy.transition_timeout or 0.0
-        where = (self._unserved.describe(discovery.task_class_name(tracked.request.task))
-                 if tracked.routing_key is None
-                 else f"it was sent to {tracked.routing_key!r}"
-                      f" {_times(tracked.attempt + 1)} and no worker started it")
+        where = (
+            self._unserved.describe(discovery.task_class_name(tracked.request.task))
+            if tracked.routing_key is None
+            else f"it was sent to {tracked.routing_key!r}"
+            f" {_times(tracked.attempt + 1)} and no worker started it"
+        )
         return exc.RequestTimeout(
             f"Request {_describe(tracked.request)} has expired after waiting for {waited:0.2f}"
             f" seconds for it to transition out of ({', '.join(tr.TIMEOUT_STATES)})"
-            f" states: {where}")
+            f" states: {where}"
+        )
 
     def _recover_lost(self, tracked: tr.Tracked, now: float) -> None:
         """A held request's worker went silent: dispatch it again elsewhere, or give up.
@@ -196,10 +216,13 @@ class Housekeeper:
         route = None
         with self._book.lock:
             request = tracked.request
-            if (not self._book.is_current(tracked)
-                    or request.current_state not in (pr.PENDING, pr.RUNNING)
-                    or tracked.last_heard is None or tracked.lost_after is None
-                    or tracked.last_heard + tracked.lost_after > now):
+            if (
+                not self._book.is_current(tracked)
+                or request.current_state not in (pr.PENDING, pr.RUNNING)
+                or tracked.last_heard is None
+                or tracked.lost_after is None
+                or tracked.last_heard + tracked.lost_after > now
+            ):
                 return  # finished, or heard from (or forgiven) again meanwhile
             if self._consumer_tick < tracked.last_heard + tracked.lost_after:
                 # Our consumer has not caught up since the deadline: look again
@@ -209,12 +232,17 @@ class Housekeeper:
             # Forgotten before the next route is picked (lock order: book,
             # then finder, as everywhere): the next attempt goes elsewhere.
             if worker_id is not None and self._finder.forget_worker(worker_id):
-                LOG.warning("Forgot worker %s: no heartbeat for %.1f s while holding"
-                            " request %s", worker_id, silent, request)
+                LOG.warning(
+                    "Forgot worker %s: no heartbeat for %.1f s while holding request %s",
+                    worker_id,
+                    silent,
+                    request,
+                )
             allowed = tracked.lost_after
             if declined_by is None:  # a handed-back redelivery lost no worker
-                self.lost_history.append(LostRecord(tracked.uuid, worker_id,
-                                                    tracked.attempt, silent, now))
+                self.lost_history.append(
+                    LostRecord(tracked.uuid, worker_id, tracked.attempt, silent, now)
+                )
             give_up = self._policy.is_last_attempt(tracked.attempt)
             if give_up:
                 if tr.transition(tracked, pr.FAILURE):
@@ -224,27 +252,48 @@ class Housekeeper:
             else:
                 route, _ = self._book.new_attempt(tracked)
         if give_up:
-            why = (f"worker {worker_id} stopped answering ({silent:.1f} s without a"
-                   f" heartbeat, allowed {allowed:.1f} s)" if declined_by is None else
-                   f"it came back from the broker to worker {declined_by}, which handed it"
-                   f" back unrun, and nobody held it")
-            self._requests.fail(tracked, exc.RequestLost(
-                f"Request '{request}' was lost: {why}"
-                f" and the request was already dispatched {tracked.attempt + 1} time(s)"
-                f" (max_attempts={self._policy.max_attempts}); its task may or may not have"
-                f" run"))
+            why = (
+                f"worker {worker_id} stopped answering ({silent:.1f} s without a"
+                f" heartbeat, allowed {allowed:.1f} s)"
+                if declined_by is None
+                else f"it came back from the broker to worker {declined_by}, which handed it"
+                f" back unrun, and nobody held it"
+            )
+            self._requests.fail(
+                tracked,
+                exc.RequestLost(
+                    f"Request '{request}' was lost: {why}"
+                    f" and the request was already dispatched {tracked.attempt + 1} time(s)"
+                    f" (max_attempts={self._policy.max_attempts}); its task may or may not have"
+                    f" run"
+                ),
+            )
             return
         if declined_by is not None:
-            LOG.warning("Request %s came back from the broker to worker %s, which handed it"
-                        " back unrun, and no worker said it holds it for %.1f s; dispatching"
-                        " it again as attempt %d (dispatch %d of at most %d)", request,
-                        declined_by, silent, tracked.attempt, tracked.attempt + 1,
-                        self._policy.max_attempts)
+            LOG.warning(
+                "Request %s came back from the broker to worker %s, which handed it"
+                " back unrun, and no worker said it holds it for %.1f s; dispatching"
+                " it again as attempt %d (dispatch %d of at most %d)",
+                request,
+                declined_by,
+                silent,
+                tracked.attempt,
+                tracked.attempt + 1,
+                self._policy.max_attempts,
+            )
         else:
-            LOG.warning("Request %s was lost with worker %s (%.1f s without a heartbeat,"
-                        " allowed %.1f s); dispatching it again as attempt %d (dispatch %d of"
-                        " at most %d)", request, worker_id, silent, allowed, tracked.attempt,
-                        tracked.attempt + 1, self._policy.max_attempts)
+            LOG.warning(
+                "Request %s was lost with worker %s (%.1f s without a heartbeat,"
+                " allowed %.1f s); dispatching it again as attempt %d (dispatch %d of"
+                " at most %d)",
+                request,
+                worker_id,
+                silent,
+                allowed,
+                tracked.attempt,
+                tracked.attempt + 1,
+                self._policy.max_attempts,
+            )
         if route is not None:
             self._requests.publish(tracked)
 

@@ -17,8 +17,13 @@ from flowengine.engines.worker_based.wire import names
 __all__ = ["LIVENESS_OPTIONS", "RequestPolicy"]
 
 #: Engine options (and WorkerTaskExecutor arguments) of the same names.
-LIVENESS_OPTIONS = ("heartbeat_interval", "heartbeat_misses", "lost_after", "max_attempts",
-                    "run_timeout")
+LIVENESS_OPTIONS = (
+    "heartbeat_interval",
+    "heartbeat_misses",
+    "lost_after",
+    "max_attempts",
+    "run_timeout",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +60,7 @@ class RequestPolicy:
             raise ValueError(f"max_attempts must be >= 1 (got {self.max_attempts!r})")
         set_(self, "max_attempts", int(self.max_attempts))
         if self.run_timeout is not None and not self.run_timeout > 0:
-            raise ValueError(
-                f"run_timeout must be > 0 seconds or None (got {self.run_timeout!r})")
+            raise ValueError(f"run_timeout must be > 0 seconds or None (got {self.run_timeout!r})")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RequestPolicy:
@@ -74,8 +78,7 @@ class RequestPolicy:
         """
         if self.lost_after is not None:
             return self.lost_after
-        return lv.lost_after(advertised_interval or self.heartbeat_interval,
-                             self.heartbeat_misses)
+        return lv.lost_after(advertised_interval or self.heartbeat_interval, self.heartbeat_misses)
 
     def is_last_attempt(self, attempt: int) -> bool:
         """True when dispatch number ``attempt`` (0-based) may not be followed by another."""

@@ -75,10 +75,16 @@ class RequestPublisher:
     telling workers when this engine takes a silent holder for lost.
     """
 
-    def __init__(self, proxy: px.Proxy, book: tr.RequestBook, reply_to: str,
-                 transition_timeout: float | None, *,
-                 on_new_deadline: Callable[[], None],
-                 loss_bound: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        proxy: px.Proxy,
+        book: tr.RequestBook,
+        reply_to: str,
+        transition_timeout: float | None,
+        *,
+        on_new_deadline: Callable[[], None],
+        loss_bound: Mapping[str, Any] | None = None,
+    ) -> None:
         self._proxy = proxy
         self._book = book
         self._reply_to = reply_to
@@ -100,9 +106,15 @@ class RequestPublisher:
         """The flow (and flow detail) every request belongs to, for tracing."""
         self._root_id, self._parent_id = root_id, parent_id
 
-    def submit(self, task: Any, task_uuid: str, action: str, arguments: dict[str, Any],
-               progress_callback: Callable[..., Any] | None,
-               **kwargs: Any) -> futures.Future[Any]:
+    def submit(
+        self,
+        task: Any,
+        task_uuid: str,
+        action: str,
+        arguments: dict[str, Any],
+        progress_callback: Callable[..., Any] | None,
+        **kwargs: Any,
+    ) -> futures.Future[Any]:
         """Create the request and, if a capable worker is known, publish it.
 
         Published here, or (a burst on a batching transport) queued for the
@@ -119,7 +131,8 @@ class RequestPublisher:
         if route is not None:
             with self._unsent_lock:
                 alone = not self._batching or (
-                    self._unsent == 0 and time.monotonic() - self._last_submit > BURST_GAP_S)
+                    self._unsent == 0 and time.monotonic() - self._last_submit > BURST_GAP_S
+                )
                 if not alone:
                     self._unsent += 1
             if alone:
@@ -131,16 +144,16 @@ class RequestPublisher:
 
     def headers_for(self, tracked: tr.Tracked) -> dict[str, Any]:
         """The flowengine headers that travel with a request."""
-        headers: dict[str, Any] = {pr.HEADER_ATTEMPT: tracked.attempt,
-                                   pr.HEADER_ORIGIN: ORIGIN}
+        headers: dict[str, Any] = {pr.HEADER_ATTEMPT: tracked.attempt, pr.HEADER_ORIGIN: ORIGIN}
         if tracked.request_id is not None:
             headers[lv.HEADER_REQUEST_ID] = tracked.request_id
         if tracked.deadline is not None:
             # Nobody waits for an unstarted request after its transition
             # timeout: a worker that would start it later drops it unrun
             # (expires is a little earlier than our deadline; see liveness.py).
-            headers[pr.HEADER_EXPIRES] = lv.expires_at(tracked.deadline,
-                                                       self._transition_timeout or 0.0)
+            headers[pr.HEADER_EXPIRES] = lv.expires_at(
+                tracked.deadline, self._transition_timeout or 0.0
+            )
         headers.update(self._loss_bound)
         headers.update(event_model.timing_headers(tracked.origin.created_at))
         limits = timelimits.header_for(tracked.request.task)
@@ -169,10 +182,13 @@ class RequestPublisher:
         for tracked in batch:
             request = tracked.request
             try:
-                outgoing = self._proxy.prepare(request, tracked.routing_key or "",
-                                               reply_to=self._reply_to,
-                                               correlation_id=request.uuid,
-                                               headers=self.headers_for(tracked))
+                outgoing = self._proxy.prepare(
+                    request,
+                    tracked.routing_key or "",
+                    reply_to=self._reply_to,
+                    correlation_id=request.uuid,
+                    headers=self.headers_for(tracked),
+                )
             except Exception as e:
                 self._publish_failed(tracked, request, e)
                 continue
@@ -182,14 +198,18 @@ class RequestPublisher:
         try:
             self._proxy.send([outgoing for _, _, outgoing in ready])
         except px.BatchNotSent as e:
-            for tracked, request, _ in ready[e.sent:]:
+            for tracked, request, _ in ready[e.sent :]:
                 self._publish_failed(tracked, request, e.cause)
 
-    def _publish_failed(self, tracked: tr.Tracked, request: pr.Request,
-                        error: Exception) -> None:
+    def _publish_failed(self, tracked: tr.Tracked, request: pr.Request, error: Exception) -> None:
         """Fail ``request`` (unless it was superseded or finished meanwhile)."""
-        LOG.error("Failed to publish request %s to %r: %s", request, tracked.routing_key,
-                  error, exc_info=error)
+        LOG.error(
+            "Failed to publish request %s to %r: %s",
+            request,
+            tracked.routing_key,
+            error,
+            exc_info=error,
+        )
         failure = ft.Failure.from_exception(error)
         with self._book.lock:
             if not self._book.is_current(tracked) or tracked.request is not request:

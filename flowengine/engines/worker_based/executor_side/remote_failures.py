@@ -46,6 +46,11 @@ def revive(failure: ft.Failure) -> ft.Failure:
         return failure
     if list(ft.Failure.from_exception(value)) != type_names:
         return failure  # a different class under the same name: not the one raised
-    return ft.Failure(exc_info=(cls, value, None), exception_str=failure.exception_str,
-                      exc_type_names=type_names, exc_args=failure.exception_args,
-                      traceback_str=failure.traceback_str, causes=failure.causes)
+    return ft.Failure(
+        exc_info=(cls, value, None),
+        exception_str=failure.exception_str,
+        exc_type_names=type_names,
+        exc_args=failure.exception_args,
+        traceback_str=failure.traceback_str,
+        causes=failure.causes,
+    )

@@ -38,12 +38,18 @@ class ReplyHandler:
     again.
     """
 
-    def __init__(self, executor_uuid: str, book: tr.RequestBook,
-                 finder: discovery.ProxyWorkerFinder, policy: RequestPolicy,
-                 statistics: remote_stats.RemoteStatistics, *,
-                 probe: Callable[[str, str], None],
-                 wake_housekeeper: Callable[[], None],
-                 release_waiting: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        executor_uuid: str,
+        book: tr.RequestBook,
+        finder: discovery.ProxyWorkerFinder,
+        policy: RequestPolicy,
+        statistics: remote_stats.RemoteStatistics,
+        *,
+        probe: Callable[[str, str], None],
+        wake_housekeeper: Callable[[], None],
+        release_waiting: Callable[[], None],
+    ) -> None:
         self._uuid = executor_uuid
         self._book = book
         self._finder = finder
@@ -59,11 +65,13 @@ class ReplyHandler:
         """The reply queue's handlers by message type, with their validators."""
         return {
             pr.NOTIFY: dispatcher.Handler(
-                self.process_notify,
-                validator=functools.partial(pr.Notify.validate, response=True)),
+                self.process_notify, validator=functools.partial(pr.Notify.validate, response=True)
+            ),
             pr.RESPONSE: dispatcher.Handler(
-                self.process_response, validator=pr.Response.validate,
-                required_properties=("correlation_id",)),
+                self.process_response,
+                validator=pr.Response.validate,
+                required_properties=("correlation_id",),
+            ),
         }
 
     def process_notify(self, data: dict[str, Any], message: Any) -> None:
@@ -81,21 +89,34 @@ class ReplyHandler:
         headers = Headers.parse(message.headers)
         if tracked is None:
             if headers.declined:
-                LOG.info("Worker %s got request %s again from the broker (a redelivery) and"
-                         " did not run it: its outcome is already in (or nobody waits for"
-                         " it), so it is not sent again", headers.worker_id, request_uuid)
+                LOG.info(
+                    "Worker %s got request %s again from the broker (a redelivery) and"
+                    " did not run it: its outcome is already in (or nobody waits for"
+                    " it), so it is not sent again",
+                    headers.worker_id,
+                    request_uuid,
+                )
             else:
-                LOG.debug("Ignoring response for request %s: not waiting for it"
-                          " (finished, timed out or someone else's)", request_uuid)
+                LOG.debug(
+                    "Ignoring response for request %s: not waiting for it"
+                    " (finished, timed out or someone else's)",
+                    request_uuid,
+                )
             return
         response = pr.Response.from_dict(data)
         state = response.state
         if headers.attempt is not None and headers.attempt != tracked.attempt:
             # Fencing: a worker still answering for a dispatch we replaced
             # (it was declared lost) must not complete or refresh the new one.
-            LOG.info("Ignored %s reply for request %s from worker %s: it is for attempt %d,"
-                     " superseded by attempt %d", state, request_uuid,
-                     headers.worker_id, headers.attempt, tracked.attempt)
+            LOG.info(
+                "Ignored %s reply for request %s from worker %s: it is for attempt %d,"
+                " superseded by attempt %d",
+                state,
+                request_uuid,
+                headers.worker_id,
+                headers.attempt,
+                tracked.attempt,
+            )
             return
         worker_id = headers.worker_id
         if headers.declined and state == pr.PENDING:
@@ -110,11 +131,11 @@ class ReplyHandler:
             with self._book.lock:
                 wake = False
                 if self._book.is_current(tracked) and (
-                        state == pr.PENDING or tr.transition(tracked, pr.RUNNING)):
+                    state == pr.PENDING or tr.transition(tracked, pr.RUNNING)
+                ):
                     wake = self._book.heard(tracked, worker_id, lost_after)
                     if tracked.request.current_state == pr.RUNNING:
-                        wake = (self._book.limit_run(tracked, self._policy.run_timeout)
-                                or wake)
+                        wake = self._book.limit_run(tracked, self._policy.run_timeout) or wake
             if wake:
                 self._wake_housekeeper()
         elif state == pr.EVENT:
@@ -122,11 +143,11 @@ class ReplyHandler:
                 tracked.last_heard = time.monotonic()
             self._on_event(tracked, response.data)
         elif state in (pr.SUCCESS, pr.FAILURE):
-            self._complete(tracked, state, response.data.get("result"), worker_id,
-                           headers.run_s)
+            self._complete(tracked, state, response.data.get("result"), worker_id, headers.run_s)
         else:
-            LOG.warning("Ignoring response for request %s in unexpected state %r",
-                        request_uuid, state)
+            LOG.warning(
+                "Ignoring response for request %s in unexpected state %r", request_uuid, state
+            )
 
     def _declined(self, tracked: tr.Tracked, headers: Headers) -> None:
         """A worker handed back a redelivery of a request we still wait for, unrun.
@@ -143,20 +164,34 @@ class ReplyHandler:
                 return
             holder = tracked.worker_id
             if holder is not None and holder != headers.worker_id:
-                LOG.info("Worker %s handed back a redelivery of request %s unrun; worker %s"
-                         " holds it (last heard %.1f s ago), so it is left to that worker",
-                         headers.worker_id, tracked.request, holder,
-                         now - (tracked.last_heard or now))
+                LOG.info(
+                    "Worker %s handed back a redelivery of request %s unrun; worker %s"
+                    " holds it (last heard %.1f s ago), so it is left to that worker",
+                    headers.worker_id,
+                    tracked.request,
+                    holder,
+                    now - (tracked.last_heard or now),
+                )
                 return
             wake = self._book.await_holder(tracked, headers.worker_id, grace)
-        LOG.info("Worker %s handed back a redelivery of request %s unrun; unless a worker"
-                 " says it holds it within %.1f s, it is dispatched again",
-                 headers.worker_id, tracked.request, grace)
+        LOG.info(
+            "Worker %s handed back a redelivery of request %s unrun; unless a worker"
+            " says it holds it within %.1f s, it is dispatched again",
+            headers.worker_id,
+            tracked.request,
+            grace,
+        )
         if wake:
             self._wake_housekeeper()
 
-    def _complete(self, tracked: tr.Tracked, state: str, result: Any,
-                  worker_id: str | None, run_s: float | None) -> None:
+    def _complete(
+        self,
+        tracked: tr.Tracked,
+        state: str,
+        result: Any,
+        worker_id: str | None,
+        run_s: float | None,
+    ) -> None:
         """SUCCESS or FAILURE arrived: resolve the engine's future (exactly once).
 
         ``run_s``: how long the body ran, by its worker (header ``run_s``).
@@ -187,8 +222,9 @@ class ReplyHandler:
             try:
                 callback(event_type, details)
             except Exception:
-                LOG.warning("Progress callback failed for request %s", tracked.request,
-                            exc_info=True)
+                LOG.warning(
+                    "Progress callback failed for request %s", tracked.request, exc_info=True
+                )
         # As TaskFlow does, listeners on the engine-side task object hear the
         # worker's events too, so the same code works locally and remotely.
         notifier = getattr(tracked.request.task, "notifier", None)
@@ -219,12 +255,19 @@ class ReplyHandler:
         The worker killed (process executor) or abandoned (exiting) the body
         before replying WorkerShutdown, so the next attempt never overlaps it.
         """
-        if (not isinstance(result, ft.Failure) or not result.check(exc.WorkerShutdown)
-                or self._policy.is_last_attempt(tracked.attempt)):
+        if (
+            not isinstance(result, ft.Failure)
+            or not result.check(exc.WorkerShutdown)
+            or self._policy.is_last_attempt(tracked.attempt)
+        ):
             return False
-        LOG.warning("Request %s was given back by its worker (%s); dispatching it again"
-                    " (attempt %d of %d)", tracked.request, result.exception_str,
-                    tracked.attempt + 2, self._policy.max_attempts)
+        LOG.warning(
+            "Request %s was given back by its worker (%s); dispatching it again (attempt %d of %d)",
+            tracked.request,
+            result.exception_str,
+            tracked.attempt + 2,
+            self._policy.max_attempts,
+        )
         self._book.new_attempt(tracked, route_now=False)
         self._release_waiting()  # the sender thread routes it to another worker
         return True
@@ -236,13 +279,20 @@ class ReplyHandler:
         the request waits until that worker's answer to our probe updates the
         routes, then goes to one that can run it (within MAX_ATTEMPTS).
         """
-        if (not isinstance(result, ft.Failure) or not result.check(exc.UnknownTask)
-                or tracked.routing_key != tracked.topic
-                or self._policy.is_last_attempt(tracked.attempt)):
+        if (
+            not isinstance(result, ft.Failure)
+            or not result.check(exc.UnknownTask)
+            or tracked.routing_key != tracked.topic
+            or self._policy.is_last_attempt(tracked.attempt)
+        ):
             return False
-        LOG.warning("A worker on topic %r cannot run %s; routing request %s again once"
-                    " its task list is known", tracked.topic,
-                    discovery.task_class_name(tracked.request.task), tracked.request)
+        LOG.warning(
+            "A worker on topic %r cannot run %s; routing request %s again once"
+            " its task list is known",
+            tracked.topic,
+            discovery.task_class_name(tracked.request.task),
+            tracked.request,
+        )
         _, wake = self._book.new_attempt(tracked, route_now=False, after_worker=worker_id)
         if wake:
             self._wake_housekeeper()

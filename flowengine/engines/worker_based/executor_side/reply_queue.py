@@ -15,6 +15,10 @@ def drop_reply_queue(broker: BrokerSettings, exchange_name: str, executor_uuid: 
     announcements forever (one more dead queue per engine run). A broker
     that cannot be reached is logged at DEBUG and left as it is.
     """
-    inventory.drop_queue(broker, exchange_name,
-                         pr.reply_queue_name(exchange_name, executor_uuid),
-                         (executor_uuid, pr.ANNOUNCE_ROUTING_KEY), auto_delete=True)
+    inventory.drop_queue(
+        broker,
+        exchange_name,
+        pr.reply_queue_name(exchange_name, executor_uuid),
+        (executor_uuid, pr.ANNOUNCE_ROUTING_KEY),
+        auto_delete=True,
+    )

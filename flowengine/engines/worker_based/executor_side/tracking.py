@@ -27,12 +27,30 @@ class Tracked:
     is the current one (a fresh Request each time it is dispatched again).
     """
 
-    __slots__ = ("origin", "request", "progress_callback", "deadline", "routing_key",
-                 "topic", "attempt", "worker_id", "last_heard", "lost_after", "request_id",
-                 "run_deadline", "waiting_since", "awaiting_worker", "declined_by")
+    __slots__ = (
+        "origin",
+        "request",
+        "progress_callback",
+        "deadline",
+        "routing_key",
+        "topic",
+        "attempt",
+        "worker_id",
+        "last_heard",
+        "lost_after",
+        "request_id",
+        "run_deadline",
+        "waiting_since",
+        "awaiting_worker",
+        "declined_by",
+    )
 
-    def __init__(self, request: pr.Request, progress_callback: Callable[..., Any] | None,
-                 deadline: float | None) -> None:
+    def __init__(
+        self,
+        request: pr.Request,
+        progress_callback: Callable[..., Any] | None,
+        deadline: float | None,
+    ) -> None:
         self.origin = request
         self.request = request
         self.progress_callback = progress_callback
@@ -87,8 +105,12 @@ def transition(tracked: Tracked, state: str) -> bool:
     try:
         request.transition(state)
     except exc.InvalidState:
-        LOG.warning("Request %s cannot move from %s to %s; ignoring it",
-                    request, request.current_state, state)
+        LOG.warning(
+            "Request %s cannot move from %s to %s; ignoring it",
+            request,
+            request.current_state,
+            state,
+        )
         return False
     return True
 
@@ -100,8 +122,9 @@ class RequestBook:
     to hold it, the others take it themselves.
     """
 
-    def __init__(self, finder: discovery.ProxyWorkerFinder,
-                 transition_timeout: float | None) -> None:
+    def __init__(
+        self, finder: discovery.ProxyWorkerFinder, transition_timeout: float | None
+    ) -> None:
         self.lock = threading.Lock()
         self._finder = finder
         self._timeout = transition_timeout
@@ -157,19 +180,26 @@ class RequestBook:
         with self.lock:
             previous = self._ongoing.get(tracked.uuid)
             if previous is not None:
-                LOG.warning("Request %s replaces unfinished request %s with the same uuid",
-                            tracked.request, previous.request)
+                LOG.warning(
+                    "Request %s replaces unfinished request %s with the same uuid",
+                    tracked.request,
+                    previous.request,
+                )
                 self._waiting.pop(tracked.uuid, None)
             self._ongoing[tracked.uuid] = tracked
             route = self._finder.get_route_for_task(tracked.request.task)
             self._route(tracked, route)
             if route is None:
-                LOG.debug("No worker known that can run %s; %s waits for one",
-                          discovery.task_class_name(tracked.request.task), tracked.request)
+                LOG.debug(
+                    "No worker known that can run %s; %s waits for one",
+                    discovery.task_class_name(tracked.request.task),
+                    tracked.request,
+                )
             return route, self._schedule(tracked.deadline)
 
-    def new_attempt(self, tracked: Tracked, route_now: bool = True,
-                    after_worker: str | None = None) -> tuple[Route | None, bool]:
+    def new_attempt(
+        self, tracked: Tracked, route_now: bool = True, after_worker: str | None = None
+    ) -> tuple[Route | None, bool]:
         """Replace the current dispatch with a fresh Request and route it (lock held).
 
         With ``route_now`` False it waits for the next change of workers
@@ -177,9 +207,15 @@ class RequestBook:
         Returns (route or None, whether the deadline scanner must wake).
         """
         request = tracked.request
-        again = pr.Request(request.task, request.uuid, request.action, request.arguments,
-                           timeout=self._timeout, result=request.result,
-                           failures=request.failures)
+        again = pr.Request(
+            request.task,
+            request.uuid,
+            request.action,
+            request.arguments,
+            timeout=self._timeout,
+            result=request.result,
+            failures=request.failures,
+        )
         tracked.request = again
         tracked.attempt += 1
         tracked.worker_id = tracked.last_heard = tracked.lost_after = None
@@ -231,8 +267,11 @@ class RequestBook:
         forgiven = 0
         with self.lock:
             for tracked in self._ongoing.values():
-                if (tracked.request.current_state in (pr.PENDING, pr.RUNNING)
-                        and tracked.last_heard is not None and tracked.lost_after is not None):
+                if (
+                    tracked.request.current_state in (pr.PENDING, pr.RUNNING)
+                    and tracked.last_heard is not None
+                    and tracked.lost_after is not None
+                ):
                     tracked.last_heard = max(tracked.last_heard, now)
                     forgiven += 1
                     # Lowers the next deadline only if none is set: an earlier
@@ -273,8 +312,9 @@ class RequestBook:
         ready: list[Tracked] = []
         with self.lock:
             for request_uuid, tracked in list(self._waiting.items()):
-                if (tracked.awaiting_worker is not None
-                        and not self._finder.has_worker(tracked.awaiting_worker)):
+                if tracked.awaiting_worker is not None and not self._finder.has_worker(
+                    tracked.awaiting_worker
+                ):
                     continue
                 route = self._finder.get_route_for_task(tracked.request.task)
                 if route is None:
@@ -316,8 +356,11 @@ class RequestBook:
                             overrun.append(tracked)
                         continue
                     dues.append(tracked.run_deadline)
-                if (state in (pr.PENDING, pr.RUNNING) and tracked.last_heard is not None
-                        and tracked.lost_after is not None):
+                if (
+                    state in (pr.PENDING, pr.RUNNING)
+                    and tracked.last_heard is not None
+                    and tracked.lost_after is not None
+                ):
                     due = tracked.last_heard + tracked.lost_after
                     if due <= now:
                         lost.append(tracked)
@@ -332,8 +375,9 @@ class RequestBook:
     def holders(self) -> dict[str, str]:
         """Request uuid -> id of the worker that holds it, for requests a worker took."""
         with self.lock:
-            return {uuid: t.worker_id for uuid, t in self._ongoing.items()
-                    if t.worker_id is not None}
+            return {
+                uuid: t.worker_id for uuid, t in self._ongoing.items() if t.worker_id is not None
+            }
 
     def drain(self) -> list[Tracked]:
         """Stop tracking everything; return what was still unfinished."""

@@ -41,9 +41,11 @@ class UnservedWatch:
             known = f"the workers there serve only {', '.join(served)}"
         else:
             known = "no worker answered there"
-        return (f"no worker serving task {task_name!r} is known on topic(s) {topics} of"
-                f" exchange {self._exchange!r} ({known}); check the workers' --exchange,"
-                f" --topic and --tasks")
+        return (
+            f"no worker serving task {task_name!r} is known on topic(s) {topics} of"
+            f" exchange {self._exchange!r} ({known}); check the workers' --exchange,"
+            f" --topic and --tasks"
+        )
 
     def check(self, waiting: Iterable[tr.Tracked], now: float) -> float | None:
         """Warn about requests waiting too long; seconds until the next one is due (None: none)."""

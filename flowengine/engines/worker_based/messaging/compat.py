@@ -49,13 +49,15 @@ LOST_WITH_TASKFLOW_WORKER = (
     "no RUNNING heartbeats, so a worker that dies while running a request is not"
     " noticed and the engine waits for it (TaskFlow's behaviour); the request's"
     " 'expires' header is ignored, so it may run after this engine gave up on it;"
-    " time limits, events and duplicate suppression are not applied")
+    " time limits, events and duplicate suppression are not applied"
+)
 
 #: What a flowengine *worker* loses when a request comes from a TaskFlow engine.
 LOST_WITH_TASKFLOW_ENGINE = (
     "it carries no 'expires', 'attempt' or trace headers, so it runs even if"
     " that engine stopped waiting, and the engine re-sends nothing when this"
-    " worker dies while running it (TaskFlow's behaviour)")
+    " worker dies while running it (TaskFlow's behaviour)"
+)
 
 
 def check(compat: str | None, durable: bool = False, signed: bool = False) -> str | None:
@@ -71,22 +73,28 @@ def check(compat: str | None, durable: bool = False, signed: bool = False) -> st
         if compat == "none":
             compat = None
     if compat not in MODES:
-        raise ValueError(f"Unknown compat mode {compat!r}; expected one of"
-                         f" {[m for m in MODES if m]} or None")
+        raise ValueError(
+            f"Unknown compat mode {compat!r}; expected one of {[m for m in MODES if m]} or None"
+        )
     if compat == TASKFLOW and durable:
-        raise ValueError("compat='taskflow' cannot be combined with durable=True: TaskFlow"
-                         " declares a transient exchange and queues, and the broker refuses"
-                         " a declaration that differs")
+        raise ValueError(
+            "compat='taskflow' cannot be combined with durable=True: TaskFlow"
+            " declares a transient exchange and queues, and the broker refuses"
+            " a declaration that differs"
+        )
     if compat == TASKFLOW and signed:
-        raise ValueError("compat='taskflow' cannot be combined with message signing:"
-                         " TaskFlow never signs, so every TaskFlow message would be refused;"
-                         " unset the secret (and FLOWENGINE_SECRET/FLOWENGINE_SECRET_FILE)"
-                         " until the fleet is all flowengine")
+        raise ValueError(
+            "compat='taskflow' cannot be combined with message signing:"
+            " TaskFlow never signs, so every TaskFlow message would be refused;"
+            " unset the secret (and FLOWENGINE_SECRET/FLOWENGINE_SECRET_FILE)"
+            " until the fleet is all flowengine"
+        )
     return compat
 
 
-def make_exchange(name: str, durable: bool = False, compat: str | None = None,
-                  signed: bool = False) -> Exchange:
+def make_exchange(
+    name: str, durable: bool = False, compat: str | None = None, signed: bool = False
+) -> Exchange:
     """The exchange as this compat mode declares it (TaskFlow's: auto-deleted)."""
     compat = check(compat, durable=durable, signed=signed)
     exchange = topology.make_exchange(name, durable=durable)
@@ -137,8 +145,9 @@ class _WarnOnce:
 _WARNED = _WarnOnce()
 
 
-def note_reply(headers: Mapping[str, Any] | None, executor_uuid: str, topic: str | None,
-               request: Any) -> bool:
+def note_reply(
+    headers: Mapping[str, Any] | None, executor_uuid: str, topic: str | None, request: Any
+) -> bool:
     """Engine side: a reply arrived; warn once per (engine, topic) if a TaskFlow worker sent it.
 
     Returns True when the sender is a TaskFlow worker.
@@ -146,15 +155,21 @@ def note_reply(headers: Mapping[str, Any] | None, executor_uuid: str, topic: str
     if not is_taskflow_peer(headers, "worker"):
         return False
     if _WARNED.first(("worker", executor_uuid, topic)):
-        LOG.warning("Request %s is run by a TaskFlow worker on topic %r (its reply has no"
-                    " '%s' header); for requests on such workers this engine degrades to"
-                    " TaskFlow's behaviour: %s", request, topic, pr.HEADER_WORKER_ID,
-                    LOST_WITH_TASKFLOW_WORKER)
+        LOG.warning(
+            "Request %s is run by a TaskFlow worker on topic %r (its reply has no"
+            " '%s' header); for requests on such workers this engine degrades to"
+            " TaskFlow's behaviour: %s",
+            request,
+            topic,
+            pr.HEADER_WORKER_ID,
+            LOST_WITH_TASKFLOW_WORKER,
+        )
     return True
 
 
-def note_request(headers: Mapping[str, Any] | None, reply_to: str, worker_id: str,
-                 request_uuid: str) -> bool:
+def note_request(
+    headers: Mapping[str, Any] | None, reply_to: str, worker_id: str, request_uuid: str
+) -> bool:
     """Worker side: a request arrived; warn once per engine if a TaskFlow engine sent it.
 
     Returns True when the sender is a TaskFlow engine.
@@ -162,12 +177,26 @@ def note_request(headers: Mapping[str, Any] | None, reply_to: str, worker_id: st
     if not is_taskflow_peer(headers, "engine"):
         return False
     if _WARNED.first(("engine", worker_id, reply_to)):
-        LOG.warning("Worker %s: request %s comes from a TaskFlow engine (reply_to %r, no"
-                    " flowengine headers); %s", worker_id, request_uuid, reply_to,
-                    LOST_WITH_TASKFLOW_ENGINE)
+        LOG.warning(
+            "Worker %s: request %s comes from a TaskFlow engine (reply_to %r, no"
+            " flowengine headers); %s",
+            worker_id,
+            request_uuid,
+            reply_to,
+            LOST_WITH_TASKFLOW_ENGINE,
+        )
     return True
 
 
-__all__ = ["LOST_WITH_TASKFLOW_ENGINE", "LOST_WITH_TASKFLOW_WORKER", "MODES", "TASKFLOW",
-           "check", "is_taskflow_peer", "make_exchange", "note_reply", "note_request",
-           "topic_queue_auto_delete"]
+__all__ = [
+    "LOST_WITH_TASKFLOW_ENGINE",
+    "LOST_WITH_TASKFLOW_WORKER",
+    "MODES",
+    "TASKFLOW",
+    "check",
+    "is_taskflow_peer",
+    "make_exchange",
+    "note_reply",
+    "note_request",
+    "topic_queue_auto_delete",
+]

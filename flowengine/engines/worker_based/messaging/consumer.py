@@ -65,8 +65,14 @@ from flowengine.engines.worker_based.wire import names
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["ON_WAIT_PERIOD_S", "ConsumeOptions", "Consumer", "LeaseSpec", "LoopObserver",
-           "QueueSpec"]
+__all__ = [
+    "ON_WAIT_PERIOD_S",
+    "ConsumeOptions",
+    "Consumer",
+    "LeaseSpec",
+    "LoopObserver",
+    "QueueSpec",
+]
 
 #: Longest time (s) the consume loop blocks in drain_events before it checks
 #: for stop() and runs every_wait_period. Messages never wait on it: drain_events
@@ -218,11 +224,18 @@ class Consumer:
     (see :mod:`.keepalive`) and keeps calling the observers.
     """
 
-    def __init__(self, name: str, broker: BrokerSettings, exchange: Exchange,
-                 queues: Sequence[QueueSpec], dispatcher: TypeDispatcher, *,
-                 options: ConsumeOptions = ConsumeOptions(),
-                 observers: Sequence[LoopObserver] = (),
-                 wait_for_room: Callable[[float], bool] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        broker: BrokerSettings,
+        exchange: Exchange,
+        queues: Sequence[QueueSpec],
+        dispatcher: TypeDispatcher,
+        *,
+        options: ConsumeOptions = ConsumeOptions(),
+        observers: Sequence[LoopObserver] = (),
+        wait_for_room: Callable[[float], bool] | None = None,
+    ) -> None:
         self._name = name
         self._broker = broker
         self._exchange = exchange
@@ -239,10 +252,15 @@ class Consumer:
         self._lease: leases.LeaseKeeper | None = None
         if self._caps.leases:
             consumer_id = options.lease.consumer_id or uuidlib.uuid4().hex
-            self._conn = broker.connection({redis_consumers.CONSUMER_OPTION: consumer_id,
-                                            redis_consumers.LEASE_OPTION: options.lease.lease_s})
-            self._lease = leases.LeaseKeeper(self._conn, consumer_id, options.lease.lease_s,
-                                             options.lease.reclaim)
+            self._conn = broker.connection(
+                {
+                    redis_consumers.CONSUMER_OPTION: consumer_id,
+                    redis_consumers.LEASE_OPTION: options.lease.lease_s,
+                }
+            )
+            self._lease = leases.LeaseKeeper(
+                self._conn, consumer_id, options.lease.lease_s, options.lease.reclaim
+            )
         # Each (re)connection tries the URL that answered last, then the other
         # nodes of a failover list (see transports/failover.py).
         self._failover = failover.Failover(self._conn)
@@ -258,8 +276,7 @@ class Consumer:
         self._has_consumed = False
         # Private auto-delete queues, and whether a clean stop deleted them
         # itself (a transport that keeps auto-delete queues, no lease).
-        self._own_queues = {spec.name for spec in self._queues
-                            if spec.private and spec.auto_delete}
+        self._own_queues = {spec.name for spec in self._queues if spec.private and spec.auto_delete}
         self._own_queues_dropped = False
         #: Reconnections so far, and how long the last outage lasted (s, from
         #: the error to consuming again); for logs, tests and stats.
@@ -272,14 +289,20 @@ class Consumer:
         # that thread may use the connection (see keep_alive()).
         self._keepalive: tuple[int, Keepalive] | None = None
         exchange_name = str(exchange.name)
-        routes = {key: (spec.name, dead_letter_queue_name(spec.name, exchange_name,
-                                                          spec.private))
-                  for spec in reversed(self._queues) for key in spec.routing_keys}
+        routes = {
+            key: (spec.name, dead_letter_queue_name(spec.name, exchange_name, spec.private))
+            for spec in reversed(self._queues)
+            for key in spec.routing_keys
+        }
         first = self._queues[0] if self._queues else QueueSpec(exchange_name, ())
         self._dead_letters = DeadLetters(
-            exchange, broker.durable, routes,
+            exchange,
+            broker.durable,
+            routes,
             (first.name, dead_letter_queue_name(first.name, exchange_name, first.private)),
-            f"{name} on {names.make_origin()}", broker.queue_type)
+            f"{name} on {names.make_origin()}",
+            broker.queue_type,
+        )
         self._strikes = Strikes(broker.max_redeliveries)
         self._max_body_bytes = options.body_limit(broker)
         # The message being handled, while it is (see _loop: a loop error
@@ -361,8 +384,9 @@ class Consumer:
                     self._consumed_since_failure = False
                     # A transport may say itself that waiting cannot help
                     # (a TLS certificate that does not verify): reported as such.
-                    if isinstance(e, (exc.BrokerConfigError, *self._conn.channel_errors)) \
-                            or is_connection_error(e, self._conn):
+                    if isinstance(
+                        e, (exc.BrokerConfigError, *self._conn.channel_errors)
+                    ) or is_connection_error(e, self._conn):
                         self._back_off(e, failures)
                         failures += 1
                     else:
@@ -386,25 +410,36 @@ class Consumer:
         struck = ""
         if in_hand is not None:
             count = self._strikes.record(in_hand)
-            struck = (f" while handling a message ({count} of {self._strikes.limit} before"
-                      " it is dead-lettered)")
-        LOG.exception("Unexpected error in the consume loop of topic %r%s; restarting it",
-                      self._name, struck)
+            struck = (
+                f" while handling a message ({count} of {self._strikes.limit} before"
+                " it is dead-lettered)"
+            )
+        LOG.exception(
+            "Unexpected error in the consume loop of topic %r%s; restarting it", self._name, struck
+        )
         if self._unexpected_errors >= FAILING_AFTER_ERRORS and self.failing is None:
             self.failing = f"{type(error).__name__}: {error}"
-            LOG.error("The consume loop of topic %r keeps failing (%d errors in a row, the"
-                      " last: %s)", self._name, self._unexpected_errors, self.failing)
+            LOG.error(
+                "The consume loop of topic %r keeps failing (%d errors in a row, the last: %s)",
+                self._name,
+                self._unexpected_errors,
+                self.failing,
+            )
             self._notify("after_failing_change", self.failing)
-        pause = min(RECONNECT_BACKOFF_MAX_S,
-                    UNEXPECTED_ERROR_BACKOFF_S * 2 ** (self._unexpected_errors - 1))
+        pause = min(
+            RECONNECT_BACKOFF_MAX_S, UNEXPECTED_ERROR_BACKOFF_S * 2 ** (self._unexpected_errors - 1)
+        )
         self._stopping.wait(pause)
 
     def _working(self) -> None:
         """The loop consumed for a wait period without an error of its own."""
         self._unexpected_errors = 0
         if self.failing is not None:
-            LOG.warning("The consume loop of topic %r works again (it failed with %s)",
-                        self._name, self.failing)
+            LOG.warning(
+                "The consume loop of topic %r works again (it failed with %s)",
+                self._name,
+                self.failing,
+            )
             self.failing = None
             self._notify("after_failing_change", None)
 
@@ -416,19 +451,28 @@ class Consumer:
         operator fixes it; an engine gives up at once (wait_started).
         """
         problem = self._report_problem(error)
-        pause = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2 ** failures)
+        pause = min(RECONNECT_BACKOFF_MAX_S, RECONNECT_BACKOFF_S * 2**failures)
         lost = self._has_consumed and isinstance(problem, exc.BrokerUnavailable)
         if lost and failures == 0 and self._failover.size > 1:
             # The node we consumed from went away: the other nodes of the
             # failover list are tried at once (one pass), not after a pause.
             pause = 0.0
         if lost:
-            LOG.error("Consumer connection to %s lost (%s); reconnecting in %.0f s",
-                      self._node_uri, error, pause)
+            LOG.error(
+                "Consumer connection to %s lost (%s); reconnecting in %.0f s",
+                self._node_uri,
+                error,
+                pause,
+            )
         else:
             quiet = self._options.quiet_until_started and not self._has_consumed
-            LOG.log(logging.DEBUG if quiet else logging.ERROR,
-                    "%s; topic %r tries again in %.0f s", problem, self._name, pause)
+            LOG.log(
+                logging.DEBUG if quiet else logging.ERROR,
+                "%s; topic %r tries again in %.0f s",
+                problem,
+                self._name,
+                pause,
+            )
         self._stopping.wait(pause)
 
     def stop(self) -> None:
@@ -439,8 +483,9 @@ class Consumer:
         """Wait until the loop is consuming; False if ``timeout`` passed first."""
         return self._running.wait(timeout)
 
-    def wait_started(self, timeout: float, unreachable_give_up_s: float
-                     ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
+    def wait_started(
+        self, timeout: float, unreachable_give_up_s: float
+    ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
         """Wait until consuming; None then, else the broker problem that prevents it.
 
         Returns at once on a problem waiting cannot cure (BrokerConfigError),
@@ -462,9 +507,13 @@ class Consumer:
                         return problem
                 if now >= deadline:
                     return problem or exc.BrokerUnavailable(
-                        f"could not start consuming from {self._uri} within {timeout:.0f} s")
-                wake_at = deadline if unreachable_since is None else min(
-                    deadline, unreachable_since + unreachable_give_up_s)
+                        f"could not start consuming from {self._uri} within {timeout:.0f} s"
+                    )
+                wake_at = (
+                    deadline
+                    if unreachable_since is None
+                    else min(deadline, unreachable_since + unreachable_give_up_s)
+                )
                 self._started_or_failed.wait(max(0.0, wake_at - now))
         return None
 
@@ -485,8 +534,9 @@ class Consumer:
 
     def _report_problem(self, error: BaseException) -> exc.FlowEngineError:
         """Classify ``error`` and wake wait_started(); the classified error."""
-        problem = errors.classify(error, self._uri, self._exchange.name, self._broker.durable,
-                                  self._broker.queue_type)
+        problem = errors.classify(
+            error, self._uri, self._exchange.name, self._broker.durable, self._broker.queue_type
+        )
         with self._started_or_failed:
             self._problem = problem
             self._started_or_failed.notify_all()
@@ -528,8 +578,12 @@ class Consumer:
                             consumer.cancel()
                         except Exception:
                             LOG.debug("Error cancelling consumer", exc_info=True)
-                if (self._stopping.is_set() and not broker_deletes and self._lease is None
-                        and not self._caps.private_queues):
+                if (
+                    self._stopping.is_set()
+                    and not broker_deletes
+                    and self._lease is None
+                    and not self._caps.private_queues
+                ):
                     self._drop_own_queues(consumers)
         finally:
             try:
@@ -537,13 +591,17 @@ class Consumer:
             except Exception:
                 LOG.debug("Error closing consumer connection", exc_info=True)
             else:
-                if (consumers and self._stopping.is_set() and self._lease is None
-                        and self._caps.private_queues):
+                if (
+                    consumers
+                    and self._stopping.is_set()
+                    and self._lease is None
+                    and self._caps.private_queues
+                ):
                     # The filesystem transport deletes a channel's private
                     # queues as it closes it; it says which it could not.
                     self._own_queues_dropped = not any(
-                        getattr(consumer.channel, "private_kept", True)
-                        for consumer in consumers)
+                        getattr(consumer.channel, "private_kept", True) for consumer in consumers
+                    )
 
     def _drop_own_queues(self, consumers: Sequence[KombuConsumer]) -> None:
         """Delete and empty this loop's private auto-delete queues, on its own channels.
@@ -580,8 +638,12 @@ class Consumer:
             self.last_outage_s = time.monotonic() - self._lost_at
             self.reconnect_count += 1
             self._lost_at = None
-            LOG.warning("Consuming %s from %s again after %.1f s without a broker"
-                        " connection", names_, self._node_uri, self.last_outage_s)
+            LOG.warning(
+                "Consuming %s from %s again after %.1f s without a broker connection",
+                names_,
+                self._node_uri,
+                self.last_outage_s,
+            )
         self._notify("after_consume_start")
 
     def _drain(self, conn: Connection) -> None:
@@ -639,17 +701,26 @@ class Consumer:
 
     def _start_consumers(self, conn: Connection) -> list[KombuConsumer]:
         """Declare and consume the queues: on one channel, or one channel each."""
-        queues = [topology.make_queue(spec.name, self._exchange, spec.routing_keys,
-                                      auto_delete=spec.auto_delete,
-                                      durable=self._broker.durable,
-                                      queue_type=self._broker.queue_type)
-                  for spec in self._queues]
+        queues = [
+            topology.make_queue(
+                spec.name,
+                self._exchange,
+                spec.routing_keys,
+                auto_delete=spec.auto_delete,
+                durable=self._broker.durable,
+                queue_type=self._broker.queue_type,
+            )
+            for spec in self._queues
+        ]
         groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
         private = {spec.name for spec in self._queues if spec.private}
         batched = {spec.name for spec in self._queues if spec.private and spec.batched}
         # As declared: make_queue() makes no durable queue auto-delete.
-        unacked = ({q.name for q in queues if q.auto_delete} & batched
-                   if topology.deletes_auto_delete_queues(conn) else set())
+        unacked = (
+            {q.name for q in queues if q.auto_delete} & batched
+            if topology.deletes_auto_delete_queues(conn)
+            else set()
+        )
         consumers = []
         for i, group in enumerate(groups):
             channel = conn.channel()
@@ -670,13 +741,16 @@ class Consumer:
                         channel.take_in_batches(queue.name)
             no_ack = all(queue.name in unacked for queue in group)
             on_message = self._on_unacked_message if no_ack else self._on_message
-            consumer = KombuConsumer(channel, queues=group, on_message=on_message,
-                                      on_decode_error=functools.partial(
-                                          self._on_unreadable_message, no_ack=no_ack),
-                                      accept=["json"], no_ack=no_ack,
-                                      prefetch_count=None if no_ack
-                                      else self._options.prefetch_count,
-                                      auto_declare=False)
+            consumer = KombuConsumer(
+                channel,
+                queues=group,
+                on_message=on_message,
+                on_decode_error=functools.partial(self._on_unreadable_message, no_ack=no_ack),
+                accept=["json"],
+                no_ack=no_ack,
+                prefetch_count=None if no_ack else self._options.prefetch_count,
+                auto_declare=False,
+            )
             for queue in consumer.queues or ():
                 topology.declare_without_waiting(queue)
             consumer.consume()
@@ -701,15 +775,17 @@ class Consumer:
         """Receive one raw message."""
         self._handle(Delivery(message))
 
-    def _on_unreadable_message(self, message: Any, error: BaseException, *,
-                               no_ack: bool) -> None:
+    def _on_unreadable_message(self, message: Any, error: BaseException, *, no_ack: bool) -> None:
         """Receive a message kombu could not read (see :mod:`.guarded`): refuse it."""
         delivery = Delivery(message)
         if no_ack:
             delivery.settled_by_transport()
         self._in_hand = delivery
-        reason = (str(error) if isinstance(error, exc.MessageRefused)
-                  else f"unreadable ({type(error).__name__}: {error})")
+        reason = (
+            str(error)
+            if isinstance(error, exc.MessageRefused)
+            else f"unreadable ({type(error).__name__}: {error})"
+        )
         if self._broker.keyring is None:
             self._dispatcher.reject(delivery, reason)  # a FAILURE where it says where
         else:
@@ -758,32 +834,44 @@ class Consumer:
         try:
             queue = self._dead_letters.put(delivery, reason)
         except Exception as e:
-            if (isinstance(e, tuple(self._conn.connection_errors))
-                    or is_connection_error(e, self._conn)
-                    or not self._strikes.struck_out(delivery)):
+            if (
+                isinstance(e, tuple(self._conn.connection_errors))
+                or is_connection_error(e, self._conn)
+                or not self._strikes.struck_out(delivery)
+            ):
                 raise
-            LOG.error("Dropped %s refused on topic %r (%s): it could not be dead-lettered"
-                      " (%s)", describe(delivery), self._name, reason, e)
+            LOG.error(
+                "Dropped %s refused on topic %r (%s): it could not be dead-lettered (%s)",
+                describe(delivery),
+                self._name,
+                reason,
+                e,
+            )
             return
-        LOG.info("Dead-lettered %s from topic %r to %s", describe(delivery), self._name,
-                 queue)
+        LOG.info("Dead-lettered %s from topic %r to %s", describe(delivery), self._name, queue)
 
     def _receive(self, delivery: Delivery) -> None:
         headers = delivery.headers
-        if (delivery.properties.get("type") == WAKE_TYPE
-                and headers.get(WAKE_HEADER) == self._wake_token):
+        if (
+            delivery.properties.get("type") == WAKE_TYPE
+            and headers.get(WAKE_HEADER) == self._wake_token
+        ):
             return  # our own stop() wake-up: acknowledged, nothing to do
         limit = self._max_body_bytes
         body = delivery.body
         if limit is not None and len(body) > limit:
-            self._dispatcher.reject(delivery, f"body of {len(body)} bytes exceeds the limit"
-                                              f" of {limit} bytes")
+            self._dispatcher.reject(
+                delivery, f"body of {len(body)} bytes exceeds the limit of {limit} bytes"
+            )
             return
         keyring = self._broker.keyring
         if keyring is not None:
             try:
-                keyring.verify(body.encode("utf-8") if isinstance(body, str) else body,
-                               delivery.properties, headers)
+                keyring.verify(
+                    body.encode("utf-8") if isinstance(body, str) else body,
+                    delivery.properties,
+                    headers,
+                )
             except exc.UnverifiedMessage as e:
                 self._dispatcher.reject_unverified(delivery, str(e))
                 return
@@ -793,4 +881,3 @@ class Consumer:
             self._dispatcher.on_decode_error(delivery, e)
             return
         self._dispatcher.on_message(data, delivery)
-

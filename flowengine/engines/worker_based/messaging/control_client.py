@@ -56,17 +56,29 @@ class ControlClient:
         self._exchange = exchange
         self._broker = broker
         self._id = f"control-{uuidlib.uuid4().hex}"
-        self._queue = proxy_mod.QueueSpec(names.reply_queue_name(exchange, self._id),
-                                          (self._id,), auto_delete=True, private=True,
-                                          batched=True)
+        self._queue = proxy_mod.QueueSpec(
+            names.reply_queue_name(exchange, self._id),
+            (self._id,),
+            auto_delete=True,
+            private=True,
+            batched=True,
+        )
         self._proxy = proxy_mod.Proxy(
-            self._id, exchange, None, broker=broker,
+            self._id,
+            exchange,
+            None,
+            broker=broker,
             options=proxy_mod.ProxyOptions(
-                queues=[self._queue], wake_routing_key=self._id,
-                consume=proxy_mod.ConsumeOptions(quiet_until_started=True)))
+                queues=[self._queue],
+                wake_routing_key=self._id,
+                consume=proxy_mod.ConsumeOptions(quiet_until_started=True),
+            ),
+        )
         self._proxy.dispatcher.type_handlers[wc.CONTROL_REPLY] = dispatcher.Handler(
-            self._on_reply, validator=wc.ControlReply.validate,
-            required_properties=("correlation_id",))
+            self._on_reply,
+            validator=wc.ControlReply.validate,
+            required_properties=("correlation_id",),
+        )
         self._lock = threading.Lock()
         self._waiting: dict[str, queue_mod.Queue[wc.ControlReply]] = {}
         self._thread: threading.Thread | None = None
@@ -103,8 +115,9 @@ class ControlClient:
 
     def start(self) -> None:
         """Consume the reply queue (in a thread); raises the broker problem that prevents it."""
-        self._thread = threading.Thread(target=self._proxy.start, daemon=True,
-                                        name=f"flowengine-{self._id}")
+        self._thread = threading.Thread(
+            target=self._proxy.start, daemon=True, name=f"flowengine-{self._id}"
+        )
         self._thread.start()
         problem = self._proxy.wait_started(START_TIMEOUT_S, UNREACHABLE_GIVE_UP_S)
         if problem is not None:
@@ -118,16 +131,26 @@ class ControlClient:
             self._thread.join(STOP_JOIN_TIMEOUT_S)
             self._thread = None
             if self._proxy.has_consumed and inventory.needs_dropping(
-                    self._broker, self._proxy.private_queues_deleted,
-                    self._proxy.template_connection):
+                self._broker, self._proxy.private_queues_deleted, self._proxy.template_connection
+            ):
                 spec = self._queue
-                inventory.drop_queue(self._broker, self._exchange, spec.name,
-                                     spec.routing_keys, auto_delete=spec.auto_delete)
+                inventory.drop_queue(
+                    self._broker,
+                    self._exchange,
+                    spec.name,
+                    spec.routing_keys,
+                    auto_delete=spec.auto_delete,
+                )
 
-    def ask(self, command: str, arguments: Mapping[str, Any] | None = None,
-            destination: Sequence[str] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
-            limit: int | None = None,
-            expect: Collection[str] | None = None) -> list[wc.ControlReply]:
+    def ask(
+        self,
+        command: str,
+        arguments: Mapping[str, Any] | None = None,
+        destination: Sequence[str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        limit: int | None = None,
+        expect: Collection[str] | None = None,
+    ) -> list[wc.ControlReply]:
         """Send ``command`` and return the answers received within ``timeout_s``.
 
         Returns early once ``limit`` answers (or one from each of
@@ -137,8 +160,9 @@ class ControlClient:
         for a command or arguments the workers would refuse, and what
         publishing raises.
         """
-        request = wc.ControlRequest(command, dict(arguments or {}),
-                                    None if destination is None else tuple(destination))
+        request = wc.ControlRequest(
+            command, dict(arguments or {}), None if destination is None else tuple(destination)
+        )
         wc.ControlRequest.validate(request.to_dict())
         if limit is None and destination is not None:
             limit = len(set(destination))
@@ -149,11 +173,16 @@ class ControlClient:
         with self._lock:
             self._waiting[correlation_id] = answers
         try:
-            self._proxy.publish(request, routing_keys(destination), reply_to=self._id,
-                                correlation_id=correlation_id,
-                                headers={names.HEADER_ORIGIN: names.make_origin()})
-            replies = self._collect(answers, time.monotonic() + timeout_s, limit,
-                                    frozenset(expect or ()))
+            self._proxy.publish(
+                request,
+                routing_keys(destination),
+                reply_to=self._id,
+                correlation_id=correlation_id,
+                headers={names.HEADER_ORIGIN: names.make_origin()},
+            )
+            replies = self._collect(
+                answers, time.monotonic() + timeout_s, limit, frozenset(expect or ())
+            )
             if destination is None and (limit is None or len(replies) < limit):
                 self._last_answered = frozenset(r.worker_id for r in replies)
             return replies
@@ -162,8 +191,12 @@ class ControlClient:
                 self._waiting.pop(correlation_id, None)
 
     @staticmethod
-    def _collect(answers: queue_mod.Queue[wc.ControlReply], deadline: float,
-                 limit: int | None, expect: frozenset[str]) -> list[wc.ControlReply]:
+    def _collect(
+        answers: queue_mod.Queue[wc.ControlReply],
+        deadline: float,
+        limit: int | None,
+        expect: frozenset[str],
+    ) -> list[wc.ControlReply]:
         """Answers until ``deadline``, ``limit`` answers, or ``expect`` all answered (+ grace)."""
         replies: list[wc.ControlReply] = []
         started = time.monotonic()

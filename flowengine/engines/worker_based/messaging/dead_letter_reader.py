@@ -54,8 +54,16 @@ from flowengine.engines.worker_based.transports import failover
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["DeadLetter", "NotADeadLetterQueue", "RequeueReport", "check_name",
-           "read_dead_letters", "requeue_dead_letters", "requeue_message", "utc_text"]
+__all__ = [
+    "DeadLetter",
+    "NotADeadLetterQueue",
+    "RequeueReport",
+    "check_name",
+    "read_dead_letters",
+    "requeue_dead_letters",
+    "requeue_message",
+    "utc_text",
+]
 
 #: Characters of a body shown by :meth:`DeadLetter.as_dict` (``body_excerpt``).
 EXCERPT_CHARS = 2000
@@ -63,9 +71,16 @@ EXCERPT_CHARS = 2000
 #: Property types a broker accepts; a kept property of another type (e.g. an
 #: AMQP timestamp kept as its repr) is left out when the message is requeued.
 _PROPERTY_TYPES: dict[str, tuple[type, ...]] = {
-    "type": (str,), "correlation_id": (str,), "reply_to": (str,), "message_id": (str,),
-    "app_id": (str,), "user_id": (str,), "expiration": (str,), "priority": (int,),
-    "delivery_mode": (int,), "timestamp": (int, float),
+    "type": (str,),
+    "correlation_id": (str,),
+    "reply_to": (str,),
+    "message_id": (str,),
+    "app_id": (str,),
+    "user_id": (str,),
+    "expiration": (str,),
+    "priority": (int,),
+    "delivery_mode": (int,),
+    "timestamp": (int, float),
 }
 
 
@@ -106,17 +121,20 @@ class DeadLetter:
             body = body.encode("utf-8", "surrogateescape")
         truncated = original["truncated"]
         refused_at = original["refused_at"]
-        return cls(index=index, reason=_text_or_none(original["reason"]),
-                   queue=_text_or_none(original["queue"]),
-                   exchange=_text_or_none(original["exchange"]),
-                   routing_key=_text_or_none(original["routing_key"]),
-                   refused_at=float(refused_at) if isinstance(refused_at, (int, float))
-                   else None,
-                   refused_by=_text_or_none(original["refused_by"]),
-                   truncated=int(truncated) if isinstance(truncated, int) else None,
-                   properties=original["properties"],
-                   headers=received if isinstance(received, dict) else {},
-                   odd_headers=odd, body=bytes(body or b""))
+        return cls(
+            index=index,
+            reason=_text_or_none(original["reason"]),
+            queue=_text_or_none(original["queue"]),
+            exchange=_text_or_none(original["exchange"]),
+            routing_key=_text_or_none(original["routing_key"]),
+            refused_at=float(refused_at) if isinstance(refused_at, (int, float)) else None,
+            refused_by=_text_or_none(original["refused_by"]),
+            truncated=int(truncated) if isinstance(truncated, int) else None,
+            properties=original["properties"],
+            headers=received if isinstance(received, dict) else {},
+            odd_headers=odd,
+            body=bytes(body or b""),
+        )
 
     @property
     def type(self) -> Any:
@@ -136,8 +154,10 @@ class DeadLetter:
     def unsendable(self) -> str | None:
         """Why it cannot be requeued as it was (None: it can)."""
         if self.truncated is not None:
-            return (f"its body was cut to {len(self.body)} of its {self.truncated} bytes when"
-                    f" it was dead-lettered")
+            return (
+                f"its body was cut to {len(self.body)} of its {self.truncated} bytes when"
+                f" it was dead-lettered"
+            )
         if self.exchange is None or self.routing_key is None:
             return "it does not say which exchange and routing key it was published to"
         return None
@@ -145,26 +165,34 @@ class DeadLetter:
     def as_dict(self, *, body: bool = True) -> dict[str, Any]:
         """JSON-ready; with the body (an excerpt, and whole in base64) unless ``body=False``."""
         row: dict[str, Any] = {
-            "index": self.index, "reason": self.reason, "queue": self.queue,
-            "exchange": self.exchange, "routing_key": self.routing_key,
-            "refused_at": self.refused_at, "refused_at_utc": self.refused_at_text,
-            "refused_by": self.refused_by, "type": self.type,
-            "correlation_id": self.correlation_id, "body_bytes": len(self.body),
+            "index": self.index,
+            "reason": self.reason,
+            "queue": self.queue,
+            "exchange": self.exchange,
+            "routing_key": self.routing_key,
+            "refused_at": self.refused_at,
+            "refused_at_utc": self.refused_at_text,
+            "refused_by": self.refused_by,
+            "type": self.type,
+            "correlation_id": self.correlation_id,
+            "body_bytes": len(self.body),
             "truncated_from": self.truncated,
         }
         if body:
-            row.update(properties=self.properties, headers=self.headers,
-                       body_excerpt=self.body_excerpt(),
-                       body_base64=base64.b64encode(self.body).decode("ascii"))
+            row.update(
+                properties=self.properties,
+                headers=self.headers,
+                body_excerpt=self.body_excerpt(),
+                body_base64=base64.b64encode(self.body).decode("ascii"),
+            )
             if self.odd_headers is not None:
                 row["odd_headers"] = self.odd_headers
         return row
 
     def body_excerpt(self, chars: int = EXCERPT_CHARS) -> str:
         """The body's first ``chars`` characters (UTF-8; other bytes escaped)."""
-        text = self.body[:chars * 4].decode("utf-8", "backslashreplace")
-        return text[:chars] + ("..." if len(text) > chars or len(self.body) > chars * 4
-                               else "")
+        text = self.body[: chars * 4].decode("utf-8", "backslashreplace")
+        return text[:chars] + ("..." if len(text) > chars or len(self.body) > chars * 4 else "")
 
 
 @dataclasses.dataclass
@@ -195,11 +223,13 @@ def check_name(queue: str) -> None:
     if not is_dead_letter_queue(queue):
         raise NotADeadLetterQueue(
             f"{queue!r} is not a dead-letter queue (their names end in {SUFFIX!r}; see"
-            f" flowengine queues)")
+            f" flowengine queues)"
+        )
 
 
-def read_dead_letters(broker: BrokerSettings, exchange: str, queue: str,
-                      limit: int | None = None) -> list[DeadLetter]:
+def read_dead_letters(
+    broker: BrokerSettings, exchange: str, queue: str, limit: int | None = None
+) -> list[DeadLetter]:
     """The dead letters in ``queue`` (of ``exchange``), oldest first; all but ``limit``.
 
     They stay in the queue, in their order (see the module's docstring).
@@ -209,8 +239,9 @@ def read_dead_letters(broker: BrokerSettings, exchange: str, queue: str,
         return [taken.letter for taken in reader.read(limit)]
 
 
-def requeue_dead_letters(broker: BrokerSettings, exchange: str, queue: str,
-                         indexes: Collection[int] | None = None) -> RequeueReport:
+def requeue_dead_letters(
+    broker: BrokerSettings, exchange: str, queue: str, indexes: Collection[int] | None = None
+) -> RequeueReport:
     """Publish the dead letters at ``indexes`` (from 1; None: all) again; what happened.
 
     Each goes to its original exchange and routing key as it was, and is
@@ -237,9 +268,10 @@ def requeue_dead_letters(broker: BrokerSettings, exchange: str, queue: str,
                 # The broker refused it (on AMQP its channel may be closed: then
                 # the broker gives back what was taken by itself). Stop there.
                 report.kept.append((letter, f"the broker refused it ({_one_line(e)})"))
-                report.kept.extend((later.letter, "not tried after the broker refused"
-                                                  f" dead letter {letter.index}")
-                                   for later in chosen[position + 1:])
+                report.kept.extend(
+                    (later.letter, f"not tried after the broker refused dead letter {letter.index}")
+                    for later in chosen[position + 1 :]
+                )
                 break
             if reader.remove(taken):
                 report.requeued.append(letter)
@@ -255,20 +287,28 @@ def requeue_message(channel: Any, letter: DeadLetter, *, mandatory: bool = False
     and headers, to its original exchange and routing key. ``mandatory``
     (AMQP): the broker returns it when nothing is bound to that key.
     """
-    properties = {name: value for name, value in letter.properties.items()
-                  if name in _PROPERTY_TYPES and isinstance(value, _PROPERTY_TYPES[name])
-                  and not isinstance(value, bool)}
+    properties = {
+        name: value
+        for name, value in letter.properties.items()
+        if name in _PROPERTY_TYPES
+        and isinstance(value, _PROPERTY_TYPES[name])
+        and not isinstance(value, bool)
+    }
     priority = properties.pop("priority", None)
     content_type = letter.properties.get("content_type")
     content_encoding = letter.properties.get("content_encoding")
     message = channel.prepare_message(
-        letter.body, priority,
+        letter.body,
+        priority,
         content_type if isinstance(content_type, str) else None,
         content_encoding if isinstance(content_encoding, str) else None,
-        dict(letter.headers), properties)
+        dict(letter.headers),
+        properties,
+    )
     kwargs = {"mandatory": True} if mandatory else {}
-    channel.basic_publish(message, exchange=letter.exchange or "",
-                          routing_key=letter.routing_key or "", **kwargs)
+    channel.basic_publish(
+        message, exchange=letter.exchange or "", routing_key=letter.routing_key or "", **kwargs
+    )
 
 
 # --- reading without losing ---
@@ -310,8 +350,9 @@ class _Reader:
             message = queue.get(no_ack=False)
             if message is None:
                 break
-            self._taken.append(_Taken(DeadLetter.from_message(len(self._taken) + 1, message),
-                                      message))
+            self._taken.append(
+                _Taken(DeadLetter.from_message(len(self._taken) + 1, message), message)
+            )
         return self._taken[:limit]
 
     def unroutable(self, letter: DeadLetter) -> str | None:
@@ -321,15 +362,18 @@ class _Reader:
         channel = self.channel
         try:
             queues = channel.typeof(letter.exchange).lookup(
-                channel.get_table(letter.exchange), letter.exchange, letter.routing_key, None)
+                channel.get_table(letter.exchange), letter.exchange, letter.routing_key, None
+            )
         except Exception:  # an exchange the transport does not know
             LOG.debug("No bindings for exchange %r", letter.exchange, exc_info=True)
             queues = []
         if queues:
             return None
-        return (f"no queue is bound to exchange {letter.exchange!r} with routing key"
-                f" {letter.routing_key!r}: nothing would receive it (start a worker of that"
-                f" topic first)")
+        return (
+            f"no queue is bound to exchange {letter.exchange!r} with routing key"
+            f" {letter.routing_key!r}: nothing would receive it (start a worker of that"
+            f" topic first)"
+        )
 
     def remove(self, taken: _Taken) -> bool:
         """Remove a dead letter requeued; False when it had gone meanwhile."""
@@ -348,8 +392,7 @@ class _Reader:
             except self.broker_errors:
                 # The channel or connection went: the broker keeps what was
                 # not acknowledged (AMQP gives it back by itself).
-                LOG.debug("Could not give back dead letter %d", taken.letter.index,
-                          exc_info=True)
+                LOG.debug("Could not give back dead letter %d", taken.letter.index, exc_info=True)
                 self.broken = True
 
 
@@ -367,8 +410,7 @@ class _RedisReader(_Reader):
         taken: list[_Taken] = []
         for raw in reversed(items):
             message = channel.Message(loads(bytes_to_str(raw)), channel=channel)
-            taken.append(_Taken(DeadLetter.from_message(len(taken) + 1, message), message,
-                                raw))
+            taken.append(_Taken(DeadLetter.from_message(len(taken) + 1, message), message, raw))
         self._taken = taken
         return list(taken)
 
@@ -391,16 +433,18 @@ def _reads_by_looking(channel: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _reader(broker: BrokerSettings, exchange: str, queue: str,
-            publishing: bool = False) -> Iterator[_Reader]:
+def _reader(
+    broker: BrokerSettings, exchange: str, queue: str, publishing: bool = False
+) -> Iterator[_Reader]:
     """A reader of dead-letter queue ``queue``; what it read and did not remove is given back."""
     check_name(queue)
     options: dict[str, Any] = {}
     if publishing and broker.connection().transport.driver_type == "amqp":
         options["confirm_publish"] = True  # removed only once the broker has the copy
     with failover.connect_any(broker.connection(options or None)) as conn:
-        channel, depth = inventory.ready_in(conn, conn.channel(), exchange, queue,
-                                            broker.public_uri)
+        channel, depth = inventory.ready_in(
+            conn, conn.channel(), exchange, queue, broker.public_uri
+        )
         kind = _RedisReader if _reads_by_looking(channel) else _Reader
         reader = kind(conn, channel, queue, depth)
         try:

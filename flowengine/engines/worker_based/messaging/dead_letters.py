@@ -37,8 +37,14 @@ from flowengine.engines.worker_based.wire import clock
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["HEADER_REASON", "SUFFIX", "DeadLetters", "dead_letter_queue_name",
-           "is_dead_letter_queue", "original_message"]
+__all__ = [
+    "HEADER_REASON",
+    "SUFFIX",
+    "DeadLetters",
+    "dead_letter_queue_name",
+    "is_dead_letter_queue",
+    "original_message",
+]
 
 SUFFIX = ".dead"
 
@@ -65,8 +71,18 @@ HEADER_BY = "x-dead-by"
 MAX_KEPT_BODY_BYTES = 64 * 1024
 
 #: Message properties copied into a dead letter (and restored by requeue).
-KEPT_PROPERTIES = ("type", "correlation_id", "reply_to", "priority", "delivery_mode",
-                   "expiration", "message_id", "timestamp", "app_id", "user_id")
+KEPT_PROPERTIES = (
+    "type",
+    "correlation_id",
+    "reply_to",
+    "priority",
+    "delivery_mode",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "app_id",
+    "user_id",
+)
 
 
 def dead_letter_queue_name(queue: str, exchange: str, private: bool) -> str:
@@ -89,9 +105,15 @@ class DeadLetters:
     connection.
     """
 
-    def __init__(self, exchange: Exchange, durable: bool,
-                 routes: Mapping[str, tuple[str, str]], default: tuple[str, str],
-                 refused_by: str, queue_type: str = topology.CLASSIC) -> None:
+    def __init__(
+        self,
+        exchange: Exchange,
+        durable: bool,
+        routes: Mapping[str, tuple[str, str]],
+        default: tuple[str, str],
+        refused_by: str,
+        queue_type: str = topology.CLASSIC,
+    ) -> None:
         self._exchange = exchange
         self._durable = durable
         self._queue_type = queue_type
@@ -119,8 +141,11 @@ class DeadLetters:
         """
         info = getattr(delivery.message, "delivery_info", None) or {}
         routing_key = info.get("routing_key")
-        queue, dead_queue = self._routes.get(routing_key, self._default) \
-            if isinstance(routing_key, str) else self._default
+        queue, dead_queue = (
+            self._routes.get(routing_key, self._default)
+            if isinstance(routing_key, str)
+            else self._default
+        )
         body = delivery.body
         if isinstance(body, str):
             body = body.encode("utf-8", "surrogateescape")
@@ -129,7 +154,8 @@ class DeadLetters:
         headers = {
             HEADER_REASON: reason,
             HEADER_QUEUE: queue,
-            HEADER_EXCHANGE: info.get("exchange") if isinstance(info.get("exchange"), str)
+            HEADER_EXCHANGE: info.get("exchange")
+            if isinstance(info.get("exchange"), str)
             else self._exchange.name,
             HEADER_ROUTING_KEY: routing_key if isinstance(routing_key, str) else "",
             HEADER_AT: round(clock.wall(), 6),
@@ -141,9 +167,14 @@ class DeadLetters:
             headers[HEADER_TRUNCATED] = len(body)
             body = body[:MAX_KEPT_BODY_BYTES]
         producer = self._producer_for(dead_queue)
-        producer.publish(body, routing_key=dead_queue, headers=headers,
-                         content_type="application/octet-stream", content_encoding="binary",
-                         delivery_mode=2 if self._durable else 1)
+        producer.publish(
+            body,
+            routing_key=dead_queue,
+            headers=headers,
+            content_type="application/octet-stream",
+            content_encoding="binary",
+            delivery_mode=2 if self._durable else 1,
+        )
         self.counts[dead_queue] = self.counts.get(dead_queue, 0) + 1
         return dead_queue
 
@@ -155,21 +186,28 @@ class DeadLetters:
             self._exchange.declare(channel=channel)
             self._producer = Producer(channel, exchange=self._exchange, auto_declare=False)
         if dead_queue not in self._declared:
-            declare_queue(self._producer.channel, self._exchange, dead_queue, self._durable,
-                          self._queue_type)
+            declare_queue(
+                self._producer.channel, self._exchange, dead_queue, self._durable, self._queue_type
+            )
             self._declared.add(dead_queue)
         return self._producer
 
 
-def declare_queue(channel: Any, exchange: Exchange, name: str, durable: bool,
-                  queue_type: str = topology.CLASSIC) -> Queue:
+def declare_queue(
+    channel: Any, exchange: Exchange, name: str, durable: bool, queue_type: str = topology.CLASSIC
+) -> Queue:
     """Declare dead-letter queue ``name`` bound to ``exchange`` with its name as routing key.
 
     A quorum queue with ``queue_type='quorum'`` (durable): see :mod:`..transports.topology`.
     """
-    queue = Queue(name, exchange=exchange, routing_key=name, durable=durable,
-                  auto_delete=False,
-                  queue_arguments=topology.queue_type_arguments(durable, queue_type) or None)
+    queue = Queue(
+        name,
+        exchange=exchange,
+        routing_key=name,
+        durable=durable,
+        auto_delete=False,
+        queue_arguments=topology.queue_type_arguments(durable, queue_type) or None,
+    )
     bound = queue(channel)
     bound.declare()
     return bound
@@ -201,8 +239,11 @@ def original_message(headers: Mapping[str, Any]) -> dict[str, Any]:
 
 def _kept_properties(delivery: Delivery) -> dict[str, Any]:
     message = delivery.message
-    kept = {name: value for name, value in delivery.properties.items()
-            if name in KEPT_PROPERTIES and value is not None}
+    kept = {
+        name: value
+        for name, value in delivery.properties.items()
+        if name in KEPT_PROPERTIES and value is not None
+    }
     kept["content_type"] = getattr(message, "content_type", None)
     kept["content_encoding"] = getattr(message, "content_encoding", None)
     return kept

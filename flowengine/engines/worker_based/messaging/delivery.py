@@ -116,9 +116,11 @@ class Delivery:
         consumer does not accept.
         """
         message = self.message
-        if (message.content_type == CONTENT_TYPE
-                and message.content_encoding == CONTENT_ENCODING
-                and not (message.headers or {}).get("compression")):
+        if (
+            message.content_type == CONTENT_TYPE
+            and message.content_encoding == CONTENT_ENCODING
+            and not (message.headers or {}).get("compression")
+        ):
             return kombu_json.loads(message.body)
         return message.decode()
 
@@ -134,8 +136,9 @@ class Delivery:
         except Exception as e:
             self.outcome = None
             raise exc.DeliveryNotSettled(
-                f"Could not acknowledge message {self.delivery_tag} ({e}); the broker"
-                f" keeps it", cause=e) from e
+                f"Could not acknowledge message {self.delivery_tag} ({e}); the broker keeps it",
+                cause=e,
+            ) from e
 
     def refuse(self, reason: str) -> None:
         """Mark it refused for ``reason``: its consumer dead-letters it, then acknowledges it."""
@@ -148,8 +151,11 @@ class Delivery:
         try:
             self.message.reject(requeue=False)
         except Exception:
-            LOG.warning("Could not reject message %s; the broker may deliver it again",
-                        self.delivery_tag, exc_info=True)
+            LOG.warning(
+                "Could not reject message %s; the broker may deliver it again",
+                self.delivery_tag,
+                exc_info=True,
+            )
 
     def requeue(self) -> None:
         """Give it back to its queue for another delivery; a failure is logged."""
@@ -157,8 +163,11 @@ class Delivery:
         try:
             self.message.requeue()
         except Exception:
-            LOG.warning("Could not give message %s back; the broker keeps it until this"
-                        " connection ends", self.delivery_tag, exc_info=True)
+            LOG.warning(
+                "Could not give message %s back; the broker keeps it until this connection ends",
+                self.delivery_tag,
+                exc_info=True,
+            )
 
     def settled_by_transport(self) -> None:
         """The transport settled it itself: record that.
@@ -171,6 +180,8 @@ class Delivery:
 
     def _settling(self, outcome: str) -> None:
         if self.outcome is not None:  # a bug in the caller, not a broker problem
-            raise RuntimeError(f"message {self.delivery_tag} is already {self.outcome};"
-                               f" it cannot also be {outcome}")
+            raise RuntimeError(
+                f"message {self.delivery_tag} is already {self.outcome};"
+                f" it cannot also be {outcome}"
+            )
         self.outcome = outcome

@@ -28,9 +28,11 @@ def describe(message: Any) -> str:
     """Short description of a kombu message for log lines (type, ids, size)."""
     props = getattr(message, "properties", None) or {}
     body = getattr(message, "body", b"") or b""
-    return (f"message (type={props.get('type')!r},"
-            f" correlation_id={props.get('correlation_id')!r},"
-            f" reply_to={props.get('reply_to')!r}, {len(body)} bytes)")
+    return (
+        f"message (type={props.get('type')!r},"
+        f" correlation_id={props.get('correlation_id')!r},"
+        f" reply_to={props.get('reply_to')!r}, {len(body)} bytes)"
+    )
 
 
 def _refuse(message: Any, reason: str) -> None:
@@ -46,9 +48,14 @@ class Handler:
 
     __slots__ = ("_process_message", "_validator", "_required_properties", "settles")
 
-    def __init__(self, process_message: Callable[[Any, Any], None],
-                 validator: Callable[[Any], None] | None = None, *,
-                 required_properties: Sequence[str] = (), settles: bool = False) -> None:
+    def __init__(
+        self,
+        process_message: Callable[[Any, Any], None],
+        validator: Callable[[Any], None] | None = None,
+        *,
+        required_properties: Sequence[str] = (),
+        settles: bool = False,
+    ) -> None:
         self._process_message = process_message
         self._validator = validator
         self._required_properties = tuple(required_properties)
@@ -76,9 +83,13 @@ class Handler:
 class TypeDispatcher:
     """Receives messages and dispatches them to type-specific handlers."""
 
-    def __init__(self, type_handlers: Mapping[str, Handler] | None = None,
-                 requeue_filters: Iterable[Callable[[Any, Any], bool]] | None = None, *,
-                 on_reject: Callable[[Any, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        type_handlers: Mapping[str, Handler] | None = None,
+        requeue_filters: Iterable[Callable[[Any, Any], bool]] | None = None,
+        *,
+        on_reject: Callable[[Any, str], None] | None = None,
+    ) -> None:
         self._type_handlers = dict(type_handlers or {})
         self._requeue_filters = list(requeue_filters or [])
         self._on_reject = on_reject
@@ -127,8 +138,9 @@ class TypeDispatcher:
         """Called for a body that cannot be decoded (bad JSON, content type not accepted)."""
         body = getattr(message, "body", b"") or b""
         excerpt = body[:LOG_BODY_EXCERPT_CHARS]
-        self.reject(message, f"undecodable body ({type(error).__name__}: {error});"
-                             f" starts with {excerpt!r}")
+        self.reject(
+            message, f"undecodable body ({type(error).__name__}: {error}); starts with {excerpt!r}"
+        )
 
     def _collect_requeue_votes(self, data: Any, message: Any) -> int:
         """How many requeue filters vote to requeue (a failing filter votes no)."""
@@ -149,25 +161,38 @@ class TypeDispatcher:
             self.reject(message, "it has no 'type' property")
             return
         if not isinstance(message_type, str):
-            self.reject(message, f"its 'type' property is a {type(message_type).__name__},"
-                                 " not a string")
+            self.reject(
+                message, f"its 'type' property is a {type(message_type).__name__}, not a string"
+            )
             return
-        mistyped = [p for p in ("reply_to", "correlation_id")
-                    if props.get(p) is not None and not isinstance(props[p], str)]
+        mistyped = [
+            p
+            for p in ("reply_to", "correlation_id")
+            if props.get(p) is not None and not isinstance(props[p], str)
+        ]
         if mistyped:
-            self.reject(message, f"propert{'y' if len(mistyped) == 1 else 'ies'}"
-                                 f" {', '.join(mistyped)} must be strings")
+            self.reject(
+                message,
+                f"propert{'y' if len(mistyped) == 1 else 'ies'}"
+                f" {', '.join(mistyped)} must be strings",
+            )
             return
         handler = self._type_handlers.get(message_type)
         if handler is None:
-            self.reject(message, f"unexpected message type {message_type!r}"
-                                 f" (expected one of {sorted(self._type_handlers)})")
+            self.reject(
+                message,
+                f"unexpected message type {message_type!r}"
+                f" (expected one of {sorted(self._type_handlers)})",
+            )
             return
         missing = [p for p in handler.required_properties if not props.get(p)]
         if missing:
-            self.reject(message, f"{message_type} message lacks required"
-                                 f" propert{'y' if len(missing) == 1 else 'ies'}"
-                                 f" {', '.join(missing)}")
+            self.reject(
+                message,
+                f"{message_type} message lacks required"
+                f" propert{'y' if len(missing) == 1 else 'ies'}"
+                f" {', '.join(missing)}",
+            )
             return
         if self._requeue_filters and self._collect_requeue_votes(data, message):
             message.requeue()
@@ -185,5 +210,4 @@ class TypeDispatcher:
         try:
             handler.process_message(data, message)
         except Exception:
-            LOG.exception("Handler of %s messages failed on %s", message_type,
-                          describe(message))
+            LOG.exception("Handler of %s messages failed on %s", message_type, describe(message))

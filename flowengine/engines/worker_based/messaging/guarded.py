@@ -63,8 +63,11 @@ def guarded_class(base: type) -> type:
             elif value.get("compression") is not None:
                 # Recorded before kombu's __init__ reads the header: it then
                 # skips decompressing (it does not on a message with errors).
-                _refuse(self, f"its body is compressed ({value['compression']!r}); flowengine"
-                              " accepts uncompressed JSON only")
+                _refuse(
+                    self,
+                    f"its body is compressed ({value['compression']!r}); flowengine"
+                    " accepts uncompressed JSON only",
+                )
             self.__dict__["_guarded_headers"] = value
 
     GuardedMessage.__name__ = GuardedMessage.__qualname__ = f"Guarded{base.__name__}"
@@ -113,5 +116,8 @@ def _raw_parts(raw: Any) -> tuple[Any, dict[str, Any], Any]:
         return raw.get("body"), properties, properties.get("delivery_tag")
     info = getattr(raw, "delivery_info", None) or {}
     properties = getattr(raw, "properties", None)
-    return (getattr(raw, "body", None), properties if isinstance(properties, dict) else {},
-            info.get("delivery_tag"))
+    return (
+        getattr(raw, "body", None),
+        properties if isinstance(properties, dict) else {},
+        info.get("delivery_tag"),
+    )

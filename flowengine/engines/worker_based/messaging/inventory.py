@@ -66,8 +66,9 @@ def _bound_queues(channel: Any, exchange: str) -> set[str]:
         return set()
 
 
-def _declare_passive(conn: Any, channel: Any, name: str, bound: set[str] | None = None
-                     ) -> tuple[Any, tuple[int, int] | None]:
+def _declare_passive(
+    conn: Any, channel: Any, name: str, bound: set[str] | None = None
+) -> tuple[Any, tuple[int, int] | None]:
     """(channel to use next, (messages, consumers) or None when the queue does not exist).
 
     A failed passive declare closes an AMQP channel: a new one is opened. On
@@ -89,8 +90,9 @@ def _declare_passive(conn: Any, channel: Any, name: str, bound: set[str] | None 
         return conn.channel(), None
 
 
-def describe_queues(broker: BrokerSettings, exchange: str, known: Iterable[str],
-                    consumers_seen: dict[str, int]) -> list[QueueInfo]:
+def describe_queues(
+    broker: BrokerSettings, exchange: str, known: Iterable[str], consumers_seen: dict[str, int]
+) -> list[QueueInfo]:
     """The queues of ``exchange`` (plus ``known`` ones that exist), sorted by name.
 
     ``consumers_seen``: queue -> live workers consuming it (the count shown
@@ -110,13 +112,11 @@ def describe_queues(broker: BrokerSettings, exchange: str, known: Iterable[str],
             if from_broker:
                 found.append(QueueInfo(name, messages, consumers, FROM_BROKER))
             else:
-                found.append(QueueInfo(name, messages, consumers_seen.get(name, 0),
-                                       FROM_WORKERS))
+                found.append(QueueInfo(name, messages, consumers_seen.get(name, 0), FROM_WORKERS))
         return found
 
 
-def ready_in(conn: Connection, channel: Any, exchange: str, name: str,
-             uri: str) -> tuple[Any, int]:
+def ready_in(conn: Connection, channel: Any, exchange: str, name: str, uri: str) -> tuple[Any, int]:
     """(channel to use next, messages ready in queue ``name`` of ``exchange``), on ``conn``.
 
     QueueNotFound (saying ``uri``) when there is no such queue.
@@ -142,8 +142,7 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     return int(purged or 0)
 
 
-def needs_dropping(broker: BrokerSettings, already_deleted: bool,
-                   template: Connection) -> bool:
+def needs_dropping(broker: BrokerSettings, already_deleted: bool, template: Connection) -> bool:
     """Whether a private auto-delete queue is still there once its consumer stopped.
 
     Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
@@ -161,8 +160,14 @@ def needs_dropping(broker: BrokerSettings, already_deleted: bool,
     return not topology.deletes_auto_delete_queues(template)
 
 
-def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
-               routing_keys: Sequence[str], *, auto_delete: bool) -> None:
+def drop_queue(
+    broker: BrokerSettings,
+    exchange_name: str,
+    queue_name: str,
+    routing_keys: Sequence[str],
+    *,
+    auto_delete: bool,
+) -> None:
     """Unbind, delete and empty a queue nobody consumes any more; never raises.
 
     kombu's virtual transports (filesystem, redis, memory) ignore
@@ -171,11 +176,15 @@ def drop_queue(broker: BrokerSettings, exchange_name: str, queue_name: str,
     durable mismatch would fail) so that this connection knows the bindings
     to remove. A broker that cannot be reached is logged at DEBUG.
     """
-    exchange = compat.make_exchange(exchange_name, durable=broker.durable,
-                                    compat=broker.compat)
-    queue = topology.make_queue(queue_name, exchange, tuple(routing_keys),
-                                auto_delete=auto_delete, durable=broker.durable,
-                                queue_type=broker.queue_type)
+    exchange = compat.make_exchange(exchange_name, durable=broker.durable, compat=broker.compat)
+    queue = topology.make_queue(
+        queue_name,
+        exchange,
+        tuple(routing_keys),
+        auto_delete=auto_delete,
+        durable=broker.durable,
+        queue_type=broker.queue_type,
+    )
     try:
         with failover.connect_any(broker.connection()) as conn:
             bound = queue(conn.default_channel)

@@ -40,8 +40,9 @@ class Keepalive:
         interval = float(getattr(raw, "heartbeat", 0) or 0)
         self._send = getattr(raw, "send_heartbeat", None) if interval > 0 else None
         #: Seconds between two frames (None: nothing to send).
-        self.period_s: float | None = (interval / HEARTBEATS_PER_INTERVAL
-                                       if self._send is not None else None)
+        self.period_s: float | None = (
+            interval / HEARTBEATS_PER_INTERVAL if self._send is not None else None
+        )
         self._last = time.monotonic()
 
     def beat(self) -> None:

@@ -40,8 +40,19 @@ from flowengine.engines.worker_based.wire import messages, names, signing
 
 LOG = logging.getLogger(__name__)
 
-__all__ = ["BatchNotSent", "ConnectionDetails", "ConsumeOptions", "LeaseSpec", "LoopObserver",
-           "Outgoing", "Proxy", "ProxyOptions", "QueueSpec", "TransportDetails", "mask_options"]
+__all__ = [
+    "BatchNotSent",
+    "ConnectionDetails",
+    "ConsumeOptions",
+    "LeaseSpec",
+    "LoopObserver",
+    "Outgoing",
+    "Proxy",
+    "ProxyOptions",
+    "QueueSpec",
+    "TransportDetails",
+    "mask_options",
+]
 
 #: Bound (s) on the wake-up stop() publishes: stop() must not wait out a
 #: broker outage (the loop ends within its wait period anyway).
@@ -110,40 +121,58 @@ class Proxy:
     #: ``retry_options`` say otherwise.
     DEFAULT_RETRY_OPTIONS = DEFAULT_RETRY_OPTIONS
 
-    def __init__(self, topic: str, exchange: str,
-                 type_handlers: Mapping[str, dispatcher_mod.Handler] | None = None,
-                 on_wait: Callable[[], Any] | None = None, *,
-                 broker: BrokerSettings | None = None,
-                 options: ProxyOptions = ProxyOptions(),
-                 **taskflow_broker: Any) -> None:
+    def __init__(
+        self,
+        topic: str,
+        exchange: str,
+        type_handlers: Mapping[str, dispatcher_mod.Handler] | None = None,
+        on_wait: Callable[[], Any] | None = None,
+        *,
+        broker: BrokerSettings | None = None,
+        options: ProxyOptions = ProxyOptions(),
+        **taskflow_broker: Any,
+    ) -> None:
         broker = BrokerSettings.given_keywords("Proxy", broker, taskflow_broker)
         queues, wake_routing_key = options.queues, options.wake_routing_key
         self._topic = topic
         self._broker = broker
         if queues is None:
             keys = (topic, *[b for b in options.bindings if b != topic])
-            queues = [QueueSpec(names.topic_queue_name(exchange, topic), keys,
-                                auto_delete=True)]
+            queues = [QueueSpec(names.topic_queue_name(exchange, topic), keys, auto_delete=True)]
             if wake_routing_key is None:
                 wake_routing_key = topic
         self._wake_routing_key = wake_routing_key
-        self._dispatcher = dispatcher_mod.TypeDispatcher(type_handlers=type_handlers,
-                                                         on_reject=options.on_reject)
+        self._dispatcher = dispatcher_mod.TypeDispatcher(
+            type_handlers=type_handlers, on_reject=options.on_reject
+        )
         # compat='taskflow': declared as TaskFlow does (see compat.py).
-        self._exchange = compat.make_exchange(exchange, durable=broker.durable,
-                                              compat=broker.compat,
-                                              signed=broker.keyring is not None)
-        self._publisher = Publisher(broker, self._exchange,
-                                    max_body_bytes=options.consume.body_limit(broker),
-                                    timeout_s=options.publish_timeout_s)
+        self._exchange = compat.make_exchange(
+            exchange,
+            durable=broker.durable,
+            compat=broker.compat,
+            signed=broker.keyring is not None,
+        )
+        self._publisher = Publisher(
+            broker,
+            self._exchange,
+            max_body_bytes=options.consume.body_limit(broker),
+            timeout_s=options.publish_timeout_s,
+        )
         observers: list[LoopObserver] = [_PublisherUpkeep(self._publisher)]
         if on_wait is not None:
             observers.append(_OnWait(on_wait))
         if options.observer is not None:
             observers.append(options.observer)
-        self._consumer = Consumer(topic, broker, self._exchange, queues, self._dispatcher,
-                                  options=options.consume, observers=observers,
-                                  wait_for_room=options.wait_for_room)
+        self._consumer = Consumer(
+            topic,
+            broker,
+            self._exchange,
+            queues,
+            self._dispatcher,
+            options=options.consume,
+            observers=observers,
+            wait_for_room=options.wait_for_room,
+        )
 
     # --- read-only facts ---
 
@@ -187,7 +216,9 @@ class Proxy:
                 options=mask_options(self._broker.transport_options),
                 driver_type=transport.driver_type,
                 driver_name=transport.driver_name,
-                driver_version=str(transport.driver_version())))
+                driver_version=str(transport.driver_version()),
+            ),
+        )
 
     @property
     def durable(self) -> bool:
@@ -241,10 +272,16 @@ class Proxy:
 
     # --- publishing ---
 
-    def publish(self, msg: messages.Message, routing_key: str | Sequence[str],
-                reply_to: str | None = None, correlation_id: str | None = None,
-                headers: Mapping[str, Any] | None = None,
-                timeout_s: float | None = None, settles: Delivery | None = None) -> int:
+    def publish(
+        self,
+        msg: messages.Message,
+        routing_key: str | Sequence[str],
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        settles: Delivery | None = None,
+    ) -> int:
         """Publish ``msg`` to the exchange with ``routing_key`` (or each of several).
 
         Thread-safe. While the broker is unreachable it keeps trying (new
@@ -265,9 +302,16 @@ class Proxy:
 
         Returns the size of the encoded body (bytes).
         """
-        return self._publisher.publish(msg.TYPE, msg.to_dict(), routing_key,
-                                       reply_to=reply_to, correlation_id=correlation_id,
-                                       headers=headers, timeout_s=timeout_s, settles=settles)
+        return self._publisher.publish(
+            msg.TYPE,
+            msg.to_dict(),
+            routing_key,
+            reply_to=reply_to,
+            correlation_id=correlation_id,
+            headers=headers,
+            timeout_s=timeout_s,
+            settles=settles,
+        )
 
     @property
     def publishing_fails(self) -> bool:
@@ -282,13 +326,23 @@ class Proxy:
         """Block until what was published so far reached the broker; False if unknown."""
         return self._publisher.confirm()
 
-    def prepare(self, msg: messages.Message, routing_key: str | Sequence[str],
-                reply_to: str | None = None, correlation_id: str | None = None,
-                headers: Mapping[str, Any] | None = None) -> Outgoing:
+    def prepare(
+        self,
+        msg: messages.Message,
+        routing_key: str | Sequence[str],
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+    ) -> Outgoing:
         """Encode (and sign) ``msg`` for send(); SerializationFailure as publish()."""
-        return self._publisher.prepare(msg.TYPE, msg.to_dict(), routing_key,
-                                       reply_to=reply_to, correlation_id=correlation_id,
-                                       headers=headers)
+        return self._publisher.prepare(
+            msg.TYPE,
+            msg.to_dict(),
+            routing_key,
+            reply_to=reply_to,
+            correlation_id=correlation_id,
+            headers=headers,
+        )
 
     @property
     def batches_publications(self) -> bool:
@@ -307,15 +361,17 @@ class Proxy:
         """Open the publishing connection now (never raises; see Publisher.connect)."""
         self._publisher.connect()
 
-    def publish_body(self, msg_type: str, body: Any, routing_key: str | Sequence[str],
-                     **kwargs: Any) -> None:
+    def publish_body(
+        self, msg_type: str, body: Any, routing_key: str | Sequence[str], **kwargs: Any
+    ) -> None:
         """Publish a message body as it is (tests and tools sending raw bodies)."""
         self._publisher.publish(msg_type, body, routing_key, **kwargs)
 
     # --- consuming ---
 
-    def wait_started(self, timeout: float, unreachable_give_up_s: float
-                     ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
+    def wait_started(
+        self, timeout: float, unreachable_give_up_s: float
+    ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
         """Wait until consuming; None then, else the broker problem that prevents it.
 
         See Consumer.wait_started.
@@ -336,10 +392,13 @@ class Proxy:
         self._consumer.stop()
         if running and self._wake_routing_key is not None:
             try:
-                self._publisher.publish(WAKE_TYPE, {}, self._wake_routing_key,
-                                        headers=self._consumer.wake_headers,
-                                        timeout_s=WAKE_PUBLISH_TIMEOUT_S)
+                self._publisher.publish(
+                    WAKE_TYPE,
+                    {},
+                    self._wake_routing_key,
+                    headers=self._consumer.wake_headers,
+                    timeout_s=WAKE_PUBLISH_TIMEOUT_S,
+                )
             except Exception:
                 # The loop still ends within its wait period.
                 LOG.debug("Could not send wake-up to topic %r", self._topic, exc_info=True)
-

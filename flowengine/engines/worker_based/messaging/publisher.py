@@ -103,8 +103,11 @@ def _pairs(batch: Sequence[Outgoing]) -> list[tuple[int, Outgoing, str]]:
 
 def is_connection_error(error: BaseException, conn: Connection) -> bool:
     """True for errors a new connection may cure (broker down, connection lost)."""
-    return isinstance(error, (OSError, kombu.exceptions.OperationalError,
-                              exc.BrokerUnavailable) + tuple(conn.connection_errors))
+    return isinstance(
+        error,
+        (OSError, kombu.exceptions.OperationalError, exc.BrokerUnavailable)
+        + tuple(conn.connection_errors),
+    )
 
 
 class Publisher:
@@ -115,9 +118,14 @@ class Publisher:
     unread). ``timeout_s``: how long publish() retries an unreachable broker.
     """
 
-    def __init__(self, broker: BrokerSettings, exchange: Exchange, *,
-                 max_body_bytes: int | None = names.MAX_BODY_BYTES,
-                 timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        exchange: Exchange,
+        *,
+        max_body_bytes: int | None = names.MAX_BODY_BYTES,
+        timeout_s: float = PUBLISH_TIMEOUT_S,
+    ) -> None:
         self._broker = broker
         self._exchange = exchange
         self._max_body_bytes = max_body_bytes
@@ -136,7 +144,8 @@ class Publisher:
         # What kombu's Producer would put in every message (see _put()).
         self._delivery_mode = maybe_delivery_mode(
             topology.publish_properties(broker.durable).get("delivery_mode")
-            or exchange.delivery_mode)
+            or exchange.delivery_mode
+        )
         self._lock = threading.Lock()
         self._pub_conn: Connection | None = None
         self._producer: Producer | None = None
@@ -156,9 +165,16 @@ class Publisher:
         """The template connection (not connected) publishing connections are cloned from."""
         return self._conn
 
-    def prepare(self, msg_type: str, body: Any, routing_key: str | Sequence[str], *,
-                reply_to: str | None = None, correlation_id: str | None = None,
-                headers: Mapping[str, Any] | None = None) -> Outgoing:
+    def prepare(
+        self,
+        msg_type: str,
+        body: Any,
+        routing_key: str | Sequence[str],
+        *,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+    ) -> Outgoing:
         """Encode ``body`` once and sign it if a key is set: ready for send().
 
         Raises SerializationFailure (body not JSON, or over the size limit).
@@ -167,11 +183,13 @@ class Publisher:
             payload = _JSON.encode(body).encode("utf-8")
         except (TypeError, ValueError, OverflowError) as e:
             raise exc.SerializationFailure(
-                f"Cannot encode {msg_type} message body as JSON: {e}", cause=e) from e
+                f"Cannot encode {msg_type} message body as JSON: {e}", cause=e
+            ) from e
         if self._max_body_bytes is not None and len(payload) > self._max_body_bytes:
             raise exc.SerializationFailure(
                 f"{msg_type} message body of {len(payload)} bytes exceeds the limit of"
-                f" {self._max_body_bytes} bytes")
+                f" {self._max_body_bytes} bytes"
+            )
         keys = (routing_key,) if isinstance(routing_key, str) else tuple(routing_key)
         properties: dict[str, Any] = {"type": msg_type, "delivery_mode": self._delivery_mode}
         if reply_to is not None:
@@ -184,22 +202,37 @@ class Publisher:
             all_headers.update(keyring.sign(payload, properties, all_headers))
         return Outgoing(payload, keys, properties, all_headers)
 
-    def publish(self, msg_type: str, body: Any, routing_key: str | Sequence[str], *,
-                reply_to: str | None = None, correlation_id: str | None = None,
-                headers: Mapping[str, Any] | None = None, timeout_s: float | None = None,
-                settles: Delivery | None = None) -> int:
+    def publish(
+        self,
+        msg_type: str,
+        body: Any,
+        routing_key: str | Sequence[str],
+        *,
+        reply_to: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        settles: Delivery | None = None,
+    ) -> int:
         """Encode ``body`` once, sign it if a key is set, and publish it to each key.
 
         Returns the size of the encoded body (bytes). Thread-safe; see
         Proxy.publish for what it raises and for ``settles``.
         """
-        outgoing = self.prepare(msg_type, body, routing_key, reply_to=reply_to,
-                                correlation_id=correlation_id, headers=headers)
+        outgoing = self.prepare(
+            msg_type,
+            body,
+            routing_key,
+            reply_to=reply_to,
+            correlation_id=correlation_id,
+            headers=headers,
+        )
         if settles is not None and len(outgoing.keys) != 1:
             raise ValueError("a publication that settles a message has one routing key")
         deadline = time.monotonic() + (self._timeout_s if timeout_s is None else timeout_s)
-        atomically = (settles is not None
-                      and contract.channel_capabilities(settles.channel).atomic_settle)
+        atomically = (
+            settles is not None and contract.channel_capabilities(settles.channel).atomic_settle
+        )
         self._send(_pairs([outgoing]), deadline, settles if atomically else None)
         if settles is not None and not atomically:
             settles.ack()
@@ -226,8 +259,9 @@ class Publisher:
             sent = pending[0][0] if pending else len(batch)
             raise BatchNotSent(sent, e) from e
 
-    def _send(self, pending: list[tuple[int, Outgoing, str]], deadline: float,
-              settles: Delivery | None) -> None:
+    def _send(
+        self, pending: list[tuple[int, Outgoing, str]], deadline: float, settles: Delivery | None
+    ) -> None:
         """Publish each (index, message, key) of ``pending``, reconnecting until ``deadline``.
 
         Sent pairs are removed from ``pending`` (the caller sees what is left).
@@ -247,12 +281,10 @@ class Publisher:
                         _, message, key = pending[0]
                         self._send_settling(channel, message, key, settles)
                         pending.clear()
-                    elif len(pending) > 1 and contract.channel_capabilities(
-                            channel).batch_publish:
+                    elif len(pending) > 1 and contract.channel_capabilities(channel).batch_publish:
                         with channel.batching():
                             for i, message, key in pending:
-                                self._put(channel, message, key,
-                                          _kept_tag(tags, fences, i, key))
+                                self._put(channel, message, key, _kept_tag(tags, fences, i, key))
                         pending.clear()  # all went out together
                     while pending:
                         i, message, key = pending[0]
@@ -260,8 +292,9 @@ class Publisher:
                         pending.pop(0)  # never published twice after a retry
                     self._failing_since = None
                     if failures:
-                        LOG.info("Published to %s again after %d failed attempt(s)",
-                                 self._uri, failures)
+                        LOG.info(
+                            "Published to %s again after %d failed attempt(s)", self._uri, failures
+                        )
                     return
                 except Exception as e:
                     # Start from a fresh connection next time instead of a broken one.
@@ -277,16 +310,26 @@ class Publisher:
                         raise exc.PublishTimeout(
                             f"Could not publish {message.type} message to"
                             f" {self._uri} (routing key {key!r}): broker unreachable for"
-                            f" {failures} attempt(s); last error: {e}", cause=e) from e
+                            f" {failures} attempt(s); last error: {e}",
+                            cause=e,
+                        ) from e
                     if failures == 1:
-                        LOG.warning("Publishing to %s failed (%s); retrying for up to"
-                                    " %.1f s", self._uri, e, remaining)
-                    pause = min(PUBLISH_BACKOFF_START_S * 2 ** (failures - 1),
-                                PUBLISH_BACKOFF_MAX_S, remaining)
+                        LOG.warning(
+                            "Publishing to %s failed (%s); retrying for up to %.1f s",
+                            self._uri,
+                            e,
+                            remaining,
+                        )
+                    pause = min(
+                        PUBLISH_BACKOFF_START_S * 2 ** (failures - 1),
+                        PUBLISH_BACKOFF_MAX_S,
+                        remaining,
+                    )
                     time.sleep(pause)  # backoff; the lock keeps other publishers queued
 
-    def _put(self, channel: Any, message: Outgoing, routing_key: str,
-             delivery_tag: str | None = None) -> None:
+    def _put(
+        self, channel: Any, message: Outgoing, routing_key: str, delivery_tag: str | None = None
+    ) -> None:
         """Publish ``message`` on ``channel`` as kombu's ``Producer.publish`` would.
 
         The same message (body, properties, headers, priority 0, the
@@ -300,12 +343,16 @@ class Publisher:
         if delivery_tag is not None:
             properties["delivery_tag"] = delivery_tag
         channel.basic_publish(
-            channel.prepare_message(message.payload, 0, CONTENT_TYPE, CONTENT_ENCODING,
-                                    message.headers, properties),
-            exchange=self._exchange.name, routing_key=routing_key)
+            channel.prepare_message(
+                message.payload, 0, CONTENT_TYPE, CONTENT_ENCODING, message.headers, properties
+            ),
+            exchange=self._exchange.name,
+            routing_key=routing_key,
+        )
 
-    def _send_settling(self, channel: Any, message: Outgoing, routing_key: str,
-                       delivery: Delivery) -> None:
+    def _send_settling(
+        self, channel: Any, message: Outgoing, routing_key: str, delivery: Delivery
+    ) -> None:
         """Publish and settle ``delivery`` in one server-side step (leasing transport).
 
         Idempotent, so the retry loop may repeat it after a lost answer.
@@ -320,8 +367,8 @@ class Publisher:
         if self._producer is None:
             remaining = max(0.1, deadline - time.monotonic())
             conn = self._failover.connect(
-                library_errors=False,
-                connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining))
+                library_errors=False, connect_timeout=min(PUBLISH_CONNECT_TIMEOUT_S, remaining)
+            )
             try:
                 # The exchange is declared again on every new connection (it
                 # is gone after a restart of a transient broker); _put() does
@@ -369,8 +416,11 @@ class Publisher:
             try:
                 producer.channel.basic_qos(0, 0, False)
             except Exception as e:
-                LOG.info("Publisher connection to %s lost (%s); reconnecting on next"
-                         " publish", self._uri, e)
+                LOG.info(
+                    "Publisher connection to %s lost (%s); reconnecting on next publish",
+                    self._uri,
+                    e,
+                )
                 self._reset()
                 return False
         return True
@@ -410,8 +460,9 @@ class Publisher:
                 _read_pending(conn)
                 conn.heartbeat_check()
         except Exception as e:
-            LOG.info("Publisher connection to %s lost (%s); reconnecting on next publish",
-                     self._uri, e)
+            LOG.info(
+                "Publisher connection to %s lost (%s); reconnecting on next publish", self._uri, e
+            )
             self._reset()
         finally:
             self._lock.release()
@@ -430,8 +481,7 @@ class Publisher:
                 self._lock.release()
 
 
-def _kept_tag(tags: dict[tuple[int, str], str], fences: bool, index: int,
-              key: str) -> str | None:
+def _kept_tag(tags: dict[tuple[int, str], str], fences: bool, index: int, key: str) -> str | None:
     """The delivery tag of message ``index`` to ``key``, kept across retries (None: kombu's)."""
     if not fences:
         return None

@@ -29,8 +29,13 @@ from flowengine.engines.worker_based.messaging.strikes import DEFAULT_MAX_REDELI
 from flowengine.engines.worker_based.transports import failover, topology
 from flowengine.engines.worker_based.wire import names, signing
 
-__all__ = ["AMQP_HEARTBEAT_S", "BROKER_OPTION_KEYS", "TASKFLOW_BROKER_ARGS", "BrokerSettings",
-           "mask_options"]
+__all__ = [
+    "AMQP_HEARTBEAT_S",
+    "BROKER_OPTION_KEYS",
+    "TASKFLOW_BROKER_ARGS",
+    "BrokerSettings",
+    "mask_options",
+]
 
 #: AMQP heartbeat (s) negotiated with the broker: a silently dead peer (half
 #: open TCP, network partition) is noticed within two periods instead of the
@@ -40,9 +45,19 @@ AMQP_HEARTBEAT_S = 20.0
 
 #: Engine options (and loose keywords) that describe the broker: a
 #: BrokerSettings given as the ``broker`` option stands for all of them.
-BROKER_OPTION_KEYS = ("url", "transport", "transport_options", "retry_options", "durable",
-                      "secret", "compat", "max_body_bytes", "max_redeliveries", "queue_type",
-                      "failover_strategy")
+BROKER_OPTION_KEYS = (
+    "url",
+    "transport",
+    "transport_options",
+    "retry_options",
+    "durable",
+    "secret",
+    "compat",
+    "max_body_bytes",
+    "max_redeliveries",
+    "queue_type",
+    "failover_strategy",
+)
 
 #: TaskFlow's four broker arguments (of its Worker, Server, Proxy, executor).
 TASKFLOW_BROKER_ARGS = ("url", "transport", "transport_options", "retry_options")
@@ -63,10 +78,14 @@ def mask_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
 
     Nested options too (``sentinel_kwargs``' password).
     """
-    return {key: "**" if any(word in str(key).lower() for word in _SECRET_OPTION_WORDS)
-            else mask_options(value) if isinstance(value, Mapping)
-            else value
-            for key, value in (options or {}).items()}
+    return {
+        key: "**"
+        if any(word in str(key).lower() for word in _SECRET_OPTION_WORDS)
+        else mask_options(value)
+        if isinstance(value, Mapping)
+        else value
+        for key, value in (options or {}).items()
+    }
 
 
 def _frozen(options: Mapping[str, Any] | None = None) -> Mapping[str, Any]:
@@ -125,34 +144,44 @@ class BrokerSettings:
             object.__setattr__(self, "retry_options", _frozen(self.retry_options))
         object.__setattr__(self, "durable", bool(self.durable))
         if self.max_body_bytes is not None and self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes must be positive or None, not"
-                             f" {self.max_body_bytes!r}")
+            raise ValueError(
+                f"max_body_bytes must be positive or None, not {self.max_body_bytes!r}"
+            )
         if self.max_redeliveries < 1:
-            raise ValueError(f"max_redeliveries must be at least 1, not"
-                             f" {self.max_redeliveries!r}")
-        object.__setattr__(self, "compat", compat.check(
-            self.compat, durable=self.durable, signed=self.keyring is not None))
+            raise ValueError(f"max_redeliveries must be at least 1, not {self.max_redeliveries!r}")
+        object.__setattr__(
+            self,
+            "compat",
+            compat.check(self.compat, durable=self.durable, signed=self.keyring is not None),
+        )
         object.__setattr__(self, "queue_type", self._checked_queue_type())
         if self.failover_strategy not in failover.FAILOVER_STRATEGIES:
-            raise ValueError(f"failover_strategy must be one of"
-                             f" {', '.join(failover.FAILOVER_STRATEGIES)}, not"
-                             f" {self.failover_strategy!r}")
+            raise ValueError(
+                f"failover_strategy must be one of"
+                f" {', '.join(failover.FAILOVER_STRATEGIES)}, not"
+                f" {self.failover_strategy!r}"
+            )
 
     def _checked_queue_type(self) -> str:
         """``queue_type`` normalised (None: classic); ValueError where it cannot work."""
         queue_type = self.queue_type or topology.CLASSIC
         if queue_type not in topology.QUEUE_TYPES:
-            raise ValueError(f"queue_type must be one of {', '.join(topology.QUEUE_TYPES)},"
-                             f" not {queue_type!r}")
+            raise ValueError(
+                f"queue_type must be one of {', '.join(topology.QUEUE_TYPES)}, not {queue_type!r}"
+            )
         if queue_type == topology.QUORUM:
             if not self.durable:
-                raise ValueError("queue_type='quorum' needs the durable topology"
-                                 " (durable=True, flowengine worker --durable): RabbitMQ's"
-                                 " quorum queues are always durable")
+                raise ValueError(
+                    "queue_type='quorum' needs the durable topology"
+                    " (durable=True, flowengine worker --durable): RabbitMQ's"
+                    " quorum queues are always durable"
+                )
             if self._scheme not in _AMQP_SCHEMES:
-                raise ValueError(f"queue_type='quorum' needs RabbitMQ (an amqp:// or"
-                                 f" amqps:// URL), not {self._scheme}://: only RabbitMQ has"
-                                 f" quorum queues")
+                raise ValueError(
+                    f"queue_type='quorum' needs RabbitMQ (an amqp:// or"
+                    f" amqps:// URL), not {self._scheme}://: only RabbitMQ has"
+                    f" quorum queues"
+                )
         return queue_type
 
     @property
@@ -163,11 +192,15 @@ class BrokerSettings:
         return self.url.split("://", 1)[0] if self.url and "://" in self.url else ""
 
     @classmethod
-    def given(cls, broker: BrokerSettings | None, url: str | None = None,
-              transport: str | None = None,
-              transport_options: Mapping[str, Any] | None = None,
-              retry_options: Mapping[str, Any] | None = None,
-              **defaults: Any) -> BrokerSettings:
+    def given(
+        cls,
+        broker: BrokerSettings | None,
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+        retry_options: Mapping[str, Any] | None = None,
+        **defaults: Any,
+    ) -> BrokerSettings:
         """``broker``, or the settings TaskFlow's loose arguments describe.
 
         For constructors that take either (TaskFlow's ``url``, ``transport``,
@@ -178,13 +211,16 @@ class BrokerSettings:
         if broker is None:
             return cls(url, transport, transport_options or {}, retry_options, **defaults)
         if (url, transport, transport_options, retry_options) != (None, None, None, None):
-            raise ValueError("give the broker as broker=BrokerSettings(...) or as url/"
-                             "transport/transport_options/retry_options, not both")
+            raise ValueError(
+                "give the broker as broker=BrokerSettings(...) or as url/"
+                "transport/transport_options/retry_options, not both"
+            )
         return broker
 
     @classmethod
-    def given_keywords(cls, owner: str, broker: BrokerSettings | None,
-                       keywords: Mapping[str, Any]) -> BrokerSettings:
+    def given_keywords(
+        cls, owner: str, broker: BrokerSettings | None, keywords: Mapping[str, Any]
+    ) -> BrokerSettings:
         """``broker``, or the settings TaskFlow's broker keywords describe.
 
         For internal classes whose TaskFlow counterparts took ``url``,
@@ -194,8 +230,7 @@ class BrokerSettings:
         """
         unknown = sorted(set(keywords) - set(TASKFLOW_BROKER_ARGS))
         if unknown:
-            raise TypeError(f"{owner}() got unexpected keyword argument(s)"
-                            f" {', '.join(unknown)}")
+            raise TypeError(f"{owner}() got unexpected keyword argument(s) {', '.join(unknown)}")
         return cls.given(broker, **keywords)
 
     @classmethod
@@ -212,24 +247,29 @@ class BrokerSettings:
         given = options.get("broker")
         if given is not None:
             if not isinstance(given, BrokerSettings):
-                raise TypeError(f"the 'broker' option must be a BrokerSettings, not"
-                                f" {type(given).__name__}")
+                raise TypeError(
+                    f"the 'broker' option must be a BrokerSettings, not {type(given).__name__}"
+                )
             loose = sorted(key for key in BROKER_OPTION_KEYS if options.get(key) is not None)
             if loose:
-                raise ValueError(f"give the broker as the 'broker' option or as the"
-                                 f" option(s) {', '.join(loose)}, not both")
+                raise ValueError(
+                    f"give the broker as the 'broker' option or as the"
+                    f" option(s) {', '.join(loose)}, not both"
+                )
             return given
-        return cls(url=options.get("url"), transport=options.get("transport"),
-                   transport_options=options.get("transport_options") or {},
-                   retry_options=options.get("retry_options"),
-                   durable=bool(options.get("durable", False)),
-                   secret=options.get("secret"), compat=options.get("compat"),
-                   max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
-                   max_redeliveries=options.get("max_redeliveries",
-                                                DEFAULT_MAX_REDELIVERIES),
-                   queue_type=options.get("queue_type") or topology.CLASSIC,
-                   failover_strategy=(options.get("failover_strategy")
-                                      or failover.ROUND_ROBIN))
+        return cls(
+            url=options.get("url"),
+            transport=options.get("transport"),
+            transport_options=options.get("transport_options") or {},
+            retry_options=options.get("retry_options"),
+            durable=bool(options.get("durable", False)),
+            secret=options.get("secret"),
+            compat=options.get("compat"),
+            max_body_bytes=options.get("max_body_bytes", names.MAX_BODY_BYTES),
+            max_redeliveries=options.get("max_redeliveries", DEFAULT_MAX_REDELIVERIES),
+            queue_type=options.get("queue_type") or topology.CLASSIC,
+            failover_strategy=(options.get("failover_strategy") or failover.ROUND_ROBIN),
+        )
 
     @functools.cached_property
     def keyring(self) -> signing.Keyring | None:
@@ -246,11 +286,11 @@ class BrokerSettings:
 
     def with_transport_options(self, **options: Any) -> BrokerSettings:
         """A copy whose transport options also hold ``options`` (these win)."""
-        return dataclasses.replace(self, transport_options={**self.transport_options,
-                                                            **options})
+        return dataclasses.replace(self, transport_options={**self.transport_options, **options})
 
-    def connection(self, extra_options: Mapping[str, Any] | None = None,
-                   **kwargs: Any) -> Connection:
+    def connection(
+        self, extra_options: Mapping[str, Any] | None = None, **kwargs: Any
+    ) -> Connection:
         """A new, not yet connected kombu connection (``kwargs`` go to kombu).
 
         ``extra_options`` are added to (and win over) the transport options
@@ -258,9 +298,9 @@ class BrokerSettings:
         """
         kwargs.setdefault("heartbeat", self.heartbeat_s)
         kwargs.setdefault("failover_strategy", self.failover_strategy)
-        return transports.connection(self.url, self.transport,
-                                     {**self.transport_options, **(extra_options or {})},
-                                     **kwargs)
+        return transports.connection(
+            self.url, self.transport, {**self.transport_options, **(extra_options or {})}, **kwargs
+        )
 
     @functools.cached_property
     def public_uri(self) -> str:
@@ -284,11 +324,14 @@ class BrokerSettings:
             has_password = bool(urlsplit(full.partition(";")[0]).password)
         except ValueError:
             has_password = True
-        return transports.public_uri(conn.as_uri(include_password=not has_password),
-                                     tls=bool(conn.ssl))
+        return transports.public_uri(
+            conn.as_uri(include_password=not has_password), tls=bool(conn.ssl)
+        )
 
     def __repr__(self) -> str:
-        return (f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
-                f" transport_options={mask_options(self.transport_options)!r},"
-                f" durable={self.durable}, signed={self.keyring is not None},"
-                f" compat={self.compat!r}, queue_type={self.queue_type!r})")
+        return (
+            f"BrokerSettings({self.public_uri!r}, transport={self.transport!r},"
+            f" transport_options={mask_options(self.transport_options)!r},"
+            f" durable={self.durable}, signed={self.keyring is not None},"
+            f" compat={self.compat!r}, queue_type={self.queue_type!r})"
+        )

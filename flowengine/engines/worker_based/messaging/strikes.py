@@ -68,8 +68,12 @@ def fingerprint(delivery: Delivery) -> bytes:
     digest = hashlib.blake2b(digest_size=16)
     info = getattr(delivery.message, "delivery_info", None) or {}
     props = delivery.properties
-    for part in (info.get("routing_key"), props.get("correlation_id"), props.get("type"),
-                 props.get("message_id")):
+    for part in (
+        info.get("routing_key"),
+        props.get("correlation_id"),
+        props.get("type"),
+        props.get("message_id"),
+    ):
         digest.update(_as_bytes(part))
         digest.update(b"\0")
     digest.update(_as_bytes(delivery.body))

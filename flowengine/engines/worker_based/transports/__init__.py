@@ -104,22 +104,30 @@ def _tls_default(url: str | None, kwargs: dict[str, Any]) -> None:
         kwargs["ssl"] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
 
 
-def _check_sentinel_options(url: str | None, transport: str | None,
-                            options: Mapping[str, Any] | None) -> None:
+def _check_sentinel_options(
+    url: str | None, transport: str | None, options: Mapping[str, Any] | None
+) -> None:
     """BrokerConfigError for Sentinel without a service name (kombu fails later, vaguely).
 
     ``options`` None: a connection only looked at (its URI), never connected.
     """
-    if options is not None and resolve(url, transport) == SENTINEL \
-            and not options.get("master_name"):
+    if (
+        options is not None
+        and resolve(url, transport) == SENTINEL
+        and not options.get("master_name")
+    ):
         raise exc.BrokerConfigError(
             "a sentinel:// URL needs the transport option master_name, the service its"
-            " Sentinels monitor (e.g. --transport-option master_name=mymaster)")
+            " Sentinels monitor (e.g. --transport-option master_name=mymaster)"
+        )
 
 
-def connection(url: str | None, transport: str | None,
-               transport_options: Mapping[str, Any] | None = None,
-               **kwargs: Any) -> Connection:
+def connection(
+    url: str | None,
+    transport: str | None,
+    transport_options: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> Connection:
     """A kombu connection (not connected yet) to ``url`` through the transport we use.
 
     Raises BrokerConfigError for a malformed URL or an unknown transport, at
@@ -133,8 +141,12 @@ def connection(url: str | None, transport: str | None,
     _tls_default(url, kwargs)
     _check_sentinel_options(url, transport, transport_options)
     try:
-        conn = _Connection(url, transport=resolve(url, transport),  # type: ignore[no-untyped-call]
-                           transport_options=transport_options, **kwargs)
+        conn = _Connection(
+            url,
+            transport=resolve(url, transport),  # type: ignore[no-untyped-call]
+            transport_options=transport_options,
+            **kwargs,
+        )
     except KeyError as e:  # kombu: "No such transport"
         raise broker_errors.unknown_transport(url, transport, e) from e
     if not conn.hostname:
@@ -153,7 +165,7 @@ def public_uri(uri: str, tls: bool = False) -> str:
         if uri.startswith(ours + "://"):
             if tls and scheme == "redis":
                 scheme = "rediss"
-            return scheme + uri[len(ours):]
+            return scheme + uri[len(ours) :]
     return uri
 
 

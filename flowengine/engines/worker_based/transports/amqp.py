@@ -54,8 +54,14 @@ from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
-__all__ = ["READ_CHUNK_BYTES", "FrameReader", "SSLTransport", "Transport",
-           "checking_host_name", "tolerate_undecodable_properties"]
+__all__ = [
+    "READ_CHUNK_BYTES",
+    "FrameReader",
+    "SSLTransport",
+    "Transport",
+    "checking_host_name",
+    "tolerate_undecodable_properties",
+]
 
 #: Most bytes one receive call asks for: a burst of replies (hundreds of
 #: small messages) in one call, while a buffer no bigger than this plus one
@@ -80,8 +86,7 @@ class FrameReader:
     UnexpectedFrame for a frame that does not end with the end octet.
     """
 
-    def __init__(self, recv: Callable[[int], bytes],
-                 chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+    def __init__(self, recv: Callable[[int], bytes], chunk_bytes: int = READ_CHUNK_BYTES) -> None:
         self._recv = recv
         self._chunk_bytes = chunk_bytes
         self._buffer = bytearray()
@@ -115,7 +120,7 @@ class FrameReader:
             self._receive(needed - available)
             start = self._start  # _receive may have moved the unread bytes
         end = start + needed
-        payload = bytes(buffer[start + _FRAME_HEADER.size:end - 1])
+        payload = bytes(buffer[start + _FRAME_HEADER.size : end - 1])
         frame_end = buffer[end - 1]
         if end == len(buffer):
             buffer.clear()
@@ -124,7 +129,8 @@ class FrameReader:
             self._start = end
         if frame_end != _FRAME_END:
             raise UnexpectedFrame(
-                f"Received frame_end {frame_end:#04x} while expecting {_FRAME_END:#04x}")
+                f"Received frame_end {frame_end:#04x} while expecting {_FRAME_END:#04x}"
+            )
         return frame_type, channel, payload
 
     def _receive(self, missing: int) -> None:
@@ -132,7 +138,7 @@ class FrameReader:
         if self._start:
             # Drop what was read, once, before growing: the buffer stays
             # about one chunk long however many frames pass through it.
-            del self._buffer[:self._start]
+            del self._buffer[: self._start]
             self._start = 0
         while True:
             try:
@@ -169,8 +175,7 @@ class _TCPTransport(amqp_transport.TCPTransport):
         wait_s = self._wait_s
         if wait_s is None:
             return self.sock.recv(size)
-        if wait_s > 0 and not self._readable.poll(min(math.ceil(wait_s * 1000),
-                                                      _POLL_MAX_MS)):
+        if wait_s > 0 and not self._readable.poll(min(math.ceil(wait_s * 1000), _POLL_MAX_MS)):
             raise TimeoutError()  # socket.timeout, as py-amqp's reads raise
         # Readable, or an error or hang-up the receive reports.
         return self.sock.recv(size, socket.MSG_DONTWAIT)
@@ -235,17 +240,34 @@ def checking_host_name(ssl: Any, host: str) -> dict[str, Any]:
 class Connection(pyamqp.Connection):
     """kombu's py-amqp connection with plain TCP read by a FrameReader."""
 
-    def Transport(self, host: str, connect_timeout: float | None, ssl: Any = False,  # noqa: N802
-                  read_timeout: float | None = None, write_timeout: float | None = None,
-                  socket_settings: Any = None, **kwargs: Any) -> Any:
+    def Transport(
+        self,
+        host: str,
+        connect_timeout: float | None,
+        ssl: Any = False,  # noqa: N802
+        read_timeout: float | None = None,
+        write_timeout: float | None = None,
+        socket_settings: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         if ssl:
-            return super().Transport(host, connect_timeout,
-                                     ssl=checking_host_name(ssl, host),
-                                     read_timeout=read_timeout, write_timeout=write_timeout,
-                                     socket_settings=socket_settings, **kwargs)
-        return _TCPTransport(host, connect_timeout=connect_timeout,
-                             read_timeout=read_timeout, write_timeout=write_timeout,
-                             socket_settings=socket_settings, **kwargs)
+            return super().Transport(
+                host,
+                connect_timeout,
+                ssl=checking_host_name(ssl, host),
+                read_timeout=read_timeout,
+                write_timeout=write_timeout,
+                socket_settings=socket_settings,
+                **kwargs,
+            )
+        return _TCPTransport(
+            host,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            write_timeout=write_timeout,
+            socket_settings=socket_settings,
+            **kwargs,
+        )
 
 
 class Transport(pyamqp.Transport):

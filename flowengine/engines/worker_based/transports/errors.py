@@ -28,8 +28,13 @@ _ACCESS_REFUSED = 403
 _NOT_ALLOWED = 530
 
 #: Words in an error's text by which Redis says a password is wrong or missing.
-_REDIS_AUTH_WORDS = ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password",
-                     "Authentication required")
+_REDIS_AUTH_WORDS = (
+    "WRONGPASS",
+    "NOAUTH",
+    "invalid password",
+    "invalid username-password",
+    "Authentication required",
+)
 
 #: OpenSSL's verify codes for "the certificate names another host / IP address".
 _HOST_MISMATCH_CODES = (62, 64)
@@ -51,7 +56,8 @@ def check_url(url: str | None) -> None:
         raise exc.BrokerConfigError(
             f"malformed broker URL {maybe_sanitize_url(url)!r}: expected"
             f" scheme://host[:port]/..., e.g. redis://localhost:6379/0 or"
-            f" amqp://guest:guest@localhost:5672//")
+            f" amqp://guest:guest@localhost:5672//"
+        )
 
 
 def check_shared(url: str | None, transport: str | None, why: str) -> None:
@@ -64,17 +70,20 @@ def check_shared(url: str | None, transport: str | None, why: str) -> None:
     if scheme in ("memory", "flowengine-memory"):
         raise exc.BrokerConfigError(
             f"memory:// reaches only the process that uses it and {why}: use"
-            f" filesystem:// (one machine), redis:// or amqp://")
+            f" filesystem:// (one machine), redis:// or amqp://"
+        )
 
 
-def unknown_transport(url: str | None, transport: str | None,
-                      error: BaseException) -> exc.BrokerConfigError:
+def unknown_transport(
+    url: str | None, transport: str | None, error: BaseException
+) -> exc.BrokerConfigError:
     """The error for a transport name or URL scheme kombu does not know."""
     name = transport or (url.split("://", 1)[0] if url and "://" in url else url)
     where = f" in {maybe_sanitize_url(url)}" if url else ""
     return exc.BrokerConfigError(
         f"unknown broker transport {name!r}{where}: use {_KNOWN_SCHEMES} (or the name of"
-        f" an installed kombu transport) ({error})")
+        f" an installed kombu transport) ({error})"
+    )
 
 
 def _reply_code(error: BaseException) -> int | None:
@@ -99,10 +108,12 @@ def tls_problem(error: BaseException, uri: str) -> exc.BrokerConfigError | None:
             return exc.BrokerConfigError(
                 f"TLS to the broker at {uri} failed: its certificate does not name the host"
                 f" connected to ({why}); connect by a name the certificate holds, or set"
-                f" the ssl option server_hostname to the one it holds")
+                f" the ssl option server_hostname to the one it holds"
+            )
         return exc.BrokerConfigError(
             f"TLS to the broker at {uri} failed: its certificate is not trusted ({why});"
-            f" check the CA file (ssl option ca_certs)")
+            f" check the CA file (ssl option ca_certs)"
+        )
     reason = tls.reason or str(tls)
     if isinstance(tls, ssl.SSLEOFError):
         # RabbitMQ (Erlang's TLS) hangs up without an alert on a client that
@@ -110,18 +121,23 @@ def tls_problem(error: BaseException, uri: str) -> exc.BrokerConfigError | None:
         return exc.BrokerConfigError(
             f"TLS to the broker at {uri} failed: the broker closed the connection during"
             f" the TLS handshake ({tls}); it may require a client certificate its CA"
-            f" signed: check the ssl options certfile and keyfile")
+            f" signed: check the ssl options certfile and keyfile"
+        )
     if "CERTIFICATE" in reason.upper() or "UNKNOWN_CA" in reason.upper():
         return exc.BrokerConfigError(
             f"TLS to the broker at {uri} failed: the broker refused the client certificate,"
-            f" or got none ({reason}); check the ssl options certfile and keyfile")
-    return exc.BrokerConfigError(f"TLS to the broker at {uri} failed ({reason}): check the"
-                                 f" URL's scheme and port (amqps:// and the TLS listener)"
-                                 f" and the ssl options")
+            f" or got none ({reason}); check the ssl options certfile and keyfile"
+        )
+    return exc.BrokerConfigError(
+        f"TLS to the broker at {uri} failed ({reason}): check the"
+        f" URL's scheme and port (amqps:// and the TLS listener)"
+        f" and the ssl options"
+    )
 
 
-def classify(error: BaseException, uri: str, exchange: str, durable: bool,
-             queue_type: str = "classic") -> exc.BrokerConfigError | exc.BrokerUnavailable:
+def classify(
+    error: BaseException, uri: str, exchange: str, durable: bool, queue_type: str = "classic"
+) -> exc.BrokerConfigError | exc.BrokerUnavailable:
     """The precise error for ``error``, met on ``uri`` while using ``exchange``.
 
     ``uri`` must already be free of passwords (Proxy keeps it so);
@@ -134,8 +150,7 @@ def classify(error: BaseException, uri: str, exchange: str, durable: bool,
         return tls
     code = _reply_code(error)
     text = str(error)
-    if (code == _PRECONDITION_FAILED or "PRECONDITION_FAILED" in text) \
-            and "x-queue-type" in text:
+    if (code == _PRECONDITION_FAILED or "PRECONDITION_FAILED" in text) and "x-queue-type" in text:
         queue = _CONFLICTING_QUEUE.search(text)
         name = repr(queue.group(1)) if queue else "of this process"
         return exc.BrokerConfigError(
@@ -143,20 +158,27 @@ def classify(error: BaseException, uri: str, exchange: str, durable: bool,
             f" process's queue_type={queue_type!r} ({text}): every process on exchange"
             f" {exchange!r} must use the same queue_type (flowengine worker --queue-type);"
             f" a queue that exists keeps its type: delete it (rabbitmqctl delete_queue)"
-            f" to change it")
+            f" to change it"
+        )
     if code == _PRECONDITION_FAILED or "PRECONDITION_FAILED" in text:
         return exc.BrokerConfigError(
             f"exchange {exchange!r} on {uri} is declared with other settings than this"
             f" process's ({text}): every process on an exchange must declare it alike; if"
             f" TaskFlow engines or workers share it, use compat='taskflow' (flowengine"
             f" worker --compat taskflow), else give every process the same durable="
-            f" (this one: durable={durable})")
-    if code in (_ACCESS_REFUSED, _NOT_ALLOWED) or any(w in text for w in _REDIS_AUTH_WORDS) \
-            or type(error).__name__ == "AuthenticationError":
+            f" (this one: durable={durable})"
+        )
+    if (
+        code in (_ACCESS_REFUSED, _NOT_ALLOWED)
+        or any(w in text for w in _REDIS_AUTH_WORDS)
+        or type(error).__name__ == "AuthenticationError"
+    ):
         return exc.BrokerConfigError(
             f"the broker at {uri} refused the login ({text}): check the user name,"
-            f" password and virtual host in the URL")
+            f" password and virtual host in the URL"
+        )
     if isinstance(error, socket.gaierror):
         return exc.BrokerUnavailable(
-            f"cannot reach the broker at {uri}: its host name does not resolve ({text})")
+            f"cannot reach the broker at {uri}: its host name does not resolve ({text})"
+        )
     return exc.BrokerUnavailable(f"cannot reach the broker at {uri}: {text}")

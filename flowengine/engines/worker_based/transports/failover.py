@@ -75,8 +75,11 @@ class Failover:
     def clone(self, index: int, **kwargs: Any) -> Connection:
         """A new, unconnected connection to URL ``index`` (``kwargs`` as kombu's clone())."""
         url = self._urls[index]
-        conn: Connection = (self.template.clone(**kwargs) if url is None
-                            else self.template.clone(hostname=url, **kwargs))
+        conn: Connection = (
+            self.template.clone(**kwargs)
+            if url is None
+            else self.template.clone(hostname=url, **kwargs)
+        )
         return conn
 
     def connect(self, *, library_errors: bool = True, **kwargs: Any) -> Connection:
@@ -91,8 +94,7 @@ class Failover:
         for index in self._order():
             conn = self.clone(index, **kwargs)
             try:
-                conn.ensure_connection(max_retries=0,
-                                       reraise_as_library_errors=library_errors)
+                conn.ensure_connection(max_retries=0, reraise_as_library_errors=library_errors)
             except BaseException as e:
                 _release(conn)
                 if not _worth_next_url(e, conn):
@@ -108,8 +110,7 @@ class Failover:
 
 def _worth_next_url(error: BaseException, conn: Connection) -> bool:
     """True for errors another node may not have (down, unreachable, reset)."""
-    return isinstance(error, (OSError, OperationalError,
-                              *conn.recoverable_connection_errors))
+    return isinstance(error, (OSError, OperationalError, *conn.recoverable_connection_errors))
 
 
 def _release(conn: Connection) -> None:

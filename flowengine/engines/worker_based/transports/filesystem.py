@@ -113,9 +113,13 @@ class Channel(filesystem.Channel):
         self._unclaimed: set[str] = set()
         #: Private queues close() could not delete (empty after a clean close).
         self.private_kept: set[str] = set()
-        folders = [self.data_folder_in, self.data_folder_out, self._writing_folder,
-                   self._claims_folder,
-                   str(self.control_folder)]
+        folders = [
+            self.data_folder_in,
+            self.data_folder_out,
+            self._writing_folder,
+            self._claims_folder,
+            str(self.control_folder),
+        ]
         if self.store_processed:
             folders.append(self.processed_folder)
         for folder in folders:
@@ -155,8 +159,12 @@ class Channel(filesystem.Channel):
 
     # kombu's filesystem Channel names the argument ``payload`` where its base
     # class says ``message``; we keep kombu's filesystem signature.
-    def _put(self, queue: Any, payload: Any,  # type: ignore[override]
-             **kwargs: Any) -> None:
+    def _put(  # type: ignore[override]
+        self,
+        queue: Any,
+        payload: Any,
+        **kwargs: Any,
+    ) -> None:
         """Write ``payload`` atomically under a name that sorts in write order."""
         data = str_to_bytes(dumps(payload))
         folder = self.data_folder_out
@@ -181,8 +189,7 @@ class Channel(filesystem.Channel):
                     # The private queue was deleted (its folder with it) since
                     # its binding was looked up: like a message routed to no queue.
                     layout.remove_quietly(tmp)
-                    LOG.info("Dropped a message for private queue %r: the queue was deleted",
-                             queue)
+                    LOG.info("Dropped a message for private queue %r: the queue was deleted", queue)
         except OSError as e:
             layout.remove_quietly(tmp)
             if e.errno in _DISK_FULL_ERRNOS:
@@ -190,7 +197,9 @@ class Channel(filesystem.Channel):
                 # (for their publish timeout) and go through once space returns.
                 raise exc.BrokerUnavailable(
                     f"No space left for message files in {folder!r} ({e.strerror}); nothing"
-                    f" can be sent through this folder until space is freed", cause=e) from e
+                    f" can be sent through this folder until space is freed",
+                    cause=e,
+                ) from e
             raise ChannelError(f"Cannot add message file to {folder!r}: {e}") from e
 
     def folder_of(self, queue: str) -> str:
@@ -385,8 +394,7 @@ class Channel(filesystem.Channel):
                 return payload
             except Exception as e:
                 # A foreign or corrupt file must not stop the consumer.
-                LOG.error("Dropped unreadable message file %s of queue %s: %s",
-                          name, queue, e)
+                LOG.error("Dropped unreadable message file %s of queue %s: %s", name, queue, e)
                 self._settle_path(claimed)
 
     def _take_unclaimed(self, folder: str, name: str, queue: str) -> Any:
@@ -431,8 +439,15 @@ class Channel(filesystem.Channel):
         """Add a binding to the exchange table (create-or-update under one lock)."""
         self._bindings.bind(exchange, routing_key, pattern, queue)
 
-    def _delete(self, queue: str, exchange: str | None = None, routing_key: str = "",
-                pattern: str = "", *args: Any, **kwargs: Any) -> None:
+    def _delete(
+        self,
+        queue: str,
+        exchange: str | None = None,
+        routing_key: str = "",
+        pattern: str = "",
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
         """Delete ``queue``: its messages, and its binding in ``exchange``'s table.
 
         Done here rather than left to kombu: kombu's filesystem transport
@@ -467,8 +482,7 @@ class Transport(filesystem.Transport):
         self._listed: set[str] = set()
         self._queues_listed: set[str] = set()
 
-    def drain_events(self, connection: Any, timeout: float | None = None,
-                     **kwargs: Any) -> None:
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
         """Deliver one message, sleeping on inotify up to ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         assert self.cycle is not None  # kombu sets it up with the transport
@@ -502,8 +516,11 @@ class Transport(filesystem.Transport):
                 self.landed_names = frozenset()
                 self.listed_queues = None
             landed = set()
-            wait = inotify.IDLE_RECHECK_S if watcher.active else (
-                self.polling_interval or inotify.FALLBACK_POLL_S)
+            wait = (
+                inotify.IDLE_RECHECK_S
+                if watcher.active
+                else (self.polling_interval or inotify.FALLBACK_POLL_S)
+            )
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

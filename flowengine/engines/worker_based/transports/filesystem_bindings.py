@@ -74,10 +74,11 @@ class BindingTables:
         file = self._paths.get(exchange)
         if file is not None:
             return file
-        if exchange and (not _SAFE_EXCHANGE_NAME.fullmatch(exchange)
-                         or not exchange.strip(".")):
-            raise ChannelError(f"Invalid exchange name for the filesystem transport:"
-                               f" {exchange!r} (letters, digits, '.', '_' and '-' only)")
+        if exchange and (not _SAFE_EXCHANGE_NAME.fullmatch(exchange) or not exchange.strip(".")):
+            raise ChannelError(
+                f"Invalid exchange name for the filesystem transport:"
+                f" {exchange!r} (letters, digits, '.', '_' and '-' only)"
+            )
         file = self.control / f"{exchange}.exchange"
         if file.parent != self.control:
             raise ChannelError(f"Invalid exchange name: {exchange!r}")
@@ -111,8 +112,7 @@ class BindingTables:
 
         self._update(exchange, remove, create=False)
 
-    def _update(self, exchange: str, change: Callable[[list[Any]], bool], *,
-                create: bool) -> None:
+    def _update(self, exchange: str, change: Callable[[list[Any]], bool], *, create: bool) -> None:
         """Apply ``change`` to ``exchange``'s binding table under the table file's lock.
 
         ``change`` edits the list in place and says whether it changed; the

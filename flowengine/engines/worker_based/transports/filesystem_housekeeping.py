@@ -36,11 +36,11 @@ def reclaim(messages: str, claims_folder: str) -> None:
         except FileNotFoundError:
             continue  # another consumer put it back first
         except OSError as e:
-            LOG.error("Could not put back message %s claimed by a dead process: %s",
-                      target, e)
+            LOG.error("Could not put back message %s claimed by a dead process: %s", target, e)
             continue
-        LOG.warning("Put back message %s: the process that took it died before"
-                    " acknowledging it", target)
+        LOG.warning(
+            "Put back message %s: the process that took it died before acknowledging it", target
+        )
 
 
 def adopt_strays(messages: str, listed: list[str], own: dict[str, str]) -> None:
@@ -60,8 +60,7 @@ def adopt_strays(messages: str, listed: list[str], own: dict[str, str]) -> None:
         except FileNotFoundError:
             continue
         except OSError as e:
-            LOG.error("Could not move message %s into its private queue's folder: %s",
-                      name, e)
+            LOG.error("Could not move message %s into its private queue's folder: %s", name, e)
 
 
 def reap_private(control: Path, messages: str) -> None:
@@ -81,20 +80,33 @@ def drop_private(control: Path, messages: str, marker: fp.Marker, *, clean: bool
             return
         bindings = fp.unbind(control, marker)
         if bindings is None:
-            LOG.info("Private queue %r of process %d, which died, is kept: another"
-                     " live process declared it", marker.queue, marker.pid)
+            LOG.info(
+                "Private queue %r of process %d, which died, is kept: another"
+                " live process declared it",
+                marker.queue,
+                marker.pid,
+            )
             return
-        dropped = (layout.purge_files(messages, marker.queue)
-                   + _drop_own_folder(messages, marker.queue))
+        dropped = layout.purge_files(messages, marker.queue) + _drop_own_folder(
+            messages, marker.queue
+        )
     if not clean:
-        LOG.warning("Deleted private queue %r (%d binding(s)) of process %d, which died;"
-                    " dropped %d message(s) left in it", marker.queue, bindings,
-                    marker.pid, dropped)
+        LOG.warning(
+            "Deleted private queue %r (%d binding(s)) of process %d, which died;"
+            " dropped %d message(s) left in it",
+            marker.queue,
+            bindings,
+            marker.pid,
+            dropped,
+        )
     elif dropped:
         # Its owner closed it and will read nothing more: what is left is for
         # nobody (typically workers' announcements), not a loss to warn about.
-        LOG.info("Deleted private queue %r as this process closed it; dropped %d"
-                 " message(s) left in it", marker.queue, dropped)
+        LOG.info(
+            "Deleted private queue %r as this process closed it; dropped %d message(s) left in it",
+            marker.queue,
+            dropped,
+        )
     else:
         LOG.debug("Deleted private queue %r as this process closed it", marker.queue)
 

@@ -93,7 +93,7 @@ def queue_of(name: str) -> str | None:
     if not name or name[0] == ".":
         return None
     rest = name.partition(".")[2]
-    return rest[:-len(MSG_SUFFIX)] if rest.endswith(MSG_SUFFIX) else None
+    return rest[: -len(MSG_SUFFIX)] if rest.endswith(MSG_SUFFIX) else None
 
 
 def message_of(queues: set[str]) -> Callable[[str], bool]:
@@ -109,7 +109,7 @@ def claim_name(name: str) -> str:
 def dead_claim_target(claim: str) -> str | None:
     """The original name of a claim whose owner process is gone, else None."""
     try:
-        pid, host, _tag, name = claim[len(CLAIM_PREFIX):].split("@", 3)
+        pid, host, _tag, name = claim[len(CLAIM_PREFIX) :].split("@", 3)
         owner = int(pid)
     except ValueError:
         return None  # not one of ours: leave it alone
@@ -146,8 +146,11 @@ def control_folder(options: Mapping[str, object]) -> Path:
     """
     if not options.get("control_folder") and not options.get("data_folder"):
         common = os.path.commonpath(
-            [os.path.abspath(option_folder(options, "data_folder_in", "messages")),
-             os.path.abspath(option_folder(options, "data_folder_out", "messages"))])
+            [
+                os.path.abspath(option_folder(options, "data_folder_in", "messages")),
+                os.path.abspath(option_folder(options, "data_folder_out", "messages")),
+            ]
+        )
         return Path(common) / "control"
     return Path(option_folder(options, "control_folder", "control"))
 
@@ -160,7 +163,7 @@ def write_new_file(path: str, data: bytes) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
 
@@ -204,8 +207,10 @@ def purge_files(folder: str, queue: str) -> int:
     except OSError as e:
         raise ChannelError(f"Cannot list {folder!r}: {e}") from e
     claims_folder = os.path.join(folder, CLAIMS_FOLDER)
-    files = itertools.chain(((folder, name) for name in names),
-                            ((claims_folder, name) for name in list_claims(claims_folder)))
+    files = itertools.chain(
+        ((folder, name) for name in names),
+        ((claims_folder, name) for name in list_claims(claims_folder)),
+    )
     count = 0
     for where, name in files:
         if where == claims_folder:
@@ -219,8 +224,7 @@ def purge_files(folder: str, queue: str) -> int:
         except FileNotFoundError:
             continue  # taken or removed meanwhile
         except OSError as e:
-            LOG.error("Could not remove message file %s of private queue %r: %s",
-                      name, queue, e)
+            LOG.error("Could not remove message file %s of private queue %r: %s", name, queue, e)
             continue
         count += 1
     return count

@@ -182,8 +182,7 @@ def live_owner(control: Path, queue: str, besides: Marker) -> bool:
     A worker started again with the same worker id declares the same private
     queue: the dead one's marker must not take the new one's bindings away.
     """
-    return any(m.queue == queue and m != besides and not m.gone()
-               for m in markers(control))
+    return any(m.queue == queue and m != besides and not m.gone() for m in markers(control))
 
 
 def unbind(control: Path, marker: Marker) -> int | None:

@@ -82,16 +82,17 @@ class FolderWatcher:
         """Watch ``folder`` for new files (no-op without inotify)."""
         if self._fd < 0 or folder in self._watched or _LIBC is None:
             return
-        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(folder),
-                                     _IN_MOVED_TO | _IN_CLOSE_WRITE)
+        wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(folder), _IN_MOVED_TO | _IN_CLOSE_WRITE)
         if wd < 0:
-            LOG.debug("inotify_add_watch(%s) failed (errno %s); polling it",
-                      folder, ctypes.get_errno())
+            LOG.debug(
+                "inotify_add_watch(%s) failed (errno %s); polling it", folder, ctypes.get_errno()
+            )
             return
         self._watched.add(folder)
 
-    def wait_for(self, wanted: Callable[[str], bool], timeout: float,
-                 names: set[str] | None = None) -> None:
+    def wait_for(
+        self, wanted: Callable[[str], bool], timeout: float, names: set[str] | None = None
+    ) -> None:
         """Sleep until a file whose name ``wanted`` accepts lands, or ``timeout`` s pass.
 
         Events about other files are read and passed over; the names of

@@ -73,8 +73,9 @@ class LeaseKeeper:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, daemon=True,
-                                        name=f"flowengine-lease-{self._consumer_id}")
+        self._thread = threading.Thread(
+            target=self._loop, daemon=True, name=f"flowengine-lease-{self._consumer_id}"
+        )
         self._thread.start()
 
     def stop(self, retire: bool = True) -> None:
@@ -90,11 +91,18 @@ class LeaseKeeper:
                 back = rc.retire(self._client(), self._consumer_id)
                 self._retired = True
                 if back:
-                    LOG.info("Consumer %s put back %d unsettled message(s) on leaving",
-                             self._consumer_id, back)
+                    LOG.info(
+                        "Consumer %s put back %d unsettled message(s) on leaving",
+                        self._consumer_id,
+                        back,
+                    )
             except Exception as e:
-                LOG.warning("Consumer %s could not retire its lease (%s); its holdings go"
-                            " back when the lease lapses", self._consumer_id, e)
+                LOG.warning(
+                    "Consumer %s could not retire its lease (%s); its holdings go"
+                    " back when the lease lapses",
+                    self._consumer_id,
+                    e,
+                )
         self._close()
 
     def lapsed(self) -> bool:
@@ -110,19 +118,24 @@ class LeaseKeeper:
 
     def renew_once(self) -> int:
         """Renew (and reclaim) now; how many messages of dead consumers went back."""
-        back, fresh = rc.renew(self._client(), self._consumer_id, self._lease_ms,
-                               self._reclaim)
+        back, fresh = rc.renew(self._client(), self._consumer_id, self._lease_ms, self._reclaim)
         if fresh and self._renewed:
-            LOG.error("The lease of consumer %s lapsed (the process was frozen or cut off"
-                      " for longer than %.2f s): other consumers took back what it held;"
-                      " its queues are declared again", self._consumer_id,
-                      self._lease_ms / 1000)
+            LOG.error(
+                "The lease of consumer %s lapsed (the process was frozen or cut off"
+                " for longer than %.2f s): other consumers took back what it held;"
+                " its queues are declared again",
+                self._consumer_id,
+                self._lease_ms / 1000,
+            )
             self._lapsed.set()
         self._renewed = True
         if back:
             self.reclaimed_count += back
-            LOG.warning("Put back %d message(s) held by consumers whose lease lapsed (dead"
-                        " or frozen processes)", back)
+            LOG.warning(
+                "Put back %d message(s) held by consumers whose lease lapsed (dead"
+                " or frozen processes)",
+                back,
+            )
         return back
 
     def _loop(self) -> None:
@@ -138,9 +151,13 @@ class LeaseKeeper:
                     self._failing = True
                     # Before a first renewal the owner's consume loop reports
                     # the broker problem itself (once, precisely).
-                    LOG.log(logging.WARNING if self._renewed else logging.DEBUG,
-                            "Could not renew the lease of consumer %s (%s); retrying"
-                            " every %.2f s", self._consumer_id, e, self._period_s)
+                    LOG.log(
+                        logging.WARNING if self._renewed else logging.DEBUG,
+                        "Could not renew the lease of consumer %s (%s); retrying every %.2f s",
+                        self._consumer_id,
+                        e,
+                        self._period_s,
+                    )
             if self._stop.wait(self._period_s):
                 return
 

@@ -133,14 +133,16 @@ class Channel(memory.Channel):
         super()._put(queue, message, **kwargs)
         WAITERS.wake(queue)
 
-    def _put_fanout(self, exchange: str, message: Any, routing_key: str | None = None,
-                    **kwargs: Any) -> None:
+    def _put_fanout(
+        self, exchange: str, message: Any, routing_key: str | None = None, **kwargs: Any
+    ) -> None:
         super()._put_fanout(exchange, message, routing_key, **kwargs)
         for queue in self._lookup(exchange, routing_key):
             WAITERS.wake(queue)
 
-    def _delete(self, queue: str, exchange: str | None = None, *binding: Any,
-                **kwargs: Any) -> None:
+    def _delete(
+        self, queue: str, exchange: str | None = None, *binding: Any, **kwargs: Any
+    ) -> None:
         """Delete ``queue`` and its binding to ``exchange`` (once per binding).
 
         kombu's memory transport drops the queue but leaves the exchange's
@@ -180,24 +182,21 @@ class Transport(memory.Transport):
 
     def _watch_consumed_queues(self) -> None:
         """Be woken by puts to the queues this transport's channels consume now."""
-        consumed = frozenset(queue for channel in self.channels
-                             for queue in channel._active_queues)
+        consumed = frozenset(queue for channel in self.channels for queue in channel._active_queues)
         if consumed != self._watched:
             WAITERS.watch(self._waiter, self._watched, consumed)
             self._watched = consumed
 
     def _can_take_any(self) -> bool:
         """Whether every consuming channel is below its prefetch limit."""
-        return all(channel.qos.can_consume() for channel in self.channels
-                   if channel._consumers)
+        return all(channel.qos.can_consume() for channel in self.channels if channel._consumers)
 
     def close_connection(self, connection: Any) -> None:
         WAITERS.watch(self._waiter, self._watched, frozenset())
         self._watched = frozenset()
         super().close_connection(connection)
 
-    def drain_events(self, connection: Any, timeout: float | None = None,
-                     **kwargs: Any) -> None:
+    def drain_events(self, connection: Any, timeout: float | None = None, **kwargs: Any) -> None:
         """Deliver one message, waiting (without polling) up to ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         assert self.cycle is not None  # kombu sets it up with the transport

@@ -62,8 +62,9 @@ def _redis_channel(conn: Any) -> Any | None:
         # channel opened for nothing, one round trip.
         return None
     channel = conn.default_channel
-    if all(hasattr(channel, attr) for attr in ("unacked_index_key", "unacked_key", "qos",
-                                                "client")):
+    if all(
+        hasattr(channel, attr) for attr in ("unacked_index_key", "unacked_key", "qos", "client")
+    ):
         return channel
     return None
 
@@ -109,18 +110,20 @@ def restore_stranded(conn: Any, previous_run_id: str | None) -> int:
             ceil = float(stamp)
         else:  # stamp expired, or no consumer connected since: Redis's own word
             ceil = clock.host_wall() - uptime_s - UPTIME_RESOLUTION_S
-        tags = client.zrangebyscore(channel.unacked_index_key, 0, ceil, start=0,
-                                    num=MAX_RESTORED)
+        tags = client.zrangebyscore(channel.unacked_index_key, 0, ceil, start=0, num=MAX_RESTORED)
         for tag in tags:
             # A transaction per tag: a tag another consumer restored meanwhile
             # is found gone and only unindexed, never put back twice.
             channel.qos.restore_by_tag(tag, client, leftmost=True)
         if tags:
-            LOG.warning("Redis restarted %.0f s ago: putting back %d message(s) delivered"
-                        " before the restart and never acknowledged (another consumer"
-                        " may have put some back already)", uptime_s, len(tags))
+            LOG.warning(
+                "Redis restarted %.0f s ago: putting back %d message(s) delivered"
+                " before the restart and never acknowledged (another consumer"
+                " may have put some back already)",
+                uptime_s,
+                len(tags),
+            )
         return len(tags)
     except Exception:
-        LOG.warning("Could not check for messages stranded by a Redis restart",
-                    exc_info=True)
+        LOG.warning("Could not check for messages stranded by a Redis restart", exc_info=True)
         return 0

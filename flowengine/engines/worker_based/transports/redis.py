@@ -86,7 +86,8 @@ def _given_away(delivery_tag: str, held: Held) -> exc.DeliveryNotSettled:
     """The error for settling a message that went to another consumer meanwhile."""
     return exc.DeliveryNotSettled(
         f"Message {delivery_tag} from queue {held.queue!r} was given to another"
-        f" consumer (this one's lease had lapsed); it must not be handled here")
+        f" consumer (this one's lease had lapsed); it must not be handled here"
+    )
 
 
 class QoS(kombu_redis.QoS):
@@ -111,8 +112,15 @@ class QoS(kombu_redis.QoS):
             return
         try:
             with self.channel.conn_or_acquire() as client:
-                settled = rc.settle(self.channel.replicated(client), held.inflight,
-                                    held.raw, delivery_tag, held.nonce, [], held.queue)
+                settled = rc.settle(
+                    self.channel.replicated(client),
+                    held.inflight,
+                    held.raw,
+                    delivery_tag,
+                    held.nonce,
+                    [],
+                    held.queue,
+                )
         finally:
             virtual.QoS.ack(self, delivery_tag)
         if not settled:
@@ -129,8 +137,9 @@ class QoS(kombu_redis.QoS):
                 if requeue:
                     rc.restore_one(client, held.inflight, held.queue, held.raw)
                 else:
-                    rc.settle(client, held.inflight, held.raw, delivery_tag, held.nonce,
-                              [], held.queue)
+                    rc.settle(
+                        client, held.inflight, held.raw, delivery_tag, held.nonce, [], held.queue
+                    )
         finally:
             virtual.QoS.ack(self, delivery_tag)
 
@@ -170,17 +179,19 @@ class Channel(kombu_redis.Channel):
                 raise problem from e
             raise
         if self.global_keyprefix:
-            raise ValueError("flowengine's Redis transport does not support"
-                             " global_keyprefix; use transport"
-                             " 'kombu.transport.redis:Transport' to keep it")
+            raise ValueError(
+                "flowengine's Redis transport does not support"
+                " global_keyprefix; use transport"
+                " 'kombu.transport.redis:Transport' to keep it"
+            )
         options = self.connection.client.transport_options or {}
         self.consumer_id = str(options.get(rc.CONSUMER_OPTION) or uuid.uuid4().hex)
         self.lease_ms = int(float(options.get(rc.LEASE_OPTION, rc.DEFAULT_LEASE_S)) * 1000)
         self.replica_wait = redis_replicas.shared(
             self.where,
             int(options.get(redis_replicas.REPLICAS_OPTION, self.default_wait_replicas)),
-            float(options.get(redis_replicas.TIMEOUT_OPTION,
-                              redis_replicas.DEFAULT_TIMEOUT_S)))
+            float(options.get(redis_replicas.TIMEOUT_OPTION, redis_replicas.DEFAULT_TIMEOUT_S)),
+        )
         #: Deliveries taken and not settled yet, by delivery tag.
         self.held: dict[str, Held] = {}
         self._reliable: set[str] = set()
@@ -275,8 +286,7 @@ class Channel(kombu_redis.Channel):
         if permanent:
             set_keys.append(permanent % (exchange,))
         with self.conn_or_acquire() as client:
-            rc.mark_private(client, self.consumer_id, queue,
-                            [(key, member) for key in set_keys])
+            rc.mark_private(client, self.consumer_id, queue, [(key, member) for key in set_keys])
 
     def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
         no_ack = kwargs.get("no_ack", args[0] if args else False)
@@ -285,8 +295,13 @@ class Channel(kombu_redis.Channel):
             with self.conn_or_acquire() as client:
                 back = rc.register_queue(client, self.consumer_id, queue, self.lease_ms)
             if back:
-                LOG.warning("Put back %d message(s) consumer %s took from %r on an earlier"
-                            " connection and never settled", back, self.consumer_id, queue)
+                LOG.warning(
+                    "Put back %d message(s) consumer %s took from %r on an earlier"
+                    " connection and never settled",
+                    back,
+                    self.consumer_id,
+                    queue,
+                )
             self._reliable.add(queue)
         return super().basic_consume(queue, *args, **kwargs)
 
@@ -305,7 +320,8 @@ class Channel(kombu_redis.Channel):
             raise RuntimeError(
                 f"Redis {version} is too old for flowengine's Redis transport (it needs"
                 f" {'.'.join(map(str, MIN_SERVER_VERSION))}+ for BLMOVE); upgrade Redis or"
-                f" pass transport='kombu.transport.redis:Transport'")
+                f" pass transport='kombu.transport.redis:Transport'"
+            )
         self._server_checked = True
         _RECENT_ENOUGH.add(server)
 
@@ -331,8 +347,13 @@ class Channel(kombu_redis.Channel):
     def _take(self, client: Any, queue: str, limit: int) -> list[bytes]:
         """Settle ``queue``'s deferred deliveries and take up to ``limit`` more."""
         settled = [held for held in self._deferred if held.queue == queue]
-        taken = rc.take(client, queue, rc.inflight_key(self.consumer_id, queue), limit,
-                        [held.raw for held in settled])
+        taken = rc.take(
+            client,
+            queue,
+            rc.inflight_key(self.consumer_id, queue),
+            limit,
+            [held.raw for held in settled],
+        )
         if settled:
             self._deferred = [held for held in self._deferred if held.queue != queue]
         return taken
@@ -357,8 +378,8 @@ class Channel(kombu_redis.Channel):
         # kombu's half-open socket check (kombu declares the attribute None).
         self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
         self.client.connection.send_command(
-            "BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT",
-            timeout or 0)
+            "BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT", timeout or 0
+        )
 
     def _brpop_read(self, **options: Any) -> bool:
         queue = self._polling
@@ -366,8 +387,7 @@ class Channel(kombu_redis.Channel):
             return bool(super()._brpop_read(**options))
         try:
             try:
-                item = self.client.parse_response(self.client.connection, "BLMOVE",
-                                                  **options)
+                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
             except self.connection_errors:
                 # The next poll reconnects; what BLMOVE moved stays held and is
                 # put back when this consumer consumes again.
@@ -405,8 +425,7 @@ class Channel(kombu_redis.Channel):
             # Unreadable: settle it away rather than put back a poison message.
             with self.conn_or_acquire() as client:
                 rc.settle(client, inflight, item, uuid.uuid4().hex, uuid.uuid4().hex, [])
-            LOG.error("Dropped an undecodable message from Redis queue %r: %.200r",
-                      queue, item)
+            LOG.error("Dropped an undecodable message from Redis queue %r: %.200r", queue, item)
             return False
         self.held[tag] = Held(inflight, queue, item, uuid.uuid4().hex)
         self.connection._deliver(payload, queue)
@@ -414,8 +433,7 @@ class Channel(kombu_redis.Channel):
 
     # --- publishing ---
 
-    def basic_publish(self, message: Any, exchange: str, routing_key: str,
-                      **kwargs: Any) -> Any:
+    def basic_publish(self, message: Any, exchange: str, routing_key: str, **kwargs: Any) -> Any:
         """Publish; to a direct exchange in one round trip, Redis doing the routing.
 
         kombu looks the exchange's bindings up (SMEMBERS) and then pushes to
@@ -423,8 +441,12 @@ class Channel(kombu_redis.Channel):
         still receives the message. Here one script does both, atomically.
         Other exchange types (and a dead-letter queue) go kombu's way.
         """
-        if (not exchange or self.deadletter_queue is not None or self.sep != rc.BINDING_SEP
-                or self.typeof(exchange).type != "direct"):
+        if (
+            not exchange
+            or self.deadletter_queue is not None
+            or self.sep != rc.BINDING_SEP
+            or self.typeof(exchange).type != "direct"
+        ):
             return super().basic_publish(message, exchange, routing_key, **kwargs)
         self._inplace_augment_message(message, exchange, routing_key)
         push = rc.Push(self.keyprefix_queue % (exchange,), routing_key or "", dumps(message))
@@ -435,8 +457,7 @@ class Channel(kombu_redis.Channel):
             rc.publish(self.replicated(client), [push])
         return None
 
-    def _inplace_augment_message(self, message: Any, exchange: str,
-                                 routing_key: str) -> None:
+    def _inplace_augment_message(self, message: Any, exchange: str, routing_key: str) -> None:
         """kombu's, keeping a delivery tag the publisher chose (the same when sending again).
 
         A copy sent again after a lost answer then carries the first one's
@@ -481,8 +502,9 @@ class Channel(kombu_redis.Channel):
 
     # --- settling with a reply ---
 
-    def settle_with(self, delivery_tag: str, pushes: Sequence[rc.Push | tuple[str, bytes]],
-                    client: Any) -> None:
+    def settle_with(
+        self, delivery_tag: str, pushes: Sequence[rc.Push | tuple[str, bytes]], client: Any
+    ) -> None:
         """Settle a held delivery and make ``pushes`` in one atomic step (via ``client``).
 
         ``pushes``: what capturing() collected, or (queue, payload) pairs.
@@ -492,10 +514,18 @@ class Channel(kombu_redis.Channel):
         """
         held = self.held.get(delivery_tag)
         if held is None:
-            raise exc.DeliveryNotSettled(f"Message {delivery_tag} is not held by this"
-                                         f" channel (already settled?)")
-        settled = rc.settle(self.replicated(client), held.inflight, held.raw, delivery_tag,
-                            held.nonce, pushes, held.queue)
+            raise exc.DeliveryNotSettled(
+                f"Message {delivery_tag} is not held by this channel (already settled?)"
+            )
+        settled = rc.settle(
+            self.replicated(client),
+            held.inflight,
+            held.raw,
+            delivery_tag,
+            held.nonce,
+            pushes,
+            held.queue,
+        )
         del self.held[delivery_tag]
         virtual.QoS.ack(self.qos, delivery_tag)
         if not settled:
@@ -509,8 +539,13 @@ class Transport(kombu_redis.Transport):
     #: See contract.py: proxies open one channel per consumed queue, keep a
     #: lease alive, mark private queues and settle a request with its reply.
     flowengine_implements = contract.Capabilities(
-        leases=True, queue_per_channel=True, private_queues=True, atomic_settle=True,
-        batch_publish=True, batch_take=True)
+        leases=True,
+        queue_per_channel=True,
+        private_queues=True,
+        atomic_settle=True,
+        batch_publish=True,
+        batch_take=True,
+    )
 
 
 class SentinelChannel(Channel, kombu_redis.SentinelChannel):
@@ -531,11 +566,13 @@ class SentinelChannel(Channel, kombu_redis.SentinelChannel):
         sentinels = []
         for url in conninfo.alt or [conninfo.as_uri(include_password=True)]:
             parts = url_to_parts(url)
-            sentinels.append((parts.hostname or "127.0.0.1",
-                              int(parts.port or _sentinel_default_port())))
+            sentinels.append(
+                (parts.hostname or "127.0.0.1", int(parts.port or _sentinel_default_port()))
+            )
         options = conninfo.transport_options or {}
-        redis_tls.check_sentinels(sentinels, options.get("sentinel_kwargs"),
-                                  str(options.get("master_name")))
+        redis_tls.check_sentinels(
+            sentinels, options.get("sentinel_kwargs"), str(options.get("master_name"))
+        )
         super().__init__(connection, **kwargs)
 
     @property

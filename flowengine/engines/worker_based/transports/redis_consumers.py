@@ -106,8 +106,11 @@ def settle_token_key(delivery_tag: str, queue: str = "") -> str:
     Per queue: a message routed to several queues (a broadcast) is settled
     once in each.
     """
-    return f"flowengine.settled.{queue}.{delivery_tag}" if queue else \
-        f"flowengine.settled.{delivery_tag}"
+    return (
+        f"flowengine.settled.{queue}.{delivery_tag}"
+        if queue
+        else f"flowengine.settled.{delivery_tag}"
+    )
 
 
 # Shared by the scripts below: put back everything consumer ``c`` holds and
@@ -152,7 +155,9 @@ end
 # ARGV: me, lease (ms), '1' to also reclaim dead consumers, suspect extra
 # (ms), keep (ms). Returns {messages of dead consumers put back, 1 if ``me``
 # was not registered (new, or reclaimed meanwhile)}.
-_RENEW = _RECLAIM_FN + """
+_RENEW = (
+    _RECLAIM_FN
+    + """
 local me, lease = ARGV[1], tonumber(ARGV[2])
 local fresh = register(me, lease)
 if ARGV[3] ~= '1' then return {0, fresh} end
@@ -179,17 +184,23 @@ for i = 1, #reg, 2 do
 end
 return {n, fresh}
 """
+)
 
 # ARGV: consumer, keep (ms). Put back all it holds, delete its private
 # queues, unregister it (keep 0: a consumer leaving; else: a dead one).
-_RECLAIM = _RECLAIM_FN + """
+_RECLAIM = (
+    _RECLAIM_FN
+    + """
 return reclaim(ARGV[1], tonumber(ARGV[2]))
 """
+)
 
 # ARGV: me, queue, lease (ms). Registers ``queue`` as one ``me`` takes from,
 # and puts back what ``me`` left in flight from it on an earlier connection
 # (nothing is being handled while a consumer starts consuming).
-_REGISTER_QUEUE = _RECLAIM_FN + """
+_REGISTER_QUEUE = (
+    _RECLAIM_FN
+    + """
 local me, q, lease = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local base = P .. me
 register(me, lease)
@@ -198,6 +209,7 @@ local n = 0
 while redis.call('LMOVE', base .. '.inflight.' .. q, q, 'LEFT', 'RIGHT') do n = n + 1 end
 return n
 """
+)
 
 # Shared by the scripts that push: ARGV from ``first`` on holds Push
 # triples (binding set or '', routing key or queue, payload); a binding set
@@ -237,7 +249,9 @@ end
 # (pushed), 2: settled earlier by this same taker (a retry after a lost
 # answer), 0: not ours any more (reclaimed, possibly settled by the consumer
 # that got it next; or a copy of a message another taker settled: removed).
-_SETTLE = _ROUTE_FN + """
+_SETTLE = (
+    _ROUTE_FN
+    + """
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 1 then
   local holder = redis.call('GET', KEYS[2])
   if holder and holder ~= ARGV[3] then return 0 end
@@ -248,11 +262,15 @@ end
 if redis.call('GET', KEYS[2]) == ARGV[3] then return 2 end
 return 0
 """
+)
 
 # ARGV: binding separator, Push triples. Pushes them in order, atomically.
-_PUBLISH = _ROUTE_FN + """
+_PUBLISH = (
+    _ROUTE_FN
+    + """
 return route_all(ARGV[1], 2)
 """
+)
 
 # KEYS: in-flight list, queue; ARGV: the message as taken. Back at the head.
 _RESTORE_ONE = """
@@ -278,9 +296,15 @@ end
 return taken
 """
 
-_SCRIPTS = {"renew": _RENEW, "reclaim": _RECLAIM, "register_queue": _REGISTER_QUEUE,
-            "settle": _SETTLE, "restore_one": _RESTORE_ONE, "publish": _PUBLISH,
-            "take": _TAKE}
+_SCRIPTS = {
+    "renew": _RENEW,
+    "reclaim": _RECLAIM,
+    "register_queue": _REGISTER_QUEUE,
+    "settle": _SETTLE,
+    "restore_one": _RESTORE_ONE,
+    "publish": _PUBLISH,
+    "take": _TAKE,
+}
 
 
 def _script(client: Any, name: str) -> Any:
@@ -298,8 +322,8 @@ def renew(client: Any, consumer: str, lease_ms: int, reclaim: bool) -> tuple[int
     Returns (messages put back, whether ``consumer`` was not registered).
     """
     back, fresh = _script(client, "renew")(
-        args=[consumer, lease_ms, "1" if reclaim else "0", SUSPECT_EXTRA_MS,
-              RECLAIMED_KEEP_MS])
+        args=[consumer, lease_ms, "1" if reclaim else "0", SUSPECT_EXTRA_MS, RECLAIMED_KEEP_MS]
+    )
     return int(back), bool(int(fresh))
 
 
@@ -318,8 +342,7 @@ def register_queue(client: Any, consumer: str, queue: str, lease_ms: int) -> int
     return int(_script(client, "register_queue")(args=[consumer, queue, lease_ms]))
 
 
-def mark_private(client: Any, consumer: str, queue: str,
-                 bindings: list[tuple[str, str]]) -> None:
+def mark_private(client: Any, consumer: str, queue: str, bindings: list[tuple[str, str]]) -> None:
     """Delete ``queue`` and remove ``bindings`` ((set key, member) pairs) with ``consumer``."""
     base = f"{CONSUMER_PREFIX}{consumer}"
     with client.pipeline() as pipe:
@@ -341,8 +364,15 @@ def _push_args(pushes: Sequence[Push | tuple[str, bytes]]) -> list[Any]:
     return args
 
 
-def settle(client: Any, inflight: str, raw: bytes, delivery_tag: str, nonce: str,
-           pushes: Sequence[Push | tuple[str, bytes]], queue: str = "") -> bool:
+def settle(
+    client: Any,
+    inflight: str,
+    raw: bytes,
+    delivery_tag: str,
+    nonce: str,
+    pushes: Sequence[Push | tuple[str, bytes]],
+    queue: str = "",
+) -> bool:
     """Remove a held message and make ``pushes`` (Push, or (queue, payload)) atomically.
 
     ``nonce`` is drawn when the message was taken; ``queue`` is where it was
@@ -364,8 +394,9 @@ def restore_one(client: Any, inflight: str, queue: str, raw: bytes) -> bool:
     return int(_script(client, "restore_one")(keys=[inflight, queue], args=[raw])) == 1
 
 
-def take(client: Any, queue: str, inflight: str, limit: int,
-         settled: Sequence[bytes] = ()) -> list[bytes]:
+def take(
+    client: Any, queue: str, inflight: str, limit: int, settled: Sequence[bytes] = ()
+) -> list[bytes]:
     """Remove ``settled`` from ``inflight``, then move up to ``limit`` messages there.
 
     One round trip for a private queue's consumer: what it handled since its

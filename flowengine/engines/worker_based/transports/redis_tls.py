@@ -37,8 +37,9 @@ _VERIFIED_LOCK = threading.Lock()
 _VERIFY_FAILED = "CERTIFICATE_VERIFY_FAILED"
 
 
-def tls_problem(error: BaseException, where: str, sentinel: bool = False
-                ) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
+def tls_problem(
+    error: BaseException, where: str, sentinel: bool = False
+) -> exc.BrokerConfigError | exc.BrokerUnavailable | None:
     """The error to raise for ``error`` met connecting to Redis at ``where``; None if not TLS.
 
     ``sentinel``: the master was looked up through Sentinels (their TLS
@@ -46,24 +47,33 @@ def tls_problem(error: BaseException, where: str, sentinel: bool = False
     """
     verify = misc.find_cause(error, ssl.SSLCertVerificationError)
     if verify is not None or _VERIFY_FAILED in str(error):
-        why = (getattr(verify, "verify_message", None) or getattr(verify, "reason", None)
-               if verify is not None else "see the Sentinels' answers below")
-        check = ("ssl_ca_certs in sentinel_kwargs (the CA that signed the Sentinels'"
-                 " certificates; the URL's ssl_ca_certs is the master's)" if sentinel
-                 else "ssl_ca_certs (the CA that signed the server's certificate)")
+        why = (
+            getattr(verify, "verify_message", None) or getattr(verify, "reason", None)
+            if verify is not None
+            else "see the Sentinels' answers below"
+        )
+        check = (
+            "ssl_ca_certs in sentinel_kwargs (the CA that signed the Sentinels'"
+            " certificates; the URL's ssl_ca_certs is the master's)"
+            if sentinel
+            else "ssl_ca_certs (the CA that signed the server's certificate)"
+        )
         detail = "" if verify is not None else f": {error}"
         return exc.BrokerConfigError(
             f"Redis at {where}: TLS certificate verification failed ({why}); check"
-            f" {check} and the host name{detail}")
+            f" {check} and the host name{detail}"
+        )
     if misc.find_cause(error, ssl.SSLError) is not None:
         return exc.BrokerUnavailable(
             f"Redis at {where}: the TLS handshake failed ({error}); if the server requires"
-            f" client certificates, check ssl_certfile and ssl_keyfile")
+            f" client certificates, check ssl_certfile and ssl_keyfile"
+        )
     return None
 
 
-def check_sentinels(sentinels: Iterable[tuple[str, int]],
-                    sentinel_kwargs: Mapping[str, Any] | None, service: str) -> None:
+def check_sentinels(
+    sentinels: Iterable[tuple[str, int]], sentinel_kwargs: Mapping[str, Any] | None, service: str
+) -> None:
     """Raise BrokerConfigError when a Sentinel's TLS certificate does not verify.
 
     redis-py reports a Sentinel it cannot reach as "no master found", after
@@ -82,14 +92,19 @@ def check_sentinels(sentinels: Iterable[tuple[str, int]],
             if (host, port, ca) in _VERIFIED:
                 continue
         connection = redis.connection.SSLConnection(
-            host=host, port=port, **{"socket_connect_timeout": PROBE_TIMEOUT_S,
-                                     "socket_timeout": PROBE_TIMEOUT_S, **options,
-                                     "retry": once})
+            host=host,
+            port=port,
+            **{
+                "socket_connect_timeout": PROBE_TIMEOUT_S,
+                "socket_timeout": PROBE_TIMEOUT_S,
+                **options,
+                "retry": once,
+            },
+        )
         try:
             connection.connect()  # type: ignore[no-untyped-call]
         except redis_exc.ConnectionError as e:
-            problem = tls_problem(e, f"the Sentinel {host}:{port} of {service!r}",
-                                  sentinel=True)
+            problem = tls_problem(e, f"the Sentinel {host}:{port} of {service!r}", sentinel=True)
             if isinstance(problem, exc.BrokerConfigError):
                 raise problem from e
             continue

@@ -62,9 +62,14 @@ def make_exchange(name: str, durable: bool = False) -> Exchange:
     return Exchange(name, type="direct", durable=durable, auto_delete=False)
 
 
-def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
-               auto_delete: bool = False, durable: bool = False,
-               queue_type: str = CLASSIC) -> Queue:
+def make_queue(
+    name: str,
+    exchange: Exchange,
+    routing_keys: Sequence[str],
+    auto_delete: bool = False,
+    durable: bool = False,
+    queue_type: str = CLASSIC,
+) -> Queue:
     """A queue bound to ``exchange`` with each of ``routing_keys``.
 
     ``queue_type`` counts only with ``durable`` (BrokerSettings checks that
@@ -77,8 +82,14 @@ def make_queue(name: str, exchange: Exchange, routing_keys: Sequence[str],
         # meant to survive: durable, with an idle expiry instead.
         auto_delete = False
         arguments["x-expires"] = int(IDLE_QUEUE_EXPIRES_S * 1000)
-    return Queue(name, exchange=exchange, bindings=bindings, durable=durable,
-                       auto_delete=auto_delete, queue_arguments=arguments or None)
+    return Queue(
+        name,
+        exchange=exchange,
+        bindings=bindings,
+        durable=durable,
+        auto_delete=auto_delete,
+        queue_arguments=arguments or None,
+    )
 
 
 def queue_type_arguments(durable: bool, queue_type: str) -> dict[str, Any]:

@@ -14,8 +14,16 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-__all__ = ["Clock", "OffsetClock", "SystemClock", "current", "host_wall", "install",
-           "monotonic", "wall"]
+__all__ = [
+    "Clock",
+    "OffsetClock",
+    "SystemClock",
+    "current",
+    "host_wall",
+    "install",
+    "monotonic",
+    "wall",
+]
 
 
 class Clock(Protocol):

@@ -51,9 +51,12 @@ def control_queue_name(exchange: str, worker_id: str) -> str:
 
 
 _ARGUMENTS_SCHEMAS: dict[str, dict[str, Any]] = {
-    CANCEL: {"type": "object",
-             "properties": {"request": {"type": "string", "minLength": 1}},
-             "required": ["request"], "additionalProperties": False},
+    CANCEL: {
+        "type": "object",
+        "properties": {"request": {"type": "string", "minLength": 1}},
+        "required": ["request"],
+        "additionalProperties": False,
+    },
 }
 _NO_ARGUMENTS = {"type": "object", "additionalProperties": False}
 
@@ -64,8 +67,9 @@ REQUEST_SCHEMA: dict[str, Any] = {
         "command": {"type": "string", "enum": list(COMMANDS)},
         "arguments": {"type": "object"},
         # Worker ids the request is for (absent or null: every worker).
-        "destination": {"oneOf": [{"type": "null"},
-                                  {"type": "array", "items": {"type": "string"}}]},
+        "destination": {
+            "oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "string"}}]
+        },
     },
     "required": ["command"],
     "additionalProperties": False,
@@ -87,8 +91,9 @@ REPLY_SCHEMA: dict[str, Any] = {
 
 _REQUEST_VALIDATOR = compile_schema(REQUEST_SCHEMA)
 _REPLY_VALIDATOR = compile_schema(REPLY_SCHEMA)
-_ARGUMENTS_VALIDATORS = {name: compile_schema(_ARGUMENTS_SCHEMAS.get(name, _NO_ARGUMENTS))
-                         for name in COMMANDS}
+_ARGUMENTS_VALIDATORS = {
+    name: compile_schema(_ARGUMENTS_SCHEMAS.get(name, _NO_ARGUMENTS)) for name in COMMANDS
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,16 +121,22 @@ class ControlRequest(Message):
     def validate(data: Any) -> None:
         """Check a received body, its command's arguments included; raise InvalidFormat."""
         check(_REQUEST_VALIDATOR, data, "Control request")
-        check(_ARGUMENTS_VALIDATORS[data["command"]], data.get("arguments", {}),
-              f"Arguments of control command {data['command']!r}")
+        check(
+            _ARGUMENTS_VALIDATORS[data["command"]],
+            data.get("arguments", {}),
+            f"Arguments of control command {data['command']!r}",
+        )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ControlRequest:
         """Build from a body (validated here; InvalidFormat when it is not valid)."""
         cls.validate(data)
         destination = data.get("destination")
-        return cls(data["command"], dict(data.get("arguments") or {}),
-                   None if destination is None else tuple(destination))
+        return cls(
+            data["command"],
+            dict(data.get("arguments") or {}),
+            None if destination is None else tuple(destination),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,8 +153,12 @@ class ControlReply(Message):
 
     def to_dict(self) -> dict[str, Any]:
         """The body to publish."""
-        body: dict[str, Any] = {"worker_id": self.worker_id, "command": self.command,
-                                "ok": self.ok, "result": self.result}
+        body: dict[str, Any] = {
+            "worker_id": self.worker_id,
+            "command": self.command,
+            "ok": self.ok,
+            "result": self.result,
+        }
         if self.error is not None:
             body["error"] = self.error
         return body
@@ -157,5 +172,10 @@ class ControlReply(Message):
     def from_dict(cls, data: dict[str, Any]) -> ControlReply:
         """Build from a body (validated here; InvalidFormat when it is not valid)."""
         cls.validate(data)
-        return cls(data["worker_id"], data["command"], data["ok"],
-                   dict(data.get("result") or {}), data.get("error"))
+        return cls(
+            data["worker_id"],
+            data["command"],
+            data["ok"],
+            dict(data.get("result") or {}),
+            data.get("error"),
+        )

@@ -45,6 +45,8 @@ def validate_failure(data: Any, where: str) -> None:
         item = pending.pop()
         version = item.get("version")
         if version != ft.Failure.DICT_VERSION:
-            raise exc.InvalidFormat(f"{where}: failure dict version {version!r} is not"
-                                    f" supported (expected {ft.Failure.DICT_VERSION})")
+            raise exc.InvalidFormat(
+                f"{where}: failure dict version {version!r} is not"
+                f" supported (expected {ft.Failure.DICT_VERSION})"
+            )
         pending.extend(item.get("causes") or ())

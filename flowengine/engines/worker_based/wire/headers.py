@@ -117,12 +117,16 @@ class Headers:
         # to their class-level defaults.
         headers.__dict__.update(
             attempt=_count(raw.get(names.HEADER_ATTEMPT)),
-            worker_id=(None if raw.get(names.HEADER_WORKER_ID) is None
-                       else str(raw[names.HEADER_WORKER_ID])),
+            worker_id=(
+                None
+                if raw.get(names.HEADER_WORKER_ID) is None
+                else str(raw[names.HEADER_WORKER_ID])
+            ),
             origin=_text(raw.get(names.HEADER_ORIGIN)),
             request_id=_text(raw.get(lv.HEADER_REQUEST_ID)),
             heartbeat_s=lv.parse_heartbeat(raw.get(lv.HEADER_HEARTBEAT)),
-            expires=expires, timelimit=raw.get(names.HEADER_TIMELIMIT),
+            expires=expires,
+            timelimit=raw.get(names.HEADER_TIMELIMIT),
             root_id=_text(raw.get(names.HEADER_ROOT_ID)),
             parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
             heartbeat_misses=_misses(raw.get(lv.HEADER_HEARTBEAT_MISSES)),
@@ -132,10 +136,10 @@ class Headers:
             created=_epoch(raw.get(names.HEADER_CREATED)),
             enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
             run_s=_seconds(raw.get(names.HEADER_RUN_S)),
-            traceparent=_bounded_text(raw.get(names.HEADER_TRACEPARENT),
-                                      MAX_TRACEPARENT_CHARS),
+            traceparent=_bounded_text(raw.get(names.HEADER_TRACEPARENT), MAX_TRACEPARENT_CHARS),
             tracestate=_bounded_text(raw.get(names.HEADER_TRACESTATE), MAX_TRACESTATE_CHARS),
-            problems=tuple(problems))
+            problems=tuple(problems),
+        )
         return headers
 
     @property

@@ -75,8 +75,9 @@ def check_interval(interval_s: Any, what: str = "heartbeat_interval") -> float:
     except (TypeError, ValueError):
         raise ValueError(f"{what} must be a number of seconds, not {interval_s!r}") from None
     if not math.isfinite(value) or value < MIN_HEARTBEAT_INTERVAL_S:
-        raise ValueError(f"{what} must be at least {MIN_HEARTBEAT_INTERVAL_S} s"
-                         f" (got {interval_s!r})")
+        raise ValueError(
+            f"{what} must be at least {MIN_HEARTBEAT_INTERVAL_S} s (got {interval_s!r})"
+        )
     return value
 
 

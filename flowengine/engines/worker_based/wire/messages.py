@@ -103,8 +103,12 @@ class Response(Message):
         ``{"state": "EVENT", "event_type": ..., "details": ...}``; the schema
         (and TaskFlow's workers) put those two under ``data``. Both are accepted.
         """
-        if (isinstance(data, dict) and data.get("state") == EVENT and "data" not in data
-                and "event_type" in data):
+        if (
+            isinstance(data, dict)
+            and data.get("state") == EVENT
+            and "data" not in data
+            and "event_type" in data
+        ):
             rest = {k: v for k, v in data.items() if k != "state"}
             return {"state": EVENT, "data": rest}
         return data
@@ -134,11 +138,15 @@ class Response(Message):
         check(RESPONSE_VALIDATOR, data, "Response message data", response_fast)
         state, payload = data["state"], data["data"]
         if state in (SUCCESS, FAILURE) and "result" not in payload:
-            raise exc.InvalidFormat(f"Response message data not of the expected format:"
-                                    f" a {state} response needs data.result (at $.data)")
+            raise exc.InvalidFormat(
+                f"Response message data not of the expected format:"
+                f" a {state} response needs data.result (at $.data)"
+            )
         if state == EVENT and "event_type" not in payload:
-            raise exc.InvalidFormat("Response message data not of the expected format:"
-                                    " an EVENT response needs data.event_type and"
-                                    " data.details (at $.data)")
+            raise exc.InvalidFormat(
+                "Response message data not of the expected format:"
+                " an EVENT response needs data.event_type and"
+                " data.details (at $.data)"
+            )
         if state == FAILURE:
             validate_failure(payload["result"], "Response failure (at $.data.result)")

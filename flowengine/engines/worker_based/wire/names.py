@@ -90,14 +90,23 @@ HEADER_DECLINED = "declined"
 # the otel extra; see flowengine.tracing): standard names, ignored by TaskFlow.
 HEADER_TRACEPARENT = "traceparent"
 HEADER_TRACESTATE = "tracestate"
-HEADER_NAMES = (HEADER_EXPIRES, HEADER_ATTEMPT, HEADER_ROOT_ID, HEADER_PARENT_ID,
-                HEADER_ORIGIN, HEADER_TIMELIMIT, HEADER_WORKER_ID, HEADER_LEAVING)
+HEADER_NAMES = (
+    HEADER_EXPIRES,
+    HEADER_ATTEMPT,
+    HEADER_ROOT_ID,
+    HEADER_PARENT_ID,
+    HEADER_ORIGIN,
+    HEADER_TIMELIMIT,
+    HEADER_WORKER_ID,
+    HEADER_LEAVING,
+)
 
 #: Marker meaning "no result given" (None is a valid result).
 NO_RESULT = object()
 
 
 # --- names of queues and routing keys (see the contract's wire details) ---
+
 
 def topic_queue_name(exchange: str, topic: str) -> str:
     """Queue shared by all workers of a topic (competing consumers)."""
@@ -148,10 +157,12 @@ def parse_expires(value: Any) -> float | None:
         try:
             when = datetime.datetime.fromisoformat(value)
         except ValueError:
-            raise exc.InvalidFormat(f"Header '{HEADER_EXPIRES}' is not epoch seconds"
-                                    f" nor ISO 8601: {value!r}")
+            raise exc.InvalidFormat(
+                f"Header '{HEADER_EXPIRES}' is not epoch seconds nor ISO 8601: {value!r}"
+            )
         if when.tzinfo is None:
             when = when.replace(tzinfo=datetime.UTC)
         return when.timestamp()
-    raise exc.InvalidFormat(f"Header '{HEADER_EXPIRES}' must be a number or a string,"
-                            f" not {type(value).__name__}")
+    raise exc.InvalidFormat(
+        f"Header '{HEADER_EXPIRES}' must be a number or a string, not {type(value).__name__}"
+    )

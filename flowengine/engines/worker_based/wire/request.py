@@ -77,12 +77,20 @@ class Request(Message):
     #: Schema of a request body (exactly TaskFlow's).
     SCHEMA = REQUEST_SCHEMA
 
-    def __init__(self, task: Any, uuid: str, action: str, arguments: dict[str, Any],
-                 timeout: float | None = REQUEST_TIMEOUT_S, result: Any = NO_RESULT,
-                 failures: dict[str, ft.Failure] | None = None) -> None:
+    def __init__(
+        self,
+        task: Any,
+        uuid: str,
+        action: str,
+        arguments: dict[str, Any],
+        timeout: float | None = REQUEST_TIMEOUT_S,
+        result: Any = NO_RESULT,
+        failures: dict[str, ft.Failure] | None = None,
+    ) -> None:
         if action not in ACTION_TO_EVENT:
-            raise ValueError(f"Unknown request action {action!r};"
-                             f" expected one of {sorted(ACTION_TO_EVENT)}")
+            raise ValueError(
+                f"Unknown request action {action!r}; expected one of {sorted(ACTION_TO_EVENT)}"
+            )
         self._action = action
         self._event = ACTION_TO_EVENT[action]
         self._arguments = arguments
@@ -184,22 +192,25 @@ class Request(Message):
                 return False
             target = TRANSITIONS.get((old_state, make_an_event(new_state)))
             if target is None:
-                raise exc.InvalidState(f"Request transition from {old_state} to {new_state}"
-                                       f" is not allowed")
+                raise exc.InvalidState(
+                    f"Request transition from {old_state} to {new_state} is not allowed"
+                )
             self._state = target
             if target in STOP_TIMER_STATES and self._stopped_at is None:
                 self._stopped_at = time.monotonic()
         LOG.debug("Transitioned %r from %s state to %s state", self, old_state, new_state)
         return True
 
-    def transition_and_log_error(self, new_state: str, logger: logging.Logger | None = None
-                                 ) -> bool:
+    def transition_and_log_error(
+        self, new_state: str, logger: logging.Logger | None = None
+    ) -> bool:
         """Like transition(), but an illegal move is logged (warning) and returns False."""
         try:
             return self.transition(new_state)
         except exc.InvalidState:
-            (logger or LOG).warning("Failed to transition %r to %s state", self, new_state,
-                                    exc_info=True)
+            (logger or LOG).warning(
+                "Failed to transition %r to %s state", self, new_state, exc_info=True
+            )
             return False
 
     @classmethod
@@ -208,11 +219,16 @@ class Request(Message):
         check(REQUEST_VALIDATOR, data, "Request message data", request_fast)
         result = data.get("result")
         if result is not None:
-            if (not isinstance(result, list) or len(result) != 2
-                    or result[0] not in ("success", "failure")):
-                raise exc.InvalidFormat("Request message data not of the expected format:"
-                                        " 'result' must be ['success', value] or"
-                                        " ['failure', failure dict] (at $.result)")
+            if (
+                not isinstance(result, list)
+                or len(result) != 2
+                or result[0] not in ("success", "failure")
+            ):
+                raise exc.InvalidFormat(
+                    "Request message data not of the expected format:"
+                    " 'result' must be ['success', value] or"
+                    " ['failure', failure dict] (at $.result)"
+                )
             if result[0] == "failure":
                 validate_failure(result[1], "Request 'result' failure (at $.result[1])")
         for name, failure in (data.get("failures") or {}).items():
@@ -230,6 +246,5 @@ class Request(Message):
             arguments["result"] = ft.Failure.from_dict(value) if kind == "failure" else value
         failures = data.get("failures")
         if failures is not None:
-            arguments["failures"] = {name: ft.Failure.from_dict(f)
-                                     for name, f in failures.items()}
+            arguments["failures"] = {name: ft.Failure.from_dict(f) for name, f in failures.items()}
         return WorkUnit(data["task_cls"], data["task_name"], data["action"], arguments)

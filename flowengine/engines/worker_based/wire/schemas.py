@@ -63,8 +63,7 @@ REQUEST_SCHEMA = {
 RESPONSE_SCHEMA = {
     "type": "object",
     "properties": {
-        "state": {"type": "string",
-                  "enum": [WAITING, PENDING, RUNNING, SUCCESS, FAILURE, EVENT]},
+        "state": {"type": "string", "enum": [WAITING, PENDING, RUNNING, SUCCESS, FAILURE, EVENT]},
         "data": {
             "anyOf": [
                 {"$ref": "#/definitions/event"},
@@ -108,8 +107,12 @@ def compile_schema(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     return cls(schema)
 
 
-def check(validator: jsonschema.protocols.Validator, data: Any, what: str,
-          fast: Callable[[Any], bool] | None = None) -> None:
+def check(
+    validator: jsonschema.protocols.Validator,
+    data: Any,
+    what: str,
+    fast: Callable[[Any], bool] | None = None,
+) -> None:
     """Validate ``data``; raise InvalidFormat naming the first problem and where.
 
     ``fast(data)`` may say True only for data the schema accepts (a plain
@@ -153,8 +156,11 @@ def response_fast(data: Any) -> bool:
     keys = payload.keys()
     if not payload or keys == _COMPLETION_KEYS:
         return True
-    return (keys == _EVENT_KEYS and isinstance(payload["event_type"], str)
-            and isinstance(payload["details"], dict))
+    return (
+        keys == _EVENT_KEYS
+        and isinstance(payload["event_type"], str)
+        and isinstance(payload["details"], dict)
+    )
 
 
 def request_fast(data: Any) -> bool:
@@ -163,11 +169,15 @@ def request_fast(data: Any) -> bool:
         return False
     action = data.get("action")
     version = data.get("task_version")
-    return (isinstance(data.get("task_cls"), str) and isinstance(data.get("task_name"), str)
-            and isinstance(version, (str, list))
-            and isinstance(action, str) and action in _REQUEST_ACTIONS
-            and isinstance(data.get("arguments", {}), dict)
-            and isinstance(data.get("failures", {}), dict))
+    return (
+        isinstance(data.get("task_cls"), str)
+        and isinstance(data.get("task_name"), str)
+        and isinstance(version, (str, list))
+        and isinstance(action, str)
+        and action in _REQUEST_ACTIONS
+        and isinstance(data.get("arguments", {}), dict)
+        and isinstance(data.get("failures", {}), dict)
+    )
 
 
 # Compiled once at import (TaskFlow rebuilt them on every message).

@@ -63,8 +63,9 @@ def key_id(key: bytes) -> str:
 def _as_key(value: str | bytes) -> bytes:
     key = value.encode("utf-8") if isinstance(value, str) else bytes(value)
     if len(key) < MIN_KEY_BYTES:
-        raise ValueError(f"A signing key must be at least {MIN_KEY_BYTES} bytes long"
-                         f" (got {len(key)})")
+        raise ValueError(
+            f"A signing key must be at least {MIN_KEY_BYTES} bytes long (got {len(key)})"
+        )
     return key
 
 
@@ -75,8 +76,9 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def signed_text(body: bytes, properties: Mapping[str, Any],
-                headers: Mapping[str, Any], kid: str) -> bytes:
+def signed_text(
+    body: bytes, properties: Mapping[str, Any], headers: Mapping[str, Any], kid: str
+) -> bytes:
     """The bytes a signature covers: scheme, key id, critical fields, then the body."""
     fields = [SCHEME, kid]
     fields += [_canonical(properties.get(name)) for name in SIGNED_PROPERTIES]
@@ -108,16 +110,18 @@ class Keyring:
     def __repr__(self) -> str:  # never show a key, only ids
         return f"Keyring(signing={self._signing_id}, accepted={self.key_ids})"
 
-    def sign(self, body: bytes, properties: Mapping[str, Any],
-             headers: Mapping[str, Any]) -> dict[str, str]:
+    def sign(
+        self, body: bytes, properties: Mapping[str, Any], headers: Mapping[str, Any]
+    ) -> dict[str, str]:
         """Headers to add to a message so receivers can verify it."""
-        digest = hmac.new(self._signing, signed_text(body, properties, headers,
-                                                     self._signing_id),
-                          hashlib.sha256).hexdigest()
+        digest = hmac.new(
+            self._signing, signed_text(body, properties, headers, self._signing_id), hashlib.sha256
+        ).hexdigest()
         return {HEADER_SIGNATURE: f"{SCHEME}:{digest}", HEADER_KEY_ID: self._signing_id}
 
-    def verify(self, body: bytes, properties: Mapping[str, Any],
-               headers: Mapping[str, Any]) -> None:
+    def verify(
+        self, body: bytes, properties: Mapping[str, Any], headers: Mapping[str, Any]
+    ) -> None:
         """Check a received message's signature; raise UnverifiedMessage saying why."""
         signature = headers.get(HEADER_SIGNATURE)
         kid = headers.get(HEADER_KEY_ID)
@@ -130,24 +134,26 @@ class Keyring:
             raise exc.UnverifiedMessage(f"unknown signature scheme {scheme[:16]!r}")
         key = self._by_id.get(kid)
         if key is None:
-            raise exc.UnverifiedMessage(f"it is signed with unknown key id {kid[:32]!r}"
-                                        f" (accepted: {', '.join(self.key_ids)})")
-        expected = hmac.new(key, signed_text(body, properties, headers, kid),
-                            hashlib.sha256).hexdigest()
+            raise exc.UnverifiedMessage(
+                f"it is signed with unknown key id {kid[:32]!r}"
+                f" (accepted: {', '.join(self.key_ids)})"
+            )
+        expected = hmac.new(
+            key, signed_text(body, properties, headers, kid), hashlib.sha256
+        ).hexdigest()
         if not hmac.compare_digest(expected, digest):
-            raise exc.UnverifiedMessage("its signature does not match its content"
-                                        " (forged or altered)")
+            raise exc.UnverifiedMessage(
+                "its signature does not match its content (forged or altered)"
+            )
 
 
 def read_key_file(path: str) -> list[str]:
     """Keys in a file: one a line; blank lines and lines starting with '#' skipped."""
     with open(path, encoding="utf-8") as fh:
-        return [line.strip() for line in fh
-                if line.strip() and not line.lstrip().startswith("#")]
+        return [line.strip() for line in fh if line.strip() and not line.lstrip().startswith("#")]
 
 
-def load_keyring(secret: Any = None, environ: Mapping[str, str] | None = None
-                 ) -> Keyring | None:
+def load_keyring(secret: Any = None, environ: Mapping[str, str] | None = None) -> Keyring | None:
     """The keyring to use, or None when signing is off.
 
     ``secret`` may be a Keyring, one key (str/bytes), or a list of keys (the

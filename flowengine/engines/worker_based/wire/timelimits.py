@@ -15,7 +15,6 @@ class attributes of its own task class, else its own defaults
 :mod:`..worker_side.timelimits`.
 """
 
-
 from __future__ import annotations
 
 import logging
@@ -46,6 +45,7 @@ class TimeLimits(NamedTuple):
     def __str__(self) -> str:
         def fmt(v: float | None) -> str:
             return "none" if v is None else f"{v:g} s"
+
         return f"soft {fmt(self.soft)}, hard {fmt(self.hard)}"
 
 
@@ -57,8 +57,9 @@ def _checked(value: Any, what: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise exc.InvalidFormat(f"{what} must be a positive number of seconds or null,"
-                                f" not {value!r}")
+        raise exc.InvalidFormat(
+            f"{what} must be a positive number of seconds or null, not {value!r}"
+        )
     return float(value)
 
 
@@ -82,8 +83,7 @@ def parse_header(value: Any) -> TimeLimits:
     if value is None:
         return NO_LIMITS
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise exc.InvalidFormat(f"Header '{HEADER_TIMELIMIT}' must be [soft, hard],"
-                                f" not {value!r}")
+        raise exc.InvalidFormat(f"Header '{HEADER_TIMELIMIT}' must be [soft, hard], not {value!r}")
     return make(value[0], value[1])
 
 
@@ -113,5 +113,3 @@ def header_for(task: Any) -> list[float | None] | None:
 
 
 # --- running a body with limits (threads) ---------------------------------------
-
-

@@ -55,13 +55,18 @@ class Entry:
     def describe(self, now: float) -> dict[str, Any]:
         """JSON-ready view: task, uuid, action, attempt, state and ages (s)."""
         work = self.job.work
-        return {"uuid": self.job.task_uuid, "task": work.task_name, "task_cls": work.task_cls,
-                "action": work.action, "attempt": self.job.headers.attempt or 0,
-                "topic": self.topic, "state": self.state,
-                "held_for_s": round(now - self.received_at, 3),
-                "running_for_s": (None if self.started_at is None
-                                  else round(now - self.started_at, 3)),
-                "cancel_requested": self.cancelled.is_set()}
+        return {
+            "uuid": self.job.task_uuid,
+            "task": work.task_name,
+            "task_cls": work.task_cls,
+            "action": work.action,
+            "attempt": self.job.headers.attempt or 0,
+            "topic": self.topic,
+            "state": self.state,
+            "held_for_s": round(now - self.received_at, 3),
+            "running_for_s": (None if self.started_at is None else round(now - self.started_at, 3)),
+            "cancel_requested": self.cancelled.is_set(),
+        }
 
 
 @dataclasses.dataclass
@@ -87,12 +92,15 @@ class Activity(Middleware):
     of the request on that pool thread (the process executor); True if it did.
     """
 
-    def __init__(self, kill_child: Callable[[int], bool] | None = None,
-                 keep_s: float = CANCEL_KEEP_S, max_kept: int = CANCEL_MAX_ENTRIES) -> None:
+    def __init__(
+        self,
+        kill_child: Callable[[int], bool] | None = None,
+        keep_s: float = CANCEL_KEEP_S,
+        max_kept: int = CANCEL_MAX_ENTRIES,
+    ) -> None:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str, str | None], Entry] = {}
-        self._revoked: collections.OrderedDict[tuple[str, str], float] = (
-            collections.OrderedDict())
+        self._revoked: collections.OrderedDict[tuple[str, str], float] = collections.OrderedDict()
         self._kill_child = kill_child
         self._keep_s = keep_s
         self._max_kept = max_kept
@@ -121,9 +129,11 @@ class Activity(Middleware):
                 return None
             for counters in (self.totals, self.by_task[job.work.task_name]):
                 counters.cancelled += 1
-        return exc.RequestCancelled(f"Request {job.task_uuid} ({job.work.action} of task"
-                                    f" {job.work.task_name!r}) was cancelled before it"
-                                    f" started")
+        return exc.RequestCancelled(
+            f"Request {job.task_uuid} ({job.work.action} of task"
+            f" {job.work.task_name!r}) was cancelled before it"
+            f" started"
+        )
 
     def before_execute(self, job: Job) -> None:
         """``job``'s body starts on this thread: shown as running."""
@@ -189,11 +199,13 @@ class Activity(Middleware):
         states = []
         for entry in found:
             states.append(entry.state)
-            if (entry.state == RUNNING and entry.thread_id is not None
-                    and self._kill_child is not None):
+            if (
+                entry.state == RUNNING
+                and entry.thread_id is not None
+                and self._kill_child is not None
+            ):
                 killed = self._kill_child(entry.thread_id) or killed
-        return {"request": request_uuid, "held": True, "states": states,
-                "process_killed": killed}
+        return {"request": request_uuid, "held": True, "states": states, "process_killed": killed}
 
     def _forget_old(self, now: float) -> None:
         """Drop cancellations older than keep_s, and the oldest past max_kept (lock held)."""

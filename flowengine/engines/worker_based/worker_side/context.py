@@ -41,8 +41,7 @@ class RequestContext:
     #: Id of the worker running it.
     worker_id: str
     #: Set when the request is cancelled while it runs.
-    cancelled: threading.Event = field(default_factory=threading.Event, compare=False,
-                                       repr=False)
+    cancelled: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
     def cancel_requested(self) -> bool:
@@ -52,12 +51,15 @@ class RequestContext:
     def raise_if_cancelled(self) -> None:
         """Raise RequestCancelled when this request was cancelled (a task's check point)."""
         if self.cancelled.is_set():
-            raise exc.RequestCancelled(f"Request {self.uuid} ({self.action}) was cancelled"
-                                       f" while it ran on worker {self.worker_id}")
+            raise exc.RequestCancelled(
+                f"Request {self.uuid} ({self.action}) was cancelled"
+                f" while it ran on worker {self.worker_id}"
+            )
 
 
 _CURRENT: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
-    "flowengine_request", default=None)
+    "flowengine_request", default=None
+)
 
 
 def current() -> RequestContext | None:

@@ -50,26 +50,38 @@ class ControlTarget(Protocol):
 class ControlServer:
     """Answers the control requests of ``exchange`` for worker ``worker_id``."""
 
-    def __init__(self, exchange: str, worker_id: str, broker: BrokerSettings,
-                 target: ControlTarget) -> None:
+    def __init__(
+        self, exchange: str, worker_id: str, broker: BrokerSettings, target: ControlTarget
+    ) -> None:
         self._worker_id = worker_id
         self._target = target
         own_key = wc.worker_control_key(worker_id)
-        queue = proxy_mod.QueueSpec(wc.control_queue_name(exchange, worker_id),
-                                    (wc.CONTROL_ROUTING_KEY, own_key), auto_delete=True,
-                                    private=True)
+        queue = proxy_mod.QueueSpec(
+            wc.control_queue_name(exchange, worker_id),
+            (wc.CONTROL_ROUTING_KEY, own_key),
+            auto_delete=True,
+            private=True,
+        )
         self._proxy = proxy_mod.Proxy(
-            f"control.{worker_id}", exchange, None, broker=broker,
+            f"control.{worker_id}",
+            exchange,
+            None,
+            broker=broker,
             options=proxy_mod.ProxyOptions(
-                queues=[queue], wake_routing_key=own_key,
+                queues=[queue],
+                wake_routing_key=own_key,
                 consume=proxy_mod.ConsumeOptions(
                     # A broker the worker cannot reach is said by its request
                     # loops, once per back-off step; this loop says it at DEBUG.
                     quiet_until_started=True,
                     # A lease of its own: it must not retire the request loops' holdings.
-                    lease=proxy_mod.LeaseSpec(f"{worker_id}.control"))))
+                    lease=proxy_mod.LeaseSpec(f"{worker_id}.control"),
+                ),
+            ),
+        )
         self._proxy.dispatcher.type_handlers[wc.CONTROL] = dispatcher.Handler(
-            self._on_control, validator=wc.ControlRequest.validate)
+            self._on_control, validator=wc.ControlRequest.validate
+        )
         self.answered = 0
 
     @property
@@ -88,8 +100,9 @@ class ControlServer:
 
     def start_thread(self) -> threading.Thread:
         """Run :meth:`start` in a daemon thread of its own."""
-        thread = threading.Thread(target=self.start, daemon=True,
-                                  name=f"flowengine-control-{self._worker_id}")
+        thread = threading.Thread(
+            target=self.start, daemon=True, name=f"flowengine-control-{self._worker_id}"
+        )
         thread.start()
         return thread
 
@@ -121,26 +134,36 @@ class ControlServer:
         if not request.concerns(self._worker_id):
             return
         try:
-            reply = wc.ControlReply(self._worker_id, request.command, True,
-                                    self.answer(request))
+            reply = wc.ControlReply(self._worker_id, request.command, True, self.answer(request))
         except Exception as e:
             LOG.exception("Control command %r failed", request.command)
-            reply = wc.ControlReply(self._worker_id, request.command, False,
-                                    error=f"{type(e).__name__}: {e}")
-        LOG.info("Control command %r%s from %s: %s", request.command,
-                 f" {request.arguments}" if request.arguments else "",
-                 message.headers.get(names.HEADER_ORIGIN, "?"),
-                 "done" if reply.ok else reply.error)
+            reply = wc.ControlReply(
+                self._worker_id, request.command, False, error=f"{type(e).__name__}: {e}"
+            )
+        LOG.info(
+            "Control command %r%s from %s: %s",
+            request.command,
+            f" {request.arguments}" if request.arguments else "",
+            message.headers.get(names.HEADER_ORIGIN, "?"),
+            "done" if reply.ok else reply.error,
+        )
         reply_to = message.properties.get("reply_to")
         if reply_to:
             try:
-                self._proxy.publish(reply, reply_to,
-                                    correlation_id=message.properties.get("correlation_id"),
-                                    headers={names.HEADER_WORKER_ID: self._worker_id},
-                                    timeout_s=REPLY_PUBLISH_TIMEOUT_S)
+                self._proxy.publish(
+                    reply,
+                    reply_to,
+                    correlation_id=message.properties.get("correlation_id"),
+                    headers={names.HEADER_WORKER_ID: self._worker_id},
+                    timeout_s=REPLY_PUBLISH_TIMEOUT_S,
+                )
             except Exception:
-                LOG.warning("Could not answer control command %r to %s", request.command,
-                            reply_to, exc_info=True)
+                LOG.warning(
+                    "Could not answer control command %r to %s",
+                    request.command,
+                    reply_to,
+                    exc_info=True,
+                )
         self.answered += 1
         if request.command == wc.SHUTDOWN and reply.ok:
             self._target.request_shutdown()

@@ -48,9 +48,13 @@ class Endpoint:
         """Create a task instance named ``name`` (the class must accept ``name=``)."""
         return self._task_cls(name=name)
 
-    def execute(self, task: task_mod.BaseTask, arguments: dict[str, Any] | None = None,
-                progress_callback: ProgressCallback | None = None,
-                **kwargs: Any) -> Any:
+    def execute(
+        self,
+        task: task_mod.BaseTask,
+        arguments: dict[str, Any] | None = None,
+        progress_callback: ProgressCallback | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``task.execute(**arguments)``; return its result or a Failure."""
         with _listening(task, progress_callback):
             try:
@@ -61,10 +65,15 @@ class Endpoint:
             finally:
                 _quietly(task.post_execute)
 
-    def revert(self, task: task_mod.BaseTask, arguments: dict[str, Any] | None = None,
-               progress_callback: ProgressCallback | None = None,
-               result: Any = None, failures: dict[str, ft.Failure] | None = None,
-               **kwargs: Any) -> Any:
+    def revert(
+        self,
+        task: task_mod.BaseTask,
+        arguments: dict[str, Any] | None = None,
+        progress_callback: ProgressCallback | None = None,
+        result: Any = None,
+        failures: dict[str, ft.Failure] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Run ``task.revert(**arguments, result=..., flow_failures=...)``; result or Failure."""
         call_args = dict(arguments or {})
         call_args[task_mod.REVERT_RESULT] = result
@@ -79,16 +88,16 @@ class Endpoint:
                 _quietly(task.post_revert)
 
 
-def _listening(task: task_mod.BaseTask, callback: ProgressCallback | None
-               ) -> contextlib.AbstractContextManager[None]:
+def _listening(
+    task: task_mod.BaseTask, callback: ProgressCallback | None
+) -> contextlib.AbstractContextManager[None]:
     """Context manager: ``callback`` hears every event the task notifies while it runs.
 
     Progress and any other ``self.notifier.notify(event, details)`` of the
     task: the engine side hands each to the callbacks registered on its own
     copy of the task, as TaskFlow does.
     """
-    return notifier.register_deregister(task.notifier, notifier.Notifier.ANY,
-                                        callback=callback)
+    return notifier.register_deregister(task.notifier, notifier.Notifier.ANY, callback=callback)
 
 
 def _quietly(hook: Callable[[], None]) -> None:
@@ -96,5 +105,6 @@ def _quietly(hook: Callable[[], None]) -> None:
     try:
         hook()
     except Exception:
-        LOG.warning("Task hook %s failed (ignored)", reflection.get_callable_name(hook),
-                    exc_info=True)
+        LOG.warning(
+            "Task hook %s failed (ignored)", reflection.get_callable_name(hook), exc_info=True
+        )

@@ -48,12 +48,19 @@ class FailedRequest:
     elapsed_s: float
 
     @classmethod
-    def of(cls, job: Job, failure: ft.Failure, elapsed_s: float,
-           worker_id: str) -> FailedRequest:
+    def of(cls, job: Job, failure: ft.Failure, elapsed_s: float, worker_id: str) -> FailedRequest:
         """The FailedRequest of a performer's job."""
         work = job.work
-        return cls(work.task_name, work.task_cls, work.action, job.task_uuid,
-                   job.headers.attempt or 0, worker_id, failure, elapsed_s)
+        return cls(
+            work.task_name,
+            work.task_cls,
+            work.action,
+            job.task_uuid,
+            job.headers.attempt or 0,
+            worker_id,
+            failure,
+            elapsed_s,
+        )
 
 
 #: An exception handler: False stops the chain; None or True passes the failure on.
@@ -62,10 +69,16 @@ ExceptionHandler = Callable[[FailedRequest], bool | None]
 
 def log_failure(failed: FailedRequest) -> None:
     """The default handler: log the failure at WARNING with the task's name and traceback."""
-    LOG.warning("Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
-                failed.task_name, failed.task_cls, failed.action, failed.request_uuid,
-                failed.elapsed_s, failed.failure.exception_str,
-                failed.failure.traceback_str or "")
+    LOG.warning(
+        "Task %r (%s) %s for request %s failed in %.3f s: %s\n%s",
+        failed.task_name,
+        failed.task_cls,
+        failed.action,
+        failed.request_uuid,
+        failed.elapsed_s,
+        failed.failure.exception_str,
+        failed.failure.traceback_str or "",
+    )
 
 
 class HandlerChain:
@@ -81,9 +94,13 @@ class HandlerChain:
             try:
                 verdict = handler(failed)
             except Exception:
-                LOG.exception("Exception handler %r failed on the failure of task %r"
-                              " (request %s); going on with the next one", handler,
-                              failed.task_name, failed.request_uuid)
+                LOG.exception(
+                    "Exception handler %r failed on the failure of task %r"
+                    " (request %s); going on with the next one",
+                    handler,
+                    failed.task_name,
+                    failed.request_uuid,
+                )
                 continue
             if verdict is False:
                 return
@@ -104,8 +121,9 @@ def load_handler(spec: str) -> ExceptionHandler:
     try:
         handler = getattr(module, attr)
     except AttributeError:
-        raise ImportError(f"exception handler {spec!r}: module {module_name!r} has no"
-                          f" {attr!r}") from None
+        raise ImportError(
+            f"exception handler {spec!r}: module {module_name!r} has no {attr!r}"
+        ) from None
     if not callable(handler):
         raise ValueError(f"exception handler {spec!r} is not callable")
     found: ExceptionHandler = handler

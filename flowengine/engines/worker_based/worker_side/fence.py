@@ -61,9 +61,16 @@ class Fence:
     it in logs.
     """
 
-    def __init__(self, memory: held_mod.RequestMemory, runner: TaskRunner, interval_s: float,
-                 worker_id: str, broker_failing: Callable[[], bool] = lambda: False, *,
-                 thread_name: str = "flowengine-fence") -> None:
+    def __init__(
+        self,
+        memory: held_mod.RequestMemory,
+        runner: TaskRunner,
+        interval_s: float,
+        worker_id: str,
+        broker_failing: Callable[[], bool] = lambda: False,
+        *,
+        thread_name: str = "flowengine-fence",
+    ) -> None:
         self._broker_failing = broker_failing
         self._forgive = False
         self._memory = memory
@@ -108,15 +115,24 @@ class Fence:
                 if silent <= bound * FENCE_AT_FRACTION or self._memory.fence(held) is None:
                     continue
                 stopped.append(held)
-                LOG.warning("Worker %s could not confirm a heartbeat of request %s (%s) to"
-                            " its broker for %.1f s (its engine takes it for lost after"
-                            " %.1f s): stopping it here; its engine dispatches it again"
-                            " elsewhere", self._worker_id, held.key[0], held.key[1], silent,
-                            bound)
+                LOG.warning(
+                    "Worker %s could not confirm a heartbeat of request %s (%s) to"
+                    " its broker for %.1f s (its engine takes it for lost after"
+                    " %.1f s): stopping it here; its engine dispatches it again"
+                    " elsewhere",
+                    self._worker_id,
+                    held.key[0],
+                    held.key[1],
+                    silent,
+                    bound,
+                )
             # Until its body is stopped: it may start a moment after it was
             # fenced (its thread was sending RUNNING), so look again each round.
-            if (held.state == held_mod.RUNNING and held.key not in self._interrupted
-                    and self._runner.interrupt(held.key[:2])):
+            if (
+                held.state == held_mod.RUNNING
+                and held.key not in self._interrupted
+                and self._runner.interrupt(held.key[:2])
+            ):
                 self._interrupted.add(held.key)
         return stopped
 
@@ -124,8 +140,7 @@ class Fence:
         """Start the checking thread (again, after stop())."""
         self._stopping.clear()
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name=self._thread_name,
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._loop, name=self._thread_name, daemon=True)
             self._thread.start()
 
     def stop(self) -> None:

@@ -65,8 +65,9 @@ def _outcome_message(result: Any) -> dict[str, Any]:
     try:
         json.dumps(message, allow_nan=False)
     except (TypeError, ValueError, OverflowError) as e:
-        failure = ft.Failure.from_exception(exc.SerializationFailure(
-            f"The result of the task cannot be sent as JSON: {e}"))
+        failure = ft.Failure.from_exception(
+            exc.SerializationFailure(f"The result of the task cannot be sent as JSON: {e}")
+        )
         return {"failure": pr.failure_to_dict(failure)}
     return message
 
@@ -75,8 +76,9 @@ def _on_alarm(signum: int, frame: types.FrameType | None) -> None:
     raise exc.SoftTimeLimitExceeded()
 
 
-def _child_main(fd: int, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-                limits: tl.TimeLimits) -> None:
+def _child_main(
+    fd: int, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit, limits: tl.TimeLimits
+) -> None:
     """Body of the forked child: run the task, report over ``fd``, never return."""
     status = 0
     try:
@@ -133,8 +135,15 @@ class ProcessRunner:
         with self._lock:
             return list(self._children)
 
-    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-            progress: ProgressCallback | None, limits: tl.TimeLimits, what: str) -> Any:
+    def run(
+        self,
+        endpoint: Endpoint,
+        task: BaseTask,
+        work: pr.WorkUnit,
+        progress: ProgressCallback | None,
+        limits: tl.TimeLimits,
+        what: str,
+    ) -> Any:
         """Fork, run the body in the child, relay its events; result or Failure."""
         read_fd, write_fd = os.pipe()
         with self._lock:
@@ -142,8 +151,9 @@ class ProcessRunner:
             if refused:
                 os.close(read_fd)
                 os.close(write_fd)
-                return ft.Failure.from_exception(exc.WorkerShutdown(
-                    f"{what} was not started: the worker is stopping"))
+                return ft.Failure.from_exception(
+                    exc.WorkerShutdown(f"{what} was not started: the worker is stopping")
+                )
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which never returns
                 os.close(read_fd)
@@ -164,30 +174,45 @@ class ProcessRunner:
                 cold = self._cold
         if cancelled and outcome is None:
             LOG.warning("%s was cancelled: its process %d was killed", what, pid)
-            return ft.Failure.from_exception(exc.RequestCancelled(
-                f"{what} was cancelled while it ran; its process was killed"))
+            return ft.Failure.from_exception(
+                exc.RequestCancelled(f"{what} was cancelled while it ran; its process was killed")
+            )
         if timed_out:
-            LOG.warning("%s exceeded its hard time limit of %g s: its process %d was"
-                        " killed", what, limits.hard, pid)
-            return ft.Failure.from_exception(exc.TimeLimitExceeded(
-                f"{what} exceeded its hard time limit of {limits.hard:g} s; its process"
-                f" was killed"))
+            LOG.warning(
+                "%s exceeded its hard time limit of %g s: its process %d was killed",
+                what,
+                limits.hard,
+                pid,
+            )
+            return ft.Failure.from_exception(
+                exc.TimeLimitExceeded(
+                    f"{what} exceeded its hard time limit of {limits.hard:g} s; its process"
+                    f" was killed"
+                )
+            )
         if outcome is None:
             if cold:
-                return ft.Failure.from_exception(exc.WorkerShutdown(
-                    f"{what} was stopped: the worker is shutting down"))
-            LOG.error("%s: its process %d %s without reporting an outcome", what, pid,
-                      _describe_status(status))
-            return ft.Failure.from_exception(exc.TaskProcessDied(
-                f"{what}: its process {_describe_status(status)} without reporting an"
-                f" outcome"))
+                return ft.Failure.from_exception(
+                    exc.WorkerShutdown(f"{what} was stopped: the worker is shutting down")
+                )
+            LOG.error(
+                "%s: its process %d %s without reporting an outcome",
+                what,
+                pid,
+                _describe_status(status),
+            )
+            return ft.Failure.from_exception(
+                exc.TaskProcessDied(
+                    f"{what}: its process {_describe_status(status)} without reporting an outcome"
+                )
+            )
         if "failure" in outcome:
             return ft.Failure.from_dict(outcome["failure"])
         return outcome.get("result")
 
-    def _relay(self, fd: int, pid: int, progress: ProgressCallback | None,
-               limits: tl.TimeLimits, what: str
-               ) -> tuple[dict[str, Any] | None, bool]:
+    def _relay(
+        self, fd: int, pid: int, progress: ProgressCallback | None, limits: tl.TimeLimits, what: str
+    ) -> tuple[dict[str, Any] | None, bool]:
         """Read the child's lines until EOF or the hard limit: (outcome or None, timed out)."""
         deadline = None if limits.hard is None else time.monotonic() + limits.hard
         buffer = b""

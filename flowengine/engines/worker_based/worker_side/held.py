@@ -88,12 +88,28 @@ class Held:
     :meth:`RequestMemory.start` and :meth:`RequestMemory.answer`).
     """
 
-    __slots__ = ("key", "reply_to", "attempt", "state", "announced", "expires", "outcome",
-                 "confirmed_at", "loss_bound", "fenced")
+    __slots__ = (
+        "key",
+        "reply_to",
+        "attempt",
+        "state",
+        "announced",
+        "expires",
+        "outcome",
+        "confirmed_at",
+        "loss_bound",
+        "fenced",
+    )
 
-    def __init__(self, key: Key, reply_to: str, attempt: int | None,
-                 expires: float | None, announced: bool,
-                 loss_bound: tuple[int | None, float | None] = (None, None)) -> None:
+    def __init__(
+        self,
+        key: Key,
+        reply_to: str,
+        attempt: int | None,
+        expires: float | None,
+        announced: bool,
+        loss_bound: tuple[int | None, float | None] = (None, None),
+    ) -> None:
         self.key = key
         self.reply_to = reply_to
         self.attempt = attempt
@@ -125,8 +141,10 @@ class Held:
             return False
         target = TRANSITIONS.get((self.state, make_an_event(new_state)))
         if target is None:
-            raise exc.InvalidState(f"Held request {self.key[0]} ({self.key[1]}) cannot move"
-                                   f" from {self.state} to {new_state}")
+            raise exc.InvalidState(
+                f"Held request {self.key[0]} ({self.key[1]}) cannot move"
+                f" from {self.state} to {new_state}"
+            )
         self.state = target
         return True
 
@@ -157,10 +175,13 @@ class RequestMemory:
     that stops being held wakes it.
     """
 
-    def __init__(self, max_finished: int = FINISHED_MAX_ENTRIES,
-                 keep_s: float = FINISHED_KEEP_S,
-                 max_outcome_bytes: int = MAX_KEPT_OUTCOME_BYTES,
-                 condition: threading.Condition | None = None) -> None:
+    def __init__(
+        self,
+        max_finished: int = FINISHED_MAX_ENTRIES,
+        keep_s: float = FINISHED_KEEP_S,
+        max_outcome_bytes: int = MAX_KEPT_OUTCOME_BYTES,
+        condition: threading.Condition | None = None,
+    ) -> None:
         # ``condition``: shared with other memories of the same worker (its
         # topics), so a request leaving any of them wakes all their waiters.
         self._lock = condition or threading.Condition()
@@ -173,9 +194,15 @@ class RequestMemory:
     def __len__(self) -> int:
         return len(self._held)
 
-    def admit(self, key: Key, reply_to: str, attempt: int | None,
-              expires: float | None = None, announced: bool = False,
-              loss_bound: tuple[int | None, float | None] = (None, None)) -> Verdict:
+    def admit(
+        self,
+        key: Key,
+        reply_to: str,
+        attempt: int | None,
+        expires: float | None = None,
+        announced: bool = False,
+        loss_bound: tuple[int | None, float | None] = (None, None),
+    ) -> Verdict:
         """Hold a new request, or say why not (a duplicate of a held/finished one).
 
         A duplicate with a higher attempt is adopted by the held request:
@@ -195,8 +222,7 @@ class RequestMemory:
             done = self._finished.get(key)
             if done is not None:
                 return Verdict(FINISHED, finished=done)
-            held = self._held[key] = Held(key, reply_to, attempt, expires, announced,
-                                          loss_bound)
+            held = self._held[key] = Held(key, reply_to, attempt, expires, announced, loss_bound)
             return Verdict(NEW, held=held)
 
     def start(self, key: Key) -> Held | None:
@@ -210,8 +236,12 @@ class RequestMemory:
             if held is None:
                 return None
             if held.state == ANSWERED or held.fenced:
-                LOG.info("Request %s (%s) was given back before a thread could start it;"
-                         " not starting it", key[0], key[1])
+                LOG.info(
+                    "Request %s (%s) was given back before a thread could start it;"
+                    " not starting it",
+                    key[0],
+                    key[1],
+                )
                 return None
             held.transition(RUNNING)
             return held
@@ -267,8 +297,9 @@ class RequestMemory:
             self._held.pop(key, None)
             self._lock.notify_all()
 
-    def wait_until_at_most(self, count: int, give_up: threading.Event,
-                           timeout_s: float | None = None) -> bool:
+    def wait_until_at_most(
+        self, count: int, give_up: threading.Event, timeout_s: float | None = None
+    ) -> bool:
         """Block while more than ``count`` requests are held, until ``give_up`` is set.
 
         Or for ``timeout_s`` at most (None: no limit). True when at most
@@ -294,7 +325,8 @@ class RequestMemory:
         with self._lock:
             return self._lock.wait_for(
                 lambda: not any(key[:2] in keys for key in self._held),
-                max(0.0, deadline - time.monotonic()))
+                max(0.0, deadline - time.monotonic()),
+            )
 
     def wake_waiters(self) -> None:
         """Wake every thread in :meth:`wait_until_at_most` to check again."""

@@ -50,11 +50,17 @@ class Intake:
     another message (``capacity`` is None).
     """
 
-    def __init__(self, endpoints: Mapping[str, Endpoint], memory: held_mod.RequestMemory,
-                 replier: Replier, performer: Performer, capacity: int | None,
-                 clocks: PeerClocks | None = None,
-                 admit: Callable[..., held_mod.Verdict | None] | None = None,
-                 room: Callable[[threading.Event, float], bool] | None = None) -> None:
+    def __init__(
+        self,
+        endpoints: Mapping[str, Endpoint],
+        memory: held_mod.RequestMemory,
+        replier: Replier,
+        performer: Performer,
+        capacity: int | None,
+        clocks: PeerClocks | None = None,
+        admit: Callable[..., held_mod.Verdict | None] | None = None,
+        room: Callable[[threading.Event, float], bool] | None = None,
+    ) -> None:
         self._clocks = clocks or PeerClocks()
         self._admit = admit
         self._room = room
@@ -72,12 +78,16 @@ class Intake:
             pr.NOTIFY: dispatcher.Handler(
                 self.process_notify,
                 validator=functools.partial(pr.Notify.validate, response=False),
-                required_properties=("reply_to",)),
+                required_properties=("reply_to",),
+            ),
             # A request is acknowledged once this worker answers for it (see
             # _take), not when it arrives.
             pr.REQUEST: dispatcher.Handler(
-                self.process_request, validator=pr.Request.validate,
-                required_properties=("reply_to", "correlation_id"), settles=True),
+                self.process_request,
+                validator=pr.Request.validate,
+                required_properties=("reply_to", "correlation_id"),
+                settles=True,
+            ),
         }
 
     def open(self) -> None:
@@ -93,71 +103,100 @@ class Intake:
         """Answer a refused request with FAILURE when we know where and for what."""
         props = message.properties
         reply_to, task_uuid = props.get("reply_to"), props.get("correlation_id")
-        if not (reply_to and task_uuid and isinstance(reply_to, str)
-                and isinstance(task_uuid, str)):
+        if not (
+            reply_to and task_uuid and isinstance(reply_to, str) and isinstance(task_uuid, str)
+        ):
             return
         # Never answer a NOTIFY or a RESPONSE: two confused peers must not
         # bounce failures at each other forever.
         if props.get("type") in (pr.NOTIFY, pr.RESPONSE):
             return
-        error = exc.InvalidFormat(f"Worker {self._identity.worker_id} (topic"
-                                  f" {self._identity.topic!r}) rejected request {task_uuid}:"
-                                  f" {reason}")
-        self._replier.reply_failure(reply_to, task_uuid, error,
-                                    Headers.parse(message.headers).attempt)
+        error = exc.InvalidFormat(
+            f"Worker {self._identity.worker_id} (topic"
+            f" {self._identity.topic!r}) rejected request {task_uuid}:"
+            f" {reason}"
+        )
+        self._replier.reply_failure(
+            reply_to, task_uuid, error, Headers.parse(message.headers).attempt
+        )
 
     def process_notify(self, data: dict[str, Any], message: Delivery) -> None:
         """Answer a NOTIFY request with our topic and tasks."""
-        self._clocks.observe(message.properties["reply_to"],
-                             Headers.parse(message.headers).enqueued)
-        self._replier.answer_notify(message.properties["reply_to"],
-                                    message.properties.get("correlation_id"))
+        self._clocks.observe(
+            message.properties["reply_to"], Headers.parse(message.headers).enqueued
+        )
+        self._replier.answer_notify(
+            message.properties["reply_to"], message.properties.get("correlation_id")
+        )
 
     def process_request(self, data: dict[str, Any], message: Delivery) -> None:
         """Check a validated request, take it and hand it to the performer; never raises."""
         props = message.properties
         reply_to, task_uuid = props["reply_to"], props["correlation_id"]
-        compat_mod.note_request(message.headers, reply_to, self._identity.worker_id,
-                                task_uuid)
+        compat_mod.note_request(message.headers, reply_to, self._identity.worker_id, task_uuid)
         headers = Headers.parse(message.headers)
         attempt = headers.attempt
         if headers.problems:
-            self._replier.reply_failure(reply_to, task_uuid, exc.InvalidFormat(
-                "; ".join(headers.problems)), attempt)
+            self._replier.reply_failure(
+                reply_to, task_uuid, exc.InvalidFormat("; ".join(headers.problems)), attempt
+            )
             return
         self._clocks.observe(reply_to, headers.enqueued)
-        late = (None if headers.expires is None
-                else self._clocks.overdue(reply_to, headers.expires))
+        late = None if headers.expires is None else self._clocks.overdue(reply_to, headers.expires)
         if late is not None:
-            self._replier.drop_expired(reply_to, task_uuid, data.get("task_name"), late,
-                                       headers)
+            self._replier.drop_expired(reply_to, task_uuid, data.get("task_name"), late, headers)
             return
         try:
             work = pr.Request.from_dict(data, task_uuid=task_uuid)
         except Exception as e:
-            self._replier.reply_failure(reply_to, task_uuid, exc.InvalidFormat(
-                f"Request {task_uuid} could not be decoded: {e}", cause=e), attempt)
+            self._replier.reply_failure(
+                reply_to,
+                task_uuid,
+                exc.InvalidFormat(f"Request {task_uuid} could not be decoded: {e}", cause=e),
+                attempt,
+            )
             return
         endpoint = self._endpoints.get(work.task_cls)
         if endpoint is None:
-            LOG.warning("Request %s names task class %r, which worker %s does not serve",
-                        task_uuid, work.task_cls, self._identity.worker_id)
-            self._replier.reply_failure(reply_to, task_uuid, exc.UnknownTask(
-                f"Worker {self._identity.worker_id} (topic {self._identity.topic!r}) has no"
-                f" task class {work.task_cls!r}; it serves {list(self._identity.tasks)}"),
-                attempt)
+            LOG.warning(
+                "Request %s names task class %r, which worker %s does not serve",
+                task_uuid,
+                work.task_cls,
+                self._identity.worker_id,
+            )
+            self._replier.reply_failure(
+                reply_to,
+                task_uuid,
+                exc.UnknownTask(
+                    f"Worker {self._identity.worker_id} (topic {self._identity.topic!r}) has no"
+                    f" task class {work.task_cls!r}; it serves {list(self._identity.tasks)}"
+                ),
+                attempt,
+            )
             return
         key = (task_uuid, work.action, headers.request_id)
         # PENDING replies/heartbeats only to flowengine executors (they send
         # 'attempt'); TaskFlow's would log each one as unexpected.
         loss_bound = (headers.heartbeat_misses, headers.lost_after)
         if self._admit is None:
-            verdict = self._memory.admit(key, reply_to, attempt, headers.expires,
-                                         announced=attempt is not None,
-                                         loss_bound=loss_bound)
+            verdict = self._memory.admit(
+                key,
+                reply_to,
+                attempt,
+                headers.expires,
+                announced=attempt is not None,
+                loss_bound=loss_bound,
+            )
         else:
-            waited = self._admit(self._closed, key, reply_to, attempt, headers.expires,
-                                 attempt is not None, loss_bound=loss_bound)
+            waited = self._admit(
+                self._closed,
+                key,
+                reply_to,
+                attempt,
+                headers.expires,
+                attempt is not None,
+                loss_bound=loss_bound,
+            )
             if waited is None:  # stopping while it waited for its turn
                 message.requeue()
                 return
@@ -175,27 +214,49 @@ class Intake:
             task = endpoint.generate(name=work.task_name)
         except Exception as e:
             self._memory.forget(key)
-            LOG.warning("Could not create task %r of class %s", work.task_name,
-                        work.task_cls, exc_info=True)
-            self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-                f"Worker {self._identity.worker_id} could not create task"
-                f" {work.task_name!r} of class {work.task_cls}: {e}", cause=e), attempt)
+            LOG.warning(
+                "Could not create task %r of class %s", work.task_name, work.task_cls, exc_info=True
+            )
+            self._replier.reply_failure(
+                reply_to,
+                task_uuid,
+                exc.ExecutionFailure(
+                    f"Worker {self._identity.worker_id} could not create task"
+                    f" {work.task_name!r} of class {work.task_cls}: {e}",
+                    cause=e,
+                ),
+                attempt,
+            )
             return
         if not self._take(message, reply_to, task_uuid, work, attempt):
             self._memory.forget(key)
             return
         try:
-            self._performer.submit(Job(endpoint, task, work, key, headers,
-                                       self._identity.topic, verdict.held))
+            self._performer.submit(
+                Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held)
+            )
         except Exception as e:
             self._memory.forget(key)
-            self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-                f"Worker {self._identity.worker_id} could not schedule request"
-                f" {task_uuid}: {e}", cause=e), attempt)
+            self._replier.reply_failure(
+                reply_to,
+                task_uuid,
+                exc.ExecutionFailure(
+                    f"Worker {self._identity.worker_id} could not schedule request"
+                    f" {task_uuid}: {e}",
+                    cause=e,
+                ),
+                attempt,
+            )
             return
 
-    def _take(self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit,
-              attempt: int | None) -> bool:
+    def _take(
+        self,
+        message: Delivery,
+        reply_to: str,
+        task_uuid: str,
+        work: pr.WorkUnit,
+        attempt: int | None,
+    ) -> bool:
         """Become the request's holder: acknowledge its message; False if we must not run it.
 
         A flowengine executor (it sends ``attempt``) is told PENDING with the
@@ -214,53 +275,96 @@ class Intake:
                 message.ack()
             return True
         except exc.DeliveryNotSettled as e:
-            LOG.warning("Request %s (%s of %r) not run by worker %s: %s", task_uuid,
-                        work.action, work.task_name, self._identity.worker_id, e)
+            LOG.warning(
+                "Request %s (%s of %r) not run by worker %s: %s",
+                task_uuid,
+                work.action,
+                work.task_name,
+                self._identity.worker_id,
+                e,
+            )
             return False
         except Exception:
-            LOG.error("Request %s (%s of %r) not taken by worker %s: its PENDING reply"
-                      " could not be sent; the message goes back to the broker", task_uuid,
-                      work.action, work.task_name, self._identity.worker_id, exc_info=True)
+            LOG.error(
+                "Request %s (%s of %r) not taken by worker %s: its PENDING reply"
+                " could not be sent; the message goes back to the broker",
+                task_uuid,
+                work.action,
+                work.task_name,
+                self._identity.worker_id,
+                exc_info=True,
+            )
         message.requeue()
         return False
 
-    def _decline(self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit,
-                 attempt: int) -> None:
+    def _decline(
+        self, message: Delivery, reply_to: str, task_uuid: str, work: pr.WorkUnit, attempt: int
+    ) -> None:
         """Hand a redelivered request back to its engine unrun (see Replier.decline)."""
         try:
             self._replier.decline(message, reply_to, task_uuid, attempt)
         except exc.DeliveryNotSettled as e:
-            LOG.warning("Redelivered request %s not declined by worker %s: %s", task_uuid,
-                        self._identity.worker_id, e)
+            LOG.warning(
+                "Redelivered request %s not declined by worker %s: %s",
+                task_uuid,
+                self._identity.worker_id,
+                e,
+            )
             return
         except Exception:
-            LOG.error("Redelivered request %s could not be handed back by worker %s; the"
-                      " message goes back to the broker", task_uuid,
-                      self._identity.worker_id, exc_info=True)
+            LOG.error(
+                "Redelivered request %s could not be handed back by worker %s; the"
+                " message goes back to the broker",
+                task_uuid,
+                self._identity.worker_id,
+                exc_info=True,
+            )
             message.requeue()
             return
-        LOG.info("Request %s (%s of %r), attempt %d, came back from the broker (a"
-                 " redelivery: it may have run elsewhere already); worker %s did not run it"
-                 " and handed it back to its engine, which sends it again only if it still"
-                 " waits for it", task_uuid, work.action, work.task_name, attempt,
-                 self._identity.worker_id)
+        LOG.info(
+            "Request %s (%s of %r), attempt %d, came back from the broker (a"
+            " redelivery: it may have run elsewhere already); worker %s did not run it"
+            " and handed it back to its engine, which sends it again only if it still"
+            " waits for it",
+            task_uuid,
+            work.action,
+            work.task_name,
+            attempt,
+            self._identity.worker_id,
+        )
 
-    def _answer_duplicate(self, verdict: held_mod.Verdict, reply_to: str, task_uuid: str,
-                          work: pr.WorkUnit, attempt: int | None) -> None:
+    def _answer_duplicate(
+        self,
+        verdict: held_mod.Verdict,
+        reply_to: str,
+        task_uuid: str,
+        work: pr.WorkUnit,
+        attempt: int | None,
+    ) -> None:
         """Answer a request already held or finished here from memory (never run it again)."""
         what = f"{work.action} of {work.task_name!r}"
         held, done = verdict.held, verdict.finished
         if verdict.kind == held_mod.STALE and held is not None:
-            LOG.warning("Ignored request %s (%s), attempt %s: attempt %s of it is already"
-                        " held here", task_uuid, what, attempt, held.attempt)
+            LOG.warning(
+                "Ignored request %s (%s), attempt %s: attempt %s of it is already held here",
+                task_uuid,
+                what,
+                attempt,
+                held.attempt,
+            )
             return
         if verdict.kind == held_mod.HELD and held is not None:
-            state, outcome = self._replier.repeat_state(held, reply_to, task_uuid,
-                                                        pending_too=attempt is not None)
-            LOG.warning("Duplicate of request %s (%s, attempt %s): it is already %s here;"
-                        " not running it again", task_uuid, what, attempt,
-                        {held_mod.RUNNING: "running",
-                         held_mod.ANSWERED: "answered"}.get(state, "queued"))
+            state, outcome = self._replier.repeat_state(
+                held, reply_to, task_uuid, pending_too=attempt is not None
+            )
+            LOG.warning(
+                "Duplicate of request %s (%s, attempt %s): it is already %s here;"
+                " not running it again",
+                task_uuid,
+                what,
+                attempt,
+                {held_mod.RUNNING: "running", held_mod.ANSWERED: "answered"}.get(state, "queued"),
+            )
             if state == held_mod.ANSWERED and outcome is not None:
                 # Its outcome is on its way to the earlier sender; this one
                 # (maybe a newer attempt) gets it too, as from the finished ones.
@@ -268,16 +372,27 @@ class Intake:
             return
         if done is None:  # pragma: no cover - admit() returns one of the four verdicts
             return
-        LOG.warning("Duplicate of request %s (%s, attempt %s): it finished here %.1f s ago;"
-                    " sending its outcome again, not running it again", task_uuid, what,
-                    attempt, time.monotonic() - done.finished_at)
+        LOG.warning(
+            "Duplicate of request %s (%s, attempt %s): it finished here %.1f s ago;"
+            " sending its outcome again, not running it again",
+            task_uuid,
+            what,
+            attempt,
+            time.monotonic() - done.finished_at,
+        )
         if done.outcome is not None:
             self._replier.send_remembered(done.outcome, reply_to, task_uuid, attempt)
             return
-        self._replier.reply_failure(reply_to, task_uuid, exc.ExecutionFailure(
-            f"Request {task_uuid} ({what}) already ran on worker {self._identity.worker_id};"
-            f" its outcome ({done.outcome_bytes} bytes) was too large to keep for"
-            f" duplicates"), attempt)
+        self._replier.reply_failure(
+            reply_to,
+            task_uuid,
+            exc.ExecutionFailure(
+                f"Request {task_uuid} ({what}) already ran on worker {self._identity.worker_id};"
+                f" its outcome ({done.outcome_bytes} bytes) was too large to keep for"
+                f" duplicates"
+            ),
+            attempt,
+        )
 
     def wait_for_room(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` until at most ``capacity`` requests are held.

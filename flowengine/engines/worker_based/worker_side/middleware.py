@@ -61,8 +61,9 @@ class Job:
     held: held_mod.Held | None = dataclasses.field(default=None, compare=False, repr=False)
     #: Set when it is cancelled (see :mod:`.activity`); the body reads it
     #: from its request context.
-    cancelled: threading.Event = dataclasses.field(default_factory=threading.Event,
-                                                   compare=False, repr=False)
+    cancelled: threading.Event = dataclasses.field(
+        default_factory=threading.Event, compare=False, repr=False
+    )
 
     @property
     def task_uuid(self) -> str:
@@ -120,8 +121,9 @@ class Middleware:
         On the pool thread; on the consume thread when the pool refused it.
         """
 
-    def after_expire(self, topic: str, task_uuid: str, task_name: str | None,
-                     headers: Headers) -> None:
+    def after_expire(
+        self, topic: str, task_uuid: str, task_name: str | None, headers: Headers
+    ) -> None:
         """A request arrived (consume thread) or waited (pool thread) past its expiry: dropped."""
 
     # --- the worker's consume loops (one per topic) ---
@@ -140,8 +142,9 @@ class Middleware:
 
 
 #: The hook points of :class:`Middleware`, by name.
-_HOOKS = tuple(name for name, value in vars(Middleware).items()
-               if callable(value) and not name.startswith("_"))
+_HOOKS = tuple(
+    name for name, value in vars(Middleware).items() if callable(value) and not name.startswith("_")
+)
 
 
 def _overrides(item: Middleware, hook: str) -> bool:
@@ -161,7 +164,8 @@ class MiddlewareChain:
     def __init__(self, middleware: Iterable[Middleware] = ()) -> None:
         self._middleware: tuple[Middleware, ...] = tuple(middleware)
         self._by_hook: dict[str, tuple[Middleware, ...]] = {
-            hook: tuple(m for m in self._middleware if _overrides(m, hook)) for hook in _HOOKS}
+            hook: tuple(m for m in self._middleware if _overrides(m, hook)) for hook in _HOOKS
+        }
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
@@ -227,11 +231,11 @@ class MiddlewareChain:
         """See :meth:`Middleware.after_release`."""
         self._each("after_release", lambda m: m.after_release(job))
 
-    def after_expire(self, topic: str, task_uuid: str, task_name: str | None,
-                     headers: Headers) -> None:
+    def after_expire(
+        self, topic: str, task_uuid: str, task_name: str | None, headers: Headers
+    ) -> None:
         """See :meth:`Middleware.after_expire`."""
-        self._each("after_expire",
-                   lambda m: m.after_expire(topic, task_uuid, task_name, headers))
+        self._each("after_expire", lambda m: m.after_expire(topic, task_uuid, task_name, headers))
 
     def after_consumer_start(self, topic: str) -> None:
         """See :meth:`Middleware.after_consumer_start`."""

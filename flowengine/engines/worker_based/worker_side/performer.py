@@ -46,9 +46,16 @@ class Performer:
     with the intake).
     """
 
-    def __init__(self, pool: cf.Executor, memory: held_mod.RequestMemory, replier: Replier,
-                 middleware: MiddlewareChain, task_runner: TaskRunner, worker_id: str,
-                 clocks: PeerClocks | None = None) -> None:
+    def __init__(
+        self,
+        pool: cf.Executor,
+        memory: held_mod.RequestMemory,
+        replier: Replier,
+        middleware: MiddlewareChain,
+        task_runner: TaskRunner,
+        worker_id: str,
+        clocks: PeerClocks | None = None,
+    ) -> None:
         self._clocks = clocks or PeerClocks()
         self._pool = pool
         self._memory = memory
@@ -78,34 +85,51 @@ class Performer:
             if refusal is not None:
                 self._replier.answering(held)
                 self._replier.reply_failure(held.reply_to, task_uuid, refusal, held.attempt)
-                LOG.info("Request %s for task %r dropped unrun: %s", task_uuid,
-                         work.task_name, refusal)
+                LOG.info(
+                    "Request %s for task %r dropped unrun: %s", task_uuid, work.task_name, refusal
+                )
                 self._middleware.after_refuse(job, refusal)
                 return
-            late = (None if held.expires is None
-                    else self._clocks.overdue(held.reply_to, held.expires))
+            late = (
+                None if held.expires is None else self._clocks.overdue(held.reply_to, held.expires)
+            )
             if late is not None:
                 # Waited here for a thread past the time its executor gave up.
                 self._replier.answering(held)
-                self._replier.drop_expired(held.reply_to, task_uuid, work.task_name, late,
-                                           job.headers)
+                self._replier.drop_expired(
+                    held.reply_to, task_uuid, work.task_name, late, job.headers
+                )
                 return
             if not self._replier.started(held):
-                LOG.error("Request %s for task %r not run: its RUNNING reply could not"
-                          " be sent", task_uuid, work.task_name)
+                LOG.error(
+                    "Request %s for task %r not run: its RUNNING reply could not be sent",
+                    task_uuid,
+                    work.task_name,
+                )
                 return
             if held.fenced:  # cut off from the broker meanwhile (fence.py): not here
-                LOG.warning("Request %s for task %r not started: this worker lost its"
-                            " broker before it could", task_uuid, work.task_name)
+                LOG.warning(
+                    "Request %s for task %r not started: this worker lost its"
+                    " broker before it could",
+                    task_uuid,
+                    work.task_name,
+                )
                 return
             self._middleware.before_execute(job)
             started = time.monotonic()
             progress = functools.partial(self._progress, job, held)
-            ctx = context_mod.RequestContext(task_uuid, work.action, held.attempt or 0,
-                                             job.key[2], self._worker_id, job.cancelled)
+            ctx = context_mod.RequestContext(
+                task_uuid,
+                work.action,
+                held.attempt or 0,
+                job.key[2],
+                self._worker_id,
+                job.cancelled,
+            )
             with context_mod.running(ctx):
-                result = self._task_runner.run(job.endpoint, job.task, work, progress,
-                                               job.headers, (task_uuid, work.action))
+                result = self._task_runner.run(
+                    job.endpoint, job.task, work, progress, job.headers, (task_uuid, work.action)
+                )
             elapsed = time.monotonic() - started
             result = self._middleware.override_result(job, result)
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
@@ -114,9 +138,15 @@ class Performer:
             self._middleware.after_execute(job, result, elapsed)
             outcome = self._replier.send_outcome(held, work, state, result, elapsed)
             if state == pr.SUCCESS:
-                LOG.info("Task %r (%s) %s for request %s finished in %.3f s: %s",
-                         work.task_name, work.task_cls, work.action, task_uuid, elapsed,
-                         pr.SUCCESS)
+                LOG.info(
+                    "Task %r (%s) %s for request %s finished in %.3f s: %s",
+                    work.task_name,
+                    work.task_cls,
+                    work.action,
+                    task_uuid,
+                    elapsed,
+                    pr.SUCCESS,
+                )
             self._middleware.after_reply(job, result, elapsed)
         except Exception:
             LOG.exception("Unexpected error running request %s", task_uuid)
@@ -127,8 +157,9 @@ class Performer:
             else:
                 self._memory.finish(job.key, outcome.body, outcome.size)
 
-    def _progress(self, job: Job, held: held_mod.Held, event_type: str,
-                  details: dict[str, Any]) -> None:
+    def _progress(
+        self, job: Job, held: held_mod.Held, event_type: str, details: dict[str, Any]
+    ) -> None:
         """The body reported progress: tell the middleware, forward it as an EVENT."""
         self._middleware.on_progress(job, event_type, details)
         self._replier.forward_event(held, event_type, details)

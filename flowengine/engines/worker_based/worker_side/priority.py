@@ -81,10 +81,20 @@ class PriorityRoom:
                 self.condition.wait(min(left, TURN_WAIT_SLICE_S))
             return True
 
-    def admit(self, rank: int, memory: held_mod.RequestMemory, give_up: threading.Event,
-              key: held_mod.Key, reply_to: str, attempt: int | None, expires: float | None,
-              announced: bool, *, loss_bound: tuple[int | None, float | None] = (None, None),
-              pause: Callable[[], None] | None = None) -> held_mod.Verdict | None:
+    def admit(
+        self,
+        rank: int,
+        memory: held_mod.RequestMemory,
+        give_up: threading.Event,
+        key: held_mod.Key,
+        reply_to: str,
+        attempt: int | None,
+        expires: float | None,
+        announced: bool,
+        *,
+        loss_bound: tuple[int | None, float | None] = (None, None),
+        pause: Callable[[], None] | None = None,
+    ) -> held_mod.Verdict | None:
         """Wait for the turn of ``rank``, then admit the request into ``memory``.
 
         Admitted under the room's lock, so two loops can never both take the
@@ -98,8 +108,14 @@ class PriorityRoom:
                 while not give_up.is_set():
                     held = sum(len(m) for m in self._memories)
                     if held < self.capacity and not any(self._waiting[:rank]):
-                        return memory.admit(key, reply_to, attempt, expires,
-                                            announced=announced, loss_bound=loss_bound)
+                        return memory.admit(
+                            key,
+                            reply_to,
+                            attempt,
+                            expires,
+                            announced=announced,
+                            loss_bound=loss_bound,
+                        )
                     self.condition.wait(TURN_WAIT_SLICE_S)
                     if pause is not None:
                         pause()

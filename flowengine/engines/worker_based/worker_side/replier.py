@@ -84,9 +84,16 @@ class Replier:
     follows), never raised, except by :meth:`accept`.
     """
 
-    def __init__(self, proxy: Proxy, memory: held_mod.RequestMemory, identity: Identity,
-                 heartbeat_interval: float, middleware: MiddlewareChain, *,
-                 announce_period_s: float = pr.NOTIFY_PERIOD_S) -> None:
+    def __init__(
+        self,
+        proxy: Proxy,
+        memory: held_mod.RequestMemory,
+        identity: Identity,
+        heartbeat_interval: float,
+        middleware: MiddlewareChain,
+        *,
+        announce_period_s: float = pr.NOTIFY_PERIOD_S,
+    ) -> None:
         self._proxy = proxy
         self._memory = memory
         self._identity = identity
@@ -113,9 +120,11 @@ class Replier:
 
     def headers(self, attempt: int | None = None, leaving: bool = False) -> dict[str, Any]:
         """Headers of a message this worker sends (``attempt``: the request's, echoed)."""
-        headers: dict[str, Any] = {pr.HEADER_WORKER_ID: self._identity.worker_id,
-                                   pr.HEADER_ORIGIN: self._identity.origin,
-                                   lv.HEADER_HEARTBEAT: self._interval}
+        headers: dict[str, Any] = {
+            pr.HEADER_WORKER_ID: self._identity.worker_id,
+            pr.HEADER_ORIGIN: self._identity.origin,
+            lv.HEADER_HEARTBEAT: self._interval,
+        }
         if attempt is not None:
             headers[pr.HEADER_ATTEMPT] = attempt
         if leaving:
@@ -134,13 +143,20 @@ class Replier:
             return
         tasks = [] if leaving else list(self._identity.tasks)
         try:
-            self._proxy.publish(pr.Notify(topic=self._identity.topic, tasks=tasks),
-                                pr.ANNOUNCE_ROUTING_KEY, headers=self.headers(leaving=leaving))
+            self._proxy.publish(
+                pr.Notify(topic=self._identity.topic, tasks=tasks),
+                pr.ANNOUNCE_ROUTING_KEY,
+                headers=self.headers(leaving=leaving),
+            )
         except Exception as e:
             # One line: the consume loop says, once per back-off step, why the
             # broker is away; the traceback is there for -v.
-            LOG.warning("Worker %s could not announce itself%s: %s", self._identity.worker_id,
-                        " leaving" if leaving else "", e)
+            LOG.warning(
+                "Worker %s could not announce itself%s: %s",
+                self._identity.worker_id,
+                " leaving" if leaving else "",
+                e,
+            )
             LOG.debug("Announcement failure", exc_info=True)
         self._last_announce = time.monotonic()
 
@@ -149,9 +165,12 @@ class Replier:
         if self._silenced:
             return
         try:
-            self._proxy.publish(pr.Notify(topic=self._identity.topic,
-                                          tasks=list(self._identity.tasks)), reply_to,
-                                correlation_id=correlation_id, headers=self.headers())
+            self._proxy.publish(
+                pr.Notify(topic=self._identity.topic, tasks=list(self._identity.tasks)),
+                reply_to,
+                correlation_id=correlation_id,
+                headers=self.headers(),
+            )
         except Exception:
             LOG.warning("Failed to answer NOTIFY from %s", reply_to, exc_info=True)
 
@@ -164,11 +183,15 @@ class Replier:
         run the request), and the publishing error when PENDING could not be
         sent (the delivery is then still unsettled).
         """
-        self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
-                            headers=self.headers(attempt), settles=delivery)
+        self._proxy.publish(
+            pr.Response(pr.PENDING),
+            reply_to,
+            correlation_id=task_uuid,
+            headers=self.headers(attempt),
+            settles=delivery,
+        )
 
-    def decline(self, delivery: Delivery, reply_to: str, task_uuid: str,
-                attempt: int) -> None:
+    def decline(self, delivery: Delivery, reply_to: str, task_uuid: str, attempt: int) -> None:
         """Hand a redelivered request back to its engine unrun, acknowledging it.
 
         A PENDING with the ``declined`` header: the engine dispatches the
@@ -176,8 +199,13 @@ class Replier:
         ignores it when it already has the outcome. Raises as :meth:`accept`.
         """
         headers = {**self.headers(attempt), names.HEADER_DECLINED: True}
-        self._proxy.publish(pr.Response(pr.PENDING), reply_to, correlation_id=task_uuid,
-                            headers=headers, settles=delivery)
+        self._proxy.publish(
+            pr.Response(pr.PENDING),
+            reply_to,
+            correlation_id=task_uuid,
+            headers=headers,
+            settles=delivery,
+        )
 
     def started(self, held: held_mod.Held) -> bool:
         """``held`` starts running: tell its executor RUNNING, now or soon.
@@ -195,54 +223,86 @@ class Replier:
                 self._beat_wake.notify()
         return True
 
-    def reply(self, reply_to: str, task_uuid: str, state: str,
-              attempt: int | None = None, **data: Any) -> bool:
+    def reply(
+        self, reply_to: str, task_uuid: str, state: str, attempt: int | None = None, **data: Any
+    ) -> bool:
         """Publish a Response; False (logged) when it could not be sent."""
         try:
-            self._proxy.publish(pr.Response(state, **data), reply_to,
-                                correlation_id=task_uuid, headers=self.headers(attempt))
+            self._proxy.publish(
+                pr.Response(state, **data),
+                reply_to,
+                correlation_id=task_uuid,
+                headers=self.headers(attempt),
+            )
         except Exception:
-            LOG.error("Failed to send %s reply for request %s to %s", state, task_uuid,
-                      reply_to, exc_info=True)
+            LOG.error(
+                "Failed to send %s reply for request %s to %s",
+                state,
+                task_uuid,
+                reply_to,
+                exc_info=True,
+            )
             return False
         return True
 
-    def reply_failure(self, reply_to: str, task_uuid: str, error: BaseException,
-                      attempt: int | None = None) -> bool:
+    def reply_failure(
+        self, reply_to: str, task_uuid: str, error: BaseException, attempt: int | None = None
+    ) -> bool:
         """Publish a FAILURE reply describing ``error`` (an exception created, not raised)."""
-        return self.reply(reply_to, task_uuid, pr.FAILURE, attempt,
-                          result=ft.Failure.from_exception(error))
+        return self.reply(
+            reply_to, task_uuid, pr.FAILURE, attempt, result=ft.Failure.from_exception(error)
+        )
 
-    def drop_expired(self, reply_to: str, task_uuid: str, task_name: str | None,
-                     late: float, headers: Headers) -> None:
+    def drop_expired(
+        self, reply_to: str, task_uuid: str, task_name: str | None, late: float, headers: Headers
+    ) -> None:
         """Say (log, middleware, FAILURE reply) that a request ``late`` s past expiry is dropped.
 
         ``late`` is measured on its engine's clock (see :mod:`..wire.peer_clock`).
         """
-        LOG.info("Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
-                 " waits for it any more", task_uuid, task_name, late)
+        LOG.info(
+            "Dropped request %s for task %r unrun: it expired %.3f s ago and nobody"
+            " waits for it any more",
+            task_uuid,
+            task_name,
+            late,
+        )
         self._middleware.after_expire(self._identity.topic, task_uuid, task_name, headers)
         # Its executor has normally given up already (within its expiry
         # margin) and ignores this reply.
-        self.reply_failure(reply_to, task_uuid, exc.RequestExpired(
-            f"Worker {self._identity.worker_id} dropped request {task_uuid} for task"
-            f" {task_name!r} unrun: it expired {late:.3f} s before it could start"),
-            headers.attempt)
+        self.reply_failure(
+            reply_to,
+            task_uuid,
+            exc.RequestExpired(
+                f"Worker {self._identity.worker_id} dropped request {task_uuid} for task"
+                f" {task_name!r} unrun: it expired {late:.3f} s before it could start"
+            ),
+            headers.attempt,
+        )
 
     def forward_event(self, held: held_mod.Held, event_type: str, details: dict[str, Any]) -> None:
         """Forward a task notification (progress) to the executor as an EVENT."""
         task_uuid = held.key[0]
         try:
-            self._proxy.publish(pr.Response(pr.EVENT, event_type=event_type,
-                                            details=dict(details or {})),
-                                held.reply_to, correlation_id=task_uuid,
-                                headers=self.headers(held.attempt))
+            self._proxy.publish(
+                pr.Response(pr.EVENT, event_type=event_type, details=dict(details or {})),
+                held.reply_to,
+                correlation_id=task_uuid,
+                headers=self.headers(held.attempt),
+            )
         except Exception:
-            LOG.warning("Failed to send %s event for request %s", event_type, task_uuid,
-                        exc_info=True)
+            LOG.warning(
+                "Failed to send %s event for request %s", event_type, task_uuid, exc_info=True
+            )
 
-    def send_outcome(self, held: held_mod.Held, work: pr.WorkUnit, state: str,
-                     result: Any, run_s: float | None = None) -> SentOutcome | None:
+    def send_outcome(
+        self,
+        held: held_mod.Held,
+        work: pr.WorkUnit,
+        state: str,
+        result: Any,
+        run_s: float | None = None,
+    ) -> SentOutcome | None:
         """Publish SUCCESS/FAILURE; return what was sent (None if nothing was).
 
         ``run_s``: how long the body ran (header ``run_s``: the executor's
@@ -258,19 +318,29 @@ class Replier:
             what = "result" if state == pr.SUCCESS else "failure"
             error = exc.SerializationFailure(
                 f"The {what} of task {work.task_name!r} ({work.task_cls}, {work.action})"
-                f" cannot be sent as JSON: {e.cause or e}")
+                f" cannot be sent as JSON: {e.cause or e}"
+            )
             LOG.warning("Request %s: %s", task_uuid, error.args[0])
         except Exception:
-            LOG.error("Failed to send %s reply for request %s to %s", state, task_uuid,
-                      held.reply_to, exc_info=True)
+            LOG.error(
+                "Failed to send %s reply for request %s to %s",
+                state,
+                task_uuid,
+                held.reply_to,
+                exc_info=True,
+            )
             return None
         body = pr.Response(pr.FAILURE, result=ft.Failure.from_exception(error)).to_dict()
         self.answering(held, body)
         try:
             return SentOutcome(body, self._send_body(held, body, run_s))
         except Exception:
-            LOG.error("Failed to send FAILURE reply for request %s to %s", task_uuid,
-                      held.reply_to, exc_info=True)
+            LOG.error(
+                "Failed to send FAILURE reply for request %s to %s",
+                task_uuid,
+                held.reply_to,
+                exc_info=True,
+            )
             return None
 
     def _send_body(self, held: held_mod.Held, body: dict[str, Any], run_s: float | None) -> int:
@@ -278,21 +348,32 @@ class Replier:
         headers = self.headers(held.attempt)
         if run_s is not None:
             headers[names.HEADER_RUN_S] = round(run_s, 6)
-        return self._proxy.publish(StoredResponse(body), held.reply_to,
-                                   correlation_id=held.key[0], headers=headers)
+        return self._proxy.publish(
+            StoredResponse(body), held.reply_to, correlation_id=held.key[0], headers=headers
+        )
 
-    def send_remembered(self, outcome: dict[str, Any], reply_to: str, task_uuid: str,
-                        attempt: int | None) -> None:
+    def send_remembered(
+        self, outcome: dict[str, Any], reply_to: str, task_uuid: str, attempt: int | None
+    ) -> None:
         """Send a request's outcome body again, for a duplicate of it."""
         try:
-            self._proxy.publish(StoredResponse(outcome), reply_to, correlation_id=task_uuid,
-                                headers=self.headers(attempt))
+            self._proxy.publish(
+                StoredResponse(outcome),
+                reply_to,
+                correlation_id=task_uuid,
+                headers=self.headers(attempt),
+            )
         except Exception:
-            LOG.error("Failed to send the remembered outcome of request %s to %s",
-                      task_uuid, reply_to, exc_info=True)
+            LOG.error(
+                "Failed to send the remembered outcome of request %s to %s",
+                task_uuid,
+                reply_to,
+                exc_info=True,
+            )
 
-    def repeat_state(self, held: held_mod.Held, reply_to: str, task_uuid: str,
-                     pending_too: bool) -> tuple[str, dict[str, Any] | None]:
+    def repeat_state(
+        self, held: held_mod.Held, reply_to: str, task_uuid: str, pending_too: bool
+    ) -> tuple[str, dict[str, Any] | None]:
         """Tell a duplicate's sender where ``held`` is; (its state, its outcome if ANSWERED).
 
         RUNNING is repeated; QUEUED only when ``pending_too`` (a flowengine
@@ -355,8 +436,11 @@ class Replier:
         self.send_heartbeats()
         # Only while consuming: without a broker connection the announcement
         # would only fail (and the consumer announces anew when it is back).
-        if (not self._stopping.is_set() and self._proxy.is_running
-                and time.monotonic() - self._last_announce >= self._announce_period_s):
+        if (
+            not self._stopping.is_set()
+            and self._proxy.is_running
+            and time.monotonic() - self._last_announce >= self._announce_period_s
+        ):
             self.announce()
 
     def start(self) -> None:
@@ -364,8 +448,10 @@ class Replier:
         self._stopping.clear()
         if self._beat_thread is None or not self._beat_thread.is_alive():
             self._beat_thread = threading.Thread(
-                target=self._beat_loop, name=f"flowengine-heartbeat-{self._identity.topic}",
-                daemon=True)
+                target=self._beat_loop,
+                name=f"flowengine-heartbeat-{self._identity.topic}",
+                daemon=True,
+            )
             self._beat_thread.start()
 
     def stop(self) -> None:
@@ -405,8 +491,7 @@ class Replier:
                     next_beat = time.monotonic() + self._interval
                     self.beat()
             except Exception:
-                LOG.exception("Heartbeat of worker %s failed; retrying",
-                              self._identity.worker_id)
+                LOG.exception("Heartbeat of worker %s failed; retrying", self._identity.worker_id)
 
     def _wait_for_due(self, next_beat: float) -> list[held_mod.Held]:
         """Wait for the next heartbeat or RUNNING due; the requests whose RUNNING is due.

@@ -30,8 +30,7 @@ LOG = logging.getLogger(__name__)
 THREADS = "threads"
 PROCESSES = "processes"
 EXECUTOR_KINDS = (THREADS, PROCESSES)
-_ALIASES = {"thread": THREADS, "threads": THREADS, "process": PROCESSES,
-            "processes": PROCESSES}
+_ALIASES = {"thread": THREADS, "threads": THREADS, "process": PROCESSES, "processes": PROCESSES}
 
 
 def executor_kind(name: str) -> str:
@@ -39,8 +38,9 @@ def executor_kind(name: str) -> str:
     try:
         return _ALIASES[name.strip().lower()]
     except KeyError:
-        raise ValueError(f"Unknown worker executor {name!r}; expected one of"
-                         f" {list(EXECUTOR_KINDS)}") from None
+        raise ValueError(
+            f"Unknown worker executor {name!r}; expected one of {list(EXECUTOR_KINDS)}"
+        ) from None
 
 
 class BodyRunner(Protocol):
@@ -49,8 +49,15 @@ class BodyRunner(Protocol):
     #: THREADS or PROCESSES.
     kind: str
 
-    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-            progress: ProgressCallback | None, limits: tl.TimeLimits, what: str) -> Any:
+    def run(
+        self,
+        endpoint: Endpoint,
+        task: BaseTask,
+        work: pr.WorkUnit,
+        progress: ProgressCallback | None,
+        limits: tl.TimeLimits,
+        what: str,
+    ) -> Any:
         """Run the body; its result or a Failure (never raises for the task's errors)."""
 
     def stop_cold(self) -> list[str]:
@@ -61,6 +68,7 @@ def make_body_runner(kind: str) -> BodyRunner:
     """A body runner of the given kind."""
     if executor_kind(kind) == PROCESSES:
         from flowengine.engines.worker_based.worker_side import forked as process_runner
+
         return process_runner.ProcessRunner()
     return thread_limits.ThreadRunner()
 
@@ -115,8 +123,9 @@ class Gate:
 class TaskRunner:
     """Runs request bodies for a Server: resolves limits, picks the runner, guards outcomes."""
 
-    def __init__(self, executor: str = THREADS,
-                 default_limits: tl.TimeLimits = tl.NO_LIMITS) -> None:
+    def __init__(
+        self, executor: str = THREADS, default_limits: tl.TimeLimits = tl.NO_LIMITS
+    ) -> None:
         self.kind = executor_kind(executor)
         self.default_limits = default_limits
         self.body_runner: BodyRunner = make_body_runner(self.kind)
@@ -124,8 +133,15 @@ class TaskRunner:
         self._stoppers: dict[tuple[str, str], thread_limits.Stopper] = {}
         self._stoppers_lock = threading.Lock()
 
-    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-            progress: ProgressCallback | None, headers: Headers, key: tuple[str, str]) -> Any:
+    def run(
+        self,
+        endpoint: Endpoint,
+        task: BaseTask,
+        work: pr.WorkUnit,
+        progress: ProgressCallback | None,
+        headers: Headers,
+        key: tuple[str, str],
+    ) -> Any:
         """Run one request's body; its result or a Failure (parks after a cold shutdown)."""
         what = f"Request {key[0]} ({work.action} of task {work.task_name!r})"
         try:

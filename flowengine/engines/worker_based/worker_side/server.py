@@ -89,13 +89,17 @@ PREFETCH_COUNT = 1
 REDIS_VISIBILITY_TIMEOUT_S = 20.0
 
 
-def default_middleware(exchange: str, identity: Identity, broker: BrokerSettings,
-                       events: bool | None) -> list[Middleware]:
+def default_middleware(
+    exchange: str, identity: Identity, broker: BrokerSettings, events: bool | None
+) -> list[Middleware]:
     """What a Server made on its own (not by a Worker) calls: fencing, failure logging, events."""
-    return [FencingMiddleware(identity.worker_id),
-            ExceptionHandlersMiddleware(identity.worker_id),
-            EventsMiddleware.create(exchange, identity.worker_id, [identity.topic],
-                                    identity.tasks, broker, enabled=events)]
+    return [
+        FencingMiddleware(identity.worker_id),
+        ExceptionHandlersMiddleware(identity.worker_id),
+        EventsMiddleware.create(
+            exchange, identity.worker_id, [identity.topic], identity.tasks, broker, enabled=events
+        ),
+    ]
 
 
 def pool_size(executor: cf.Executor) -> int | None:
@@ -117,21 +121,32 @@ class Server:
     ``retry_options`` are still taken as keywords, instead of ``broker``.
     """
 
-    def __init__(self, topic: str, exchange: str, executor: cf.Executor,
-                 endpoints: Iterable[endpoint_mod.Endpoint], *,
-                 broker: BrokerSettings | None = None,
-                 options: ServerOptions = ServerOptions(),
-                 **taskflow_broker: Any) -> None:
+    def __init__(
+        self,
+        topic: str,
+        exchange: str,
+        executor: cf.Executor,
+        endpoints: Iterable[endpoint_mod.Endpoint],
+        *,
+        broker: BrokerSettings | None = None,
+        options: ServerOptions = ServerOptions(),
+        **taskflow_broker: Any,
+    ) -> None:
         broker = BrokerSettings.given_keywords("Server", broker, taskflow_broker)
         worker_id, events, task_runner = options.worker_id, options.events, options.task_runner
-        capacity, middleware, room, rank = (options.capacity, options.middleware, options.room,
-                                            options.rank)
+        capacity, middleware, room, rank = (
+            options.capacity,
+            options.middleware,
+            options.room,
+            options.rank,
+        )
         lease_id = options.lease_id
         if broker.is_redis and "visibility_timeout" not in broker.transport_options:
             broker = broker.with_transport_options(visibility_timeout=REDIS_VISIBILITY_TIMEOUT_S)
         by_name = {ep.name: ep for ep in endpoints}
-        identity = Identity(worker_id or pr.make_worker_id(), pr.make_origin(), topic,
-                            tuple(sorted(by_name)))
+        identity = Identity(
+            worker_id or pr.make_worker_id(), pr.make_origin(), topic, tuple(sorted(by_name))
+        )
         self._identity = identity
         self._interval = options.heartbeat_interval
         if room is not None:
@@ -144,27 +159,39 @@ class Server:
         private_key = pr.worker_routing_key(topic, identity.worker_id)
         queues = [
             # compat='taskflow': auto-deleted, as TaskFlow declares it.
-            proxy_mod.QueueSpec(pr.topic_queue_name(exchange, topic), (topic,),
-                                auto_delete=compat_mod.topic_queue_auto_delete(broker.compat)),
+            proxy_mod.QueueSpec(
+                pr.topic_queue_name(exchange, topic),
+                (topic,),
+                auto_delete=compat_mod.topic_queue_auto_delete(broker.compat),
+            ),
             # The broadcast key reaches every flowengine worker of the topic
             # (a NOTIFY on the topic key reaches only one of them).
-            proxy_mod.QueueSpec(pr.worker_queue_name(exchange, topic, identity.worker_id),
-                                (private_key, lv.broadcast_routing_key(topic)),
-                                auto_delete=True, private=True),
+            proxy_mod.QueueSpec(
+                pr.worker_queue_name(exchange, topic, identity.worker_id),
+                (private_key, lv.broadcast_routing_key(topic)),
+                auto_delete=True,
+                private=True,
+            ),
         ]
         proxy_options = proxy_mod.ProxyOptions(
-            queues=queues, wake_routing_key=private_key, on_reject=self._on_reject,
-            observer=_ConsumeLoop(self), wait_for_room=self._wait_for_room,
+            queues=queues,
+            wake_routing_key=private_key,
+            on_reject=self._on_reject,
+            observer=_ConsumeLoop(self),
+            wait_for_room=self._wait_for_room,
             consume=proxy_mod.ConsumeOptions(
                 prefetch_count=PREFETCH_COUNT,
                 # Redis: what this worker took goes back to its queue once the
                 # worker stops renewing (as silent as a lost request), and it
                 # puts back what dead consumers held.
-                lease=proxy_mod.LeaseSpec(lease_id or identity.worker_id,
-                                          lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
-                                          reclaim=True)))
-        self._proxy = proxy_mod.Proxy(topic, exchange, None, broker=broker,
-                                      options=proxy_options)
+                lease=proxy_mod.LeaseSpec(
+                    lease_id or identity.worker_id,
+                    lv.lost_after(self._interval, lv.HEARTBEAT_MISSES),
+                    reclaim=True,
+                ),
+            ),
+        )
+        self._proxy = proxy_mod.Proxy(topic, exchange, None, broker=broker, options=proxy_options)
         if middleware is None:
             middleware = default_middleware(exchange, identity, broker, events)
         self._middleware = MiddlewareChain(middleware)
@@ -172,24 +199,43 @@ class Server:
         # Each engine's clock, read off its messages: expiry never compares
         # two hosts' clocks (see wire/peer_clock.py).
         clocks = PeerClocks()
-        self._replier = Replier(self._proxy, self._memory, identity, self._interval,
-                                self._middleware)
+        self._replier = Replier(
+            self._proxy, self._memory, identity, self._interval, self._middleware
+        )
         runner = task_runner or running_mod.TaskRunner()
-        self._performer = Performer(executor, self._memory, self._replier, self._middleware,
-                                    runner, identity.worker_id, clocks)
+        self._performer = Performer(
+            executor,
+            self._memory,
+            self._replier,
+            self._middleware,
+            runner,
+            identity.worker_id,
+            clocks,
+        )
         admit, room_wait = None, None
         if room is not None:
             # Waiting for its turn holding a message, the loop keeps its
             # connection alive (AMQP heartbeats), as when it waits for room.
-            admit = functools.partial(room.admit, rank, self._memory,
-                                      pause=self._proxy.keep_alive)
+            admit = functools.partial(room.admit, rank, self._memory, pause=self._proxy.keep_alive)
             room_wait = room.wait_for_space
-        self._intake = Intake(by_name, self._memory, self._replier, self._performer,
-                              None if room is not None else capacity, clocks, admit,
-                              room_wait)
-        self._fence = Fence(self._memory, runner, self._interval, identity.worker_id,
-                            lambda: self._proxy.publishing_fails,
-                            thread_name=f"flowengine-fence-{topic}")
+        self._intake = Intake(
+            by_name,
+            self._memory,
+            self._replier,
+            self._performer,
+            None if room is not None else capacity,
+            clocks,
+            admit,
+            room_wait,
+        )
+        self._fence = Fence(
+            self._memory,
+            runner,
+            self._interval,
+            identity.worker_id,
+            lambda: self._proxy.publishing_fails,
+            thread_name=f"flowengine-fence-{topic}",
+        )
         self._proxy.dispatcher.type_handlers.update(self._intake.handlers())
 
     # --- facts ---
@@ -290,8 +336,10 @@ class Server:
 
     def running_requests(self) -> list[tuple[tuple[str, str], str, bool]]:
         """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
-        return [(held.key[:2], held.reply_to, held.state != held_mod.QUEUED)
-                for held in self._memory.held()]
+        return [
+            (held.key[:2], held.reply_to, held.state != held_mod.QUEUED)
+            for held in self._memory.held()
+        ]
 
     def wait_until_sent(self, keys: set[tuple[str, str]], deadline: float) -> bool:
         """Block until none of ``keys`` is held (its outcome sent), or until ``deadline``."""
@@ -307,9 +355,15 @@ class Server:
         """Consuming (again): announce ourselves at once (no waiting to be polled)."""
         if not self._started_once:
             self._started_once = True
-            LOG.info("Worker %s serves topic %r with %d task(s); heartbeat every %.2f s,"
-                     " holds at most %s request(s)", self.worker_id, self.topic,
-                     len(self._identity.tasks), self._interval, self._capacity or "unbounded")
+            LOG.info(
+                "Worker %s serves topic %r with %d task(s); heartbeat every %.2f s,"
+                " holds at most %s request(s)",
+                self.worker_id,
+                self.topic,
+                len(self._identity.tasks),
+                self._interval,
+                self._capacity or "unbounded",
+            )
         if self._proxy.failing is None:
             self._replier.announce()
         self._middleware.after_consumer_start(self.topic)
@@ -321,14 +375,21 @@ class Server:
     def _on_failing(self, reason: str | None) -> None:
         """The consume loop keeps failing (stop announcing us), or works again."""
         if reason is not None:
-            LOG.error("Worker %s stops announcing itself on topic %r: its consume loop keeps"
-                      " failing (%s); engines route around it until it works again",
-                      self.worker_id, self.topic, reason)
+            LOG.error(
+                "Worker %s stops announcing itself on topic %r: its consume loop keeps"
+                " failing (%s); engines route around it until it works again",
+                self.worker_id,
+                self.topic,
+                reason,
+            )
             self._replier.silence()
             self._replier.announce(leaving=True)
         else:
-            LOG.warning("Worker %s announces itself on topic %r again: its consume loop works",
-                        self.worker_id, self.topic)
+            LOG.warning(
+                "Worker %s announces itself on topic %r again: its consume loop works",
+                self.worker_id,
+                self.topic,
+            )
             self._replier.silence(False)
             self._replier.announce()
         self._middleware.after_consumer_failing(self.topic, reason)

@@ -56,8 +56,7 @@ class ServerOptions:
     lease_id: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heartbeat_interval",
-                           lv.check_interval(self.heartbeat_interval))
+        object.__setattr__(self, "heartbeat_interval", lv.check_interval(self.heartbeat_interval))
         if self.rank < 0:
             raise ValueError(f"rank must be >= 0, not {self.rank!r}")
         if self.capacity is not None and self.capacity < 1:

@@ -31,8 +31,15 @@ __all__ = ["BROKER_FIELDS", "WorkerSettings", "split_options"]
 #: Loose ``Worker(...)`` keywords that describe the broker, not the worker:
 #: they go to the worker's BrokerSettings (one place says how every
 #: connection of the process behaves), never to WorkerSettings.
-BROKER_FIELDS = ("durable", "secret", "compat", "max_body_bytes", "max_redeliveries",
-                 "queue_type", "failover_strategy")
+BROKER_FIELDS = (
+    "durable",
+    "secret",
+    "compat",
+    "max_body_bytes",
+    "max_redeliveries",
+    "queue_type",
+    "failover_strategy",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,22 +78,26 @@ class WorkerSettings:
     middleware: tuple[Middleware, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.worker_id is not None and (not isinstance(self.worker_id, str)
-                                           or not self.worker_id.strip()):
-            raise ValueError(f"worker_id must be a non-empty string or None, not"
-                             f" {self.worker_id!r}")
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str) or not self.worker_id.strip()
+        ):
+            raise ValueError(
+                f"worker_id must be a non-empty string or None, not {self.worker_id!r}"
+            )
         if self.events is not None:
             object.__setattr__(self, "events", bool(self.events))
         # A soft limit above the hard one is allowed: it just never fires.
         for name in ("soft_time_limit", "time_limit"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float))
-                                      or not 0 < value < math.inf):
-                raise ValueError(f"{name} must be a positive number of seconds or None,"
-                                 f" not {value!r}")
-        object.__setattr__(self, "heartbeat_interval",
-                           lv.check_interval(self.heartbeat_interval))
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not 0 < value < math.inf
+            ):
+                raise ValueError(
+                    f"{name} must be a positive number of seconds or None, not {value!r}"
+                )
+        object.__setattr__(self, "heartbeat_interval", lv.check_interval(self.heartbeat_interval))
         handlers = tuple(self.exception_handlers)
         for handler in handlers:
             if not callable(handler):
@@ -115,9 +126,11 @@ def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str,
     """
     unknown = sorted(set(options) - set(_SETTING_NAMES) - set(BROKER_FIELDS))
     if unknown:
-        raise TypeError(f"Worker() got unexpected keyword argument(s) {', '.join(unknown)};"
-                        f" worker options are {', '.join(_SETTING_NAMES)}, broker options"
-                        f" {', '.join(BROKER_FIELDS)}")
+        raise TypeError(
+            f"Worker() got unexpected keyword argument(s) {', '.join(unknown)};"
+            f" worker options are {', '.join(_SETTING_NAMES)}, broker options"
+            f" {', '.join(BROKER_FIELDS)}"
+        )
     worker = {k: v for k, v in options.items() if k in _SETTING_NAMES}
     broker = {k: v for k, v in options.items() if k in BROKER_FIELDS}
     # An explicit None meant "the default" for the loose keywords.

@@ -133,8 +133,7 @@ class Shutdown:
     def _move(self, new_state: str) -> None:
         target = TRANSITIONS.get((self._state, make_an_event(new_state)))
         if target is None:
-            raise exc.InvalidState(f"Worker shutdown cannot move from {self._state} to"
-                                   f" {new_state}")
+            raise exc.InvalidState(f"Worker shutdown cannot move from {self._state} to {new_state}")
         LOG.debug("Worker shutdown: %s -> %s", self._state, target)
         self._state = target
 
@@ -158,9 +157,13 @@ class Shutdown:
         """Ask for a shutdown: warm the first time, cold after that."""
         now = time.monotonic()
         with self._lock:
-            if (self._first is not None and signum is not None and self._requests == 1
-                    and self._first[0] == signum
-                    and now - self._first[1] < DUPLICATE_SIGNAL_WINDOW_S):
+            if (
+                self._first is not None
+                and signum is not None
+                and self._requests == 1
+                and self._first[0] == signum
+                and now - self._first[1] < DUPLICATE_SIGNAL_WINDOW_S
+            ):
                 return  # the same signal delivered twice at once
             if self._first is None:
                 self._first = (signum, now)
@@ -205,10 +208,13 @@ class Shutdown:
         started = sum(1 for _, _, s in taken if s)
         if taken:
             # Worth a warning only when there is work a second signal would cut short.
-            LOG.warning("Warm shutdown: no new requests; finishing %d running request(s)"
-                        " (%d more taken, not started); send the signal again to stop now"
-                        " (cold shutdown: they are given back to be run elsewhere)", started,
-                        len(taken) - started)
+            LOG.warning(
+                "Warm shutdown: no new requests; finishing %d running request(s)"
+                " (%d more taken, not started); send the signal again to stop now"
+                " (cold shutdown: they are given back to be run elsewhere)",
+                started,
+                len(taken) - started,
+            )
         else:
             LOG.info("Warm shutdown: no new requests, none running")
         worker.stop_serving()  # announces 'leaving' and stops consuming
@@ -216,13 +222,14 @@ class Shutdown:
             # A request being dispatched right now still reaches the pool.
             self._runner.join(CONSUMER_STOP_TIMEOUT_S)
             if self._runner.is_alive():
-                LOG.warning("Warm shutdown: the consume loop did not end within %.0f s",
-                            CONSUMER_STOP_TIMEOUT_S)
+                LOG.warning(
+                    "Warm shutdown: the consume loop did not end within %.0f s",
+                    CONSUMER_STOP_TIMEOUT_S,
+                )
         drain = threading.Thread(target=self._drain, name="flowengine-drain", daemon=True)
         drain.start()
         while True:
-            self._wait_main(lambda: self._drained or self._requests >= 2,
-                            WARM_PROGRESS_PERIOD_S)
+            self._wait_main(lambda: self._drained or self._requests >= 2, WARM_PROGRESS_PERIOD_S)
             if self._requests >= 2:
                 break
             if self._drained:
@@ -230,8 +237,9 @@ class Shutdown:
                 self._move(STOPPED)
                 return EXIT_WARM
             # The server's heartbeat thread keeps beating for what it holds.
-            LOG.info("Warm shutdown: still waiting for %d request(s)",
-                     len(worker.running_requests()))
+            LOG.info(
+                "Warm shutdown: still waiting for %d request(s)", len(worker.running_requests())
+            )
         return self.cold()
 
     def _drain(self) -> None:
@@ -265,17 +273,24 @@ class Shutdown:
             what = "running" if started else "taken but not started"
             error = exc.WorkerShutdown(
                 f"Worker {worker.worker_id} stopped (cold shutdown) with request {key[0]}"
-                f" ({key[1]}) {what}; it was given back to be run elsewhere")
+                f" ({key[1]}) {what}; it was given back to be run elsewhere"
+            )
             # The reply carries the request's attempt: an executor that has
             # moved on to a later attempt ignores it (fencing).
             if worker.give_back(key, error):
                 given_back += 1
             else:
-                LOG.error("Cold shutdown: could not give request %s back; its executor will"
-                          " notice the missing heartbeats", key[0])
+                LOG.error(
+                    "Cold shutdown: could not give request %s back; its executor will"
+                    " notice the missing heartbeats",
+                    key[0],
+                )
         self._flush(worker, sending)
-        LOG.warning("Cold shutdown: gave back %d request(s) (%d task process(es) killed);"
-                    " exiting now", given_back, len(killed))
+        LOG.warning(
+            "Cold shutdown: gave back %d request(s) (%d task process(es) killed); exiting now",
+            given_back,
+            len(killed),
+        )
         self._move(STOPPED)
         return EXIT_COLD
 
@@ -285,5 +300,8 @@ class Shutdown:
             return
         left = worker.wait_until_sent(sending, COLD_FLUSH_TIMEOUT_S)
         if left:
-            LOG.warning("Cold shutdown: %d outcome(s) were still being sent after %.1f s",
-                        len(left), COLD_FLUSH_TIMEOUT_S)
+            LOG.warning(
+                "Cold shutdown: %d outcome(s) were still being sent after %.1f s",
+                len(left),
+                COLD_FLUSH_TIMEOUT_S,
+            )

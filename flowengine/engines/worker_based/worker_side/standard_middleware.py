@@ -73,8 +73,7 @@ class TracingMiddleware(Middleware):
         with self._lock:
             spans = self._by_topic.get(topic)
             if spans is None:
-                spans = self._by_topic[topic] = worker_spans.RequestSpans(self._worker_id,
-                                                                          topic)
+                spans = self._by_topic[topic] = worker_spans.RequestSpans(self._worker_id, topic)
             return spans
 
     def before_execute(self, job: Job) -> None:
@@ -125,7 +124,10 @@ class FencingMiddleware(Middleware):
         if job.held is None or not job.held.fenced:
             return result
         work = job.work
-        return ft.Failure.from_exception(exc.RequestFenced(
-            f"Worker {self._worker_id} lost its broker while running request"
-            f" {job.task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
-            f" it; dispatch it again"))
+        return ft.Failure.from_exception(
+            exc.RequestFenced(
+                f"Worker {self._worker_id} lost its broker while running request"
+                f" {job.task_uuid} ({work.action} of task {work.task_name!r}) and stopped"
+                f" it; dispatch it again"
+            )
+        )

@@ -57,8 +57,9 @@ def _import_item(item: str) -> list[type[task_mod.BaseTask]]:
         try:
             obj = reflection.import_class(item)
         except ImportError:
-            raise ImportError(f"Task item {item!r} names neither a module nor a"
-                              f" 'module.Class'") from e
+            raise ImportError(
+                f"Task item {item!r} names neither a module nor a 'module.Class'"
+            ) from e
         return [_checked_class(obj, item)]
     return _module_tasks(module)
 
@@ -70,8 +71,9 @@ def derive_endpoints(tasks: TaskItem | Iterable[TaskItem]) -> list[endpoint_mod.
     no concrete Task; ImportError for a name that cannot be imported.
     """
     # One item alone (a name, a module, a class) stands for a list of it.
-    items: list[object] = ([tasks] if isinstance(tasks, (str, bytes, type, types.ModuleType))
-                           else list(tasks))
+    items: list[object] = (
+        [tasks] if isinstance(tasks, (str, bytes, type, types.ModuleType)) else list(tasks)
+    )
     derived: dict[type[task_mod.BaseTask], None] = {}
     for item in items:
         if isinstance(item, str):
@@ -81,9 +83,11 @@ def derive_endpoints(tasks: TaskItem | Iterable[TaskItem]) -> list[endpoint_mod.
         elif inspect.isclass(item):
             classes = [_checked_class(item, item)]
         else:
-            raise TypeError(f"Item {item!r} has unexpected type {type(item).__name__};"
-                            f" expected a module name, a 'module:Class' string, a module"
-                            f" or a Task class")
+            raise TypeError(
+                f"Item {item!r} has unexpected type {type(item).__name__};"
+                f" expected a module name, a 'module:Class' string, a module"
+                f" or a Task class"
+            )
         for cls in classes:
             derived.setdefault(cls, None)
     return [endpoint_mod.Endpoint(cls) for cls in derived]

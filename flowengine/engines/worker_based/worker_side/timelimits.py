@@ -9,7 +9,6 @@ keeps running and heartbeating meanwhile, and is never reported finished
 while its body runs. Where limits come from: :mod:`..wire.timelimits`.
 """
 
-
 from __future__ import annotations
 
 import ctypes
@@ -31,6 +30,7 @@ from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
 
+
 class _Alarms:
     """One daemon thread firing callbacks at deadlines (no thread per request).
 
@@ -51,8 +51,9 @@ class _Alarms:
             alarm_id = next(self._ids)
             heapq.heappush(self._heap, (time.monotonic() + delay_s, alarm_id, callback))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, daemon=True,
-                                                name="flowengine-timelimits")
+                self._thread = threading.Thread(
+                    target=self._loop, daemon=True, name="flowengine-timelimits"
+                )
                 self._thread.start()
             self._cond.notify()
         return alarm_id
@@ -109,8 +110,9 @@ def join_alarm_thread(timeout_s: float) -> bool:
 def _raise_in_thread(thread_id: int, error_cls: type[BaseException]) -> bool:
     """Ask CPython to raise ``error_cls`` in thread ``thread_id`` at its next instruction."""
     # The number of thread states modified: 1 when the thread exists.
-    modified: int = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id),
-                                                               ctypes.py_object(error_cls))
+    modified: int = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread_id), ctypes.py_object(error_cls)
+    )
     return modified == 1
 
 
@@ -136,14 +138,20 @@ class _Interruption:
                 return
             self.fired = kind
             if kind == "soft":
-                LOG.warning("%s exceeded its soft time limit of %g s: raising"
-                            " SoftTimeLimitExceeded in it", self.what, self.limits.soft)
+                LOG.warning(
+                    "%s exceeded its soft time limit of %g s: raising SoftTimeLimitExceeded in it",
+                    self.what,
+                    self.limits.soft,
+                )
                 _raise_in_thread(self.thread_id, exc.SoftTimeLimitExceeded)
             else:
-                LOG.warning("%s exceeded its hard time limit of %g s: a thread cannot be"
-                            " killed, so TimeLimitExceeded is raised in it at its next Python"
-                            " instruction (use the process executor to kill it)", self.what,
-                            self.limits.hard)
+                LOG.warning(
+                    "%s exceeded its hard time limit of %g s: a thread cannot be"
+                    " killed, so TimeLimitExceeded is raised in it at its next Python"
+                    " instruction (use the process executor to kill it)",
+                    self.what,
+                    self.limits.hard,
+                )
                 _raise_in_thread(self.thread_id, exc.TimeLimitExceeded)
 
     def finish(self) -> None:
@@ -182,8 +190,9 @@ class Stopper:
                 _clear_in_thread(self.thread_id)
 
 
-def call_endpoint(endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-                  progress: ProgressCallback | None) -> Any:
+def call_endpoint(
+    endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit, progress: ProgressCallback | None
+) -> Any:
     """Run the request's action through its endpoint in this thread (result or Failure)."""
     method = endpoint.execute if work.action == pr.EXECUTE else endpoint.revert
     return method(task, progress_callback=progress, **work.arguments)
@@ -194,15 +203,24 @@ class ThreadRunner:
 
     kind = "threads"
 
-    def run(self, endpoint: Endpoint, task: BaseTask, work: pr.WorkUnit,
-            progress: ProgressCallback | None, limits: TimeLimits, what: str) -> Any:
+    def run(
+        self,
+        endpoint: Endpoint,
+        task: BaseTask,
+        work: pr.WorkUnit,
+        progress: ProgressCallback | None,
+        limits: TimeLimits,
+        what: str,
+    ) -> Any:
         """Run the body; result or Failure (TimeLimitExceeded when interrupted at hard)."""
         if not limits.any:
             return call_endpoint(endpoint, task, work, progress)
         guard = _Interruption(threading.get_ident(), what, limits)
-        alarms = [_ALARMS.schedule(delay, functools.partial(guard.fire, kind))
-                  for kind, delay in (("soft", limits.soft), ("hard", limits.hard))
-                  if delay is not None]
+        alarms = [
+            _ALARMS.schedule(delay, functools.partial(guard.fire, kind))
+            for kind, delay in (("soft", limits.soft), ("hard", limits.hard))
+            if delay is not None
+        ]
         try:
             try:
                 result = call_endpoint(endpoint, task, work, progress)
@@ -213,10 +231,12 @@ class ThreadRunner:
         except (exc.SoftTimeLimitExceeded, exc.TimeLimitExceeded):
             # Fired outside the task's own code (its hooks, the endpoint).
             result = ft.Failure()
-        if guard.fired == "hard" and not (isinstance(result, ft.Failure)
-                                          and result.check(exc.TimeLimitExceeded)):
-            LOG.warning("%s returned after its hard time limit; its outcome is reported"
-                        " as it is", what)
+        if guard.fired == "hard" and not (
+            isinstance(result, ft.Failure) and result.check(exc.TimeLimitExceeded)
+        ):
+            LOG.warning(
+                "%s returned after its hard time limit; its outcome is reported as it is", what
+            )
         return result
 
     def stop_cold(self) -> list[str]:

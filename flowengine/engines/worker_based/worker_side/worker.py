@@ -44,6 +44,7 @@ __all__ = ["STOP_JOIN_TIMEOUT_S", "TaskItem", "Worker", "derive_endpoints"]
 #: fence threads once nothing is held): a bound, not a pause.
 STOP_JOIN_TIMEOUT_S = 10.0
 
+
 class Worker:
     """A worker that can be started on a remote host to serve task requests.
 
@@ -84,17 +85,25 @@ class Worker:
     ``retry_options``.
     """
 
-    def __init__(self, exchange: str, topic: str | Sequence[str],
-                 tasks: TaskItem | Iterable[TaskItem],
-                 executor: str | cf.Executor | None = None, threads_count: int | None = None,
-                 url: str | None = None, transport: str | None = None,
-                 transport_options: Mapping[str, Any] | None = None,
-                 retry_options: Mapping[str, Any] | None = None, *,
-                 broker: BrokerSettings | None = None,
-                 settings: WorkerSettings | None = None,
-                 **options: Any) -> None:
-        settings, broker = _settings_from(settings, broker, options, url, transport,
-                                          transport_options, retry_options)
+    def __init__(
+        self,
+        exchange: str,
+        topic: str | Sequence[str],
+        tasks: TaskItem | Iterable[TaskItem],
+        executor: str | cf.Executor | None = None,
+        threads_count: int | None = None,
+        url: str | None = None,
+        transport: str | None = None,
+        transport_options: Mapping[str, Any] | None = None,
+        retry_options: Mapping[str, Any] | None = None,
+        *,
+        broker: BrokerSettings | None = None,
+        settings: WorkerSettings | None = None,
+        **options: Any,
+    ) -> None:
+        settings, broker = _settings_from(
+            settings, broker, options, url, transport, transport_options, retry_options
+        )
         self._settings = settings
         topics = [topic] if isinstance(topic, str) else list(topic)
         if not topics or len(set(topics)) != len(topics):
@@ -117,50 +126,74 @@ class Worker:
             self._threads_count = threads_count
             # The stdlib's pool, not futurist's, whose idle threads poll every
             # second (every shutdown would cost up to a second).
-            executor = cf.ThreadPoolExecutor(threads_count,
-                                             thread_name_prefix=f"flowengine-pool-{topics[0]}")
+            executor = cf.ThreadPoolExecutor(
+                threads_count, thread_name_prefix=f"flowengine-pool-{topics[0]}"
+            )
         self._executor: cf.Executor = executor
         self._endpoints = derive_endpoints(tasks)
         self._broker = broker
         worker_id = settings.worker_id or names.make_worker_id()
         self._activity = activity_mod.Activity(
-            kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None))
-        chain = eh.HandlerChain(settings.exception_handlers,
-                                default=settings.default_exception_handler)
+            kill_child=getattr(self._task_runner.body_runner, "cancel_thread", None)
+        )
+        chain = eh.HandlerChain(
+            settings.exception_handlers, default=settings.default_exception_handler
+        )
         # One list, walked in this order at every hook point (see middleware.py):
         # the activity counts a request before its event says it ended.
         self._middleware: list[Middleware] = [
             *standard.tracing_middleware(worker_id),
             self._activity,
-            *([] if settings.metrics is None
-               else [standard.MetricsMiddleware(settings.metrics)]),
+            *([] if settings.metrics is None else [standard.MetricsMiddleware(settings.metrics)]),
             standard.FencingMiddleware(worker_id),
             standard.ExceptionHandlersMiddleware(worker_id, chain),
-            EventsMiddleware.create(exchange, worker_id, topics,
-                                    sorted(ep.name for ep in self._endpoints), broker,
-                                    enabled=settings.events),
-            *settings.middleware]
+            EventsMiddleware.create(
+                exchange,
+                worker_id,
+                topics,
+                sorted(ep.name for ep in self._endpoints),
+                broker,
+                enabled=settings.events,
+            ),
+            *settings.middleware,
+        ]
         room: priority.PriorityRoom | None = None
         if len(topics) > 1:
             size = server_mod.pool_size(self._executor)
             if size is None:
-                raise ValueError("a worker of several topics needs a pool of known size"
-                                 " (threads_count, or a ThreadPoolExecutor)")
+                raise ValueError(
+                    "a worker of several topics needs a pool of known size"
+                    " (threads_count, or a ThreadPoolExecutor)"
+                )
             room = priority.PriorityRoom(size * server_mod.HELD_PER_THREAD, len(topics))
         self._servers = [
             server_mod.Server(
-                name, exchange, self._executor, self._endpoints, broker=broker,
+                name,
+                exchange,
+                self._executor,
+                self._endpoints,
+                broker=broker,
                 options=ServerOptions(
-                    worker_id=worker_id, events=settings.events, task_runner=self._task_runner,
-                    heartbeat_interval=settings.heartbeat_interval, room=room, rank=rank,
+                    worker_id=worker_id,
+                    events=settings.events,
+                    task_runner=self._task_runner,
+                    heartbeat_interval=settings.heartbeat_interval,
+                    room=room,
+                    rank=rank,
                     # One Redis lease per consume loop: each puts back only its own.
                     lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
-                    middleware=self._middleware))
-            for rank, name in enumerate(topics)]
+                    middleware=self._middleware,
+                ),
+            )
+            for rank, name in enumerate(topics)
+        ]
         self._server = self._servers[0]
         self._room = room
-        self._control = (control_mod.ControlServer(exchange, worker_id, broker, self)
-                         if settings.control else None)
+        self._control = (
+            control_mod.ControlServer(exchange, worker_id, broker, self)
+            if settings.control
+            else None
+        )
         self._serving: ServingThreads | None = None
         #: Called by a ``control shutdown`` request (default: :meth:`stop` in
         #: a thread); ``flowengine worker`` makes it a warm shutdown.
@@ -241,13 +274,15 @@ class Worker:
         """Describe the worker: connection (no password), executor, tasks, system."""
         details = self._server.connection_details
         transport = details.transport
-        lines = [f"flowengine v{flowengine.__version__} WBE worker.",
-                 "Connection details:",
-                 f"  Driver = {transport.driver_name} v{transport.driver_version}",
-                 f"  Exchange = {self._exchange}",
-                 f"  Topic = {', '.join(self._topics)}",
-                 f"  Transport = {transport.driver_type}",
-                 f"  Uri = {details.uri}"]
+        lines = [
+            f"flowengine v{flowengine.__version__} WBE worker.",
+            "Connection details:",
+            f"  Driver = {transport.driver_name} v{transport.driver_version}",
+            f"  Exchange = {self._exchange}",
+            f"  Topic = {', '.join(self._topics)}",
+            f"  Transport = {transport.driver_type}",
+            f"  Uri = {details.uri}",
+        ]
         if transport.options:
             lines.append(f"  Transport options = {transport.options}")
         lines.append("Powered by:")
@@ -260,17 +295,22 @@ class Worker:
         lines.append("Supported endpoints:")
         for ep in self._endpoints:
             lines.append(f"  - {ep}")
-        lines.extend(["System details:",
-                      f"  Hostname = {socket.gethostname()}",
-                      f"  Pid = {os.getpid()}",
-                      f"  Platform = {platform.platform()}",
-                      f"  Python = {sys.version.split()[0]}",
-                      f"  Thread id = {tu.get_ident()}",
-                      f"  Worker id = {self.worker_id}"])
+        lines.extend(
+            [
+                "System details:",
+                f"  Hostname = {socket.gethostname()}",
+                f"  Pid = {os.getpid()}",
+                f"  Platform = {platform.platform()}",
+                f"  Python = {sys.version.split()[0]}",
+                f"  Thread id = {tu.get_ident()}",
+                f"  Worker id = {self.worker_id}",
+            ]
+        )
         return "\n".join(lines)
 
-    def run(self, display_banner: bool = True,
-            banner_writer: Callable[[str], object] | None = None) -> None:
+    def run(
+        self, display_banner: bool = True, banner_writer: Callable[[str], object] | None = None
+    ) -> None:
         """Run the worker until stop() is called (blocks the calling thread).
 
         Each topic's consume loop runs in a thread of its own
@@ -285,8 +325,7 @@ class Worker:
             else:
                 banner_writer(self.banner)
         serving = ServingThreads()
-        loops = [(f"flowengine-consume-{server.topic}", server.start)
-                 for server in self._servers]
+        loops = [(f"flowengine-consume-{server.topic}", server.start) for server in self._servers]
         if self._control is not None:
             loops.append((f"flowengine-control-{self.worker_id}", self._control.start))
         self._serving = serving
@@ -358,8 +397,7 @@ class Worker:
         """Requests taken and not answered yet: ((uuid, action), reply_to, started)."""
         return [entry for server in self._servers for entry in server.running_requests()]
 
-    def wait_until_sent(self, keys: set[tuple[str, str]], timeout_s: float
-                        ) -> set[tuple[str, str]]:
+    def wait_until_sent(self, keys: set[tuple[str, str]], timeout_s: float) -> set[tuple[str, str]]:
         """Block until the outcomes of ``keys`` were sent, for ``timeout_s`` at most.
 
         Returns those of ``keys`` still held then (empty: all sent).
@@ -385,28 +423,39 @@ class Worker:
         if self._control is not None:
             queues.append(self._control.queue_name)
         held = self._activity.snapshot()
-        return {"worker_id": self.worker_id, "hostname": host, "pid": int(pid),
-                "held": len(held),
-                "running": sum(1 for r in held if r["state"] == activity_mod.RUNNING),
-                "topics": list(self._topics), "tasks": self._server.tasks,
-                "threads": server_mod.pool_size(self._executor),
-                "executor": self._task_runner.kind, "capacity": self._server.capacity,
-                "version": flowengine.__version__, "queues": queues,
-                "started_at": self._activity.started_at,
-                # Topics whose consume loop keeps failing (not announced meanwhile).
-                "failing": {server.topic: server.proxy.failing for server in self._servers
-                            if server.proxy.failing is not None}}
+        return {
+            "worker_id": self.worker_id,
+            "hostname": host,
+            "pid": int(pid),
+            "held": len(held),
+            "running": sum(1 for r in held if r["state"] == activity_mod.RUNNING),
+            "topics": list(self._topics),
+            "tasks": self._server.tasks,
+            "threads": server_mod.pool_size(self._executor),
+            "executor": self._task_runner.kind,
+            "capacity": self._server.capacity,
+            "version": flowengine.__version__,
+            "queues": queues,
+            "started_at": self._activity.started_at,
+            # Topics whose consume loop keeps failing (not announced meanwhile).
+            "failing": {
+                server.topic: server.proxy.failing
+                for server in self._servers
+                if server.proxy.failing is not None
+            },
+        }
 
     def statistics(self) -> dict[str, Any]:
         """Counters, held requests, uptime and broker connections, JSON-ready."""
-        return {"uptime_s": round(clock.wall() - self._activity.started_at, 3),
-                "totals": self._activity.totals.as_dict(),
-                "by_task": {name: c.as_dict() for name, c in self._activity.by_task.items()},
-                "broker": self._broker.public_uri,
-                "reconnects": sum(s.proxy.reconnect_count for s in self._servers),
-                "dead_lettered": sum(sum(s.proxy.dead_lettered.values())
-                                     for s in self._servers),
-                "requests": self._activity.snapshot()}
+        return {
+            "uptime_s": round(clock.wall() - self._activity.started_at, 3),
+            "totals": self._activity.totals.as_dict(),
+            "by_task": {name: c.as_dict() for name, c in self._activity.by_task.items()},
+            "broker": self._broker.public_uri,
+            "reconnects": sum(s.proxy.reconnect_count for s in self._servers),
+            "dead_lettered": sum(sum(s.proxy.dead_lettered.values()) for s in self._servers),
+            "requests": self._activity.snapshot(),
+        }
 
     def requests(self) -> list[dict[str, Any]]:
         """The requests held here, JSON-ready (oldest first)."""
@@ -421,29 +470,37 @@ class Worker:
         if self.on_shutdown_request is not None:
             self.on_shutdown_request()
             return
-        threading.Thread(target=self.stop, name="flowengine-control-stop",
-                         daemon=True).start()
+        threading.Thread(target=self.stop, name="flowengine-control-stop", daemon=True).start()
 
 
-def _settings_from(settings: WorkerSettings | None, broker: BrokerSettings | None,
-                   options: dict[str, Any], url: str | None, transport: str | None,
-                   transport_options: Mapping[str, Any] | None,
-                   retry_options: Mapping[str, Any] | None
-                   ) -> tuple[WorkerSettings, BrokerSettings]:
+def _settings_from(
+    settings: WorkerSettings | None,
+    broker: BrokerSettings | None,
+    options: dict[str, Any],
+    url: str | None,
+    transport: str | None,
+    transport_options: Mapping[str, Any] | None,
+    retry_options: Mapping[str, Any] | None,
+) -> tuple[WorkerSettings, BrokerSettings]:
     """The worker's settings and broker from its arguments (loose keywords folded in).
 
     TypeError for an unknown keyword, or one also said by ``settings``/``broker``.
     """
     worker_fields, broker_fields = split_options(options)
     if settings is not None and options:
-        raise TypeError(f"Worker() got settings= and the loose option(s)"
-                        f" {', '.join(sorted(options))}: put worker options in the"
-                        f" WorkerSettings and broker options in broker=BrokerSettings(...)")
+        raise TypeError(
+            f"Worker() got settings= and the loose option(s)"
+            f" {', '.join(sorted(options))}: put worker options in the"
+            f" WorkerSettings and broker options in broker=BrokerSettings(...)"
+        )
     if broker is not None and broker_fields:
-        raise TypeError(f"Worker() got broker= and the loose broker option(s)"
-                        f" {', '.join(sorted(broker_fields))}: give them in the BrokerSettings")
+        raise TypeError(
+            f"Worker() got broker= and the loose broker option(s)"
+            f" {', '.join(sorted(broker_fields))}: give them in the BrokerSettings"
+        )
     if settings is None:
         settings = WorkerSettings(**worker_fields)
-    broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options,
-                                  **broker_fields)
+    broker = BrokerSettings.given(
+        broker, url, transport, transport_options, retry_options, **broker_fields
+    )
     return settings, broker

@@ -49,8 +49,9 @@ class _Topic:
 class EventsMiddleware(Middleware):
     """Publishes a worker's events (see :mod:`flowengine.engines.worker_based.events`)."""
 
-    def __init__(self, publisher: EventPublisher, worker_id: str, topics: Iterable[str],
-                 tasks: Iterable[str]) -> None:
+    def __init__(
+        self, publisher: EventPublisher, worker_id: str, topics: Iterable[str], tasks: Iterable[str]
+    ) -> None:
         self.publisher = publisher
         self.enabled = publisher.enabled
         self._worker_id = worker_id
@@ -61,8 +62,15 @@ class EventsMiddleware(Middleware):
         self._open = set(self._topics)
 
     @classmethod
-    def create(cls, exchange: str, worker_id: str, topics: Iterable[str], tasks: Iterable[str],
-               broker: BrokerSettings, enabled: bool | None = None) -> EventsMiddleware:
+    def create(
+        cls,
+        exchange: str,
+        worker_id: str,
+        topics: Iterable[str],
+        tasks: Iterable[str],
+        broker: BrokerSettings,
+        enabled: bool | None = None,
+    ) -> EventsMiddleware:
         """Events for one worker (``enabled=None``: ``events.hooks.EVENTS_BY_DEFAULT``).
 
         Signed with the worker's keys (``broker.keyring``) when it has any.
@@ -70,8 +78,12 @@ class EventsMiddleware(Middleware):
         enabled = event_hooks.EVENTS_BY_DEFAULT if enabled is None else bool(enabled)
         # The worker id names the sender: unique even for workers sharing a process.
         publisher = EventPublisher(
-            exchange, hostname=worker_id, enabled=enabled,
-            secret=broker.keyring if enabled else None, broker=broker)
+            exchange,
+            hostname=worker_id,
+            enabled=enabled,
+            secret=broker.keyring if enabled else None,
+            broker=broker,
+        )
         return cls(publisher, worker_id, topics, tasks)
 
     def _topic(self, topic: str) -> _Topic:
@@ -87,8 +99,14 @@ class EventsMiddleware(Middleware):
     def _worker(self, state: _Topic, event_type: str, **fields: Any) -> None:
         with self._lock:
             active, processed = len(state.requests), state.processed
-        self.publisher.send(event_type, active=active, processed=processed,
-                            freq=model.HEARTBEAT_PERIOD_S, **self._base(state.topic), **fields)
+        self.publisher.send(
+            event_type,
+            active=active,
+            processed=processed,
+            freq=model.HEARTBEAT_PERIOD_S,
+            **self._base(state.topic),
+            **fields,
+        )
 
     # --- the consume loops ---
 
@@ -126,29 +144,42 @@ class EventsMiddleware(Middleware):
     @staticmethod
     def _request_fields(headers: Headers) -> dict[str, Any]:
         """What a request's headers say in its events: trace id, attempt, timings."""
-        return {"root_id": headers.root_id,
-                "attempt": 0 if headers.attempt is None else headers.attempt,
-                **model.request_timings(headers)}
+        return {
+            "root_id": headers.root_id,
+            "attempt": 0 if headers.attempt is None else headers.attempt,
+            **model.request_timings(headers),
+        }
 
     def after_receive(self, job: Job) -> None:
         """task-received."""
         if not self.enabled:
             return
         work = job.work
-        fields = {"uuid": job.task_uuid, "name": work.task_name, "task_cls": work.task_cls,
-                  "action": work.action, **self._request_fields(job.headers),
-                  **self._base(job.topic)}
+        fields = {
+            "uuid": job.task_uuid,
+            "name": work.task_name,
+            "task_cls": work.task_cls,
+            "action": work.action,
+            **self._request_fields(job.headers),
+            **self._base(job.topic),
+        }
         state = self._topic(job.topic)
         with self._lock:
             state.requests[job.task_uuid] = _Request(fields)
         self.publisher.send("task-received", **fields)
 
-    def after_expire(self, topic: str, task_uuid: str, task_name: str | None,
-                     headers: Headers) -> None:
+    def after_expire(
+        self, topic: str, task_uuid: str, task_name: str | None, headers: Headers
+    ) -> None:
         """task-expired: dropped unrun."""
         if self.enabled:
-            self.publisher.send("task-expired", uuid=task_uuid, name=task_name,
-                                **self._request_fields(headers), **self._base(topic))
+            self.publisher.send(
+                "task-expired",
+                uuid=task_uuid,
+                name=task_name,
+                **self._request_fields(headers),
+                **self._base(topic),
+            )
 
     def _received(self, job: Job) -> _Request | None:
         """The request announced by task-received (None: events off, or not announced)."""
@@ -172,8 +203,9 @@ class EventsMiddleware(Middleware):
         if request is None:
             return
         progress = (details or {}).get("progress")
-        self.publisher.send("task-progress", **request.fields, notification=event_type,
-                            progress=progress)
+        self.publisher.send(
+            "task-progress", **request.fields, notification=event_type, progress=progress
+        )
 
     def after_execute(self, job: Job, result: Any, elapsed_s: float) -> None:
         """task-succeeded or task-failed, before the outcome is sent.
@@ -192,11 +224,17 @@ class EventsMiddleware(Middleware):
         if request is None:
             return
         ended = clock.wall()
-        runtime = (time.monotonic() - request.started_mono
-                   if request.started_mono is not None else None)
+        runtime = (
+            time.monotonic() - request.started_mono if request.started_mono is not None else None
+        )
         # The worker's count rides along: a view need not wait for a heartbeat.
-        fields = dict(request.fields, started=request.started, ended=ended, runtime=runtime,
-                      processed=processed)
+        fields = dict(
+            request.fields,
+            started=request.started,
+            ended=ended,
+            runtime=runtime,
+            processed=processed,
+        )
         if not isinstance(result, ft.Failure):
             self.publisher.send("task-succeeded", **fields)
         else:

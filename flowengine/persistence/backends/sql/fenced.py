@@ -51,5 +51,8 @@ class FencedSQLAlchemyConnection(impl_sqlalchemy.SQLAlchemyConnection):
                 # lock yet): the loser's insert fails and its caller retries.
                 conn.execute(tables.FENCES.insert().values(name=self._fence.name, **values))
             elif stored < self._fence.token:
-                conn.execute(tables.FENCES.update()
-                             .where(tables.FENCES.c.name == self._fence.name).values(**values))
+                conn.execute(
+                    tables.FENCES.update()
+                    .where(tables.FENCES.c.name == self._fence.name)
+                    .values(**values)
+                )

@@ -27,8 +27,7 @@ except ImportError as e:  # the 'sql' extra is not installed
 
 from flowengine.persistence.backends.sql import taskflow_schema
 
-__all__ = ["SCRIPT_LOCATION", "TASKFLOW_BASELINE", "current_revision", "db_sync",
-           "head_revision"]
+__all__ = ["SCRIPT_LOCATION", "TASKFLOW_BASELINE", "current_revision", "db_sync", "head_revision"]
 
 LOG = logging.getLogger(__name__)
 
@@ -56,12 +55,14 @@ def db_sync(connection: Any, revision: str = "head", where: str = "the database"
     A TaskFlow schema is adopted first (see the module doc); StorageFailure
     names ``where`` when it is too old or not TaskFlow's.
     """
-    if current_revision(connection) is None and taskflow_schema.check_adoptable(
-            connection, where):
-        LOG.info("Adopting the TaskFlow schema of %s (TaskFlow revision %s): stamped at"
-                 " flowengine revision %s, then migrated", where,
-                 taskflow_schema.taskflow_revision(connection) or "none recorded",
-                 TASKFLOW_BASELINE)
+    if current_revision(connection) is None and taskflow_schema.check_adoptable(connection, where):
+        LOG.info(
+            "Adopting the TaskFlow schema of %s (TaskFlow revision %s): stamped at"
+            " flowengine revision %s, then migrated",
+            where,
+            taskflow_schema.taskflow_revision(connection) or "none recorded",
+            TASKFLOW_BASELINE,
+        )
         command.stamp(_config(connection), TASKFLOW_BASELINE)
     command.upgrade(_config(connection), revision)
 
@@ -74,5 +75,6 @@ def head_revision() -> str | None:
 def current_revision(connection: Any) -> str | None:
     """The revision the database is at (None if never migrated)."""
     ctx = alembic_migration.MigrationContext.configure(
-        connection, opts={"version_table": VERSION_TABLE})
+        connection, opts={"version_table": VERSION_TABLE}
+    )
     return ctx.get_current_revision()

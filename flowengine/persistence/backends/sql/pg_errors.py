@@ -19,25 +19,36 @@ __all__ = ["safe_url", "tls_problem"]
 
 # (what libpq says, lower case) -> what to tell the user; first match wins.
 _CA_HINT = "check sslrootcert (the CA that signed the server's certificate)"
-_CLIENT_HINT = ("check sslcert and sslkey (a certificate signed by a CA the server trusts,"
-                " for this user)")
+_CLIENT_HINT = (
+    "check sslcert and sslkey (a certificate signed by a CA the server trusts, for this user)"
+)
 _PROBLEMS: tuple[tuple[str, str], ...] = (
     ("certificate verify failed", f"TLS certificate verification failed; {_CA_HINT}"),
-    ("does not match host name",
-     "TLS: the server's certificate does not name this host; connect by a name it has"),
+    (
+        "does not match host name",
+        "TLS: the server's certificate does not name this host; connect by a name it has",
+    ),
     ("root certificate file", f"TLS: the CA file cannot be read; {_CA_HINT}"),
-    ("requires a valid client certificate",
-     f"the server refused this client's TLS certificate; {_CLIENT_HINT}"),
-    ("certificate authentication failed",
-     f"the server refused this client's TLS certificate; {_CLIENT_HINT}"),
-    ("alert certificate required",
-     f"the server refused this client's TLS certificate; {_CLIENT_HINT}"),
+    (
+        "requires a valid client certificate",
+        f"the server refused this client's TLS certificate; {_CLIENT_HINT}",
+    ),
+    (
+        "certificate authentication failed",
+        f"the server refused this client's TLS certificate; {_CLIENT_HINT}",
+    ),
+    (
+        "alert certificate required",
+        f"the server refused this client's TLS certificate; {_CLIENT_HINT}",
+    ),
     ("alert bad certificate", f"the server refused this client's TLS certificate; {_CLIENT_HINT}"),
     ("alert unknown ca", f"the server refused this client's TLS certificate; {_CLIENT_HINT}"),
     ("private key file", f"TLS: the client key cannot be used; {_CLIENT_HINT}"),
     ("certificate file", f"TLS: the client certificate cannot be read; {_CLIENT_HINT}"),
-    ("server does not support ssl",
-     "the server does not speak TLS; use a server with ssl=on or another sslmode"),
+    (
+        "server does not support ssl",
+        "the server does not speak TLS; use a server with ssl=on or another sslmode",
+    ),
     ("no encryption", "the server accepts TLS connections only; set sslmode (verify-full)"),
 )
 _SECRET_KEYS = re.compile(r"password", re.IGNORECASE)
@@ -54,8 +65,12 @@ def _messages(error: BaseException) -> list[str]:
             continue
         visited.add(id(current))
         seen.append(str(current))
-        todo += [getattr(current, "orig", None), getattr(current, "cause", None),
-                 current.__cause__, current.__context__]
+        todo += [
+            getattr(current, "orig", None),
+            getattr(current, "cause", None),
+            current.__cause__,
+            current.__context__,
+        ]
     return seen
 
 
@@ -90,6 +105,7 @@ def safe_url(url: str) -> str:
     query = parts.query
     if query:
         pairs = parse.parse_qsl(query, keep_blank_values=True)
-        query = parse.urlencode([(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in pairs],
-                                safe="/*")
+        query = parse.urlencode(
+            [(k, "***" if _SECRET_KEYS.search(k) else v) for k, v in pairs], safe="/*"
+        )
     return parse.urlunsplit(parts._replace(netloc=netloc, query=query))

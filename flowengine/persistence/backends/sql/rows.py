@@ -16,8 +16,14 @@ from flowengine import exceptions as exc
 from flowengine.persistence import models
 from flowengine.persistence.backends import json_codec
 
-__all__ = ["atom_from_row", "atom_to_row", "book_from_row", "book_to_row",
-           "flow_from_row", "flow_to_row"]
+__all__ = [
+    "atom_from_row",
+    "atom_to_row",
+    "book_from_row",
+    "book_to_row",
+    "flow_from_row",
+    "flow_to_row",
+]
 
 _ATOM_JSON = ("results", "failure", "revert_results", "revert_failure", "meta")
 
@@ -41,7 +47,8 @@ def _check_version(row: Any, table: str) -> int:
     if version > models.FORMAT_VERSION:
         raise exc.IncompatibleVersion(
             f"Row uuid {row.uuid!r} of table {table!r} has format_version {version!r};"
-            f" this flowengine reads up to {models.FORMAT_VERSION}")
+            f" this flowengine reads up to {models.FORMAT_VERSION}"
+        )
     return int(version)
 
 
@@ -71,17 +78,27 @@ def _version_text(version: Any) -> str | None:
 def book_to_row(book: models.LogBook) -> dict[str, Any]:
     """Row values for a logbook."""
     what = json_codec.describe({"name": book.name, "uuid": book.uuid}, "LogBook")
-    return {"uuid": book.uuid, "name": book.name, "meta": _enc(book.meta, what, "meta"),
-            "created_at": _naive_utc(book.created_at), "updated_at": _naive_utc(book.updated_at),
-            "format_version": models.FORMAT_VERSION}
+    return {
+        "uuid": book.uuid,
+        "name": book.name,
+        "meta": _enc(book.meta, what, "meta"),
+        "created_at": _naive_utc(book.created_at),
+        "updated_at": _naive_utc(book.updated_at),
+        "format_version": models.FORMAT_VERSION,
+    }
 
 
 def book_from_row(row: Any) -> models.LogBook:
     """A logbook (without flow details) from its row."""
     version = _check_version(row, "logbooks")
-    book = models.LogBook.from_dict({
-        "name": row.name, "uuid": row.uuid, "meta": _dec(row, "logbooks", "meta"),
-        models.FORMAT_VERSION_KEY: version})
+    book = models.LogBook.from_dict(
+        {
+            "name": row.name,
+            "uuid": row.uuid,
+            "meta": _dec(row, "logbooks", "meta"),
+            models.FORMAT_VERSION_KEY: version,
+        }
+    )
     book.created_at = _utc(row.created_at)
     book.updated_at = _utc(row.updated_at)
     return book
@@ -90,26 +107,42 @@ def book_from_row(row: Any) -> models.LogBook:
 def flow_to_row(fd: models.FlowDetail) -> dict[str, Any]:
     """Row values for a flow detail (parent not included)."""
     what = json_codec.describe({"name": fd.name, "uuid": fd.uuid}, "FlowDetail")
-    return {"uuid": fd.uuid, "name": fd.name, "state": fd.state,
-            "meta": _enc(fd.meta, what, "meta"), "format_version": models.FORMAT_VERSION}
+    return {
+        "uuid": fd.uuid,
+        "name": fd.name,
+        "state": fd.state,
+        "meta": _enc(fd.meta, what, "meta"),
+        "format_version": models.FORMAT_VERSION,
+    }
 
 
 def flow_from_row(row: Any) -> models.FlowDetail:
     """A flow detail (without atom details) from its row."""
     version = _check_version(row, "flowdetails")
-    return models.FlowDetail.from_dict({
-        "name": row.name, "uuid": row.uuid, "state": row.state,
-        "meta": _dec(row, "flowdetails", "meta"),
-        models.FORMAT_VERSION_KEY: version})
+    return models.FlowDetail.from_dict(
+        {
+            "name": row.name,
+            "uuid": row.uuid,
+            "state": row.state,
+            "meta": _dec(row, "flowdetails", "meta"),
+            models.FORMAT_VERSION_KEY: version,
+        }
+    )
 
 
 def atom_to_row(ad: models.AtomDetail) -> dict[str, Any]:
     """Row values for an atom detail (parent not included)."""
     data = ad.to_dict()
     what = json_codec.describe(data, "AtomDetail")
-    row = {"uuid": ad.uuid, "name": ad.name, "atom_type": models.atom_detail_type(ad),
-           "state": data["state"], "intention": data["intention"],
-           "version": _version_text(data["version"]), "format_version": models.FORMAT_VERSION}
+    row = {
+        "uuid": ad.uuid,
+        "name": ad.name,
+        "atom_type": models.atom_detail_type(ad),
+        "state": data["state"],
+        "intention": data["intention"],
+        "version": _version_text(data["version"]),
+        "format_version": models.FORMAT_VERSION,
+    }
     for field in _ATOM_JSON:
         row[field] = _enc(data[field], what, field)
     return row
@@ -121,10 +154,12 @@ def atom_from_row(row: Any) -> models.AtomDetail:
     try:
         cls = models.atom_detail_class(row.atom_type)
     except TypeError as e:
-        raise exc.InvalidFormat(f"Row uuid {row.uuid!r} of table 'atomdetails': {e}",
-                                cause=e) from e
+        raise exc.InvalidFormat(
+            f"Row uuid {row.uuid!r} of table 'atomdetails': {e}", cause=e
+        ) from e
     data = {field: _dec(row, "atomdetails", field) for field in _ATOM_JSON}
-    data.update(name=row.name, uuid=row.uuid, state=row.state, intention=row.intention,
-                version=row.version)
+    data.update(
+        name=row.name, uuid=row.uuid, state=row.state, intention=row.intention, version=row.version
+    )
     data[models.FORMAT_VERSION_KEY] = version
     return cls.from_dict(data)

@@ -26,8 +26,20 @@ except ImportError as e:  # the 'sql' extra is not installed
 
 from flowengine.persistence.backends.sql import column_types
 
-__all__ = ["ATOMS", "DOCUMENT", "FENCES", "FLOWS", "JOBS", "JOB_COUNTERS", "JOB_ENTITIES",
-           "LOGBOOKS", "METADATA", "RECORD_DOCUMENT", "UUID_LENGTH", "VERSION_LENGTH"]
+__all__ = [
+    "ATOMS",
+    "DOCUMENT",
+    "FENCES",
+    "FLOWS",
+    "JOBS",
+    "JOB_COUNTERS",
+    "JOB_ENTITIES",
+    "LOGBOOKS",
+    "METADATA",
+    "RECORD_DOCUMENT",
+    "UUID_LENGTH",
+    "VERSION_LENGTH",
+]
 
 #: uuid columns hold ``str(uuid4())`` (36 chars); 64 leaves room for other ids.
 UUID_LENGTH = 64
@@ -47,6 +59,7 @@ RECORD_DOCUMENT = column_types.JSONText()
 
 METADATA = sa.MetaData()
 
+
 def _times() -> list[sa.Column[object]]:
     """TaskFlow's created/updated columns: naive UTC datetimes."""
     return [sa.Column("created_at", sa.DateTime), sa.Column("updated_at", sa.DateTime)]
@@ -58,7 +71,8 @@ def _format_version() -> sa.Column[int]:
 
 
 LOGBOOKS = sa.Table(
-    "logbooks", METADATA,
+    "logbooks",
+    METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
     sa.Column("name", sa.String(_NAME_LENGTH)),
     sa.Column("meta", RECORD_DOCUMENT),
@@ -67,11 +81,16 @@ LOGBOOKS = sa.Table(
 )
 
 FLOWS = sa.Table(
-    "flowdetails", METADATA,
+    "flowdetails",
+    METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
     # Nullable: a flow detail may be saved before (or without) a logbook.
-    sa.Column("parent_uuid", sa.String(UUID_LENGTH),
-              sa.ForeignKey("logbooks.uuid", ondelete="CASCADE"), index=True),
+    sa.Column(
+        "parent_uuid",
+        sa.String(UUID_LENGTH),
+        sa.ForeignKey("logbooks.uuid", ondelete="CASCADE"),
+        index=True,
+    ),
     sa.Column("name", sa.String(_NAME_LENGTH)),
     sa.Column("state", sa.String(_NAME_LENGTH)),
     sa.Column("meta", RECORD_DOCUMENT),
@@ -80,10 +99,15 @@ FLOWS = sa.Table(
 )
 
 ATOMS = sa.Table(
-    "atomdetails", METADATA,
+    "atomdetails",
+    METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
-    sa.Column("parent_uuid", sa.String(UUID_LENGTH),
-              sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE"), index=True),
+    sa.Column(
+        "parent_uuid",
+        sa.String(UUID_LENGTH),
+        sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE"),
+        index=True,
+    ),
     sa.Column("name", sa.String(_NAME_LENGTH)),
     # Enums on PostgreSQL when TaskFlow created the table: bound uncast.
     sa.Column("atom_type", column_types.Label(_NAME_LENGTH)),
@@ -102,7 +126,8 @@ ATOMS = sa.Table(
 #: One row per fenced flow detail: the newest claim token allowed to write
 #: it (see flowengine.persistence.fencing).
 FENCES = sa.Table(
-    "flowengine_fences", METADATA,
+    "flowengine_fences",
+    METADATA,
     sa.Column("name", sa.String(UUID_LENGTH), primary_key=True),
     sa.Column("token", sa.BigInteger, nullable=False),
 )
@@ -112,7 +137,8 @@ FENCES = sa.Table(
 #: claim (token, owner, lease end in epoch seconds of the database's clock)
 #: and, once it ended, its outcome (JSON) and how long that is kept.
 JOBS = sa.Table(
-    "flowengine_jobs", METADATA,
+    "flowengine_jobs",
+    METADATA,
     sa.Column("uuid", sa.String(UUID_LENGTH), primary_key=True),
     sa.Column("namespace", sa.String(_NAME_LENGTH), nullable=False),
     sa.Column("posting", DOCUMENT, nullable=False),
@@ -130,7 +156,8 @@ JOBS = sa.Table(
 
 #: Per jobboard namespace: the last posting sequence and the last fencing token.
 JOB_COUNTERS = sa.Table(
-    "flowengine_job_counters", METADATA,
+    "flowengine_job_counters",
+    METADATA,
     sa.Column("namespace", sa.String(_NAME_LENGTH), primary_key=True),
     sa.Column("sequence", sa.BigInteger, nullable=False),
     sa.Column("token", sa.BigInteger, nullable=False),
@@ -138,7 +165,8 @@ JOB_COUNTERS = sa.Table(
 
 #: Entities (conductors) registered with a jobboard, until ``expires_at``.
 JOB_ENTITIES = sa.Table(
-    "flowengine_job_entities", METADATA,
+    "flowengine_job_entities",
+    METADATA,
     sa.Column("namespace", sa.String(_NAME_LENGTH), primary_key=True),
     sa.Column("name", sa.String(_NAME_LENGTH), primary_key=True),
     sa.Column("entity", DOCUMENT, nullable=False),

@@ -31,8 +31,9 @@ def upgrade() -> None:
     op.create_table(
         "flowdetails",
         sa.Column("uuid", sa.String(_UUID), primary_key=True),
-        sa.Column("parent_uuid", sa.String(_UUID),
-                  sa.ForeignKey("logbooks.uuid", ondelete="CASCADE")),
+        sa.Column(
+            "parent_uuid", sa.String(_UUID), sa.ForeignKey("logbooks.uuid", ondelete="CASCADE")
+        ),
         sa.Column("name", sa.String(_NAME)),
         sa.Column("state", sa.String(_NAME)),
         sa.Column("meta", sa.Text),
@@ -42,8 +43,9 @@ def upgrade() -> None:
     op.create_table(
         "atomdetails",
         sa.Column("uuid", sa.String(_UUID), primary_key=True),
-        sa.Column("parent_uuid", sa.String(_UUID),
-                  sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE")),
+        sa.Column(
+            "parent_uuid", sa.String(_UUID), sa.ForeignKey("flowdetails.uuid", ondelete="CASCADE")
+        ),
         sa.Column("name", sa.String(_NAME)),
         sa.Column("atom_type", sa.String(_NAME)),
         sa.Column("state", sa.String(_NAME)),

@@ -21,8 +21,7 @@ depends_on = None
 _DOCUMENTS = {
     "logbooks": ("meta",),
     "flowdetails": ("meta",),
-    "atomdetails": ("version", "results", "failure", "revert_results", "revert_failure",
-                    "meta"),
+    "atomdetails": ("version", "results", "failure", "revert_results", "revert_failure", "meta"),
 }
 
 

@@ -38,8 +38,7 @@ def upgrade() -> None:
         sa.Column("outcome", _DOCUMENT),
         sa.Column("outcome_until", sa.Float),
     )
-    op.create_index("flowengine_jobs_by_location", "flowengine_jobs",
-                    ["namespace", "location"])
+    op.create_index("flowengine_jobs_by_location", "flowengine_jobs", ["namespace", "location"])
     op.create_table(
         "flowengine_job_counters",
         sa.Column("namespace", sa.String(_NAME), primary_key=True),

@@ -109,7 +109,8 @@ def _sqlite_retype(table: str, column: str, type_: sa.types.TypeEngine[Any]) -> 
     if tuple(version) < _SQLITE_DROP_COLUMN:
         raise exc.StorageFailure(
             f"Migrating {table}.{column} needs SQLite 3.35 or newer (ALTER TABLE DROP"
-            f" COLUMN); this Python's sqlite3 is {'.'.join(map(str, version))}")
+            f" COLUMN); this Python's sqlite3 is {'.'.join(map(str, version))}"
+        )
     new = f"{column}_retyped"
     op.add_column(table, sa.Column(new, type_, nullable=True))
     op.execute(f"UPDATE {table} SET {new} = {column}")
@@ -122,8 +123,9 @@ def _version_to_text() -> None:
     bind = op.get_bind()
     atoms = sa.table("atomdetails", sa.column("uuid", sa.String), sa.column("version", sa.Text))
     changed = []
-    for uuid, text in bind.execute(sa.select(atoms.c.uuid, atoms.c.version)
-                                   .where(atoms.c.version.is_not(None))):
+    for uuid, text in bind.execute(
+        sa.select(atoms.c.uuid, atoms.c.version).where(atoms.c.version.is_not(None))
+    ):
         # Only a JSON string or list is flowengine's encoding: '1.10' written
         # plain (by TaskFlow) must not be read as the number 1.1.
         if not text.startswith(('"', "[")):
@@ -132,27 +134,32 @@ def _version_to_text() -> None:
             value = json.loads(text)
         except ValueError:
             continue  # plain text that merely starts like JSON
-        plain = (".".join(str(v) for v in value) if isinstance(value, list)
-                 else str(value))
+        plain = ".".join(str(v) for v in value) if isinstance(value, list) else str(value)
         changed.append({"key": uuid, "plain": plain})
     if changed:
-        bind.execute(atoms.update().where(atoms.c.uuid == sa.bindparam("key"))
-                     .values(version=sa.bindparam("plain")), changed)
+        bind.execute(
+            atoms.update()
+            .where(atoms.c.uuid == sa.bindparam("key"))
+            .values(version=sa.bindparam("plain")),
+            changed,
+        )
     if _dialect() == "sqlite":
         _sqlite_retype("atomdetails", "version", sa.String(_VERSION_LENGTH))
     else:
-        op.alter_column("atomdetails", "version", type_=sa.String(_VERSION_LENGTH),
-                        existing_type=sa.Text)
+        op.alter_column(
+            "atomdetails", "version", type_=sa.String(_VERSION_LENGTH), existing_type=sa.Text
+        )
 
 
 def _postgresql_types() -> None:
     for table, columns in _DOCUMENTS.items():
         for column in columns:
-            op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE JSON"
-                       f" USING {column}::json")
+            op.execute(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE JSON USING {column}::json")
     for column in ("created_at", "updated_at"):
-        op.execute(f"ALTER TABLE logbooks ALTER COLUMN {column} TYPE TIMESTAMP"
-                   f" WITHOUT TIME ZONE USING {column} AT TIME ZONE 'UTC'")
+        op.execute(
+            f"ALTER TABLE logbooks ALTER COLUMN {column} TYPE TIMESTAMP"
+            f" WITHOUT TIME ZONE USING {column} AT TIME ZONE 'UTC'"
+        )
 
 
 def _mysql_documents() -> None:
@@ -184,4 +191,5 @@ def _record_taskflow_revision() -> None:
 def downgrade() -> None:
     raise NotImplementedError(
         "Revision 0005 (TaskFlow's layout) cannot be undone: the databases it"
-        " migrates may be shared with TaskFlow, which needs this layout")
+        " migrates may be shared with TaskFlow, which needs this layout"
+    )
