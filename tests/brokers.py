@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -233,11 +234,43 @@ def _wait_until(ready: Callable[[], bool], alive: Callable[[], bool], timeout_s:
     return False
 
 
+#: Lowest port free_port() picks: above the well-known and registered ports
+#: services commonly listen on.
+LOWEST_SERVER_PORT = 10000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (outgoing connections' own ports)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range.
+
+    Below it, no outgoing connection of any process is given the port as
+    its own while a server is down: the fault tests kill a server and start
+    it again on the same port, and a client retrying a dead server on a port
+    of the ephemeral range can even be connected to itself (TCP's
+    simultaneous open), which held a ZooKeeper ensemble's election and kept
+    a killed node from starting again.
+    """
+    low = _ephemeral_low()
+    if low - LOWEST_SERVER_PORT > 1000:
+        for _ in range(100):
+            port = random.randrange(LOWEST_SERVER_PORT, low)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def redis_binary() -> str | None:

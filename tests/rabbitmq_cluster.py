@@ -22,7 +22,6 @@ import concurrent.futures
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -163,12 +162,13 @@ def _epmd_binary() -> str:
 
 
 def distinct_free_ports(count: int) -> list[int]:
-    """``count`` different loopback TCP ports, free a moment ago (all bound at once)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+    """``count`` different loopback TCP ports, free a moment ago (brokers.free_port's range)."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = brokers.free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
 
 
 def _make_node(

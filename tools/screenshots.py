@@ -37,6 +37,7 @@ from flowengine.demo import tasks as demo_tasks  # noqa: E402
 from flowengine.engines.action_engine import graph_draw  # noqa: E402
 from flowengine.engines.worker_based import events as ev  # noqa: E402
 from flowengine.engines.worker_based.worker_side import worker as wk  # noqa: E402
+from flowengine.engines.worker_based.worker_side.worker_events import EventsMiddleware  # noqa: E402
 
 #: Seconds any wait may take before the script gives up.
 WAIT_S = 60.0
@@ -92,9 +93,10 @@ def events_view_svg(path: str) -> None:
         assert done.wait(WAIT_S), "no flow-finished event"
         # Heartbeats make the view's worker lines current.
         for worker in workers:
-            worker.server._events._last_heartbeat = 0.0
-            worker.server._events.heartbeat()
-            worker.server._events.publisher.flush()
+            events = next(m for m in worker.middleware if isinstance(m, EventsMiddleware))
+            events._topic("demo").last_heartbeat = 0.0  # due now
+            events.on_consumer_period("demo")
+            events.publisher.flush()
         for _ in workers:
             assert beats.acquire(timeout=WAIT_S), "no heartbeat after the run"
         console = Console(
