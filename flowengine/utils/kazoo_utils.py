@@ -185,16 +185,25 @@ class KazooTransactionException(k_exc.KazooException):
         return self._failures
 
 
-def checked_commit(txn: Any) -> list[Any]:
+def checked_commit(txn: Any, timeout_s: float | None = None) -> list[Any]:
     """Commit a kazoo transaction; its results, or KazooTransactionException naming what failed.
 
     kazoo reports a failed multi-operation as exception objects among the
     results instead of raising: this raises them. An empty transaction
-    commits nothing and returns ``[]``.
+    commits nothing and returns ``[]``. With ``timeout_s``, a commit not
+    answered within it raises OperationTimeoutError (it may still apply).
     """
     if not txn.operations:
         return []
-    results = txn.commit()
+    if timeout_s is None:
+        results = txn.commit()
+    else:
+        try:
+            results = txn.commit_async().get(timeout=timeout_s)
+        except txn.client.handler.timeout_exception as e:
+            raise k_exc.OperationTimeoutError(
+                f"no answer from ZooKeeper to a transaction within {timeout_s} s"
+            ) from e
     failures = [
         (op, r) for op, r in zip(txn.operations, results) if isinstance(r, k_exc.KazooException)
     ]

@@ -60,6 +60,12 @@ RECONNECT_WAIT_S = 15.0
 #: Pauses between tries while reconnecting: doubled from the first to the last.
 RECONNECT_FIRST_PAUSE_S = 0.05
 RECONNECT_MAX_PAUSE_S = 0.5
+#: Bound on one request's round trip (as the ZooKeeper board's): kazoo's
+#: synchronous calls wait for an answer without a bound, and a request lost
+#: in a reconnection would hold its caller (a conductor's job) for ever. A
+#: request that timed out counts as a lost connection: made again once
+#: reconnected (a multi, less what it may have applied: see _commit).
+OP_TIMEOUT_S = 10.0
 #: Errors after which the same call is worth making again once reconnected.
 _RECONNECTABLE = (k_exc.ConnectionLoss, k_exc.OperationTimeoutError, k_exc.SessionExpiredError)
 _T = TypeVar("_T")
@@ -176,12 +182,14 @@ class ZkConnection(path_based.PathBasedConnection):
     def _get_versioned(self, path: str) -> tuple[Any, int]:
         """The JSON value at ``path`` and its znode's version (NotFound if none)."""
         with self._errors():
-            data, stat = self._riding_out(lambda: self._client.get(path))
+            data, stat = self._riding_out(lambda: self._answer(self._client.get_async(path)))
         return json_codec.decode(data.decode("utf-8", "replace"), f"znode {path!r}"), stat.version
 
     def _exists(self, path: str) -> bool:
         with self._errors():
-            return self._riding_out(lambda: self._client.exists(path)) is not None
+            return (
+                self._riding_out(lambda: self._answer(self._client.exists_async(path))) is not None
+            )
 
     @staticmethod
     def _encode(path: str, value: Any) -> bytes:
@@ -214,10 +222,13 @@ class ZkConnection(path_based.PathBasedConnection):
 
     def _get_children(self, path: str) -> list[str]:
         with self._errors():
-            return sorted(self._riding_out(lambda: self._client.get_children(path)))
+            return sorted(
+                self._riding_out(lambda: self._answer(self._client.get_children_async(path)))
+            )
 
     def _ensure_path(self, path: str) -> None:
         with self._errors():
+            # kazoo's stubs lack ensure_path_async: made once, at upgrade().
             self._riding_out(lambda: self._client.ensure_path(path))
 
     def _create_link(self, src_path: str, dest_path: str, transaction: Any) -> None:
@@ -240,6 +251,15 @@ class ZkConnection(path_based.PathBasedConnection):
             raise exc.StorageFailure(f"Storage backend transaction failed: {e}", cause=e) from e
         finally:
             self._local.txn = None
+
+    def _answer(self, pending: Any) -> Any:
+        """The answer to a request in flight, within OP_TIMEOUT_S (else OperationTimeoutError)."""
+        try:
+            return pending.get(timeout=OP_TIMEOUT_S)
+        except self._client.handler.timeout_exception as e:
+            raise k_exc.OperationTimeoutError(
+                f"no answer from ZooKeeper within {OP_TIMEOUT_S} s"
+            ) from e
 
     def _riding_out(self, call: Callable[[], _T]) -> _T:
         """``call()``, made again while the client reconnects (up to RECONNECT_WAIT_S).
@@ -274,7 +294,7 @@ class ZkConnection(path_based.PathBasedConnection):
             if unsure[0]:
                 current[0] = self._remaining(current[0].operations)
             try:
-                kazoo_utils.checked_commit(current[0])
+                kazoo_utils.checked_commit(current[0], timeout_s=OP_TIMEOUT_S)
             except _RECONNECTABLE:
                 unsure[0] = True
                 raise
@@ -295,14 +315,14 @@ class ZkConnection(path_based.PathBasedConnection):
             kind = type(op).__name__
             if kind in ("Create", "Create2"):
                 try:
-                    data, _stat = self._client.get(path)
+                    data, _stat = self._answer(self._client.get_async(path))
                 except k_exc.NoNodeError:
                     txn.create(path, op.data)
                     continue
                 if data != op.data:
                     txn.create(path, op.data)  # someone else's: fails as it would have
             elif kind == "Delete":
-                if self._client.exists(path) is not None:
+                if self._answer(self._client.exists_async(path)) is not None:
                     txn.delete(path, op.version)
             elif kind == "SetData":
                 txn.set_data(path, op.data, op.version)

@@ -237,3 +237,40 @@ def test_a_multi_cut_off_by_a_connection_loss_is_replayed_to_take_effect_once(en
     finally:
         backend.close()
         kazoo_utils.finalize_client(client)
+
+
+def test_a_request_left_unanswered_fails_within_the_bound_and_is_made_again(ensemble, monkeypatch):
+    # Given a ZooKeeper persistence connection whose first read is lost (its
+    # answer never comes, as a request lost in a reconnection), and a short bound
+    monkeypatch.setattr(impl_zookeeper, "OP_TIMEOUT_S", 0.2)
+    client = kazoo_utils.make_client({"hosts": ensemble.ensemble.hosts})
+    root = f"/flowengine-test/bound-{uuid.uuid4().hex[:8]}"
+    backend = impl_zookeeper.ZkBackend({"path": root}, client=client)
+    try:
+        conn = backend.get_connection()
+        client.create(f"{root}/item", b'{"v": 1}', makepath=True)
+        real_get_async = client.get_async
+        lost: list[str] = []
+
+        def get_async_losing_the_first(path, *args, **kwargs):
+            if not lost:
+                lost.append(path)
+                return client.handler.async_result()  # never answered
+            return real_get_async(path, *args, **kwargs)
+
+        monkeypatch.setattr(client, "get_async", get_async_losing_the_first)
+        # When the item is read
+        started = time.monotonic()
+        value = conn._get_item(f"{root}/item")
+        # Then the lost request failed at the bound, and the read made again answered
+        assert lost == [f"{root}/item"]
+        assert value == {"v": 1}
+        assert time.monotonic() - started < impl_zookeeper.RECONNECT_WAIT_S
+        # And a request never answered at all fails the call (StorageFailure), not hangs it
+        monkeypatch.setattr(impl_zookeeper, "RECONNECT_WAIT_S", 0.5)
+        monkeypatch.setattr(client, "get_async", lambda *a, **k: client.handler.async_result())
+        with pytest.raises(impl_zookeeper.exc.StorageFailure, match="timeout|no answer"):
+            conn._get_item(f"{root}/item")
+    finally:
+        backend.close()
+        kazoo_utils.finalize_client(client)
