@@ -29,6 +29,7 @@ __all__ = [
     "CONF_TRANSFERS",
     "DEFAULT_HOSTS",
     "KazooTransactionException",
+    "answer_within",
     "check_compatible",
     "checked_commit",
     "conf_from_url",
@@ -185,6 +186,19 @@ class KazooTransactionException(k_exc.KazooException):
         return self._failures
 
 
+def answer_within(client: k_client.KazooClient, pending: Any, timeout_s: float) -> Any:
+    """The answer to ``client``'s request in flight, or OperationTimeoutError after ``timeout_s``.
+
+    kazoo's synchronous calls wait without a bound; a request lost in a
+    reconnection would hold its caller for ever. The error counts as a lost
+    connection: the request (a commit too) may or may not have been applied.
+    """
+    try:
+        return pending.get(timeout=timeout_s)
+    except client.handler.timeout_exception as e:
+        raise k_exc.OperationTimeoutError(f"no answer from ZooKeeper within {timeout_s} s") from e
+
+
 def checked_commit(txn: Any, timeout_s: float | None = None) -> list[Any]:
     """Commit a kazoo transaction; its results, or KazooTransactionException naming what failed.
 
@@ -198,12 +212,7 @@ def checked_commit(txn: Any, timeout_s: float | None = None) -> list[Any]:
     if timeout_s is None:
         results = txn.commit()
     else:
-        try:
-            results = txn.commit_async().get(timeout=timeout_s)
-        except txn.client.handler.timeout_exception as e:
-            raise k_exc.OperationTimeoutError(
-                f"no answer from ZooKeeper to a transaction within {timeout_s} s"
-            ) from e
+        results = answer_within(txn.client, txn.commit_async(), timeout_s)
     failures = [
         (op, r) for op, r in zip(txn.operations, results) if isinstance(r, k_exc.KazooException)
     ]

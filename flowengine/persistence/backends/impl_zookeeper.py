@@ -254,12 +254,7 @@ class ZkConnection(path_based.PathBasedConnection):
 
     def _answer(self, pending: Any) -> Any:
         """The answer to a request in flight, within OP_TIMEOUT_S (else OperationTimeoutError)."""
-        try:
-            return pending.get(timeout=OP_TIMEOUT_S)
-        except self._client.handler.timeout_exception as e:
-            raise k_exc.OperationTimeoutError(
-                f"no answer from ZooKeeper within {OP_TIMEOUT_S} s"
-            ) from e
+        return kazoo_utils.answer_within(self._client, pending, OP_TIMEOUT_S)
 
     def _riding_out(self, call: Callable[[], _T]) -> _T:
         """``call()``, made again while the client reconnects (up to RECONNECT_WAIT_S).
