@@ -368,6 +368,73 @@ def test_unknown_kind(boards):
         conductors.fetch("turbo", "t", boards.make(connect=False))
 
 
+@pytest.mark.parametrize("answer", ["unreachable", "resent_by_the_client"])
+@pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
+def test_a_consume_whose_answer_was_lost_is_known_done_when_sent_again(setup, answer):
+    from flowengine import exceptions as exc
+
+    conductor, board, persistence, event = setup
+    # Given a board server that applies the conductor's consume but whose
+    # answer never arrives (it fails over, or the connection drops): the
+    # consume is sent again, by the conductor or inside the client
+    store, finish = board._store, board._store.finish
+    applied = []
+
+    def finish_answer_lost(*args, **kwargs):
+        done = finish(*args, **kwargs)
+        if applied:
+            return done
+        applied.append(done)
+        if answer == "unreachable":
+            raise exc.BoardUnavailable("connection lost before the answer")
+        return finish(*args, **kwargs)  # sent again at once: the job is gone
+
+    store.finish = finish_answer_lost
+    with running(conductor):
+        # When the conductor finishes a job
+        job, *_ = post(board, persistence, flows.ok_factory)
+        assert event("job_consumed").wait(WAIT_S)
+    # Then it knows its own consume by the outcome kept under its claim:
+    # consumed once, not lost nor reported as a failure to consume
+    assert [done.outcome for done in applied] == ["succeeded"]  # applied once
+    assert job.outcome.outcome == "succeeded" and job.outcome.who == "testing"
+    assert not event("job_lost").is_set()
+    assert not event("job_abandoned").is_set()
+
+
+def test_a_finish_refused_under_another_claim_is_not_taken_for_ours():
+    import logging
+
+    from flowengine.conductors.backends import outcomes
+    from flowengine.jobs import records
+
+    class Job:
+        token = 7
+
+    class Board:
+        def __init__(self, done):
+            self.done = done
+
+        def outcome(self, job):
+            return self.done
+
+    class Conductor:
+        _name = "testing"
+        _log = logging.getLogger(__name__)
+
+        def __init__(self, done):
+            self._jobboard = Board(done)
+
+    def applied(done):
+        return outcomes.Finisher(Conductor(done))._applied_before(Job())
+
+    mine = records.Outcome("u", records.SUCCEEDED, "testing", 7)
+    assert applied(mine) is mine
+    assert applied(records.Outcome("u", records.SUCCEEDED, "testing", 8)) is None  # a later claim
+    assert applied(records.Outcome("u", records.SUCCEEDED, "rival", 7)) is None
+    assert applied(None) is None
+
+
 @pytest.mark.parametrize("conductor_kind,board_kind", COMBINATIONS)
 def test_a_lost_lease_suspends_the_engine_and_its_writes_are_refused(setup, boards):
     from flowengine import exceptions as exc

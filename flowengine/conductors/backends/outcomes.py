@@ -70,7 +70,11 @@ class Running:
     #: The engine's run ended (returned or raised): a stop from then on no
     #: longer gives the job back; the decision taken from its end is applied.
     ended: bool = False
+    #: finish() started carrying out the decision; it returned.
     finishing: bool = False
+    finished: bool = False
+    #: The board carried out the decision: the job is no longer ours to lose.
+    settled: bool = False
     lost_reported: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -206,31 +210,72 @@ class Finisher:
         c.notifier.notify(event, {"job": job, "conductor": c, "persistence": c._persistence})
 
     def _apply(self, job: Any, decision: Decision) -> None:
+        try:
+            done = self._send(job, decision)
+        except (excp.NotFound, excp.ClaimLost):
+            done = self._applied_before(job)
+            if done is None:
+                raise
+        if decision.action == CONSUME:
+            self._notify("job_consumed", job)
+        elif decision.action == TRASH:
+            self._notify("job_trashed", job)
+        else:
+            self._notify("job_abandoned", job)
+            if isinstance(done, records.Outcome) and done.outcome == records.DEAD:
+                self._conductor._log.warning(
+                    "Job %s failed its last attempt: moved to the dead letter", job
+                )
+                self._notify("job_dead", job)
+
+    def _send(self, job: Any, decision: Decision) -> records.Outcome | None:
+        """Ask the board to finish ``job`` as ``decision`` says; the outcome it returns."""
         c = self._conductor
         board, who = c._jobboard, c._name
         extended = hasattr(board, "wait_for_change")  # flowengine's board: outcomes, attempts
-        if decision.action == CONSUME:
-            if extended:
-                board.consume(
-                    job, who, outcome=decision.outcome or records.SUCCEEDED, reason=decision.reason
-                )
-            else:
-                board.consume(job, who)
-            self._notify("job_consumed", job)
-        elif decision.action == TRASH:
-            board.trash(job, who, reason=decision.reason) if extended else board.trash(job, who)
-            self._notify("job_trashed", job)
-        else:
-            failed = decision.action == FAIL
-            done = (
-                board.abandon(job, who, failed=failed, reason=decision.reason)
-                if extended
-                else board.abandon(job, who)
+        if not extended:  # TaskFlow's board API: no outcome, reason nor failed attempts
+            {CONSUME: board.consume, TRASH: board.trash}.get(decision.action, board.abandon)(
+                job, who
             )
-            self._notify("job_abandoned", job)
-            if isinstance(done, records.Outcome) and done.outcome == records.DEAD:
-                c._log.warning("Job %s failed its last attempt: moved to the dead letter", job)
-                self._notify("job_dead", job)
+            return None
+        if decision.action == CONSUME:
+            outcome = decision.outcome or records.SUCCEEDED
+            board.consume(job, who, outcome=outcome, reason=decision.reason)
+            return None
+        if decision.action == TRASH:
+            board.trash(job, who, reason=decision.reason)
+            return None
+        done: records.Outcome | None = board.abandon(
+            job, who, failed=decision.action == FAIL, reason=decision.reason
+        )
+        return done
+
+    def _applied_before(self, job: Any) -> records.Outcome | None:
+        """The outcome this conductor's claim already gave ``job``, if it did (else None).
+
+        A board server that fails over (or a connection that drops) after
+        applying a finish but before answering makes the finish be sent
+        again; the job is gone by then, so the board answers NotFound or
+        ClaimLost. The outcome it kept tells the two apart: ours if it was
+        recorded by this conductor under this very claim (its fencing
+        token), which no other finish can share.
+        """
+        board, token = self._conductor._jobboard, getattr(job, "token", 0)
+        if not token or not hasattr(board, "outcome"):
+            return None
+        try:
+            done: records.Outcome | None = board.outcome(job)
+        except excp.JobFailure:
+            return None
+        if done is None or done.who != self._conductor._name or done.token != token:
+            return None
+        self._conductor._log.info(
+            "Job %s was already %s by this conductor (a finish sent again after its"
+            " answer was lost)",
+            job,
+            done.outcome,
+        )
+        return done
 
     def finish(self, run: Running) -> None:
         """Carry out ``run.decision`` (nothing if the job was released or lost)."""
@@ -238,20 +283,35 @@ class Finisher:
             if run.released or run.finishing:
                 return
             run.finishing = True
-        decision = run.decision or Decision(ABANDON)
+        settled = self._carry_out(run, run.decision or Decision(ABANDON))
+        with run.lock:
+            run.finished, run.settled = True, settled
+            lost = run.lost and not settled
+        if lost:
+            self._report_lost(run)
+
+    def _carry_out(self, run: Running, decision: Decision) -> bool:
+        """Finish the job on the board as ``decision`` says; True once the board did.
+
+        A loss met here is told by setting ``run.lost``; the caller reports it.
+        """
         job, log = run.job, self._conductor._log
         if decision.action == NOTHING or run.lost:
             log.info("Job %s left alone (%s)", job, decision.reason or "not ours any more")
-            if decision.lost or run.lost:
-                self._report_lost(run)
-            return
+            if decision.lost:
+                with run.lock:
+                    run.lost = True
+            return False
         deadline = time.monotonic() + FINISH_RETRY_S
         while True:
             try:
                 self._apply(job, decision)
-                return
+                return True
             except excp.BoardUnavailable as e:
-                if time.monotonic() > deadline or run.lost:
+                # Tried again even when the keeper found the claim lost
+                # meanwhile: that may be this very finish, applied by a
+                # server that could not answer (see _applied_before).
+                if time.monotonic() > deadline:
                     log.warning(
                         "Gave up finishing job %s (%s) after %.0f s: its lease runs"
                         " out and another conductor resumes it",
@@ -259,15 +319,16 @@ class Finisher:
                         e,
                         FINISH_RETRY_S,
                     )
-                    return
+                    return False
                 time.sleep(FINISH_RETRY_PAUSE_S)
             except excp.ClaimLost as e:
                 log.warning("Job %s was not %s: %s", job, decision.action, e)
-                self._report_lost(run)
-                return
+                with run.lock:
+                    run.lost = True
+                return False
             except (excp.JobFailure, excp.NotFound):
                 log.warning("Failed job %s: %s", decision.action, job, exc_info=True)
-                return
+                return False
 
     def release_on_stop(self, run: Running) -> None:
         """Stop: suspend the job's engine and give the job back now (not a failed attempt).
@@ -301,10 +362,18 @@ class Finisher:
         self._notify("job_lost", run.job)
 
     def on_lost(self, run: Running, job: Any = None) -> None:
-        """The keeper found the lease gone: suspend the engine at once."""
+        """The keeper found the lease gone: suspend the engine at once.
+
+        While the job is being finished, finish() tells a loss itself: the
+        lease the keeper missed may be gone because that finish landed.
+        """
         with run.lock:
             run.lost = True
-            engine, finished = run.engine, run.finishing
+            engine, finished = run.engine, run.finished
+            being_finished = run.settled or (run.finishing and not finished)
+        if being_finished:
+            self._conductor._log.info("Job %s: its lease ended as it was finished", run.job)
+            return
         self._conductor._log.warning("Lost the claim on job %s: suspending its engine", run.job)
         _suspend(engine, run.job, "claim lost")
         if finished:  # its engine already stopped: nothing else will say so

@@ -414,14 +414,17 @@ class RedisStore(BoardStore):
         uuid = posting["uuid"]
         body = dict(posting)
         body.pop("sequence", None)
+        encoded = records.encode_posting(body)
         reply = self._run(
             "POST",
             [self._listed, self._key("sequence"), self._job_keys(uuid)["state"]],
-            [uuid, records.encode_posting(body), self.channel],
+            [uuid, encoded, self.channel],
         )
-        if reply[0] != "ok":
+        # The same posting already there is this post, sent again after its
+        # answer was lost (the uuid is new): posted once, not a failure.
+        if reply[0] != "ok" and reply[1] != encoded:
             raise exc.JobFailure(f"Job {uuid} could not be posted: it already exists")
-        return JobRecord({**posting, "sequence": int(reply[1])})
+        return JobRecord({**posting, "sequence": int(reply[-1])})
 
     def claim(
         self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float

@@ -31,9 +31,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
-#: KEYS listed, sequence, state; ARGV uuid, posting, channel -> {'ok', seq} | {'exists'}
+#: KEYS listed, sequence, state; ARGV uuid, posting, channel
+#: -> {'ok', seq} | {'exists', posting, seq}
 POST = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return {'exists'} end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then
+  return {'exists', redis.call('HGET', KEYS[1], ARGV[1]),
+          redis.call('HGET', KEYS[3], 'sequence') or '0'}
+end
 local seq = redis.call('INCR', KEYS[2])
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'sequence', seq, 'attempts', 0, 'token', 0, 'not_before', 0)
