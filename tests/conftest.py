@@ -94,6 +94,19 @@ except ImportError:  # pragma: no cover - hypothesis is in the test extra
 
 
 @pytest.fixture(autouse=True)
+def _shared_executors_closed():
+    """Close the executors engines with ``shared=True`` left up for the next run.
+
+    They outlive a run by design (30 s idle); left up, a later test of the
+    same process would count their threads or read their queues.
+    """
+    yield
+    sharing = sys.modules.get("flowengine.engines.worker_based.executor_side.sharing")
+    if sharing is not None:
+        sharing.POOL.close()
+
+
+@pytest.fixture(autouse=True)
 def _root_logging_restored():
     """Remove the root handlers a test added and give the root level back.
 

@@ -55,6 +55,12 @@ from tests.worker_based.behaviour_pool import load_worker_based  # noqa: E402
 ENGINE_KINDS.append("worker-based")
 OUT_OF_PROCESS_KINDS.add("worker-based")
 ENGINE_LOADERS["worker-based"] = load_worker_based
+# The same, every engine on the process's shared executor (engine option shared=True).
+ENGINE_KINDS.append("worker-based-shared")
+OUT_OF_PROCESS_KINDS.add("worker-based-shared")
+ENGINE_LOADERS["worker-based-shared"] = lambda flow, store, options: load_worker_based(
+    flow, store, {"shared": True, **options}
+)
 # --- end of the worker-based section ---
 
 # --- worker-based engine on real worker processes (tests/worker_based/process_pool.py) ---

@@ -25,6 +25,7 @@ from flowengine.engines.worker_based.executor_side import executor as wex
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.housekeeper import Housekeeper
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
+from flowengine.engines.worker_based.executor_side.remote_stats import RemoteStatistics
 from flowengine.patterns import linear_flow as lf
 from tests import waiting
 from tests.worker_based import executor_tasks as et
@@ -48,6 +49,8 @@ OUTAGE_S = LOST_AFTER_S + 1.0
 #: Bounded waits (s), only so that a bug fails the test instead of hanging it.
 WAIT_S = 60.0
 POLL_S = 0.02
+#: The engine every request of the book-level tests belongs to.
+_OWNER = tr.Owner(RemoteStatistics())
 
 #: tests.waiting.wait_until with this module's bound and pace.
 _wait_until = functools.partial(waiting.wait_until, timeout=WAIT_S, poll_s=POLL_S)
@@ -63,7 +66,7 @@ class _OneTopicFinder:
 def _held(book: tr.RequestBook, silent_for_s: float = 0.0) -> tr.Tracked:
     """A request RUNNING on worker 'w1', last heard ``silent_for_s`` seconds ago."""
     request = pr.Request(et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1}, timeout=None)
-    tracked = tr.Tracked(request, None, None)
+    tracked = tr.Tracked(request, None, None, _OWNER)
     route, _ = book.submit(tracked)
     assert route is not None
     with book.lock:
@@ -101,7 +104,10 @@ def test_grace_only_covers_held_requests_and_never_moves_a_clock_back():
     now = time.monotonic()
     # A request published but not heard from (no worker holds it yet)
     unheard = tr.Tracked(
-        pr.Request(et.Echo("e"), "unheard", pr.EXECUTE, {"value": 1}, timeout=None), None, None
+        pr.Request(et.Echo("e"), "unheard", pr.EXECUTE, {"value": 1}, timeout=None),
+        None,
+        None,
+        _OWNER,
     )
     book.submit(unheard)
     # A request heard from after the moment the grace is given for

@@ -23,6 +23,7 @@ from flowengine.engines.worker_based.executor_side.housekeeper import (
     Housekeeper,
 )
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
+from flowengine.engines.worker_based.executor_side.remote_stats import RemoteStatistics
 from tests import waiting
 from tests.worker_based import executor_tasks as et
 
@@ -31,6 +32,8 @@ TIMEOUT_S = 60.0
 
 #: Bounded waits (s), only so that a bug fails the test instead of hanging it.
 WAIT_S = 10.0
+#: The engine every request of these tests belongs to.
+_OWNER = tr.Owner(RemoteStatistics())
 
 
 class _OneTopicFinder:
@@ -55,7 +58,7 @@ def _request() -> tr.Tracked:
     request = pr.Request(
         et.Echo("e"), uuid.uuid4().hex, pr.EXECUTE, {"value": 1}, timeout=TIMEOUT_S
     )
-    return tr.Tracked(request, None, request.created_on + TIMEOUT_S)
+    return tr.Tracked(request, None, request.created_on + TIMEOUT_S, _OWNER)
 
 
 def test_a_deadline_after_the_scanners_next_look_does_not_wake_it():

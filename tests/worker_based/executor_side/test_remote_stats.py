@@ -19,7 +19,7 @@ def _tracked(created_ago_s: float, running_ago_s: float | None) -> tr.Tracked:
         request.transition(pr.RUNNING)
         # Leaving PENDING stopped its clock: move that moment back as well.
         request._stopped_at -= running_ago_s  # type: ignore[operator]
-    return tr.Tracked(request, None, None)
+    return tr.Tracked(request, None, None, tr.Owner(RemoteStatistics()))
 
 
 def test_run_time_counts_from_the_running_reply():

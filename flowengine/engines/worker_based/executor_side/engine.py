@@ -10,7 +10,7 @@ from flowengine.engines.action_engine import engine
 from flowengine.engines.action_engine import executor as base_executor
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.events import hooks as event_hooks
-from flowengine.engines.worker_based.executor_side import executor, remote_failures
+from flowengine.engines.worker_based.executor_side import executor, remote_failures, sharing
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 
@@ -77,6 +77,12 @@ class WorkerBasedActionEngine(engine.ActionEngine):
       (see doc/source/reliability.rst)
     - ``executor``: a WorkerTaskExecutor (or an object with the same methods)
       to use instead of creating one
+    - ``shared``: True to run on an executor shared by every engine of this
+      process with the same broker and options (default False: one per
+      engine): no connection, reply queue, thread or worker discovery of
+      its own, so a short flow starts at once and many flows at a time cost
+      one executor; it closes once unused for 30 s (see
+      :mod:`.executor_side.sharing`)
     - ``events``: publish flow-started/flow-finished/task-retried events on
       ``<exchange>.events`` (default False; see :mod:`.events`)
     - ``remote_exceptions``: ``'wrapped'`` (default, as TaskFlow) makes run()
@@ -154,16 +160,23 @@ class WorkerBasedActionEngine(engine.ActionEngine):
         topics = options.get("topics") or []
         if isinstance(topics, str):
             topics = [topics]
-        # A fresh reply queue per engine (not the flow detail's uuid as
-        # TaskFlow does): a resumed run must never read replies meant for an
-        # earlier engine working on the same flow detail.
-        return executor.WorkerTaskExecutor(
-            uuid=uuidlib.uuid4().hex,
-            exchange=options.get("exchange") or DEFAULT_EXCHANGE,
-            topics=list(topics),
-            worker_expiry=options.get("worker_expiry", pr.EXPIRES_AFTER_S),
-            broker=BrokerSettings.from_options(options),
-            policy=RequestPolicy.from_options(options),
-            root_id=flow_uuid,
-            parent_id=flow_uuid,
-        )
+        settings = {
+            "exchange": options.get("exchange") or DEFAULT_EXCHANGE,
+            "topics": list(topics),
+            "worker_expiry": options.get("worker_expiry", pr.EXPIRES_AFTER_S),
+            "broker": BrokerSettings.from_options(options),
+            "policy": RequestPolicy.from_options(options),
+        }
+
+        def make() -> executor.WorkerTaskExecutor:
+            # A fresh reply queue per executor (not the flow detail's uuid as
+            # TaskFlow does): a resumed run must never read replies meant
+            # for an earlier engine working on the same flow detail.
+            return executor.WorkerTaskExecutor(uuid=uuidlib.uuid4().hex, **settings)
+
+        if options.get("shared"):
+            key = sharing.pool_key(**settings)
+            return sharing.EngineSession(sharing.POOL, key, make, flow_uuid, flow_uuid)
+        made = make()
+        made.set_trace_ids(flow_uuid, flow_uuid)
+        return made

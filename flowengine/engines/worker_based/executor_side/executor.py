@@ -164,6 +164,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
         self._book = tr.RequestBook(self._finder, policy.transition_timeout)
         #: Queue/run times and attempts of each remote atom (engine statistics).
         self.remote_statistics = remote_stats.RemoteStatistics()
+        # The engine this executor serves; a shared one also serves others
+        # (execute_for / revert_for / withdraw).
+        self._owner = tr.Owner(self.remote_statistics, root_id, parent_id)
         self._requests = RequestPublisher(
             self._proxy,
             self._book,
@@ -172,7 +175,6 @@ class WorkerTaskExecutor(base.TaskExecutor):
             on_new_deadline=self._wake_housekeeper,
             loss_bound=_loss_bound_headers(policy),
         )
-        self._requests.set_trace_ids(root_id, parent_id)
         self._housekeeper = Housekeeper(
             uuid,
             self._book,
@@ -186,7 +188,6 @@ class WorkerTaskExecutor(base.TaskExecutor):
             self._book,
             self._finder,
             policy,
-            self.remote_statistics,
             probe=self._probe,
             wake_housekeeper=self._wake_housekeeper,
             release_waiting=self._workers_changed,
@@ -240,7 +241,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
         progress_callback: Callable[..., Any] | None = None,
     ) -> futures.Future[Any]:
         """Schedule the task's execution on a worker; the future never raises."""
-        return self._requests.submit(task, task_uuid, pr.EXECUTE, arguments, progress_callback)
+        return self.execute_for(self._owner, task, task_uuid, arguments, progress_callback)
 
     def revert_task(
         self,
@@ -257,11 +258,40 @@ class WorkerTaskExecutor(base.TaskExecutor):
         never ran: there is nothing to undo, and no worker to wait another
         transition timeout for, so its revert completes at once.
         """
+        return self.revert_for(
+            self._owner, task, task_uuid, arguments, result, failures, progress_callback
+        )
+
+    def execute_for(
+        self,
+        owner: tr.Owner,
+        task: Any,
+        task_uuid: str,
+        arguments: dict[str, Any],
+        progress_callback: Callable[..., Any] | None = None,
+    ) -> futures.Future[Any]:
+        """execute_task on behalf of ``owner`` (an engine sharing this executor)."""
+        return self._requests.submit(
+            owner, task, task_uuid, pr.EXECUTE, arguments, progress_callback
+        )
+
+    def revert_for(
+        self,
+        owner: tr.Owner,
+        task: Any,
+        task_uuid: str,
+        arguments: dict[str, Any],
+        result: Any,
+        failures: dict[str, Any],
+        progress_callback: Callable[..., Any] | None = None,
+    ) -> futures.Future[Any]:
+        """revert_task on behalf of ``owner`` (an engine sharing this executor)."""
         if self._housekeeper.never_dispatched(task_uuid):
             done: futures.Future[Any] = futures.Future()
             done.set_result((base.REVERTED, None))
             return done
         return self._requests.submit(
+            owner,
             task,
             task_uuid,
             pr.REVERT,
@@ -277,7 +307,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
 
     def set_trace_ids(self, root_id: str | None, parent_id: str | None) -> None:
         """Set the root/parent ids carried in request headers (for tracing)."""
-        self._requests.set_trace_ids(root_id, parent_id)
+        self._owner.root_id, self._owner.parent_id = root_id, parent_id
 
     def start(self) -> None:
         """Start consuming replies and announcements, then ask every topic who is there.
@@ -338,19 +368,25 @@ class WorkerTaskExecutor(base.TaskExecutor):
         ):
             reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
         self._requests.drain_signals()
-        leftovers = self._book.drain()
+        self._fail_leftovers(self._book.drain(), f"Executor {self._uuid}")
+
+    def withdraw(self, owner: tr.Owner) -> None:
+        """``owner``'s engine stops: its unfinished requests are cancelled and fail.
+
+        What stop() does for every request, for one engine's only; the
+        executor goes on serving the others.
+        """
+        cancelling.cancel_held(self._proxy, self._book.holders(owner))
+        self._fail_leftovers(self._book.drain(owner), f"An engine sharing executor {self._uuid}")
+
+    def _fail_leftovers(self, leftovers: list[tr.Tracked], who: str) -> None:
+        """Fail requests left unfinished when ``who`` stopped."""
         if leftovers:
-            LOG.warning(
-                "Executor %s stopped with %d requests unfinished; they fail",
-                self._uuid,
-                len(leftovers),
-            )
+            LOG.warning("%s stopped with %d requests unfinished; they fail", who, len(leftovers))
         for tracked in leftovers:
             self._requests.fail(
                 tracked,
-                exc.ExecutionFailure(
-                    f"Executor {self._uuid} stopped before request {tracked.request} finished"
-                ),
+                exc.ExecutionFailure(f"{who} stopped before request {tracked.request} finished"),
                 log=False,
             )
 

@@ -99,15 +99,10 @@ class RequestPublisher:
         self._last_submit = float("-inf")
         self._unsent_lock = threading.Lock()
         self._batching = proxy.batches_publications
-        self._root_id: str | None = None
-        self._parent_id: str | None = None
-
-    def set_trace_ids(self, root_id: str | None, parent_id: str | None) -> None:
-        """The flow (and flow detail) every request belongs to, for tracing."""
-        self._root_id, self._parent_id = root_id, parent_id
 
     def submit(
         self,
+        owner: tr.Owner,
         task: Any,
         task_uuid: str,
         action: str,
@@ -115,7 +110,7 @@ class RequestPublisher:
         progress_callback: Callable[..., Any] | None,
         **kwargs: Any,
     ) -> futures.Future[Any]:
-        """Create the request and, if a capable worker is known, publish it.
+        """Create ``owner``'s request and, if a capable worker is known, publish it.
 
         Published here, or (a burst on a batching transport) queued for the
         sender thread's next batch; see the module docstring.
@@ -123,7 +118,7 @@ class RequestPublisher:
         timeout = self._transition_timeout
         request = pr.Request(task, task_uuid, action, arguments, timeout=timeout, **kwargs)
         deadline = None if timeout is None else request.created_on + timeout
-        tracked = tr.Tracked(request, progress_callback, deadline)
+        tracked = tr.Tracked(request, progress_callback, deadline, owner)
         tracked.request_id = uuidlib.uuid4().hex
         route, earlier_deadline = self._book.submit(tracked)
         if earlier_deadline or route is None:  # the housekeeper warns if nobody shows up
@@ -159,10 +154,11 @@ class RequestPublisher:
         limits = timelimits.header_for(tracked.request.task)
         if limits is not None:
             headers[pr.HEADER_TIMELIMIT] = limits
-        if self._root_id is not None:
-            headers[pr.HEADER_ROOT_ID] = self._root_id
-        if self._parent_id is not None:
-            headers[pr.HEADER_PARENT_ID] = self._parent_id
+        owner = tracked.owner
+        if owner.root_id is not None:
+            headers[pr.HEADER_ROOT_ID] = owner.root_id
+        if owner.parent_id is not None:
+            headers[pr.HEADER_PARENT_ID] = owner.parent_id
         trace_context = tracing.request_headers(tracked.request.uuid)
         if trace_context:  # the engine's span for this atom (OpenTelemetry)
             headers.update(trace_context)

@@ -17,7 +17,7 @@ from typing import Any
 from flowengine import exceptions as exc
 from flowengine import task as task_mod
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery, remote_stats
+from flowengine.engines.worker_based.executor_side import discovery
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.messaging import compat as compat_mod
@@ -31,8 +31,8 @@ LOG = logging.getLogger(__name__)
 class ReplyHandler:
     """Handles the messages on one executor's reply queue.
 
-    ``executor_uuid`` names the executor in logs; ``statistics`` records
-    each finished request's timings. Callbacks: ``probe(topic, worker_id)``
+    ``executor_uuid`` names the executor in logs; each finished request's
+    timings go to its owner's statistics. Callbacks: ``probe(topic, worker_id)``
     asks a worker we never heard from who it is; ``wake_housekeeper()`` says a
     deadline changed; ``release_waiting()`` says a request waits for a route
     again.
@@ -44,7 +44,6 @@ class ReplyHandler:
         book: tr.RequestBook,
         finder: discovery.ProxyWorkerFinder,
         policy: RequestPolicy,
-        statistics: remote_stats.RemoteStatistics,
         *,
         probe: Callable[[str, str], None],
         wake_housekeeper: Callable[[], None],
@@ -54,7 +53,6 @@ class ReplyHandler:
         self._book = book
         self._finder = finder
         self._policy = policy
-        self._statistics = statistics
         self._probe = probe
         self._wake_housekeeper = wake_housekeeper
         self._release_waiting = release_waiting
@@ -211,7 +209,7 @@ class ReplyHandler:
             if not tr.transition(tracked, state):
                 return
             self._book.remove(tracked)
-        self._statistics.record(tracked, run_s)
+        tracked.owner.statistics.record(tracked, run_s)
         tracked.resolve(result)
 
     def _on_event(self, tracked: tr.Tracked, data: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from flowengine import exceptions as exc
 from flowengine.engines.worker_based import protocol as pr
-from flowengine.engines.worker_based.executor_side import discovery
+from flowengine.engines.worker_based.executor_side import discovery, remote_stats
 
 LOG = logging.getLogger(__name__)
 
@@ -18,6 +18,28 @@ LOG = logging.getLogger(__name__)
 TIMEOUT_STATES = pr.WAITING_STATES
 
 Route = tuple[discovery.TopicWorker, str]
+
+
+class Owner:
+    """The engine a request was submitted for: its trace ids and its statistics.
+
+    An executor serves one engine, or (shared, see :mod:`.sharing`) every
+    engine of a process with the same broker and options; each request
+    carries its engine's owner so that its headers name that engine's flow
+    and its timings land in that engine's statistics.
+    """
+
+    __slots__ = ("root_id", "parent_id", "statistics")
+
+    def __init__(
+        self,
+        statistics: remote_stats.RemoteStatistics,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+    ) -> None:
+        self.statistics = statistics
+        self.root_id = root_id
+        self.parent_id = parent_id
 
 
 class Tracked:
@@ -29,6 +51,7 @@ class Tracked:
 
     __slots__ = (
         "origin",
+        "owner",
         "request",
         "progress_callback",
         "deadline",
@@ -50,8 +73,10 @@ class Tracked:
         request: pr.Request,
         progress_callback: Callable[..., Any] | None,
         deadline: float | None,
+        owner: Owner,
     ) -> None:
         self.origin = request
+        self.owner = owner
         self.request = request
         self.progress_callback = progress_callback
         self.deadline = deadline
@@ -372,18 +397,28 @@ class RequestBook:
             self._next_deadline = next_deadline
         return expired, lost, overrun
 
-    def holders(self) -> dict[str, str]:
-        """Request uuid -> id of the worker that holds it, for requests a worker took."""
+    def holders(self, owner: Owner | None = None) -> dict[str, str]:
+        """Request uuid -> id of the worker that holds it, for requests a worker took.
+
+        Only ``owner``'s requests when given.
+        """
         with self.lock:
             return {
-                uuid: t.worker_id for uuid, t in self._ongoing.items() if t.worker_id is not None
+                uuid: t.worker_id
+                for uuid, t in self._ongoing.items()
+                if t.worker_id is not None and (owner is None or t.owner is owner)
             }
 
-    def drain(self) -> list[Tracked]:
-        """Stop tracking everything; return what was still unfinished."""
+    def drain(self, owner: Owner | None = None) -> list[Tracked]:
+        """Stop tracking everything (or ``owner``'s requests); return what was unfinished."""
         with self.lock:
-            leftovers = list(self._ongoing.values())
-            self._ongoing.clear()
-            self._waiting.clear()
-            self._next_deadline = None
+            if owner is None:
+                leftovers = list(self._ongoing.values())
+                self._ongoing.clear()
+                self._waiting.clear()
+                self._next_deadline = None
+                return leftovers
+            leftovers = [t for t in self._ongoing.values() if t.owner is owner]
+            for tracked in leftovers:
+                self.remove(tracked)
         return leftovers
