@@ -194,3 +194,54 @@ def test_each_request_carries_its_own_engines_trace_ids():
             owner.root_id,
             owner.parent_id,
         )
+
+
+def test_a_conductors_job_engines_share_one_executor():
+    from flowengine.conductors import backends as conductors
+    from flowengine.jobs import backends as boards
+    from flowengine.persistence.backends import impl_memory
+    from flowengine.utils import persistence_utils as pu
+
+    exchange, topic = unique(), unique("t")
+    persistence = impl_memory.MemoryBackend()
+    board = boards.fetch("jobs", {"board": "memory://"}, persistence=persistence)
+    board.connect()
+    options = {"exchange": exchange, "topics": [topic], "shared": True, **MEMORY}
+    conductor = conductors.fetch(
+        "nonblocking",
+        "c1",
+        board,
+        persistence=persistence,
+        engine="worker-based",
+        engine_options=options,
+        wait_timeout=0.1,
+    )
+    conductor.connect()
+    with running_worker(exchange, topic, [et.Echo]):
+        runner = threading.Thread(target=conductor.run, daemon=True)
+        runner.start()
+        try:
+            jobs = []
+            for n in range(4):
+                book, detail = pu.temporary_flow_detail(persistence)
+                engines.save_factory_details(detail, _echo_flow, [], {}, backend=persistence)
+                jobs.append(
+                    board.post(
+                        f"j{n}", book, details={"flow_uuid": detail.uuid, "store": {"value": n}}
+                    )
+                )
+            outcomes = [board.wait_for_outcome(job, WAIT_S) for job in jobs]
+            assert [o.outcome for o in outcomes] == ["succeeded"] * 4
+            # Then one executor served every job, and stays up for the next
+            assert len(sharing.POOL) == 1
+            assert len(_reply_threads()) == 1
+        finally:
+            conductor.stop()
+            conductor.wait(WAIT_S)
+            runner.join(WAIT_S)
+            conductor.close()
+            board.close()
+
+
+def _echo_flow():
+    return lf.Flow("echo").add(et.Echo())
