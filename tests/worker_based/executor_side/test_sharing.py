@@ -11,6 +11,7 @@ for it and is not kept.
 
 from __future__ import annotations
 
+import os
 import threading
 import types
 from concurrent import futures
@@ -245,3 +246,21 @@ def test_a_conductors_job_engines_share_one_executor():
 
 def _echo_flow():
     return lf.Flow("echo").add(et.Echo())
+
+
+def test_a_forked_child_starts_with_an_empty_pool():
+    exchange, topic = unique(), unique("t")
+    with running_worker(exchange, topic, [et.Echo]):
+        _run_shared(lf.Flow("f").add(et.Echo()), exchange, topic, value=1)
+        assert len(sharing.POOL) == 1
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its copy of the executor has no threads
+            os.write(write, str(len(sharing.POOL)).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            in_child = pipe.read()
+        os.waitpid(pid, 0)
+    assert in_child == "0"
+    assert len(sharing.POOL) == 1  # the parent's is untouched

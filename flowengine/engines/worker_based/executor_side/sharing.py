@@ -15,7 +15,8 @@ workers known. Each engine reaches it through an
 record into their engine's statistics (a :class:`~.tracking.Owner`), and
 when an engine stops only its own unfinished requests are cancelled and
 failed. The executor outlives the engines: it closes once no engine has
-used it for :data:`IDLE_CLOSE_S`, or at interpreter exit.
+used it for :data:`IDLE_CLOSE_S`, or at interpreter exit; a forked child
+starts with an empty pool.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import atexit
 import dataclasses
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent import futures
@@ -156,10 +158,21 @@ class ExecutorPool:
             if shared.started:
                 shared.executor.stop()
 
+    def forget(self) -> None:
+        """Drop every executor without stopping it: in a forked child, whose copies are dead.
+
+        A child process inherits the pool but not its executors' threads,
+        and shares their connections with its parent: its engines must start
+        their own.
+        """
+        self._lock = threading.Lock()  # the parent's may have been held at the fork
+        self._shared = {}
+
 
 #: The process's pool, used by engines with ``shared=True``.
 POOL = ExecutorPool()
 atexit.register(POOL.close)
+os.register_at_fork(after_in_child=POOL.forget)
 
 
 class EngineSession(base.TaskExecutor):
