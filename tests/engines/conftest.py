@@ -61,6 +61,12 @@ OUT_OF_PROCESS_KINDS.add("worker-based-shared")
 ENGINE_LOADERS["worker-based-shared"] = lambda flow, store, options: load_worker_based(
     flow, store, {"shared": True, **options}
 )
+# The same, workers sparing the PENDING of requests they answer at once (late_pending=True).
+ENGINE_KINDS.append("worker-based-late-pending")
+OUT_OF_PROCESS_KINDS.add("worker-based-late-pending")
+ENGINE_LOADERS["worker-based-late-pending"] = lambda flow, store, options: load_worker_based(
+    flow, store, {"late_pending": True, **options}
+)
 # --- end of the worker-based section ---
 
 # --- worker-based engine on real worker processes (tests/worker_based/process_pool.py) ---

@@ -68,11 +68,17 @@ UNREACHABLE_GIVE_UP_S = 5.0
 STOP_JOIN_TIMEOUT_S = 10.0
 
 
-def _loss_bound_headers(policy: RequestPolicy) -> dict[str, Any]:
-    """What every request tells its worker of our loss bound (see worker_side/fence.py)."""
+def _policy_headers(policy: RequestPolicy) -> dict[str, Any]:
+    """What every request tells its worker of our policy.
+
+    The loss bound (see worker_side/fence.py), and whether we take a late
+    PENDING (names.HEADER_LATE_PENDING).
+    """
     headers: dict[str, Any] = {lv.HEADER_HEARTBEAT_MISSES: policy.heartbeat_misses}
     if policy.lost_after is not None:
         headers[lv.HEADER_LOST_AFTER] = policy.lost_after
+    if policy.late_pending:
+        headers[names.HEADER_LATE_PENDING] = True
     return headers
 
 
@@ -173,7 +179,7 @@ class WorkerTaskExecutor(base.TaskExecutor):
             uuid,
             policy.transition_timeout,
             on_new_deadline=self._wake_housekeeper,
-            loss_bound=_loss_bound_headers(policy),
+            policy_headers=_policy_headers(policy),
         )
         self._housekeeper = Housekeeper(
             uuid,

@@ -23,6 +23,7 @@ LIVENESS_OPTIONS = (
     "lost_after",
     "max_attempts",
     "run_timeout",
+    "late_pending",
 )
 
 
@@ -36,7 +37,12 @@ class RequestPolicy:
     a held request is lost after its worker's interval x ``heartbeat_misses``
     of silence, or after ``lost_after`` when given. ``max_attempts``: how
     many dispatches one request gets in all. ``run_timeout``: seconds a
-    request may run once RUNNING (None: no limit).
+    request may run once RUNNING (None: no limit). ``late_pending``: a
+    worker that answers a request within 50 ms of taking it sends no
+    PENDING (one message less per task); the engine then learns who holds a
+    request only 50 ms after it was taken, so a worker killed within those
+    50 ms leaves it to ``transition_timeout`` (RequestTimeout) instead of a
+    re-dispatch after the loss bound (see doc/source/protocol.rst).
 
     Raises ValueError naming the setting that is out of range.
     """
@@ -47,6 +53,7 @@ class RequestPolicy:
     lost_after: float | None = None
     max_attempts: int = lv.MAX_ATTEMPTS
     run_timeout: float | None = None
+    late_pending: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -61,6 +68,8 @@ class RequestPolicy:
         set_(self, "max_attempts", int(self.max_attempts))
         if self.run_timeout is not None and not self.run_timeout > 0:
             raise ValueError(f"run_timeout must be > 0 seconds or None (got {self.run_timeout!r})")
+        if not isinstance(self.late_pending, bool):
+            raise ValueError(f"late_pending must be True or False (got {self.late_pending!r})")
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RequestPolicy:

@@ -71,8 +71,9 @@ class RequestPublisher:
     reply routing key; ``transition_timeout`` (s, None: none) gives each
     request its deadline. ``on_new_deadline()`` is called when a submitted
     request brings a deadline earlier than any the housekeeper waits for
-    (or waits for a worker nobody has seen yet). ``loss_bound``: headers
-    telling workers when this engine takes a silent holder for lost.
+    (or waits for a worker nobody has seen yet). ``policy_headers``: headers
+    every request carries, telling workers when this engine takes a silent
+    holder for lost and whether it takes a late PENDING.
     """
 
     def __init__(
@@ -83,14 +84,14 @@ class RequestPublisher:
         transition_timeout: float | None,
         *,
         on_new_deadline: Callable[[], None],
-        loss_bound: Mapping[str, Any] | None = None,
+        policy_headers: Mapping[str, Any] | None = None,
     ) -> None:
         self._proxy = proxy
         self._book = book
         self._reply_to = reply_to
         self._transition_timeout = transition_timeout
         self._on_new_deadline = on_new_deadline
-        self._loss_bound = dict(loss_bound or {})
+        self._policy_headers = dict(policy_headers or {})
         # Routed requests to publish (Tracked), _RELEASE and _STOP, in order.
         self._outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         # Requests queued or being published by the sender: while any are,
@@ -149,7 +150,7 @@ class RequestPublisher:
             headers[pr.HEADER_EXPIRES] = lv.expires_at(
                 tracked.deadline, self._transition_timeout or 0.0
             )
-        headers.update(self._loss_bound)
+        headers.update(self._policy_headers)
         headers.update(event_model.timing_headers(tracked.origin.created_at))
         limits = timelimits.header_for(tracked.request.task)
         if limits is not None:

@@ -87,6 +87,8 @@ class Headers:
     #: A worker's PENDING for a redelivered request it did not run (see
     #: :mod:`..worker_side.intake`).
     declined: bool = False
+    #: A request whose engine takes a late PENDING (see names.HEADER_LATE_PENDING).
+    late_pending: bool = False
     #: When the engine created the request, and published this dispatch of
     #: it (epoch s; the worker's events report them).
     created: float | None = None
@@ -133,6 +135,7 @@ class Headers:
             lost_after=lv.parse_heartbeat(raw.get(lv.HEADER_LOST_AFTER)),
             leaving=bool(raw.get(names.HEADER_LEAVING)),
             declined=raw.get(names.HEADER_DECLINED) is True,
+            late_pending=raw.get(names.HEADER_LATE_PENDING) is True,
             created=_epoch(raw.get(names.HEADER_CREATED)),
             enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
             run_s=_seconds(raw.get(names.HEADER_RUN_S)),

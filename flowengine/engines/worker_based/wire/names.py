@@ -86,6 +86,10 @@ HEADER_RUN_S = "run_s"  # seconds an outcome's body ran on its worker (timings)
 # On a PENDING reply: the worker got the request as a redelivery and did not
 # run it; its engine sends it again if, and only if, it still waits for it.
 HEADER_DECLINED = "declined"
+# On a request: its engine takes no PENDING for it from a worker that answers
+# it within RUNNING_REPLY_DELAY_S of taking it (engine option late_pending);
+# the worker tells PENDING (or RUNNING) only if it still holds it then.
+HEADER_LATE_PENDING = "late_pending"
 # W3C Trace Context of the engine's span for the request's atom (OpenTelemetry,
 # the otel extra; see flowengine.tracing): standard names, ignored by TaskFlow.
 HEADER_TRACEPARENT = "traceparent"

@@ -228,9 +228,12 @@ class Intake:
                 attempt,
             )
             return
-        if not self._take(message, reply_to, task_uuid, work, attempt):
+        late = headers.late_pending and attempt is not None
+        if not self._take(message, reply_to, task_uuid, work, attempt, late):
             self._memory.forget(key)
             return
+        if late and verdict.held is not None:  # a NEW verdict always holds it
+            self._replier.tell_later(verdict.held)
         try:
             self._performer.submit(
                 Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held)
@@ -256,6 +259,7 @@ class Intake:
         task_uuid: str,
         work: pr.WorkUnit,
         attempt: int | None,
+        late: bool = False,
     ) -> bool:
         """Become the request's holder: acknowledge its message; False if we must not run it.
 
@@ -267,9 +271,13 @@ class Intake:
         between them leaves an executor told of a holder that went silent
         while the message is redelivered: the next holder's PENDING replaces
         it (or the request is dispatched again after the loss bound).
+
+        ``late``: the executor takes PENDING late (header ``late_pending``):
+        the message is acknowledged alone, and PENDING goes out only if the
+        request is still held RUNNING_REPLY_DELAY_S later (Replier.tell_later).
         """
         try:
-            if attempt is not None:
+            if attempt is not None and not late:
                 self._replier.accept(message, reply_to, task_uuid, attempt)
             else:
                 message.ack()

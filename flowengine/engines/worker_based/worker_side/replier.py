@@ -105,9 +105,10 @@ class Replier:
         self._answer_lock = threading.Lock()
         self._stopping = threading.Event()
         self._beat_thread: threading.Thread | None = None
-        # Started requests whose RUNNING is due (deadline, held), oldest
-        # first; the condition wakes the heartbeat thread for the first.
-        self._running_due: collections.deque[tuple[float, held_mod.Held]] = collections.deque()
+        # Requests whose state (RUNNING, or a late PENDING) is due to be
+        # told (deadline, held), oldest first; the condition wakes the
+        # heartbeat thread for the first.
+        self._due: collections.deque[tuple[float, held_mod.Held]] = collections.deque()
         self._beat_wake = threading.Condition()
         self._last_announce = time.monotonic()
         # True while the worker must not announce itself (its consume loop keeps failing).
@@ -217,11 +218,19 @@ class Replier:
         """
         if not held.announced:
             return self.reply(held.reply_to, held.key[0], pr.RUNNING, held.attempt)
-        with self._beat_wake:
-            self._running_due.append((time.monotonic() + RUNNING_REPLY_DELAY_S, held))
-            if len(self._running_due) == 1:
-                self._beat_wake.notify()
+        self.tell_later(held)
         return True
+
+    def tell_later(self, held: held_mod.Held) -> None:
+        """Tell ``held``'s executor its state (PENDING or RUNNING) RUNNING_REPLY_DELAY_S from now.
+
+        Sent by the heartbeat thread, and only if it is still held then: a
+        request answered sooner costs no message but its outcome.
+        """
+        with self._beat_wake:
+            self._due.append((time.monotonic() + RUNNING_REPLY_DELAY_S, held))
+            if len(self._due) == 1:
+                self._beat_wake.notify()
 
     def reply(
         self, reply_to: str, task_uuid: str, state: str, attempt: int | None = None, **data: Any
@@ -486,7 +495,7 @@ class Replier:
             due = self._wait_for_due(next_beat)
             try:
                 if due:
-                    self._send_running(due)
+                    self._send_due(due)
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + self._interval
                     self.beat()
@@ -501,20 +510,20 @@ class Replier:
         """
         with self._beat_wake:
             wake_at = next_beat
-            if self._running_due:
-                wake_at = min(wake_at, self._running_due[0][0])
+            if self._due:
+                wake_at = min(wake_at, self._due[0][0])
             timeout = wake_at - time.monotonic()
             if timeout > 0:
                 self._beat_wake.wait(timeout)
             horizon = time.monotonic() + RUNNING_REPLY_DELAY_S / 2
             due = []
-            while self._running_due and self._running_due[0][0] <= horizon:
-                due.append(self._running_due.popleft()[1])
+            while self._due and self._due[0][0] <= horizon:
+                due.append(self._due.popleft()[1])
             return due
 
-    def _send_running(self, due: list[held_mod.Held]) -> None:
-        """Tell RUNNING about each of ``due`` still running (see started())."""
+    def _send_due(self, due: list[held_mod.Held]) -> None:
+        """Tell each of ``due`` still held its state, PENDING or RUNNING (see tell_later())."""
         for held in due:
             with self._answer_lock:
-                if held.state == held_mod.RUNNING and not held.fenced:
-                    self.reply(held.reply_to, held.key[0], pr.RUNNING, held.attempt)
+                if held.state in (held_mod.QUEUED, held_mod.RUNNING) and not held.fenced:
+                    self.reply(held.reply_to, held.key[0], held.state, held.attempt)
