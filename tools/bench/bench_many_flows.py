@@ -68,8 +68,13 @@ REPEAT = 5
 #: that reading /proc costs the flows nothing measurable.
 SAMPLE_PERIOD_S = 0.05
 
-#: Seconds one measurement (worker start, warm-up, all flows) may take.
-CASE_TIMEOUT_S = 900.0
+#: Seconds the flows of one measurement get before those still running are
+#: counted as hung (and the measurement ends without them).
+RUN_DEADLINE_S = 600.0
+
+#: Seconds one measurement may take beyond its flows' deadline (worker
+#: start, warm-up, the engine process's exit).
+CASE_MARGIN_S = 300.0
 
 #: Connections kombu's pool may hold beyond two per TaskFlow engine.
 KOMBU_POOL_SPARE = 10
@@ -111,7 +116,6 @@ class Sampler:
         self._alive = alive
         self._stop = threading.Event()
         self.peak: dict[str, int] = {"threads": 0}
-        self.most_files = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
@@ -123,12 +127,15 @@ class Sampler:
         self._thread.join()
 
     def take(self) -> None:
-        """One sample now (also called by the thread that starts the flows, once all started)."""
-        sample = {**_status(), "files": _open_files(), "flows": self._alive()}
+        """One sample now (also called by the thread that starts the flows, once all started).
+
+        Open files are counted only at a new peak of threads: listing
+        thousands of descriptors every period would cost the flows CPU.
+        """
+        sample = {**_status(), "flows": self._alive()}
         with self._lock:
-            self.most_files = max(self.most_files, sample["files"])
             if sample["threads"] > self.peak["threads"]:
-                self.peak = sample
+                self.peak = {**sample, "files": _open_files()}
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_PERIOD_S):
@@ -177,7 +184,9 @@ def _widen_kombu_pools(flows: int) -> None:
     kombu.pools.set_limit(2 * flows + KOMBU_POOL_SPARE)
 
 
-def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
+def many_flows_case(
+    lib: str, flows: int, tasks: int, conn: dict, run_deadline_s: float = RUN_DEADLINE_S
+) -> dict:
     """The measurement itself (see the module's docstring), workers included."""
     # A process running a thousand engines may need more descriptors than a
     # shell's default soft limit; the hard limit is the machine's to give.
@@ -193,6 +202,7 @@ def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
         alive = 0
         alive_lock = threading.Lock()
         errors: list[str] = []
+        ends: dict[str, float] = {}
 
         def user_thread() -> None:
             nonlocal alive
@@ -203,6 +213,7 @@ def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
             except Exception as e:  # reported with the figures, not raised
                 errors.append(f"{type(e).__name__}: {e}")
             finally:
+                ends[threading.current_thread().name] = time.perf_counter()
                 with alive_lock:
                     alive -= 1
 
@@ -218,20 +229,26 @@ def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
         for t in threads:
             t.start()
         sampler.take()  # at least one sample with the flows started, however short they are
+        deadline = started + run_deadline_s
+        last_end = started
         for t in threads:
-            t.join()
-        wall_s = time.perf_counter() - started
+            t.join(max(0.0, deadline - time.perf_counter()))
+            if not t.is_alive():
+                last_end = max(last_end, ends.get(t.name, started))
+        hung = sum(1 for t in threads if t.is_alive())
+        wall_s = (deadline - started) if hung else (last_end - started)
         cpu = time.process_time() - cpu
         # Read before the sampler ends, so that it counts in both this and base.
         end = {**_status(), "files": _open_files()}
         sampler.stop()
     peak = sampler.peak
     at_peak = max(peak.get("flows", 0), 1)
-    done = flows - len(errors)
+    done = flows - len(errors) - hung
     return {
         "flows": flows,
         "tasks": tasks,
         "failed_flows": len(errors),
+        "hung_flows": hung,
         "errors": errors[:ERRORS_QUOTED],
         "wall_s": wall_s,
         "tasks_per_s": done * tasks / wall_s,
@@ -244,7 +261,6 @@ def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
         "threads_per_flow": (peak["threads"] - base["threads"]) / at_peak,
         "files_at_peak": peak.get("files", 0),
         "files_per_flow": (peak.get("files", base["files"]) - base["files"]) / at_peak,
-        "most_files": sampler.most_files,
         # What the ended flows left behind (threads still running, files open).
         "threads_left": end["threads"] - base["threads"],
         "files_left": end["files"] - base["files"],
@@ -260,9 +276,13 @@ def many_flows_case(lib: str, flows: int, tasks: int, conn: dict) -> dict:
 
 
 def run_case(
-    python: str, lib: str, transport: str, url: str, flows: int, tasks: int, timeout_s: float
+    python: str, lib: str, transport: str, url: str, flows: int, tasks: int, deadline_s: float
 ) -> dict:
-    """One measurement in a fresh engine process of ``python``; its result or an error."""
+    """One measurement in a fresh engine process of ``python``; its result or an error.
+
+    The flows get ``deadline_s``; the whole process that plus CASE_MARGIN_S.
+    """
+    timeout_s = deadline_s + CASE_MARGIN_S
     base = {"lib": lib, "transport": transport}
     conn = bench_remote.connection(lib, transport, url, None)
     cmd = [
@@ -276,6 +296,8 @@ def run_case(
         str(flows),
         "--tasks",
         str(tasks),
+        "--deadline",
+        str(deadline_s),
         "--conn",
         json.dumps(conn),
     ]
@@ -336,6 +358,7 @@ COLUMNS = (
     ("files/flow", "files_per_flow", 2),
     ("threads left", "threads_left", 0),
     ("failed flows", "failed_flows", 0),
+    ("hung flows", "hung_flows", 0),
 )
 
 #: Ratio columns (flowengine / TaskFlow): header, result key.
@@ -412,7 +435,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--redis-url", help="use this Redis instead of starting one")
     p.add_argument("--amqp-url", help="use this RabbitMQ instead of starting one")
-    p.add_argument("--timeout", type=float, default=CASE_TIMEOUT_S, help="seconds per measurement")
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=RUN_DEADLINE_S,
+        help="seconds the flows get before those still running count as hung (default %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="also print the results as JSON")
     p.add_argument("--taskflow-venv", default=bench_core.TASKFLOW_VENV)
     p.add_argument("--taskflow-spec", default=bench_core.TASKFLOW_SPEC)
@@ -421,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     if args.role == "case":
-        result = many_flows_case(args.lib[0], args.flows, args.tasks, args.conn)
+        result = many_flows_case(args.lib[0], args.flows, args.tasks, args.conn, args.deadline)
         print(json.dumps(result))
         sys.stdout.flush()
         os._exit(0)  # engines' daemon threads that linger must not hold the exit
@@ -452,20 +480,24 @@ def main(argv: list[str] | None = None) -> int:
                         urls[transport],
                         args.flows,
                         args.tasks,
-                        args.timeout,
+                        args.deadline,
                     )
                     r["rep"] = rep
                     results.append(r)
                     shown = r.get("error") or (
                         f"{r['wall_s']:.1f} s, {r['tasks_per_s']:.0f} tasks/s, peak RSS"
                         f" {r['peak_rss_mb']:.0f} MB, {r['peak_threads']} threads,"
-                        f" {r['failed_flows']} failed"
+                        f" {r['failed_flows']} failed, {r['hung_flows']} hung"
                     )
                     print(f"# {rep} {transport:<6} {lib:<10} {shown}", file=sys.stderr, flush=True)
     print_table(results, args.flows, args.tasks)
     if args.json:
         print(json.dumps(results, indent=1))
-    bad = [r for r in results if r["lib"] == "flowengine" and ("error" in r or r["failed_flows"])]
+    bad = [
+        r
+        for r in results
+        if r["lib"] == "flowengine" and ("error" in r or r["failed_flows"] or r["hung_flows"])
+    ]
     return 1 if bad else 0
 
 
