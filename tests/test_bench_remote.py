@@ -57,11 +57,11 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     for table in (latency_table, one_task_table, throughput_table):
         assert set(_rows(table)) == {"memory", "filesystem"}, table
     for cells in _rows(latency_table).values():
-        # floor, flowengine: "median [min-max]"; no Celery or TaskFlow in this
-        # run ('-'); then flowengine's ratio to the floor
-        floor, fe, celery, tf_tuned, tf_default, ratio = cells[:6]
+        # floor, flowengine: "median [min-max]"; no Celery, Dramatiq or TaskFlow
+        # in this run ('-'); then flowengine's ratio to the floor
+        floor, fe, celery, dramatiq, tf_tuned, tf_default, ratio = cells[:7]
         assert _is_median_with_range(floor) and _is_median_with_range(fe), cells
-        assert celery == tf_tuned == tf_default == "-", cells
+        assert celery == dramatiq == tf_tuned == tf_default == "-", cells
         assert ratio.endswith("x") and float(ratio[:-1]) > 0, cells
         # then the floor of three messages (request, PENDING, outcome) and
         # flowengine's ratio to it; last, the serial engine's cost per task,

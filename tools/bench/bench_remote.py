@@ -63,13 +63,26 @@ sys.path.insert(0, HERE)
 import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
 
 TRANSPORTS = ("memory", "filesystem", "redis", "amqp")
-LIBS = ("floor", "flowengine", "flowengine-base", "celery", "taskflow-tuned", "taskflow-default")
+LIBS = (
+    "floor",
+    "flowengine",
+    "flowengine-base",
+    "celery",
+    "dramatiq",
+    "taskflow-tuned",
+    "taskflow-default",
+)
 
 #: Libraries run by default (``flowengine-base`` needs ``--baseline``).
 DEFAULT_LIBS = tuple(lib for lib in LIBS if lib != "flowengine-base")
 
-#: Celery runs on real brokers only (its memory transport lives in one process).
+#: Celery and Dramatiq run on real brokers only (Celery's memory transport
+#: lives in one process; Dramatiq has none).
 CELERY_TRANSPORTS = ("redis", "amqp")
+
+#: The peers: task queues measured from their client's side (bench_celery.py,
+#: bench_dramatiq.py), on CELERY_TRANSPORTS only.
+PEERS = ("celery", "dramatiq")
 
 #: Repetitions of every case (interleaved), for medians with min and max.
 REPEAT = 5
@@ -135,10 +148,17 @@ TOPIC = "bench"
 # --------------------------------------------------------------------------
 
 
-def connection(lib: str, transport: str, url: str | None, folder: str | None) -> dict:
-    """engines.load / Worker keywords (url, transport, transport_options)."""
+def connection(
+    lib: str, transport: str, url: str | None, folder: str | None, results_url: str | None = None
+) -> dict:
+    """engines.load / Worker keywords (url, transport, transport_options).
+
+    Dramatiq's also name the Redis its results go to (``results_url``).
+    """
     opts: dict[str, Any] = {}
     conn: dict[str, Any] = {}
+    if lib == "dramatiq":
+        conn["results_url"] = results_url
     if transport == "memory":
         conn["transport"] = "memory"
     elif transport == "filesystem":
@@ -299,6 +319,14 @@ def worker_processes(
             "import sys, bench_celery; sys.exit("
             f"bench_celery.worker_main({conn['url']!r}, {WORKER_THREADS}, {READY!r}))",
         ]
+    if lib == "dramatiq":
+        cmd = [
+            sys.executable,
+            "-c",
+            "import sys, bench_dramatiq; sys.exit(bench_dramatiq.worker_main("
+            f"{conn['url']!r}, {conn['results_url']!r}, {exchange!r}, {WORKER_THREADS},"
+            f" {READY!r}))",
+        ]
     if command is not None:
         cmd = command
     try:
@@ -420,6 +448,11 @@ def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
 
         with worker_processes(lib, exchange, conn, WORKERS):
             return bench_celery.client_case(conn["url"], case, n)
+    if lib == "dramatiq":
+        import bench_dramatiq
+
+        with worker_processes(lib, exchange, conn, WORKERS):
+            return bench_dramatiq.client_case(conn["url"], conn["results_url"], exchange, case, n)
 
     def measure() -> dict:
         if case == "one-task":
@@ -619,15 +652,17 @@ def run_case(
     n: int,
     timeout_s: float,
     cpu: int | None = None,
+    results_url: str | None = None,
 ) -> dict:
     """One case in a fresh subprocess of ``python``; its JSON result or an error.
 
     ``cpu``: run the case, and the worker or server processes it starts, on
-    that CPU only (the broker stays free).
+    that CPU only (the broker stays free). ``results_url``: the Redis
+    Dramatiq's results go to.
     """
     base = {"lib": lib, "case": case, "transport": transport}
     folder = tempfile.mkdtemp(prefix="fe-bench-fs-") if transport == "filesystem" else None
-    conn = connection(lib, transport, url, folder)
+    conn = connection(lib, transport, url, folder, results_url)
     cmd = [
         python,
         os.path.abspath(__file__),
@@ -755,7 +790,7 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
 
     print(
         "\nPer-task latency, 50-task linear flow (ms per task; floor = raw kombu"
-        " request/reply round trip; Celery: chain time / n)",
+        " request/reply round trip; Celery: chain time / n; Dramatiq: pipeline time / n)",
         file=out,
     )
     cols = [("floor", "floor", "floor"), ("flowengine", "flowengine", "latency")]
@@ -763,22 +798,25 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         cols.append(("fe base", "flowengine-base", "latency"))
     cols += [
         ("Celery", "celery", "latency"),
+        ("Dramatiq", "dramatiq", "latency"),
         ("TF tuned", "taskflow-tuned", "latency"),
         ("TF default", "taskflow-default", "latency"),
     ]
     print(
         "| transport | "
         + " | ".join(c[0] for c in cols)
-        + " | fe/floor | base/floor | fe/TF tuned | CPU fe | CPU floor | floor 3 msgs"
-        " | fe/floor 3 msgs | serial engine | least | fe/least |",
+        + " | fe/floor | base/floor | fe/TF tuned | fe/Celery | fe/Dramatiq | CPU fe | CPU floor"
+        " | floor 3 msgs | fe/floor 3 msgs | serial engine | least | fe/least |",
         file=out,
     )
-    print("|---" * (len(cols) + 11) + "|", file=out)
+    print("|---" * (len(cols) + 13) + "|", file=out)
     for t in transports:
         fl = med(t, "floor", "floor", "per_task_ms")
         fe = med(t, "flowengine", "latency", "per_task_ms")
         base = med(t, "flowengine-base", "latency", "per_task_ms")
         tt = med(t, "taskflow-tuned", "latency", "per_task_ms")
+        cel = med(t, "celery", "latency", "per_task_ms")
+        dra = med(t, "dramatiq", "latency", "per_task_ms")
         floor_3 = med(t, "floor", FLOOR_3, "per_task_ms")
         serial = med(t, "flowengine", "serial", "per_task_ms")
         least = None if floor_3 is None or serial is None else floor_3 + serial
@@ -787,6 +825,7 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
             f"| {t} | "
             + " | ".join(cells)
             + f" | {_ratio(fe, fl)} | {_ratio(base, fl)} | {_ratio(fe, tt)}"
+            f" | {_ratio(fe, cel)} | {_ratio(fe, dra)}"
             f" | {_fmt(med(t, 'flowengine', 'latency', 'cpu_per_task_ms'))}"
             f" | {_fmt(med(t, 'floor', 'floor', 'cpu_per_task_ms'))}"
             f" | {cell(t, 'floor', FLOOR_3, 'per_task_ms')}"
@@ -807,15 +846,21 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
 
     print(
         f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"
-        f" (median of {ONE_TASK_RUNS} engines per repetition)",
+        f" (median of {ONE_TASK_RUNS} engines per repetition; Dramatiq: a fresh client's"
+        " connect, send and result)",
         file=out,
     )
-    one_libs = [lib for lib in ("flowengine", "flowengine-base") if lib in libs]
-    print("| transport | " + " | ".join(one_libs) + " |", file=out)
-    print("|---" * (len(one_libs) + 1) + "|", file=out)
+    one_libs = [lib for lib in ("flowengine", "flowengine-base", "dramatiq") if lib in libs]
+    print("| transport | " + " | ".join(one_libs) + " | fe/Dramatiq |", file=out)
+    print("|---" * (len(one_libs) + 2) + "|", file=out)
     for t in transports:
+        ratio = _ratio(
+            med(t, "flowengine", "one-task", "run_ms"), med(t, "dramatiq", "one-task", "run_ms")
+        )
         print(
-            f"| {t} | " + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs) + " |",
+            f"| {t} | "
+            + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs)
+            + f" | {ratio} |",
             file=out,
         )
 
@@ -830,26 +875,28 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         tcols.append(("fe base", "flowengine-base"))
     tcols += [
         ("Celery 5.7", "celery"),
+        ("Dramatiq 2.2", "dramatiq"),
         ("TF tuned", "taskflow-tuned"),
         ("TF default", "taskflow-default"),
     ]
     print(
         "| transport | "
         + " | ".join(c[0] for c in tcols)
-        + " | fe/Celery | base/Celery | fe/TF tuned | fe steady |",
+        + " | fe/Celery | base/Celery | fe/Dramatiq | fe/TF tuned | fe steady |",
         file=out,
     )
-    print("|---" * (len(tcols) + 5) + "|", file=out)
+    print("|---" * (len(tcols) + 6) + "|", file=out)
     for t in transports:
         fe = med(t, "flowengine", "throughput", "run_tasks_per_s")
         base = med(t, "flowengine-base", "throughput", "run_tasks_per_s")
         cel = med(t, "celery", "throughput", "run_tasks_per_s")
+        dra = med(t, "dramatiq", "throughput", "run_tasks_per_s")
         tt = med(t, "taskflow-tuned", "throughput", "run_tasks_per_s")
         cells = [cell(t, lib, "throughput", "run_tasks_per_s") for _, lib in tcols]
         print(
             f"| {t} | "
             + " | ".join(cells)
-            + f" | {_ratio(fe, cel)} | {_ratio(base, cel)} | {_ratio(fe, tt)}"
+            + f" | {_ratio(fe, cel)} | {_ratio(base, cel)} | {_ratio(fe, dra)} | {_ratio(fe, tt)}"
             f" | {cell(t, 'flowengine', 'throughput', 'tasks_per_s')} |",
             file=out,
         )
@@ -874,6 +921,8 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
         cases = [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
     if _is_flowengine(lib):
         cases.append(("one-task", 1))
+    if lib == "dramatiq":
+        cases.append(("one-task", ONE_TASK_RUNS))
     if lib == "flowengine":
         cases.append(("serial", 5 if tiny else LATENCY_TASKS))
     return cases
@@ -987,6 +1036,10 @@ def main(argv: list[str] | None = None) -> int:
         import bench_celery
 
         pythons["celery"] = bench_celery.ensure_celery_python()
+    if "dramatiq" in libs:
+        import bench_dramatiq
+
+        pythons["dramatiq"] = bench_dramatiq.ensure_dramatiq_python()
     print(
         f"# python {platform.python_version()}, {os.cpu_count()} CPUs; each case in a"
         " fresh subprocess",
@@ -995,14 +1048,17 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     hung: set[tuple[str, str, str]] = set()
     given = {"redis": args.redis_url, "amqp": args.amqp_url}
-    with broker_urls([t for t in transports if not given.get(t)]) as urls:
+    needed = [t for t in transports if not given.get(t)]
+    if "dramatiq" in libs and "amqp" in transports and "redis" not in needed and not given["redis"]:
+        needed.append("redis")  # Dramatiq's results, on RabbitMQ too
+    with broker_urls(needed) as urls:
         urls.update({k: v for k, v in given.items() if v})
         for rep in range(args.repeat):
             for transport in transports:
                 if transport not in urls:
                     continue
                 for lib in libs:
-                    if lib == "celery" and transport not in CELERY_TRANSPORTS:
+                    if lib in PEERS and transport not in CELERY_TRANSPORTS:
                         continue
                     if lib == "taskflow-default" and rep >= TASKFLOW_DEFAULT_REPEAT:
                         continue
@@ -1021,6 +1077,7 @@ def main(argv: list[str] | None = None) -> int:
                             n,
                             timeout,
                             args.cpu,
+                            results_url=urls.get("redis"),
                         )
                         r["rep"] = rep
                         results.append(r)
