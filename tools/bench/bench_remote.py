@@ -67,6 +67,7 @@ LIBS = (
     "floor",
     "flowengine",
     "flowengine-base",
+    "flowengine-late",
     "celery",
     "dramatiq",
     "taskflow-tuned",
@@ -195,14 +196,19 @@ def _lib_env(lib: str) -> dict[str, str]:
             raise SystemExit("--lib flowengine-base needs --baseline PATH")
         paths.append(BASELINE_TREE)
         env["FLOWENGINE_BENCH_BASELINE"] = BASELINE_TREE
-    elif lib in ("floor", "flowengine"):
+    elif lib in ("floor", "flowengine", "flowengine-late"):
         paths.append(REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 
 def _is_flowengine(lib: str) -> bool:
-    return lib in ("flowengine", "flowengine-base")
+    return lib in ("flowengine", "flowengine-base", "flowengine-late")
+
+
+#: Engine options of the flowengine variants: ``flowengine-late`` is this
+#: tree with workers sparing the PENDING of requests they answer at once.
+FLOWENGINE_OPTIONS = {"flowengine-late": {"late_pending": True}}
 
 
 # --------------------------------------------------------------------------
@@ -382,9 +388,18 @@ def _wait_ready(proc: subprocess.Popen) -> None:
 
 
 def run_flow(
-    lib: str, shape: str, n: int, exchange: str, conn: dict, engine_kind: str = "worker-based"
+    lib: str,
+    shape: str,
+    n: int,
+    exchange: str,
+    conn: dict,
+    engine_kind: str = "worker-based",
+    **options: Any,
 ) -> dict:
-    """Run a linear/unordered flow of ``n`` Noop tasks; time each completion."""
+    """Run a linear/unordered flow of ``n`` Noop tasks; time each completion.
+
+    ``options``: more engine options (flowengine's ``shared``...).
+    """
     import bench_remote_tasks
 
     if lib.startswith("taskflow"):
@@ -396,7 +411,10 @@ def run_flow(
     pattern = linear_flow if shape == "linear" else unordered_flow
     flow = pattern.Flow(shape).add(*[bench_remote_tasks.Noop(f"t{i}") for i in range(n)])
     if engine_kind == "worker-based":
-        engine = engines.load(flow, engine=engine_kind, exchange=exchange, topics=[TOPIC], **conn)
+        options = {**FLOWENGINE_OPTIONS.get(lib, {}), **options}
+        engine = engines.load(
+            flow, engine=engine_kind, exchange=exchange, topics=[TOPIC], **conn, **options
+        )
     else:
         engine = engines.load(flow, engine=engine_kind)
     done: list[float] = []
@@ -429,12 +447,24 @@ def run_flow(
 
 
 def one_task_runs(lib: str, exchange: str, conn: dict) -> dict:
-    """ONE_TASK_RUNS fresh engines of a 1-task flow, one after another: run() in ms."""
-    runs = [
-        run_flow(lib, "linear", 1, exchange, conn)["run_s"] * 1000.0 for _ in range(ONE_TASK_RUNS)
-    ]
-    ordered = sorted(runs)
-    return {"tasks": 1, "runs_ms": runs, "run_ms": ordered[len(ordered) // 2]}
+    """ONE_TASK_RUNS fresh engines of a 1-task flow, one after another: run() in ms.
+
+    For ``flowengine`` also ``shared_run_ms``: as many more with ``shared=True``,
+    the first of which starts the executor the others find up.
+    """
+
+    def median_ms(**options: Any) -> tuple[list[float], float]:
+        runs = [
+            run_flow(lib, "linear", 1, exchange, conn, **options)["run_s"] * 1000.0
+            for _ in range(ONE_TASK_RUNS)
+        ]
+        return runs, sorted(runs)[len(runs) // 2]
+
+    runs, run_ms = median_ms()
+    result = {"tasks": 1, "runs_ms": runs, "run_ms": run_ms}
+    if lib == "flowengine":
+        result["shared_runs_ms"], result["shared_run_ms"] = median_ms(shared=True)
+    return result
 
 
 def flow_case(lib: str, case: str, n: int, transport: str, conn: dict) -> dict:
@@ -796,6 +826,8 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
     cols = [("floor", "floor", "floor"), ("flowengine", "flowengine", "latency")]
     if "flowengine-base" in libs:
         cols.append(("fe base", "flowengine-base", "latency"))
+    if "flowengine-late" in libs:
+        cols.append(("fe late", "flowengine-late", "latency"))
     cols += [
         ("Celery", "celery", "latency"),
         ("Dramatiq", "dramatiq", "latency"),
@@ -850,19 +882,33 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         " connect, send and result)",
         file=out,
     )
-    one_libs = [lib for lib in ("flowengine", "flowengine-base", "dramatiq") if lib in libs]
-    print("| transport | " + " | ".join(one_libs) + " | fe/Dramatiq |", file=out)
-    print("|---" * (len(one_libs) + 2) + "|", file=out)
+    one_cols = [(lib, lib, "run_ms") for lib in ("flowengine", "flowengine-base") if lib in libs]
+    if "flowengine" in libs:
+        one_cols.append(("flowengine shared", "flowengine", "shared_run_ms"))
+    if "dramatiq" in libs:
+        one_cols.append(("dramatiq", "dramatiq", "run_ms"))
+    print(
+        "| transport | "
+        + " | ".join(c[0] for c in one_cols)
+        + " | fe/Dramatiq | fe shared/Dramatiq |",
+        file=out,
+    )
+    print("|---" * (len(one_cols) + 3) + "|", file=out)
     for t in transports:
-        ratio = _ratio(
-            med(t, "flowengine", "one-task", "run_ms"), med(t, "dramatiq", "one-task", "run_ms")
-        )
+        dra = med(t, "dramatiq", "one-task", "run_ms")
+        own = med(t, "flowengine", "one-task", "run_ms")
+        shared = med(t, "flowengine", "one-task", "shared_run_ms")
         print(
             f"| {t} | "
-            + " | ".join(cell(t, lib, "one-task", "run_ms") for lib in one_libs)
-            + f" | {ratio} |",
+            + " | ".join(cell(t, lib, "one-task", key) for _, lib, key in one_cols)
+            + f" | {_ratio(own, dra)} | {_ratio(shared, dra)} |",
             file=out,
         )
+    print(
+        "(flowengine shared: engines with shared=True, the first of which starts the"
+        " executor the others find up)",
+        file=out,
+    )
 
     print(
         f"\nThroughput, {THROUGHPUT_TASKS} independent tasks on {WORKERS} workers x"
@@ -873,6 +919,8 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
     tcols = [("flowengine", "flowengine")]
     if "flowengine-base" in libs:
         tcols.append(("fe base", "flowengine-base"))
+    if "flowengine-late" in libs:
+        tcols.append(("fe late", "flowengine-late"))
     tcols += [
         ("Celery 5.7", "celery"),
         ("Dramatiq 2.2", "dramatiq"),
@@ -919,7 +967,7 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
         ]
     else:
         cases = [("latency", LATENCY_TASKS), ("throughput", THROUGHPUT_TASKS)]
-    if _is_flowengine(lib):
+    if lib in ("flowengine", "flowengine-base"):
         cases.append(("one-task", 1))
     if lib == "dramatiq":
         cases.append(("one-task", ONE_TASK_RUNS))
