@@ -55,7 +55,10 @@ sys.path.insert(0, HERE)
 import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
 import bench_remote  # noqa: E402  (workers, brokers, connection settings)
 
-LIBS = ("flowengine", "taskflow")
+LIBS = ("flowengine", "flowengine-shared", "taskflow")
+#: Engine options of each library's engines: ``flowengine-shared`` is
+#: flowengine with every engine of the process on one shared executor.
+ENGINE_OPTIONS = {"flowengine-shared": {"shared": True}}
 TRANSPORTS = ("redis", "amqp")
 
 #: Concurrent flows, tasks per flow and repetitions by default (the issue's case).
@@ -164,6 +167,7 @@ def _run_one(lib: str, tasks: int, exchange: str, conn: dict) -> None:
         exchange=exchange,
         topics=[bench_remote.TOPIC],
         **conn,
+        **ENGINE_OPTIONS.get(lib, {}),
     )
     engine.run()
 
@@ -196,7 +200,7 @@ def many_flows_case(
     if lib == "taskflow":
         _widen_kombu_pools(flows)
     exchange = f"many-{uuid.uuid4().hex[:8]}"
-    worker_lib = "taskflow-default" if lib == "taskflow" else lib
+    worker_lib = "taskflow-default" if lib == "taskflow" else "flowengine"
     with bench_remote.worker_processes(worker_lib, exchange, conn, bench_remote.WORKERS):
         _run_one(lib, tasks, exchange, conn)  # warm-up
         alive = 0
@@ -301,7 +305,7 @@ def run_case(
         "--conn",
         json.dumps(conn),
     ]
-    env = bench_remote._lib_env("taskflow-default" if lib == "taskflow" else lib)
+    env = bench_remote._lib_env("taskflow-default" if lib == "taskflow" else "flowengine")
     # A session of its own: a measurement that times out is killed with its workers.
     child = subprocess.Popen(
         cmd,
@@ -406,14 +410,17 @@ def print_table(results: list[dict], flows: int, tasks: int, out=sys.stdout) -> 
         file=out,
     )
     print("\nflowengine / TaskFlow (medians)", file=out)
-    print("| transport | " + " | ".join(r[0] for r in RATIOS) + " |", file=out)
-    print("|---" * (len(RATIOS) + 1) + "|", file=out)
+    print("| transport | lib | " + " | ".join(r[0] for r in RATIOS) + " |", file=out)
+    print("|---" * (len(RATIOS) + 2) + "|", file=out)
     for t in transports:
-        cells = []
-        for _, key in RATIOS:
-            fe, tf = _stat(results, t, "flowengine", key), _stat(results, t, "taskflow", key)
-            cells.append(bench_remote._ratio(fe and fe[0], tf and tf[0]))
-        print(f"| {t} | " + " | ".join(cells) + " |", file=out)
+        for lib in ("flowengine", "flowengine-shared"):
+            if not any(r["transport"] == t and r["lib"] == lib for r in results):
+                continue
+            cells = []
+            for _, key in RATIOS:
+                fe, tf = _stat(results, t, lib, key), _stat(results, t, "taskflow", key)
+                cells.append(bench_remote._ratio(fe and fe[0], tf and tf[0]))
+            print(f"| {t} | {lib} | " + " | ".join(cells) + " |", file=out)
     for r in results:
         if "error" in r:
             print(f"# {r['transport']} {r['lib']}: {r['error']}", file=out)
@@ -456,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
 
     transports = args.transport or list(TRANSPORTS)
     libs = args.lib or list(LIBS)
-    pythons = {"flowengine": sys.executable}
+    pythons = {"flowengine": sys.executable, "flowengine-shared": sys.executable}
     if "taskflow" in libs:
         pythons["taskflow"] = bench_remote.taskflow_python(args.taskflow_venv, args.taskflow_spec)
     print(
@@ -496,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [
         r
         for r in results
-        if r["lib"] == "flowengine" and ("error" in r or r["failed_flows"] or r["hung_flows"])
+        if r["lib"] != "taskflow" and ("error" in r or r["failed_flows"] or r["hung_flows"])
     ]
     return 1 if bad else 0
 
