@@ -48,11 +48,41 @@ def test_scale_case_reports_every_phase_with_cpu_time():
     phases = sum(result[k] for k in ("build_s", "compile_s", "prepare_s", "run_s"))
     assert result["total_s"] == pytest.approx(phases)
     assert result["cpu_s"] > 0 and result["cpu_run_per_task_ms"] > 0
+    assert result["cpu_per_task_ms"] == pytest.approx(result["cpu_s"] / 1000 * 1000.0)
+    # The collector's share is part of the CPU time, its full passes a count.
+    assert 0 <= result["gc_s"] <= result["cpu_s"]
+    assert isinstance(result["gc_full"], int) and result["gc_full"] >= 0
     assert result["peak_rss_mb"] >= result["base_rss_mb"] > 0
 
 
+def test_collector_clock_counts_full_collections_and_their_time():
+    import gc
+
+    bench = _load("bench_core")
+    clock = bench._CollectorClock()
+    gc.callbacks.append(clock)
+    try:
+        # Given garbage that only the cyclic collector frees
+        for _ in range(10_000):
+            cycle: list[object] = []
+            cycle.append(cycle)
+        del cycle
+        # When a full collection and a youngest-generation one run
+        gc.collect()
+        gc.collect(0)
+    finally:
+        gc.callbacks.remove(clock)
+    # Then exactly the full one is counted, and their time is accumulated
+    assert clock.full == 1
+    assert clock.cpu_s > 0
+
+
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
-def test_child_stops_after_the_phase_asked_for():
+@pytest.mark.parametrize("phase", ["load", "compile"])
+def test_child_stops_after_the_phase_asked_for(phase):
+    # engines.load() is a phase of its own, between build and compile, so its
+    # fixed first-call cost is not counted as compile's
+    assert _load("bench_core").PHASES[2:4] == ("load", "compile")
     result = _child(
         "--lib",
         "flowengine",
@@ -61,9 +91,9 @@ def test_child_stops_after_the_phase_asked_for():
         "--engine",
         "serial",
         "--stop-after",
-        "compile",
+        phase,
     )
-    assert result == {"stopped_after": "compile"}
+    assert result == {"stopped_after": phase}
 
 
 def test_repetitions_are_summarised_as_median_min_and_max():

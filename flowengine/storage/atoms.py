@@ -39,8 +39,12 @@ class AtomDetailsMixin(StorageBase):
             uuids: list[str] = []
             created: list[models.AtomDetail] = []
             mappings: list[tuple[str, Any]] = []
+            # Per atom class, not per atom: the lookup imports two modules.
+            detail_classes: dict[type, type[models.AtomDetail]] = {}
             for atom in atoms:
-                detail_cls = self._detail_class_for(atom)
+                detail_cls = detail_classes.get(type(atom))
+                if detail_cls is None:
+                    detail_cls = detail_classes[type(atom)] = self._detail_class_for(atom)
                 name = atom.name
                 if not name:
                     raise ValueError(f"{type(atom).__name__} name must be non-empty")

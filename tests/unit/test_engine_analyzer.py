@@ -78,3 +78,44 @@ def test_candidates_only_hold_changed_atoms():
     a.take_candidates(key=lambda n: 0)
     a.update("x", st.SUCCESS)
     assert set(a.take_candidates(key=lambda n: 0)) == {"x", "y"}
+
+
+def _no_key(name):
+    raise AssertionError(f"take_candidates sorted {name!r} right after load()")
+
+
+def test_first_candidates_after_load_are_every_atom_in_graph_order_unsorted():
+    # Given a freshly loaded analyzer (flow nodes between the atoms)
+    a = _analyzer(
+        [("x", "end"), ("y", "end"), ("end", "start"), ("start", "z")],
+        ["x", "y", "z"],
+        flows=["end", "start"],
+    )
+    # When an atom changes before the candidates are first taken
+    a.update("y", st.RUNNING)
+    # Then every atom comes back once, in the graph order, with no sort
+    first = a.take_candidates(key=_no_key)
+    assert first == [n for n in a._order if n in ("x", "y", "z")]
+    assert a.take_candidates(key=_no_key) == []
+
+
+def test_load_counts_from_stored_states():
+    # x done and y running when loaded (a resumed run): z waits for y only
+    graph = [("x", "y"), ("y", "z")]
+    a = _analyzer(graph, ["x", "y", "z"])
+    a.load(
+        [
+            ("x", st.SUCCESS, st.EXECUTE),
+            ("y", st.RUNNING, st.EXECUTE),
+            ("z", st.PENDING, st.EXECUTE),
+        ]
+    )
+    assert _ready(a) == set()
+    a.update("y", st.SUCCESS)
+    assert _ready(a) == {"z"}
+    a.update("z", st.FAILURE)
+    a.update("z", intention=st.REVERT)
+    a.update("y", intention=st.REVERT)
+    assert a.readiness("y") is None
+    a.update("z", st.REVERTED)
+    assert a.readiness("y") == an.REVERT

@@ -19,9 +19,11 @@ quadratically and would take hours; the output says so).  Reported per case:
 build (flow construction), compile (``engine.compile()``), prepare
 (``prepare()`` + ``validate()``), run (``engine.run()``), their total, the
 run's cost per task (the tasks do nothing, so that is engine overhead), the
-CPU time of all four phases and the peak RSS of the subprocess; then the
-flowengine/TaskFlow ratios.  With ``--repeat N`` each figure is the median of
-N fresh subprocesses, with the minimum and maximum beside it.
+CPU time of all four phases (also per task), how much of it the cyclic
+garbage collector took and in how many full collections, and the peak RSS
+of the subprocess; then the flowengine/TaskFlow ratios.  With ``--repeat N``
+each figure is the median of N fresh subprocesses, with the minimum and
+maximum beside it.
 
 ``--baseline-root DIR`` adds another flowengine source tree (say an export
 of ``main``) as library ``baseline``, so a change is measured before and
@@ -88,9 +90,14 @@ TASKFLOW_SKIPPED = {
     " n=100,000 would take days",
 }
 #: Phases of a case, in order (the child can stop after any of them).
-PHASES = ("import", "build", "compile", "prepare", "run")
+#: "load" is ``engines.load()``: untimed, but a phase of its own for the
+#: instruction counts, since the first load in a process costs a fixed
+#: ~300 million instructions (the engine's entry points are looked up), which
+#: counted as compile's made compile look 3.5x dearer per task at 1,000 tasks
+#: than at 10,000.
+PHASES = ("import", "build", "load", "compile", "prepare", "run")
 #: --instructions counts only cases up to this size: callgrind runs Python
-#: about 30 times slower, and five runs (one per phase) are needed per case.
+#: about 30 times slower, and one run per phase is needed per case.
 INSTRUCTIONS_MAX_TASKS = 10_000
 # Fixed so that both libraries (and every run) build the identical graph.
 GRAPH_SEED = 20240101
@@ -114,13 +121,38 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _graph_deps(n: int) -> list[list[int]]:
+def _graph_deps(n: int) -> list[tuple[int, ...]]:
     rng = random.Random(GRAPH_SEED)
-    deps = []
+    deps: list[tuple[int, ...]] = []
     for i in range(n):
         k = min(i, rng.randint(0, GRAPH_MAX_DEPS))
-        deps.append(sorted(rng.sample(range(i), k)) if k else [])
+        # Tuples of ints: the collector stops tracking them, so the bench's
+        # own 100,000 entries are not walked by every collection it measures.
+        deps.append(tuple(sorted(rng.sample(range(i), k))) if k else ())
     return deps
+
+
+class _CollectorClock:
+    """CPU time the cyclic garbage collector spends, and its full collections.
+
+    Registered in ``gc.callbacks`` for the child's lifetime: at 100,000 tasks
+    the collector's full passes over millions of live objects are a large
+    part of the growth in cost per task, invisible in a profile (they are
+    charged to whatever function allocated at that moment).
+    """
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.full = 0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+            return
+        self.cpu_s += time.process_time() - self._started
+        if info.get("generation") == 2:
+            self.full += 1
 
 
 def run_child(
@@ -137,6 +169,10 @@ def run_child(
             sys.path.insert(0, root)  # works without `pip install -e .` too
         lib = "flowengine"
     cpu: dict[str, float] = {}
+    import gc
+
+    collector = _CollectorClock()
+    gc.callbacks.append(collector)
     t0, c0 = time.perf_counter(), time.process_time()
     engines = __import__(f"{lib}.engines", fromlist=["load"])
     task_mod = __import__(f"{lib}.task", fromlist=["Task"])
@@ -158,6 +194,7 @@ def run_child(
 
     pattern, n = CASES[case]
     deps = _graph_deps(n) if pattern == "graph" else []
+    gc_before_s, full_before = collector.cpu_s, collector.full
     t0, c0 = time.perf_counter(), time.process_time()
     if pattern == "linear":
         flow = linear_flow.Flow(case)
@@ -176,6 +213,8 @@ def run_child(
         return {"stopped_after": stop_after}
 
     engine = engines.load(flow, engine=engine_name)
+    if stop_after == "load":
+        return {"stopped_after": stop_after}
     t0, c0 = time.perf_counter(), time.process_time()
     engine.compile()
     compile_s = time.perf_counter() - t0
@@ -217,6 +256,12 @@ def run_child(
         "total_s": build_s + compile_s + prepare_s + run_s,
         "cpu_s": cpu["build"] + cpu["compile"] + cpu["prepare"] + cpu["run"],
         "cpu_run_per_task_ms": cpu["run"] / n * 1000.0,
+        "cpu_per_task_ms": (cpu["build"] + cpu["compile"] + cpu["prepare"] + cpu["run"])
+        / n
+        * 1000.0,
+        # Collector time and full collections in the four phases (not the imports).
+        "gc_s": collector.cpu_s - gc_before_s,
+        "gc_full": collector.full - full_before,
         "peak_rss_mb": _peak_rss_mb(),
         "base_rss_mb": rss_base,
         "engine_class": type(engine).__name__,
@@ -301,6 +346,9 @@ TIMED_KEYS = (
     "per_task_ms",
     "cpu_s",
     "cpu_run_per_task_ms",
+    "cpu_per_task_ms",
+    "gc_s",
+    "gc_full",
     "peak_rss_mb",
 )
 
@@ -349,6 +397,9 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         ("total", "total_s", _fmt_s),
         ("per task", "per_task_ms", lambda v: f"{v:.3f}ms"),
         ("CPU", "cpu_s", _fmt_s),
+        ("CPU/task", "cpu_per_task_ms", lambda v: f"{v:.4f}ms"),
+        ("of it GC", "gc_s", _fmt_s),
+        ("full GCs", "gc_full", lambda v: f"{v:.0f}"),
         ("peak RSS", "peak_rss_mb", lambda v: f"{v:.0f}MB"),
     ]
     rows = []
