@@ -120,3 +120,19 @@ def test_without_the_process_allowing_it_the_blocks_leave_the_collector_alone():
         assert gc.isenabled() and gc.get_freeze_count() >= before // 2 > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_compiling_a_flow_pauses_the_collector_only_where_allowed(monkeypatch, allowed):
+    from flowengine import engines, task
+    from flowengine.patterns import linear_flow
+
+    class Nothing(task.Task):
+        def execute(self):
+            pass
+
+    gc_freeze.allow_tuning(allowed)
+    turned_off: list[bool] = []
+    monkeypatch.setattr(gc, "disable", lambda: turned_off.append(True))
+    engines.load(linear_flow.Flow("f").add(Nothing("a"), Nothing("b"))).compile()
+    assert turned_off == ([True] if allowed else [])

@@ -21,7 +21,6 @@ of a symbol somebody consumes, and answered by a bounded backward search.
 from __future__ import annotations
 
 import array
-import gc
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -35,6 +34,7 @@ from flowengine.deciders import Depth
 from flowengine.engines.action_engine import scopes
 from flowengine.engines.action_engine import topology as topo
 from flowengine.engines.action_engine.scopes import Ambiguity
+from flowengine.utils import gc_freeze
 
 if TYPE_CHECKING:
     from flowengine.types import graph as graph_types
@@ -371,14 +371,10 @@ class PatternCompiler:
             if self._compilation is None:
                 # Building allocates many small containers and frees none of
                 # them; a full collection pass over a big flow in the middle
-                # can double compile time, so collection waits until the end.
-                paused = gc.isenabled()
-                gc.disable()
-                try:
+                # can double compile time, so collection waits until the end
+                # where the host allows it (the collector is the host's).
+                with gc_freeze.collector_paused():
                     self._compilation = _Builder(self._root, self._freeze).build()
-                finally:
-                    if paused:
-                        gc.enable()
             return self._compilation
 
 
