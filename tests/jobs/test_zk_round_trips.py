@@ -127,3 +127,23 @@ def test_a_superseded_claim_is_refused_on_a_fresh_read(zk_boards):
     with pytest.raises(exc.ClaimLost):
         a.consume(mine, "a")
     assert b.find_owner(theirs) == "b"
+
+
+def test_a_job_seen_claimed_by_the_leases_watch_is_not_sent_a_doomed_multi(zk_boards):
+    # Given a job board A listed unclaimed, then B claimed ...
+    a, b = zk_boards.make("a"), zk_boards.make("b")
+    zk_boards.make("poster").post("job")
+    [seen_by_a] = a.listing()
+    [seen_by_b] = b.listing()
+    b.claim(seen_by_b, "b")
+    # ... which A's leases watch has seen
+    waiting.wait_until(
+        lambda: seen_by_a.uuid in (a._store._events.leased() or ()),
+        "A's leases watch to see B's lease",
+    )
+    # When A tries to claim it
+    with RequestCounter(a) as claiming, pytest.raises(exc.UnclaimableJob):
+        a.claim(seen_by_a, "a")
+    # Then A read the job and refused, without a multi (a failed one is a logged write)
+    assert claiming.counts["Transaction"] == 0
+    assert claiming.counts["GetData"] == 2

@@ -95,7 +95,7 @@ class ZkStore(ZkReader):
         while reads < RACE_ATTEMPTS:
             if remembered is not None:
                 (job, lease), remembered = remembered, None
-                if not self._claimable(job, lease, max_attempts):
+                if not self._claimable(uuid, job, lease, max_attempts):
                     continue  # a refusal is decided on a fresh read only
             else:
                 job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
@@ -150,10 +150,17 @@ class ZkStore(ZkReader):
                 return Claim(uuid, who, new_stat.mzxid, attempts + 1)
         raise held(uuid, None)  # others kept changing it: someone is claiming it now
 
-    def _claimable(self, job: Read, lease: Read, max_attempts: int) -> bool:
+    def _claimable(self, uuid: str, job: Read, lease: Read, max_attempts: int) -> bool:
         """Whether a claim of the job as read would be written (not refused)."""
         if job is None or self._lease_of(job, lease)[0]:
             return False
+        if lease is None and job[0].get("owner") is None:
+            # Seen unclaimed; if the leases watch saw a lease appear since,
+            # another board claimed it: read (and refuse) instead of sending
+            # a multi bound to fail (a failed multi is still a logged write).
+            leased = self._events.leased() if self._events is not None else None
+            if leased is not None and uuid in leased:
+                return False
         data = job[0]
         if float(data.get("not_before") or 0) > self._now_ms():
             return False
