@@ -37,6 +37,7 @@ from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
 from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import compat
+from flowengine.jobs.backends.zk_known import created_stat
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, check_finisher, held
@@ -84,9 +85,21 @@ class ZkStore(ZkReader):
     def claim(
         self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
     ) -> Claim:
-        """Lease the job to ``who``; the claim's zxid is its token (see BoardStore.claim)."""
-        for _ in range(RACE_ATTEMPTS):
-            job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+        """Lease the job to ``who``; the claim's zxid is its token (see BoardStore.claim).
+
+        Tried first on the job as last listed (no read: the multi's version
+        check tells if it changed since); read afresh after that.
+        """
+        remembered = self._known.recall(uuid)
+        reads = 0
+        while reads < RACE_ATTEMPTS:
+            if remembered is not None:
+                (job, lease), remembered = remembered, None
+                if not self._claimable(uuid, job, lease, max_attempts):
+                    continue  # a refusal is decided on a fresh read only
+            else:
+                job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+                reads += 1
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to be claimed")
             data, stat = job
@@ -130,8 +143,28 @@ class ZkStore(ZkReader):
             if results is not None:
                 new_stat = results[1 if lease is not None else 0]
                 self._observe(new_stat)
+                lease_stat = created_stat(
+                    new_stat, len(self._encode(lease_data)), (self._client.client_id or (0, b""))[0]
+                )
+                self._known.remember(uuid, (state, new_stat), (lease_data, lease_stat))
                 return Claim(uuid, who, new_stat.mzxid, attempts + 1)
         raise held(uuid, None)  # others kept changing it: someone is claiming it now
+
+    def _claimable(self, uuid: str, job: Read, lease: Read, max_attempts: int) -> bool:
+        """Whether a claim of the job as read would be written (not refused)."""
+        if job is None or self._lease_of(job, lease)[0]:
+            return False
+        if lease is None and job[0].get("owner") is None:
+            # Seen unclaimed; if the leases watch saw a lease appear since,
+            # another board claimed it: read (and refuse) instead of sending
+            # a multi bound to fail (a failed multi is still a logged write).
+            leased = self._events.leased() if self._events is not None else None
+            if leased is not None and uuid in leased:
+                return False
+        data = job[0]
+        if float(data.get("not_before") or 0) > self._now_ms():
+            return False
+        return int(data.get("attempts") or 0) < max_attempts
 
     def _park(
         self, uuid: str, job: Read, lease: Read, where: str, done: Outcome, outcome_ttl_s: float
@@ -153,7 +186,10 @@ class ZkStore(ZkReader):
             txn.delete(self._p("listed", uuid), job[1].version)
             txn.create(self._p(where, uuid), self._encode(parked))
 
-        return self._commit(build) is not None
+        if self._commit(build) is None:
+            return False
+        self._known.forget(uuid)
+        return True
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """Touch every held lease (all at once); take back lapsed ones; return the lost."""
@@ -165,6 +201,7 @@ class ZkStore(ZkReader):
         )
         lost: set[str] = set()
         touches = []
+        bodies: dict[str, bytes] = {}
         for i, (uuid, token) in enumerate(held):
             job, lease = reads[2 * i], reads[2 * i + 1]
             if job is None or not job[0].get("owner") or job[1].mzxid != token:
@@ -175,15 +212,20 @@ class ZkStore(ZkReader):
                 {"who": job[0]["owner"], "token": token, "lease_ms": int(lease_s * 1000)}
             )
             if mine and lease is not None:
+                bodies[uuid] = body
                 touches.append(
                     (uuid, self._client.set_async(self._p("leases", uuid), body, lease[1].version))
                 )
-            elif not self._take_back(uuid, job, lease, body):
-                lost.add(uuid)
+            else:
+                self._known.forget(uuid)  # its lease is re-created (or it is lost)
+                if not self._take_back(uuid, job, lease, body):
+                    lost.add(uuid)
         tokens = dict(held)
         for uuid, result in touches:
             try:
-                self._observe(self._wait(result))
+                stat = self._wait(result)
+                self._observe(stat)
+                self._known.renewed(uuid, tokens[uuid], (json.loads(bodies[uuid]), stat))
             except exc.JobFailure as e:
                 if isinstance(e, exc.BoardUnavailable):
                     raise
@@ -227,9 +269,21 @@ class ZkStore(ZkReader):
         max_attempts: int = 1,
         outcome_ttl_s: float = 0.0,
     ) -> Outcome | None:
-        """Consume / trash / abandon / fail in one multi, fenced by the job's version."""
-        for _ in range(RACE_ATTEMPTS):
-            job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+        """Consume / trash / abandon / fail in one multi, fenced by the job's version.
+
+        Tried first on the job as our claim (or latest renewal) left it, with
+        no read; read afresh if that is refused or the multi's checks fail.
+        """
+        remembered = self._known.recall(uuid)
+        reads = 0
+        while reads < RACE_ATTEMPTS:
+            if remembered is not None:
+                (job, lease), remembered = remembered, None
+                if not self._finishable(job, lease, who, token):
+                    continue  # a refusal is decided on a fresh read only
+            else:
+                job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+                reads += 1
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to {action.value}")
             data, stat = job
@@ -255,6 +309,7 @@ class ZkStore(ZkReader):
                     txn.set_data(self._p("listed", uuid), self._encode(state), version)
 
                 if self._commit(build) is not None:
+                    self._known.forget(uuid)
                     return None
                 continue
             kind = {
@@ -265,6 +320,13 @@ class ZkStore(ZkReader):
             if self._park(uuid, job, lease, _WHERE[action], done, outcome_ttl_s):
                 return done
         raise exc.JobFailure(f"Can not {action.value} job {uuid}: it kept changing under us")
+
+    @staticmethod
+    def _finishable(job: Read, lease: Read, who: str, token: int) -> bool:
+        """Whether the job as remembered is held by ``who``'s claim ``token``, lease and all."""
+        if job is None or lease is None:
+            return False  # (a finish must delete a lease it knows of, not leave it behind)
+        return job[0].get("owner") == who and job[1].mzxid == token
 
     def requeue(self, uuid: str, max_attempts: int) -> JobRecord:
         """Back on the board from the trash or dead letter, attempts reset."""

@@ -46,14 +46,14 @@ class _SetWatch:
         self, added: EventKind | None, removed: EventKind, emit: Callable[[BoardEvent], None]
     ) -> None:
         self._added, self._removed, self._emit = added, removed, emit
-        self._known: set[str] | None = None
+        self.known: set[str] | None = None  # the latest listing (replaced, never mutated)
         self.stopped = False
 
     def __call__(self, children: list[str]) -> bool:
         if self.stopped:
             return False  # tells kazoo to drop this watch
         now = set(children)
-        known, self._known = self._known, now
+        known, self.known = self.known, now
         if known is None:
             return True  # the first listing: the baseline, nothing happened yet
         changed = False
@@ -94,6 +94,15 @@ class ZkEvents:
         self._client.add_listener(self._on_state)
         for path, watch in zip(self._paths, self._watches):
             self._client.ChildrenWatch(path, watch)
+
+    def leased(self) -> frozenset[str] | None:
+        """The uuids with a lease znode at the leases watch's latest listing (None: none yet).
+
+        Fresh to within one watch round trip: a claim made by another board
+        shows here about when its ``multi`` is answered.
+        """
+        known = self._watches[1].known
+        return None if known is None else frozenset(known)
 
     def add(self, callback: Callable[[BoardEvent], None]) -> None:
         """Deliver events to ``callback`` too."""

@@ -52,7 +52,7 @@ except ImportError as e:  # the 'zookeeper' extra is not installed
 
 from flowengine import exceptions as exc
 from flowengine.jobs import records
-from flowengine.jobs.backends import zk_events
+from flowengine.jobs.backends import zk_events, zk_known
 from flowengine.jobs.records import JobRecord, Outcome
 from flowengine.jobs.store import BoardEvent, BoardStore, Finished, newest_first
 
@@ -70,7 +70,7 @@ RACE_ATTEMPTS = 5
 #: Folders of the jobs that left the listing (named as records' ``where``).
 PARKED = (records.IN_TRASH, records.IN_DEAD_LETTER, records.CONSUMED)
 #: A znode read: its JSON object and stat, or None when it does not exist.
-Read = tuple[dict[str, Any], ZnodeStat] | None
+Read = zk_known.Read
 
 
 class ZkReader(BoardStore):
@@ -96,6 +96,8 @@ class ZkReader(BoardStore):
         self._connected = False
         self._offset_ms = 0.0  # server clock minus this host's, from our writes' mtimes
         self._lock = threading.Lock()
+        # The listed jobs as last read or written: claims and finishes start from them.
+        self._known = zk_known.KnownJobs()
 
     def _p(self, *parts: str) -> str:
         return posixpath.join(self.path, *parts)
@@ -306,11 +308,16 @@ class ZkReader(BoardStore):
         folder = self._p(where)
         names = sorted(self._wait(self._client.get_children_async(folder)))
         jobs = self._reads([posixpath.join(folder, n) for n in names])
-        leases = (
-            self._reads([self._p("leases", n) for n in names])
-            if where == records.LISTED
-            else [None] * len(names)
-        )
+        leases: list[Read] = [None] * len(names)
+        if where == records.LISTED:
+            # Only a claimed job has a lease (a claim creates it with the owner,
+            # every end of a claim deletes it with the owner): read just those.
+            owned = [i for i, j in enumerate(jobs) if j is not None and j[0].get("owner")]
+            for i, read in zip(owned, self._reads([self._p("leases", names[i]) for i in owned])):
+                leases[i] = read
+            self._known.listed(
+                {n: (j, le) for n, j, le in zip(names, jobs, leases) if j is not None}
+            )
         return [
             self._record(n, j, le, where) for n, j, le in zip(names, jobs, leases) if j is not None
         ]  # gone between the listing and the read
