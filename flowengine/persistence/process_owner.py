@@ -46,15 +46,26 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
+#: (pid, this_process() of that pid): read once per process (a forked child
+#: has another pid), since every run records it (two files of /proc read).
+_recorded: tuple[int, dict[str, Any]] | None = None
+
+
 def this_process() -> dict[str, Any]:
     """How this process is recorded as a flow's owner (JSON)."""
+    global _recorded
     pid = os.getpid()
-    return {
-        "host": socket.gethostname(),
-        "pid": pid,
-        "boot_id": _boot_id(),
-        "start_ticks": _start_ticks(pid),
-    }
+    if _recorded is None or _recorded[0] != pid:
+        _recorded = (
+            pid,
+            {
+                "host": socket.gethostname(),
+                "pid": pid,
+                "boot_id": _boot_id(),
+                "start_ticks": _start_ticks(pid),
+            },
+        )
+    return dict(_recorded[1])
 
 
 def is_alive(owner: dict[str, Any]) -> bool | None:

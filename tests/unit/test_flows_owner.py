@@ -48,3 +48,19 @@ def test_another_host_cannot_be_told():
     record = dict(process_owner.this_process(), host="elsewhere.example")
     assert process_owner.is_alive(record) is None
     assert process_owner.describe(record) == f"pid {record['pid']} on host elsewhere.example"
+
+
+def test_a_forked_child_records_itself_not_its_parent():
+    import os
+
+    parent = process_owner.this_process()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, str(process_owner.this_process()["pid"]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child_pid = int(pipe.read())
+    os.waitpid(pid, 0)
+    assert child_pid == pid != parent["pid"]
