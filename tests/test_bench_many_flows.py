@@ -67,5 +67,5 @@ def test_tiny_run_on_redis_prints_the_tables_and_every_flow_ends():
         # the engine process grew (it ran more engines than the warm-up's one)
         assert r["peak_rss_mb"] >= r["base_rss_mb"] and r["peak_threads"] >= r["base_threads"], r
     # no TaskFlow in this run: its ratios are '-'
-    ratio_row = [line for line in rest.splitlines() if line.startswith("| redis |")]
-    assert ratio_row and set(ratio_row[0].strip("| ").split(" | ")[1:]) == {"-"}, rest
+    ratio_row = [line for line in rest.splitlines() if line.startswith("| redis | flowengine |")]
+    assert ratio_row and set(ratio_row[0].strip("| ").split(" | ")[2:]) == {"-"}, rest
