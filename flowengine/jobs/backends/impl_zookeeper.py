@@ -20,9 +20,10 @@ path (:mod:`.zk_taskflow_layout`), to share a board with TaskFlow's conductors.
 
 from __future__ import annotations
 
+import functools
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from flowengine.utils import kazoo_utils, optional
@@ -37,7 +38,7 @@ from flowengine import exceptions as exc
 from flowengine.jobs import board, policy, records
 from flowengine.jobs import job as job_mod
 from flowengine.jobs.backends import compat
-from flowengine.jobs.backends.zk_known import created_stat
+from flowengine.jobs.backends.zk_known import Seen, created_stat
 from flowengine.jobs.backends.zk_store import RACE_ATTEMPTS, Read, ZkReader
 from flowengine.jobs.records import Claim, JobRecord, Outcome
 from flowengine.jobs.store import Action, check_finisher, held
@@ -90,16 +91,8 @@ class ZkStore(ZkReader):
         Tried first on the job as last listed (no read: the multi's version
         check tells if it changed since); read afresh after that.
         """
-        remembered = self._known.recall(uuid)
-        reads = 0
-        while reads < RACE_ATTEMPTS:
-            if remembered is not None:
-                (job, lease), remembered = remembered, None
-                if not self._claimable(uuid, job, lease, max_attempts):
-                    continue  # a refusal is decided on a fresh read only
-            else:
-                job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
-                reads += 1
+        usable = functools.partial(self._claimable, uuid, max_attempts=max_attempts)
+        for job, lease in self._tries(uuid, usable):
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to be claimed")
             data, stat = job
@@ -149,6 +142,20 @@ class ZkStore(ZkReader):
                 self._known.remember(uuid, (state, new_stat), (lease_data, lease_stat))
                 return Claim(uuid, who, new_stat.mzxid, attempts + 1)
         raise held(uuid, None)  # others kept changing it: someone is claiming it now
+
+    def _tries(self, uuid: str, usable: Callable[[Read, Read], bool]) -> Iterator[Seen]:
+        """The job and its lease to try a guarded write on, first without a read.
+
+        First as this store last saw them, if ``usable`` says a write of
+        that state would not be refused (a refusal is decided on a fresh
+        read only); then read afresh, RACE_ATTEMPTS times at most.
+        """
+        remembered = self._known.recall(uuid)
+        if remembered is not None and usable(*remembered):
+            yield remembered
+        for _ in range(RACE_ATTEMPTS):
+            job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
+            yield job, lease
 
     def _claimable(self, uuid: str, job: Read, lease: Read, max_attempts: int) -> bool:
         """Whether a claim of the job as read would be written (not refused)."""
@@ -274,16 +281,8 @@ class ZkStore(ZkReader):
         Tried first on the job as our claim (or latest renewal) left it, with
         no read; read afresh if that is refused or the multi's checks fail.
         """
-        remembered = self._known.recall(uuid)
-        reads = 0
-        while reads < RACE_ATTEMPTS:
-            if remembered is not None:
-                (job, lease), remembered = remembered, None
-                if not self._finishable(job, lease, who, token):
-                    continue  # a refusal is decided on a fresh read only
-            else:
-                job, lease = self._reads([self._p("listed", uuid), self._p("leases", uuid)])
-                reads += 1
+        usable = functools.partial(self._finishable, who=who, token=token)
+        for job, lease in self._tries(uuid, usable):
             if job is None:
                 raise exc.NotFound(f"Job {uuid} not found to {action.value}")
             data, stat = job
