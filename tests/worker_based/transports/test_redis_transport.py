@@ -30,6 +30,7 @@ from typing import Any
 import kombu
 import pytest
 import redis
+from kombu.transport import redis as kombu_redis
 from wire_helpers import Client, running_worker
 
 import flowengine
@@ -1012,6 +1013,38 @@ def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
     with channel.conn_or_acquire() as third:
         assert third is not first and third.connection_pool is channel.async_pool
         assert third.ping()
+
+
+def test_a_channels_cached_clients_are_read_without_kombus_process_wide_lock(redis_url, stack):
+    # kombu's cached_property takes one lock shared by every channel of the
+    # process on each read; hundreds of polling threads (an engine per
+    # concurrent run) queued on it. With that lock held by another thread, a
+    # channel still reads its clients and polls.
+    channel = connect(stack, redis_url).default_channel
+    client, subclient = channel.client, channel.subclient  # cached now
+    locks = [kombu_redis.Channel.__dict__[name].lock for name in ("client", "subclient")]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with locks[0], locks[1]:
+            holding.set()
+            release.wait(WAIT_S)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    try:
+        assert holding.wait(WAIT_S)
+        read: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: read.extend([channel.client, channel.subclient, channel.client.ping()]),
+            daemon=True,
+        )
+        reader.start()
+        reader.join(WAIT_S)
+        assert read == [client, subclient, True], "a read waited on kombu's lock"
+    finally:
+        release.set()
+        holder.join(WAIT_S)
 
 
 def test_a_channel_declares_and_consumes_over_the_connection_it_opened_with(private_redis, stack):
