@@ -127,8 +127,7 @@ class SQLStore(BoardStore):
     def connect(self) -> None:
         """Create or migrate the tables, make this namespace's counters."""
         try:
-            with contextlib.closing(self._sql.get_connection()) as conn:
-                conn.upgrade()
+            self._migrate()
         except exc.StorageFailure as e:
             problem = pg_errors.tls_problem(e)
             if problem is not None:  # a wrong CA or certificate: no retry helps
@@ -157,6 +156,28 @@ class SQLStore(BoardStore):
         self._events = sql_events.SqlEvents(
             engine.dialect.name, self._ns, engine.url, engine.url.database
         )
+
+    def _migrate(self) -> None:
+        """Create or migrate the tables, on PostgreSQL without the idle bound.
+
+        A migration reflects the schema in one transaction of many
+        statements; on a loaded machine the gaps between them outlast a short
+        lease (seen with 1 s), and the server ended the session mid-way. The
+        bound is there for claimers paused with row locks held: a migration
+        runs once, so it gets a connection of its own without that bound.
+        """
+        if not self._url.startswith("postgresql"):
+            with contextlib.closing(self._sql.get_connection()) as conn:
+                conn.upgrade()
+            return
+        migrator = impl_sqlalchemy.SQLAlchemyBackend(
+            {"connection": self._url, "engine_args": {"pool_pre_ping": True}}
+        )
+        try:
+            with contextlib.closing(migrator.get_connection()) as conn:
+                conn.upgrade()
+        finally:
+            migrator.close()
 
     def close(self) -> None:
         """Stop listening and dispose of the connection pool."""
