@@ -39,6 +39,12 @@ TASK_S = 6.5
 #: full (the consume loop waiting for room) while the first two run.
 TASKS, THREADS = 5, 2
 
+#: The worker's own heartbeat (s), so its engine's loss bound is three times
+#: that: this test is about connections, not loss detection, and the usual
+#: 0.2 s (0.6 s bound) is missed on a loaded machine; the worker then fences
+#: its request and the engine dispatches it again until attempts run out.
+WORKER_HEARTBEAT_S = 1.0
+
 #: Bounded wait (s) for the worker to be known, only to fail instead of hanging.
 WORKERS_UP_S = 60.0
 
@@ -58,7 +64,14 @@ def test_full_worker_keeps_its_connections(kind, request, tmp_path):
     )
     names = [f"s{i}" for i in range(TASKS)]
     with ProxiedWorkers(
-        url, exchange, topic, records, str(logs), threads=THREADS, extra_args=extra
+        url,
+        exchange,
+        topic,
+        records,
+        str(logs),
+        threads=THREADS,
+        heartbeat_s=WORKER_HEARTBEAT_S,
+        extra_args=extra,
     ) as workers:
         worker = workers.start(url_query=query)
         executor.start()

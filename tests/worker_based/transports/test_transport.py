@@ -32,6 +32,10 @@ from flowengine.engines.worker_based.transports import memory as mem
 from tests import waiting
 
 WAIT_S = 10.0
+#: Bound (s) on a child Python process that imports kombu and runs a few
+#: steps: seconds on a loaded machine (CI runs two tests at once beside
+#: busy loops), so only a hang should reach it.
+PROCESS_S = 120.0
 
 
 def fs_conn(folder, **options) -> kombu.Connection:
@@ -986,7 +990,7 @@ def test_a_forked_child_names_its_files_apart_from_its_parent(tmp_path):
         [sys.executable, "-c", _PUT_FORK_PUT, str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=WAIT_S,
+        timeout=PROCESS_S,
     )
     assert done.returncode == 0, done.stderr
     # then each file had a name part of its own: the part after the stamp is
