@@ -1015,12 +1015,14 @@ def test_a_channel_keeps_one_client_per_connection_pool(redis_url, stack):
         assert third.ping()
 
 
-def test_a_channels_cached_clients_are_read_without_kombus_process_wide_lock(redis_url, stack):
+def test_a_channels_clients_are_made_and_read_without_kombus_process_wide_lock(redis_url, stack):
     # kombu's cached_property takes one lock shared by every channel of the
     # process on each read; hundreds of polling threads (an engine per
     # concurrent run) queued on it. With that lock held by another thread, a
-    # channel still reads its clients and polls.
+    # channel still reads its clients and polls, and a new one opens (it
+    # makes its client then).
     channel = connect(stack, redis_url).default_channel
+    fresh = connect(stack, redis_url)
     client, subclient = channel.client, channel.subclient  # cached now
     locks = [kombu_redis.Channel.__dict__[name].lock for name in ("client", "subclient")]
     holding, release = threading.Event(), threading.Event()
@@ -1036,7 +1038,9 @@ def test_a_channels_cached_clients_are_read_without_kombus_process_wide_lock(red
         assert holding.wait(WAIT_S)
         read: list[Any] = []
         reader = threading.Thread(
-            target=lambda: read.extend([channel.client, channel.subclient, channel.client.ping()]),
+            target=lambda: read.extend(
+                [channel.client, channel.subclient, fresh.default_channel.client.ping()]
+            ),
             daemon=True,
         )
         reader.start()

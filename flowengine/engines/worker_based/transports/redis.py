@@ -40,11 +40,10 @@ publications and settlements return once a replica has them
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from queue import Empty
 from typing import Any, NamedTuple
 
@@ -161,6 +160,28 @@ class QoS(kombu_redis.QoS):
         self._delivered.clear()
 
 
+class _Unlocked:
+    """A value made once per instance, kept in the instance attribute of its name.
+
+    Once made, the attribute is read straight from the instance (a non-data
+    descriptor), with no lock. Two threads making it at once (a channel is
+    used by one thread, so only in theory) both make one and the first kept
+    is the one everybody gets.
+    """
+
+    def __init__(self, make: Callable[[Any], Any]) -> None:
+        self._make = make
+        self._name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        return instance.__dict__.setdefault(self._name, self._make(instance))
+
+
 class Channel(kombu_redis.Channel):
     """kombu's Redis channel taking messages with BLMOVE into an in-flight list."""
 
@@ -168,14 +189,13 @@ class Channel(kombu_redis.Channel):
     # One list per queue: BLMOVE has a single source.
     priority_steps = [0]
     # kombu's cached_property takes one lock, shared by every channel of the
-    # process, on each read, cached or not; every poll reads ``client`` a few
-    # times. With hundreds of channels polling in their own threads (an engine
-    # per concurrent run), the polls queued on that lock behind threads the
-    # GIL had paused: 400 concurrent runs spent 30 ms of CPU per task and
-    # 1,000 mostly failed. The same factories cached in the same attribute,
-    # read without a lock once cached (functools locks only on a miss).
-    client = functools.cached_property(kombu_redis.Channel.client.func)
-    subclient = functools.cached_property(kombu_redis.Channel.subclient.func)
+    # process, on each read, cached or not (functools' too, on a miss); every
+    # poll reads ``client`` a few times. With hundreds of channels opening and
+    # polling in their own threads (an engine per concurrent run), they queued
+    # on that lock behind threads the GIL had paused: 400 concurrent runs spent
+    # 30 ms of CPU per task and 1,000 mostly failed to start consuming.
+    client = _Unlocked(kombu_redis.Channel.client.func)
+    subclient = _Unlocked(kombu_redis.Channel.subclient.func)
     #: Replicas a publication or settlement waits for unless the transport
     #: options say otherwise (see redis_replicas.py): none for a lone server.
     default_wait_replicas = 0
