@@ -51,11 +51,17 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "Per-task latency" in out and "Throughput" in out
-    latency_table, rest = out.split("One-task run")
+    latency_table, rest = out.split("CPU per task, steady")
+    cpu_table, rest = rest.split("One-task run")
     one_task_table, throughput_table = rest.split("Throughput")
     # Each table has one row per transport: | memory | ... |
-    for table in (latency_table, one_task_table, throughput_table):
+    for table in (latency_table, cpu_table, one_task_table, throughput_table):
         assert set(_rows(table)) == {"memory", "filesystem"}, table
+    for cells in _rows(cpu_table).values():
+        # floor, flowengine (CPU ms per task, steady), flowengine's ratio to the floor
+        floor_cpu, fe_cpu, ratio = cells
+        assert _is_median_with_range(floor_cpu) and _is_median_with_range(fe_cpu), cells
+        assert ratio.endswith("x") and float(ratio[:-1]) > 0, cells
     for cells in _rows(latency_table).values():
         # floor, flowengine: "median [min-max]"; no Celery, Dramatiq or TaskFlow
         # in this run ('-'); then flowengine's ratio to the floor

@@ -418,10 +418,14 @@ def run_flow(
     else:
         engine = engines.load(flow, engine=engine_kind)
     done: list[float] = []
+    # Process CPU at each completion: between the first and the last, what
+    # each further task cost, the engine's start and stop left out.
+    done_cpu: list[float] = []
 
     def on_atom(state: str, details: dict) -> None:
         if state == "SUCCESS":
             done.append(time.perf_counter())
+            done_cpu.append(time.process_time())
 
     engine.atom_notifier.register("*", on_atom)
     cpu = time.process_time()
@@ -442,7 +446,13 @@ def run_flow(
         "cpu_per_task_ms": cpu / n * 1000.0,
     }
     if n > 1:
-        result.update({"per_task_ms": span / (n - 1) * 1000.0, "tasks_per_s": (n - 1) / span})
+        result.update(
+            {
+                "per_task_ms": span / (n - 1) * 1000.0,
+                "tasks_per_s": (n - 1) / span,
+                "steady_cpu_per_task_ms": (done_cpu[-1] - done_cpu[0]) / (n - 1) * 1000.0,
+            }
+        )
     return result
 
 
@@ -875,6 +885,50 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         " protocol were all else free)",
         file=out,
     )
+
+    cpu_cols = [
+        (name, lib)
+        for name, lib in (
+            ("floor", "floor"),
+            ("fe base", "flowengine-base"),
+            ("flowengine", "flowengine"),
+            ("fe late", "flowengine-late"),
+        )
+        if lib in libs
+    ]
+    if any(lib != "floor" for _, lib in cpu_cols):
+        print(
+            "\nCPU per task, steady (ms; the engine process from the first completion to the"
+            " last of the 50-task flow; floor: the client's per round trip)",
+            file=out,
+        )
+        ratio_cols = [(name, lib) for name, lib in cpu_cols if lib != "floor"]
+        print(
+            "| transport | "
+            + " | ".join(name for name, _ in cpu_cols)
+            + "".join(f" | {name}/floor" for name, _ in ratio_cols)
+            + " |",
+            file=out,
+        )
+        print("|---" * (len(cpu_cols) + len(ratio_cols) + 1) + "|", file=out)
+        for t in transports:
+            floor_cpu = med(t, "floor", "floor", "cpu_per_task_ms")
+            cells = [
+                cell(t, lib, "floor", "cpu_per_task_ms")
+                if lib == "floor"
+                else cell(t, lib, "latency", "steady_cpu_per_task_ms")
+                for _, lib in cpu_cols
+            ]
+            ratios = [
+                _ratio(med(t, lib, "latency", "steady_cpu_per_task_ms"), floor_cpu)
+                for _, lib in ratio_cols
+            ]
+            print(f"| {t} | " + " | ".join(cells + ratios) + " |", file=out)
+        print(
+            "(memory: the workers are threads of the engine process, so their CPU is in"
+            " too; elsewhere the engine's side only)",
+            file=out,
+        )
 
     print(
         f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"

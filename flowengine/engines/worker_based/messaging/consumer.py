@@ -213,6 +213,17 @@ class LoopObserver:
         """
 
 
+#: LoopObserver's hooks (see Consumer._notify).
+_HOOKS = tuple(name for name in vars(LoopObserver) if not name.startswith("_"))
+
+
+def _overrides(observer: Any, hook: str) -> bool:
+    """Whether ``observer`` does more in ``hook`` than LoopObserver's no-op."""
+    if hook in getattr(observer, "__dict__", {}):
+        return True
+    return getattr(type(observer), hook, None) is not getattr(LoopObserver, hook)
+
+
 class Consumer:
     """Consumes ``queues`` bound to ``exchange`` and hands each message to ``dispatcher``.
 
@@ -243,6 +254,11 @@ class Consumer:
         self._dispatcher = dispatcher
         self._options = options
         self._observers = list(observers)
+        # The observers that do something in each hook: a round calls
+        # after_round once per message, and most observers leave it a no-op.
+        self._observing: dict[str, tuple[Any, ...]] = {
+            hook: tuple(o for o in self._observers if _overrides(o, hook)) for hook in _HOOKS
+        }
         self._wait_for_room = wait_for_room
         self._conn = broker.connection()  # no I/O: a template to clone
         self._uri = broker.public_uri
@@ -759,7 +775,7 @@ class Consumer:
 
     def _notify(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every observer, in order; their errors are logged, never fatal."""
-        for observer in self._observers:
+        for observer in self._observing[hook]:
             try:
                 getattr(observer, hook)(*args)
             except Exception:

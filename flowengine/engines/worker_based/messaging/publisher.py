@@ -10,6 +10,7 @@ publish() raise PublishTimeout (recoverable).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 import uuid
@@ -384,6 +385,7 @@ class Publisher:
     def _reset(self) -> None:
         """Drop the publishing connection (lock held)."""
         conn, self._pub_conn, self._producer = self._pub_conn, None, None
+        self._next_keepalive = 0.0  # the next connection may need heartbeats
         if conn is not None:
             _release(conn, "the publisher connection")
 
@@ -452,7 +454,11 @@ class Publisher:
             return  # publishing right now: the connection is not idle
         try:
             conn = self._pub_conn
-            if conn is not None and conn.supports_heartbeats:
+            if conn is not None and not conn.supports_heartbeats:
+                # Nothing to keep alive on this connection (memory, Redis...):
+                # not looked at again until a new one is made (see _reset()).
+                self._next_keepalive = math.inf
+            elif conn is not None:
                 self._next_keepalive = now + check_period(conn)
                 # Read what the broker sent first (its heartbeat frames): py-amqp
                 # counts a connection nobody reads as silent, and would call an

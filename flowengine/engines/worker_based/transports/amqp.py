@@ -12,7 +12,9 @@ out of that buffer, and leaves the timeout alone for a frame already
 buffered. Measured with a backlog of 20,000 small messages on RabbitMQ:
 48-54 us of CPU per consumed message with kombu's transport, 26-34 us with
 this one. The bytes on the wire are py-amqp's; TLS connections
-(``amqps://``, ``ssl=...``) keep py-amqp's own reader.
+(``amqps://``, ``ssl=...``) keep py-amqp's own reader. Its channels write
+a message's properties through :mod:`.amqp_codec` (the same bytes, a
+third of the CPU).
 
 TLS (``amqps://``, or ``transport_options={"ssl": {...}}`` with py-amqp's
 keys ``ca_certs``, ``certfile``, ``keyfile``, ``cert_reqs``...): py-amqp
@@ -54,8 +56,11 @@ from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
+from flowengine.engines.worker_based.transports import amqp_codec
+
 __all__ = [
     "READ_CHUNK_BYTES",
+    "Channel",
     "FrameReader",
     "SSLTransport",
     "Transport",
@@ -237,8 +242,32 @@ def checking_host_name(ssl: Any, host: str) -> dict[str, Any]:
     return options
 
 
+class Channel(pyamqp.Channel):
+    """kombu's py-amqp channel whose messages write their properties faster (amqp_codec)."""
+
+    def prepare_message(
+        self,
+        body: Any,
+        priority: int | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        headers: Any = None,
+        properties: Any = None,
+        _Message: Any = amqp_codec.FastPropertiesMessage,  # noqa: N803  (kombu's name)
+    ) -> Any:
+        return super().prepare_message(  # type: ignore[no-untyped-call]
+            body, priority, content_type, content_encoding, headers, properties, _Message
+        )
+
+
 class Connection(pyamqp.Connection):
-    """kombu's py-amqp connection with plain TCP read by a FrameReader."""
+    """kombu's py-amqp connection with plain TCP read by a FrameReader.
+
+    Its channels write message properties through :mod:`.amqp_codec`
+    (TLS connections too).
+    """
+
+    Channel = Channel
 
     def Transport(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowengine import exceptions as exc
@@ -105,44 +105,30 @@ class Headers:
     @classmethod
     def parse(cls, raw: Mapping[str, Any] | None) -> Headers:
         """Read ``raw`` (a message's headers, possibly None)."""
-        raw = raw or {}
-        problems: list[str] = []
-        try:
-            expires = names.parse_expires(raw.get(names.HEADER_EXPIRES))
-        except exc.InvalidFormat as e:
-            expires = None
-            problems.append(str(e))
         headers = object.__new__(cls)
-        # Every message's headers are read: filling the instance's dict at
-        # once costs a third of the frozen __init__, which sets each of the
-        # fields through object.__setattr__. Fields not set here fall back
-        # to their class-level defaults.
-        headers.__dict__.update(
-            attempt=_count(raw.get(names.HEADER_ATTEMPT)),
-            worker_id=(
-                None
-                if raw.get(names.HEADER_WORKER_ID) is None
-                else str(raw[names.HEADER_WORKER_ID])
-            ),
-            origin=_text(raw.get(names.HEADER_ORIGIN)),
-            request_id=_text(raw.get(lv.HEADER_REQUEST_ID)),
-            heartbeat_s=lv.parse_heartbeat(raw.get(lv.HEADER_HEARTBEAT)),
-            expires=expires,
-            timelimit=raw.get(names.HEADER_TIMELIMIT),
-            root_id=_text(raw.get(names.HEADER_ROOT_ID)),
-            parent_id=_text(raw.get(names.HEADER_PARENT_ID)),
-            heartbeat_misses=_misses(raw.get(lv.HEADER_HEARTBEAT_MISSES)),
-            lost_after=lv.parse_heartbeat(raw.get(lv.HEADER_LOST_AFTER)),
-            leaving=bool(raw.get(names.HEADER_LEAVING)),
-            declined=raw.get(names.HEADER_DECLINED) is True,
-            late_pending=raw.get(names.HEADER_LATE_PENDING) is True,
-            created=_epoch(raw.get(names.HEADER_CREATED)),
-            enqueued=_epoch(raw.get(names.HEADER_ENQUEUED)),
-            run_s=_seconds(raw.get(names.HEADER_RUN_S)),
-            traceparent=_bounded_text(raw.get(names.HEADER_TRACEPARENT), MAX_TRACEPARENT_CHARS),
-            tracestate=_bounded_text(raw.get(names.HEADER_TRACESTATE), MAX_TRACESTATE_CHARS),
-            problems=tuple(problems),
-        )
+        if not raw:
+            return headers
+        # Every message's headers are read, and most carry a few of the
+        # fields (a reply: three or four): only the headers present are
+        # converted, straight into the instance's dict (a third of the cost
+        # of the frozen __init__, which sets each field through
+        # object.__setattr__). Fields absent fall back to their class-level
+        # defaults, which is what each converter makes of None too.
+        values: dict[str, Any] = {}
+        problems: list[str] = []
+        for key, value in raw.items():
+            known = _FIELDS.get(key)
+            if known is None:
+                continue
+            field, convert = known
+            try:
+                values[field] = convert(value)
+            except exc.InvalidFormat as e:  # only expires raises: see _FIELDS
+                values[field] = None
+                problems.append(str(e))
+        if problems:
+            values["problems"] = tuple(problems)
+        headers.__dict__.update(values)
         return headers
 
     @property
@@ -154,3 +140,50 @@ class Headers:
     def from_flowengine_worker(self) -> bool:
         """True when a reply or announcement carries what every flowengine worker sends."""
         return self.worker_id is not None
+
+
+def _worker_id(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _is_true(value: Any) -> bool:
+    return value is True
+
+
+def _traceparent(value: Any) -> str | None:
+    return _bounded_text(value, MAX_TRACEPARENT_CHARS)
+
+
+def _tracestate(value: Any) -> str | None:
+    return _bounded_text(value, MAX_TRACESTATE_CHARS)
+
+
+# Header name -> the Headers field it fills and how it is read (None, or any
+# value that cannot be used, gives the field's default). Only expires may
+# raise (InvalidFormat): the one header whose misreading could run work
+# nobody waits for is refused with its reason, not ignored.
+_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    names.HEADER_ATTEMPT: ("attempt", _count),
+    names.HEADER_WORKER_ID: ("worker_id", _worker_id),
+    names.HEADER_ORIGIN: ("origin", _text),
+    lv.HEADER_REQUEST_ID: ("request_id", _text),
+    lv.HEADER_HEARTBEAT: ("heartbeat_s", lv.parse_heartbeat),
+    names.HEADER_EXPIRES: ("expires", names.parse_expires),
+    names.HEADER_TIMELIMIT: ("timelimit", _same),
+    names.HEADER_ROOT_ID: ("root_id", _text),
+    names.HEADER_PARENT_ID: ("parent_id", _text),
+    lv.HEADER_HEARTBEAT_MISSES: ("heartbeat_misses", _misses),
+    lv.HEADER_LOST_AFTER: ("lost_after", lv.parse_heartbeat),
+    names.HEADER_LEAVING: ("leaving", bool),
+    names.HEADER_DECLINED: ("declined", _is_true),
+    names.HEADER_LATE_PENDING: ("late_pending", _is_true),
+    names.HEADER_CREATED: ("created", _epoch),
+    names.HEADER_ENQUEUED: ("enqueued", _epoch),
+    names.HEADER_RUN_S: ("run_s", _seconds),
+    names.HEADER_TRACEPARENT: ("traceparent", _traceparent),
+    names.HEADER_TRACESTATE: ("tracestate", _tracestate),
+}

@@ -68,6 +68,11 @@ class TracingMiddleware(Middleware):
         self._by_topic: dict[str, RequestSpans] = {}
 
     def _spans(self, topic: str) -> RequestSpans:
+        # Three calls per request: a topic's spans, once made, are read
+        # without the lock (a dict lookup is atomic) and without the import.
+        spans = self._by_topic.get(topic)
+        if spans is not None:
+            return spans
         from flowengine.tracing import worker_spans
 
         with self._lock:
