@@ -4,7 +4,9 @@ The ZooKeeper jobboard and persistence backend build their clients here:
 :func:`make_client` from a configuration dict (TaskFlow's keys),
 :func:`check_compatible` against a server version range,
 :func:`checked_commit` for a transaction whose every operation must
-succeed, :func:`finalize_client` to stop and close a client. Needs the
+succeed, :func:`finalize_client` to stop and close a client. flowengine's
+own: :func:`start_or_await` to get a session whether the client is stopped
+or reconnecting, :func:`answer_within` to bound a request. Needs the
 ``zookeeper`` extra (kazoo).
 """
 
