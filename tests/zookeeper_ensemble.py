@@ -49,6 +49,17 @@ ELECTION_TIMEOUT_S = 60.0
 #: Jars the Netty connection factory needs besides those the ZooKeeper jar's
 #: manifest names (Debian's libnetty-java ships them).
 NETTY_EXTRA_JARS = ("/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar")
+#: An SLF4J binding, so that a node logs at all: the ZooKeeper jar's manifest
+#: names only slf4j-api, which alone discards every line (Debian's
+#: libslf4j-java ships this one; without it the nodes run silent).
+SLF4J_SIMPLE_JAR = "/usr/share/java/slf4j-simple.jar"
+#: slf4j-simple's settings: INFO with milliseconds, to stdout (the node's log file).
+SLF4J_SIMPLE_PROPERTIES = (
+    "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+    "-Dorg.slf4j.simpleLogger.logFile=System.out",
+)
 
 
 @dataclass(frozen=True)
@@ -197,9 +208,15 @@ def _make(base: list[str], tls: NodeTls | None, timeout_s: float) -> Ensemble:
     ports = [brokers.free_port() for _ in range(NODES)]
     peers = [(brokers.free_port(), brokers.free_port()) for _ in range(NODES)]
     secure = [brokers.free_port() if tls else 0 for _ in range(NODES)]
+    extra_jars: list[str] = []
     if tls is not None:
         tls = _pem_bundle(workdir, tls)
-        base = [base[0], *base[1:-1], base[-1] + ":" + ":".join(NETTY_EXTRA_JARS)]
+        extra_jars += NETTY_EXTRA_JARS
+    if os.path.isfile(SLF4J_SIMPLE_JAR):
+        extra_jars.append(SLF4J_SIMPLE_JAR)
+        base = [base[0], *SLF4J_SIMPLE_PROPERTIES, *base[1:]]
+    if extra_jars:
+        base = [*base[:-1], base[-1] + ":" + ":".join(extra_jars)]
     nodes = []
     for i in range(NODES):
         wd = os.path.join(workdir, f"node{i + 1}")

@@ -4,13 +4,16 @@ The ZooKeeper jobboard and persistence backend build their clients here:
 :func:`make_client` from a configuration dict (TaskFlow's keys),
 :func:`check_compatible` against a server version range,
 :func:`checked_commit` for a transaction whose every operation must
-succeed, :func:`finalize_client` to stop and close a client. Needs the
+succeed, :func:`finalize_client` to stop and close a client. flowengine's
+own: :func:`start_or_await` to get a session whether the client is stopped
+or reconnecting, :func:`answer_within` to bound a request. Needs the
 ``zookeeper`` extra (kazoo).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from urllib import parse
@@ -20,6 +23,7 @@ from flowengine.utils import kazoo_tls, optional
 try:
     from kazoo import client as k_client
     from kazoo import exceptions as k_exc
+    from kazoo.protocol.states import KazooState, KeeperState
 except ImportError as e:  # the 'zookeeper' extra is not installed
     raise optional.missing_extra("zookeeper", e) from e
 
@@ -37,6 +41,7 @@ __all__ = [
     "make_client",
     "parse_hosts",
     "prettify_failures",
+    "start_or_await",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -119,6 +124,41 @@ def finalize_client(client: k_client.KazooClient) -> None:
     """Stop and close ``client``, whether or not it was started."""
     client.stop()
     client.close()
+
+
+def start_or_await(client: k_client.KazooClient, timeout_s: float) -> None:
+    """Have ``client`` connected within ``timeout_s``: start it if it is not running, else
+    wait for it to reconnect. The handler's timeout exception if no session by then.
+
+    kazoo's ``start()`` is for a stopped (or never started) client only. On
+    one that runs but is between servers (its node died, an election is
+    under way) it first tries to stop it: it stops the client's callback
+    threads and joins its connection thread without a bound, and that
+    thread, busy reconnecting, never ends, so the call never returns. A
+    conductor whose persistence asked for a connection in the second its
+    client was reconnecting hung there, its job claimed and never run.
+    """
+    if client.connected:
+        return
+    if client.client_state == KeeperState.CLOSED:  # never started, or stopped
+        client.start(timeout=timeout_s)
+        return
+    back = threading.Event()
+
+    def on_state(state: str) -> None:
+        if state == KazooState.CONNECTED:
+            back.set()
+
+    client.add_listener(on_state)
+    try:
+        if not client.connected:  # it may have reconnected before the listener was added
+            back.wait(timeout_s)
+    finally:
+        client.remove_listener(on_state)
+    if not client.connected:
+        raise client.handler.timeout_exception(
+            f"ZooKeeper at {client.hosts}: no session within {timeout_s} s (still reconnecting)"
+        )
 
 
 def _version(parts: Iterable[Any]) -> tuple[int, ...]:

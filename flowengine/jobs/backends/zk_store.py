@@ -228,7 +228,7 @@ class ZkReader(BoardStore):
         problem = kazoo_tls.tls_problem(self._client)
         if problem is not None:
             raise exc.JobFailure(problem)
-        self._client.start(timeout=CONNECT_TIMEOUT_S)
+        kazoo_utils.start_or_await(self._client, CONNECT_TIMEOUT_S)  # it may be reconnecting
 
     def connect(self) -> None:
         """Start the session, check the server, create the layout, read the server's clock."""

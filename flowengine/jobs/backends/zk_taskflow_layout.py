@@ -28,7 +28,6 @@ from __future__ import annotations
 import datetime
 import logging
 import posixpath
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,14 +101,9 @@ class TaskflowZkEvents(zk_events.ZkEvents):
     def _named(self, event: BoardEvent) -> None:
         self._queue.put(BoardEvent(event.kind, self._uuid_of(event.uuid or "")))
 
-    def start(self) -> None:
-        """Arm the watch (it holds its first listing when this returns)."""
-        self._thread = threading.Thread(
-            target=self._deliver, daemon=True, name=f"flowengine-board-events-{self._name}"
-        )
-        self._thread.start()
-        self._client.add_listener(self._on_state)
-        self._client.ChildrenWatch(self._path, _Children(*self._watches))
+    def _watched(self) -> list[tuple[str, Callable[[list[str]], bool]]]:
+        """One folder, whose listing feeds both watches."""
+        return [(self._path, _Children(*self._watches))]
 
 
 class TaskflowZkReader(ZkReader):

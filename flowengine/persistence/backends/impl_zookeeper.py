@@ -110,8 +110,14 @@ class ZkBackend(path_based.PathBasedBackend):
                 if problem is not None:
                     raise exc.StorageFailure(problem)
                 try:
-                    self._client.start(timeout=CONNECT_TIMEOUT_S)
-                except (k_exc.KazooException, k_exc.ZookeeperError) as e:
+                    # Not client.start(): the client may be running, between
+                    # two nodes of the ensemble (see start_or_await).
+                    kazoo_utils.start_or_await(self._client, CONNECT_TIMEOUT_S)
+                except (
+                    k_exc.KazooException,
+                    k_exc.ZookeeperError,
+                    self._client.handler.timeout_exception,
+                ) as e:
                     raise exc.StorageFailure(
                         f"ZooKeeper at {self._client.hosts} is unreachable: {e}", cause=e
                     ) from e

@@ -10,6 +10,14 @@ class KeeperState:
     CONNECTED: str
     CLOSED: str
 
+class EventType:
+    NONE: str
+
+class WatchedEvent(NamedTuple):
+    type: str
+    state: str
+    path: str | None
+
 class ZnodeStat(NamedTuple):
     czxid: int
     mzxid: int

@@ -75,10 +75,74 @@ def zk_ensemble(tmp_path_factory) -> ZkCluster:
     pytest.skip(reason)
 
 
+#: How much of each node's log a failed test report shows.
+NODE_LOG_TAIL_CHARS = 6000
+
+
+def _log_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _log_since(path: str, offset: int) -> str:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+
+
+class NodeLogs:
+    """What each node of the ensemble logged during one test."""
+
+    def __init__(self, cluster: ZkCluster) -> None:
+        self.paths = [n.log_path for n in cluster.ensemble.nodes]
+        self.offsets = [_log_size(p) for p in self.paths]
+
+    def texts(self) -> list[str]:
+        """Each node's lines since the test began (a restarted node appends to its file)."""
+        return [_log_since(p, o) for p, o in zip(self.paths, self.offsets)]
+
+    def save(self, directory: str) -> None:
+        """Write them as ``zookeeper-node<N>.log`` in ``directory`` (the test's tmp dir)."""
+        for i, text in enumerate(self.texts()):
+            with open(os.path.join(directory, f"zookeeper-node{i + 1}.log"), "w") as fh:
+                fh.write(text)
+
+    def tails(self) -> str:
+        """The end of each node's lines, for a failed test's report."""
+        return "\n".join(
+            f"--- zookeeper node {i + 1} (last {NODE_LOG_TAIL_CHARS} chars) ---\n"
+            + text[-NODE_LOG_TAIL_CHARS:]
+            for i, text in enumerate(self.texts())
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A failed ensemble test shows what the nodes logged: the ensemble (and
+    # its files) outlive the test, and the cause is often only in there.
+    outcome = yield
+    report = outcome.get_result()
+    logs = getattr(item, "zookeeper_node_logs", None)
+    if logs is not None and report.when == "call" and report.failed:
+        report.sections.append(("zookeeper nodes", logs.tails()))
+
+
 @pytest.fixture
-def ensemble(zk_ensemble: ZkCluster) -> ZkCluster:
-    """The session's ensemble; a node killed by the test is started again afterwards."""
+def ensemble(zk_ensemble: ZkCluster, request, tmp_path) -> ZkCluster:
+    """The session's ensemble; a node killed by the test is started again afterwards.
+
+    Each node's log lines of the test are kept as ``zookeeper-node<N>.log``
+    in the test's ``tmp_path`` (and their tails shown when it fails).
+    """
+    logs = NodeLogs(zk_ensemble)
+    request.node.zookeeper_node_logs = logs
     yield zk_ensemble
+    logs.save(str(tmp_path))
     for node in zk_ensemble.ensemble.nodes:
         if not node.alive():
             node.kill()  # forget the dead process, keep its port and data
