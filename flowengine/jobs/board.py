@@ -66,6 +66,11 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         self._lost_handlers: dict[str, list[Callable[[Any], None]]] = {}
         self._claimed: dict[str, _Job] = {}
         self._lock = threading.Lock()
+        # Hints for claimers: which jobs were claimed or left the board at
+        # which count of events (see taken_since_listed).
+        self._events_seen = 0
+        self._taken: dict[str, int] = {}
+        self._gone: set[str] = set()
         self._keeper = lease.LeaseKeeper(
             lambda held, s: self._store.renew(held, s),
             self.policy.lease_s,
@@ -101,6 +106,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     # Events.
 
     def _on_event(self, event: BoardEvent) -> None:
+        self._note_taken(event)
+        if event.kind is EventKind.CLAIMED:
+            return  # a claim makes no work available: nobody to wake
         self._waker.notify()
         if event.kind is EventKind.POSTED and event.uuid:
             self.notifier.notify(base.POSTED, {"job_uuid": event.uuid})
@@ -110,6 +118,41 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             self.notifier.notify(
                 base.REMOVAL, {"job": job, "job_uuid": event.uuid, "outcome": event.outcome}
             )
+
+    def _note_taken(self, event: BoardEvent) -> None:
+        with self._lock:
+            self._events_seen += 1
+            # (A gap in delivery, RESYNC, may leave a hint stale: harmless, a
+            # hint only skips a job until the next listing.)
+            uuid = event.uuid
+            if uuid is None:
+                pass
+            elif event.kind is EventKind.DONE:
+                self._taken[uuid] = self._events_seen
+                self._gone.add(uuid)
+            elif event.kind is EventKind.CLAIMED:
+                self._taken[uuid] = self._events_seen
+            elif event.kind is EventKind.POSTED or uuid not in self._gone:
+                # Posted again (requeued), or given back: claimable. (A
+                # finish deletes the lease too: RELEASED does not undo DONE.)
+                self._taken.pop(uuid, None)
+                self._gone.discard(uuid)
+
+    def taken_since_listed(self, job: base.Job) -> bool:
+        """Whether an event said ``job`` was claimed or left the board after it was listed.
+
+        A hint, never a refusal: a claimer skips such a job for now (a claim
+        would most likely be refused) and finds it in a later listing if it
+        was given back. Always False for a job that did not come from
+        :meth:`listing` or :meth:`iterjobs`, and on stores that do not
+        send CLAIMED events the claims of others go unseen.
+        """
+        mark = getattr(job, "listed_at_event", None)
+        if mark is None:
+            return False
+        with self._lock:
+            seen = self._taken.get(job.uuid)
+        return seen is not None and seen > mark
 
     @property
     def change_seq(self) -> int:
@@ -130,7 +173,15 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         return self.JOB_CLASS(self, record, backend=self._persistence)
 
     def _fetch_jobs(self, ensure_fresh: bool = False) -> list[_Job]:
-        return sorted(self._job(r) for r in self._store_op().listing())
+        with self._lock:
+            mark = self._events_seen
+            # Hints older than this listing are in it already: drop them.
+            self._taken = {u: n for u, n in self._taken.items() if n > mark}
+            self._gone.intersection_update(self._taken)
+        jobs = sorted(self._job(r) for r in self._store_op().listing())
+        for job in jobs:
+            job.listed_at_event = mark
+        return jobs
 
     def iterjobs(
         self, only_unclaimed: bool = False, ensure_fresh: bool = False

@@ -118,6 +118,10 @@ class EventKind(enum.StrEnum):
     DONE = "done"
     #: Delivery may have had a gap (reconnection): re-read what you wait for.
     RESYNC = "resync"
+    #: The job was claimed: a hint for other claimers to try another one
+    #: (it makes no work available, so it wakes no waiter). Not every store
+    #: sends it; older readers ignore a kind they do not know.
+    CLAIMED = "claimed"
 
 
 @dataclass(frozen=True)
