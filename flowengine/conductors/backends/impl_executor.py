@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import futurist
+
 from flowengine import exceptions as excp
 from flowengine.conductors import base
 from flowengine.conductors.backends import outcomes, walk
@@ -307,6 +309,33 @@ class ExecutorConductor(base.Conductor):
         fut.add_done_callback(functools.partial(self._on_job_done, job))
         return CLAIMED
 
+    def _chains_claims(self, executor: Any) -> bool:
+        """Whether to claim the next job with the consume of the current one (see below)."""
+        return isinstance(executor, futurist.SynchronousExecutor) and hasattr(
+            self._jobboard, "claim_with_next_consume"
+        )
+
+    def _claim_next_with_consume(self, order: walk.ClaimWalk, limit: int, dispatched: int) -> None:
+        """Ask the board to claim the walk's next job with the consume of the one about to run.
+
+        Only for a conductor that runs one job at a time inline (blocking):
+        the job's consume happens before the walk goes on, and the next job
+        it takes is known. Where the board can (ZooKeeper), one write then
+        serves both; a claim made so is handed over by the next claim() and
+        given back by _drop_next_claim() if the walk ends first.
+        """
+        then = order.peek()
+        if then is not None and (0 <= limit <= dispatched + 1 or self._taken_meanwhile(then)):
+            then = None
+        self._jobboard.claim_with_next_consume(then, self._name)
+
+    def _drop_next_claim(self, chain: bool) -> None:
+        if chain:
+            try:
+                self._jobboard.drop_next_claim(self._name)
+            except excp.JobFailure:
+                self._log.warning("Could not give back a job claimed ahead", exc_info=True)
+
     def _run_until_dead(self, executor: Any, max_dispatches: int | None = None) -> None:
         limit = -1 if max_dispatches is None else max_dispatches
         dispatched = 0
@@ -315,6 +344,7 @@ class ExecutorConductor(base.Conductor):
             seen = self._jobboard.change_seq if self._leased_board else 0
             any_dispatched = lost_race = False
             due = None
+            chain = self._chains_claims(executor)
             try:
                 ready, due = self._candidates()
                 order = self._walk(ready)
@@ -329,6 +359,8 @@ class ExecutorConductor(base.Conductor):
                         order.scatter()
                         lost_race = True
                         continue
+                    if chain:
+                        self._claim_next_with_consume(order, limit, dispatched)
                     claimed = self._claim_and_submit(executor, job)
                     if claimed == CLAIMED:
                         any_dispatched = True
@@ -343,11 +375,13 @@ class ExecutorConductor(base.Conductor):
                 self._log.warning(
                     "Job board failure while looking for jobs; retrying", exc_info=True
                 )
+                self._drop_next_claim(chain)
                 if self._leased_board:
                     self._jobboard.wait_for_change(seen, BOARD_FAILURE_PAUSE_S)
                 else:
                     self._wait_timeout.wait()
                 continue
+            self._drop_next_claim(chain)
             if lost_race:
                 due = min(due or float("inf"), time.time() + RACE_RETRY_S)
             if not any_dispatched and not is_stopped():
@@ -366,6 +400,10 @@ class ExecutorConductor(base.Conductor):
             self._jobboard.register_entity(self.conductor)
             with contextlib.ExitStack() as stack:
                 executor = stack.enter_context(self._executor_factory())
-                self._run_until_dead(executor, max_dispatches=max_dispatches)
+                try:
+                    self._run_until_dead(executor, max_dispatches=max_dispatches)
+                finally:
+                    # Nothing claimed ahead outlives the loop (see _claim_next_with_consume).
+                    self._drop_next_claim(self._chains_claims(executor))
         finally:
             self._dead.set()

@@ -49,6 +49,13 @@ class ClaimWalk:
         if self._bands:
             self._rotate(self._bands[0])
 
+    def peek(self) -> Any:
+        """The job the walk yields next (None at its end), without taking it."""
+        for band in self._bands:
+            if band:
+                return band[0]
+        return None
+
     def __iter__(self) -> Iterator[Any]:
         while self._bands:
             band = self._bands[0]
