@@ -382,6 +382,17 @@ def _table(results: dict[tuple[str, str], list[dict]]) -> str:
     return "\n".join(out)
 
 
+def _lag_table(results: dict[tuple[str, str], list[dict]]) -> str:
+    """How long each conductor took after the last post: its own speed, not the poster's."""
+    out = ["| board | library | last post -> all consumed, s (median, min-max) |", "|---|---|---:|"]
+    for (lib, kind), runs in results.items():
+        lags = [r["elapsed_s"] - r["post_s"] for r in runs if r.get("ok")]
+        if lags and len(lags) == len(runs):
+            med = statistics.median(lags)
+            out.append(f"| {kind} | {LABELS[lib]} | {med:.2f} ({min(lags):.2f}-{max(lags):.2f}) |")
+    return "\n".join(out)
+
+
 def _scaling_table(results: dict[tuple[str, str, int], list[dict]], counts: list[int]) -> str:
     cells = {key: _spread(runs) for key, runs in results.items()}
     head = " | ".join(f"{n} conductor{'s' if n > 1 else ''}" for n in counts)
@@ -540,6 +551,11 @@ def main(argv: list[str] | None = None) -> int:
         f" median (min-max) of {args.repeat} runs (same Redis / ZooKeeper servers for both)\n"
     )
     print(_table(results))
+    print(
+        "\nA conductor that keeps up with the poster ends soon after the last post;"
+        " jobs/s is then the poster's rate.\n"
+    )
+    print(_lag_table(results))
     if args.json:
         print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}, indent=1))
     return 0 if all(r.get("ok") for runs in results.values() for r in runs) else 1
