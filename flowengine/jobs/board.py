@@ -66,6 +66,15 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         self._lost_handlers: dict[str, list[Callable[[Any], None]]] = {}
         self._claimed: dict[str, _Job] = {}
         self._lock = threading.Lock()
+        # Hints for claimers: which jobs were claimed or left the board at
+        # which count of events (see taken_since_listed).
+        self._events_seen = 0
+        self._taken: dict[str, int] = {}
+        self._gone: set[str] = set()
+        # A claim to make with the next consume, and claims so made that
+        # their claimer has not taken up yet (see claim_with_next_consume).
+        self._next_claim: tuple[_Job, str] | None = None
+        self._prefetched: dict[str, tuple[_Job, records.Claim]] = {}
         self._keeper = lease.LeaseKeeper(
             lambda held, s: self._store.renew(held, s),
             self.policy.lease_s,
@@ -101,6 +110,9 @@ class LeasedJobBoard(base.NotifyingJobBoard):
     # Events.
 
     def _on_event(self, event: BoardEvent) -> None:
+        self._note_taken(event)
+        if event.kind is EventKind.CLAIMED:
+            return  # a claim makes no work available: nobody to wake
         self._waker.notify()
         if event.kind is EventKind.POSTED and event.uuid:
             self.notifier.notify(base.POSTED, {"job_uuid": event.uuid})
@@ -110,6 +122,43 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             self.notifier.notify(
                 base.REMOVAL, {"job": job, "job_uuid": event.uuid, "outcome": event.outcome}
             )
+
+    def _note_taken(self, event: BoardEvent) -> None:
+        with self._lock:
+            self._events_seen += 1
+            # (A gap in delivery, RESYNC, may leave a hint stale: harmless, a
+            # hint only skips a job until the next listing.)
+            uuid = event.uuid
+            if uuid is None:
+                pass
+            elif event.kind is EventKind.DONE:
+                self._taken[uuid] = self._events_seen
+                self._gone.add(uuid)
+            elif event.kind is EventKind.CLAIMED:
+                self._taken[uuid] = self._events_seen
+            elif event.kind is EventKind.POSTED or uuid not in self._gone:
+                # Posted again (requeued), or given back: claimable. (A
+                # finish deletes the lease too: RELEASED does not undo DONE.)
+                self._taken.pop(uuid, None)
+                self._gone.discard(uuid)
+
+    def taken_since_listed(self, job: base.Job) -> bool:
+        """Whether an event said ``job`` was claimed or left the board after it was listed.
+
+        A hint, never a refusal: a claimer skips such a job for now (a claim
+        would most likely be refused) and finds it in a later listing if it
+        was given back. Always False for a job that did not come from
+        :meth:`listing` or :meth:`iterjobs`, and on stores that do not
+        send CLAIMED events the claims of others go unseen.
+        """
+        mark = getattr(job, "listed_at_event", None)
+        if mark is None:
+            return False
+        with self._lock:
+            if job.uuid in self._claimed:
+                return False  # (our own claim's event)
+            seen = self._taken.get(job.uuid)
+        return seen is not None and seen > mark
 
     @property
     def change_seq(self) -> int:
@@ -130,7 +179,15 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         return self.JOB_CLASS(self, record, backend=self._persistence)
 
     def _fetch_jobs(self, ensure_fresh: bool = False) -> list[_Job]:
-        return sorted(self._job(r) for r in self._store_op().listing())
+        with self._lock:
+            mark = self._events_seen
+            # Hints older than this listing are in it already: drop them.
+            self._taken = {u: n for u, n in self._taken.items() if n > mark}
+            self._gone.intersection_update(self._taken)
+        jobs = sorted(self._job(r) for r in self._store_op().listing())
+        for job in jobs:
+            job.listed_at_event = mark
+        return jobs
 
     def iterjobs(
         self, only_unclaimed: bool = False, ensure_fresh: bool = False
@@ -266,6 +323,8 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         """
         if expiry is not None and not float(expiry) > 0:
             raise ValueError(f"Provided expiry must be greater than zero, not {expiry!r}")
+        if self._take_up(job, who, expiry):
+            return
         lease_s = self.policy.lease_s if expiry is None else float(expiry)
         claim = self._store_op().claim(
             job.uuid, who, lease_s, self.policy.max_attempts, self.policy.outcome_ttl_s
@@ -285,6 +344,51 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             claim.attempts,
         )
 
+    def claim_with_next_consume(self, job: base.Job | None, who: str) -> None:
+        """Let ``who``'s next consume also claim ``job``, in the same write where the store can.
+
+        A conductor that knows which job it takes next asks this before
+        running the current one: on ZooKeeper the consume and the claim are
+        then one transaction (one round trip, one durable write, instead of
+        two). The claim, if made, is held (leased, renewed) from then on and
+        handed over by the next :meth:`claim` of ``job`` by ``who``; one not
+        taken up must be given back with :meth:`drop_next_claim`. Only one
+        such request is kept; any finish by ``who`` clears it, and so does
+        ``job=None``.
+        """
+        with self._lock:
+            self._next_claim = (job, who) if isinstance(job, _Job) else None
+
+    def drop_next_claim(self, who: str) -> None:
+        """Cancel :meth:`claim_with_next_consume`; give back a job it claimed and nobody took up."""
+        with self._lock:
+            if self._next_claim is not None and self._next_claim[1] == who:
+                self._next_claim = None
+            left = [j for j, c in self._prefetched.values() if c.who == who]
+            for job in left:
+                self._prefetched.pop(job.uuid, None)
+        for job in left:
+            try:
+                self._finish(job, who, Action.ABANDON, reason="claimed ahead, not taken up")
+            except (exc.JobFailure, exc.NotFound) as e:  # its lease runs out instead
+                LOG.warning("Could not give back job %s claimed ahead: %s", job.uuid, e)
+
+    def _take_up(self, job: base.Job, who: str, expiry: float | None) -> bool:
+        """Hand over a claim made ahead with a consume (True), if there is one for this claim."""
+        with self._lock:
+            ahead = self._prefetched.pop(job.uuid, None)
+        if ahead is None:
+            return False
+        if ahead[1].who != who or expiry is not None:
+            with self._lock:
+                self._prefetched[job.uuid] = ahead  # not this claim's: given back later
+            return False
+        if isinstance(job, _Job) and job is not ahead[0]:
+            job._claimed(ahead[1])
+            with self._lock:
+                self._claimed[job.uuid] = job
+        return True
+
     def extend_lease(self, job: base.Job, expiry: float) -> bool:
         """Set the job's claim to end ``expiry`` s from now; False if it is lost."""
         return self._store_op().extend_lease(job.uuid, self._token_of(job), float(expiry))
@@ -298,6 +402,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         with self._lock:
             job = self._claimed.pop(uuid, None)
             handlers = self._lost_handlers.pop(uuid, [])
+            self._prefetched.pop(uuid, None)  # claimed ahead, lost before taken up
         LOG.warning(
             "Lost the claim on job %s (token %d): its lease ran out and it was"
             " claimed again; its engine stops and its writes are refused",
@@ -328,20 +433,55 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         self, job: base.Job, who: str, action: Action, **kwargs: Any
     ) -> records.Outcome | None:
         token = self._token_of(job)
+        with self._lock:
+            ahead, self._next_claim = self._next_claim, None
         try:
-            done = self._store_op().finish(
-                job.uuid,
-                who,
-                token,
-                action,
-                max_attempts=self.policy.max_attempts,
-                outcome_ttl_s=self.policy.outcome_ttl_s,
-                **kwargs,
-            )
+            if action is Action.CONSUME and ahead is not None and ahead[1] == who:
+                done = self._consume_and_claim(job, who, token, ahead[0], **kwargs)
+            else:
+                done = self._store_op().finish(
+                    job.uuid,
+                    who,
+                    token,
+                    action,
+                    max_attempts=self.policy.max_attempts,
+                    outcome_ttl_s=self.policy.outcome_ttl_s,
+                    **kwargs,
+                )
         except (exc.ClaimLost, exc.NotFound):
             self._forget(job.uuid, token)  # not ours any more: stop renewing it
             raise
         self._forget(job.uuid, token)
+        return done
+
+    def _consume_and_claim(
+        self, job: base.Job, who: str, token: int, then: _Job, **kwargs: Any
+    ) -> records.Outcome | None:
+        done, claim = self._store_op().consume_and_claim(
+            job.uuid,
+            who,
+            token,
+            then.uuid,
+            outcome=kwargs.get("outcome") or records.SUCCEEDED,
+            reason=kwargs.get("reason"),
+            lease_s=self.policy.lease_s,
+            max_attempts=self.policy.max_attempts,
+            outcome_ttl_s=self.policy.outcome_ttl_s,
+        )
+        if claim is not None:
+            then._claimed(claim)
+            with self._lock:
+                self._claimed[then.uuid] = then
+                self._prefetched[then.uuid] = (then, claim)
+            self._keeper.hold(then.uuid, claim.token)
+            LOG.debug(
+                "Job %s claimed by %s with the consume of %s (token %d, attempt %d)",
+                then.uuid,
+                who,
+                job.uuid,
+                claim.token,
+                claim.attempts,
+            )
         return done
 
     def _forget(self, uuid: str, token: int) -> None:
@@ -349,6 +489,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         with self._lock:
             self._lost_handlers.pop(uuid, None)
             self._claimed.pop(uuid, None)
+            self._prefetched.pop(uuid, None)
 
     @base.check_who
     def consume(

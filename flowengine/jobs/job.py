@@ -58,6 +58,9 @@ class BoardJob(base.Job):
         self._token = record.token
         self._attempt = record.attempts
         self.lost = threading.Event()
+        #: The board's count of events when the listing that made this
+        #: object was read (None if it was not made by a listing).
+        self.listed_at_event: int | None = None
 
     # TaskFlow's abstract properties.
 

@@ -118,6 +118,10 @@ class EventKind(enum.StrEnum):
     DONE = "done"
     #: Delivery may have had a gap (reconnection): re-read what you wait for.
     RESYNC = "resync"
+    #: The job was claimed: a hint for other claimers to try another one
+    #: (it makes no work available, so it wakes no waiter). Not every store
+    #: sends it; older readers ignore a kind they do not know.
+    CLAIMED = "claimed"
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,38 @@ class BoardStore(abc.ABC):
         Returns the recorded Outcome when the job left the board (CONSUME,
         TRASH, or FAIL on its last attempt), None when it stays listed.
         """
+
+    def consume_and_claim(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        next_uuid: str,
+        *,
+        outcome: str,
+        reason: str | None,
+        lease_s: float,
+        max_attempts: int,
+        outcome_ttl_s: float,
+    ) -> tuple[Outcome | None, Claim | None]:
+        """Consume claim ``token`` and, where it costs no more, claim ``next_uuid`` for ``who``.
+
+        The consume is :meth:`finish`'s, with its errors. The claim is made
+        only in the same atomic write as the consume (so one round trip and
+        one durable write serve both), and only if it would succeed: None
+        otherwise, and the caller claims as usual. This default never claims.
+        """
+        done = self.finish(
+            uuid,
+            who,
+            token,
+            Action.CONSUME,
+            outcome=outcome,
+            reason=reason,
+            max_attempts=max_attempts,
+            outcome_ttl_s=outcome_ttl_s,
+        )
+        return done, None
 
     @abc.abstractmethod
     def outcome(self, uuid: str) -> Outcome | None:

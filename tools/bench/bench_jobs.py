@@ -23,6 +23,11 @@ consumed - signal). PostgreSQL is started as the tests start it
     python tools/bench/bench_jobs.py                    # everything, 5 repetitions
     python tools/bench/bench_jobs.py --jobs 50 --repeat 5 --lib flowengine
     python tools/bench/bench_jobs.py --scaling --jobs 100   # conductors x boards x libs
+    python tools/bench/bench_jobs.py --baseline /tmp/main   # also another flowengine tree
+
+``--baseline DIR`` adds a "flowengine before" row: the flowengine of another
+source tree (e.g. ``git archive main | tar -x -C DIR``), measured in the same
+run, interleaved with the others, by this script.
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ SCALING_BOARDS = (
     ("taskflow", "redis"),
     ("taskflow", "zookeeper"),
 )
+#: The library label of the --baseline tree's flowengine, and how tables name each label.
+BASE = "flowengine-base"
+LABELS = {"flowengine": "flowengine", BASE: "flowengine before", "taskflow": "TaskFlow 6.5"}
+#: Where --baseline's flowengine is imported from (set by main()).
+BASELINE_DIR: str | None = None
 #: How long the conductor processes of one measurement may take to start
 #: (imports, connection, the first one's posting) on a loaded machine.
 SCALING_START_TIMEOUT_S = 120.0
@@ -216,9 +226,15 @@ def scale_child(lib: str, kind: str, where: str, tag: str, jobs: int, index: int
 
 def _child_env(lib: str) -> dict:
     env = dict(os.environ)
-    if lib == "flowengine":
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
+    if lib in ("flowengine", BASE):
+        root = BASELINE_DIR if lib == BASE else REPO_ROOT
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
+
+
+def _module(lib: str) -> str:
+    """The package a library label imports (the baseline is a flowengine too)."""
+    return "flowengine" if lib == BASE else lib
 
 
 def _scale_measure(python: str, lib: str, kind: str, where: str, jobs: int, n: int) -> dict:
@@ -230,7 +246,14 @@ def _scale_measure(python: str, lib: str, kind: str, where: str, jobs: int, n: i
     with tempfile.TemporaryFile("w+") as errors:
         try:
             for i in range(n):
-                cmd = [python, os.path.abspath(__file__), "--scale-child", lib, kind, where]
+                cmd = [
+                    python,
+                    os.path.abspath(__file__),
+                    "--scale-child",
+                    _module(lib),
+                    kind,
+                    where,
+                ]
                 proc = subprocess.Popen(
                     [*cmd, tag, str(jobs), str(i)],
                     stdin=subprocess.PIPE,
@@ -309,7 +332,7 @@ def _tail(errors) -> str:
 def _measure(python: str, lib: str, kind: str, where: str, jobs: int) -> dict:
     env = _child_env(lib)
     proc = subprocess.run(
-        [python, os.path.abspath(__file__), "--child", lib, kind, where, str(jobs)],
+        [python, os.path.abspath(__file__), "--child", _module(lib), kind, where, str(jobs)],
         capture_output=True,
         text=True,
         env=env,
@@ -318,7 +341,7 @@ def _measure(python: str, lib: str, kind: str, where: str, jobs: int) -> dict:
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         return {"lib": lib, "board": kind, "ok": False, "error": proc.stderr[-2000:]}
-    return json.loads(lines[-1])
+    return {**json.loads(lines[-1]), "lib": lib}
 
 
 def _spread(runs: list[dict]) -> tuple[float, str] | None:
@@ -330,17 +353,43 @@ def _spread(runs: list[dict]) -> tuple[float, str] | None:
     return med, f"{med:.1f} ({min(rates):.0f}-{max(rates):.0f})"
 
 
+def _ratio(cells: dict, a: tuple, b: tuple) -> str:
+    x, y = cells.get(a), cells.get(b)
+    return f"{x[0] / y[0]:.2f}x" if x and y else "-"
+
+
 def _table(results: dict[tuple[str, str], list[dict]]) -> str:
     cells = {key: _spread(runs) for key, runs in results.items()}
-    out = [
-        "| board | flowengine jobs/s | TaskFlow 6.5 jobs/s | flowengine / TaskFlow |",
-        "|---|---:|---:|---:|",
+    libs = [lib for lib in LABELS if any(k[0] == lib for k in cells)]
+    pairs = [
+        (a, b) for a, b in (("flowengine", "taskflow"), (BASE, "taskflow"), ("flowengine", BASE))
     ]
+    pairs = [(a, b) for a, b in pairs if a in libs and b in libs]
+    head = [f"{LABELS[lib]} jobs/s" for lib in libs] + [
+        f"{LABELS[a]} / {LABELS[b]}" for a, b in pairs
+    ]
+    out = ["| board | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
     for kind in ("redis", "zookeeper", "sqlite"):
-        fe, tf = cells.get(("flowengine", kind)), cells.get(("taskflow", kind))
-        ratio = f"{fe[0] / tf[0]:.2f}x" if fe and tf else "-"
-        none = "- (TaskFlow has no SQL board)" if kind == "sqlite" else "-"
-        out.append(f"| {kind} | {fe[1] if fe else '-'} | {tf[1] if tf else none} | {ratio} |")
+        if not any(k[1] == kind for k in cells):
+            continue
+        row = []
+        for lib in libs:
+            cell = cells.get((lib, kind))
+            none = "- (no SQL board)" if lib == "taskflow" and kind == "sqlite" else "-"
+            row.append(cell[1] if cell else none)
+        row += [_ratio(cells, (a, kind), (b, kind)) for a, b in pairs]
+        out.append(f"| {kind} | " + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
+def _lag_table(results: dict[tuple[str, str], list[dict]]) -> str:
+    """How long each conductor took after the last post: its own speed, not the poster's."""
+    out = ["| board | library | last post -> all consumed, s (median, min-max) |", "|---|---|---:|"]
+    for (lib, kind), runs in results.items():
+        lags = [r["elapsed_s"] - r["post_s"] for r in runs if r.get("ok")]
+        if lags and len(lags) == len(runs):
+            med = statistics.median(lags)
+            out.append(f"| {kind} | {LABELS[lib]} | {med:.2f} ({min(lags):.2f}-{max(lags):.2f}) |")
     return "\n".join(out)
 
 
@@ -349,19 +398,17 @@ def _scaling_table(results: dict[tuple[str, str, int], list[dict]], counts: list
     head = " | ".join(f"{n} conductor{'s' if n > 1 else ''}" for n in counts)
     out = [f"| board | library | {head} |", "|---|---|" + "---:|" * len(counts)]
     for kind in ("redis", "zookeeper", "postgresql"):
-        libs = [
-            lib for lib in ("flowengine", "taskflow") if any(k[:2] == (lib, kind) for k in cells)
-        ]
+        libs = [lib for lib in LABELS if any(k[:2] == (lib, kind) for k in cells)]
         for lib in libs:
             row = [cells.get((lib, kind, n)) for n in counts]
-            name = "TaskFlow 6.5" if lib == "taskflow" else lib
-            out.append(f"| {kind} | {name} | " + " | ".join(c[1] if c else "-" for c in row) + " |")
-        if len(libs) == 2:
-            ratios = []
-            for n in counts:
-                fe, tf = cells.get(("flowengine", kind, n)), cells.get(("taskflow", kind, n))
-                ratios.append(f"{fe[0] / tf[0]:.2f}x" if fe and tf else "-")
-            out.append(f"| {kind} | flowengine / TaskFlow | " + " | ".join(ratios) + " |")
+            out.append(
+                f"| {kind} | {LABELS[lib]} | " + " | ".join(c[1] if c else "-" for c in row) + " |"
+            )
+        for a, b in (("flowengine", "taskflow"), (BASE, "taskflow"), ("flowengine", BASE)):
+            if a in libs and b in libs:
+                ratios = [_ratio(cells, (a, kind, n), (b, kind, n)) for n in counts]
+                name = f"{LABELS[a]} / {LABELS[b]}"
+                out.append(f"| {kind} | {name} | " + " | ".join(ratios) + " |")
     return "\n".join(out)
 
 
@@ -388,7 +435,7 @@ def _servers(kinds: set[str], tmp: str) -> Iterator[dict[str, str]]:
 
 
 def _pythons(libs: set[str]) -> dict[str, str]:
-    pythons = {"flowengine": sys.executable}
+    pythons = {"flowengine": sys.executable, BASE: sys.executable}
     if "taskflow" in libs:
         pythons["taskflow"] = bench_core.ensure_taskflow_python(
             bench_core.TASKFLOW_VENV, "taskflow==6.5.0"
@@ -449,6 +496,11 @@ def main(argv: list[str] | None = None) -> int:
         default=list(SCALING_CONDUCTORS),
         help="conductor processes per --scaling measurement (%(default)s)",
     )
+    p.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="also measure the flowengine of this source tree ('flowengine before')",
+    )
     p.add_argument("--json", action="store_true", help="also print every run as JSON")
     p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     p.add_argument("--scale-child", nargs=6, help=argparse.SUPPRESS)
@@ -463,10 +515,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.repeat < 5:
         p.error("--repeat must be at least 5 (medians of fewer runs are noise)")
+    pairs = list(SCALING_BOARDS if args.scaling else BOARDS)
+    if args.baseline:
+        global BASELINE_DIR
+        BASELINE_DIR = os.path.abspath(args.baseline)
+        if not os.path.isdir(os.path.join(BASELINE_DIR, "flowengine")):
+            p.error(f"--baseline {args.baseline}: no flowengine package in that directory")
+        pairs += [(BASE, kind) for lib, kind in pairs if lib == "flowengine"]
     wanted = [
         (lib, kind)
-        for lib, kind in (SCALING_BOARDS if args.scaling else BOARDS)
-        if (not args.lib or lib in args.lib) and (not args.board or kind in args.board)
+        for lib, kind in pairs
+        if (not args.lib or _module(lib) in args.lib) and (not args.board or kind in args.board)
     ]
     if not wanted:
         p.error("no board of that library in this mode (TaskFlow has no SQL board)")
@@ -492,6 +551,11 @@ def main(argv: list[str] | None = None) -> int:
         f" median (min-max) of {args.repeat} runs (same Redis / ZooKeeper servers for both)\n"
     )
     print(_table(results))
+    print(
+        "\nA conductor that keeps up with the poster ends soon after the last post;"
+        " jobs/s is then the poster's rate.\n"
+    )
+    print(_lag_table(results))
     if args.json:
         print(json.dumps({f"{k[0]}/{k[1]}": v for k, v in results.items()}, indent=1))
     return 0 if all(r.get("ok") for runs in results.values() for r in runs) else 1

@@ -20,14 +20,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import futurist
+
 from flowengine import exceptions as excp
 from flowengine.conductors import base
-from flowengine.conductors.backends import outcomes
+from flowengine.conductors.backends import outcomes, walk
 from flowengine.jobs import records
 from flowengine.listeners import claims as claims_listener
 from flowengine.listeners import logging as logging_listener
@@ -46,6 +49,13 @@ RACE_RETRY_S = 0.2
 #: Pause after a board failure while listing/claiming (its server is down):
 #: short, since the event thread reports when it is back.
 BOARD_FAILURE_PAUSE_S = 0.5
+#: After the last sign of another claimer on the board (a lost race, a job
+#: claimed or consumed by someone else), keep spreading claims for this long
+#: (see :mod:`.walk`); a conductor alone goes back to strict order after it.
+RIVALS_MEMORY_S = 10.0
+
+#: What one claim attempt came to.
+CLAIMED, HELD, GONE, SKIPPED = "claimed", "held", "gone", "skipped"
 
 
 class ExecutorConductor(base.Conductor):
@@ -118,6 +128,11 @@ class ExecutorConductor(base.Conductor):
         self._running: dict[str, outcomes.Running] = {}
         self._running_lock = threading.Lock()
         self._finisher = outcomes.Finisher(self)
+        # Each conductor draws its own starting points (see walk.py).
+        self._rng = random.Random()
+        self._rivals_seen_at = float("-inf")  # time.monotonic() of the last sign
+        #: Claim attempts that found the job held or gone (observability, tests).
+        self.claims_lost = 0
 
     def _executor_factory(self) -> Any:
         raise excp.NotImplementedError("This method must be implemented but it has not been")
@@ -234,12 +249,27 @@ class ExecutorConductor(base.Conductor):
                 continue
             rec = job.record
             when = rec.lease_expires_at if rec.leased else rec.not_before
+            if rec.leased and job.uuid not in held:
+                self._saw_rivals()  # another claimer works this board
             if rec.leased or (rec.not_before is not None and rec.not_before > now):
                 if when is not None and job.uuid not in held:
                     due = when if due is None else min(due, when)
                 continue
             ready.append(job)
         return ready, due
+
+    def _saw_rivals(self) -> None:
+        self._rivals_seen_at = time.monotonic()
+
+    def _walk(self, ready: list[Any]) -> walk.ClaimWalk:
+        """The order to try ``ready`` in: spread out while other claimers are about."""
+        rivals = time.monotonic() - self._rivals_seen_at < RIVALS_MEMORY_S
+        return walk.ClaimWalk(ready, spread=rivals, rng=self._rng)
+
+    def _taken_meanwhile(self, job: Any) -> bool:
+        """Whether the board heard that someone claimed or finished ``job`` since listing it."""
+        taken = getattr(self._jobboard, "taken_since_listed", None)
+        return taken is not None and bool(taken(job))
 
     def _idle(self, seen: int, due: float | None) -> None:
         if not self._leased_board:
@@ -250,8 +280,8 @@ class ExecutorConductor(base.Conductor):
             timeout = min(timeout, max(0.0, due - time.time()) + DEADLINE_SLACK_S)
         self._jobboard.wait_for_change(seen, timeout)
 
-    def _claim_and_submit(self, executor: Any, job: Any) -> bool | None:
-        """True: dispatched; False: another claimer won it (look again); None: skip it."""
+    def _claim_and_submit(self, executor: Any, job: Any) -> str:
+        """CLAIMED (dispatched), HELD (another claimer has it), GONE (finished) or SKIPPED."""
         self._log.debug("Trying to claim job: %s", job)
         try:
             self._jobboard.claim(job, self._name)
@@ -259,10 +289,10 @@ class ExecutorConductor(base.Conductor):
             self._log.debug("Job not claimable (%s): %s", e, job)
             # Held by another claimer: list again to learn when its lease is
             # due. Backing off or dead-lettered: the next listing shows it.
-            return False if getattr(e, "held_by", None) else None
+            return HELD if getattr(e, "held_by", None) else SKIPPED
         except excp.NotFound:
             self._log.debug("Job already consumed: %s", job)
-            return None
+            return GONE
         run = self._running_entry(job)
         self._notifier.notify("job_claimed", {"job": job, "conductor": self})
         if hasattr(self._jobboard, "on_claim_lost"):
@@ -277,7 +307,34 @@ class ExecutorConductor(base.Conductor):
                 self._running.pop(job.uuid, None)
             raise
         fut.add_done_callback(functools.partial(self._on_job_done, job))
-        return True
+        return CLAIMED
+
+    def _chains_claims(self, executor: Any) -> bool:
+        """Whether to claim the next job with the consume of the current one (see below)."""
+        return isinstance(executor, futurist.SynchronousExecutor) and hasattr(
+            self._jobboard, "claim_with_next_consume"
+        )
+
+    def _claim_next_with_consume(self, order: walk.ClaimWalk, limit: int, dispatched: int) -> None:
+        """Ask the board to claim the walk's next job with the consume of the one about to run.
+
+        Only for a conductor that runs one job at a time inline (blocking):
+        the job's consume happens before the walk goes on, and the next job
+        it takes is known. Where the board can (ZooKeeper), one write then
+        serves both; a claim made so is handed over by the next claim() and
+        given back by _drop_next_claim() if the walk ends first.
+        """
+        then = order.peek()
+        if then is not None and (0 <= limit <= dispatched + 1 or self._taken_meanwhile(then)):
+            then = None
+        self._jobboard.claim_with_next_consume(then, self._name)
+
+    def _drop_next_claim(self, chain: bool) -> None:
+        if chain:
+            try:
+                self._jobboard.drop_next_claim(self._name)
+            except excp.JobFailure:
+                self._log.warning("Could not give back a job claimed ahead", exc_info=True)
 
     def _run_until_dead(self, executor: Any, max_dispatches: int | None = None) -> None:
         limit = -1 if max_dispatches is None else max_dispatches
@@ -287,28 +344,44 @@ class ExecutorConductor(base.Conductor):
             seen = self._jobboard.change_seq if self._leased_board else 0
             any_dispatched = lost_race = False
             due = None
+            chain = self._chains_claims(executor)
             try:
                 ready, due = self._candidates()
-                for job in ready:
+                order = self._walk(ready)
+                for job in order:
                     if not self._can_claim_more_jobs(job) or 0 <= limit <= dispatched:
                         break
+                    if self._taken_meanwhile(job):
+                        # Claimed or finished by another since the listing: a
+                        # claim would be refused, and whoever works near here
+                        # is likely to take the next ones too.
+                        self._saw_rivals()
+                        order.scatter()
+                        lost_race = True
+                        continue
+                    if chain:
+                        self._claim_next_with_consume(order, limit, dispatched)
                     claimed = self._claim_and_submit(executor, job)
-                    if claimed:
+                    if claimed == CLAIMED:
                         any_dispatched = True
                         dispatched += 1
-                    elif claimed is False:
-                        # Another conductor won it: claims publish nothing, so
-                        # list again soon to learn when its lease is due.
-                        lost_race = True
+                    elif claimed in (HELD, GONE):
+                        self.claims_lost += 1
+                        self._saw_rivals()
+                        order.scatter()
+                        # Held: list again soon to learn when its lease is due.
+                        lost_race = lost_race or claimed == HELD
             except excp.JobFailure:
                 self._log.warning(
                     "Job board failure while looking for jobs; retrying", exc_info=True
                 )
+                self._drop_next_claim(chain)
                 if self._leased_board:
                     self._jobboard.wait_for_change(seen, BOARD_FAILURE_PAUSE_S)
                 else:
                     self._wait_timeout.wait()
                 continue
+            self._drop_next_claim(chain)
             if lost_race:
                 due = min(due or float("inf"), time.time() + RACE_RETRY_S)
             if not any_dispatched and not is_stopped():
@@ -327,6 +400,10 @@ class ExecutorConductor(base.Conductor):
             self._jobboard.register_entity(self.conductor)
             with contextlib.ExitStack() as stack:
                 executor = stack.enter_context(self._executor_factory())
-                self._run_until_dead(executor, max_dispatches=max_dispatches)
+                try:
+                    self._run_until_dead(executor, max_dispatches=max_dispatches)
+                finally:
+                    # Nothing claimed ahead outlives the loop (see _claim_next_with_consume).
+                    self._drop_next_claim(self._chains_claims(executor))
         finally:
             self._dead.set()

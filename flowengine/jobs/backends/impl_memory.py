@@ -214,6 +214,7 @@ class MemoryStore(BoardStore):
                 f"Job {uuid} was claimed {max_attempts} times without"
                 f" finishing: moved to the dead letter"
             )
+        self._emit(BoardEvent(EventKind.CLAIMED, uuid))
         return claim
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:

@@ -74,6 +74,7 @@ redis.call('HSET', KEYS[2], 'attempts', attempts, 'token', token, 'owner', ARGV[
 redis.call('DEL', KEYS[3])
 redis.call('HSET', KEYS[3], 'who', ARGV[2], 'token', token)
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PUBLISH', ARGV[6], 'claimed ' .. ARGV[1])
 return {'ok', tostring(token), tostring(attempts)}
 """
 )

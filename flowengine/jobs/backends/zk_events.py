@@ -3,11 +3,12 @@
 Two children watches feed :class:`ZkEvents`: one on the listed jobs (a
 child appears: POSTED; one disappears: DONE) and one on the leases (one
 disappears: RELEASED, whether given back or expired with its claimer's
-session). ZooKeeper fires a watch once and this module re-arms it with a
-fresh listing, so changes between two listings are compared as sets; a
-change that added and removed the same job in between is still a change,
-and wakes waiters as a RESYNC. A reconnection after a suspended or lost
-session also delivers RESYNC: what happened meanwhile must be re-read.
+session; one appears: CLAIMED, a hint for the other claimers). ZooKeeper
+fires a watch once and this module re-arms it with a fresh listing, so
+changes between two listings are compared as sets; a change that added and
+removed the same job in between is still a change, and wakes waiters as a
+RESYNC. A reconnection after a suspended or lost session also delivers
+RESYNC: what happened meanwhile must be re-read.
 
 The watches are this module's, not kazoo's ``ChildrenWatch``: kazoo
 re-sends no watch to the server it reconnects to, and its ``ChildrenWatch``
@@ -105,7 +106,7 @@ class ZkEvents:
         self._queue: queue.Queue[BoardEvent | _Listing | None] = queue.Queue()
         self._watches = [
             _SetWatch(EventKind.POSTED, EventKind.DONE, self._queue.put),
-            _SetWatch(None, EventKind.RELEASED, self._queue.put),
+            _SetWatch(EventKind.CLAIMED, EventKind.RELEASED, self._queue.put),
         ]
         self._paths = (listed_path, leases_path)
         self._name = name
