@@ -344,6 +344,14 @@ def _measure(python: str, lib: str, kind: str, where: str, jobs: int) -> dict:
     return {**json.loads(lines[-1]), "lib": lib}
 
 
+def _show_run(label: str, run: dict) -> None:
+    """One line on stderr per measurement as it ends (and its error if it failed)."""
+    shown = f"{run['jobs_per_s']:.1f} jobs/s" if run.get("ok") else "FAILED"
+    print(f"# run {label} {shown}", file=sys.stderr, flush=True)
+    if not run.get("ok"):
+        print(run.get("error", ""), file=sys.stderr)
+
+
 def _spread(runs: list[dict]) -> tuple[float, str] | None:
     """(median jobs/s, "median (min-max)") of runs that all succeeded; None otherwise."""
     if not runs or not all(r.get("ok") for r in runs):
@@ -460,14 +468,7 @@ def _run_scaling(args, wanted: list[tuple[str, str]]) -> int:
                 for n in counts:
                     run = _scale_measure(pythons[lib], lib, kind, where[kind], args.jobs, n)
                     results[(lib, kind, n)].append(run)
-                    shown = f"{run['jobs_per_s']:.1f} jobs/s" if run.get("ok") else "FAILED"
-                    print(
-                        f"# run {rep + 1}/{args.repeat} {lib:10} {kind:10} x{n} {shown}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                    if not run.get("ok"):
-                        print(run.get("error", ""), file=sys.stderr)
+                    _show_run(f"{rep + 1}/{args.repeat} {lib:10} {kind:10} x{n}", run)
     print(
         f"\njobs/s against conductor processes, {args.jobs} one-task jobs posted"
         f" beforehand, blocking conductors, median (min-max) of {args.repeat} runs,"
@@ -538,14 +539,7 @@ def main(argv: list[str] | None = None) -> int:
             for lib, kind in wanted:
                 run = _measure(pythons[lib], lib, kind, where[kind], args.jobs)
                 results[(lib, kind)].append(run)
-                shown = f"{run['jobs_per_s']:.1f} jobs/s" if run.get("ok") else "FAILED"
-                print(
-                    f"# run {rep + 1}/{args.repeat} {lib:10} {kind:9} {shown}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if not run.get("ok"):
-                    print(run.get("error", ""), file=sys.stderr)
+                _show_run(f"{rep + 1}/{args.repeat} {lib:10} {kind:9}", run)
     print(
         f"\njobs/s, post -> consumed, {args.jobs} one-task jobs, one blocking conductor,"
         f" median (min-max) of {args.repeat} runs (same Redis / ZooKeeper servers for both)\n"
