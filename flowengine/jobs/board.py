@@ -330,10 +330,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             job.uuid, who, lease_s, self.policy.max_attempts, self.policy.outcome_ttl_s
         )
         if isinstance(job, _Job):
-            job._claimed(claim)
-        with self._lock:
-            if isinstance(job, _Job):
-                self._claimed[job.uuid] = job
+            self._record_claim(job, claim)
         if expiry is None:
             self._keeper.hold(job.uuid, claim.token)
         LOG.debug(
@@ -384,10 +381,21 @@ class LeasedJobBoard(base.NotifyingJobBoard):
                 self._prefetched[job.uuid] = ahead  # not this claim's: given back later
             return False
         if isinstance(job, _Job) and job is not ahead[0]:
-            job._claimed(ahead[1])
-            with self._lock:
-                self._claimed[job.uuid] = job
+            self._record_claim(job, ahead[1])
         return True
+
+    def _record_claim(self, job: _Job, claim: records.Claim, ahead: bool = False) -> None:
+        """Remember ``job`` as claimed under ``claim``.
+
+        ``ahead``: claimed with a consume, to be handed over by the next
+        :meth:`claim` (in the same lock hold, so that a loss reported
+        meanwhile drops both records).
+        """
+        job._claimed(claim)
+        with self._lock:
+            self._claimed[job.uuid] = job
+            if ahead:
+                self._prefetched[job.uuid] = (job, claim)
 
     def extend_lease(self, job: base.Job, expiry: float) -> bool:
         """Set the job's claim to end ``expiry`` s from now; False if it is lost."""
@@ -469,10 +477,7 @@ class LeasedJobBoard(base.NotifyingJobBoard):
             outcome_ttl_s=self.policy.outcome_ttl_s,
         )
         if claim is not None:
-            then._claimed(claim)
-            with self._lock:
-                self._claimed[then.uuid] = then
-                self._prefetched[then.uuid] = (then, claim)
+            self._record_claim(then, claim, ahead=True)
             self._keeper.hold(then.uuid, claim.token)
             LOG.debug(
                 "Job %s claimed by %s with the consume of %s (token %d, attempt %d)",
