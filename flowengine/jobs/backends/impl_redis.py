@@ -173,9 +173,16 @@ class RedisStore(BoardStore):
             # Posts, claims, renewals and outcomes count once a replica has
             # them: a failover then loses none (see redis_replicas).
             scripted = redis_replicas.replicated(self._client, self.replicas, self._where)
+            sources = {name: getattr(self.SCRIPTS, name) for name in self.SCRIPTS.__all__}
+            # Loaded now, in one round trip: otherwise each script's first
+            # call is refused (NOSCRIPT) and sent again after a SCRIPT LOAD.
+            # (A restarted server forgets them: redis-py then loads them so.)
+            pipe = self._client.pipeline(transaction=False)
+            for source in sources.values():
+                pipe.script_load(source)
+            pipe.execute()
             self._scripts = {
-                name: scripted.register_script(getattr(self.SCRIPTS, name))
-                for name in self.SCRIPTS.__all__
+                name: scripted.register_script(source) for name, source in sources.items()
             }
 
     def close(self) -> None:
@@ -430,9 +437,15 @@ class RedisStore(BoardStore):
         self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
     ) -> Claim:
         """Lease the job to ``who`` (see BoardStore.claim)."""
+        keys, args = self._claim_script_args(uuid, who, lease_s, max_attempts, outcome_ttl_s)
+        return claim_from_reply(uuid, who, self._run("CLAIM", keys, args))
+
+    def _claim_script_args(
+        self, uuid: str, who: str, lease_s: float, max_attempts: int, outcome_ttl_s: float
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the CLAIM script."""
         keys = self._job_keys(uuid)
-        reply = self._run(
-            "CLAIM",
+        return (
             [
                 self._listed,
                 keys["state"],
@@ -450,7 +463,6 @@ class RedisStore(BoardStore):
                 self.channel,
             ],
         )
-        return claim_from_reply(uuid, who, reply)
 
     def renew(self, held: Sequence[tuple[str, int]], lease_s: float) -> set[str]:
         """One script extends every held lease; returns the lost uuids."""
@@ -479,9 +491,68 @@ class RedisStore(BoardStore):
         outcome_ttl_s: float = 0.0,
     ) -> Outcome | None:
         """Consume / trash / abandon / fail, fenced by ``token`` (one script)."""
+        keys, args = self._finish_script_args(
+            uuid, who, token, action, outcome, reason, backoff_s, max_attempts, outcome_ttl_s
+        )
+        return self._finished(uuid, token, action, who, self._run("FINISH", keys, args))
+
+    def consume_and_claim(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        next_uuid: str,
+        *,
+        outcome: str,
+        reason: str | None,
+        lease_s: float,
+        max_attempts: int,
+        outcome_ttl_s: float,
+    ) -> tuple[Outcome | None, Claim | None]:
+        """Consume and claim the next job in ONE script (one round trip for both).
+
+        The next job is claimed only if CLAIM would grant it (see
+        BoardStore.consume_and_claim); the consume is :meth:`finish`'s.
+        """
+        if "CONSUME_AND_CLAIM" not in self._scripts:  # a layout without it (TaskFlow's)
+            return super().consume_and_claim(
+                uuid,
+                who,
+                token,
+                next_uuid,
+                outcome=outcome,
+                reason=reason,
+                lease_s=lease_s,
+                max_attempts=max_attempts,
+                outcome_ttl_s=outcome_ttl_s,
+            )
+        finish_keys, finish_args = self._finish_script_args(
+            uuid, who, token, Action.CONSUME, outcome, reason, 0.0, max_attempts, outcome_ttl_s
+        )
+        claim_keys, claim_args = self._claim_script_args(
+            next_uuid, who, lease_s, max_attempts, outcome_ttl_s
+        )
+        reply = self._run("CONSUME_AND_CLAIM", finish_keys + claim_keys, finish_args + claim_args)
+        done = self._finished(uuid, token, Action.CONSUME, who, reply)
+        if len(reply) < 4:
+            return done, None
+        return done, claim_from_reply(next_uuid, who, ["ok", reply[2], reply[3]])
+
+    def _finish_script_args(
+        self,
+        uuid: str,
+        who: str,
+        token: int,
+        action: Action,
+        outcome: str | None,
+        reason: str | None,
+        backoff_s: float,
+        max_attempts: int,
+        outcome_ttl_s: float,
+    ) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the FINISH script."""
         keys = self._job_keys(uuid)
-        reply = self._run(
-            "FINISH",
+        return (
             [
                 self._listed,
                 keys["state"],
@@ -504,6 +575,12 @@ class RedisStore(BoardStore):
                 self.channel,
             ],
         )
+
+    @staticmethod
+    def _finished(
+        uuid: str, token: int, action: Action, who: str, reply: list[Any]
+    ) -> Outcome | None:
+        """What a FINISH script's ``reply`` says: the outcome, None (released), or the error."""
         status = reply[0]
         if status == "done":
             return Outcome.from_dict(json.loads(reply[1]))

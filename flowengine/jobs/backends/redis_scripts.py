@@ -24,7 +24,7 @@ Keys (``<ns>`` is the board's namespace):
 
 from __future__ import annotations
 
-__all__ = ["CLAIM", "FINISH", "POST", "RENEW", "REQUEUE"]
+__all__ = ["CLAIM", "CONSUME_AND_CLAIM", "FINISH", "POST", "RENEW", "REQUEUE"]
 
 _NOW = """
 local t = redis.call('TIME')
@@ -45,11 +45,8 @@ redis.call('PUBLISH', ARGV[3], 'posted ' .. ARGV[1])
 return {'ok', tostring(seq)}
 """
 
-#: KEYS listed, state, owner, token counter, dead, outcome;
-#: ARGV uuid, who, lease_ms, max_attempts, outcome_ttl_ms, channel
-CLAIM = (
-    _NOW
-    + """
+#: The body of CLAIM (run after _NOW, which sets ``now``).
+_CLAIM_BODY = """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local holder = redis.call('HGET', KEYS[3], 'who')
@@ -77,7 +74,10 @@ redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('PUBLISH', ARGV[6], 'claimed ' .. ARGV[1])
 return {'ok', tostring(token), tostring(attempts)}
 """
-)
+
+#: KEYS listed, state, owner, token counter, dead, outcome;
+#: ARGV uuid, who, lease_ms, max_attempts, outcome_ttl_ms, channel
+CLAIM = _NOW + _CLAIM_BODY
 
 #: KEYS owner_1, state_1, ..., owner_n, state_n, listed;
 #: ARGV lease_ms, uuid_1, token_1, ... -> the uuids lost
@@ -103,12 +103,8 @@ end
 return lost
 """
 
-#: KEYS listed, state, owner, outcome, trash, dead, done;
-#: ARGV uuid, who, token, action, outcome, reason, backoff_ms, max_attempts,
-#: outcome_ttl_ms, channel
-FINISH = (
-    _NOW
-    + """
+#: The body of FINISH (run after _NOW, which sets ``now``).
+_FINISH_BODY = """
 local posting = redis.call('HGET', KEYS[1], ARGV[1])
 if not posting then return {'unknown'} end
 local owner = redis.call('HGET', KEYS[2], 'owner')
@@ -149,6 +145,39 @@ local encoded = cjson.encode(rec)
 redis.call('SET', KEYS[4], encoded, 'PX', ARGV[9])
 redis.call('PUBLISH', ARGV[10], 'done ' .. ARGV[1] .. ' ' .. outcome)
 return {'done', encoded}
+"""
+
+#: KEYS listed, state, owner, outcome, trash, dead, done;
+#: ARGV uuid, who, token, action, outcome, reason, backoff_ms, max_attempts,
+#: outcome_ttl_ms, channel
+FINISH = _NOW + _FINISH_BODY
+
+#: FINISH's KEYS and ARGV (action 'consume'), then CLAIM's for the next job:
+#: one round trip for a blocking conductor's consume and its next claim.
+#: FINISH's reply, with CLAIM's token and attempts appended when the next
+#: job was claimed; it is claimed only where CLAIM would grant it (a job
+#: due for the dead letter is left to a claim of its own, which parks it).
+#: The bodies run as functions whose parameters shadow KEYS and ARGV.
+CONSUME_AND_CLAIM = (
+    _NOW
+    + "local function finish(KEYS, ARGV)\n"
+    + _FINISH_BODY
+    + "end\nlocal function claim(KEYS, ARGV)\n"
+    + _CLAIM_BODY
+    + """end
+local function slice(list, first, last)
+  local out = {}
+  for i = first, last do out[#out + 1] = list[i] end
+  return out
+end
+local done = finish(slice(KEYS, 1, 7), slice(ARGV, 1, 10))
+if done[1] ~= 'done' then return done end
+local keys, args = slice(KEYS, 8, 13), slice(ARGV, 11, 16)
+local attempts = tonumber(redis.call('HGET', keys[2], 'attempts') or '0')
+if attempts >= tonumber(args[4]) then return done end
+local claimed = claim(keys, args)
+if claimed[1] ~= 'ok' then return done end
+return {'done', done[2], claimed[2], claimed[3]}
 """
 )
 
