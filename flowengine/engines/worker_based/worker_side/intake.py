@@ -236,7 +236,8 @@ class Intake:
             self._replier.tell_later(verdict.held)
         try:
             self._performer.submit(
-                Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held)
+                Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held),
+                alone=len(self._memory) == 1,
             )
         except Exception as e:
             self._memory.forget(key)
