@@ -4,9 +4,11 @@ Handing a taken request to a pool thread costs a thread wake-up (and, under
 the interpreter lock, often a second wait for it) on every task's path: about
 7 % of a steady task on the memory transport. A worker whose pool is its own
 therefore runs a request on the thread that took it when the loop has nothing
-else to do meanwhile: no other request is held, and the bodies of that task
-class and action ran short (under :data:`SHORT_BODY_S`) the last
-:data:`SHORT_STREAK` times. The loop then takes nothing for that short while,
+else to do meanwhile: no other request is held, its engine sent it only once
+this loop was done with the one before (a chain's next task, not one of a
+burst queued behind it: :class:`Pace`), and the bodies of that task class and
+action ran short (under :data:`SHORT_BODY_S`) the last :data:`SHORT_STREAK`
+times. The loop then takes nothing for that short while,
 as if the request had filled the worker for a moment; heartbeats, control
 requests and time limits have threads of their own. A body that runs long
 anyway (its class's history misled) holds the loop only once: its class goes
@@ -16,7 +18,7 @@ Bodies are run alike on either thread (same runner, limits, fencing).
 
 from __future__ import annotations
 
-__all__ = ["SHORT_BODY_S", "SHORT_STREAK", "ShortBodies"]
+__all__ = ["SHORT_BODY_S", "SHORT_STREAK", "Pace", "ShortBodies"]
 
 #: A body that returns within this many seconds is short: the longest the
 #: consume loop is meant to take nothing while it runs one (a prefetched
@@ -53,3 +55,34 @@ class ShortBodies:
     def is_short(self, task_cls: str, action: str) -> bool:
         """Whether the last runs of ``task_cls``'s ``action`` were all short."""
         return self._runs.get((task_cls, action), 0) >= self._streak
+
+
+class Pace:
+    """Tells a chain's next request (sent after the last was done) from a burst's (queued).
+
+    One consume loop's (used by its thread only). Two requests of one engine
+    were sent ``d`` apart on the engine's clock (header ``enqueued``); when
+    the loop spent ``b`` on the first (from taking it until it was run or
+    handed over) and ``d >= b``, the second cannot have waited for the loop:
+    the loop would not run a burst's requests one after another while the
+    pool's threads sit idle. Only differences of one clock are compared, so
+    the hosts' clocks never are; requests without ``enqueued`` (TaskFlow's)
+    or from another engine than the last never count as a chain's.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float, float] | None = None
+
+    def follows_last(self, reply_to: str, enqueued: float | None) -> bool:
+        """Whether this request was sent after the loop was done with its last one."""
+        last = self._last
+        return (
+            enqueued is not None
+            and last is not None
+            and last[0] == reply_to
+            and enqueued - last[1] >= last[2]
+        )
+
+    def took(self, reply_to: str, enqueued: float | None, busy_s: float) -> None:
+        """The loop was busy ``busy_s`` with a request (sent at ``enqueued``)."""
+        self._last = None if enqueued is None else (reply_to, enqueued, busy_s)
