@@ -55,11 +55,19 @@ def sent_now() -> dict[str, float]:
     return {names.HEADER_ENQUEUED: clock.wall()}
 
 
-def run_one_by_one(client: Client, task: object, count: int, stamped: bool = True) -> list[str]:
+def run_one_by_one(
+    client: Client,
+    task: object,
+    count: int,
+    stamped: bool = True,
+    settled: wk.Worker | None = None,
+) -> list[str]:
     """Request ``task`` ``count`` times, each after the last was answered; thread names.
 
     ``stamped``: with the send time a flowengine engine gives each request
-    (False: none, as TaskFlow's).
+    (False: none, as TaskFlow's). ``settled``: after each answer, wait until
+    that worker holds no request (a pool thread lets go of one just after
+    sending its outcome), so that the next one is taken alone.
     """
     ran_on = []
     for _ in range(count):
@@ -67,6 +75,9 @@ def run_one_by_one(client: Client, task: object, count: int, stamped: bool = Tru
         reply = client.final(client.request(task, routing_key="a", headers=headers))
         assert reply["state"] == "SUCCESS", reply
         ran_on.append(reply["data"]["result"])
+        if settled is not None:
+            memory = settled.server.memory
+            assert memory.wait_until_at_most(0, threading.Event(), WAIT_S), "request still held"
     return ran_on
 
 
@@ -91,7 +102,7 @@ def test_short_requests_taken_alone_run_on_the_consume_thread_after_their_streak
     worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # When a short task is asked for one request at a time
-        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3)
+        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3, settled=worker)
     # Then its first runs are on the pool, the rest on the consume loop's thread
     assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
     assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3
@@ -102,13 +113,16 @@ def test_a_long_body_sends_its_class_back_to_the_pool():
     worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # Given a class whose requests run on the consume loop's thread
-        assert run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1)[-1] == CONSUME_THREAD
+        assert (
+            run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1, settled=worker)[-1]
+            == CONSUME_THREAD
+        )
         # When one of its bodies runs long (there, once)
         st.LONG.set()
-        assert run_one_by_one(client, st.Named(), 1) == [CONSUME_THREAD]
+        assert run_one_by_one(client, st.Named(), 1, settled=worker) == [CONSUME_THREAD]
         st.LONG.clear()
         # Then its next requests run on the pool until it ran short often enough again
-        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1)
+        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1, settled=worker)
     assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
     assert ran_on[-1] == CONSUME_THREAD
 
@@ -118,7 +132,7 @@ def test_a_short_request_goes_to_the_pool_while_another_is_held():
     worker = wk.Worker(exchange, "a", [st.Named, tt.Hold], threads_count=2, **MEMORY)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # Given a short class, and a request of another class running
-        run_one_by_one(client, st.Named(), sb.SHORT_STREAK)
+        run_one_by_one(client, st.Named(), sb.SHORT_STREAK, settled=worker)
         held = client.request(tt.Hold(), routing_key="a")
         assert tt.wait_started(1)
         # When the short class is asked for meanwhile
@@ -150,9 +164,8 @@ def test_a_short_request_that_stops_its_worker_from_the_consume_thread_is_answer
     worker = wk.Worker(exchange, "a", [st.NamedStopper], threads_count=2, **MEMORY)
     with Client(exchange, **MEMORY) as client, serving(worker) as runner:
         # Given a short class whose requests run on the consume loop's thread
-        assert run_one_by_one(client, st.NamedStopper(), sb.SHORT_STREAK + 1)[-1] == (
-            CONSUME_THREAD
-        )
+        ran_on = run_one_by_one(client, st.NamedStopper(), sb.SHORT_STREAK + 1, settled=worker)
+        assert ran_on[-1] == CONSUME_THREAD
         # When its next body stops the worker there
         st.WORKER = worker
         reply = client.final(client.request(st.NamedStopper(), routing_key="a", headers=sent_now()))
@@ -172,7 +185,10 @@ def test_requests_sent_together_or_without_a_send_time_go_to_the_pool():
     worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # Given a short class whose requests run on the consume loop's thread
-        assert run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1)[-1] == CONSUME_THREAD
+        assert (
+            run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 1, settled=worker)[-1]
+            == CONSUME_THREAD
+        )
         # When requests come without a send time (as TaskFlow's engines send them)
         unstamped = run_one_by_one(client, st.Named(), 2, stamped=False)
         # Then they run on the pool
