@@ -422,10 +422,16 @@ def run_flow(
     # each further task cost, the engine's start and stop left out.
     done_cpu: list[float] = []
 
+    # The process's context switches at the first and the last completion:
+    # how often its threads handed work to each other per task, steady.
+    switches: list[int | None] = []
+
     def on_atom(state: str, details: dict) -> None:
         if state == "SUCCESS":
             done.append(time.perf_counter())
             done_cpu.append(time.process_time())
+            if len(done) in (1, n):
+                switches.append(context_switches())
 
     engine.atom_notifier.register("*", on_atom)
     cpu = time.process_time()
@@ -453,7 +459,32 @@ def run_flow(
                 "steady_cpu_per_task_ms": (done_cpu[-1] - done_cpu[0]) / (n - 1) * 1000.0,
             }
         )
+        first, last = switches[0], switches[-1]
+        if first is not None and last is not None:
+            result["steady_switches_per_task"] = (last - first) / (n - 1)
     return result
+
+
+def context_switches() -> int | None:
+    """Context switches (voluntary and not) of this process's threads so far; None off Linux.
+
+    A thread that blocks handing work to another, or waits for the
+    interpreter lock, counts one; threads that ended are not counted.
+    """
+    total = 0
+    try:
+        names = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            with open(f"/proc/self/task/{name}/status") as status:
+                for line in status:
+                    if "ctxt_switches" in line:
+                        total += int(line.split()[1])
+        except OSError:  # the thread ended meanwhile
+            continue
+    return total
 
 
 def one_task_runs(lib: str, exchange: str, conn: dict) -> dict:
@@ -600,6 +631,7 @@ def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dic
             for i in range(trips + FLOOR_WARMUP):
                 if i == FLOOR_WARMUP:
                     cpu = time.process_time()
+                    switches = context_switches()
                 cid = str(i)
                 t0 = time.perf_counter()
                 producer.publish(
@@ -618,13 +650,17 @@ def floor_client(exchange: str, conn: dict, trips: int, replies: int = 1) -> dic
                 if i >= FLOOR_WARMUP:
                     times.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu
+    switched = context_switches()
     times.sort()
-    return {
+    result = {
         "trips": trips,
         "per_task_ms": sum(times) / len(times) * 1000.0,
         "median_ms": times[len(times) // 2] * 1000.0,
         "cpu_per_task_ms": cpu / trips * 1000.0,
     }
+    if switches is not None and switched is not None:
+        result["switches_per_task"] = (switched - switches) / trips
+    return result
 
 
 def floor_case(transport: str, conn: dict, trips: int, replies: int = 1) -> dict:
@@ -929,6 +965,23 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
             " too; elsewhere the engine's side only)",
             file=out,
         )
+        print(
+            "\nContext switches per task, steady (the engine process's threads, voluntary"
+            " and involuntary, from the first completion to the last of the 50-task flow;"
+            " floor: the client's per round trip)",
+            file=out,
+        )
+        print("| transport | " + " | ".join(name for name, _ in cpu_cols) + " |", file=out)
+        print("|---" * (len(cpu_cols) + 1) + "|", file=out)
+        for t in transports:
+            cells = [
+                cell(t, lib, "floor", "switches_per_task")
+                if lib == "floor"
+                else cell(t, lib, "latency", "steady_switches_per_task")
+                for _, lib in cpu_cols
+            ]
+            print(f"| {t} | " + " | ".join(cells) + " |", file=out)
+        print("(memory: the workers' threads (the floor's server) included, as for CPU)", file=out)
 
     print(
         f"\nOne-task run (ms): a fresh engine's run() of a 1-task flow, workers up"

@@ -15,8 +15,10 @@ the median CPU time of each wrapped step in its own thread::
 Steps: ``e.`` the engine (``submit``: build and publish a request; ``resp``:
 handle a reply; ``woke``: the engine's thread sees the outcome), ``w.`` a
 worker (``req``: take a request; ``accept``: PENDING and the
-acknowledgement; ``submit``: hand it to the pool; ``perform``: run it and
-send the outcome), ``put``: one publication, ``rx``: one received message.
+acknowledgement; ``submit``: hand it to the pool, or run it right there
+when it is a chain's short next request (worker_side/short_bodies.py), so
+``perform`` then falls inside ``submit``; ``perform``: run it and send the
+outcome), ``put``: one publication, ``rx``: one received message.
 The wrappers cost about a microsecond a stamp: the cycle is a little longer
 than ``bench_remote.py``'s per-task latency. A diagnostic, not a benchmark:
 compare two trees with ``bench_remote.py --baseline`` (interleaved runs).

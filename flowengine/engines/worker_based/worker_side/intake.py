@@ -26,6 +26,7 @@ from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.wire.headers import Headers
 from flowengine.engines.worker_based.wire.peer_clock import PeerClocks
 from flowengine.engines.worker_based.worker_side import held as held_mod
+from flowengine.engines.worker_based.worker_side import short_bodies
 from flowengine.engines.worker_based.worker_side.endpoint import Endpoint
 from flowengine.engines.worker_based.worker_side.middleware import Job
 from flowengine.engines.worker_based.worker_side.performer import Performer
@@ -71,6 +72,8 @@ class Intake:
         self._capacity = capacity
         self._identity = replier.identity
         self._closed = threading.Event()
+        # Whether a request is a chain's next (see short_bodies.Pace).
+        self._pace = short_bodies.Pace()
 
     def handlers(self) -> dict[str, dispatcher.Handler]:
         """The worker queues' handlers by message type, with their validators."""
@@ -131,6 +134,7 @@ class Intake:
 
     def process_request(self, data: dict[str, Any], message: Delivery) -> None:
         """Check a validated request, take it and hand it to the performer; never raises."""
+        received = time.monotonic()
         props = message.properties
         reply_to, task_uuid = props["reply_to"], props["correlation_id"]
         compat_mod.note_request(message.headers, reply_to, self._identity.worker_id, task_uuid)
@@ -236,7 +240,9 @@ class Intake:
             self._replier.tell_later(verdict.held)
         try:
             self._performer.submit(
-                Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held)
+                Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held),
+                alone=len(self._memory) == 1
+                and self._pace.follows_last(reply_to, headers.enqueued),
             )
         except Exception as e:
             self._memory.forget(key)
@@ -251,6 +257,7 @@ class Intake:
                 attempt,
             )
             return
+        self._pace.took(reply_to, headers.enqueued, time.monotonic() - received)
 
     def _take(
         self,

@@ -1,7 +1,8 @@
 """How a worker runs the requests it took: on its pool, one thread each, answering each.
 
 The consume loop (:mod:`.intake`) hands every request it takes to the
-:class:`Performer`, which submits it to the worker's pool. On a pool thread
+:class:`Performer`, which submits it to the worker's pool (or runs a short
+one taken alone right there, see :mod:`.short_bodies`). On a pool thread
 the request is started (RUNNING), its body run under its time limits
 (:mod:`.runner`) with progress forwarded as EVENT replies, and its outcome
 sent; a request that waited for a thread past its ``expires`` is dropped
@@ -28,6 +29,7 @@ from flowengine.engines.worker_based.worker_side import held as held_mod
 from flowengine.engines.worker_based.worker_side.middleware import Job, MiddlewareChain
 from flowengine.engines.worker_based.worker_side.replier import Replier, SentOutcome
 from flowengine.engines.worker_based.worker_side.runner import TaskRunner
+from flowengine.engines.worker_based.worker_side.short_bodies import ShortBodies
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -43,7 +45,9 @@ class Performer:
     request's life; ``task_runner`` runs the bodies; ``worker_id`` names this
     worker in the request context task code can read (:mod:`.context`);
     ``clocks`` says when a request expired by its engine's clock (shared
-    with the intake).
+    with the intake); ``short_bodies`` (None: every request goes to the
+    pool) lets :meth:`submit` run a short request taken alone on the calling
+    (consume loop's) thread instead, see :mod:`.short_bodies`.
     """
 
     def __init__(
@@ -55,8 +59,10 @@ class Performer:
         task_runner: TaskRunner,
         worker_id: str,
         clocks: PeerClocks | None = None,
+        short_bodies: ShortBodies | None = None,
     ) -> None:
         self._clocks = clocks or PeerClocks()
+        self._short_bodies = short_bodies
         self._pool = pool
         self._memory = memory
         self._replier = replier
@@ -64,9 +70,22 @@ class Performer:
         self._task_runner = task_runner
         self._worker_id = worker_id
 
-    def submit(self, job: Job) -> None:
-        """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down)."""
+    def submit(self, job: Job, alone: bool = False) -> None:
+        """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down).
+
+        ``alone``: no other request is held. Then a request whose bodies ran
+        short lately runs here, on the calling thread, before this returns.
+        """
         self._middleware.after_receive(job)
+        short = self._short_bodies
+        if (
+            alone
+            and short is not None
+            and short.is_short(job.work.task_cls, job.work.action)
+            and not self._task_runner.gate.closed
+        ):
+            self.perform(job)
+            return
         try:
             self._pool.submit(self.perform, job)
         except Exception:
@@ -131,6 +150,8 @@ class Performer:
                     job.endpoint, job.task, work, progress, job.headers, (task_uuid, work.action)
                 )
             elapsed = time.monotonic() - started
+            if self._short_bodies is not None:
+                self._short_bodies.record(work.task_cls, work.action, elapsed)
             result = self._middleware.override_result(job, result)
             state = pr.FAILURE if isinstance(result, ft.Failure) else pr.SUCCESS
             # Counted, no longer shown as held, and its event sent before the

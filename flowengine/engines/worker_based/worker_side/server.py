@@ -2,9 +2,11 @@
 
 The consume loop only validates, routes and takes: NOTIFY is answered right
 there, and each REQUEST runs on the worker's pool, which publishes RUNNING,
-EVENT (progress) and the outcome. Nothing a message contains can make the
-server run anything but the endpoints it was given; bad input is rejected
-with a logged reason and, when a reply address is known, a FAILURE reply.
+EVENT (progress) and the outcome (or, for a short request taken while
+nothing else is held, on the loop's own thread: see :mod:`.short_bodies`).
+Nothing a message contains can make the server run anything but the
+endpoints it was given; bad input is rejected with a logged reason and,
+when a reply address is known, a FAILURE reply.
 
 Reliability (see doc/source/reliability.rst):
 
@@ -60,6 +62,7 @@ from flowengine.engines.worker_based.worker_side.middleware import Middleware, M
 from flowengine.engines.worker_based.worker_side.performer import Performer
 from flowengine.engines.worker_based.worker_side.replier import Identity, Replier
 from flowengine.engines.worker_based.worker_side.server_options import ServerOptions
+from flowengine.engines.worker_based.worker_side.short_bodies import ShortBodies
 from flowengine.engines.worker_based.worker_side.standard_middleware import (
     ExceptionHandlersMiddleware,
     FencingMiddleware,
@@ -211,6 +214,7 @@ class Server:
             runner,
             identity.worker_id,
             clocks,
+            ShortBodies() if options.short_bodies_here and room is None else None,
         )
         admit, room_wait = None, None
         if room is not None:

@@ -54,6 +54,10 @@ class ServerOptions:
     #: Name of this consume loop's Redis lease (default: the worker id;
     #: unique per consume loop).
     lease_id: str | None = None
+    #: Run a short request taken while nothing else is held on the consume
+    #: loop's thread rather than the executor (see :mod:`.short_bodies`): for
+    #: a pool the worker owns, never for an executor of the caller's.
+    short_bodies_here: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heartbeat_interval", lv.check_interval(self.heartbeat_interval))

@@ -54,6 +54,10 @@ class ServingThreads:
         self._first_ended.wait()
         return self._error
 
+    def runs_here(self) -> bool:
+        """Whether the calling thread is one of the loops' (e.g. running a short request)."""
+        return threading.current_thread() in self._threads
+
     def join(self, timeout_s: float) -> bool:
         """Wait until every loop's thread ended, ``timeout_s`` at most; True if they all did.
 

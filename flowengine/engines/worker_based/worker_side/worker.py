@@ -183,6 +183,9 @@ class Worker:
                     # One Redis lease per consume loop: each puts back only its own.
                     lease_id=worker_id if rank == 0 else f"{worker_id}.{name}",
                     middleware=self._middleware,
+                    # Its own pool of threads: a short request may run on the
+                    # consume loop's thread instead (forked bodies never do).
+                    short_bodies_here=self._owns_executor and kind == running_mod.THREADS,
                 ),
             )
             for rank, name in enumerate(topics)
@@ -381,7 +384,9 @@ class Worker:
         if self._owns_executor:
             # A body that stops its own worker cannot wait for itself: its
             # request's threads end after it, once it was answered.
-            on_pool = threading.current_thread() in getattr(self._executor, "_threads", ())
+            on_pool = threading.current_thread() in getattr(self._executor, "_threads", ()) or (
+                serving is not None and serving.runs_here()
+            )
             self._executor.shutdown(wait=not on_pool)
             if on_pool:
                 return
