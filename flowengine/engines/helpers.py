@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 from collections.abc import Callable, Iterable, Mapping
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from flowengine import exceptions as exc
-from flowengine.utils import misc, reflection
+from flowengine.utils import misc, plugins, reflection
 
 if TYPE_CHECKING:
     import flowengine.flow
@@ -36,9 +32,10 @@ ENGINES_NAMESPACE = "flowengine.engines"
 #: Engine used when none is named.
 ENGINE_DEFAULT = "default"
 
-# Built-in engines, used when entry points are not installed (e.g. running
-# from a source tree). Paths, not classes: the worker-based engine imports
-# kombu, which local engines must not pay for.
+# Built-in engines, looked up before entry points (and so found also when
+# those are not installed, e.g. running from a source tree). Paths, not
+# classes: the worker-based engine imports kombu, which local engines must
+# not pay for.
 _BUILTIN_ENGINES = {
     "default": "flowengine.engines.action_engine.engine:SerialActionEngine",
     "serial": "flowengine.engines.action_engine.engine:SerialActionEngine",
@@ -48,33 +45,9 @@ _BUILTIN_ENGINES = {
 }
 
 
-def _import_path(path: str) -> Any:
-    module_name, _, attr = path.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
-
-
-@functools.lru_cache(maxsize=8)
-def _entry_points(namespace: str) -> dict[str, Any]:
-    # Scanning installed distributions costs milliseconds: do it once a process.
-    try:
-        return {ep.name: ep for ep in metadata.entry_points(group=namespace)}
-    except Exception:  # broken metadata must not hide the built-in engines
-        return {}
-
-
 def _fetch_engine_cls(kind: str, namespace: str) -> type[Engine]:
-    # Entry points of this group, and the built-in paths, name Engine classes.
-    engine_cls: type[Engine]
-    ep = _entry_points(namespace).get(kind)
-    if ep is not None:
-        engine_cls = ep.load()
-        return engine_cls
-    path = _BUILTIN_ENGINES.get(kind) if namespace == ENGINES_NAMESPACE else None
-    if path is None:
-        raise exc.NotFound(
-            f"Could not find engine '{kind}' (known engines: {sorted(_BUILTIN_ENGINES)})"
-        )
-    engine_cls = _import_path(path)
+    builtin = _BUILTIN_ENGINES if namespace == ENGINES_NAMESPACE else {}
+    engine_cls: type[Engine] = plugins.find_class(kind, namespace, builtin, "engine")
     return engine_cls
 
 

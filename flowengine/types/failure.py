@@ -13,9 +13,6 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any, NoReturn
 
-import jsonschema
-import jsonschema.exceptions
-
 from flowengine import exceptions as exc
 from flowengine.utils import reflection
 
@@ -341,7 +338,9 @@ class Failure:
     @classmethod
     def validate(cls, data: Any) -> None:
         """Check data against SCHEMA; raise InvalidFormat saying what is wrong."""
-        error = jsonschema.exceptions.best_match(_VALIDATOR.iter_errors(data))
+        import jsonschema.exceptions
+
+        error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path)
             suffix = f" (at '{where}')" if where else ""
@@ -400,13 +399,22 @@ def _rebuild(data: dict[str, Any], value: BaseException | None) -> Failure:
     return failure
 
 
-# Compiled once: validating a message must not re-parse the schema.
-jsonschema.Draft7Validator.check_schema(Failure.SCHEMA)
-# to_dict() gives exc_args as a tuple (as TaskFlow): an array too, before JSON.
-_TUPLES_ARE_ARRAYS = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
-    "array", lambda _checker, value: isinstance(value, (list, tuple))
-)
-# types-jsonschema leaves validators.extend unannotated.
-_VALIDATOR = jsonschema.validators.extend(  # type: ignore[no-untyped-call]
-    jsonschema.Draft7Validator, type_checker=_TUPLES_ARE_ARRAYS
-)(Failure.SCHEMA)
+@functools.cache
+def _validator() -> Any:
+    """Failure.SCHEMA's validator, compiled on first use.
+
+    Importing jsonschema costs tens of milliseconds, and a local engine whose
+    tasks all succeed never validates a failure: a process pays only when it
+    reads one from a message or a store.
+    """
+    import jsonschema
+
+    jsonschema.Draft7Validator.check_schema(Failure.SCHEMA)
+    # to_dict() gives exc_args as a tuple (as TaskFlow): an array too, before JSON.
+    tuples_are_arrays = jsonschema.Draft7Validator.TYPE_CHECKER.redefine(
+        "array", lambda _checker, value: isinstance(value, (list, tuple))
+    )
+    # types-jsonschema leaves validators.extend unannotated.
+    return jsonschema.validators.extend(  # type: ignore[no-untyped-call]
+        jsonschema.Draft7Validator, type_checker=tuples_are_arrays
+    )(Failure.SCHEMA)

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 #: One job with engine options of its own, run by a blocking conductor on
@@ -44,6 +46,7 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
 def test_a_job_of_a_local_engine_imports_no_messaging():
     # Given a blocking conductor of the default (local) engine, in a fresh process
     # When it runs a job whose details carry engine options

@@ -12,6 +12,7 @@ from flowengine.engines.action_engine import engine as ae
 from flowengine.patterns import linear_flow as lf
 from flowengine.persistence import helpers as p_utils
 from flowengine.persistence.backends import impl_memory
+from flowengine.utils import plugins
 
 
 class Echo(task.Task):
@@ -55,9 +56,32 @@ def test_taskflow_engine_conf_spelling():
 
 
 def test_builtin_table_used_without_entry_points(monkeypatch):
-    monkeypatch.setattr(helpers, "_entry_points", lambda namespace: {})
+    monkeypatch.setattr(plugins, "_entry_points", lambda namespace: {})
     engine = engines.load(make_flow(), engine="parallel")
     assert isinstance(engine, ae.ParallelActionEngine)
+
+
+def test_a_name_not_built_in_is_looked_up_in_the_entry_points(monkeypatch):
+    class Plugged:
+        """An entry point naming the serial engine under another name."""
+
+        name = "plugged"
+
+        def load(self):
+            return ae.SerialActionEngine
+
+    asked = []
+
+    def entry_points(namespace):
+        asked.append(namespace)
+        return {"plugged": Plugged()}
+
+    monkeypatch.setattr(plugins, "_entry_points", entry_points)
+    engines.load(make_flow(), engine="serial")
+    assert asked == []  # a built-in name never scans the installed metadata
+    engine = engines.load(make_flow(), engine="plugged")
+    assert type(engine) is ae.SerialActionEngine
+    assert asked == [helpers.ENGINES_NAMESPACE]
 
 
 def test_unknown_engine_lists_known_ones():
@@ -88,6 +112,37 @@ def test_local_engines_do_not_import_kombu():
         env=env,
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
+def test_a_first_local_run_reads_no_distribution_metadata_and_no_json_schema():
+    # Each costs tens of milliseconds in a process's first flow (a
+    # conductor's first job): entry points are only read for names that are
+    # not built in, and jsonschema only once a failure is validated.
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    code = (
+        "import sys; from flowengine import engines, task; from flowengine.patterns import "
+        "linear_flow as lf; from flowengine.utils import plugins\n"
+        "class T(task.Task):\n    def execute(self): raise ValueError('boom')\n"
+        "try:\n    engines.run(lf.Flow('f').add(T('t')), backend='memory://')\n"
+        "except ValueError: pass\n"
+        "print(plugins._entry_points.cache_info().currsize, 'jsonschema' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
+    assert out.stdout.strip() == "0 False"
 
 
 def test_run_returns_all_results():

@@ -7,12 +7,10 @@ point group ``namespace`` first, then in a built-in table.
 
 from __future__ import annotations
 
-import importlib
 import logging
-from importlib import metadata
 from typing import Any
 
-from flowengine import exceptions as exc
+from flowengine.utils import plugins
 
 __all__ = ["CONDUCTOR_NAMESPACE", "fetch"]
 
@@ -35,18 +33,6 @@ def fetch(
     Raises NotFound for an unknown kind, ValueError for bad options.
     """
     LOG.debug("Looking for %r conductor driver in %r", kind, namespace)
-    cls = None
-    try:
-        for ep in metadata.entry_points(group=namespace):
-            if ep.name == kind:
-                cls = ep.load()
-                break
-    except Exception as e:  # broken metadata must not hide the built-in kinds
-        LOG.debug("Entry point lookup in %r failed: %s", namespace, e)
-    if cls is None:
-        target = _BUILTIN.get(kind) if namespace == CONDUCTOR_NAMESPACE else None
-        if target is None:
-            raise exc.NotFound(f"Could not find conductor {kind!r} (known: {sorted(_BUILTIN)})")
-        module_name, _, cls_name = target.partition(":")
-        cls = getattr(importlib.import_module(module_name), cls_name)
+    builtin = _BUILTIN if namespace == CONDUCTOR_NAMESPACE else {}
+    cls = plugins.find_class(kind, namespace, builtin, "conductor")
     return cls(name, jobboard, **kwargs)

@@ -10,14 +10,11 @@ is the backend's. Backends are looked up in the entry point group
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Iterator
-from importlib import metadata
 from typing import Any
 
-from flowengine import exceptions as exc
-from flowengine.utils import misc
+from flowengine.utils import misc, plugins
 
 __all__ = ["BACKEND_NAMESPACE", "backend", "fetch", "safe_url"]
 
@@ -79,22 +76,8 @@ def _name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def _find_class(name: str, namespace: str) -> Any:
-    try:
-        for ep in metadata.entry_points(group=namespace):
-            if ep.name == name:
-                return ep.load()
-    except Exception as e:  # broken metadata must not hide the built-in boards
-        LOG.debug("Entry point lookup in %r failed: %s", namespace, e)
-    target = _BUILTIN.get(name) if namespace == BACKEND_NAMESPACE else None
-    if target is None:
-        raise exc.NotFound(f"Could not find jobboard {name!r} (known: {sorted(_BUILTIN)})")
-    module_name, _, cls_name = target.partition(":")
-    try:
-        return getattr(importlib.import_module(module_name), cls_name)
-    except exc.MissingExtra:
-        raise  # already names the `pip install` that fixes it
-    except (ImportError, AttributeError) as e:
-        raise exc.NotFound(f"Could not find jobboard {name!r}: {e}", cause=e) from e
+    builtin = _BUILTIN if namespace == BACKEND_NAMESPACE else {}
+    return plugins.find_class(name, namespace, builtin, "jobboard")
 
 
 def fetch(

@@ -8,15 +8,13 @@ in a built-in table, so local backends work without installed metadata.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 from collections.abc import Iterator
-from importlib import metadata
 from typing import Any
 from urllib import parse
 
-from flowengine import exceptions as exc
 from flowengine.persistence import base
+from flowengine.utils import plugins
 
 __all__ = ["BACKEND_NAMESPACE", "backend", "fetch"]
 
@@ -65,26 +63,9 @@ def _extract_name_and_conf(conf: str | dict[str, Any]) -> tuple[str, dict[str, A
 
 
 def _find_class(name: str, namespace: str) -> type[base.Backend]:
-    # Entry points of the namespace, and the built-in paths, name Backend classes.
-    backend_cls: type[base.Backend]
-    try:
-        for ep in metadata.entry_points(group=namespace):
-            if ep.name == name:
-                backend_cls = ep.load()
-                return backend_cls
-    except Exception as e:  # broken metadata must not hide built-in backends
-        LOG.debug("Entry point lookup in %r failed: %s", namespace, e)
-    target = _BUILTIN_BACKENDS.get(name) if namespace == BACKEND_NAMESPACE else None
-    if target is None:
-        raise exc.NotFound(f"Could not find backend {name}: no such backend in {namespace!r}")
-    module_name, _, cls_name = target.partition(":")
-    try:
-        backend_cls = getattr(importlib.import_module(module_name), cls_name)
-        return backend_cls
-    except exc.MissingExtra:
-        raise  # already says which `pip install` fixes it
-    except (ImportError, AttributeError) as e:
-        raise exc.NotFound(f"Could not find backend {name}: {e}", cause=e)
+    builtin = _BUILTIN_BACKENDS if namespace == BACKEND_NAMESPACE else {}
+    backend_cls: type[base.Backend] = plugins.find_class(name, namespace, builtin, "backend")
+    return backend_cls
 
 
 def fetch(
