@@ -89,8 +89,8 @@ def test_unknown_engine_lists_known_ones():
         engines.load(make_flow(), engine="warp-drive")
 
 
-@pytest.mark.broker  # starts a process (tests/fast_tier.py)
-def test_local_engines_do_not_import_kombu():
+def _in_a_fresh_process(code: str) -> str:
+    """What ``code`` prints, run by a new interpreter on this source tree."""
     import os
     import subprocess
     import sys
@@ -98,12 +98,7 @@ def test_local_engines_do_not_import_kombu():
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    code = (
-        "import sys; from flowengine import engines; from flowengine.patterns import "
-        "linear_flow as lf; engines.run(lf.Flow('f'), engine='parallel'); "
-        "print('kombu' in sys.modules)"
-    )
-    out = subprocess.run(
+    done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
@@ -111,7 +106,17 @@ def test_local_engines_do_not_import_kombu():
         timeout=60,
         env=env,
     )
-    assert out.stdout.strip() == "False"
+    return done.stdout.strip()
+
+
+@pytest.mark.broker  # starts a process (tests/fast_tier.py)
+def test_local_engines_do_not_import_kombu():
+    code = (
+        "import sys; from flowengine import engines; from flowengine.patterns import "
+        "linear_flow as lf; engines.run(lf.Flow('f'), engine='parallel'); "
+        "print('kombu' in sys.modules)"
+    )
+    assert _in_a_fresh_process(code) == "False"
 
 
 @pytest.mark.broker  # starts a process (tests/fast_tier.py)
@@ -119,13 +124,6 @@ def test_a_first_local_run_reads_no_distribution_metadata_and_no_json_schema():
     # Each costs tens of milliseconds in a process's first flow (a
     # conductor's first job): entry points are only read for names that are
     # not built in, and jsonschema only once a failure is validated.
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     code = (
         "import sys; from flowengine import engines, task; from flowengine.patterns import "
         "linear_flow as lf; from flowengine.utils import plugins\n"
@@ -134,15 +132,7 @@ def test_a_first_local_run_reads_no_distribution_metadata_and_no_json_schema():
         "except ValueError: pass\n"
         "print(plugins._entry_points.cache_info().currsize, 'jsonschema' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-        env=env,
-    )
-    assert out.stdout.strip() == "0 False"
+    assert _in_a_fresh_process(code) == "0 False"
 
 
 def test_run_returns_all_results():
