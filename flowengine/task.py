@@ -55,26 +55,33 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
             revert_rebind=revert_rebind,
             revert_requires=revert_requires,
         )
-        self._notifier = notifier.RestrictedNotifier(self.TASK_EVENTS)
+        # Made on first use (see the notifier property): most tasks of a large
+        # flow never get a listener, and one object less per task is one less
+        # the collector walks in each full pass over a 100,000-task flow.
+        self._notifier: notifier.RestrictedNotifier | None = None
 
     @property
     def notifier(self) -> notifier.RestrictedNotifier:
         """Notifier of this task's internal events (e.g. 'update_progress')."""
-        return self._notifier
+        made = self._notifier
+        if made is None:
+            made = self._notifier = notifier.RestrictedNotifier(self.TASK_EVENTS)
+        return made
 
     def copy(self, retain_listeners: bool = True) -> BaseTask:
         """Return a shallow copy with its own notifier (listeners kept or dropped)."""
         clone = copy.copy(self)
-        clone._notifier = self._notifier.copy()
-        if not retain_listeners:
-            clone._notifier.reset()
+        if self._notifier is not None:
+            clone._notifier = self._notifier.copy() if retain_listeners else None
         return clone
 
     def update_progress(self, progress: float) -> None:
         """Report progress in [0.0, 1.0] (values outside are clamped, with a warning)."""
         if 0.0 <= progress <= 1.0:
-            # The usual case (the engine reports 0.0 and 1.0 for every task).
-            self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
+            # The usual case (the engine reports 0.0 and 1.0 for every task);
+            # a notifier not made yet has no listener to tell.
+            if self._notifier is not None:
+                self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
             return
 
         def on_clamped() -> None:
@@ -85,7 +92,7 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
             )
 
         cleaned = misc.clamp(progress, 0.0, 1.0, on_clamped=on_clamped)
-        self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": cleaned})
+        self.notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": cleaned})
 
 
 class Task(BaseTask, metaclass=abc.ABCMeta):

@@ -54,12 +54,14 @@ def execute_task(
     # register/deregister spelled out (not nt.register_deregister): this
     # runs for every task, and a generator-based context manager costs more
     # than the registration itself.
+    unmade = getattr(task, "_notifier", True) is None
     notifier = task.notifier
     notifier.register(EVENT_UPDATE_PROGRESS, progress_callback)
     try:
         return EXECUTED, _call_execute(task, arguments)
     finally:
         notifier.deregister(EVENT_UPDATE_PROGRESS, progress_callback)
+        _forget_if_idle(task, notifier, unmade)
 
 
 def revert_task(
@@ -75,8 +77,23 @@ def revert_task(
     arguments[REVERT_FLOW_FAILURES] = failures
     if progress_callback is None:
         return REVERTED, _call_revert(task, arguments)
-    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
-        return REVERTED, _call_revert(task, arguments)
+    unmade = getattr(task, "_notifier", True) is None
+    notifier = task.notifier
+    try:
+        with nt.register_deregister(notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
+            return REVERTED, _call_revert(task, arguments)
+    finally:
+        _forget_if_idle(task, notifier, unmade)
+
+
+def _forget_if_idle(task: Any, notifier: nt.Notifier, made_here: bool) -> None:
+    """Drop a task's notifier made just to pass on its progress once nobody listens to it.
+
+    A task makes its notifier on first use (flowengine.task.BaseTask); kept
+    after every execute, each task of a large flow would hold one for good.
+    """
+    if made_here and not notifier:
+        task._notifier = None
 
 
 def _call_execute(task: Any, arguments: Arguments) -> Any:
