@@ -112,7 +112,7 @@ class Compilation:
         index: dict[str, int],
         units: dict[str, scopes.Unit],
         root_unit: scopes.Unit,
-        providers: dict[str, dict[str, tuple[str, ...]]],
+        providers: dict[str, scopes.ProviderTable],
         ambiguities: dict[tuple[str, str], Ambiguity],
         outside: tuple[str, ...],
         freeze: bool = True,
@@ -261,7 +261,7 @@ class Compilation:
         give ``()``.  Raises AmbiguousDependency when the nearest providers
         have no order between them, KeyError for an unknown atom.
         """
-        found = self._providers[atom_name].get(symbol, ())
+        found = scopes.as_providers(self._providers[atom_name].get(symbol, ()))
         if (atom_name, symbol) in self._ambiguities:
             raise self._ambiguities[(atom_name, symbol)].error()
         return found
@@ -343,9 +343,10 @@ class Compilation:
             return ()
         optional = atom.revert_optional if revert else atom.optional
         found = self._providers[atom_name]
+        as_providers = scopes.as_providers
         return tuple(
             [
-                (arg, symbol, found.get(symbol, ()), symbol in optional)
+                (arg, symbol, as_providers(found.get(symbol, ())), symbol in optional)
                 for arg, symbol in mapping.items()
             ]
         )

@@ -154,6 +154,19 @@ def walk_scopes(unit: Unit | None, b: int, order: tuple[str, ...]) -> tuple[tupl
     return tuple(levels)
 
 
+#: An atom's providers per symbol it consumes, nearest first: the one
+#: provider's name itself when there is one (the usual case), else a tuple.
+#: A dict holding only strings is one the garbage collector stops tracking;
+#: one holding a fresh tuple is walked by every full collection until one
+#: untracks it, one such dict per atom of the flow.
+ProviderTable = dict[str, "str | tuple[str, ...]"]
+
+
+def as_providers(found: str | tuple[str, ...]) -> tuple[str, ...]:
+    """A ProviderTable value as a tuple of providers."""
+    return (found,) if isinstance(found, str) else found
+
+
 class ProviderResolver:
     """Computes, for every atom and consumed symbol, its providers nearest first."""
 
@@ -276,17 +289,16 @@ class ProviderResolver:
 
     def resolve(
         self, order: tuple[str, ...]
-    ) -> tuple[
-        dict[str, dict[str, tuple[str, ...]]], dict[tuple[str, str], Ambiguity], tuple[str, ...]
-    ]:
-        """Per atom: symbol -> providers nearest first; the ambiguities; and the atoms
-        with some symbol nobody in scope provides (in ``order``)."""
-        providers: dict[str, dict[str, tuple[str, ...]]] = {}
+    ) -> tuple[dict[str, ProviderTable], dict[tuple[str, str], Ambiguity], tuple[str, ...]]:
+        """Per atom: symbol -> providers nearest first (see ProviderTable); the
+        ambiguities; and the atoms with some symbol nobody in scope provides
+        (in ``order``)."""
+        providers: dict[str, ProviderTable] = {}
         ambiguities: dict[tuple[str, str], Ambiguity] = {}
         outside: list[str] = []
         for name in order:
             atom = self._atoms[name]
-            table: dict[str, tuple[str, ...]] = {}
+            table: ProviderTable = {}
             injected: set[str] = set()
             if atom.inject:
                 # Atom-local injected values win over any provider.
@@ -297,7 +309,7 @@ class ProviderResolver:
                 if symbol in table:
                     continue
                 found, clash = self._lookup(name, symbol)
-                table[symbol] = found
+                table[symbol] = found[0] if len(found) == 1 else found
                 if not found and (not outside or outside[-1] != name):
                     outside.append(name)
                 if clash and symbol not in injected:
