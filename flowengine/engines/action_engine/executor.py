@@ -136,6 +136,14 @@ class _ResolvedFuture(cf.Future[Outcome]):
     _SHARED_CONDITION = threading.Condition()
     # Never appended to: callbacks added to a resolved future run at once.
     _NO_CALLBACKS: list[Callable[[cf.Future[Outcome]], object]] = []
+    # concurrent.futures.wait() appends its waiter to every future it
+    # watches (only when some of them are still pending), under each
+    # future's condition (here the shared one), and removes it again before
+    # it returns; nothing else reads the list of a future that never
+    # changes state. So one list serves all: appends and removals pair up.
+    # A list each was one more object per task that the collector carried
+    # into its oldest generation while a wave of tasks ran (issue 38).
+    _SHARED_WAITERS: list[Any] = []
 
     def __init__(self, value: Outcome) -> None:  # noqa: D107 (see class)
         # Not super().__init__(): that makes the per-instance condition.
@@ -144,9 +152,7 @@ class _ResolvedFuture(cf.Future[Outcome]):
         self._state = _FINISHED
         self._result = value
         self._exception = None
-        # concurrent.futures.wait() adds (then removes) its waiter to every
-        # future it watches: a list of its own, so none leaks between them.
-        self._waiters = []
+        self._waiters = self._SHARED_WAITERS
         self._done_callbacks = self._NO_CALLBACKS
 
 
