@@ -6,11 +6,13 @@ import abc
 import copy
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowengine import atom
 from flowengine.types import notifier
+from flowengine.types.notifier import RestrictedNotifier
 from flowengine.utils import misc, reflection
 
 LOG = logging.getLogger(__name__)
@@ -22,6 +24,12 @@ REVERT_FLOW_FAILURES = atom.REVERT_FLOW_FAILURES
 
 #: Event a task emits through its notifier when it reports progress.
 EVENT_UPDATE_PROGRESS = "update_progress"
+
+# Making a task's notifier on first use, or dropping it, is one step under
+# this lock: two threads touching a task's notifier first at once (two
+# engines running the same task, a listener registered while it runs) must
+# not each make one and lose the other's registrations.
+_NOTIFIER_LOCK = threading.Lock()
 
 
 class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
@@ -65,8 +73,22 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         """Notifier of this task's internal events (e.g. 'update_progress')."""
         made = self._notifier
         if made is None:
-            made = self._notifier = notifier.RestrictedNotifier(self.TASK_EVENTS)
+            fresh = notifier.RestrictedNotifier(self.TASK_EVENTS)
+            with _NOTIFIER_LOCK:
+                made = self._notifier
+                if made is None:
+                    made = self._notifier = fresh
         return made
+
+    def _drop_notifier_if_idle(self, made: RestrictedNotifier) -> None:
+        """Forget ``made`` (this task's notifier) if nothing is registered on it any more.
+
+        The engine calls it after an execute/revert whose progress listener
+        made the notifier: kept, each task of a large flow would hold one.
+        """
+        with _NOTIFIER_LOCK:
+            if self._notifier is made and not made:
+                self._notifier = None
 
     def copy(self, retain_listeners: bool = True) -> BaseTask:
         """Return a shallow copy with its own notifier (listeners kept or dropped)."""

@@ -92,8 +92,8 @@ def _forget_if_idle(task: Any, notifier: nt.Notifier, made_here: bool) -> None:
     A task makes its notifier on first use (flowengine.task.BaseTask); kept
     after every execute, each task of a large flow would hold one for good.
     """
-    if made_here and not notifier:
-        task._notifier = None
+    if made_here:
+        task._drop_notifier_if_idle(notifier)
 
 
 def _call_execute(task: Any, arguments: Arguments) -> Any:
