@@ -6,11 +6,13 @@ import abc
 import copy
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from flowengine import atom
 from flowengine.types import notifier
+from flowengine.types.notifier import RestrictedNotifier
 from flowengine.utils import misc, reflection
 
 LOG = logging.getLogger(__name__)
@@ -22,6 +24,12 @@ REVERT_FLOW_FAILURES = atom.REVERT_FLOW_FAILURES
 
 #: Event a task emits through its notifier when it reports progress.
 EVENT_UPDATE_PROGRESS = "update_progress"
+
+# Making a task's notifier on first use, or dropping it, is one step under
+# this lock: two threads touching a task's notifier first at once (two
+# engines running the same task, a listener registered while it runs) must
+# not each make one and lose the other's registrations.
+_NOTIFIER_LOCK = threading.Lock()
 
 
 class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
@@ -55,26 +63,47 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
             revert_rebind=revert_rebind,
             revert_requires=revert_requires,
         )
-        self._notifier = notifier.RestrictedNotifier(self.TASK_EVENTS)
+        # Made on first use (see the notifier property): most tasks of a large
+        # flow never get a listener, and one object less per task is one less
+        # the collector walks in each full pass over a 100,000-task flow.
+        self._notifier: notifier.RestrictedNotifier | None = None
 
     @property
     def notifier(self) -> notifier.RestrictedNotifier:
         """Notifier of this task's internal events (e.g. 'update_progress')."""
-        return self._notifier
+        made = self._notifier
+        if made is None:
+            fresh = notifier.RestrictedNotifier(self.TASK_EVENTS)
+            with _NOTIFIER_LOCK:
+                made = self._notifier
+                if made is None:
+                    made = self._notifier = fresh
+        return made
+
+    def _drop_notifier_if_idle(self, made: RestrictedNotifier) -> None:
+        """Forget ``made`` (this task's notifier) if nothing is registered on it any more.
+
+        The engine calls it after an execute/revert whose progress listener
+        made the notifier: kept, each task of a large flow would hold one.
+        """
+        with _NOTIFIER_LOCK:
+            if self._notifier is made and not made:
+                self._notifier = None
 
     def copy(self, retain_listeners: bool = True) -> BaseTask:
         """Return a shallow copy with its own notifier (listeners kept or dropped)."""
         clone = copy.copy(self)
-        clone._notifier = self._notifier.copy()
-        if not retain_listeners:
-            clone._notifier.reset()
+        if self._notifier is not None:
+            clone._notifier = self._notifier.copy() if retain_listeners else None
         return clone
 
     def update_progress(self, progress: float) -> None:
         """Report progress in [0.0, 1.0] (values outside are clamped, with a warning)."""
         if 0.0 <= progress <= 1.0:
-            # The usual case (the engine reports 0.0 and 1.0 for every task).
-            self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
+            # The usual case (the engine reports 0.0 and 1.0 for every task);
+            # a notifier not made yet has no listener to tell.
+            if self._notifier is not None:
+                self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
             return
 
         def on_clamped() -> None:
@@ -85,7 +114,7 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
             )
 
         cleaned = misc.clamp(progress, 0.0, 1.0, on_clamped=on_clamped)
-        self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": cleaned})
+        self.notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": cleaned})
 
 
 class Task(BaseTask, metaclass=abc.ABCMeta):

@@ -177,8 +177,12 @@ class Flow(flow.Flow):
                 return flow_requires[item]
             return item.requires
 
-        added_providers: dict[str, list[flow.Item]] = {}
-        pending_requirers: dict[str, list[flow.Item]] = {}
+        # Both hold a value per symbol of every new item, all alive until the
+        # add ends: kept small (a lone provider as itself, no requirers as the
+        # shared empty tuple) so that adding n atoms does not leave n lists
+        # for the collector to carry into its oldest generation (issue 38).
+        added_providers: _AtomIndex = {}
+        pending_requirers: dict[str, list[flow.Item] | tuple[()]] = {}
 
         # Flows of atoms only (the large ones) skip the subflow scans below.
         subflows = self._subflows
@@ -187,21 +191,22 @@ class Flow(flow.Flow):
             found = _index_get(self._atom_providers, symbol)
             if subflows:
                 found.extend(f for f in subflows if symbol in provides_of(f))
-            found.extend(added_providers.get(symbol, ()))
+            found.extend(_index_get(added_providers, symbol))
             return found
 
-        def requirers_for(symbol: str) -> list[flow.Item]:
+        def requirers_for(symbol: str) -> list[flow.Item] | tuple[()]:
             # Existing items still lacking ``symbol`` (computed on first use).
             pending = pending_requirers.get(symbol)
             if pending is None:
                 candidates = _index_get(self._atom_requirers, symbol)
                 if subflows:
                     candidates.extend(f for f in subflows if symbol in requires_of(f))
-                pending = pending_requirers[symbol] = [
+                lacking = [
                     c
                     for c in candidates
                     if c in graph and not self._is_satisfied(graph, c, symbol, provides_of)
                 ]
+                pending = pending_requirers[symbol] = lacking or ()
             return pending
 
         added: list[flow.Item] = []
@@ -228,12 +233,18 @@ class Flow(flow.Flow):
                         if providers:
                             self._link(providers[0], node, reason=symbol)
                         else:
-                            requirers_for(symbol).append(node)
+                            lacking = requirers_for(symbol)
+                            if isinstance(lacking, list):
+                                lacking.append(node)
+                            else:
+                                pending_requirers[symbol] = [node]
                 for symbol in node_provides:
-                    added_providers.setdefault(symbol, []).append(node)
+                    _index_add(added_providers, symbol, node)
                 if resolve_existing:
                     for symbol in node_provides:
                         waiting = requirers_for(symbol)
+                        if not isinstance(waiting, list):
+                            continue
                         for requiree in list(waiting):
                             if requiree is not node:
                                 self._link(node, requiree, reason=symbol)

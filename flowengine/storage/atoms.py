@@ -38,7 +38,10 @@ class AtomDetailsMixin(StorageBase):
         with self._rlock:
             uuids: list[str] = []
             created: list[models.AtomDetail] = []
-            mappings: list[tuple[str, Any]] = []
+            # The atoms themselves, not (name, save_as) pairs: a tuple holding
+            # a dict stays tracked, and at 100,000 atoms those pairs were as
+            # many objects for the collector to carry and walk (issue 38).
+            seen: list[Any] = []
             # Per atom class, not per atom: the lookup imports two modules.
             detail_classes: dict[type, type[models.AtomDetail]] = {}
             for atom in atoms:
@@ -60,14 +63,14 @@ class AtomDetailsMixin(StorageBase):
                         f" detail '{self._flowdetail.name}'"
                     )
                 uuids.append(ad.uuid)
-                mappings.append((name, getattr(atom, "save_as", None)))
+                seen.append(atom)
             if created:
                 self._save_flow(created)
                 for ad in created:
                     self._flowdetail.add(ad)
                     self._details[ad.name] = ad
-            for name, save_as in mappings:
-                self._set_result_mapping(name, save_as)
+            for atom in seen:
+                self._set_result_mapping(atom.name, getattr(atom, "save_as", None))
             return uuids
 
     def ensure_atom(self, atom: Any) -> str:

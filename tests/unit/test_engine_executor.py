@@ -140,3 +140,7 @@ def test_completed_future_behaves_as_a_resolved_future():
     done, not_done = cf.wait([fut, other, pending], return_when=cf.ALL_COMPLETED, timeout=WAIT_S)
     assert not not_done
     assert {f.result()[1] for f in cf.as_completed([fut, other, pending])} == {42, 1, 2}
+    # Resolved futures share one waiter list (no list per task); wait() and
+    # as_completed() took out every waiter they put on it.
+    assert fut._waiters is other._waiters
+    assert fut._waiters == []

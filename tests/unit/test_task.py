@@ -2,10 +2,12 @@
 
 import logging
 import pickle
+import threading
 
 import pytest
 
-from flowengine import task
+from flowengine import engines, task
+from flowengine.patterns import linear_flow
 
 
 class Adder(task.Task):
@@ -33,6 +35,49 @@ def test_task_name_and_notifier():
 
 def test_each_task_has_its_own_notifier():
     assert Adder().notifier is not Adder().notifier
+
+
+def test_notifier_is_made_once_even_when_threads_first_touch_it_together():
+    t = Adder()
+    start = threading.Barrier(8)
+    seen = []
+
+    def touch():
+        start.wait(timeout=10)
+        seen.append(t.notifier)
+
+    threads = [threading.Thread(target=touch) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(seen) == 8 and all(n is seen[0] for n in seen)
+    assert t.notifier is seen[0]
+
+
+def test_engine_drops_only_the_notifier_it_made_for_progress():
+    # Given a flow where one task has a listener and the other was never asked
+    # for its notifier
+    class Reporter(task.Task):
+        def execute(self):
+            self.update_progress(0.5)
+
+    listened, quiet = Reporter(name="listened"), Reporter(name="quiet")
+    heard = []
+    listened.notifier.register(
+        task.EVENT_UPDATE_PROGRESS, lambda event_type, details: heard.append(details["progress"])
+    )
+    own = listened.notifier
+    # When the flow runs
+    engine = engines.load(linear_flow.Flow("f").add(listened, quiet))
+    engine.run()
+    # Then the listener heard the task's progress and keeps its notifier;
+    # the quiet task holds none (the one made to pass its progress on is
+    # gone), and its progress still reached storage
+    assert heard == [0.0, 0.5, 1.0]
+    assert listened.notifier is own
+    assert quiet._notifier is None
+    assert engine.storage.get_task_progress("quiet") == 1.0
 
 
 def test_update_progress_notifies_and_clamps(caplog):

@@ -112,7 +112,7 @@ class Compilation:
         index: dict[str, int],
         units: dict[str, scopes.Unit],
         root_unit: scopes.Unit,
-        providers: dict[str, dict[str, tuple[str, ...]]],
+        providers: dict[str, scopes.ProviderTable],
         ambiguities: dict[tuple[str, str], Ambiguity],
         outside: tuple[str, ...],
         freeze: bool = True,
@@ -261,7 +261,7 @@ class Compilation:
         give ``()``.  Raises AmbiguousDependency when the nearest providers
         have no order between them, KeyError for an unknown atom.
         """
-        found = self._providers[atom_name].get(symbol, ())
+        found = scopes.as_providers(self._providers[atom_name].get(symbol, ()))
         if (atom_name, symbol) in self._ambiguities:
             raise self._ambiguities[(atom_name, symbol)].error()
         return found
@@ -343,9 +343,10 @@ class Compilation:
             return ()
         optional = atom.revert_optional if revert else atom.optional
         found = self._providers[atom_name]
+        as_providers = scopes.as_providers
         return tuple(
             [
-                (arg, symbol, found.get(symbol, ()), symbol in optional)
+                (arg, symbol, as_providers(found.get(symbol, ())), symbol in optional)
                 for arg, symbol in mapping.items()
             ]
         )
@@ -476,12 +477,24 @@ class _Builder:
             links.append((pu, pv, meta))
         perm = self._toposort(flow, items, links)
         where = {pos: i for i, pos in enumerate(perm)}
-        linked_from: list[list[int]] = [[] for _ in items]
+        # Each item's first predecessor as a bare index, a list from the
+        # second: a list per item would be one per atom alive at once, which
+        # the collector moves to its oldest generation and walks (issue 38).
+        linked_from: list[int | list[int] | None] = [None] * len(items)
         for pu, pv, _meta in links:
-            linked_from[where[pv]].append(where[pu])
+            v, u = where[pv], where[pu]
+            found = linked_from[v]
+            if found is None:
+                linked_from[v] = u
+            elif isinstance(found, int):
+                linked_from[v] = [found, u]
+            else:
+                found.append(u)
         # Tuples (most empty or of one index): less memory, and the
         # collector stops tracking tuples of ints.
-        unit.preds = preds = [tuple(p) if p else () for p in linked_from]
+        unit.preds = preds = [
+            () if p is None else (p,) if isinstance(p, int) else tuple(p) for p in linked_from
+        ]
         unit.chain = len(items) > 1 and all(preds[i] == (i - 1,) for i in range(1, len(items)))
         unit.link_ends = array.array("q")
         for pu, pv, meta in links:

@@ -54,12 +54,14 @@ def execute_task(
     # register/deregister spelled out (not nt.register_deregister): this
     # runs for every task, and a generator-based context manager costs more
     # than the registration itself.
+    unmade = getattr(task, "_notifier", True) is None
     notifier = task.notifier
     notifier.register(EVENT_UPDATE_PROGRESS, progress_callback)
     try:
         return EXECUTED, _call_execute(task, arguments)
     finally:
         notifier.deregister(EVENT_UPDATE_PROGRESS, progress_callback)
+        _forget_if_idle(task, notifier, unmade)
 
 
 def revert_task(
@@ -75,8 +77,23 @@ def revert_task(
     arguments[REVERT_FLOW_FAILURES] = failures
     if progress_callback is None:
         return REVERTED, _call_revert(task, arguments)
-    with nt.register_deregister(task.notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
-        return REVERTED, _call_revert(task, arguments)
+    unmade = getattr(task, "_notifier", True) is None
+    notifier = task.notifier
+    try:
+        with nt.register_deregister(notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
+            return REVERTED, _call_revert(task, arguments)
+    finally:
+        _forget_if_idle(task, notifier, unmade)
+
+
+def _forget_if_idle(task: Any, notifier: nt.Notifier, made_here: bool) -> None:
+    """Drop a task's notifier made just to pass on its progress once nobody listens to it.
+
+    A task makes its notifier on first use (flowengine.task.BaseTask); kept
+    after every execute, each task of a large flow would hold one for good.
+    """
+    if made_here:
+        task._drop_notifier_if_idle(notifier)
 
 
 def _call_execute(task: Any, arguments: Arguments) -> Any:
@@ -119,6 +136,14 @@ class _ResolvedFuture(cf.Future[Outcome]):
     _SHARED_CONDITION = threading.Condition()
     # Never appended to: callbacks added to a resolved future run at once.
     _NO_CALLBACKS: list[Callable[[cf.Future[Outcome]], object]] = []
+    # concurrent.futures.wait() appends its waiter to every future it
+    # watches (only when some of them are still pending), under each
+    # future's condition (here the shared one), and removes it again before
+    # it returns; nothing else reads the list of a future that never
+    # changes state. So one list serves all: appends and removals pair up.
+    # A list each was one more object per task that the collector carried
+    # into its oldest generation while a wave of tasks ran (issue 38).
+    _SHARED_WAITERS: list[Any] = []
 
     def __init__(self, value: Outcome) -> None:  # noqa: D107 (see class)
         # Not super().__init__(): that makes the per-instance condition.
@@ -127,9 +152,7 @@ class _ResolvedFuture(cf.Future[Outcome]):
         self._state = _FINISHED
         self._result = value
         self._exception = None
-        # concurrent.futures.wait() adds (then removes) its waiter to every
-        # future it watches: a list of its own, so none leaks between them.
-        self._waiters = []
+        self._waiters = self._SHARED_WAITERS
         self._done_callbacks = self._NO_CALLBACKS
 
 

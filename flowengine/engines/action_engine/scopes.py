@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import bisect
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
@@ -75,7 +76,7 @@ class Unit:
         self.link_ends = array.array("q")
         self.link_meta: dict[int, dict[str, Any]] = {}
         self.chain = False  # every child linked to the next (linear)
-        self.prov: dict[str, list[tuple[int, str]]] = {}
+        self.prov: dict[str, ProviderEntries] = {}
         self.latest: dict[str, tuple[str, ...]] = {}
         self.reach: dict[tuple[int, int], bool] = {}
         self.start = 0  # slice of Compilation.topological_order
@@ -154,6 +155,37 @@ def walk_scopes(unit: Unit | None, b: int, order: tuple[str, ...]) -> tuple[tupl
     return tuple(levels)
 
 
+#: An atom's providers per symbol it consumes, nearest first: the one
+#: provider's name itself when there is one (the usual case), else a tuple.
+#: A dict holding only strings is one the garbage collector stops tracking;
+#: one holding a fresh tuple is walked by every full collection until one
+#: untracks it, one such dict per atom of the flow.
+ProviderTable = dict[str, "str | tuple[str, ...]"]
+
+
+def as_providers(found: str | tuple[str, ...]) -> tuple[str, ...]:
+    """A ProviderTable value as a tuple of providers."""
+    return (found,) if isinstance(found, str) else found
+
+
+#: A unit's providers of one symbol, (child index, provider) from the last
+#: child to the first: a tuple while there is one (most symbols have one
+#: provider; a tuple of ints and strings is untracked by the collector,
+#: where a list per symbol was an object per atom that it moved to its
+#: oldest generation and walked), a list from the second.
+ProviderEntries = tuple[tuple[int, str], ...] | list[tuple[int, str]]
+
+
+def _add_entry(prov: dict[str, ProviderEntries], symbol: str, entry: tuple[int, str]) -> None:
+    found = prov.get(symbol)
+    if found is None:
+        prov[symbol] = (entry,)
+    elif isinstance(found, tuple):
+        prov[symbol] = [*found, entry]
+    else:
+        found.append(entry)
+
+
 class ProviderResolver:
     """Computes, for every atom and consumed symbol, its providers nearest first."""
 
@@ -182,20 +214,21 @@ class ProviderResolver:
         """Fill each unit's ``prov``: symbol -> [(child index, provider)], last child first."""
         # Children before parents: a unit's table is built from its kids'.
         for unit in reversed(self._units):
-            prov: dict[str, list[tuple[int, str]]] = {}
+            prov: dict[str, ProviderEntries] = {}
             for ci in range(len(unit.kids) - 1, -1, -1):
                 kid = unit.kids[ci]
                 if isinstance(kid, str):
                     for symbol in self._atoms[kid].provides:
                         if symbol in needed:
-                            prov.setdefault(symbol, []).append((ci, kid))
+                            _add_entry(prov, symbol, (ci, kid))
                 else:
                     for symbol, entries in kid.prov.items():
-                        prov.setdefault(symbol, []).extend((ci, name) for _c, name in entries)
+                        for _c, name in entries:
+                            _add_entry(prov, symbol, (ci, name))
             if unit.retry is not None:
                 for symbol in self._atoms[unit.retry].provides:
                     if symbol in needed:
-                        prov.setdefault(symbol, []).append((-1, unit.retry))
+                        _add_entry(prov, symbol, (-1, unit.retry))
             unit.prov = prov
 
     def _latest(self, unit: Unit, symbol: str) -> tuple[str, ...]:
@@ -257,7 +290,7 @@ class ProviderResolver:
         return tuple(found), clash
 
     def _level_clash(
-        self, unit: Unit, level: list[tuple[int, str]], symbol: str
+        self, unit: Unit, level: Sequence[tuple[int, str]], symbol: str
     ) -> tuple[str, ...]:
         first = level[0][0]
         if first == -1:
@@ -276,17 +309,16 @@ class ProviderResolver:
 
     def resolve(
         self, order: tuple[str, ...]
-    ) -> tuple[
-        dict[str, dict[str, tuple[str, ...]]], dict[tuple[str, str], Ambiguity], tuple[str, ...]
-    ]:
-        """Per atom: symbol -> providers nearest first; the ambiguities; and the atoms
-        with some symbol nobody in scope provides (in ``order``)."""
-        providers: dict[str, dict[str, tuple[str, ...]]] = {}
+    ) -> tuple[dict[str, ProviderTable], dict[tuple[str, str], Ambiguity], tuple[str, ...]]:
+        """Per atom: symbol -> providers nearest first (see ProviderTable); the
+        ambiguities; and the atoms with some symbol nobody in scope provides
+        (in ``order``)."""
+        providers: dict[str, ProviderTable] = {}
         ambiguities: dict[tuple[str, str], Ambiguity] = {}
         outside: list[str] = []
         for name in order:
             atom = self._atoms[name]
-            table: dict[str, tuple[str, ...]] = {}
+            table: ProviderTable = {}
             injected: set[str] = set()
             if atom.inject:
                 # Atom-local injected values win over any provider.
@@ -297,7 +329,7 @@ class ProviderResolver:
                 if symbol in table:
                     continue
                 found, clash = self._lookup(name, symbol)
-                table[symbol] = found
+                table[symbol] = found[0] if len(found) == 1 else found
                 if not found and (not outside or outside[-1] != name):
                     outside.append(name)
                 if clash and symbol not in injected:

@@ -24,6 +24,23 @@ from typing import Any, NamedTuple
 _NONE: tuple[str, ...] = ()
 
 
+def _gather(table: dict[str, str | list[str]], node: str, other: str) -> None:
+    """Add ``other`` to ``node``'s entry: the name alone first, a list once there are two."""
+    found = table.get(node)
+    if found is None:
+        table[node] = other
+    elif isinstance(found, str):
+        table[node] = [found, other]
+    else:
+        found.append(other)
+
+
+def _as_tuple(found: str | list[str] | None) -> tuple[str, ...]:
+    if found is None:
+        return _NONE
+    return (found,) if isinstance(found, str) else tuple(found)
+
+
 class Decision(NamedTuple):
     """A decider on a link: ``decider(history) -> bool`` and how far a "no" reaches."""
 
@@ -46,30 +63,21 @@ class Topology:
         self.order = order
         #: Node name -> kind (task, retry, flow, flow_end).
         self.kinds = kinds
-        preds: dict[str, list[str]] = {}
-        succs: dict[str, list[str]] = {}
+        # Neighbours gathered as a name while there is one, a list from the
+        # second: a list per node would be n lists alive at once, which the
+        # collector moves to its oldest generation and walks (issue 38).
+        preds: dict[str, str | list[str]] = {}
+        succs: dict[str, str | list[str]] = {}
         #: (from, to) -> Decision, for the links that carry a decider.
         self.deciders: dict[tuple[str, str], Decision] = {}
         for u, v, decision in edges:
-            out = succs.get(u)
-            if out is None:
-                succs[u] = [v]
-            else:
-                out.append(v)
-            into = preds.get(v)
-            if into is None:
-                preds[v] = [u]
-            else:
-                into.append(u)
+            _gather(succs, u, v)
+            _gather(preds, v, u)
             if decision is not None:
                 self.deciders[(u, v)] = decision
         #: Node name -> its predecessors / successors (edge order).
-        self.preds: dict[str, tuple[str, ...]] = {
-            n: tuple(preds[n]) if n in preds else _NONE for n in order
-        }
-        self.succs: dict[str, tuple[str, ...]] = {
-            n: tuple(succs[n]) if n in succs else _NONE for n in order
-        }
+        self.preds: dict[str, tuple[str, ...]] = {n: _as_tuple(preds.get(n)) for n in order}
+        self.succs: dict[str, tuple[str, ...]] = {n: _as_tuple(succs.get(n)) for n in order}
 
     def topological(self) -> list[str]:
         """Nodes by generations (Kahn): those with no predecessor first, in insertion order."""

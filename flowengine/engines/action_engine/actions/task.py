@@ -77,7 +77,12 @@ class TaskAction(base.Action):
         self._set_progress(task, 0.0, store=changed, report=state == states.PENDING)
 
     def _progress_callback(self, task: Any) -> ex.ProgressCallback | None:
-        if not task.notifier.can_be_registered(ex.EVENT_UPDATE_PROGRESS):
+        if getattr(task, "_notifier", True) is None:
+            # Not made yet (flowengine.task.BaseTask): it will accept the
+            # task's own events; asking it would make it for nothing.
+            if ex.EVENT_UPDATE_PROGRESS not in task.TASK_EVENTS:
+                return None
+        elif not task.notifier.can_be_registered(ex.EVENT_UPDATE_PROGRESS):
             return None
         name = task.name
         notify = self._notifier.notify
