@@ -52,11 +52,16 @@ def test_tiny_run_on_memory_and_filesystem_prints_the_tables():
     out = proc.stdout
     assert "Per-task latency" in out and "Throughput" in out
     latency_table, rest = out.split("CPU per task, steady")
-    cpu_table, rest = rest.split("One-task run")
+    cpu_table, rest = rest.split("Context switches per task")
+    switches_table, rest = rest.split("One-task run")
     one_task_table, throughput_table = rest.split("Throughput")
     # Each table has one row per transport: | memory | ... |
-    for table in (latency_table, cpu_table, one_task_table, throughput_table):
+    tables = (latency_table, cpu_table, switches_table, one_task_table, throughput_table)
+    for table in tables:
         assert set(_rows(table)) == {"memory", "filesystem"}, table
+    for cells in _rows(switches_table).values():
+        # floor, flowengine: context switches per task, steady
+        assert len(cells) == 2 and all(_is_median_with_range(c) for c in cells), cells
     for cells in _rows(cpu_table).values():
         # floor, flowengine (CPU ms per task, steady), flowengine's ratio to the floor
         floor_cpu, fe_cpu, ratio = cells

@@ -20,7 +20,16 @@ from flowengine.patterns import unordered_flow as uf
 from tests.reliability import checker, fault_tasks
 from tests.reliability.harness import HEARTBEAT_S, MISSES, Conn, Workers
 
-pytestmark = [pytest.mark.xdist_group("rabbitmq_cluster"), pytest.mark.broker]
+#: Bound on each test, the module fixture's start included: three Erlang nodes
+#: started and joined one after another took 12 s on an idle machine and
+#: over 120 s (CI's default bound) on a loaded 2-core one.
+TEST_TIMEOUT_S = 300
+
+pytestmark = [
+    pytest.mark.xdist_group("rabbitmq_cluster"),
+    pytest.mark.broker,
+    pytest.mark.timeout(TEST_TIMEOUT_S),
+]
 
 #: The fault test: tasks in the flow, worker processes, seconds each body works
 #: (long enough that the kill lands while a third of the flow is still to run).
