@@ -66,19 +66,30 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         # Made on first use (see the notifier property): most tasks of a large
         # flow never get a listener, and one object less per task is one less
         # the collector walks in each full pass over a 100,000-task flow.
-        self._notifier: notifier.RestrictedNotifier | None = None
+        self._made_notifier: notifier.RestrictedNotifier | None = None
 
     @property
     def notifier(self) -> notifier.RestrictedNotifier:
         """Notifier of this task's internal events (e.g. 'update_progress')."""
-        made = self._notifier
+        made = self._made_notifier
         if made is None:
             fresh = notifier.RestrictedNotifier(self.TASK_EVENTS)
             with _NOTIFIER_LOCK:
-                made = self._notifier
+                made = self._made_notifier
                 if made is None:
-                    made = self._notifier = fresh
+                    made = self._made_notifier = fresh
         return made
+
+    @property
+    def _notifier(self) -> RestrictedNotifier:
+        # TaskFlow's tasks keep their notifier in this attribute, and code
+        # written for TaskFlow uses it (Masakari's tasks call
+        # self._notifier.notify): the same notifier, made on first use.
+        return self.notifier
+
+    @_notifier.setter
+    def _notifier(self, value: RestrictedNotifier) -> None:
+        self._made_notifier = value
 
     def _drop_notifier_if_idle(self, made: RestrictedNotifier) -> None:
         """Forget ``made`` (this task's notifier) if nothing is registered on it any more.
@@ -87,14 +98,15 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         made the notifier: kept, each task of a large flow would hold one.
         """
         with _NOTIFIER_LOCK:
-            if self._notifier is made and not made:
-                self._notifier = None
+            if self._made_notifier is made and not made:
+                self._made_notifier = None
 
     def copy(self, retain_listeners: bool = True) -> BaseTask:
         """Return a shallow copy with its own notifier (listeners kept or dropped)."""
         clone = copy.copy(self)
-        if self._notifier is not None:
-            clone._notifier = self._notifier.copy() if retain_listeners else None
+        made = self._made_notifier
+        if made is not None:
+            clone._made_notifier = made.copy() if retain_listeners else None
         return clone
 
     def update_progress(self, progress: float) -> None:
@@ -102,8 +114,9 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         if 0.0 <= progress <= 1.0:
             # The usual case (the engine reports 0.0 and 1.0 for every task);
             # a notifier not made yet has no listener to tell.
-            if self._notifier is not None:
-                self._notifier.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
+            made = self._made_notifier
+            if made is not None:
+                made.notify(EVENT_UPDATE_PROGRESS, {"progress": progress})
             return
 
         def on_clamped() -> None:

@@ -76,8 +76,28 @@ def test_engine_drops_only_the_notifier_it_made_for_progress():
     # gone), and its progress still reached storage
     assert heard == [0.0, 0.5, 1.0]
     assert listened.notifier is own
-    assert quiet._notifier is None
+    assert quiet._made_notifier is None
     assert engine.storage.get_task_progress("quiet") == 1.0
+
+
+def test_code_written_for_taskflow_notifies_through_the_private_notifier():
+    # Given a task that reports as TaskFlow's tasks may (Masakari's call
+    # self._notifier.notify), with a listener on its public notifier
+    class Detailed(task.Task):
+        def execute(self):
+            self._notifier.notify(task.EVENT_UPDATE_PROGRESS, {"progress": 0.5, "x": 1})
+
+    t = Detailed()
+    heard = []
+    t.notifier.register(
+        task.EVENT_UPDATE_PROGRESS, lambda event_type, details: heard.append(details)
+    )
+    # When it runs, alone and in a flow
+    t.execute()
+    engines.run(linear_flow.Flow("f").add(Detailed(name="in-flow")))
+    # Then the listener heard it, and both names are one notifier
+    assert heard == [{"progress": 0.5, "x": 1}]
+    assert t._notifier is t.notifier
 
 
 def test_update_progress_notifies_and_clamps(caplog):

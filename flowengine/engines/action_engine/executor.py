@@ -54,7 +54,7 @@ def execute_task(
     # register/deregister spelled out (not nt.register_deregister): this
     # runs for every task, and a generator-based context manager costs more
     # than the registration itself.
-    unmade = getattr(task, "_notifier", True) is None
+    unmade = getattr(task, "_made_notifier", True) is None
     notifier = task.notifier
     notifier.register(EVENT_UPDATE_PROGRESS, progress_callback)
     try:
@@ -77,7 +77,7 @@ def revert_task(
     arguments[REVERT_FLOW_FAILURES] = failures
     if progress_callback is None:
         return REVERTED, _call_revert(task, arguments)
-    unmade = getattr(task, "_notifier", True) is None
+    unmade = getattr(task, "_made_notifier", True) is None
     notifier = task.notifier
     try:
         with nt.register_deregister(notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):

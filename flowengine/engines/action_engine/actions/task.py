@@ -77,7 +77,7 @@ class TaskAction(base.Action):
         self._set_progress(task, 0.0, store=changed, report=state == states.PENDING)
 
     def _progress_callback(self, task: Any) -> ex.ProgressCallback | None:
-        if getattr(task, "_notifier", True) is None:
+        if getattr(task, "_made_notifier", True) is None:
             # Not made yet (flowengine.task.BaseTask): it will accept the
             # task's own events; asking it would make it for nothing.
             if ex.EVENT_UPDATE_PROGRESS not in task.TASK_EVENTS:
