@@ -16,6 +16,7 @@ import pytest
 
 from flowengine import exceptions as exc
 from tests import waiting
+from tests.jobs import backlog
 from tests.jobs.boards import Boards
 
 pytestmark = pytest.mark.broker
@@ -193,33 +194,8 @@ ROUND_TRIPS_PER_JOB_MAX = 1.5
 
 def test_a_conductor_consumes_a_job_and_claims_the_next_in_one_script(redis_boards):
     # Given BACKLOG one-task jobs posted by another client, and a blocking
-    # conductor (its lease long enough that no renewal falls in the run)
-    from flowengine import engines
-    from flowengine.conductors import backends as conductors
-    from flowengine.persistence.backends import impl_memory
-    from flowengine.utils import persistence_utils as pu
-    from tests.conductors import flows
-
-    persistence = impl_memory.MemoryBackend()
-    poster = redis_boards.make("poster")
-    for _ in range(BACKLOG):
-        lb, fd = pu.temporary_flow_detail(persistence)
-        engines.save_factory_details(fd, flows.ok_factory, [], {}, backend=persistence)
-        poster.post("job", lb, details={"flow_uuid": fd.uuid})
-    board = redis_boards.make("conductor", persistence=persistence, lease_s=60)
-    conductor = conductors.fetch("blocking", "c1", board, persistence=persistence)
-    consumed = threading.Semaphore(0)
-    conductor.notifier.register("job_consumed", lambda *_a, **_k: consumed.release())
-    # When it works the backlog off, every round trip of its client counted
-    with CommandCounter(board) as sent:
-        runner = threading.Thread(target=conductor.run, daemon=True)
-        runner.start()
-        try:
-            for _ in range(BACKLOG):
-                assert consumed.acquire(timeout=waiting.WAIT_S), "a job was not consumed"
-        finally:
-            conductor.stop()
-            assert conductor.wait(waiting.WAIT_S)
+    # conductor, when it works the backlog off, every request of its client counted
+    sent, poster = backlog.work_off_a_backlog(redis_boards, BACKLOG, CommandCounter)
     # Then the first claim and the last consume were a script each, and
     # every other consume carried the next job's claim: BACKLOG + 1 scripts
     # in all (2 * BACKLOG before), and fewer round trips per job in all
