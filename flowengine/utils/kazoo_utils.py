@@ -24,6 +24,7 @@ try:
     from kazoo import client as k_client
     from kazoo import exceptions as k_exc
     from kazoo.protocol.states import KazooState, KeeperState
+    from kazoo.retry import KazooRetry
 except ImportError as e:  # the 'zookeeper' extra is not installed
     raise optional.missing_extra("zookeeper", e) from e
 
@@ -31,11 +32,13 @@ from flowengine import exceptions as exc
 
 __all__ = [
     "CONF_TRANSFERS",
+    "CONNECTION_RETRY_MAX_DELAY_S",
     "DEFAULT_HOSTS",
     "KazooTransactionException",
     "answer_within",
     "check_compatible",
     "checked_commit",
+    "cap_reconnect_backoff",
     "conf_from_url",
     "finalize_client",
     "make_client",
@@ -77,6 +80,26 @@ CONF_TRANSFERS: tuple[tuple[str, Callable[[Any, Any], Any], Any], ...] = (
 )
 
 
+#: Longest pause (s) between two attempts to reach the ensemble again. kazoo's
+#: own ceiling is an hour: after a long outage a conductor would go on
+#: waiting for up to that long once ZooKeeper was back, its jobs unclaimed.
+CONNECTION_RETRY_MAX_DELAY_S = 10.0
+
+
+def cap_reconnect_backoff(client: k_client.KazooClient) -> None:
+    """Make ``client`` back off reconnecting to CONNECTION_RETRY_MAX_DELAY_S at most.
+
+    Done on the made client rather than by passing ``connection_retry``: the
+    client is made with exactly the arguments TaskFlow passes (its tests
+    check that call). kazoo copies its connection retry into the connection
+    handler as the client is made, so both are capped.
+    """
+    handler = getattr(client, "_connection", None)
+    for retry in (getattr(client, "_conn_retry", None), getattr(handler, "retry_sleeper", None)):
+        if isinstance(retry, KazooRetry) and retry.max_delay > CONNECTION_RETRY_MAX_DELAY_S:
+            retry.max_delay = CONNECTION_RETRY_MAX_DELAY_S
+
+
 def parse_hosts(hosts: Any) -> Any:
     """``'h1:p1,h2:p2'`` from a string, a list/set/tuple, or a ``{host: port}`` dict."""
     if isinstance(hosts, str):
@@ -97,6 +120,8 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
     (booleans, strings accepted), ``keyfile``, ``keyfile_password``,
     ``certfile``, ``ca`` (flowengine's: the CA file that signed the
     servers' certificates), ``command_retry``, ``connection_retry``, ``handler``.
+    Without ``connection_retry``, reconnecting backs off to 10 s at most
+    (:func:`cap_reconnect_backoff`; kazoo's own ceiling is an hour).
     TypeError for hosts that are empty or of another type.
     """
     kwargs: dict[str, Any] = {"logger": LOG}
@@ -117,7 +142,10 @@ def make_client(conf: dict[str, Any]) -> k_client.KazooClient:
     kwargs["hosts"] = hosts
     if "timeout" in conf:
         kwargs["timeout"] = float(conf["timeout"])
-    return k_client.KazooClient(**kwargs)
+    client = k_client.KazooClient(**kwargs)
+    if "connection_retry" not in conf:
+        cap_reconnect_backoff(client)
+    return client
 
 
 def finalize_client(client: k_client.KazooClient) -> None:

@@ -39,6 +39,25 @@ def test_make_client_accepts_taskflows_host_forms(hosts, expected):
     kazoo_utils.finalize_client(client)
 
 
+def test_a_client_backs_off_reconnecting_to_ten_seconds_not_kazoos_hour():
+    # kazoo's own connection retry backs off to 3,600 s: after a long outage
+    # a conductor would wait up to an hour more once the ensemble was back.
+    client = kazoo_utils.make_client({"hosts": "127.0.0.1:1"})
+    retry = client._connection.retry_sleeper  # the one its connect loop copies
+    assert retry.max_delay == kazoo_utils.CONNECTION_RETRY_MAX_DELAY_S == 10.0
+    assert retry.max_tries is None  # for ever: kazoo's own, kept
+    kazoo_utils.finalize_client(client)
+
+
+def test_a_given_connection_retry_is_kept():
+    client = kazoo_utils.make_client(
+        {"hosts": "127.0.0.1:1", "connection_retry": {"max_tries": 3, "max_delay": 2}}
+    )
+    retry = client._connection.retry_sleeper
+    assert (retry.max_tries, retry.max_delay) == (3, 2)
+    kazoo_utils.finalize_client(client)
+
+
 def test_make_client_refuses_empty_hosts():
     with pytest.raises(TypeError, match="Invalid hosts format"):
         kazoo_utils.make_client({"hosts": []})
