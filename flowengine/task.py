@@ -68,9 +68,22 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         # the collector walks in each full pass over a 100,000-task flow.
         self._made_notifier: notifier.RestrictedNotifier | None = None
 
+    #: Set once the notifier was handed to anyone but the engine: then it is
+    #: never dropped, so a reference taken while the engine held the one it
+    #: made stays this task's notifier (a class default: no slot per task).
+    _notifier_handed_out = False
+
     @property
     def notifier(self) -> notifier.RestrictedNotifier:
         """Notifier of this task's internal events (e.g. 'update_progress')."""
+        # Marked before it is read: _drop_notifier_if_idle either ran before
+        # (and this makes a fresh one) or sees the mark.
+        if not self._notifier_handed_out:
+            self._notifier_handed_out = True
+        return self._engine_notifier()
+
+    def _engine_notifier(self) -> RestrictedNotifier:
+        """The notifier, made if need be, as the engine asks for it (not marked handed out)."""
         made = self._made_notifier
         if made is None:
             fresh = notifier.RestrictedNotifier(self.TASK_EVENTS)
@@ -98,7 +111,7 @@ class BaseTask(atom.Atom, metaclass=abc.ABCMeta):
         made the notifier: kept, each task of a large flow would hold one.
         """
         with _NOTIFIER_LOCK:
-            if self._made_notifier is made and not made:
+            if self._made_notifier is made and not made and not self._notifier_handed_out:
                 self._made_notifier = None
 
     def copy(self, retain_listeners: bool = True) -> BaseTask:

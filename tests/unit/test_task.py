@@ -80,6 +80,27 @@ def test_engine_drops_only_the_notifier_it_made_for_progress():
     assert engine.storage.get_task_progress("quiet") == 1.0
 
 
+def test_a_notifier_taken_while_the_engine_held_it_stays_the_tasks():
+    # Given a task whose notifier the engine made to pass its progress on,
+    # and code that takes a reference to it meanwhile (here the task itself;
+    # as well another thread) to register a listener later
+    taken = []
+
+    class Taker(task.Task):
+        def execute(self):
+            taken.append(self.notifier)
+
+    t = Taker()
+    engines.run(linear_flow.Flow("f").add(t))
+    # When a listener is registered through that reference after the run
+    heard = []
+    taken[0].register(task.EVENT_UPDATE_PROGRESS, lambda event_type, details: heard.append(details))
+    t.update_progress(0.5)
+    # Then it hears the task: the engine did not drop the notifier it had made
+    assert t.notifier is taken[0]
+    assert heard == [{"progress": 0.5}]
+
+
 def test_code_written_for_taskflow_notifies_through_the_private_notifier():
     # Given a task that reports as TaskFlow's tasks may (Masakari's call
     # self._notifier.notify), with a listener on its public notifier

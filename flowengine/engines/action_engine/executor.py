@@ -55,7 +55,7 @@ def execute_task(
     # runs for every task, and a generator-based context manager costs more
     # than the registration itself.
     unmade = getattr(task, "_made_notifier", True) is None
-    notifier = task.notifier
+    notifier = task._engine_notifier() if unmade else task.notifier
     notifier.register(EVENT_UPDATE_PROGRESS, progress_callback)
     try:
         return EXECUTED, _call_execute(task, arguments)
@@ -78,7 +78,7 @@ def revert_task(
     if progress_callback is None:
         return REVERTED, _call_revert(task, arguments)
     unmade = getattr(task, "_made_notifier", True) is None
-    notifier = task.notifier
+    notifier = task._engine_notifier() if unmade else task.notifier
     try:
         with nt.register_deregister(notifier, EVENT_UPDATE_PROGRESS, callback=progress_callback):
             return REVERTED, _call_revert(task, arguments)
