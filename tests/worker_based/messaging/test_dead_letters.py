@@ -208,7 +208,12 @@ def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
             cid = client.request(wt.Add(), arguments={"x": 1, "y": 2}, routing_key=TOPIC)
             assert client.final(cid)["data"] == {"result": 3}
             waiting.wait_until(lambda: proxy.failing is None, "the loop working again")
-            assert "announces itself on topic 'calc' again" in caplog.text
+            # The loop clears its failing state, then tells its observers (the
+            # server, which logs the announcement): wait for that too.
+            waiting.wait_until(
+                lambda: "announces itself on topic 'calc' again" in caplog.text,
+                "the worker announcing itself again",
+            )
             assert worker.describe()["failing"] == {}
     finally:
         sender.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kombu.utils.json import loads
+from flowengine.engines.worker_based.wire.json_text import read_json
 
 __all__ = ["read_envelope"]
 
@@ -28,7 +28,7 @@ def read_envelope(text: str) -> Any:
     Raises what plain JSON raises for text that is not JSON at all.
     """
     try:
-        return loads(text)
+        return read_json(text)
     except Exception:
         # kombu's type tags that do not decode (see the module's docstring).
         return json.loads(text)
