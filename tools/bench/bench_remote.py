@@ -1108,7 +1108,8 @@ def main(argv: list[str] | None = None) -> int:
         "--lib",
         choices=LIBS,
         action="append",
-        help="library to run (repeatable; default: all but flowengine-base, which --baseline adds)",
+        help="library to run (repeatable; default: all but flowengine-base, which --baseline"
+        " adds to any list)",
     )
     p.add_argument(
         "--baseline",
@@ -1182,7 +1183,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline:
         BASELINE_TREE = os.path.abspath(args.baseline)
     transports = args.transport or list(TRANSPORTS)
-    libs = args.lib or [*DEFAULT_LIBS, *(["flowengine-base"] if args.baseline else [])]
+    libs = list(args.lib or DEFAULT_LIBS)
+    if args.baseline and "flowengine-base" not in libs:
+        # The tree given is to be measured, with or without an explicit --lib list.
+        libs.append("flowengine-base")
     pythons = {lib: sys.executable for lib in libs}
     if any(lib.startswith("taskflow") for lib in libs):
         tf = taskflow_python(args.taskflow_venv, args.taskflow_spec)
