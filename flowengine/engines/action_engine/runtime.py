@@ -59,7 +59,11 @@ class Runtime:
         retries = set(self.retries)
         self._is_retry = retries.__contains__
         self.analyzer = an.Analyzer(
-            order, topology.preds, topology.succs, self.atom_order, self._can_transition
+            order,
+            topology.succs,
+            self.atom_order,
+            self._can_transition,
+            self.order_index,
         )
         # Only atoms behind a link with a decider have any (most flows have none).
         self.edge_deciders: dict[str, tuple[de.EdgeDecider, ...]] = {}
@@ -281,9 +285,8 @@ class Runtime:
         """Atoms that may start now (deciders consulted; vetoed ones ignored)."""
         analyzer = self.analyzer
         ready: list[tuple[str, str]] = []
-        key = self.order_index.__getitem__
         while True:
-            names = analyzer.take_candidates(key)
+            names = analyzer.take_candidates()
             if not names:
                 if len(ready) > 1:
                     # Higher priority first (TaskFlow's atom.priority), then
