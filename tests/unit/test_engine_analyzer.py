@@ -126,3 +126,19 @@ def test_load_counts_from_stored_states():
     assert a.readiness("y") is None
     a.update("z", st.REVERTED)
     assert a.readiness("y") == an.REVERT
+
+
+def test_candidate_numbers_are_positions_in_the_order_and_give_the_same_readiness():
+    # Given a chain x -> y whose first candidates were taken
+    a = _analyzer([("x", "y")], ["x", "y"])
+    a.take_candidates()
+    # When y starts (x can no longer revert before it)
+    a.update("y", st.RUNNING)
+    numbers = a.take_candidate_numbers()
+    # Then the numbers name x and y in graph order, each as ready as by name
+    assert [a._order[i] for i in numbers] == ["x", "y"]
+    assert [a.readiness_at(i, a._order[i]) for i in numbers] == [
+        a.readiness("x"),
+        a.readiness("y"),
+    ]
+    assert a.readiness("x") == an.EXECUTE

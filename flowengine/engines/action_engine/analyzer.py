@@ -45,6 +45,9 @@ _ATOM = 4  # an atom (not a flow start/end node): a candidate when it changes
 _SELF_DONE = 1  # done once its predecessors are (flow nodes: always)
 _SELF_CLEAR = 2  # clear once its successors are (flow nodes: always)
 _FLOW_FLAGS = _SELF_DONE | _SELF_CLEAR
+_INTENT_EXECUTE = 8  # an atom meant to execute
+_INTENT_REVERT = 16  # an atom meant to revert (or to retry)
+_STATE_PENDING = 32  # an atom in PENDING (to RUNNING needs no check)
 
 
 def _turned_around(
@@ -69,6 +72,12 @@ def _turned_around(
 
 def _atom_flags(state: str, intention: str) -> int:
     flags = _ATOM
+    if intention == st.EXECUTE:
+        flags |= _INTENT_EXECUTE
+    elif intention in _REVERT_INTENTIONS:
+        flags |= _INTENT_REVERT
+    if state == st.PENDING:
+        flags |= _STATE_PENDING
     if state in _DONE_STATES and intention in _DONE_INTENTIONS:
         flags |= _SELF_DONE
     if state in _CLEAR_STATES:
@@ -223,36 +232,44 @@ class Analyzer:
 
     def readiness(self, name: str) -> str | None:
         """EXECUTE or REVERT if the atom may start that now, else None."""
+        return self.readiness_at(self._index[name], name)
+
+    def readiness_at(self, number: int, name: str) -> str | None:
+        """:meth:`readiness` of ``name``, numbered ``number`` (see take_candidate_numbers)."""
         if name in self.in_flight:
             return None
-        intention = self.intention[name]
-        if intention == st.EXECUTE:
-            if self._pending[self._index[name]] >= 2:
+        own = self._flags[number]
+        if own & _INTENT_EXECUTE:
+            if self._pending[number] >= 2:
                 return None
-            state = self.state[name]
             # PENDING -> RUNNING is always allowed (the usual case: no lookup).
-            if state == st.PENDING or self._can(name, state, st.RUNNING):
+            if own & _STATE_PENDING or self._can(name, self.state[name], st.RUNNING):
                 return EXECUTE
-        elif intention in _REVERT_INTENTIONS:
-            if self._unclear[self._index[name]] < 2 and self._can(
-                name, self.state[name], st.REVERTING
-            ):
+        elif own & _INTENT_REVERT:
+            if self._unclear[number] < 2 and self._can(name, self.state[name], st.REVERTING):
                 return REVERT
         return None
 
-    def take_candidates(self) -> list[str]:
-        """Pop the atoms to re-examine, in graph order (the ``order`` given)."""
-        order = self._order
+    def take_candidate_numbers(self) -> list[int]:
+        """Pop the atoms to re-examine as their positions in ``order``, in that order.
+
+        The runtime reads each one's name from its own copy of the order and
+        asks :meth:`readiness_at`: no lookup by name in between.
+        """
         if self._all_candidates:
             self._all_candidates = False
             self._candidates = set()
-            return [order[i] for i in self._atom_ids]
+            return self._atom_ids
         found = self._candidates
         if not found:
             return []
         self._candidates = set()
-        # Numbers are positions in the order: sorting them is sorting by it.
-        return [order[i] for i in sorted(found)] if len(found) > 1 else [order[i] for i in found]
+        return sorted(found)
+
+    def take_candidates(self) -> list[str]:
+        """Pop the atoms to re-examine, in graph order (the ``order`` given)."""
+        order = self._order
+        return [order[i] for i in self.take_candidate_numbers()]
 
     def is_success(self) -> bool:
         """Whether every atom succeeded or was ignored."""
