@@ -16,9 +16,8 @@ def _analyzer(edges, atoms, flows=()):
     graph = nx.DiGraph(edges)
     graph.add_nodes_from([*atoms, *flows])
     nodes = list(nx.topological_sort(graph))
-    preds = {n: tuple(u for u, v in edges if v == n) for n in nodes}
     succs = {n: tuple(v for u, v in edges if u == n) for n in nodes}
-    a = an.Analyzer(nodes, preds, succs, atoms, _allowed)
+    a = an.Analyzer(nodes, succs, atoms, _allowed)
     a.load((n, st.PENDING, st.EXECUTE) for n in atoms)
     return a
 
@@ -75,16 +74,12 @@ def test_ignored_atom_is_transparent_for_revert():
 
 def test_candidates_only_hold_changed_atoms():
     a = _analyzer([("x", "y"), ("y", "z")], ["x", "y", "z"])
-    a.take_candidates(key=lambda n: 0)
+    a.take_candidates()
     a.update("x", st.SUCCESS)
-    assert set(a.take_candidates(key=lambda n: 0)) == {"x", "y"}
+    assert set(a.take_candidates()) == {"x", "y"}
 
 
-def _no_key(name):
-    raise AssertionError(f"take_candidates sorted {name!r} right after load()")
-
-
-def test_first_candidates_after_load_are_every_atom_in_graph_order_unsorted():
+def test_first_candidates_after_load_are_every_atom_in_graph_order():
     # Given a freshly loaded analyzer (flow nodes between the atoms)
     a = _analyzer(
         [("x", "end"), ("y", "end"), ("end", "start"), ("start", "z")],
@@ -93,10 +88,22 @@ def test_first_candidates_after_load_are_every_atom_in_graph_order_unsorted():
     )
     # When an atom changes before the candidates are first taken
     a.update("y", st.RUNNING)
-    # Then every atom comes back once, in the graph order, with no sort
-    first = a.take_candidates(key=_no_key)
+    # Then every atom comes back once, in the graph order
+    first = a.take_candidates()
     assert first == [n for n in a._order if n in ("x", "y", "z")]
-    assert a.take_candidates(key=_no_key) == []
+    assert a.take_candidates() == []
+
+
+def test_changed_atoms_come_back_in_graph_order_whatever_order_they_changed_in():
+    # Given unlinked atoms whose first candidates were taken
+    a = _analyzer([], ["x", "y", "z"])
+    a.take_candidates()
+    last, first = [n for n in a._order if n != "y"][::-1]
+    # When the last atom changes before the first
+    a.update(last, st.RUNNING)
+    a.update(first, st.RUNNING)
+    # Then they are handed out first to last
+    assert a.take_candidates() == [first, last]
 
 
 def test_load_counts_from_stored_states():
@@ -119,3 +126,19 @@ def test_load_counts_from_stored_states():
     assert a.readiness("y") is None
     a.update("z", st.REVERTED)
     assert a.readiness("y") == an.REVERT
+
+
+def test_candidate_numbers_are_positions_in_the_order_and_give_the_same_readiness():
+    # Given a chain x -> y whose first candidates were taken
+    a = _analyzer([("x", "y")], ["x", "y"])
+    a.take_candidates()
+    # When y starts (x can no longer revert before it)
+    a.update("y", st.RUNNING)
+    numbers = a.take_candidate_numbers()
+    # Then the numbers name x and y in graph order, each as ready as by name
+    assert [a._order[i] for i in numbers] == ["x", "y"]
+    assert [a.readiness_at(i, a._order[i]) for i in numbers] == [
+        a.readiness("x"),
+        a.readiness("y"),
+    ]
+    assert a.readiness("x") == an.EXECUTE

@@ -11,9 +11,11 @@ keeps two counters, updated only when a neighbour's status flips:
   this reaches zero.
 
 Each counter is stored doubled, its lowest bit holding whether the node is
-done (clear) itself: one dict per counter instead of two per node state. At
-100,000 atoms a name-keyed dict costs 5 MB, so every dict saved lowers the
-run's peak memory.
+done (clear) itself. Counters, neighbours and flags are lists indexed by the
+node's position in the graph order, not dicts keyed by name: at 100,000
+nodes the lists stay a few hundred kilobytes each, which the CPU caches
+hold, where every lookup by name touched the name, a dict slot and the value
+in different places of a heap of hundreds of megabytes.
 
 Flow nodes are done/clear exactly when their counter is zero, so they pass
 status through without the O(n*m) edges flattening them away would cost. A
@@ -23,7 +25,8 @@ the graph (TaskFlow rescans every atom after each completion: O(n^2) a run).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import array
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flowengine import states as st
@@ -37,36 +40,103 @@ EXECUTE = "execute"
 REVERT = "revert"
 
 
+#: Bits of a node's flags (one small int per node, see Analyzer._flags).
+_ATOM = 4  # an atom (not a flow start/end node): a candidate when it changes
+_SELF_DONE = 1  # done once its predecessors are (flow nodes: always)
+_SELF_CLEAR = 2  # clear once its successors are (flow nodes: always)
+_FLOW_FLAGS = _SELF_DONE | _SELF_CLEAR
+_INTENT_EXECUTE = 8  # an atom meant to execute
+_INTENT_REVERT = 16  # an atom meant to revert (or to retry)
+_STATE_PENDING = 32  # an atom in PENDING (to RUNNING needs no check)
+
+
+def _turned_around(
+    succ: array.array[int], succ_at: array.array[int]
+) -> tuple[array.array[int], array.array[int]]:
+    """The predecessors' flat array and starts, from the successors' (lowest number first)."""
+    nodes = len(succ_at) - 1
+    # Counting sort of the edges by their head.
+    pred_at = array.array("q", bytes(8 * (nodes + 1)))
+    for j in succ:
+        pred_at[j + 1] += 1
+    for i in range(nodes):
+        pred_at[i + 1] += pred_at[i]
+    pred = array.array("q", bytes(8 * len(succ)))
+    fill = pred_at[:-1]
+    for i in range(nodes):
+        for j in succ[succ_at[i] : succ_at[i + 1]]:
+            pred[fill[j]] = i
+            fill[j] += 1
+    return pred, pred_at
+
+
+def _atom_flags(state: str, intention: str) -> int:
+    flags = _ATOM
+    if intention == st.EXECUTE:
+        flags |= _INTENT_EXECUTE
+    elif intention in _REVERT_INTENTIONS:
+        flags |= _INTENT_REVERT
+    if state == st.PENDING:
+        flags |= _STATE_PENDING
+    if state in _DONE_STATES and intention in _DONE_INTENTIONS:
+        flags |= _SELF_DONE
+    if state in _CLEAR_STATES:
+        flags |= _SELF_CLEAR
+    return flags
+
+
 class Analyzer:
-    """Tracks per-node counters and collects atoms whose readiness may have changed."""
+    """Tracks per-node counters and collects atoms whose readiness may have changed.
+
+    Nodes are numbered by their position in ``order`` (a topological order),
+    and the counters, flags and neighbours the propagation walks are lists
+    indexed by that number: at 100,000 nodes a lookup by name in a dict per
+    counter misses the CPU caches several times (the name's hash, the dict's
+    slot, the value), a list slot once (issue 38). ``state`` and
+    ``intention`` stay dicts by name for the runtime to read.
+    """
 
     def __init__(
         self,
         order: list[str],
-        preds: dict[str, tuple[str, ...]],
         succs: dict[str, tuple[str, ...]],
         atom_names: Iterable[str],
         can_transition: Callable[[str, str, str], bool],
+        index: Mapping[str, int] | None = None,
     ) -> None:
+        """``order``: every node, topologically sorted; ``index``: name -> position in it."""
         self._order = order
-        self._preds = preds
-        self._succs = succs
-        # Flow start/end nodes are few: keep those, not a flag per node.
+        if index is None:
+            index = {n: i for i, n in enumerate(order)}
+        self._index = index
+        # Neighbours by number, each side as one flat array of numbers and
+        # one of where each node's run starts (node i's successors are
+        # succ[at[i]:at[i + 1]]): contiguous, and no object per node for the
+        # collector to track (issue 38).
+        number = index.__getitem__
+        succ, succ_at = array.array("q"), array.array("q", [0])
+        for n in order:
+            succ.extend(map(number, succs[n]))
+            succ_at.append(len(succ))
+        self._succ, self._succ_at = succ, succ_at
+        self._pred, self._pred_at = _turned_around(succ, succ_at)
         atoms = set(atom_names)
-        self._flow_nodes = frozenset(n for n in order if n not in atoms)
+        self._atom_ids = [i for i, n in enumerate(order) if n in atoms]
         self._can = can_transition
         self.state: dict[str, str] = {}
         self.intention: dict[str, str] = {}
-        #: 2 * (predecessors not done) + (1 if the node is done).
-        self._pending: dict[str, int] = {}
-        #: 2 * (successors not clear) + (1 if the node is clear).
-        self._unclear: dict[str, int] = {}
-        #: Atoms whose readiness may have changed since last collected.
-        self.candidates: set[str] = set()
+        #: Per node: _ATOM, and whether its own state makes it done/clear.
+        self._flags: list[int] = [_FLOW_FLAGS] * len(order)
+        for i in self._atom_ids:
+            self._flags[i] = _ATOM  # until load() reads its state
+        #: Per node: 2 * (predecessors not done) + (1 if the node is done).
+        self._pending: list[int] = []
+        #: Per node: 2 * (successors not clear) + (1 if the node is clear).
+        self._unclear: list[int] = []
+        #: Numbers of the atoms whose readiness may have changed since last collected.
+        self._candidates: set[int] = set()
         #: Atoms handed to an executor and not completed yet.
         self.in_flight: set[str] = set()
-        #: Every atom in graph order, which is what the candidates are after load().
-        self._atoms_in_order = [n for n in order if n not in self._flow_nodes]
         self._all_candidates = False
 
     # -- status -------------------------------------------------------------
@@ -77,78 +147,74 @@ class Analyzer:
         An iterable, not a mapping: at 100,000 atoms a dict of them would
         add 12 MB to the run's peak for a moment.
         """
-        state, intention = self.state, self.intention
+        state, intention, index, flags = self.state, self.intention, self._index, self._flags
         for name, atom_state, atom_intention in atom_states:
             state[name] = atom_state
             intention[name] = atom_intention
-        # Status checks inlined, and fresh dicts filled in graph order:
-        # this walks every node and edge once per run, and at 100,000 atoms
-        # each method call and generator costs more than the lookups.
-        order, flow_nodes = self._order, self._flow_nodes
-        preds, succs = self._preds, self._succs
-        pending: dict[str, int] = {}
-        for n in order:
+            flags[index[name]] = _atom_flags(atom_state, atom_intention)
+        # Fresh lists filled in graph order: this walks every node and
+        # edge once per run, with the status checks inlined.
+        n_nodes = len(self._order)
+        pred, pred_at, succ, succ_at = self._pred, self._pred_at, self._succ, self._succ_at
+        pending = [0] * n_nodes
+        for i in range(n_nodes):
             waiting = 0
-            for p in preds[n]:
+            for p in pred[pred_at[i] : pred_at[i + 1]]:
                 if not pending[p] & 1:
                     waiting += 2
-            if not waiting and (
-                n in flow_nodes or (state[n] in _DONE_STATES and intention[n] in _DONE_INTENTIONS)
-            ):
+            if not waiting and flags[i] & _SELF_DONE:
                 waiting = 1
-            pending[n] = waiting
-        unclear: dict[str, int] = {}
-        for n in reversed(order):
+            pending[i] = waiting
+        unclear = [0] * n_nodes
+        for i in range(n_nodes - 1, -1, -1):
             blocking = 0
-            for s in succs[n]:
+            for s in succ[succ_at[i] : succ_at[i + 1]]:
                 if not unclear[s] & 1:
                     blocking += 2
-            if not blocking and (n in flow_nodes or state[n] in _CLEAR_STATES):
+            if not blocking and flags[i] & _SELF_CLEAR:
                 blocking = 1
-            unclear[n] = blocking
+            unclear[i] = blocking
         self._pending, self._unclear = pending, unclear
         self.in_flight.clear()
-        # Every atom is a candidate now, and take_candidates would sort them
-        # all into the order they already have here: hand this list out as
-        # is instead (whatever is added before it is taken is in it).
-        self.candidates = set()
+        # Every atom is a candidate now, in graph order: take_candidates
+        # hands them all out (whatever is added before it is taken is in it).
+        self._candidates = set()
         self._all_candidates = True
 
     def update(self, name: str, state: str | None = None, intention: str | None = None) -> None:
         """Record an atom's new state and/or intention and propagate what flips."""
         if state is not None:
             self.state[name] = state
+        else:
+            state = self.state[name]
         if intention is not None:
             self.intention[name] = intention
-        self._propagate(name)
+        else:
+            intention = self.intention[name]
+        i = self._index[name]
+        self._flags[i] = _atom_flags(state, intention)
+        self._propagate(i)
 
-    def _propagate(self, start: str) -> None:
+    def _propagate(self, start: int) -> None:
         # Status checks inlined: this runs twice per task (RUNNING, then
         # its outcome) and its cost is all interpreter overhead. A counter
         # below 2 is zero; one crossing zero may flip that node in turn.
         stack = [start]
-        candidates = self.candidates
-        flow_nodes = self._flow_nodes
+        candidates = self._candidates
+        flags = self._flags
         pending, unclear = self._pending, self._unclear
-        state, intention = self.state, self.intention
-        succs, preds = self._succs, self._preds
+        pred, pred_at, succ, succ_at = self._pred, self._pred_at, self._succ, self._succ_at
         while stack:
             n = stack.pop()
-            waiting, blocking = pending[n], unclear[n]
-            if n in flow_nodes:
-                done = waiting < 2
-                clear = blocking < 2
-            else:
+            waiting, blocking, own = pending[n], unclear[n], flags[n]
+            if own & _ATOM:
                 candidates.add(n)
-                node_state = state[n]
-                done = (
-                    waiting < 2 and node_state in _DONE_STATES and intention[n] in _DONE_INTENTIONS
-                )
-                clear = blocking < 2 and node_state in _CLEAR_STATES
+            done = waiting < 2 and own & _SELF_DONE != 0
+            clear = blocking < 2 and own & _SELF_CLEAR != 0
             if done != waiting & 1:
                 pending[n] = waiting ^ 1
                 delta = -2 if done else 2
-                for s in succs[n]:
+                for s in succ[succ_at[n] : succ_at[n + 1]]:
                     before = pending[s]
                     pending[s] = before + delta
                     if before < 2 or before + delta < 2:
@@ -156,7 +222,7 @@ class Analyzer:
             if clear != blocking & 1:
                 unclear[n] = blocking ^ 1
                 delta = -2 if clear else 2
-                for p in preds[n]:
+                for p in pred[pred_at[n] : pred_at[n + 1]]:
                     before = unclear[p]
                     unclear[p] = before + delta
                     if before < 2 or before + delta < 2:
@@ -166,34 +232,44 @@ class Analyzer:
 
     def readiness(self, name: str) -> str | None:
         """EXECUTE or REVERT if the atom may start that now, else None."""
+        return self.readiness_at(self._index[name], name)
+
+    def readiness_at(self, number: int, name: str) -> str | None:
+        """:meth:`readiness` of ``name``, numbered ``number`` (see take_candidate_numbers)."""
         if name in self.in_flight:
             return None
-        intention = self.intention[name]
-        if intention == st.EXECUTE:
-            if self._pending[name] >= 2:
+        own = self._flags[number]
+        if own & _INTENT_EXECUTE:
+            if self._pending[number] >= 2:
                 return None
-            state = self.state[name]
             # PENDING -> RUNNING is always allowed (the usual case: no lookup).
-            if state == st.PENDING or self._can(name, state, st.RUNNING):
+            if own & _STATE_PENDING or self._can(name, self.state[name], st.RUNNING):
                 return EXECUTE
-        elif intention in _REVERT_INTENTIONS:
-            if self._unclear[name] < 2 and self._can(name, self.state[name], st.REVERTING):
+        elif own & _INTENT_REVERT:
+            if self._unclear[number] < 2 and self._can(name, self.state[name], st.REVERTING):
                 return REVERT
         return None
 
-    def take_candidates(self, key: Callable[[str], int]) -> list[str]:
-        """Pop the atoms to re-examine, in ``key`` order (topological)."""
+    def take_candidate_numbers(self) -> list[int]:
+        """Pop the atoms to re-examine as their positions in ``order``, in that order.
+
+        The runtime reads each one's name from its own copy of the order and
+        asks :meth:`readiness_at`: no lookup by name in between.
+        """
         if self._all_candidates:
             self._all_candidates = False
-            self.candidates = set()
-            return list(self._atoms_in_order)
-        if not self.candidates:
+            self._candidates = set()
+            return self._atom_ids
+        found = self._candidates
+        if not found:
             return []
-        found = (
-            sorted(self.candidates, key=key) if len(self.candidates) > 1 else list(self.candidates)
-        )
-        self.candidates = set()
-        return found
+        self._candidates = set()
+        return sorted(found)
+
+    def take_candidates(self) -> list[str]:
+        """Pop the atoms to re-examine, in graph order (the ``order`` given)."""
+        order = self._order
+        return [order[i] for i in self.take_candidate_numbers()]
 
     def is_success(self) -> bool:
         """Whether every atom succeeded or was ignored."""

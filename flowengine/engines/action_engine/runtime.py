@@ -58,8 +58,14 @@ class Runtime:
         self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
         retries = set(self.retries)
         self._is_retry = retries.__contains__
+        #: The analyzer's node order: its candidates are positions in it.
+        self.analyzer_order = order
         self.analyzer = an.Analyzer(
-            order, topology.preds, topology.succs, self.atom_order, self._can_transition
+            order,
+            topology.succs,
+            self.atom_order,
+            self._can_transition,
+            self.order_index,
         )
         # Only atoms behind a link with a decider have any (most flows have none).
         self.edge_deciders: dict[str, tuple[de.EdgeDecider, ...]] = {}
@@ -281,17 +287,19 @@ class Runtime:
         """Atoms that may start now (deciders consulted; vetoed ones ignored)."""
         analyzer = self.analyzer
         ready: list[tuple[str, str]] = []
-        key = self.order_index.__getitem__
+        order = self.analyzer_order
+        readiness_at = analyzer.readiness_at
         while True:
-            names = analyzer.take_candidates(key)
-            if not names:
+            numbers = analyzer.take_candidate_numbers()
+            if not numbers:
                 if len(ready) > 1:
                     # Higher priority first (TaskFlow's atom.priority), then
                     # graph order; stable so equal priorities keep it.
                     ready.sort(key=self._priority_key)
                 return ready
-            for name in names:
-                what = analyzer.readiness(name)
+            for number in numbers:
+                name = order[number]
+                what = readiness_at(number, name)
                 if what is None:
                     continue
                 if what == an.EXECUTE and name in self.edge_deciders and not self._decide(name):
