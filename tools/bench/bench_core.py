@@ -23,7 +23,7 @@ CPU time of all four phases (also per task), how much of it the cyclic
 garbage collector took and in how many full collections, and the peak RSS
 of the subprocess; then the flowengine/TaskFlow ratios.  With ``--repeat N``
 each figure is the median of N fresh subprocesses, with the minimum and
-maximum beside it.
+maximum beside it; the repetitions alternate between the libraries.
 
 ``--baseline-root DIR`` adds another flowengine source tree (say an export
 of ``main``) as library ``baseline``, so a change is measured before and
@@ -551,15 +551,23 @@ def main(argv: list[str] | None = None) -> int:
     results, counted, notes = [], [], []
     for case in cases:
         for eng in args.engine or CASE_ENGINES.get(case, ENGINES):
+            case_libs = []
             for lib in libs:
                 if lib == "taskflow" and case in TASKFLOW_SKIPPED:
                     notes.append(f"{case}: {TASKFLOW_SKIPPED[case]}")
-                    continue
-                runs = [
-                    run_case(pythons[lib], lib, case, eng, args.timeout, roots[lib])
-                    for _ in range(max(1, args.repeat))
-                ]
-                r = summarise(runs)
+                else:
+                    case_libs.append(lib)
+            # Repetitions alternate between the libraries (a, b, a, b, ...),
+            # so that a shared machine's load, which drifts over minutes,
+            # weighs on each library alike.
+            runs_of: dict[str, list[dict]] = {lib: [] for lib in case_libs}
+            for _ in range(max(1, args.repeat)):
+                for lib in case_libs:
+                    runs_of[lib].append(
+                        run_case(pythons[lib], lib, case, eng, args.timeout, roots[lib])
+                    )
+            for lib in case_libs:
+                r = summarise(runs_of[lib])
                 results.append(r)
                 status = r.get("error") or (
                     f"total {_fmt_s(r['total_s'])}, "
