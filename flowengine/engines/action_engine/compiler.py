@@ -462,21 +462,17 @@ class _Builder:
                     f"Retry controller {flow.retry!r} of flow '{flow.name}' is not a Retry"
                 )
             unit.retry = self._add_atom(flow.retry, unit, -1)
-        items = [item for item, _meta in flow.iter_nodes()]
-        position = {id(item): pos for pos, item in enumerate(items)}
-        if len(position) != len(items):
-            raise ValueError(f"Flow '{flow.name}' lists the same item twice")
-        links: list[tuple[int, int, dict[str, Any] | None]] = []
-        for u, v, meta in flow.iter_links_beyond_reasons():
-            pu, pv = position.get(id(u)), position.get(id(v))
-            if pu is None or pv is None:
-                missing = u if pu is None else v
-                raise exc.CompilationFailure(
-                    f"Flow '{flow.name}' links {_label(missing)} which is not one of its items"
-                )
-            links.append((pu, pv, meta))
+        numbered = flow._numbered_links()
+        if numbered is not None:
+            items, numbered_links = numbered
+            links: list[tuple[int, int, dict[str, Any] | None]] = list(numbered_links)
+        else:
+            items = [item for item, _meta in flow.iter_nodes()]
+            links = self._links_by_position(flow, items)
         perm = self._toposort(flow, items, links)
-        where = {pos: i for i, pos in enumerate(perm)}
+        where = [0] * len(perm)
+        for i, pos in enumerate(perm):
+            where[pos] = i
         # Each item's first predecessor as a bare index, a list from the
         # second: a list per item would be one per atom alive at once, which
         # the collector moves to its oldest generation and walks (issue 38).
@@ -519,6 +515,23 @@ class _Builder:
                     f" to compile in flow '{flow.name}'"
                 )
         return unit
+
+    @staticmethod
+    def _links_by_position(flow: Any, items: list[Any]) -> list[tuple[int, int, Any]]:
+        """The flow's links as ``(from, to, metadata)`` positions in ``items``."""
+        position = {id(item): pos for pos, item in enumerate(items)}
+        if len(position) != len(items):
+            raise ValueError(f"Flow '{flow.name}' lists the same item twice")
+        links: list[tuple[int, int, dict[str, Any] | None]] = []
+        for u, v, meta in flow.iter_links_beyond_reasons():
+            pu, pv = position.get(id(u)), position.get(id(v))
+            if pu is None or pv is None:
+                missing = u if pu is None else v
+                raise exc.CompilationFailure(
+                    f"Flow '{flow.name}' links {_label(missing)} which is not one of its items"
+                )
+            links.append((pu, pv, meta))
+        return links
 
     @staticmethod
     def _toposort(flow: Any, items: list[Any], links: list[tuple[int, int, Any]]) -> list[int]:
