@@ -98,6 +98,18 @@ class Flow(abc.ABC):
         """
         return iter(self.iter_links())
 
+    def _numbered_links(
+        self,
+    ) -> tuple[list[Item], Iterator[tuple[int, int, dict[str, Any] | None]]] | None:
+        """Children and links by position, for the engine's compiler (internal).
+
+        The children as :meth:`iter_nodes` lists them, and
+        :meth:`iter_links_beyond_reasons` as ``(u, v, metadata)`` positions
+        in that list; None where the pattern has no cheaper way than the
+        compiler looking each link's ends up itself (issue 38).
+        """
+        return None
+
     @property
     def provides(self) -> frozenset[str]:
         """Every symbol some child (or the retry) of this flow produces."""

@@ -251,6 +251,28 @@ class OrderedDAG(Generic[_N]):
             for iv, d in self._succ[iu].items():
                 yield u, cast(_N, nodes[iv]), None if isinstance(d, str) else d
 
+    def numbered(self) -> tuple[list[_N], Iterator[tuple[int, int, dict[str, Any] | None]]]:
+        """Nodes in :meth:`topological` order, and :meth:`edges_beyond_reasons` by position.
+
+        Each edge is ``(u, v, data)`` with ``u``, ``v`` positions in that
+        node list (same edge order): the engine's compiler needs positions,
+        and finding them here costs a list slot per edge end where looking
+        the nodes up afterwards costs a dict probe each (issue 38).
+        """
+        numbers = sorted(self._ids.values(), key=self._ord.__getitem__)
+        position = [0] * len(self._nodes)  # slots of removed numbers stay unused
+        for pos, number in enumerate(numbers):
+            position[number] = pos
+        succ = self._succ
+
+        def links() -> Iterator[tuple[int, int, dict[str, Any] | None]]:
+            for iu in self._ids.values():
+                pu = position[iu]
+                for iv, d in succ[iu].items():
+                    yield pu, position[iv], None if isinstance(d, str) else d
+
+        return list(self._map(numbers)), links()
+
     def successors(self, node: _N) -> Iterator[_N]:
         """Direct successors of ``node``."""
         return self._map(self._succ[self._ids[node]])

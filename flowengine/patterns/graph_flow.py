@@ -365,6 +365,18 @@ class Flow(flow.Flow):
         """:meth:`iter_links`, None for links made for one symbol (see flow.Flow)."""
         return self._view().edges_beyond_reasons()
 
+    def _numbered_links(
+        self,
+    ) -> tuple[list[flow.Item], Iterator[tuple[int, int, dict[str, Any] | None]]] | None:
+        """See :meth:`flowengine.flow.Flow._numbered_links` (the graph keeps numbers)."""
+        cls = type(self)
+        if (
+            cls.iter_nodes is not Flow.iter_nodes
+            or cls.iter_links_beyond_reasons is not Flow.iter_links_beyond_reasons
+        ):
+            return None  # a subclass lists its children or links its own way
+        return self._view().numbered()
+
     @property
     def graph(self) -> OrderedDAG[flow.Item]:
         """The underlying dependency graph (read only, please)."""

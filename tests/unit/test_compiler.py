@@ -459,6 +459,42 @@ def test_random_graph_scopes_match_ancestors():
     assert c.ambiguities() == ()
 
 
+def test_topology_numbers_agree_with_the_networkx_graph():
+    # Given a pattern with nested flows of every kind, retries (nested too)
+    # and links with deciders, built out of order
+    def decide(history):
+        return True
+
+    rnd = random.Random(5)
+    inner = uf.Flow("inner", retry=retry.Times(2, name="r2")).add(_task("u1"), _task("u2"))
+    graph_tasks = [_task(f"g{i}", provides=f"s{i}") for i in range(8)]
+    g = gf.Flow("graph").add(*graph_tasks, inner)
+    for i in range(8):
+        for j in rnd.sample(range(i), min(i, 2)):
+            g.link(graph_tasks[j], graph_tasks[i], decider=decide if (i + j) % 3 == 0 else None)
+    g.link(graph_tasks[2], inner)
+    root = lf.Flow("root", retry=retry.Times(3, name="r1")).add(
+        _task("first"), g, lf.Flow("empty"), _task("last")
+    )
+    # When it is compiled
+    c = _compile(root)
+    topology, nxg = c.topology, c.execution_graph
+    # Then every node keeps the networkx graph's number (insertion order),
+    # kind, neighbours (in edge order) and reach, and the topological
+    # order is networkx's
+    assert topology.order == list(nxg.nodes)
+    for number, node in enumerate(topology.order):
+        assert topology.index[node] == number
+        assert topology.kinds[node] == nxg.nodes[node]["kind"]
+        assert topology.preds_of(node) == tuple(nxg.predecessors(node))
+        assert topology.succs_of(node) == tuple(nxg.successors(node))
+        assert topology.descendants(node) == nx.descendants(nxg, node)
+        assert topology.ancestors(node) == nx.ancestors(nxg, node)
+    assert topology.topological() == list(nx.topological_sort(nxg))
+    assert {(u, v) for u, v, d in nxg.edges(data=True) if d["decider"]} == set(topology.deciders)
+    assert all(n >= topology.first_atom for n in map(topology.index.get, c.atoms))
+
+
 # -- speed (printed, not asserted: wall clock varies too much) ----------------
 
 

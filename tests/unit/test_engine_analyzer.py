@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+
 import networkx as nx
 
 from flowengine import states as st
@@ -16,8 +18,14 @@ def _analyzer(edges, atoms, flows=()):
     graph = nx.DiGraph(edges)
     graph.add_nodes_from([*atoms, *flows])
     nodes = list(nx.topological_sort(graph))
-    succs = {n: tuple(v for u, v in edges if u == n) for n in nodes}
-    a = an.Analyzer(nodes, succs, atoms, _allowed)
+    index = {n: i for i, n in enumerate(nodes)}
+    # Successors by position, as the analyzer takes them (flat runs).
+    flat, at = array.array("q"), array.array("q", [0])
+    for n in nodes:
+        flat.extend(index[v] for u, v in edges if u == n)
+        at.append(len(flat))
+    atom_ids = sorted(index[n] for n in atoms)
+    a = an.Analyzer(nodes, (flat, at), atom_ids, _allowed, index)
     a.load((n, st.PENDING, st.EXECUTE) for n in atoms)
     return a
 

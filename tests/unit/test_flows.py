@@ -317,6 +317,55 @@ def test_graph_iteration_is_topological():
     assert f.requires == set()
 
 
+def _by_position(f):
+    """What the compiler makes of iter_nodes and iter_links_beyond_reasons."""
+    items = [item for item, _meta in f.iter_nodes()]
+    where = {id(item): pos for pos, item in enumerate(items)}
+    return items, [(where[id(u)], where[id(v)], m) for u, v, m in f.iter_links_beyond_reasons()]
+
+
+def _numbered(f):
+    items, links = f._numbered_links()
+    return items, list(links)
+
+
+def test_graph_numbered_links_are_the_links_by_position():
+    # Given a graph flow whose items were added out of order and reordered
+    # by later links, with manual links carrying metadata
+    rnd = random.Random(3)
+    ts = [_task(f"t{i}", provides=f"s{i}") for i in range(12)]
+    shuffled = ts[:]
+    rnd.shuffle(shuffled)
+    f = gf.Flow("g").add(*shuffled)
+    for i in range(12):
+        for j in rnd.sample(range(i), min(i, 2)):
+            f.link(ts[j], ts[i], decider=(lambda history: True) if i % 4 == 0 else None)
+    sub = lf.Flow("sub").add(_task("x", requires=["s3"]))
+    f.add(sub)
+    # Then its numbered links are its links by position in iter_nodes' order
+    assert _numbered(f) == _by_position(f)
+    assert len(_numbered(f)[1]) == len(list(f.iter_links()))
+
+
+def test_targeted_numbered_links_follow_the_target():
+    f, (t1, t2, t3, t4) = _targeted()
+    f.set_target(t3)
+    assert _numbered(f) == _by_position(f)
+    assert _numbered(f)[0] == [t1, t2, t3]
+    f.reset_target()
+    assert _numbered(f) == _by_position(f)
+
+
+def test_patterns_without_numbers_leave_it_to_the_compiler():
+    class Listed(gf.Flow):
+        def iter_nodes(self):
+            return reversed(list(super().iter_nodes()))
+
+    assert Listed("l").add(_task("a"))._numbered_links() is None
+    assert lf.Flow("l").add(_task("a"))._numbered_links() is None
+    assert uf.Flow("u").add(_task("a"))._numbered_links() is None
+
+
 # -- targeted --------------------------------------------------------------
 
 

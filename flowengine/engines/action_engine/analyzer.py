@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from flowengine import states as st
+from flowengine.engines.action_engine import topology as topo
 
 _DONE_STATES = frozenset((st.SUCCESS, st.IGNORE))
 _DONE_INTENTIONS = frozenset((st.EXECUTE, st.IGNORE))
@@ -50,24 +51,12 @@ _INTENT_REVERT = 16  # an atom meant to revert (or to retry)
 _STATE_PENDING = 32  # an atom in PENDING (to RUNNING needs no check)
 
 
-def _turned_around(
-    succ: array.array[int], succ_at: array.array[int]
-) -> tuple[array.array[int], array.array[int]]:
-    """The predecessors' flat array and starts, from the successors' (lowest number first)."""
-    nodes = len(succ_at) - 1
-    # Counting sort of the edges by their head.
-    pred_at = array.array("q", bytes(8 * (nodes + 1)))
-    for j in succ:
-        pred_at[j + 1] += 1
-    for i in range(nodes):
-        pred_at[i + 1] += pred_at[i]
-    pred = array.array("q", bytes(8 * len(succ)))
-    fill = pred_at[:-1]
-    for i in range(nodes):
-        for j in succ[succ_at[i] : succ_at[i + 1]]:
-            pred[fill[j]] = i
-            fill[j] += 1
-    return pred, pred_at
+def _heads_of(at: array.array[int]) -> array.array[int]:
+    """For flat runs' starts ``at``: the node each entry of the flat array belongs to."""
+    owners = array.array("q")
+    for i in range(len(at) - 1):
+        owners.extend(array.array("q", [i]) * (at[i + 1] - at[i]))
+    return owners
 
 
 def _atom_flags(state: str, intention: str) -> int:
@@ -99,29 +88,27 @@ class Analyzer:
     def __init__(
         self,
         order: list[str],
-        succs: dict[str, tuple[str, ...]],
-        atom_names: Iterable[str],
+        successors: topo.Runs,
+        atom_ids: list[int],
         can_transition: Callable[[str, str, str], bool],
-        index: Mapping[str, int] | None = None,
+        index: Mapping[str, int],
     ) -> None:
-        """``order``: every node, topologically sorted; ``index``: name -> position in it."""
+        """``order``: every node, topologically sorted; ``index``: name -> position in it.
+
+        ``successors``: each node's successors by position, as flat runs
+        (node i's are ``flat[at[i]:at[i + 1]]``, see :class:`~.topology.Topology`);
+        ``atom_ids``: the positions of the atoms, ascending.
+        """
         self._order = order
-        if index is None:
-            index = {n: i for i, n in enumerate(order)}
         self._index = index
-        # Neighbours by number, each side as one flat array of numbers and
-        # one of where each node's run starts (node i's successors are
-        # succ[at[i]:at[i + 1]]): contiguous, and no object per node for the
-        # collector to track (issue 38).
-        number = index.__getitem__
-        succ, succ_at = array.array("q"), array.array("q", [0])
-        for n in order:
-            succ.extend(map(number, succs[n]))
-            succ_at.append(len(succ))
+        # Neighbours by number, each side one flat array of numbers and one
+        # of where each node's run starts: contiguous, and no object per
+        # node for the collector to track (issue 38). Handed over as numbers
+        # by the topology: no name looked up per edge.
+        succ, succ_at = successors
         self._succ, self._succ_at = succ, succ_at
-        self._pred, self._pred_at = _turned_around(succ, succ_at)
-        atoms = set(atom_names)
-        self._atom_ids = [i for i, n in enumerate(order) if n in atoms]
+        self._pred, self._pred_at = topo.grouped(succ, _heads_of(succ_at), len(order))
+        self._atom_ids = atom_ids
         self._can = can_transition
         self.state: dict[str, str] = {}
         self.intention: dict[str, str] = {}

@@ -23,7 +23,7 @@ from __future__ import annotations
 import array
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from flowengine import exceptions as exc
@@ -462,21 +462,17 @@ class _Builder:
                     f"Retry controller {flow.retry!r} of flow '{flow.name}' is not a Retry"
                 )
             unit.retry = self._add_atom(flow.retry, unit, -1)
-        items = [item for item, _meta in flow.iter_nodes()]
-        position = {id(item): pos for pos, item in enumerate(items)}
-        if len(position) != len(items):
-            raise ValueError(f"Flow '{flow.name}' lists the same item twice")
-        links: list[tuple[int, int, dict[str, Any] | None]] = []
-        for u, v, meta in flow.iter_links_beyond_reasons():
-            pu, pv = position.get(id(u)), position.get(id(v))
-            if pu is None or pv is None:
-                missing = u if pu is None else v
-                raise exc.CompilationFailure(
-                    f"Flow '{flow.name}' links {_label(missing)} which is not one of its items"
-                )
-            links.append((pu, pv, meta))
+        numbered = flow._numbered_links()
+        if numbered is not None:
+            items, numbered_links = numbered
+            links: list[tuple[int, int, dict[str, Any] | None]] = list(numbered_links)
+        else:
+            items = [item for item, _meta in flow.iter_nodes()]
+            links = self._links_by_position(flow, items)
         perm = self._toposort(flow, items, links)
-        where = {pos: i for i, pos in enumerate(perm)}
+        where = [0] * len(perm)
+        for i, pos in enumerate(perm):
+            where[pos] = i
         # Each item's first predecessor as a bare index, a list from the
         # second: a list per item would be one per atom alive at once, which
         # the collector moves to its oldest generation and walks (issue 38).
@@ -519,6 +515,23 @@ class _Builder:
                     f" to compile in flow '{flow.name}'"
                 )
         return unit
+
+    @staticmethod
+    def _links_by_position(flow: Any, items: list[Any]) -> list[tuple[int, int, Any]]:
+        """The flow's links as ``(from, to, metadata)`` positions in ``items``."""
+        position = {id(item): pos for pos, item in enumerate(items)}
+        if len(position) != len(items):
+            raise ValueError(f"Flow '{flow.name}' lists the same item twice")
+        links: list[tuple[int, int, dict[str, Any] | None]] = []
+        for u, v, meta in flow.iter_links_beyond_reasons():
+            pu, pv = position.get(id(u)), position.get(id(v))
+            if pu is None or pv is None:
+                missing = u if pu is None else v
+                raise exc.CompilationFailure(
+                    f"Flow '{flow.name}' links {_label(missing)} which is not one of its items"
+                )
+            links.append((pu, pv, meta))
+        return links
 
     @staticmethod
     def _toposort(flow: Any, items: list[Any], links: list[tuple[int, int, Any]]) -> list[int]:
@@ -592,40 +605,65 @@ class _Builder:
             nodes += (unit.node, unit.end)
             kinds[unit.node] = FLOW
             kinds[unit.end] = FLOW_END
+        first_atom = len(nodes)
+        nodes += order
         retries: dict[str, str] = {}
+        index = self.index
         for name in order:
-            unit = self.parents[name]
-            kind = RETRY if self.index[name] == -1 else TASK
-            nodes.append(name)
-            kinds[name] = kind
-            if self.any_retry:
+            kinds[name] = RETRY if index[name] == -1 else TASK
+        if self.any_retry:
+            for name in order:
                 # A retry is controlled by the retry of the flow enclosing its own.
-                holder: scopes.Unit | None = unit.parent if kind == RETRY else unit
+                unit = self.parents[name]
+                holder: scopes.Unit | None = unit.parent if index[name] == -1 else unit
                 while holder is not None and holder.retry is None:
                     holder = holder.parent
                 if holder is not None and holder.retry is not None:
                     retries[name] = holder.retry
-        edges = (
-            (u, v, topo.Decision(decider, depth) if decider is not None else None)
-            for u, v, _invariant, decider, depth in iter_edges(self.units)
-        )
-        return topo.Topology(nodes, kinds, edges), retries
+        # Edges as two arrays of node numbers: no name looked up per edge.
+        tails, heads = array.array("q"), array.array("q")
+        deciders: dict[tuple[str, str], topo.Decision] = {}
+        for u, v, _invariant, decider, depth in iter_edges(self.units, first_atom):
+            tails.append(u)
+            heads.append(v)
+            if decider is not None:
+                deciders[(nodes[u], nodes[v])] = topo.Decision(decider, depth)
+        return topo.Topology(nodes, kinds, first_atom, tails, heads, deciders), retries
 
 
-def iter_edges(units: Iterable[scopes.Unit]) -> Iterator[tuple[str, str, bool, Any, Any]]:
-    """The execution graph's edges, in the order they were always added.
+def iter_edges(
+    units: list[scopes.Unit], first_atom: int
+) -> Iterator[tuple[int, int, bool, Any, Any]]:
+    """The execution graph's edges as node numbers, in the order they were always added.
 
     Yields ``(from, to, invariant, decider, decider_depth)``; the units are
-    the compiled flows, outermost first.
+    the compiled flows, outermost first. Unit i's start node is number 2i
+    and its end 2i + 1; the atom at position p of the topological order
+    (``Unit.start``/``stop`` slice it) is ``first_atom + p``.
     """
+    number = {id(unit): 2 * i for i, unit in enumerate(units)}
     for unit in units:
-        entry = unit.node
+        node = number[id(unit)]
+        end = node + 1
+        entry = node
+        at = first_atom + unit.start
         if unit.retry is not None:
-            yield unit.node, unit.retry, True, None, None
-            entry = unit.retry
+            yield node, at, True, None, None
+            entry = at
+            at += 1
         kids = unit.kids
-        heads = [k if isinstance(k, str) else k.node for k in kids]
-        tails = [k if isinstance(k, str) else k.end for k in kids]
+        heads: list[int] = []
+        tails: list[int] = []
+        for kid in kids:
+            if isinstance(kid, str):
+                heads.append(at)
+                tails.append(at)
+                at += 1
+            else:
+                kid_node = number[id(kid)]
+                heads.append(kid_node)
+                tails.append(kid_node + 1)
+                at = first_atom + kid.stop
         has_out = [False] * len(kids)
         ends = unit.link_ends
         metas = unit.link_meta
@@ -648,9 +686,9 @@ def iter_edges(units: Iterable[scopes.Unit]) -> Iterator[tuple[str, str, bool, A
             if not unit.preds[i]:
                 yield entry, head, True, None, None
             if not has_out[i]:
-                yield tails[i], unit.end, True, None, None
+                yield tails[i], end, True, None, None
         if not kids:
-            yield entry, unit.end, True, None, None
+            yield entry, end, True, None, None
 
 
 def build_graph(compilation: Compilation, freeze: bool) -> graph_types.DiGraph:
@@ -675,9 +713,11 @@ def build_graph(compilation: Compilation, freeze: bool) -> graph_types.DiGraph:
             )
         )
     graph.add_nodes_from(nodes)
+    topology = compilation.topology
+    names = topology.order
     graph.add_edges_from(
-        (u, v, {"invariant": invariant, "decider": decider, "decider_depth": depth})
-        for u, v, invariant, decider, depth in iter_edges(units)
+        (names[u], names[v], {"invariant": invariant, "decider": decider, "decider_depth": depth})
+        for u, v, invariant, decider, depth in iter_edges(units, topology.first_atom)
     )
     if freeze:
         nx.freeze(graph)

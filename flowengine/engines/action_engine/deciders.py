@@ -44,7 +44,7 @@ def edge_deciders_for(
 ) -> tuple[EdgeDecider, ...]:
     """Deciders on links into ``atom``, and into the flows that start before it."""
     found: list[EdgeDecider] = []
-    for u in topology.preds[atom]:
+    for u in topology.preds_of(atom):
         ed = _edge_decider(topology, u, atom)
         if ed is not None:
             found.append(ed)
@@ -62,7 +62,7 @@ def _behind_flow_start(
     if cached is not None:
         return cached
     found: list[EdgeDecider] = []
-    for u in topology.preds[start]:
+    for u in topology.preds_of(start):
         ed = _edge_decider(topology, u, start)
         if ed is not None:
             found.append(ed)
@@ -85,7 +85,7 @@ def affected_atoms(topology: Topology, atom: str, depth: Any) -> list[str]:
             s for s in topology.forward(atom, lambda kind: kind == TASK) if kinds[s] == TASK
         )
     elif depth == de.Depth.NEIGHBORS:
-        names.extend(s for s in topology.succs[atom] if kinds[s] == TASK)
+        names.extend(s for s in topology.succs_of(atom) if kinds[s] == TASK)
     return names
 
 

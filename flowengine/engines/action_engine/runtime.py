@@ -48,12 +48,17 @@ class Runtime:
         topology = self.compilation.topology
         self.topology = topology
         kinds = topology.kinds
-        order = topology.topological()
+        # The topology's node numbers in topological order; the analyzer
+        # numbers nodes by position in it and takes its neighbours as
+        # numbers (no name looked up per edge, issue 38).
+        numbers = topology.topological_numbers()
+        names = topology.order
+        order = [names[i] for i in numbers]
         self.order_index = {n: i for i, n in enumerate(order)}
+        first_atom = topology.first_atom
+        atom_ids = [k for k, i in enumerate(numbers) if i >= first_atom]
         compiled_atoms = self.compilation.atoms
-        self.atoms: dict[str, Any] = {
-            n: compiled_atoms[n] for n in order if kinds[n] in de.ATOM_KINDS
-        }
+        self.atoms: dict[str, Any] = {order[k]: compiled_atoms[order[k]] for k in atom_ids}
         self.atom_order = list(self.atoms)
         self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
         retries = set(self.retries)
@@ -62,8 +67,8 @@ class Runtime:
         self.analyzer_order = order
         self.analyzer = an.Analyzer(
             order,
-            topology.succs,
-            self.atom_order,
+            topology.successors_renumbered(numbers),
+            atom_ids,
             self._can_transition,
             self.order_index,
         )
