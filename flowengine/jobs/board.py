@@ -443,23 +443,24 @@ class LeasedJobBoard(base.NotifyingJobBoard):
         token = self._token_of(job)
         with self._lock:
             ahead, self._next_claim = self._next_claim, None
-        try:
-            if action is Action.CONSUME and ahead is not None and ahead[1] == who:
-                done = self._consume_and_claim(job, who, token, ahead[0], **kwargs)
-            else:
-                done = self._store_op().finish(
-                    job.uuid,
-                    who,
-                    token,
-                    action,
-                    max_attempts=self.policy.max_attempts,
-                    outcome_ttl_s=self.policy.outcome_ttl_s,
-                    **kwargs,
-                )
-        except (exc.ClaimLost, exc.NotFound):
-            self._forget(job.uuid, token)  # not ours any more: stop renewing it
-            raise
-        self._forget(job.uuid, token)
+        with self._keeper.settling(job.uuid):
+            try:
+                if action is Action.CONSUME and ahead is not None and ahead[1] == who:
+                    done = self._consume_and_claim(job, who, token, ahead[0], **kwargs)
+                else:
+                    done = self._store_op().finish(
+                        job.uuid,
+                        who,
+                        token,
+                        action,
+                        max_attempts=self.policy.max_attempts,
+                        outcome_ttl_s=self.policy.outcome_ttl_s,
+                        **kwargs,
+                    )
+            except (exc.ClaimLost, exc.NotFound):
+                self._forget(job.uuid, token)  # not ours any more: stop renewing it
+                raise
+            self._forget(job.uuid, token)
         return done
 
     def _consume_and_claim(

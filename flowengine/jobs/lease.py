@@ -12,10 +12,11 @@ token, not this process's belief, decides who may still write.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from flowengine import exceptions as exc
 
@@ -49,6 +50,8 @@ class LeaseKeeper:
         self._on_lost = on_lost
         self._name = name
         self._held: dict[str, int] = {}
+        #: Held leases whose job is being finished (consumed, given back...).
+        self._settling: set[str] = set()
         self._cond = threading.Condition()
         self._stopped = False
         self._thread: threading.Thread | None = None
@@ -71,6 +74,24 @@ class LeaseKeeper:
         with self._cond:
             if token is None or self._held.get(uuid) == token:
                 self._held.pop(uuid, None)
+
+    @contextlib.contextmanager
+    def settling(self, uuid: str) -> Iterator[None]:
+        """While job ``uuid`` is being finished, a renewal finding its lease gone is no loss.
+
+        A renewal sent before the finish may reach the server after it, and
+        find the lease the finish removed: the finish's own answer says
+        whether the claim was still ours (ClaimLost if not), so the keeper
+        reports nothing meanwhile. The caller releases the lease when the
+        finish took effect; otherwise it stays held and later renewals report.
+        """
+        with self._cond:
+            self._settling.add(uuid)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._settling.discard(uuid)
 
     def held(self) -> dict[str, int]:
         """A copy of what is held: uuid -> token."""
@@ -129,8 +150,8 @@ class LeaseKeeper:
         for uuid in lost:
             with self._cond:
                 token = batch[uuid]
-                if self._held.get(uuid) != token:
-                    continue  # released meanwhile: not ours to report
+                if self._held.get(uuid) != token or uuid in self._settling:
+                    continue  # released meanwhile, or being finished: not ours to report
                 del self._held[uuid]
             try:
                 self._on_lost(uuid, token)

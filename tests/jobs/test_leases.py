@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -137,3 +138,40 @@ def test_the_keeper_reports_a_lost_lease(boards):
     # Then the keeper learns the lease is gone and says so
     assert holds_within(lambda: job.lost.is_set(), 3 * LEASE_S + 2)
     assert lost == [job]
+
+
+def test_a_renewal_that_crosses_the_consume_of_its_job_is_no_loss(boards):
+    # Given a claimed job whose keeper sent a renewal that reaches the server
+    # only after the job was consumed (it finds the lease gone)
+    board = boards.make(lease_s=LEASE_S)
+    job = board.post("test")
+    board.claim(job, "me")
+    lost: list = []
+    board.on_claim_lost(job, lost.append)
+    store, keeper = board._store, board._keeper
+    renewing, finished, renewal_handled = threading.Event(), threading.Event(), threading.Event()
+    real_renew, real_finish, real_batch = store.renew, store.finish, keeper._renew_batch
+
+    def renew(held, lease_s):
+        renewing.set()
+        finished.wait(WAIT_S)  # the consume goes first
+        return real_renew(held, lease_s)
+
+    def renew_batch(batch):
+        real_batch(batch)
+        renewal_handled.set()
+
+    def finish(*args, **kwargs):
+        done = real_finish(*args, **kwargs)
+        finished.set()
+        renewal_handled.wait(WAIT_S)  # the renewal's answer is handled before we go on
+        return done
+
+    store.renew, store.finish, keeper._renew_batch = renew, finish, renew_batch
+    assert renewing.wait(WAIT_S), "the keeper did not renew"
+    # When the job is consumed meanwhile
+    board.consume(job, "me")
+    # Then the claim was not reported lost: it ended by our own consume
+    assert renewal_handled.is_set()
+    assert lost == []
+    assert job.state == states.COMPLETE
