@@ -19,6 +19,7 @@ from flowengine.engines.worker_based import protocol as fe_pr
 from flowengine.engines.worker_based.messaging import compat
 from flowengine.engines.worker_based.messaging import proxy as fe_proxy
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
+from flowengine.engines.worker_based.transports import topology
 from flowengine.types import failure as fe_ft
 from tests.interop import shared_tasks as st
 
@@ -209,6 +210,22 @@ def test_declarations_match_taskflow_only_in_compat_mode():
         False,
         compat.topic_queue_auto_delete("taskflow"),
     )
+    # A TaskFlow worker's reply declares the engine's reply queue as TaskFlow
+    # does; in compat mode ours is declared the same (on RabbitMQ too), and
+    # without it ours outlives its consumer's connection (x-expires).
+    tf_reply_queue = tf._make_queue("executor-uuid", tf_exchange)
+    for mode, same in (("taskflow", True), (None, False)):
+        reply_queue = topology.make_queue(
+            fe_pr.reply_queue_name(exchange, "executor-uuid"),
+            ours,
+            ("executor-uuid",),
+            auto_delete=True,
+            outlives_connection=compat.reply_queue_outlives_connection(mode),
+        )
+        assert reply_queue.name == tf_reply_queue.name
+        declared = (reply_queue.durable, reply_queue.auto_delete, reply_queue.queue_arguments)
+        expected = (tf_reply_queue.durable, tf_reply_queue.auto_delete, None)
+        assert (declared == expected) is same, (mode, declared, expected)
     # Without compat flowengine's exchange outlives its queues: a broker (here
     # kombu's memory transport, like RabbitMQ) refuses the second declaration.
     default = compat.make_exchange(exchange)

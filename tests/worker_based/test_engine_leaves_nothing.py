@@ -1,8 +1,8 @@
 """An engine's reply queue goes with its engine, on every broker, even after kill -9.
 
 A reply queue nobody reads collects every worker's announcements for ever
-(one more dead queue per engine run). On AMQP the queue is auto-delete, so
-RabbitMQ deletes it when the dead engine's connection drops; on Redis and
+(one more dead queue per engine run). On AMQP the queue expires
+(``x-expires``) a while after the dead engine's connection dropped; on Redis and
 the filesystem transport it is a *private* queue, deleted by any live
 flowengine consumer once the engine's lease lapses (or its pid is gone).
 A control client's reply queue (``flowengine inspect``/``control``) goes
@@ -17,7 +17,9 @@ import os
 import subprocess
 import sys
 import uuid
+from typing import Any
 
+import amqp
 import amqp.exceptions
 import kombu
 import pytest
@@ -56,6 +58,23 @@ def _amqp_has(url: str, queue: str) -> bool:
         except amqp.exceptions.NotFound:
             return False
     return True
+
+
+def _amqp_routes_to(url: str, queue: str) -> bool:
+    """Whether RabbitMQ routes a message to ``queue`` (by its name, the default exchange).
+
+    Unlike a passive declare, a publish does not renew an expiring
+    queue's lease. The broker returns an unroutable mandatory message
+    before it confirms it.
+    """
+    returned: list[Any] = []
+    with kombu.Connection(url, transport_options={"confirm_publish": True}) as conn:
+        channel: Any = conn.channel()
+        channel.events["basic_return"].add(lambda *args: returned.append(args))
+        channel.basic_publish(
+            amqp.Message(b"probe"), exchange="", routing_key=queue, mandatory=True
+        )
+    return not returned
 
 
 def _filesystem_has(folder: str, exchange: str, queue: str) -> bool:
@@ -105,6 +124,9 @@ def test_a_killed_engines_reply_queue_is_deleted(reply_broker):
             child.kill()
             child.wait(START_TIMEOUT_S)
             # Then its reply queue goes away
+            if "amqp" in conn.get("url", ""):
+                # (a passive declare, as in has(), would keep it alive)
+                has = lambda _exchange, q: _amqp_routes_to(conn["url"], q)  # noqa: E731
             _wait_until(lambda: not has(exchange, queue), "the reply queue was deleted")
         finally:
             if child.poll() is None:

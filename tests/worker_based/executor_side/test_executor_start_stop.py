@@ -30,24 +30,27 @@ def _dead_port() -> int:
 
 
 @pytest.mark.parametrize(
-    "url, durable, deleted, expected",
+    "url, durable, outlives, deleted, expected",
     [
         # RabbitMQ deletes an auto-delete queue when its consumer goes
-        ("amqp://guest:guest@127.0.0.1:1//", False, False, False),
+        ("amqp://guest:guest@127.0.0.1:1//", False, False, False, False),
         # a durable reply queue is not auto-delete: it expires, or we delete it
-        ("amqp://guest:guest@127.0.0.1:1//", True, False, True),
+        ("amqp://guest:guest@127.0.0.1:1//", True, False, False, True),
+        # nor is one that outlives its connection, unless its stop deleted it
+        ("amqp://guest:guest@127.0.0.1:1//", False, True, False, True),
+        ("amqp://guest:guest@127.0.0.1:1//", False, True, True, False),
         # kombu's virtual transports ignore auto-delete
-        ("memory://", False, False, True),
-        ("redis://127.0.0.1:1/0", False, False, True),
+        ("memory://", False, False, False, True),
+        ("redis://127.0.0.1:1/0", False, False, False, True),
         # unless the consumer's retired lease took its private queues with it
-        ("redis://127.0.0.1:1/0", False, True, False),
+        ("redis://127.0.0.1:1/0", False, False, True, False),
     ],
 )
-def test_which_reply_queues_are_left_to_remove(url, durable, deleted, expected):
+def test_which_reply_queues_are_left_to_remove(url, durable, outlives, deleted, expected):
     broker = BrokerSettings(url, durable=durable)
     # told by the connection the caller has (a proxy's template: never connected)
     template = px.Proxy("t", unique(), broker=broker).template_connection
-    assert inventory.needs_dropping(broker, deleted, template) is expected
+    assert inventory.needs_dropping(broker, deleted, template, outlives) is expected
     assert not template.connected
 
 
@@ -102,7 +105,9 @@ def test_a_stopped_consumer_deletes_its_reply_queue_itself(transport, tmp_path, 
     # stop() need not connect again to declare and delete it.
     dropped_by_stop: list[str] = []
     monkeypatch.setattr(
-        reply_queue, "drop_reply_queue", lambda broker, exchange, uuid: dropped_by_stop.append(uuid)
+        reply_queue,
+        "drop_reply_queue",
+        lambda broker, exchange, uuid, **_: dropped_by_stop.append(uuid),
     )
     options = {"data_folder": str(tmp_path)} if transport == "filesystem" else {}
     conn = {"transport": transport, "transport_options": options}

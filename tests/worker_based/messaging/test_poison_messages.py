@@ -1017,10 +1017,11 @@ class GatedFlow:
         pt.release(self.folder, self.gates[which])
 
     def reply_queue_was_lost(self) -> bool:
-        """Whether the broker deleted this engine's reply queue with a broken connection.
+        """Whether messages to this engine's reply queue may have gone with a broken connection.
 
-        RabbitMQ deletes an auto-delete queue, and what it holds, when its
-        consumer's connection goes; the consumer then declares a new one.
+        On RabbitMQ the reply queue outlives its consumer's connection, but
+        it is read without acknowledgements (QueueSpec): what the broker had
+        already sent down the connection as it broke is gone.
         """
         return self.amqp and self.reply_consumer_reconnections() > 0
 
@@ -1305,11 +1306,11 @@ class Batch:
         )
         assert rig.publisher.publish(event, events_exchange, sentinel_event) == SENT
         certain = [mid for mid, (_p, _q, reason) in sent.items() if reason is not None]
-        # On RabbitMQ the engine's reply queue is auto-deleted with its
-        # consumer's connection: when that connection broke during the batch
-        # (a missed heartbeat on a loaded machine), what was sent to the reply
-        # queue until the consumer declared it again was dropped by the broker
-        # and never reached flowengine. Those messages cannot be asked for.
+        # On RabbitMQ the engine's reply queue is read without
+        # acknowledgements: when its consumer's connection broke during the
+        # batch (a missed heartbeat on a loaded machine), what the broker had
+        # sent down that connection never reached flowengine. Those messages
+        # cannot be asked for.
         reply_mids = [mid for mid in certain if sent[mid][0].target == TARGET_REPLY]
         reply_sentinel = f"sentinel-{self.number}-{TARGET_REPLY}"
         others = [m for m in (*sentinels, *certain) if m not in reply_mids and m != reply_sentinel]
@@ -1333,8 +1334,8 @@ class Batch:
             )
         lost_with_the_reply_queue: set[str] = set()
         if not rig.dead.has(*sentinels, *certain):
-            # The reply queue was lost: a second sentinel, sent once the
-            # consumer is back, vouches that the queue it declared again is read.
+            # Reply messages were lost: a second sentinel, sent once the
+            # consumer is back, vouches that the queue is read again.
             waiting.wait_until(flow.reply_consumer_is_consuming, "the reply consumer", WAIT_S)
             again = f"{reply_sentinel}-again"
             exchange, routing_key, queue = rig.route(TARGET_REPLY, flow.uuid)
@@ -1348,7 +1349,7 @@ class Batch:
             del sentinels[reply_sentinel]
             sentinels[again] = queue
             lost_with_the_reply_queue = {m for m in reply_mids if m not in rig.dead.by_id}
-            rig.stats["lost with a reply queue (consumer reconnected)"] += len(
+            rig.stats["lost in flight to a reply consumer that reconnected"] += len(
                 lost_with_the_reply_queue
             )
         rig.dead.take()
@@ -1414,8 +1415,8 @@ def write_summary(rig: Rig, seconds: float) -> str:
         f" secondary dead letters {rig.stats['secondary dead letters']};"
         f" the engines' reply consumers reconnected"
         f" {rig.stats['engine reply consumer reconnections']} time(s), losing"
-        f" {rig.stats['lost with a reply queue (consumer reconnected)']} message(s)"
-        " with their reply queue;"
+        f" {rig.stats['lost in flight to a reply consumer that reconnected']} message(s)"
+        " in flight;"
         f" event receiver: {events.unreadable_count} unreadable dropped,"
         f" {len(rig.events.seen)} events handled; worker alive {rig.worker_alive()},"
         f" gated flows {rig.stats['gated flows completed']},"

@@ -33,6 +33,20 @@ def test_durable_topology_keeps_everything_and_expires_private_queues():
     assert topology.publish_properties(True) == {"delivery_mode": 2}
 
 
+def test_a_transient_queue_that_outlives_its_connection_expires_instead():
+    ex = topology.make_exchange("e")
+    kept = topology.make_queue("r", ex, ("a",), auto_delete=True, outlives_connection=True)
+    assert not kept.durable and not kept.auto_delete
+    assert kept.queue_arguments == {"x-expires": int(topology.RECONNECT_GRACE_S * 1000)}
+    # Durable queues keep their own, longer expiry; shared queues are untouched
+    durable = topology.make_queue(
+        "r", ex, ("a",), auto_delete=True, durable=True, outlives_connection=True
+    )
+    assert durable.queue_arguments == {"x-expires": int(topology.IDLE_QUEUE_EXPIRES_S * 1000)}
+    shared = topology.make_queue("q", ex, ("a",), outlives_connection=True)
+    assert not shared.auto_delete and not shared.queue_arguments
+
+
 def test_broker_errors_say_whether_to_retry():
     assert issubclass(exc.PublishTimeout, exc.BrokerUnavailable)
     assert issubclass(exc.BrokerUnavailable, exc.RecoverableError)

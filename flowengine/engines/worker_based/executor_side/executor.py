@@ -44,7 +44,7 @@ from flowengine.engines.worker_based.executor_side.housekeeper import (
 from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 from flowengine.engines.worker_based.executor_side.publisher import RequestPublisher
 from flowengine.engines.worker_based.executor_side.replies import ReplyHandler
-from flowengine.engines.worker_based.messaging import inventory
+from flowengine.engines.worker_based.messaging import compat, inventory
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from flowengine.engines.worker_based.wire import clock, names
@@ -128,15 +128,20 @@ class WorkerTaskExecutor(base.TaskExecutor):
         # worker that starts after us is known the moment it is up. Private:
         # only this executor reads it, so it goes when we do -- on a clean
         # stop at once, after kill -9 when our lease lapses (Redis,
-        # filesystem; AMQP deletes an auto-delete queue with its consumer).
+        # filesystem) or it expires (AMQP). On AMQP it outlives a broken
+        # connection for a while: the replies sent while we reconnect wait
+        # for us instead of going with an auto-deleted queue (and their
+        # finished tasks with them, to be run again once found lost).
+        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
+        self._reply_queue_outlives = compat.reply_queue_outlives_connection(broker.compat)
         reply_queue_spec = px.QueueSpec(
             pr.reply_queue_name(exchange, uuid),
             (uuid, pr.ANNOUNCE_ROUTING_KEY),
             auto_delete=True,
             private=True,
             batched=True,
+            outlives_connection=self._reply_queue_outlives,
         )
-        broker = BrokerSettings.given(broker, url, transport, transport_options, retry_options)
         self._proxy = px.Proxy(
             uuid,
             exchange,
@@ -370,9 +375,15 @@ class WorkerTaskExecutor(base.TaskExecutor):
                 self._proxy.broker,
                 self._proxy.private_queues_deleted,
                 self._proxy.template_connection,
+                outlives_connection=self._reply_queue_outlives,
             )
         ):
-            reply_queue.drop_reply_queue(self._proxy.broker, self._exchange, self._uuid)
+            reply_queue.drop_reply_queue(
+                self._proxy.broker,
+                self._exchange,
+                self._uuid,
+                outlives_connection=self._reply_queue_outlives,
+            )
         self._requests.drain_signals()
         self._fail_leftovers(self._book.drain(), f"Executor {self._uuid}")
 

@@ -108,6 +108,16 @@ def topic_queue_auto_delete(compat: str | None) -> bool:
     return check(compat) == TASKFLOW
 
 
+def reply_queue_outlives_connection(compat: str | None) -> bool:
+    """Whether an engine's reply queue outlives its consumer's connection (topology).
+
+    Not with TaskFlow workers: each of their replies declares the reply
+    queue as TaskFlow does (auto-deleted), and RabbitMQ refuses a
+    declaration that differs.
+    """
+    return check(compat) != TASKFLOW
+
+
 def is_taskflow_peer(headers: Mapping[str, Any] | None, role: str) -> bool:
     """True when a message lacks the headers a flowengine ``role`` always sends.
 

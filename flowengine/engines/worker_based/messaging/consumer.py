@@ -128,10 +128,15 @@ class QueueSpec(NamedTuple):
     (replies), which a transport may take several at a time and settle
     lazily (Redis: one round trip per batch instead of two per message).
     On AMQP a private, batched, auto-delete, transient queue is consumed
-    without acknowledgements: the broker deletes it, with whatever it holds,
-    when its consumer's channel closes (or the broker restarts), so an
-    acknowledgement could never bring a message back to anybody; it would
-    only cost a frame per message. A durable one is acknowledged.
+    without acknowledgements: an acknowledgement would cost a frame per
+    message and could bring back only what was in flight to a connection
+    as it broke (the broker deletes such a queue, with whatever it holds,
+    when its consumer's channel closes, or the broker restarts). A durable
+    one is acknowledged.
+    ``outlives_connection``: on AMQP an auto-delete transient queue is
+    declared to expire a while after its consumer went instead
+    (topology.RECONNECT_GRACE_S), so what is sent to it while its consumer
+    reconnects waits there; the loop deletes it itself on stop().
     """
 
     name: str
@@ -139,6 +144,7 @@ class QueueSpec(NamedTuple):
     auto_delete: bool = False
     private: bool = False
     batched: bool = False
+    outlives_connection: bool = False
 
 
 class LeaseSpec(NamedTuple):
@@ -293,6 +299,9 @@ class Consumer:
         # Private auto-delete queues, and whether a clean stop deleted them
         # itself (a transport that keeps auto-delete queues, no lease).
         self._own_queues = {spec.name for spec in self._queues if spec.private and spec.auto_delete}
+        self._outliving_queues = {
+            spec.name for spec in self._queues if spec.auto_delete and spec.outlives_connection
+        }
         self._own_queues_dropped = False
         #: Reconnections so far, and how long the last outage lasted (s, from
         #: the error to consuming again); for logs, tests and stats.
@@ -356,7 +365,8 @@ class Consumer:
         """True once the loop ended and its private queues went with it.
 
         With their consumer's lease (Redis), or deleted by a clean stop on a
-        transport that ignores auto-delete (memory, filesystem).
+        transport that ignores auto-delete (memory, filesystem) or, on
+        RabbitMQ, a queue that outlives its connection (QueueSpec).
         """
         return self._own_queues_dropped or (self._lease is not None and self._lease.retired)
 
@@ -594,6 +604,8 @@ class Consumer:
                             consumer.cancel()
                         except Exception:
                             LOG.debug("Error cancelling consumer", exc_info=True)
+                elif self._outliving_queues and not self._broker.durable:
+                    self._delete_outliving_queues(consumers)
                 if (
                     self._stopping.is_set()
                     and not broker_deletes
@@ -618,6 +630,25 @@ class Consumer:
                     self._own_queues_dropped = not any(
                         getattr(consumer.channel, "private_kept", True) for consumer in consumers
                     )
+
+    def _delete_outliving_queues(self, consumers: Sequence[KombuConsumer]) -> None:
+        """On stop(), delete the queues that would outlive this connection (RabbitMQ).
+
+        Without an answer to wait for: the connection's close, next, comes
+        after the deletes on the wire. Nobody is to read them any more, and
+        left alone they would take announcements until they expire.
+        """
+        dropped = True
+        for consumer in consumers:
+            for queue in consumer.queues or ():
+                if queue.name not in self._outliving_queues:
+                    continue
+                try:
+                    queue.delete(nowait=True)
+                except Exception:
+                    dropped = False
+                    LOG.debug("Could not delete queue %s", queue.name, exc_info=True)
+        self._own_queues_dropped = dropped
 
     def _drop_own_queues(self, consumers: Sequence[KombuConsumer]) -> None:
         """Delete and empty this loop's private auto-delete queues, on its own channels.
@@ -717,6 +748,7 @@ class Consumer:
 
     def _start_consumers(self, conn: Connection) -> list[KombuConsumer]:
         """Declare and consume the queues: on one channel, or one channel each."""
+        amqp = topology.deletes_auto_delete_queues(conn)
         queues = [
             topology.make_queue(
                 spec.name,
@@ -725,16 +757,16 @@ class Consumer:
                 auto_delete=spec.auto_delete,
                 durable=self._broker.durable,
                 queue_type=self._broker.queue_type,
+                outlives_connection=spec.outlives_connection and amqp,
             )
             for spec in self._queues
         ]
         groups = [[q] for q in queues] if self._caps.queue_per_channel else [queues]
         private = {spec.name for spec in self._queues if spec.private}
         batched = {spec.name for spec in self._queues if spec.private and spec.batched}
-        # As declared: make_queue() makes no durable queue auto-delete.
         unacked = (
-            {q.name for q in queues if q.auto_delete} & batched
-            if topology.deletes_auto_delete_queues(conn)
+            {spec.name for spec in self._queues if spec.auto_delete} & batched
+            if amqp and not self._broker.durable
             else set()
         )
         consumers = []

@@ -142,21 +142,27 @@ def purge_queue(broker: BrokerSettings, exchange: str, name: str) -> int:
     return int(purged or 0)
 
 
-def needs_dropping(broker: BrokerSettings, already_deleted: bool, template: Connection) -> bool:
+def needs_dropping(
+    broker: BrokerSettings,
+    already_deleted: bool,
+    template: Connection,
+    outlives_connection: bool = False,
+) -> bool:
     """Whether a private auto-delete queue is still there once its consumer stopped.
 
-    Not on AMQP (unless durable): RabbitMQ deletes an auto-delete queue when
-    its consumer goes. Not when the consumer says its private queues went
-    with it (``already_deleted``: its retired lease deleted them on Redis,
-    its clean stop on memory and the filesystem). Saves a short-lived
-    consumer's stop a connection and a few round trips (drop_queue).
-    ``template``: a (not connected) connection to ``broker`` to tell the
-    transport by (a proxy's ``template_connection``).
+    Not on AMQP (unless durable, or declared to outlive its connection):
+    RabbitMQ deletes an auto-delete queue when its consumer goes. Not when
+    the consumer says its private queues went with it (``already_deleted``:
+    its retired lease deleted them on Redis, its clean stop on memory, the
+    filesystem, or RabbitMQ). Saves a short-lived consumer's stop a
+    connection and a few round trips (drop_queue). ``template``: a (not
+    connected) connection to ``broker`` to tell the transport by (a proxy's
+    ``template_connection``).
     """
     if already_deleted:
         return False
-    if broker.durable:
-        return True  # durable queues are not auto-delete (topology.make_queue)
+    if broker.durable or outlives_connection:
+        return True  # not auto-delete on RabbitMQ (topology.make_queue)
     return not topology.deletes_auto_delete_queues(template)
 
 
@@ -167,6 +173,7 @@ def drop_queue(
     routing_keys: Sequence[str],
     *,
     auto_delete: bool,
+    outlives_connection: bool = False,
 ) -> None:
     """Unbind, delete and empty a queue nobody consumes any more; never raises.
 
@@ -177,16 +184,19 @@ def drop_queue(
     to remove. A broker that cannot be reached is logged at DEBUG.
     """
     exchange = compat.make_exchange(exchange_name, durable=broker.durable, compat=broker.compat)
-    queue = topology.make_queue(
-        queue_name,
-        exchange,
-        tuple(routing_keys),
-        auto_delete=auto_delete,
-        durable=broker.durable,
-        queue_type=broker.queue_type,
-    )
     try:
         with failover.connect_any(broker.connection()) as conn:
+            queue = topology.make_queue(
+                queue_name,
+                exchange,
+                tuple(routing_keys),
+                auto_delete=auto_delete,
+                durable=broker.durable,
+                queue_type=broker.queue_type,
+                outlives_connection=(
+                    outlives_connection and topology.deletes_auto_delete_queues(conn)
+                ),
+            )
             bound = queue(conn.default_channel)
             bound.declare()
             bound.delete()

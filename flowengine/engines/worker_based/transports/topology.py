@@ -13,6 +13,14 @@ cannot be both durable and auto-deleted in a useful way, so they are durable
 and, on RabbitMQ, expire after ``IDLE_QUEUE_EXPIRES_S`` without consumers;
 their owners delete them on a clean stop.
 
+An executor's transient reply queue outlives its consumer's connection on
+RabbitMQ (``outlives_connection``): it is not auto-deleted but expires
+``RECONNECT_GRACE_S`` after its last consumer went. An auto-delete queue
+goes, with what it holds, the moment its consumer's connection breaks, so
+every reply a worker sent while the engine reconnected was lost and its
+task, finished, was run again once the engine found it lost. Its owner
+deletes it on a clean stop; after a crash it expires.
+
 Quorum (``durable=True, queue_type='quorum'``, RabbitMQ only): every queue
 of the durable topology is declared a quorum queue (``x-queue-type``): the
 topic queues, a worker's private and control queues, an executor's or a
@@ -56,6 +64,12 @@ QUEUE_TYPES = (CLASSIC, QUORUM)
 #: crashed executor's queue does not collect announcements for ever.
 IDLE_QUEUE_EXPIRES_S = 600.0
 
+#: Seconds a transient queue that outlives its consumer's connection stays
+#: without a consumer before RabbitMQ deletes it (``x-expires``): the first
+#: four reconnection attempts of a consume loop (1 + 2 + 4 + 8 s of backoff),
+#: and a crashed owner's queue still goes soon.
+RECONNECT_GRACE_S = 15.0
+
 
 def make_exchange(name: str, durable: bool = False) -> Exchange:
     """The direct exchange all messages of one deployment go through."""
@@ -69,11 +83,15 @@ def make_queue(
     auto_delete: bool = False,
     durable: bool = False,
     queue_type: str = CLASSIC,
+    outlives_connection: bool = False,
 ) -> Queue:
     """A queue bound to ``exchange`` with each of ``routing_keys``.
 
     ``queue_type`` counts only with ``durable`` (BrokerSettings checks that
-    quorum comes with it).
+    quorum comes with it). ``outlives_connection`` counts only with
+    ``auto_delete`` on a transient queue: it expires after
+    ``RECONNECT_GRACE_S`` without consumers instead (callers ask for it on
+    RabbitMQ only; kombu's virtual transports ignore both).
     """
     bindings = [binding(exchange, routing_key=key) for key in routing_keys]
     arguments: dict[str, Any] = queue_type_arguments(durable, queue_type)
@@ -82,6 +100,9 @@ def make_queue(
         # meant to survive: durable, with an idle expiry instead.
         auto_delete = False
         arguments["x-expires"] = int(IDLE_QUEUE_EXPIRES_S * 1000)
+    elif auto_delete and outlives_connection:
+        auto_delete = False
+        arguments["x-expires"] = int(RECONNECT_GRACE_S * 1000)
     return Queue(
         name,
         exchange=exchange,
