@@ -49,6 +49,22 @@ class Intake:
     returns None when the worker stops meanwhile (the message goes back);
     ``room(give_up, seconds)`` then says whether the worker has room to take
     another message (``capacity`` is None).
+
+    ``settle_after_run``: the broker gives an unacknowledged message back at
+    once, flagged as a redelivery, when its consumer's connection ends (AMQP).
+    A request whose engine takes PENDING late (header ``late_pending``) then
+    spares its PENDING only if it runs on the consume loop's thread
+    (:mod:`.short_bodies`), and its message is acknowledged only after its
+    outcome is sent: should this worker die (or lose the broker) before it
+    told its engine it holds the request, the broker hands it to another
+    worker, which hands it back to the engine (a declined redelivery), and
+    the engine sends it again unless a holder speaks up within a loss bound.
+    A late request for the pool is told PENDING with its acknowledgement,
+    as any other. So no request is ever held by a worker nobody knows of:
+    before, a worker that died within 50 ms of taking a late request lost
+    it, and its engine failed it at ``transition_timeout``. The loop takes
+    no message while it runs one, so the unacknowledged message keeps no
+    other request waiting (prefetch is one).
     """
 
     def __init__(
@@ -61,8 +77,10 @@ class Intake:
         clocks: PeerClocks | None = None,
         admit: Callable[..., held_mod.Verdict | None] | None = None,
         room: Callable[[threading.Event, float], bool] | None = None,
+        settle_after_run: bool = False,
     ) -> None:
         self._clocks = clocks or PeerClocks()
+        self._settle_after_run = settle_after_run
         self._admit = admit
         self._room = room
         self._endpoints = dict(endpoints)
@@ -233,7 +251,19 @@ class Intake:
             )
             return
         late = headers.late_pending and attempt is not None
-        if not self._take(message, reply_to, task_uuid, work, attempt, late):
+        here = self._performer.runs_here(
+            work,
+            alone=len(self._memory) == 1 and self._pace.follows_last(reply_to, headers.enqueued),
+        )
+        if self._settle_after_run and late and not here:
+            # Where a request run here keeps its message until its outcome is
+            # sent (see __init__), one for the pool is told PENDING with its
+            # acknowledgement as usual: its holder is known from the start.
+            late = False
+        settle_after_run = late and self._settle_after_run
+        if not self._take(
+            message, reply_to, task_uuid, work, attempt, late, acknowledge=not settle_after_run
+        ):
             self._memory.forget(key)
             return
         if late and verdict.held is not None:  # a NEW verdict always holds it
@@ -241,8 +271,7 @@ class Intake:
         try:
             self._performer.submit(
                 Job(endpoint, task, work, key, headers, self._identity.topic, verdict.held),
-                alone=len(self._memory) == 1
-                and self._pace.follows_last(reply_to, headers.enqueued),
+                here=here,
             )
         except Exception as e:
             self._memory.forget(key)
@@ -257,7 +286,27 @@ class Intake:
                 attempt,
             )
             return
+        # The loop's time with it ends before the acknowledgement, as when
+        # the message was acknowledged on taking it (Pace compares the two).
         self._pace.took(reply_to, headers.enqueued, time.monotonic() - received)
+        if settle_after_run:
+            self._settle_after_run_of(message, task_uuid)
+
+    def _settle_after_run_of(self, message: Delivery, task_uuid: str) -> None:
+        """Acknowledge a request run here once its outcome went out (see process_request)."""
+        try:
+            message.ack()
+        except exc.DeliveryNotSettled as e:
+            # Its connection ended while it ran: the broker gives it to a
+            # worker again, flagged as a redelivery, and that worker hands it
+            # back to its engine, which has the outcome (or waits for it).
+            LOG.info(
+                "Request %s ran on worker %s but its message could not be acknowledged"
+                " afterwards (%s); its redelivery will be handed back to its engine unrun",
+                task_uuid,
+                self._identity.worker_id,
+                e,
+            )
 
     def _take(
         self,
@@ -267,6 +316,7 @@ class Intake:
         work: pr.WorkUnit,
         attempt: int | None,
         late: bool = False,
+        acknowledge: bool = True,
     ) -> bool:
         """Become the request's holder: acknowledge its message; False if we must not run it.
 
@@ -282,11 +332,13 @@ class Intake:
         ``late``: the executor takes PENDING late (header ``late_pending``):
         the message is acknowledged alone, and PENDING goes out only if the
         request is still held RUNNING_REPLY_DELAY_S later (Replier.tell_later).
+        ``acknowledge`` False (only with ``late``): not even that, the caller
+        acknowledges it once the request ran.
         """
         try:
             if attempt is not None and not late:
                 self._replier.accept(message, reply_to, task_uuid, attempt)
-            else:
+            elif acknowledge:
                 message.ack()
             return True
         except exc.DeliveryNotSettled as e:

@@ -70,20 +70,29 @@ class Performer:
         self._task_runner = task_runner
         self._worker_id = worker_id
 
-    def submit(self, job: Job, alone: bool = False) -> None:
-        """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down).
+    def runs_here(self, work: pr.WorkUnit, alone: bool) -> bool:
+        """Whether :meth:`submit` would run ``work`` on the calling thread.
 
         ``alone``: no other request is held. Then a request whose bodies ran
-        short lately runs here, on the calling thread, before this returns.
+        short lately runs there (see :mod:`.short_bodies`).
         """
-        self._middleware.after_receive(job)
         short = self._short_bodies
-        if (
+        return (
             alone
             and short is not None
-            and short.is_short(job.work.task_cls, job.work.action)
+            and short.is_short(work.task_cls, work.action)
             and not self._task_runner.gate.closed
-        ):
+        )
+
+    def submit(self, job: Job, here: bool = False) -> None:
+        """Hand ``job`` to the pool; raises what the pool raises (e.g. it was shut down).
+
+        ``here`` (what :meth:`runs_here` said): run it on the calling
+        thread instead, before this returns, unless the runner's gate
+        closed meanwhile.
+        """
+        self._middleware.after_receive(job)
+        if here and not self._task_runner.gate.closed:
             self.perform(job)
             return
         try:

@@ -231,6 +231,7 @@ class Server:
             clocks,
             admit,
             room_wait,
+            settle_after_run=self._proxy.template_connection.transport.driver_type == "amqp",
         )
         self._fence = Fence(
             self._memory,
