@@ -9,6 +9,7 @@ import pytest
 
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.executor_side import discovery
+from flowengine.engines.worker_based.wire import names
 
 # Seconds a test waits for something that should happen at once (bounded
 # only so that a bug fails the test instead of hanging it).
@@ -47,13 +48,15 @@ class Clock:
         return self.now
 
 
-def notify(finder, topic, tasks, worker_id=None, leaving=False):
+def notify(finder, topic, tasks, worker_id=None, leaving=False, settles=False):
     """Deliver a notify response/announcement to the finder."""
     headers = {}
     if worker_id is not None:
         headers[pr.HEADER_WORKER_ID] = worker_id
     if leaving:
         headers[pr.HEADER_LEAVING] = True
+    if settles:
+        headers[names.HEADER_SETTLES_AFTER_RUN] = True
     message = SimpleNamespace(headers=headers, properties={})
     return finder.process_response({"topic": topic, "tasks": list(tasks)}, message)
 
@@ -245,3 +248,23 @@ class TestRouting:
         assert finder.get_route_for_task(ALPHA)[1] == "t1.w1"
         notify(finder, "t1", [], worker_id="w2", leaving=True)
         assert finder.get_route_for_task(ALPHA)[1] == "t1"
+
+
+def test_late_pending_is_asked_only_where_every_reachable_worker_settles_after_run(finder):
+    # Nobody known yet: a worker nobody heard from may be one that does not
+    assert not finder.settles_after_run("t1")
+    # Given two workers of t1 that settle after run
+    notify(finder, "t1", [ALPHA], worker_id="w1", settles=True)
+    notify(finder, "t1", [ALPHA], worker_id="w2", settles=True)
+    assert finder.settles_after_run("t1")
+    assert finder.settles_after_run("t1.w1")
+    # When a third that does not (TaskFlow's, an older one) joins the topic
+    notify(finder, "t1", [ALPHA, BETA], worker_id="w3")
+    # Then the topic's queue may reach it: no late PENDING there, but still
+    # on the private queues of the two that do
+    assert not finder.settles_after_run("t1")
+    assert finder.settles_after_run("t1.w2")
+    assert not finder.settles_after_run("t1.w3")
+    # and once it left, the topic is theirs again
+    notify(finder, "t1", [], worker_id="w3", leaving=True)
+    assert finder.settles_after_run("t1")

@@ -20,8 +20,11 @@ from wire_helpers import Client, running_worker
 from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based.wire import names
 from flowengine.engines.worker_based.worker_side import replier as replier_mod
+from tests.worker_based.executor_helpers import running_executor, wait_workers
 
 TOPIC = "t"
+#: Bound (s) on waits, only so that a bug fails the test instead of hanging it.
+WAIT_S = 30.0
 MEMORY = {"transport": "memory"}
 LATE = {pr.HEADER_ATTEMPT: 0, names.HEADER_LATE_PENDING: True}
 
@@ -87,6 +90,52 @@ def test_an_engine_asks_for_a_late_pending_only_when_told():
     from flowengine.engines.worker_based.executor_side.policy import RequestPolicy
 
     assert _policy_headers(RequestPolicy(late_pending=True))[names.HEADER_LATE_PENDING] is True
-    assert names.HEADER_LATE_PENDING not in _policy_headers(RequestPolicy())
-    with pytest.raises(ValueError, match="late_pending must be True or False"):
+    # None (the default) is decided per request, by who may take it (discovery)
+    assert RequestPolicy().late_pending is None
+    for unsaid in (RequestPolicy(), RequestPolicy(late_pending=False)):
+        assert names.HEADER_LATE_PENDING not in _policy_headers(unsaid)
+    with pytest.raises(ValueError, match="late_pending must be True, False or None"):
         RequestPolicy.from_options({"late_pending": "yes"})
+
+
+@pytest.mark.parametrize("transport", ["amqp", "memory"])
+def test_workers_say_they_settle_late_requests_after_run_only_on_rabbitmq(request, transport):
+    # RabbitMQ gives an unacknowledged message back when its consumer goes;
+    # the other transports do not (so late requests are acknowledged on taking).
+    conn = {"url": request.getfixturevalue("amqp_url")} if transport == "amqp" else MEMORY
+    exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
+    with (
+        running_worker(exchange, TOPIC, [wt.Add], **conn) as worker,
+        running_executor(exchange, [TOPIC], **conn) as executor,
+    ):
+        assert wait_workers(executor, lambda finder: finder.total_workers == 1)
+        assert executor.finder.settles_after_run(TOPIC) is (transport == "amqp")
+        assert executor.finder.workers[0].worker_id == worker.worker_id
+
+
+@pytest.mark.parametrize(("policy", "asks"), [(None, True), (False, False), (True, True)])
+def test_an_engine_left_to_decide_asks_for_a_late_pending_where_workers_settle(
+    amqp_url, policy, asks
+):
+    # Given a worker on RabbitMQ (it settles late requests after run) and an
+    # engine with late_pending left to it (None), refused or asked for
+    exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
+    seen: list[dict] = []
+    with (
+        running_worker(exchange, TOPIC, [wt.Add], url=amqp_url),
+        running_executor(exchange, [TOPIC], url=amqp_url, late_pending=policy) as executor,
+    ):
+        assert wait_workers(executor, lambda finder: finder.total_workers == 1)
+        prepare = executor._proxy.prepare
+
+        def recording(msg, routing_key, **kwargs):
+            seen.append(dict(kwargs.get("headers") or {}))
+            return prepare(msg, routing_key, **kwargs)
+
+        executor._proxy.prepare = recording  # every request is prepared, then sent
+        # When it runs a task there
+        future = executor.execute_task(wt.Add(), "u-1", {"x": 1, "y": 2})
+        assert future.result(WAIT_S)[1] == 3
+    # Then its request asked for a late PENDING as the policy says
+    assert seen and all(pr.HEADER_ATTEMPT in headers for headers in seen)
+    assert all(bool(headers.get(names.HEADER_LATE_PENDING)) is asks for headers in seen)

@@ -40,12 +40,13 @@ def task_class_name(task: Any) -> str:
 class TopicWorker:
     """A (read-only) worker: its topic, the task classes it runs, its identity."""
 
-    __slots__ = ("_topic", "_tasks", "_task_set", "_identity", "_worker_id")
+    __slots__ = ("_topic", "_tasks", "_task_set", "_identity", "_worker_id", "_settles_after_run")
     _topic: str
     _tasks: tuple[str, ...]
     _task_set: frozenset[str]
     _identity: Any
     _worker_id: str | None
+    _settles_after_run: bool
 
     def __init__(
         self,
@@ -53,6 +54,7 @@ class TopicWorker:
         tasks: Iterable[Any],
         identity: Any = _NO_IDENTITY,
         worker_id: str | None = None,
+        settles_after_run: bool = False,
     ) -> None:
         names = tuple(task_class_name(t) for t in tasks)
         object.__setattr__(self, "_topic", topic)
@@ -60,6 +62,7 @@ class TopicWorker:
         object.__setattr__(self, "_task_set", frozenset(names))
         object.__setattr__(self, "_identity", identity)
         object.__setattr__(self, "_worker_id", worker_id)
+        object.__setattr__(self, "_settles_after_run", settles_after_run)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{type(self).__name__} is read-only")
@@ -83,6 +86,14 @@ class TopicWorker:
     def worker_id(self) -> str | None:
         """The worker's own id (None for workers that do not send one, e.g. TaskFlow's)."""
         return self._worker_id
+
+    @property
+    def settles_after_run(self) -> bool:
+        """Whether the worker said it acknowledges a late request it runs at once after its run.
+
+        (Header ``settles_after_run``; see names.HEADER_SETTLES_AFTER_RUN.)
+        """
+        return self._settles_after_run
 
     @property
     def routing_key(self) -> str | None:
@@ -157,6 +168,8 @@ class ProxyWorkerFinder:
         self._last_seen: dict[Any, float] = {}
         # task class name -> _Route; rebuilt lazily after any membership change.
         self._routes: dict[str, _Route] = {}
+        # routing key -> whether every worker it may reach settles after run.
+        self._settling: dict[str, bool] = {}
         # Ids of the workers known; rebuilt lazily after any membership change
         # (every reply asks whether its worker is known).
         self._worker_ids: frozenset[str | None] | None = None
@@ -273,7 +286,13 @@ class ProxyWorkerFinder:
                     LOG.info("Worker %s left (%d workers known)", gone, len(self._workers))
                 return None
             current = self._workers.get(identity)
-            candidate = TopicWorker(topic, tasks, identity=identity, worker_id=worker_id)
+            candidate = TopicWorker(
+                topic,
+                tasks,
+                identity=identity,
+                worker_id=worker_id,
+                settles_after_run=headers.settles_after_run,
+            )
             if current is None or current != candidate:
                 self._workers[identity] = candidate
                 self._membership_changed()
@@ -292,6 +311,7 @@ class ProxyWorkerFinder:
     def _membership_changed(self) -> None:
         """Invalidate routes and wake waiters (caller holds the condition)."""
         self._routes.clear()
+        self._settling.clear()
         self._worker_ids = None
         self._cond.notify_all()
 
@@ -377,6 +397,25 @@ class ProxyWorkerFinder:
                         topic,
                     )
         return _Route(destinations)
+
+    def settles_after_run(self, routing_key: str) -> bool:
+        """Whether every known worker that ``routing_key`` reaches settles late requests after run.
+
+        A topic's queue reaches every worker of the topic; a private queue
+        its worker. False when none is known: a worker nobody has heard
+        from yet may be one that does not (TaskFlow's, an older one).
+        """
+        known = self._settling.get(routing_key)
+        if known is None:
+            with self._cond:
+                reached = [
+                    w
+                    for w in self._workers.values()
+                    if w.topic == routing_key or w.routing_key == routing_key
+                ]
+                known = bool(reached) and all(w.settles_after_run for w in reached)
+                self._settling[routing_key] = known
+        return known
 
     def get_route_for_task(self, task: Any) -> tuple[TopicWorker, str] | None:
         """Pick (worker, routing key) for ``task``, spreading load; None if none can."""

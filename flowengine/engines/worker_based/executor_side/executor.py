@@ -185,6 +185,9 @@ class WorkerTaskExecutor(base.TaskExecutor):
             policy.transition_timeout,
             on_new_deadline=self._wake_housekeeper,
             policy_headers=_policy_headers(policy),
+            late_pending_for=(
+                self._finder.settles_after_run if policy.late_pending is None else None
+            ),
         )
         self._housekeeper = Housekeeper(
             uuid,

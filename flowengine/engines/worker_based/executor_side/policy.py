@@ -42,7 +42,9 @@ class RequestPolicy:
     PENDING (one message less per task); the engine then learns who holds a
     request only 50 ms after it was taken, so a worker killed within those
     50 ms leaves it to ``transition_timeout`` (RequestTimeout) instead of a
-    re-dispatch after the loss bound (see doc/source/protocol.rst).
+    re-dispatch after the loss bound (see doc/source/protocol.rst). None
+    (the default): only for requests whose workers all announced that they
+    close that gap (RabbitMQ workers do: names.HEADER_SETTLES_AFTER_RUN).
 
     Raises ValueError naming the setting that is out of range.
     """
@@ -53,7 +55,7 @@ class RequestPolicy:
     lost_after: float | None = None
     max_attempts: int = lv.MAX_ATTEMPTS
     run_timeout: float | None = None
-    late_pending: bool = False
+    late_pending: bool | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -68,8 +70,10 @@ class RequestPolicy:
         set_(self, "max_attempts", int(self.max_attempts))
         if self.run_timeout is not None and not self.run_timeout > 0:
             raise ValueError(f"run_timeout must be > 0 seconds or None (got {self.run_timeout!r})")
-        if not isinstance(self.late_pending, bool):
-            raise ValueError(f"late_pending must be True or False (got {self.late_pending!r})")
+        if self.late_pending is not None and not isinstance(self.late_pending, bool):
+            raise ValueError(
+                f"late_pending must be True, False or None (got {self.late_pending!r})"
+            )
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> RequestPolicy:

@@ -36,7 +36,7 @@ from flowengine.engines.worker_based.events import model as event_model
 from flowengine.engines.worker_based.executor_side import tracking as tr
 from flowengine.engines.worker_based.messaging import proxy as px
 from flowengine.engines.worker_based.wire import liveness as lv
-from flowengine.engines.worker_based.wire import timelimits
+from flowengine.engines.worker_based.wire import names, timelimits
 from flowengine.types import failure as ft
 
 LOG = logging.getLogger(__name__)
@@ -74,6 +74,9 @@ class RequestPublisher:
     (or waits for a worker nobody has seen yet). ``policy_headers``: headers
     every request carries, telling workers when this engine takes a silent
     holder for lost and whether it takes a late PENDING.
+    ``late_pending_for(routing_key)``: whether a request sent there takes a
+    late PENDING besides (RequestPolicy.late_pending None: where every
+    worker it may reach settles it after its run, finder.settles_after_run).
     """
 
     def __init__(
@@ -85,8 +88,10 @@ class RequestPublisher:
         *,
         on_new_deadline: Callable[[], None],
         policy_headers: Mapping[str, Any] | None = None,
+        late_pending_for: Callable[[str], bool] | None = None,
     ) -> None:
         self._proxy = proxy
+        self._late_pending_for = late_pending_for
         self._book = book
         self._reply_to = reply_to
         self._transition_timeout = transition_timeout
@@ -151,6 +156,13 @@ class RequestPublisher:
                 tracked.deadline, self._transition_timeout or 0.0
             )
         headers.update(self._policy_headers)
+        late_pending_for = self._late_pending_for
+        if (
+            late_pending_for is not None
+            and tracked.routing_key is not None
+            and late_pending_for(tracked.routing_key)
+        ):
+            headers[names.HEADER_LATE_PENDING] = True
         headers.update(event_model.timing_headers(tracked.origin.created_at))
         limits = timelimits.header_for(tracked.request.task)
         if limits is not None:

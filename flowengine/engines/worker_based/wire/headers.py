@@ -89,6 +89,8 @@ class Headers:
     declined: bool = False
     #: A request whose engine takes a late PENDING (see names.HEADER_LATE_PENDING).
     late_pending: bool = False
+    #: A worker that settles a late request after its run (names.HEADER_SETTLES_AFTER_RUN).
+    settles_after_run: bool = False
     #: When the engine created the request, and published this dispatch of
     #: it (epoch s; the worker's events report them).
     created: float | None = None
@@ -181,6 +183,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     names.HEADER_LEAVING: ("leaving", bool),
     names.HEADER_DECLINED: ("declined", _is_true),
     names.HEADER_LATE_PENDING: ("late_pending", _is_true),
+    names.HEADER_SETTLES_AFTER_RUN: ("settles_after_run", _is_true),
     names.HEADER_CREATED: ("created", _epoch),
     names.HEADER_ENQUEUED: ("enqueued", _epoch),
     names.HEADER_RUN_S: ("run_s", _seconds),

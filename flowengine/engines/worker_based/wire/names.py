@@ -90,6 +90,12 @@ HEADER_DECLINED = "declined"
 # it within RUNNING_REPLY_DELAY_S of taking it (engine option late_pending);
 # the worker tells PENDING (or RUNNING) only if it still holds it then.
 HEADER_LATE_PENDING = "late_pending"
+# On a worker's announcement and NOTIFY reply: it acknowledges a late request
+# it runs on its consume loop only once the outcome is sent, so the broker
+# gives it back if the worker goes first (RabbitMQ; see worker_side/intake.py).
+# An engine whose late_pending option is left to it (None) asks for a late
+# PENDING only where every worker that may take the request says so.
+HEADER_SETTLES_AFTER_RUN = "settles_after_run"
 # W3C Trace Context of the engine's span for the request's atom (OpenTelemetry,
 # the otel extra; see flowengine.tracing): standard names, ignored by TaskFlow.
 HEADER_TRACEPARENT = "traceparent"

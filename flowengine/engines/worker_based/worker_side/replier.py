@@ -93,8 +93,10 @@ class Replier:
         middleware: MiddlewareChain,
         *,
         announce_period_s: float = pr.NOTIFY_PERIOD_S,
+        settles_after_run: bool = False,
     ) -> None:
         self._proxy = proxy
+        self._settles_after_run = settles_after_run
         self._memory = memory
         self._identity = identity
         self._interval = heartbeat_interval
@@ -132,6 +134,13 @@ class Replier:
             headers[pr.HEADER_LEAVING] = True
         return headers
 
+    def _introduction_headers(self, leaving: bool = False) -> dict[str, Any]:
+        """Headers of an announcement or NOTIFY reply: who we are and what we offer."""
+        headers = self.headers(leaving=leaving)
+        if self._settles_after_run:
+            headers[names.HEADER_SETTLES_AFTER_RUN] = True
+        return headers
+
     # --- about the worker ---
 
     def silence(self, silenced: bool = True) -> None:
@@ -147,7 +156,7 @@ class Replier:
             self._proxy.publish(
                 pr.Notify(topic=self._identity.topic, tasks=tasks),
                 pr.ANNOUNCE_ROUTING_KEY,
-                headers=self.headers(leaving=leaving),
+                headers=self._introduction_headers(leaving=leaving),
             )
         except Exception as e:
             # One line: the consume loop says, once per back-off step, why the
@@ -170,7 +179,7 @@ class Replier:
                 pr.Notify(topic=self._identity.topic, tasks=list(self._identity.tasks)),
                 reply_to,
                 correlation_id=correlation_id,
-                headers=self.headers(),
+                headers=self._introduction_headers(),
             )
         except Exception:
             LOG.warning("Failed to answer NOTIFY from %s", reply_to, exc_info=True)

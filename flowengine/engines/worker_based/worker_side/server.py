@@ -202,8 +202,17 @@ class Server:
         # Each engine's clock, read off its messages: expiry never compares
         # two hosts' clocks (see wire/peer_clock.py).
         clocks = PeerClocks()
+        # RabbitMQ gives an unacknowledged message back at once when its
+        # consumer's connection ends: a late request run on the consume loop
+        # is acknowledged after its outcome (Intake), and engines are told so.
+        settle_after_run = self._proxy.template_connection.transport.driver_type == "amqp"
         self._replier = Replier(
-            self._proxy, self._memory, identity, self._interval, self._middleware
+            self._proxy,
+            self._memory,
+            identity,
+            self._interval,
+            self._middleware,
+            settles_after_run=settle_after_run,
         )
         runner = task_runner or running_mod.TaskRunner()
         self._performer = Performer(
@@ -231,7 +240,7 @@ class Server:
             clocks,
             admit,
             room_wait,
-            settle_after_run=self._proxy.template_connection.transport.driver_type == "amqp",
+            settle_after_run=settle_after_run,
         )
         self._fence = Fence(
             self._memory,
