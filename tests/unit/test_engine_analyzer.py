@@ -5,6 +5,7 @@ from __future__ import annotations
 import array
 
 import networkx as nx
+import pytest
 
 from flowengine import states as st
 from flowengine.engines.action_engine import analyzer as an
@@ -31,7 +32,7 @@ def _analyzer(edges, atoms, flows=()):
 
 
 def _ready(a):
-    return {n for n in a.state if a.readiness(n) == an.EXECUTE}
+    return {n for n, _state in a.atom_states() if a.readiness(n) == an.EXECUTE}
 
 
 def test_chain_becomes_ready_one_by_one():
@@ -150,3 +151,25 @@ def test_candidate_numbers_are_positions_in_the_order_and_give_the_same_readines
         a.readiness("y"),
     ]
     assert a.readiness("x") == an.EXECUTE
+
+
+def test_states_and_intentions_read_by_name_from_the_lists_by_position():
+    # Given a loaded chain x -> y between flow nodes (which have no state)
+    a = _analyzer([("f", "x"), ("x", "y"), ("y", "f_end")], ["x", "y"], flows=["f", "f_end"])
+    # When x runs and y is given another intention
+    a.update("x", st.RUNNING)
+    a.update("y", intention=st.REVERT)
+    # Then each name reads its own state and intention, in graph order
+    assert a.state_of("x") == st.RUNNING and a.intention_of("x") == st.EXECUTE
+    assert a.state_of("y") == st.PENDING and a.intention_of("y") == st.REVERT
+    assert list(a.atom_states()) == [("x", st.RUNNING), ("y", st.PENDING)]
+    # And flow nodes and unknown names have none
+    for name in ("f", "nobody"):
+        with pytest.raises(KeyError):
+            a.state_of(name)
+        with pytest.raises(KeyError):
+            a.intention_of(name)
+    assert not a.is_success()
+    a.update("x", st.SUCCESS)
+    a.update("y", st.IGNORE)
+    assert a.is_success() and not a.any_ready()

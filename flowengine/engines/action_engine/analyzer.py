@@ -26,7 +26,7 @@ the graph (TaskFlow rescans every atom after each completion: O(n^2) a run).
 from __future__ import annotations
 
 import array
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from flowengine import states as st
@@ -39,6 +39,9 @@ _REVERT_INTENTIONS = frozenset((st.REVERT, st.RETRY))
 
 EXECUTE = "execute"
 REVERT = "revert"
+
+#: The state and intention of a node that is no atom, or of an atom not loaded yet.
+_UNKNOWN: Any = object()
 
 
 #: Bits of a node's flags (one small int per node, see Analyzer._flags).
@@ -81,8 +84,10 @@ class Analyzer:
     and the counters, flags and neighbours the propagation walks are lists
     indexed by that number: at 100,000 nodes a lookup by name in a dict per
     counter misses the CPU caches several times (the name's hash, the dict's
-    slot, the value), a list slot once (issue 38). ``state`` and
-    ``intention`` stay dicts by name for the runtime to read.
+    slot, the value), a list slot once (issue 38). Each atom's state and
+    intention are lists by number too (:meth:`state_of`, :meth:`intention_of`
+    for a name): the one table by name is ``index``, which the runtime fills
+    in the order atoms start in.
     """
 
     def __init__(
@@ -110,8 +115,11 @@ class Analyzer:
         self._pred, self._pred_at = topo.grouped(succ, _heads_of(succ_at), len(order))
         self._atom_ids = atom_ids
         self._can = can_transition
-        self.state: dict[str, str] = {}
-        self.intention: dict[str, str] = {}
+        # Each atom's state and intention by position, not dicts by name:
+        # read and written next to its counters and flags (issue 38).
+        # Flow nodes (and atoms not loaded yet) hold _UNKNOWN.
+        self._state: list[Any] = [_UNKNOWN] * len(order)
+        self._intention: list[Any] = [_UNKNOWN] * len(order)
         #: Per node: _ATOM, and whether its own state makes it done/clear.
         self._flags: list[int] = [_FLOW_FLAGS] * len(order)
         for i in self._atom_ids:
@@ -134,11 +142,13 @@ class Analyzer:
         An iterable, not a mapping: at 100,000 atoms a dict of them would
         add 12 MB to the run's peak for a moment.
         """
-        state, intention, index, flags = self.state, self.intention, self._index, self._flags
+        state, intention, flags = self._state, self._intention, self._flags
+        index = self._index
         for name, atom_state, atom_intention in atom_states:
-            state[name] = atom_state
-            intention[name] = atom_intention
-            flags[index[name]] = _atom_flags(atom_state, atom_intention)
+            i = index[name]
+            state[i] = atom_state
+            intention[i] = atom_intention
+            flags[i] = _atom_flags(atom_state, atom_intention)
         # Fresh lists filled in graph order: this walks every node and
         # edge once per run, with the status checks inlined.
         n_nodes = len(self._order)
@@ -170,17 +180,38 @@ class Analyzer:
 
     def update(self, name: str, state: str | None = None, intention: str | None = None) -> None:
         """Record an atom's new state and/or intention and propagate what flips."""
-        if state is not None:
-            self.state[name] = state
-        else:
-            state = self.state[name]
-        if intention is not None:
-            self.intention[name] = intention
-        else:
-            intention = self.intention[name]
         i = self._index[name]
+        if state is not None:
+            self._state[i] = state
+        else:
+            state = self._state[i]
+        if intention is not None:
+            self._intention[i] = intention
+        else:
+            intention = self._intention[i]
         self._flags[i] = _atom_flags(state, intention)
         self._propagate(i)
+
+    def state_of(self, name: str) -> str:
+        """The atom's state (KeyError for an unknown name)."""
+        state: str = self._state[self._index[name]]
+        if state is _UNKNOWN:
+            raise KeyError(name)
+        return state
+
+    def intention_of(self, name: str) -> str:
+        """The atom's intention (KeyError for an unknown name)."""
+        intention: str = self._intention[self._index[name]]
+        if intention is _UNKNOWN:
+            raise KeyError(name)
+        return intention
+
+    def atom_states(self) -> Iterator[tuple[str, str]]:
+        """``(atom, state)`` of every loaded atom, in graph order."""
+        order, state = self._order, self._state
+        for i in self._atom_ids:
+            if state[i] is not _UNKNOWN:
+                yield order[i], state[i]
 
     def _propagate(self, start: int) -> None:
         # Status checks inlined: this runs twice per task (RUNNING, then
@@ -230,10 +261,10 @@ class Analyzer:
             if self._pending[number] >= 2:
                 return None
             # PENDING -> RUNNING is always allowed (the usual case: no lookup).
-            if own & _STATE_PENDING or self._can(name, self.state[name], st.RUNNING):
+            if own & _STATE_PENDING or self._can(name, self._state[number], st.RUNNING):
                 return EXECUTE
         elif own & _INTENT_REVERT:
-            if self._unclear[number] < 2 and self._can(name, self.state[name], st.REVERTING):
+            if self._unclear[number] < 2 and self._can(name, self._state[number], st.REVERTING):
                 return REVERT
         return None
 
@@ -260,4 +291,13 @@ class Analyzer:
 
     def is_success(self) -> bool:
         """Whether every atom succeeded or was ignored."""
-        return all(s == st.SUCCESS or s == st.IGNORE for s in self.state.values())
+        state = self._state
+        return all(
+            state[i] == st.SUCCESS or state[i] == st.IGNORE or state[i] is _UNKNOWN
+            for i in self._atom_ids
+        )
+
+    def any_ready(self) -> bool:
+        """Whether some atom could start now (:meth:`readiness` of each, by position)."""
+        order = self._order
+        return any(self.readiness_at(i, order[i]) is not None for i in self._atom_ids)

@@ -213,7 +213,7 @@ class MachineBuilder:
                         # one raises anyway it is still this atom's failure.
                         outcome = (
                             ex.EXECUTED
-                            if runtime.analyzer.state[name] == st.RUNNING
+                            if runtime.analyzer.state_of(name) == st.RUNNING
                             else ex.REVERTED
                         )
                         result = ft.Failure()

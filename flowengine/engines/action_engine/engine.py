@@ -298,7 +298,8 @@ class ActionEngine(base.Engine):
         return self._runtime
 
     def _ensure_storage(self) -> None:
-        atoms = list(self._compiled_runtime.atoms.values())
+        runtime = self._compiled_runtime
+        atoms = [runtime.atoms[name] for name in runtime.atom_order]
         self.storage.ensure_atoms(atoms)
         for atom in atoms:
             if atom.inject:

@@ -39,7 +39,6 @@ class Runtime:
         self._atom_notifier = atom_notifier
         self._task_executor = task_executor
         self._retry_executor = retry_executor
-        self._uuids: dict[str, str] = {}
 
     # -- compile ------------------------------------------------------------
 
@@ -54,12 +53,17 @@ class Runtime:
         numbers = topology.topological_numbers()
         names = topology.order
         order = [names[i] for i in numbers]
+        # Name -> position, the one table by name the run reads per task
+        # (the analyzer's state, intention and counters are lists by
+        # position): filled in the order atoms start in, so that the run
+        # reads its entries nearly in sequence (issue 38).
         self.order_index = {n: i for i, n in enumerate(order)}
         first_atom = topology.first_atom
         atom_ids = [k for k, i in enumerate(numbers) if i >= first_atom]
-        compiled_atoms = self.compilation.atoms
-        self.atoms: dict[str, Any] = {order[k]: compiled_atoms[order[k]] for k in atom_ids}
-        self.atom_order = list(self.atoms)
+        #: Atom name -> atom (the compilation's own table, not a copy).
+        self.atoms: Mapping[str, Any] = self.compilation.atoms
+        #: Atom names in the analyzer's graph order (the order atoms start in).
+        self.atom_order = [order[k] for k in atom_ids]
         self.retries = [n for n in self.atom_order if kinds[n] == de.RETRY]
         retries = set(self.retries)
         self._is_retry = retries.__contains__
@@ -84,7 +88,7 @@ class Runtime:
         self._scopes: dict[str, list[list[str]]] = {}
         self._retry_of: dict[str, str | None] = {}
         tracker = self.analyzer.update
-        state_of = self.analyzer.state.__getitem__
+        state_of = self.analyzer.state_of
         self.task_action = ta.TaskAction(
             self.storage,
             self._atom_notifier,
@@ -158,11 +162,11 @@ class Runtime:
     # -- lookups ------------------------------------------------------------
 
     def uuid_of(self, name: str) -> str:
-        """The atom's uuid in storage (cached)."""
-        uuid = self._uuids.get(name)
-        if uuid is None:
-            uuid = self._uuids[name] = self.storage.get_atom_uuid(name)
-        return uuid
+        """The atom's uuid in storage."""
+        # Read from the atom's detail each time, which its state change has
+        # just touched: a cache by name was one more table of n entries
+        # spread over the heap (issue 38).
+        return self.storage.get_atom_uuid(name)
 
     def action_for(self, name: str) -> Any:
         """The action (task or retry) that moves this atom."""
@@ -233,9 +237,9 @@ class Runtime:
 
     def set_intentions(self, names: Iterable[str], intention: str) -> None:
         """Give each atom ``intention`` (persisted)."""
-        current = self.analyzer.intention
+        current = self.analyzer.intention_of
         for name in names:
-            if current[name] != intention:
+            if current(name) != intention:
                 self.storage.set_atom_intention(name, intention)
                 self.analyzer.update(name, intention=intention)
 
@@ -271,18 +275,18 @@ class Runtime:
     def resume(self) -> list[tuple[str, str]]:
         """Load states, finish interrupted decisions; return atoms to restart."""
         self.load_states()
-        analyzer = self.analyzer
+        state_of, intention_of = self.analyzer.state_of, self.analyzer.intention_of
         if self.completer.resolving:
             for name in self.atom_order:
-                if analyzer.state[name] == st.FAILURE and analyzer.intention[name] == st.EXECUTE:
+                if state_of(name) == st.FAILURE and intention_of(name) == st.EXECUTE:
                     self.completer.process_failure(name, self.storage.get(name))
         for retry in self.retries:
-            if analyzer.state[retry] == st.RETRYING:
+            if state_of(retry) == st.RETRYING:
                 self.retry_subflow(retry)
         restart = []
         for name in self.atom_order:
-            state = analyzer.state[name]
-            if state == st.RUNNING and analyzer.intention[name] == st.EXECUTE:
+            state = state_of(name)
+            if state == st.RUNNING and intention_of(name) == st.EXECUTE:
                 restart.append((name, an.EXECUTE))
             elif state == st.REVERTING:
                 restart.append((name, an.REVERT))
@@ -317,8 +321,7 @@ class Runtime:
 
     def any_ready(self) -> bool:
         """Whether some atom could still start (used to tell SUSPENDED apart)."""
-        readiness = self.analyzer.readiness
-        return any(readiness(n) is not None for n in self.atom_order)
+        return self.analyzer.any_ready()
 
     def _decide(self, name: str) -> bool:
         analyzer = self.analyzer
@@ -326,12 +329,12 @@ class Runtime:
         voters = []
         for ed in self.edge_deciders[name]:
             if ed.kind in de.ATOM_KINDS:
-                if analyzer.state[ed.from_node] == st.IGNORE:
+                if analyzer.state_of(ed.from_node) == st.IGNORE:
                     continue  # an ignored atom has no say
                 history[ed.from_node] = self.storage.get(ed.from_node)
             else:
                 for atom_name in self._flow_atoms(ed.from_node):
-                    if analyzer.state[atom_name] != st.IGNORE:
+                    if analyzer.state_of(atom_name) != st.IGNORE:
                         history[atom_name] = self.storage.get(atom_name)
             voters.append(ed)
         # Each link's decider is asked, once per link, as TaskFlow does (the

@@ -32,7 +32,7 @@ class Scheduler:
             try:
                 if what == an.EXECUTE:
                     fut = action.schedule_execution(atom)
-                elif runtime.analyzer.intention[name] == st.RETRY:
+                elif runtime.analyzer.intention_of(name) == st.RETRY:
                     # Run the controller again: it goes RETRYING, its subflow
                     # back to PENDING (blocked until it succeeds), then RUNNING.
                     action.change_state(atom, st.RETRYING)
