@@ -177,6 +177,19 @@ def _running(engine: Any) -> Iterator[tuple[threading.Event, list[BaseException]
 ENGINE_WAIT_S = 30.0
 
 
+def _late_gated_engine(exchange: str, amqp_url: str, **policy: Any) -> Any:
+    """A worker-based engine of the gated chain on topic 'a', taking late PENDINGs."""
+    return engines.load(
+        _gated_chain(),
+        engine="worker-based",
+        exchange=exchange,
+        topics=["a"],
+        url=amqp_url,
+        late_pending=True,
+        **policy,
+    )
+
+
 def test_a_late_request_whose_worker_vanished_before_telling_runs_elsewhere(amqp_url):
     exchange = f"fe-test-{uuid.uuid4().hex[:12]}"
     st.HOLD_NAME = HELD_TASK
@@ -184,16 +197,7 @@ def test_a_late_request_whose_worker_vanished_before_telling_runs_elsewhere(amqp
         faultproxy.running(faultproxy.port_of(amqp_url)) as link,
         running_worker(exchange, "a", [st.Gated], threads_count=2, url=link.url(amqp_url)),
     ):
-        engine = engines.load(
-            _gated_chain(),
-            engine="worker-based",
-            exchange=exchange,
-            topics=["a"],
-            url=amqp_url,
-            late_pending=True,
-            lost_after=0.5,
-            transition_timeout=10.0,
-        )
+        engine = _late_gated_engine(exchange, amqp_url, lost_after=0.5, transition_timeout=10.0)
         # Given an engine's late-PENDING request running on a worker's consume
         # loop, a chain's last, its holder not told to anyone yet
         with _running(engine) as (ended, errors):
@@ -231,15 +235,7 @@ def test_a_late_request_whose_worker_lost_the_broker_while_alive_runs_once(amqp_
         ),
     ):
         # A loss bound long enough for the cut worker to reconnect and speak
-        engine = engines.load(
-            _gated_chain(),
-            engine="worker-based",
-            exchange=exchange,
-            topics=["a"],
-            url=amqp_url,
-            late_pending=True,
-            lost_after=10.0,
-        )
+        engine = _late_gated_engine(exchange, amqp_url, lost_after=10.0)
         with _running(engine) as (ended, errors):
             # Given a late-PENDING request running on a worker's consume loop
             assert st.HELD.wait(WAIT_S)
