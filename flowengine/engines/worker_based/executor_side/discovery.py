@@ -89,7 +89,7 @@ class TopicWorker:
 
     @property
     def settles_after_run(self) -> bool:
-        """Whether the worker said it acknowledges a late request it runs at once after its run.
+        """Whether the worker acknowledges a late request it runs inline only after its outcome.
 
         (Header ``settles_after_run``; see names.HEADER_SETTLES_AFTER_RUN.)
         """
