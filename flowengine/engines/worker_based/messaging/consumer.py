@@ -299,9 +299,15 @@ class Consumer:
         # Private auto-delete queues, and whether a clean stop deleted them
         # itself (a transport that keeps auto-delete queues, no lease).
         self._own_queues = {spec.name for spec in self._queues if spec.private and spec.auto_delete}
-        self._outliving_queues = {
-            spec.name for spec in self._queues if spec.auto_delete and spec.outlives_connection
-        }
+        # Transient auto-delete queues declared to outlive their connection
+        # on RabbitMQ (a durable one has its own idle expiry: topology).
+        self._outliving_queues = (
+            set()
+            if broker.durable
+            else {
+                spec.name for spec in self._queues if spec.auto_delete and spec.outlives_connection
+            }
+        )
         self._own_queues_dropped = False
         #: Reconnections so far, and how long the last outage lasted (s, from
         #: the error to consuming again); for logs, tests and stats.
@@ -604,7 +610,7 @@ class Consumer:
                             consumer.cancel()
                         except Exception:
                             LOG.debug("Error cancelling consumer", exc_info=True)
-                elif self._outliving_queues and not self._broker.durable:
+                elif self._outliving_queues:
                     self._delete_outliving_queues(consumers)
                 if (
                     self._stopping.is_set()
