@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import kombu
 import pytest
@@ -19,6 +20,7 @@ from flowengine.engines.worker_based import protocol as pr
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.messaging import consumer as consumer_mod
 from flowengine.engines.worker_based.messaging import dead_letters as dl
+from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
 from tests import waiting
 
@@ -220,3 +222,55 @@ def test_a_message_that_keeps_failing_the_loop_is_dead_lettered_after_n_strikes(
     (letter,) = read_dead_letters(broker, unique_name, f"{unique_name}_{TOPIC}.dead")
     assert letter.headers[dl.HEADER_REASON] == "it was in hand 3 times when the consume loop failed"
     assert caplog.text.count("while handling a message") == 3
+
+
+@pytest.mark.parametrize(
+    "broker",
+    [
+        "memory",
+        "filesystem",
+        pytest.param("redis", marks=pytest.mark.broker),
+        pytest.param("amqp", marks=pytest.mark.broker),
+    ],
+    indirect=True,
+)
+@pytest.mark.slow  # a second or more: out of the fast tier (tests/fast_tier.py)
+def test_a_burst_of_refused_replies_is_dead_lettered_in_order(broker, unique_name):
+    # py-amqp hands deliveries over inside any read of the connection, the
+    # dead-lettering's own waits for the broker included: the loop used to
+    # handle them nested in the handler of the message before (so out of
+    # order) and, as py-amqp's wait for an answer is not re-entrant, could
+    # lose one answer and wait for ever, until RabbitMQ dropped the
+    # connection at its heartbeat timeout with the replies in flight.
+    # Given an engine-style reply consumer (private, unacknowledged on
+    # AMQP) that has refused nothing yet,
+    count = 40
+    exchange = kombu.Exchange(unique_name, type="direct", durable=False)
+    name = f"{unique_name}_replies"
+    spec = consumer_mod.QueueSpec(
+        name, (name,), auto_delete=True, private=True, batched=True, outlives_connection=True
+    )
+    settings_ = BrokerSettings(url=broker.url, transport_options=dict(broker.transport_options))
+    consumer = consumer_mod.Consumer(name, settings_, exchange, [spec], TypeDispatcher({}))
+    thread = threading.Thread(target=consumer.start, daemon=True, name="burst-consumer")
+    thread.start()
+    sender = RawSender(unique_name, **conn_kwargs(broker))
+    try:
+        assert consumer.wait(waiting.WAIT_S), "the consumer did not start"
+        # when a burst of messages it refuses arrives at once,
+        for i in range(count):
+            sender.send(json.dumps({"i": i}), name, type=pr.NOTIFY, correlation_id=f"m{i}")
+        # every one is dead-lettered, once, in the order it came, on the
+        # connection it came on.
+        waiting.wait_until(
+            lambda: sum(consumer.dead_lettered.values()) >= count,
+            f"{count} messages dead-lettered",
+        )
+        assert consumer.reconnect_count == 0
+    finally:
+        consumer.stop()
+        thread.join(waiting.WAIT_S)
+        sender.close()
+    letters = read_dead_letters(broker, unique_name, f"{unique_name}{dl.SUFFIX}")
+    properties = [dl.original_message(letter.headers)["properties"] for letter in letters]
+    assert [p.get("correlation_id") for p in properties] == [f"m{i}" for i in range(count)]

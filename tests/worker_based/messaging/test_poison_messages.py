@@ -55,6 +55,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import types
 import zlib
 from collections.abc import Iterator
@@ -1241,6 +1242,15 @@ EXPLICIT = (
 ENGINE_PLACEHOLDER = "engine-uuid-placeholder"
 
 
+def _thread_stacks() -> str:
+    """What each thread of this process is doing (a stuck consume loop shows here)."""
+    names_ = {t.ident: t.name for t in threading.enumerate()}
+    return "".join(
+        f"--- thread {names_.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)[-8:])
+        for ident, frame in sys._current_frames().items()
+    )
+
+
 class Batch:
     """A flood of PER_BATCH messages while an engine runs a flow, then the checks."""
 
@@ -1330,6 +1340,9 @@ class Batch:
                 f"not dead-lettered ({len(missing)}), e.g.:\n"
                 + "\n".join(missing[:10])
                 + f"\nsentinels: {[s in rig.dead.by_id for s in sentinels]}\n"
+                + f"reply consumer consuming {flow.reply_consumer_is_consuming()},"
+                f" reconnections {flow.reply_consumer_reconnections()}\n"
+                + _thread_stacks()
                 + rig.diagnostics()[-5000:]
             )
         lost_with_the_reply_queue: set[str] = set()
@@ -1471,6 +1484,8 @@ def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig,
     # explores each field); every PER_BATCH of them form a batch, flooded
     # while an engine runs a flow, and checked when it is complete.
     caplog.set_level(logging.WARNING)
+    # Which messages each consume loop dead-lettered, in order, on failure.
+    caplog.set_level(logging.INFO, logger=consumer_mod.__name__)
     started = time.monotonic()
     current: list[Batch] = []
     failed: list[BaseException] = []
@@ -1523,7 +1538,7 @@ def test_generated_poison_messages_are_dead_lettered_and_everything_goes_on(rig,
     lost_lines = [
         e
         for e in errors
-        if e.startswith("Consumer connection to")
+        if e.startswith("Consumer connection of")
         and any(reset in e for reset in ("[Errno 104]", "Connection reset by peer"))
     ]
     if 0 < len(lost_lines) <= reconnections:

@@ -48,6 +48,7 @@ from flowengine.engines.worker_based.messaging.dead_letters import (
 )
 from flowengine.engines.worker_based.messaging.delivery import Delivery
 from flowengine.engines.worker_based.messaging.dispatcher import TypeDispatcher, describe
+from flowengine.engines.worker_based.messaging.in_turn import InTurn
 from flowengine.engines.worker_based.messaging.keepalive import Keepalive
 from flowengine.engines.worker_based.messaging.publisher import check_period, is_connection_error
 from flowengine.engines.worker_based.messaging.settings import BrokerSettings
@@ -339,6 +340,7 @@ class Consumer:
         # The message being handled, while it is (see _loop: a loop error
         # with a message in hand counts against that message).
         self._in_hand: Delivery | None = None
+        self._in_turn = InTurn()
         # Unexpected errors in a row, and why the loop counts as failing.
         self._unexpected_errors = 0
         #: None while the loop works; the last error once it keeps failing.
@@ -491,7 +493,8 @@ class Consumer:
             pause = 0.0
         if lost:
             LOG.error(
-                "Consumer connection to %s lost (%s); reconnecting in %.0f s",
+                "Consumer connection of topic %r to %s lost (%s); reconnecting in %.0f s",
+                self._name,
                 self._node_uri,
                 error,
                 pause,
@@ -819,18 +822,30 @@ class Consumer:
             except Exception:
                 LOG.exception("%s of %r (topic %r) failed", hook, observer, self._name)
 
+    # kombu calls these three from inside any read of the connection, a
+    # handler's own included: each message waits for the one before (in_turn).
+
     def _on_unacked_message(self, message: Any) -> None:
         """Receive a message its broker needs no acknowledgement of (see QueueSpec)."""
+        self._in_turn.run(self._take_unacked, message)
+
+    def _on_message(self, message: Any) -> None:
+        """Receive one raw message."""
+        self._in_turn.run(self._take, message)
+
+    def _on_unreadable_message(self, message: Any, error: BaseException, *, no_ack: bool) -> None:
+        """Receive a message kombu could not read (see :mod:`.guarded`): refuse it."""
+        self._in_turn.run(self._take_unreadable, message, error, no_ack)
+
+    def _take_unacked(self, message: Any) -> None:
         delivery = Delivery(message)
         delivery.settled_by_transport()
         self._handle(delivery)
 
-    def _on_message(self, message: Any) -> None:
-        """Receive one raw message."""
+    def _take(self, message: Any) -> None:
         self._handle(Delivery(message))
 
-    def _on_unreadable_message(self, message: Any, error: BaseException, *, no_ack: bool) -> None:
-        """Receive a message kombu could not read (see :mod:`.guarded`): refuse it."""
+    def _take_unreadable(self, message: Any, error: BaseException, no_ack: bool) -> None:
         delivery = Delivery(message)
         if no_ack:
             delivery.settled_by_transport()
