@@ -391,8 +391,10 @@ class _Builder:
         self.index: dict[str, int] = {}  # atom name -> index in parent (-1: retry)
         self.units: list[scopes.Unit] = []
         self.seen_flows: set[int] = set()
-        # id(unit) -> links between its children as (from, to, metadata) indexes.
         self.any_retry = False
+        # What resolution needs of each atom, read as _walk meets it (the
+        # atoms' topological order, see _order).
+        self.facts = scopes.AtomFacts()
 
     # -- pass 1: the pattern tree -----------------------------------------
 
@@ -413,17 +415,17 @@ class _Builder:
         self._name_flows()
         order = self._order(root_unit)
         topology, retries = self._topology(order)
-        resolver = scopes.ProviderResolver(self.atoms, self.units, self.parents, self.index)
+        resolver = scopes.ProviderResolver(self.units, self.facts)
         providers, ambiguities, outside = resolver.resolve(order)
         for unit in self.units:
             unit.forget_resolution()
         units = {u.node: u for u in self.units}
-        atoms = {name: self.atoms[name] for name in order}
         return Compilation(
             self.root,
             topology,
             retries,
-            atoms,
+            # Filled in the order _walk met the atoms: the topological order.
+            self.atoms,
             order,
             self.parents,
             self.index,
@@ -444,6 +446,7 @@ class _Builder:
         self.atoms[name] = atom
         self.parents[name] = unit
         self.index[name] = index
+        self.facts.add(atom, unit, index)
         return name
 
     def _walk(self, flow: Any, parent: scopes.Unit | None, index: int) -> scopes.Unit:
@@ -581,6 +584,11 @@ class _Builder:
             unit.node, unit.end = node, end
 
     def _order(self, root: scopes.Unit) -> tuple[str, ...]:
+        """The atoms' topological order: each flow's retry, then its kids in order.
+
+        That is also the order in which ``_walk`` adds the atoms (so the
+        order of ``self.atoms`` and ``self.facts``).
+        """
         order: list[str] = []
 
         def expand(unit: scopes.Unit) -> None:
@@ -609,8 +617,8 @@ class _Builder:
         nodes += order
         retries: dict[str, str] = {}
         index = self.index
-        for name in order:
-            kinds[name] = RETRY if index[name] == -1 else TASK
+        for name, i in zip(order, self.facts.index):
+            kinds[name] = RETRY if i == -1 else TASK
         if self.any_retry:
             for name in order:
                 # A retry is controlled by the retry of the flow enclosing its own.
