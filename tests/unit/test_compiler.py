@@ -470,6 +470,21 @@ def test_symbols_only_revert_consumes_get_providers():
     assert [(a.atom, a.symbol) for a in c.ambiguities()] == [("t", "y")]
 
 
+def test_item_with_many_predecessors():
+    # Given a graph flow whose last task needs more symbols than the
+    # compiler gathers in a tuple (past that, a list),
+    count = compiler._PREDS_COPIED + 4
+    feeders = [_task(f"p{i}", provides=f"v{i}") for i in range(count)]
+    sink = _task("sink", requires=[f"v{i}" for i in range(count)])
+    # when it is compiled,
+    c = _compile(gf.Flow("g").add(sink, *feeders))
+    # then every feeder runs before it and provides its symbol.
+    assert c.topological_order[-1] == "sink"
+    assert set(c.execution_graph.predecessors("sink")) == {f"p{i}" for i in range(count)}
+    assert all(c.providers("sink", f"v{i}") == (f"p{i}",) for i in range(count))
+    assert c.scope_for("sink") == (tuple(f"p{i}" for i in reversed(range(count))),)
+
+
 def test_random_graph_scopes_match_ancestors():
     rnd = random.Random(11)
     tasks = []

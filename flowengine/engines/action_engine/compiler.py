@@ -76,6 +76,10 @@ _KEPT_LINK_KEYS = (flow_mod.LINK_DECIDER, flow_mod.LINK_DECIDER_DEPTH, flow_mod.
 
 _INVARIANT: dict[str, Any] = {flow_mod.LINK_INVARIANT: True}
 
+#: Most predecessors of a flow's item gathered in a tuple copied at each
+#: new one (see _Builder._walk); past it a list (copies grow as its square).
+_PREDS_COPIED = 16
+
 
 def _kept(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the compilation keeps of a link's metadata (None: nothing, the usual case)."""
@@ -476,23 +480,36 @@ class _Builder:
         where = [0] * len(perm)
         for i, pos in enumerate(perm):
             where[pos] = i
-        # Each item's first predecessor as a bare index, a list from the
-        # second: a list per item would be one per atom alive at once, which
-        # the collector moves to its oldest generation and walks (issue 38).
-        linked_from: list[int | list[int] | None] = [None] * len(items)
+        # Each item's first predecessor as a bare index, then a tuple grown
+        # by copying (a list past _PREDS_COPIED): a list per item would be
+        # one per atom alive at once, which the collector moves to its
+        # oldest generation; half a graph flow's atoms have two or more
+        # predecessors, enough to set off a full collection of a
+        # 100,000-task flow here. Tuples of ints are untracked by the first
+        # collection that sees them (issue 38).
+        linked_from: list[int | tuple[int, ...] | list[int] | None] = [None] * len(items)
         for pu, pv, _meta in links:
             v, u = where[pv], where[pu]
             found = linked_from[v]
             if found is None:
                 linked_from[v] = u
             elif isinstance(found, int):
-                linked_from[v] = [found, u]
+                linked_from[v] = (found, u)
+            elif isinstance(found, tuple):
+                linked_from[v] = (*found, u) if len(found) < _PREDS_COPIED else [*found, u]
             else:
                 found.append(u)
         # Tuples (most empty or of one index): less memory, and the
         # collector stops tracking tuples of ints.
         unit.preds = preds = [
-            () if p is None else (p,) if isinstance(p, int) else tuple(p) for p in linked_from
+            ()
+            if p is None
+            else (p,)
+            if isinstance(p, int)
+            else p
+            if isinstance(p, tuple)
+            else tuple(p)
+            for p in linked_from
         ]
         unit.chain = len(items) > 1 and all(preds[i] == (i - 1,) for i in range(1, len(items)))
         unit.link_ends = array.array("q")
