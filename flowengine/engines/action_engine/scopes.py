@@ -312,7 +312,15 @@ class ProviderResolver:
         first_level = True
         while unit is not None:
             entries = unit.prov.get(symbol)
-            if entries:
+            if entries and len(entries) == 1:
+                # One provider in this flow and its subflows (the usual
+                # case): in scope if it runs before child b, and alone it
+                # cannot clash.
+                ((ci, name),) = entries
+                if precedes(unit, ci, b):
+                    first_level = False
+                    found.append(name)
+            elif entries:
                 # Entries run from the last child to the first (retry last), so
                 # those before child b are a suffix.
                 start = bisect.bisect_right(entries, -b, key=_neg_ci)
