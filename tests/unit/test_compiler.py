@@ -442,6 +442,49 @@ def test_rebind_uses_symbols():
     assert c.providers("t", "unrelated") == ()
 
 
+class _RevertNeedsMore(task.Task):
+    def execute(self, x):
+        return x
+
+    def revert(self, x, y, *args, **kwargs):
+        return None
+
+
+def test_symbols_only_revert_consumes_get_providers():
+    # Given a task whose revert takes a symbol its execute does not,
+    t = _RevertNeedsMore(name="t")
+    f = lf.Flow("root").add(_task("p", provides="x"), _task("q", provides="y"), t)
+    # when it is compiled,
+    c = _compile(f)
+    # then that symbol has its provider too, and needs no outside value.
+    assert [(s.symbol, s.providers) for s in c.revert_argument_plan("t")] == [
+        ("x", ("p",)),
+        ("y", ("q",)),
+    ]
+    assert c.revert_providers("t", "y") == ("q",)
+    assert c.unresolved("t", "revert") == frozenset()
+    assert c.needing_outside_values() == ()
+    # And an ambiguity in what only revert consumes is found as well.
+    u = uf.Flow("u").add(_task("a", provides="y"), _task("b", provides="y"))
+    c = _compile(lf.Flow("root2").add(_task("p", provides="x"), u, _RevertNeedsMore(name="t")))
+    assert [(a.atom, a.symbol) for a in c.ambiguities()] == [("t", "y")]
+
+
+def test_item_with_many_predecessors():
+    # Given a graph flow whose last task needs more symbols than the
+    # compiler gathers in a tuple (past that, a list),
+    count = compiler._PREDS_COPIED + 4
+    feeders = [_task(f"p{i}", provides=f"v{i}") for i in range(count)]
+    sink = _task("sink", requires=[f"v{i}" for i in range(count)])
+    # when it is compiled,
+    c = _compile(gf.Flow("g").add(sink, *feeders))
+    # then every feeder runs before it and provides its symbol.
+    assert c.topological_order[-1] == "sink"
+    assert set(c.execution_graph.predecessors("sink")) == {f"p{i}" for i in range(count)}
+    assert all(c.providers("sink", f"v{i}") == (f"p{i}",) for i in range(count))
+    assert c.scope_for("sink") == (tuple(f"p{i}" for i in reversed(range(count))),)
+
+
 def test_random_graph_scopes_match_ancestors():
     rnd = random.Random(11)
     tasks = []

@@ -76,6 +76,10 @@ _KEPT_LINK_KEYS = (flow_mod.LINK_DECIDER, flow_mod.LINK_DECIDER_DEPTH, flow_mod.
 
 _INVARIANT: dict[str, Any] = {flow_mod.LINK_INVARIANT: True}
 
+#: Most predecessors of a flow's item gathered in a tuple copied at each
+#: new one (see _Builder._walk); past it a list (copies grow as its square).
+_PREDS_COPIED = 16
+
 
 def _kept(meta: dict[str, Any] | None) -> dict[str, Any] | None:
     """What the compilation keeps of a link's metadata (None: nothing, the usual case)."""
@@ -391,8 +395,10 @@ class _Builder:
         self.index: dict[str, int] = {}  # atom name -> index in parent (-1: retry)
         self.units: list[scopes.Unit] = []
         self.seen_flows: set[int] = set()
-        # id(unit) -> links between its children as (from, to, metadata) indexes.
         self.any_retry = False
+        # What resolution needs of each atom, read as _walk meets it (the
+        # atoms' topological order, see _order).
+        self.facts = scopes.AtomFacts()
 
     # -- pass 1: the pattern tree -----------------------------------------
 
@@ -413,17 +419,17 @@ class _Builder:
         self._name_flows()
         order = self._order(root_unit)
         topology, retries = self._topology(order)
-        resolver = scopes.ProviderResolver(self.atoms, self.units, self.parents, self.index)
+        resolver = scopes.ProviderResolver(self.units, self.facts)
         providers, ambiguities, outside = resolver.resolve(order)
         for unit in self.units:
             unit.forget_resolution()
         units = {u.node: u for u in self.units}
-        atoms = {name: self.atoms[name] for name in order}
         return Compilation(
             self.root,
             topology,
             retries,
-            atoms,
+            # Filled in the order _walk met the atoms: the topological order.
+            self.atoms,
             order,
             self.parents,
             self.index,
@@ -444,6 +450,7 @@ class _Builder:
         self.atoms[name] = atom
         self.parents[name] = unit
         self.index[name] = index
+        self.facts.add(atom, unit, index)
         return name
 
     def _walk(self, flow: Any, parent: scopes.Unit | None, index: int) -> scopes.Unit:
@@ -473,23 +480,36 @@ class _Builder:
         where = [0] * len(perm)
         for i, pos in enumerate(perm):
             where[pos] = i
-        # Each item's first predecessor as a bare index, a list from the
-        # second: a list per item would be one per atom alive at once, which
-        # the collector moves to its oldest generation and walks (issue 38).
-        linked_from: list[int | list[int] | None] = [None] * len(items)
+        # Each item's first predecessor as a bare index, then a tuple grown
+        # by copying (a list past _PREDS_COPIED): a list per item would be
+        # one per atom alive at once, which the collector moves to its
+        # oldest generation; half a graph flow's atoms have two or more
+        # predecessors, enough to set off a full collection of a
+        # 100,000-task flow here. Tuples of ints are untracked by the first
+        # collection that sees them (issue 38).
+        linked_from: list[int | tuple[int, ...] | list[int] | None] = [None] * len(items)
         for pu, pv, _meta in links:
             v, u = where[pv], where[pu]
             found = linked_from[v]
             if found is None:
                 linked_from[v] = u
             elif isinstance(found, int):
-                linked_from[v] = [found, u]
+                linked_from[v] = (found, u)
+            elif isinstance(found, tuple):
+                linked_from[v] = (*found, u) if len(found) < _PREDS_COPIED else [*found, u]
             else:
                 found.append(u)
         # Tuples (most empty or of one index): less memory, and the
         # collector stops tracking tuples of ints.
         unit.preds = preds = [
-            () if p is None else (p,) if isinstance(p, int) else tuple(p) for p in linked_from
+            ()
+            if p is None
+            else (p,)
+            if isinstance(p, int)
+            else p
+            if isinstance(p, tuple)
+            else tuple(p)
+            for p in linked_from
         ]
         unit.chain = len(items) > 1 and all(preds[i] == (i - 1,) for i in range(1, len(items)))
         unit.link_ends = array.array("q")
@@ -581,6 +601,11 @@ class _Builder:
             unit.node, unit.end = node, end
 
     def _order(self, root: scopes.Unit) -> tuple[str, ...]:
+        """The atoms' topological order: each flow's retry, then its kids in order.
+
+        That is also the order in which ``_walk`` adds the atoms (so the
+        order of ``self.atoms`` and ``self.facts``).
+        """
         order: list[str] = []
 
         def expand(unit: scopes.Unit) -> None:
@@ -609,8 +634,8 @@ class _Builder:
         nodes += order
         retries: dict[str, str] = {}
         index = self.index
-        for name in order:
-            kinds[name] = RETRY if index[name] == -1 else TASK
+        for name, i in zip(order, self.facts.index):
+            kinds[name] = RETRY if i == -1 else TASK
         if self.any_retry:
             for name in order:
                 # A retry is controlled by the retry of the flow enclosing its own.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import array
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from flowengine import exceptions as exc
@@ -186,47 +186,90 @@ def _add_entry(prov: dict[str, ProviderEntries], symbol: str, entry: tuple[int, 
         found.append(entry)
 
 
+class AtomFacts:
+    """What provider resolution needs of every atom, gathered in one read of each.
+
+    The compiler fills it as it meets the atoms, which is their topological
+    order, so entry ``p`` of each list is the atom at position ``p`` of
+    ``Compilation.topological_order``.  Resolution then reads these flat
+    lists instead of going over the atom objects three more times (the
+    symbols consumed, the providers, each atom's lookups): at 100,000 atoms
+    those objects are spread over a few hundred megabytes, each pass
+    reading them out of the caches (issue 38).
+    """
+
+    __slots__ = ("needed", "units", "index", "consumes", "also_consumes", "offers", "injected")
+
+    def __init__(self) -> None:
+        #: Every symbol some atom consumes (execute or revert).
+        self.needed: set[str] = set()
+        self.units: list[Unit] = []  # the unit holding the atom
+        self.index: list[int] = []  # its child index there (-1: the unit's retry)
+        #: Its execute mapping (argument -> symbol; the atom's own dict, not
+        #: a copy: a container made per atom is one more the collector counts).
+        self.consumes: list[dict[str, str]] = []
+        #: Position -> what its revert consumes beyond that (the few whose
+        #: revert mapping is not execute's).
+        self.also_consumes: dict[int, tuple[str, ...]] = {}
+        self.offers: list[Any] = []  # what it provides (the atom's own set)
+        #: Position -> symbols its own injected values cover (the few that inject).
+        self.injected: dict[int, set[str]] = {}
+
+    def add(self, atom: Any, unit: Unit, index: int) -> None:
+        """Record the next atom in topological order."""
+        rebind = atom.rebind
+        revert = atom.revert_rebind
+        if rebind:
+            self.needed.update(rebind.values())
+        position = len(self.consumes)
+        if revert and revert is not rebind:
+            self.needed.update(revert.values())
+            self.also_consumes[position] = tuple(revert.values())
+        inject = atom.inject
+        if inject:
+            # Atom-local injected values win over any provider.
+            injected = set(inject)
+            for mapping in (rebind, revert):
+                injected.update(mapping[a] for a in inject if a in mapping)
+            self.injected[position] = injected
+        self.units.append(unit)
+        self.index.append(index)
+        self.consumes.append(rebind)
+        self.offers.append(atom.provides)
+
+
 class ProviderResolver:
     """Computes, for every atom and consumed symbol, its providers nearest first."""
 
-    def __init__(
-        self,
-        atoms: dict[str, Any],
-        units: list[Unit],
-        parents: dict[str, Unit],
-        index: dict[str, int],
-    ) -> None:
-        self._atoms = atoms
+    def __init__(self, units: list[Unit], facts: AtomFacts) -> None:
         self._units = units  # outermost first
-        self._parents = parents
-        self._index = index
-        self._collect_providers(self._needed())
+        self._facts = facts
+        self._collect_providers()
 
-    def _needed(self) -> set[str]:
-        """Every symbol some atom consumes (execute or revert)."""
-        needed: set[str] = set()
-        for atom in self._atoms.values():
-            needed.update(atom.rebind.values())
-            needed.update(atom.revert_rebind.values())
-        return needed
-
-    def _collect_providers(self, needed: set[str]) -> None:
+    def _collect_providers(self) -> None:
         """Fill each unit's ``prov``: symbol -> [(child index, provider)], last child first."""
+        needed = self._facts.needed
+        offers = self._facts.offers
         # Children before parents: a unit's table is built from its kids'.
         for unit in reversed(self._units):
             prov: dict[str, ProviderEntries] = {}
+            # The position (in topological order) of the kid being read:
+            # the unit's atoms and subflows fill its slice in kid order.
+            at = unit.stop
             for ci in range(len(unit.kids) - 1, -1, -1):
                 kid = unit.kids[ci]
                 if isinstance(kid, str):
-                    for symbol in self._atoms[kid].provides:
+                    at -= 1
+                    for symbol in offers[at]:
                         if symbol in needed:
                             _add_entry(prov, symbol, (ci, kid))
                 else:
+                    at = kid.start
                     for symbol, entries in kid.prov.items():
                         for _c, name in entries:
                             _add_entry(prov, symbol, (ci, name))
             if unit.retry is not None:
-                for symbol in self._atoms[unit.retry].provides:
+                for symbol in offers[unit.start]:
                     if symbol in needed:
                         _add_entry(prov, symbol, (-1, unit.retry))
             unit.prov = prov
@@ -256,11 +299,10 @@ class ProviderResolver:
         kid = unit.kids[ci]
         return (kid,) if isinstance(kid, str) else self._latest(kid, symbol)
 
-    def _lookup(self, name: str, symbol: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """(providers nearest first, competing nearest providers if ambiguous else ())."""
-        owner = self._parents[name]
+    def _lookup(self, owner: Unit, b: int, symbol: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(providers nearest first, competing nearest providers if ambiguous else ())
+        of ``symbol`` for child ``b`` of ``owner`` (-1: its retry)."""
         unit: Unit | None = owner
-        b = self._index[name]
         if b == -1:
             # A retry sees nothing of its own flow: start one level up.
             b = owner.index
@@ -270,7 +312,15 @@ class ProviderResolver:
         first_level = True
         while unit is not None:
             entries = unit.prov.get(symbol)
-            if entries:
+            if entries and len(entries) == 1:
+                # One provider in this flow and its subflows (the usual
+                # case): in scope if it runs before child b, and alone it
+                # cannot clash.
+                ((ci, name),) = entries
+                if precedes(unit, ci, b):
+                    first_level = False
+                    found.append(name)
+            elif entries:
                 # Entries run from the last child to the first (retry last), so
                 # those before child b are a suffix.
                 start = bisect.bisect_right(entries, -b, key=_neg_ci)
@@ -316,23 +366,25 @@ class ProviderResolver:
         providers: dict[str, ProviderTable] = {}
         ambiguities: dict[tuple[str, str], Ambiguity] = {}
         outside: list[str] = []
-        for name in order:
-            atom = self._atoms[name]
+        facts = self._facts
+        injected = facts.injected
+        also_consumes = facts.also_consumes
+        lookup = self._lookup
+        for p, (name, rebind, unit, b) in enumerate(
+            zip(order, facts.consumes, facts.units, facts.index)
+        ):
             table: ProviderTable = {}
-            injected: set[str] = set()
-            if atom.inject:
-                # Atom-local injected values win over any provider.
-                injected.update(atom.inject)
-                for mapping in (atom.rebind, atom.revert_rebind):
-                    injected.update(mapping[a] for a in atom.inject if a in mapping)
-            for symbol in (*atom.rebind.values(), *atom.revert_rebind.values()):
+            consumes: Iterable[str] = rebind.values()
+            if also_consumes and p in also_consumes:
+                consumes = (*consumes, *also_consumes[p])
+            for symbol in consumes:
                 if symbol in table:
                     continue
-                found, clash = self._lookup(name, symbol)
+                found, clash = lookup(unit, b, symbol)
                 table[symbol] = found[0] if len(found) == 1 else found
                 if not found and (not outside or outside[-1] != name):
                     outside.append(name)
-                if clash and symbol not in injected:
+                if clash and symbol not in injected.get(p, ()):
                     ambiguities[(name, symbol)] = Ambiguity(name, symbol, clash)
             providers[name] = table
         return providers, ambiguities, tuple(outside)
