@@ -6,7 +6,9 @@ counterparts) and the outcomes compared: the values, or the exception's
 type and text. Inputs are generated as wire bytes: every table value type
 (those the reader leaves to py-amqp and letters py-amqp refuses
 included), strings that are not UTF-8, and the same frames truncated or
-with a byte changed. Then against a real rabbitmq-server: an ``amqp://``
+with a byte changed. A delivery is dispatched by flowengine's channel as
+by kombu's (listeners, one-shot waiters, a closing channel, body
+decoding, malformed arguments). Then against a real rabbitmq-server: an ``amqp://``
 connection reads its deliveries this way and gets what plain py-amqp gets.
 """
 
@@ -23,6 +25,7 @@ from amqp import method_framing
 from amqp import serialization as amqp_serialization
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from kombu.transport import pyamqp
 
 from flowengine.engines.worker_based.transports import amqp as amqp_transport
 from flowengine.engines.worker_based.transports import amqp_codec, amqp_reading
@@ -344,3 +347,54 @@ def test_an_amqp_connection_reads_deliveries_as_plain_py_amqp_does(amqp_url):
             return [_typed_repr(each) for each in info]
 
     assert read(amqp_transport.Transport) == read("pyamqp")
+
+
+# -- dispatch of a delivery -------------------------------------------------------
+
+
+def _dispatched(channel_cls: Any, case: str, payload: bytes, body: Any) -> list[Any]:
+    """What a channel's dispatch_method does with a Basic.Deliver (no broker: not connected)."""
+    connection = pyamqp.Connection(host="127.0.0.1:1")
+    channel = channel_cls(connection, 1)
+    seen: list[Any] = []
+    channel.callbacks["tag"] = lambda message: seen.append(
+        ("consumer", _typed_repr(message.delivery_info), _typed_repr(message.body))
+    )
+    if case in ("no listener", "nobody"):
+        del channel._callbacks[amqp_reading.BASIC_DELIVER]
+    if case in ("one-shot", "no listener"):
+        channel._pending[amqp_reading.BASIC_DELIVER] = lambda sig, *args: seen.append(
+            ("one-shot", _typed_repr(args[:-1]))
+        )
+    if case == "closing":
+        channel.is_closing = True
+    if case == "no auto-decode":
+        channel.auto_decode = False
+    message = amqp.Message(body, content_encoding="utf-8" if case != "bad encoding" else "nope")
+    seen.append(
+        ("returned", outcome(channel.dispatch_method, amqp_reading.BASIC_DELIVER, payload, message))
+    )
+    seen.append(("pending left", list(channel._pending)))
+    return seen
+
+
+_DELIVER = (
+    struct.pack(">HH", *amqp_reading.BASIC_DELIVER) + _short(b"tag") + struct.pack(">QB", 7, 1)
+    + _short(b"exchange") + _short(b"key")
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["plain", "one-shot", "no listener", "nobody", "closing", "no auto-decode", "bad encoding"],
+)
+@pytest.mark.parametrize(
+    "payload",
+    [_DELIVER, _DELIVER[:-2], _DELIVER.replace(b"tag", b"t\xffg")],
+    ids=["ok", "cut", "bad tag"],
+)
+@pytest.mark.parametrize("body", [b"caf\xc3\xa9", b"\xff"], ids=["utf8", "not-utf8"])
+def test_a_delivery_is_dispatched_as_py_amqp_dispatches_it(case: str, payload: bytes, body: bytes):
+    assert _dispatched(amqp_transport.Channel, case, payload, body) == _dispatched(
+        pyamqp.Channel, case, payload, body
+    )
