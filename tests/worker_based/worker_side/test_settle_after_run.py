@@ -239,6 +239,7 @@ def test_a_late_request_whose_worker_lost_the_broker_while_alive_runs_once(amqp_
         with _running(engine) as (ended, errors):
             # Given a late-PENDING request running on a worker's consume loop
             assert st.HELD.wait(WAIT_S)
+            assert st.GATED_RUNS[-1] == CONSUME_THREAD, st.GATED_RUNS
             with running_worker(exchange, "a", [st.Gated], threads_count=2, url=amqp_url):
                 # When that worker's connections are cut while it runs (it lives on)
                 assert link.cut() >= 1

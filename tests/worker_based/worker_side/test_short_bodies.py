@@ -20,6 +20,8 @@ from wire_helpers import Client
 from flowengine.engines.worker_based.wire import clock, names
 from flowengine.engines.worker_based.worker_side import short_bodies as sb
 from flowengine.engines.worker_based.worker_side import worker as wk
+from flowengine.engines.worker_based.worker_side.middleware import Job, Middleware
+from flowengine.engines.worker_based.worker_side.settings import WorkerSettings
 from tests.worker_based.executor_helpers import MEMORY, unique
 
 WAIT_S = tt.WAIT_S
@@ -114,6 +116,53 @@ def test_short_requests_taken_alone_run_on_the_consume_thread_after_their_streak
     # Then its first runs are on the pool, the rest on the consume loop's thread
     assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
     assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3
+
+
+class LateLettingGo(Middleware):
+    """Holds each pool thread, after its outcome went out, until the next request arrives.
+
+    As a loaded machine may: the thread that sent an outcome lets go of its
+    request only after the engine got it and sent the chain's next one.
+    """
+
+    def __init__(self) -> None:
+        self.received = 0
+        self._arrived = threading.Condition()
+
+    def after_receive(self, job: Job) -> None:
+        with self._arrived:
+            self.received += 1
+            self._arrived.notify_all()
+
+    def after_release(self, job: Job) -> None:
+        if not threading.current_thread().name.startswith("flowengine-pool"):
+            return
+        with self._arrived:
+            seen = self.received
+            self._arrived.wait_for(lambda: self.received > seen, timeout=WAIT_S)
+
+
+def test_a_request_whose_outcome_went_out_does_not_keep_the_next_off_the_consume_thread():
+    exchange = unique()
+    # Given a worker whose pool threads let go of a request only once the
+    # next one arrived (the outcome of each is on its way by then),
+    late = LateLettingGo()
+    worker = wk.Worker(
+        exchange,
+        "a",
+        [st.Named],
+        threads_count=2,
+        settings=WorkerSettings(middleware=[late]),
+        **MEMORY,
+    )
+    with Client(exchange, **MEMORY) as client, serving(worker):
+        # when a short task is asked for one request after the other, as
+        # an engine's chain does (no waiting for the worker to settle),
+        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3)
+    # then once its streak is made it runs on the consume loop's thread:
+    # the request still held by a pool thread was answered.
+    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
+    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3, ran_on
 
 
 def test_a_long_body_sends_its_class_back_to_the_pool():

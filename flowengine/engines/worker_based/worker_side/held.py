@@ -194,6 +194,17 @@ class RequestMemory:
     def __len__(self) -> int:
         return len(self._held)
 
+    def unanswered(self) -> int:
+        """How many held requests are not answered yet (queued or running).
+
+        A request is answered as its outcome is about to be sent and held
+        until its thread lets go of it just after: a chain's next request,
+        sent once that outcome arrived, may find it still held, never
+        unanswered.
+        """
+        with self._lock:
+            return sum(1 for held in self._held.values() if held.state != ANSWERED)
+
     def admit(
         self,
         key: Key,

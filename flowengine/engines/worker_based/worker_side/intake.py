@@ -253,7 +253,8 @@ class Intake:
         late = headers.late_pending and attempt is not None
         here = self._performer.runs_here(
             work,
-            alone=len(self._memory) == 1 and self._pace.follows_last(reply_to, headers.enqueued),
+            alone=self._memory.unanswered() == 1
+            and self._pace.follows_last(reply_to, headers.enqueued),
         )
         if self._settle_after_run and late and not here:
             # Where a request run here keeps its message until its outcome is

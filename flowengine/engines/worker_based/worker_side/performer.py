@@ -73,8 +73,8 @@ class Performer:
     def runs_here(self, work: pr.WorkUnit, alone: bool) -> bool:
         """Whether :meth:`submit` would run ``work`` on the calling thread.
 
-        ``alone``: no other request is held. Then a request whose bodies ran
-        short lately runs there (see :mod:`.short_bodies`).
+        ``alone``: no other request waits for its outcome. Then a request
+        whose bodies ran short lately runs there (see :mod:`.short_bodies`).
         """
         short = self._short_bodies
         return (

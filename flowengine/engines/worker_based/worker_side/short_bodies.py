@@ -4,7 +4,9 @@ Handing a taken request to a pool thread costs a thread wake-up (and, under
 the interpreter lock, often a second wait for it) on every task's path: about
 7 % of a steady task on the memory transport. A worker whose pool is its own
 therefore runs a request on the thread that took it when the loop has nothing
-else to do meanwhile: no other request is held, its engine sent it only once
+else to do meanwhile: no other request waits for its outcome (one whose
+outcome is on its way counts as done, though its pool thread lets go of it
+just after: a chain's next request may arrive first), its engine sent it only once
 this loop was done with the one before (a chain's next task, not one of a
 burst queued behind it: :class:`Pace`), and the bodies of that task class and
 action ran short (under :data:`SHORT_BODY_S`) the last :data:`SHORT_STREAK`
