@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -161,6 +162,70 @@ def test_a_request_whose_outcome_went_out_does_not_keep_the_next_off_the_consume
         ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3)
     # then once its streak is made it runs on the consume loop's thread:
     # the request still held by a pool thread was answered.
+    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
+    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3, ran_on
+
+
+#: How long SlowAfterAnswering's loop goes on after the next request was sent.
+LINGER_S = 0.05
+
+
+class SlowAfterAnswering(Middleware):
+    """Keeps the consume loop, after a request it ran went out, until the next is sent.
+
+    As a loaded machine may: the loop's log line and hooks after an outcome
+    outlast the engine's reaction to that outcome.
+    """
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.received = 0
+        self._changed = threading.Condition()
+
+    def request_sent(self) -> None:
+        with self._changed:
+            self.sent += 1
+            self._changed.notify_all()
+
+    def after_receive(self, job: Job) -> None:
+        with self._changed:
+            self.received += 1
+
+    def after_release(self, job: Job) -> None:
+        if threading.current_thread().name != CONSUME_THREAD:
+            return
+        with self._changed:
+            self._changed.wait_for(lambda: self.sent > self.received, timeout=WAIT_S)
+        # The slow part itself (not a synchronisation): on after the next
+        # request was sent for longer than that request's trip here.
+        time.sleep(LINGER_S)
+
+
+def test_a_chains_next_request_runs_on_the_consume_thread_however_long_the_loop_lingers():
+    exchange = unique()
+    # Given a worker whose consume loop lingers after each request it ran
+    # until the engine sent the next one,
+    slow = SlowAfterAnswering()
+    worker = wk.Worker(
+        exchange,
+        "a",
+        [st.Named],
+        threads_count=2,
+        settings=WorkerSettings(middleware=[slow]),
+        **MEMORY,
+    )
+    ran_on = []
+    with Client(exchange, **MEMORY) as client, serving(worker):
+        # when a short task is asked for one request after the other,
+        for _ in range(sb.SHORT_STREAK + 3):
+            cid = client.request(st.Named(), routing_key="a", headers=sent_now())
+            slow.request_sent()
+            reply = client.final(cid)
+            assert reply["state"] == "SUCCESS", reply
+            ran_on.append(reply["data"]["result"])
+        slow.request_sent()  # lets the loop go on from the last one
+    # then each request after the streak still counts as a chain's next
+    # (the loop's time with the one before ended when that one was answered).
     assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
     assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3, ran_on
 

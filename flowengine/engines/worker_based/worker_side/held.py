@@ -99,6 +99,7 @@ class Held:
         "confirmed_at",
         "loss_bound",
         "fenced",
+        "answered_at",
     )
 
     def __init__(
@@ -127,6 +128,8 @@ class Held:
         self.loss_bound = loss_bound
         #: Stopped (or never to start) because this worker lost its broker.
         self.fenced = False
+        #: Monotonic time it was answered (its outcome about to be sent).
+        self.answered_at: float | None = None
 
     def __repr__(self) -> str:
         return f"<Held {self.key[0]} ({self.key[1]}) {self.state}>"
@@ -267,6 +270,8 @@ class RequestMemory:
         """
         with self._lock:
             moved = held.transition(ANSWERED)
+            if moved:
+                held.answered_at = time.monotonic()
             if outcome is not None:
                 held.outcome = outcome
             return moved

@@ -287,9 +287,15 @@ class Intake:
                 attempt,
             )
             return
-        # The loop's time with it ends before the acknowledgement, as when
-        # the message was acknowledged on taking it (Pace compares the two).
-        self._pace.took(reply_to, headers.enqueued, time.monotonic() - received)
+        # The loop's time with it ends when it was handed over or, run here,
+        # answered: the engine cannot send its next request before, while
+        # what the loop does after (the log line, middleware, letting go,
+        # the acknowledgement) may outlast that request's trip (Pace
+        # compares the two).
+        held = verdict.held
+        done = held.answered_at if here and held is not None else None
+        busy_s = (time.monotonic() if done is None else done) - received
+        self._pace.took(reply_to, headers.enqueued, busy_s)
         if settle_after_run:
             self._settle_after_run_of(message, task_uuid)
 
