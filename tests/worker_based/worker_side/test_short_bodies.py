@@ -11,7 +11,7 @@ import concurrent.futures as cf
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import short_tasks as st
@@ -72,24 +72,41 @@ def run_one_by_one(
     count: int,
     stamped: bool = True,
     settled: wk.Worker | None = None,
+    on_sent: Callable[[], None] | None = None,
 ) -> list[str]:
     """Request ``task`` ``count`` times, each after the last was answered; thread names.
 
     ``stamped``: with the send time a flowengine engine gives each request
     (False: none, as TaskFlow's). ``settled``: after each answer, wait until
     that worker holds no request (a pool thread lets go of one just after
-    sending its outcome), so that the next one is taken alone.
+    sending its outcome), so that the next one is taken alone. ``on_sent``:
+    called as each request has been sent.
     """
     ran_on = []
     for _ in range(count):
         headers = sent_now() if stamped else None
-        reply = client.final(client.request(task, routing_key="a", headers=headers))
+        cid = client.request(task, routing_key="a", headers=headers)
+        if on_sent is not None:
+            on_sent()
+        reply = client.final(cid)
         assert reply["state"] == "SUCCESS", reply
         ran_on.append(reply["data"]["result"])
         if settled is not None:
             memory = settled.server.memory
             assert memory.wait_until_at_most(0, threading.Event(), WAIT_S), "request still held"
     return ran_on
+
+
+def named_worker(exchange: str, *middleware: Middleware) -> wk.Worker:
+    """A worker of short_tasks.Named on topic 'a' with a pool of two, and ``middleware``."""
+    settings = WorkerSettings(middleware=list(middleware)) if middleware else None
+    return wk.Worker(exchange, "a", [st.Named], threads_count=2, settings=settings, **MEMORY)
+
+
+def assert_on_the_consume_thread_after_the_streak(ran_on: list[str]) -> None:
+    """The first SHORT_STREAK requests ran on the pool, the rest on the consume loop's thread."""
+    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
+    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * (len(ran_on) - sb.SHORT_STREAK), ran_on
 
 
 def test_a_class_counts_as_short_after_a_streak_of_short_runs_and_a_long_run_resets_it():
@@ -110,13 +127,12 @@ def test_a_class_counts_as_short_after_a_streak_of_short_runs_and_a_long_run_res
 def test_short_requests_taken_alone_run_on_the_consume_thread_after_their_streak():
     exchange = unique()
     # Given a worker with a pool of its own
-    worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
+    worker = named_worker(exchange)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # When a short task is asked for one request at a time
         ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3, settled=worker)
     # Then its first runs are on the pool, the rest on the consume loop's thread
-    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
-    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3
+    assert_on_the_consume_thread_after_the_streak(ran_on)
 
 
 class LateLettingGo(Middleware):
@@ -147,23 +163,14 @@ def test_a_request_whose_outcome_went_out_does_not_keep_the_next_off_the_consume
     exchange = unique()
     # Given a worker whose pool threads let go of a request only once the
     # next one arrived (the outcome of each is on its way by then),
-    late = LateLettingGo()
-    worker = wk.Worker(
-        exchange,
-        "a",
-        [st.Named],
-        threads_count=2,
-        settings=WorkerSettings(middleware=[late]),
-        **MEMORY,
-    )
+    worker = named_worker(exchange, LateLettingGo())
     with Client(exchange, **MEMORY) as client, serving(worker):
         # when a short task is asked for one request after the other, as
         # an engine's chain does (no waiting for the worker to settle),
         ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3)
     # then once its streak is made it runs on the consume loop's thread:
     # the request still held by a pool thread was answered.
-    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
-    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3, ran_on
+    assert_on_the_consume_thread_after_the_streak(ran_on)
 
 
 #: How long SlowAfterAnswering's loop goes on after the next request was sent.
@@ -206,33 +213,19 @@ def test_a_chains_next_request_runs_on_the_consume_thread_however_long_the_loop_
     # Given a worker whose consume loop lingers after each request it ran
     # until the engine sent the next one,
     slow = SlowAfterAnswering()
-    worker = wk.Worker(
-        exchange,
-        "a",
-        [st.Named],
-        threads_count=2,
-        settings=WorkerSettings(middleware=[slow]),
-        **MEMORY,
-    )
-    ran_on = []
+    worker = named_worker(exchange, slow)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # when a short task is asked for one request after the other,
-        for _ in range(sb.SHORT_STREAK + 3):
-            cid = client.request(st.Named(), routing_key="a", headers=sent_now())
-            slow.request_sent()
-            reply = client.final(cid)
-            assert reply["state"] == "SUCCESS", reply
-            ran_on.append(reply["data"]["result"])
+        ran_on = run_one_by_one(client, st.Named(), sb.SHORT_STREAK + 3, on_sent=slow.request_sent)
         slow.request_sent()  # lets the loop go on from the last one
     # then each request after the streak still counts as a chain's next
     # (the loop's time with the one before ended when that one was answered).
-    assert all(n.startswith("flowengine-pool-a") for n in ran_on[: sb.SHORT_STREAK]), ran_on
-    assert ran_on[sb.SHORT_STREAK :] == [CONSUME_THREAD] * 3, ran_on
+    assert_on_the_consume_thread_after_the_streak(ran_on)
 
 
 def test_a_long_body_sends_its_class_back_to_the_pool():
     exchange = unique()
-    worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
+    worker = named_worker(exchange)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # Given a class whose requests run on the consume loop's thread
         assert (
@@ -304,7 +297,7 @@ def test_a_short_request_that_stops_its_worker_from_the_consume_thread_is_answer
 
 def test_requests_sent_together_or_without_a_send_time_go_to_the_pool():
     exchange = unique()
-    worker = wk.Worker(exchange, "a", [st.Named], threads_count=2, **MEMORY)
+    worker = named_worker(exchange)
     with Client(exchange, **MEMORY) as client, serving(worker):
         # Given a short class whose requests run on the consume loop's thread
         assert (
