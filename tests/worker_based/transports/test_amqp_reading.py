@@ -15,6 +15,8 @@ connection reads its deliveries this way and gets what plain py-amqp gets.
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 import uuid
 from typing import Any
 
@@ -204,6 +206,30 @@ def test_any_properties_are_read_as_py_amqp_reads_them(data: bytes, offset: int)
     assert outcome(amqp_reading.decode_basic_properties, data, offset) == outcome(
         amqp_serialization.decode_properties_basic, data, offset
     )
+
+
+@pytest.mark.broker  # a fresh interpreter: a process of its own (tests/fast_tier.py)
+def test_loading_the_reader_alone_makes_py_amqp_read_as_it_does():
+    # In a fresh interpreter that loads amqp_reading and not amqp.py: a
+    # reply_to that is not UTF-8 in a header the reader hands to py-amqp
+    # (a decimal in its table) comes out as bytes both ways, not as bytes
+    # from one reader and an error from the other.
+    script = """
+import struct
+from amqp import serialization
+from flowengine.engines.worker_based.transports import amqp_reading
+table = b"\\x01dD\\x02\\x00\\x00\\x00\\x07"
+data = b"\\x22\\x00" + struct.pack(">I", len(table)) + table + b"\\x02\\xff\\xfe"
+fast, _ = amqp_reading.decode_basic_properties(data, 0)
+slow, _ = serialization.decode_properties_basic(data, 0)
+assert fast == slow and fast["reply_to"] == b"\\xff\\xfe", (fast, slow)
+print("ok", sorted(fast))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ok", "['application_headers',", "'reply_to']"]
 
 
 @given(st.binary(max_size=64))

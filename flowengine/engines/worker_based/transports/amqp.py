@@ -56,12 +56,14 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from amqp import serialization as amqp_serialization  # type: ignore[attr-defined]
 from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
 from flowengine.engines.worker_based.transports import amqp_codec, amqp_reading
+from flowengine.engines.worker_based.transports.amqp_reading import (
+    tolerate_undecodable_properties,  # applied when amqp_reading is loaded
+)
 
 __all__ = [
     "READ_CHUNK_BYTES",
@@ -345,31 +347,3 @@ class SSLTransport(Transport):
         super().__init__(client, **kwargs)  # type: ignore[no-untyped-call]
         if not client.ssl:  # amqps:// without options: TLS with the system's CAs
             client.ssl = True
-
-
-def tolerate_undecodable_properties() -> None:
-    """Make py-amqp read a message property that is not UTF-8 as bytes (idempotent).
-
-    py-amqp decodes each string property of a message (``reply_to``,
-    ``type``, ``correlation_id``...) while it parses the frame, before any
-    consumer sees the message: one that is not UTF-8 raised there, the
-    connection was lost with the message unacknowledged, and the broker
-    gave it back to the next connection for ever, so one published message
-    stopped a consume loop for good. Read as bytes, as py-amqp
-    reads such table values, the property reaches the consume loop, which
-    refuses a message whose properties are not strings (dead-lettered).
-    """
-    amqp_serialization.pstr_t = _bytes_to_str
-
-
-def _bytes_to_str(value: Any) -> Any:
-    """py-amqp's ``bytes_to_str``, keeping bytes that are not UTF-8 as they are."""
-    if isinstance(value, bytes):
-        try:
-            return value.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            return value
-    return value
-
-
-tolerate_undecodable_properties()

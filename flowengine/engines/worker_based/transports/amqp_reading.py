@@ -15,8 +15,10 @@ else (a truncated frame, a table value type they leave alone: decimals,
 timestamps, unknown letters) to py-amqp's own readers, so what comes out,
 or what is raised, for any input is py-amqp's: the tests compare the two
 on generated frames, malformed ones included. Strings that are not UTF-8
-come out as :func:`.amqp.tolerate_undecodable_properties` makes py-amqp
-read them (bytes), except Basic.Deliver's, which py-amqp refuses.
+come out as :func:`tolerate_undecodable_properties` makes py-amqp read them
+(bytes), except Basic.Deliver's, which py-amqp refuses. Loading this
+module applies it, so that py-amqp's readers, which this module falls back
+on, and its own fast ones agree.
 
 :func:`frame_handler` assembles frames as py-amqp's does (method, header
 and body frames into one message per channel, the same errors), making
@@ -42,6 +44,7 @@ __all__ = [
     "decode_basic_properties",
     "decode_deliver_arguments",
     "frame_handler",
+    "tolerate_undecodable_properties",
 ]
 
 BASIC_DELIVER: tuple[int, int] = amqp_spec.Basic.Deliver
@@ -325,3 +328,33 @@ def frame_handler(
         return True
 
     return on_frame
+
+
+def tolerate_undecodable_properties() -> None:
+    """Make py-amqp read a message property that is not UTF-8 as bytes (idempotent).
+
+    py-amqp decodes each string property of a message (``reply_to``,
+    ``type``, ``correlation_id``...) while it parses the frame, before any
+    consumer sees the message: one that is not UTF-8 raised there, the
+    connection was lost with the message unacknowledged, and the broker
+    gave it back to the next connection for ever, so one published message
+    stopped a consume loop for good. Read as bytes, as py-amqp
+    reads such table values, the property reaches the consume loop, which
+    refuses a message whose properties are not strings (dead-lettered).
+    """
+    amqp_serialization.pstr_t = _bytes_to_str
+
+
+def _bytes_to_str(value: Any) -> Any:
+    """py-amqp's ``bytes_to_str``, keeping bytes that are not UTF-8 as they are."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+# This module's readers and py-amqp's (its fall-back) must read a string the
+# same way, whoever imports it first.
+tolerate_undecodable_properties()
