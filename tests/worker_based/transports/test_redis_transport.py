@@ -615,7 +615,7 @@ def _batch_taker(
     return Taker(conn, names.queue("private"), channel, prefetch_count=None), takes
 
 
-def test_a_burst_of_replies_comes_in_one_take_and_is_settled_with_the_next(
+def test_a_burst_of_replies_comes_in_one_take_and_is_settled_by_a_later_one(
     redis_url, names, stack, monkeypatch
 ):
     r = inspector(stack, redis_url)
@@ -635,16 +635,52 @@ def test_a_burst_of_replies_comes_in_one_take_and_is_settled_with_the_next(
     for message in taker.messages:
         message.ack()
     assert r.llen(held_in) == 5
-    # Then the next take settles them (and brings the next reply)
+    # When a lone reply comes: BLMOVE alone brings it, no take settles them yet
     taker.messages.clear()
     publish(publisher, names, {"n": 5}, routing_key=PRIVATE_KEY)
     sixth = taker.next()
     assert sixth.payload["n"] == 5
-    assert r.llen(held_in) == 1
-    # And closing the channel settles what was acknowledged, puts back nothing
+    assert takes == [redis_transport.TAKE_BATCH - 1]
+    assert r.llen(held_in) == 6
+    # Then a poll that finds the queue idle settles what was acknowledged
     sixth.ack()
+
+    def idle_poll_settled() -> bool:
+        with contextlib.suppress(TimeoutError):
+            taker.conn.drain_events(timeout=POLL_S)
+        return r.llen(held_in) == 0
+
+    wait_until(idle_poll_settled, what="the handled replies settled by an idle poll")
+    assert takes[1:] == [0]
+    # And closing the channel settles what was acknowledged, puts back nothing
+    publish(publisher, names, {"n": 6}, routing_key=PRIVATE_KEY)
+    taker.next().ack()
     taker.channel.close()
     assert r.llen(held_in) == 0 and r.llen(names.private) == 0
+
+
+def test_lone_replies_cost_no_take_and_are_settled_a_batch_at_a_time(
+    redis_url, names, stack, monkeypatch
+):
+    r = inspector(stack, redis_url)
+    taker, takes = _batch_taker(stack, redis_url, names, monkeypatch)
+    held_in = inflight(names.consumer, names.private)
+    publisher = connect(stack, redis_url)
+    most_held = 0
+    # Given replies that come one at a time, each handled before the next (a chain's)
+    for n in range(redis_transport.TAKE_BATCH + 1):
+        publish(publisher, names, {"n": n}, routing_key=PRIVATE_KEY)
+        message = taker.next()
+        assert message.payload["n"] == n
+        most_held = max(most_held, r.llen(held_in))
+        message.ack()
+    # Then none was followed by a take for more (BLMOVE's LLEN said none waited),
+    # and what was handled was settled in batches: the in-flight list stayed
+    # bounded by TAKE_BATCH and a take settled the handled replies at least once
+    assert redis_transport.TAKE_BATCH - 1 not in takes
+    assert 1 <= len(takes) < 10 and set(takes) == {0}
+    assert most_held <= redis_transport.TAKE_BATCH + 1
+    assert r.llen(held_in) < redis_transport.TAKE_BATCH + 1
 
 
 def test_replies_of_a_batch_not_acknowledged_go_back_in_order(redis_url, names, stack, monkeypatch):

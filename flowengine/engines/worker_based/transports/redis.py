@@ -22,13 +22,16 @@ channel per queue. Other channels behave exactly as kombu's.
 
 A private queue marked ``take_in_batches`` (only this process takes from
 it, and handling one of its messages twice is harmless: an engine's reply
-queue) and read without a prefetch limit is taken in batches: once BLMOVE
-returns a message, one script moves up to TAKE_BATCH - 1 more and settles
-what was acknowledged since the last take, so a burst of replies costs
-about one round trip per batch instead of two per reply. Until then an
-acknowledged reply stays in the in-flight list (at most one poll interval
-when the queue is idle): if the connection breaks meanwhile, the consumer
-gets it again, which replies tolerate (at least once, as before).
+queue) and read without a prefetch limit is taken in batches: BLMOVE goes
+out with an LLEN of the queue behind it (Redis runs it the moment BLMOVE
+returns), and when more wait, one script moves up to TAKE_BATCH - 1 more and
+settles what was acknowledged since the last take, so a burst of replies
+costs about one round trip per batch instead of two per reply, and a lone
+reply (a chain's) one round trip. An acknowledged reply stays in the
+in-flight list until the next take: a burst, TAKE_BATCH acknowledged, or a
+poll that finds the queue idle (at most one poll interval, 1 s). If the
+connection breaks meanwhile, the consumer gets it again, which replies
+tolerate (at least once, as before).
 
 ``rediss://`` URLs get this transport over TLS (a certificate that does not
 verify fails at once: redis_tls.py); ``sentinel://`` URLs its Sentinel
@@ -228,6 +231,9 @@ class Channel(kombu_redis.Channel):
         self._private: set[str] = set()
         self._batched: set[str] = set()
         self._polling: str | None = None
+        #: Whether the poll in flight sent LLEN behind its BLMOVE (its answer
+        #: must be read, whatever takes_batches says by then).
+        self._polling_length = False
         #: Acknowledged deliveries of private queues, settled with the next take.
         self._deferred: list[Held] = []
         self._server_checked = False
@@ -407,32 +413,48 @@ class Channel(kombu_redis.Channel):
         self._in_poll = self.client.connection
         # kombu's half-open socket check (kombu declares the attribute None).
         self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]
-        self.client.connection.send_command(
-            "BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT", timeout or 0
-        )
+        blmove = ("BLMOVE", queue, rc.inflight_key(self.consumer_id, queue), "RIGHT", "LEFT")
+        connection = self.client.connection
+        self._polling_length = self.takes_batches(queue)
+        if self._polling_length:
+            # LLEN runs the moment BLMOVE returns (Redis queues a blocked
+            # client's next command): whether a take is worth its round trip.
+            connection.send_packed_command(
+                connection.pack_commands([(*blmove, timeout or 0), ("LLEN", queue)])
+            )
+        else:
+            connection.send_command(*blmove, timeout or 0)
 
     def _brpop_read(self, **options: Any) -> bool:
         queue = self._polling
         if queue is None:
             return bool(super()._brpop_read(**options))
         try:
+            batches = self._polling_length
+            connection = self.client.connection
             try:
-                item = self.client.parse_response(self.client.connection, "BLMOVE", **options)
+                item = self.client.parse_response(connection, "BLMOVE", **options)
+                waiting = int(self.client.parse_response(connection, "LLEN")) if batches else 0
             except self.connection_errors:
                 # The next poll reconnects; what BLMOVE moved stays held and is
                 # put back when this consumer consumes again.
-                self.client.connection.disconnect()
+                connection.disconnect()
                 raise
-            batches = self.takes_batches(queue)
+            except Exception:
+                if batches:  # an error answer: LLEN's may still be unread
+                    connection.disconnect()
+                raise
             if item is None:
                 if batches and self._deferred:
                     with self.conn_or_acquire() as client:
                         self._take(client, queue, 0)  # idle: settle what was handled
                 raise Empty()
             items = [item]
-            if batches:
+            # A lone reply (a chain's) costs no take: what was handled is
+            # settled with the next burst, once TAKE_BATCH wait, or when idle.
+            if batches and (waiting or len(self._deferred) >= TAKE_BATCH):
                 with self.conn_or_acquire() as client:
-                    items += self._take(client, queue, TAKE_BATCH - 1)
+                    items += self._take(client, queue, TAKE_BATCH - 1 if waiting else 0)
             delivered = [self._deliver_taken(queue, taken) for taken in items]
             if not any(delivered):
                 raise Empty()
