@@ -65,6 +65,7 @@ import bench_core  # noqa: E402  (the cached TaskFlow virtualenv)
 TRANSPORTS = ("memory", "filesystem", "redis", "amqp")
 LIBS = (
     "floor",
+    "floor-fe",
     "flowengine",
     "flowengine-base",
     "flowengine-late",
@@ -84,6 +85,10 @@ CELERY_TRANSPORTS = ("redis", "amqp")
 #: The peers: task queues measured from their client's side (bench_celery.py,
 #: bench_dramatiq.py), on CELERY_TRANSPORTS only.
 PEERS = ("celery", "dramatiq")
+
+#: The floor on flowengine's own Redis and AMQP transports (``floor-fe``):
+#: on memory and filesystem the floor runs on them anyway.
+FLOOR_FE_TRANSPORTS = ("redis", "amqp")
 
 #: Repetitions of every case (interleaved), for medians with min and max.
 REPEAT = 5
@@ -176,6 +181,8 @@ def connection(
         )
     else:
         conn["url"] = url
+    if lib == "floor-fe":
+        conn["floor_transport"] = "flowengine"
     if lib == "taskflow-tuned":
         opts["polling_interval"] = TUNED_POLLING_INTERVAL_S
     if opts:
@@ -196,7 +203,7 @@ def _lib_env(lib: str) -> dict[str, str]:
             raise SystemExit("--lib flowengine-base needs --baseline PATH")
         paths.append(BASELINE_TREE)
         env["FLOWENGINE_BENCH_BASELINE"] = BASELINE_TREE
-    elif lib in ("floor", "flowengine", "flowengine-late"):
+    elif lib in ("floor", "floor-fe", "flowengine", "flowengine-late"):
         paths.append(REPO_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -545,13 +552,22 @@ def _kombu_connection(conn: dict):
     The floor on a real broker is kombu as it comes, so that nothing
     flowengine changes in its own transports moves the floor; kombu's memory
     and filesystem transports poll once a second, so there the floor runs on
-    flowengine's drop-in transports.
+    flowengine's drop-in transports. ``floor-fe`` (``floor_transport`` in
+    ``conn``) runs the same client and server on flowengine's Redis and AMQP
+    transports: what those save kombu's own request/reply, and so how much
+    of a remote task's cost is the engine's and not the messages'.
     """
     import kombu
 
     from flowengine.engines.worker_based import transports
 
     url = conn.get("url")
+    if url and conn.get("floor_transport") == "flowengine":
+        return kombu.Connection(
+            url,
+            transport=transports.resolve(url, None),
+            transport_options=conn.get("transport_options", {}),
+        )
     if url:
         return kombu.Connection(url, transport_options=conn.get("transport_options", {}))
     transport = transports.resolve(url, conn.get("transport"))
@@ -926,43 +942,55 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         (name, lib)
         for name, lib in (
             ("floor", "floor"),
+            ("floor fe", "floor-fe"),
             ("fe base", "flowengine-base"),
             ("flowengine", "flowengine"),
             ("fe late", "flowengine-late"),
         )
         if lib in libs
     ]
-    if any(lib != "floor" for _, lib in cpu_cols):
+    floors = ("floor", "floor-fe")
+    if any(lib not in floors for _, lib in cpu_cols):
         print(
             "\nCPU per task, steady (ms; the engine process from the first completion to the"
             " last of the 50-task flow; floor: the client's per round trip)",
             file=out,
         )
-        ratio_cols = [(name, lib) for name, lib in cpu_cols if lib != "floor"]
+        ratio_cols = [(name, lib) for name, lib in cpu_cols if lib not in floors]
+        # Against flowengine's own transports' floor too, when it ran: the
+        # part of a task that is the engine's, not the messages'.
+        fe_ratio_cols = ratio_cols if "floor-fe" in libs else []
         print(
             "| transport | "
             + " | ".join(name for name, _ in cpu_cols)
             + "".join(f" | {name}/floor" for name, _ in ratio_cols)
+            + "".join(f" | {name}/floor fe" for name, _ in fe_ratio_cols)
             + " |",
             file=out,
         )
-        print("|---" * (len(cpu_cols) + len(ratio_cols) + 1) + "|", file=out)
+        print("|---" * (len(cpu_cols) + len(ratio_cols) + len(fe_ratio_cols) + 1) + "|", file=out)
         for t in transports:
             floor_cpu = med(t, "floor", "floor", "cpu_per_task_ms")
+            floor_fe_cpu = med(t, "floor-fe", "floor", "cpu_per_task_ms")
+            if floor_fe_cpu is None and t not in FLOOR_FE_TRANSPORTS:
+                floor_fe_cpu = floor_cpu  # the floor runs on flowengine's transport here
             cells = [
                 cell(t, lib, "floor", "cpu_per_task_ms")
-                if lib == "floor"
+                if lib in floors
                 else cell(t, lib, "latency", "steady_cpu_per_task_ms")
                 for _, lib in cpu_cols
             ]
             ratios = [
-                _ratio(med(t, lib, "latency", "steady_cpu_per_task_ms"), floor_cpu)
-                for _, lib in ratio_cols
+                _ratio(med(t, lib, "latency", "steady_cpu_per_task_ms"), base)
+                for base, cols in ((floor_cpu, ratio_cols), (floor_fe_cpu, fe_ratio_cols))
+                for _, lib in cols
             ]
             print(f"| {t} | " + " | ".join(cells + ratios) + " |", file=out)
         print(
             "(memory: the workers are threads of the engine process, so their CPU is in"
-            " too; elsewhere the engine's side only)",
+            " too; elsewhere the engine's side only. floor fe: the floor's client and"
+            " server on flowengine's Redis and AMQP transports; on memory and filesystem"
+            " the floor runs on flowengine's transports anyway)",
             file=out,
         )
         print(
@@ -976,7 +1004,7 @@ def print_table(results: list[dict], out=sys.stdout) -> None:
         for t in transports:
             cells = [
                 cell(t, lib, "floor", "switches_per_task")
-                if lib == "floor"
+                if lib in floors
                 else cell(t, lib, "latency", "steady_switches_per_task")
                 for _, lib in cpu_cols
             ]
@@ -1065,6 +1093,8 @@ def _cases(lib: str, tiny: bool) -> list[tuple[str, int]]:
     if lib == "floor":
         trips = 20 if tiny else FLOOR_ROUND_TRIPS
         return [("floor", trips), (FLOOR_3, trips)]
+    if lib == "floor-fe":
+        return [("floor", 20 if tiny else FLOOR_ROUND_TRIPS)]
     if tiny:
         cases = [("latency", 5), ("throughput", 20)]
     elif lib == "taskflow-default":
@@ -1218,6 +1248,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for lib in libs:
                     if lib in PEERS and transport not in CELERY_TRANSPORTS:
+                        continue
+                    if lib == "floor-fe" and transport not in FLOOR_FE_TRANSPORTS:
                         continue
                     if lib == "taskflow-default" and rep >= TASKFLOW_DEFAULT_REPEAT:
                         continue
