@@ -21,6 +21,17 @@ backlog of 20,000 messages carrying ten headers, 53.0 [44.7-55.5] ->
 44.6 [38.6-54.1] us of CPU per consumed and acknowledged message (7
 interleaved runs, median [min-max]).
 
+Its connections (TLS ones too) write frames through :mod:`.amqp_writing`
+(py-amqp's bytes, counters and errors): a publication's three frames in
+one pass and one write, an acknowledgement or a rejection packed whole.
+Before each publication py-amqp reads what the broker may have sent (a
+Connection.Blocked notice): on plain TCP one ``poll()`` first tells
+whether there is anything to read, instead of a read that fails. Publishing
+20,000 small messages with ten headers: 25.2 [23.5-27.3] -> 15.4
+[14.9-16.1] us of CPU each (with publisher confirms 86.2 [80.1-89.7] ->
+65.1 [62.1-75.5]); draining and acknowledging such a backlog 53.5
+[48.9-61.3] -> 43.3 [40.4-45.4] us a message (7 interleaved runs).
+
 TLS (``amqps://``, or ``transport_options={"ssl": {...}}`` with py-amqp's
 keys ``ca_certs``, ``certfile``, ``keyfile``, ``cert_reqs``...): py-amqp
 checks the server's certificate against the CA but its host name only
@@ -60,7 +71,7 @@ from amqp import transport as amqp_transport
 from amqp.exceptions import UnexpectedFrame
 from kombu.transport import pyamqp
 
-from flowengine.engines.worker_based.transports import amqp_codec, amqp_reading
+from flowengine.engines.worker_based.transports import amqp_codec, amqp_reading, amqp_writing
 from flowengine.engines.worker_based.transports.amqp_reading import (
     tolerate_undecodable_properties,  # applied when amqp_reading is loaded
 )
@@ -206,6 +217,10 @@ class _TCPTransport(amqp_transport.TCPTransport):
             return super().having_timeout(timeout)
         return _Waiting(self, timeout)
 
+    def may_have_frames(self) -> bool:
+        """False when a read now would find nothing (no frame buffered, nothing arrived)."""
+        return self._frames.has_frame or bool(self._readable.poll(0))
+
     def read_frame(self, unpack: Any = None) -> tuple[int, int, bytes]:
         try:
             return self._frames.read_frame()
@@ -249,10 +264,12 @@ def checking_host_name(ssl: Any, host: str) -> dict[str, Any]:
     return options
 
 
-class Channel(pyamqp.Channel):
+class Channel(amqp_writing.WritingChannel, pyamqp.Channel):
     """kombu's py-amqp channel whose messages write their properties faster (amqp_codec).
 
-    It also reads Basic.Deliver's arguments through :mod:`.amqp_reading`.
+    It also reads Basic.Deliver's arguments through :mod:`.amqp_reading`,
+    and writes Basic.Publish, Basic.Ack and Basic.Reject through
+    :mod:`.amqp_writing` (py-amqp's bytes, checks and errors).
     """
 
     def dispatch_method(self, method_sig: Any, payload: bytes, content: Any) -> Any:
@@ -303,6 +320,8 @@ class Connection(pyamqp.Connection):
         super().__init__(*args, **kwargs)
         # Frames assembled into messages whose header amqp_reading reads.
         self.frame_handler_cls = amqp_reading.frame_handler
+        # Frames written a call at a time (amqp_writing).
+        self.frame_writer_cls = amqp_writing.FrameWriter
 
     def Transport(
         self,
