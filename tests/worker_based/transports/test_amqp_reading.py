@@ -31,29 +31,13 @@ from kombu.transport import pyamqp
 
 from flowengine.engines.worker_based.transports import amqp as amqp_transport
 from flowengine.engines.worker_based.transports import amqp_codec, amqp_reading
+from tests.worker_based import amqp_samples
 
-# What a flowengine request carries (see wire/headers.py): the common case.
-REQUEST_PROPERTIES = {
-    "content_type": "application/json",
-    "content_encoding": "utf-8",
-    "application_headers": {
-        "attempt": 0,
-        "origin": "host:1234",
-        "request_id": uuid.uuid4().hex,
-        "expires": 1764400000.125,
-        "late_pending": True,
-        "timelimit": [None, 30.5],
-        "root_id": uuid.uuid4().hex,
-        "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
-        "big": 2**40,
-        "nested": {"a": -1},
-    },
-    "delivery_mode": 2,
-    "priority": 0,
-    "correlation_id": str(uuid.uuid4()),
-    "reply_to": uuid.uuid4().hex,
-    "type": "REQUEST",
-}
+# A request's properties, with a big integer and a nested table among its headers.
+REQUEST_PROPERTIES = dict(
+    amqp_samples.REQUEST_PROPERTIES,
+    application_headers={**amqp_samples.REQUEST_HEADERS, "big": 2**40, "nested": {"a": -1}},
+)
 
 
 def outcome(read: Any, *args: Any) -> tuple[str, str]:

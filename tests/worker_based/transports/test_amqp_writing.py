@@ -31,17 +31,7 @@ from hypothesis import strategies as st
 
 from flowengine.engines.worker_based import transports
 from flowengine.engines.worker_based.transports import amqp_codec, amqp_writing
-
-# What a flowengine request carries (see wire/headers.py), in short.
-HEADERS = {
-    "attempt": 0,
-    "origin": "host:1234",
-    "request_id": uuid.uuid4().hex,
-    "expires": 1764400000.125,
-    "late_pending": True,
-    "timelimit": [None, 30.5],
-    "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
-}
+from tests.worker_based.amqp_samples import REQUEST_HEADERS, REQUEST_PROPERTIES
 
 
 class _Sink:
@@ -105,16 +95,7 @@ def both_ways(
 
 
 def test_a_request_is_written_as_py_amqp_writes_it() -> None:
-    properties = {
-        "content_type": "application/json",
-        "content_encoding": "utf-8",
-        "application_headers": HEADERS,
-        "delivery_mode": 2,
-        "priority": 0,
-        "correlation_id": str(uuid.uuid4()),
-        "reply_to": uuid.uuid4().hex,
-        "type": "REQUEST",
-    }
+    properties = dict(REQUEST_PROPERTIES)
     args = dumps("Bssbb", (0, "flowengine-exchange", "topic-1", False, False))
     for kind in (amqp.Message, amqp_codec.FastPropertiesMessage):
         both_ways(
@@ -341,7 +322,12 @@ def test_what_a_connection_publishes_arrives_intact(amqp_url: str) -> None:
         sent_before = conn.connection.bytes_sent
         # when it publishes a request, a body of several frames, an empty
         # one and a text one,
-        for body, headers in ((b'{"a": 1}', HEADERS), (big, {"n": 1}), (b"", {}), (text, {})):
+        for body, headers in (
+            (b'{"a": 1}', REQUEST_HEADERS),
+            (big, {"n": 1}),
+            (b"", {}),
+            (text, {}),
+        ):
             message = channel.prepare_message(
                 body,
                 3,
@@ -355,7 +341,7 @@ def test_what_a_connection_publishes_arrives_intact(amqp_url: str) -> None:
         assert conn.connection.bytes_sent == sent_before + 4
         # then plain py-amqp reads back what was sent.
         request, large, empty, encoded = _read_back(amqp_url, queue, 4)
-        assert request.headers == HEADERS
+        assert request.headers == REQUEST_HEADERS
         assert request.body == b'{"a": 1}'
         assert request.properties["correlation_id"] == "c-1"
         assert request.properties["reply_to"] == "r-1"
