@@ -9,11 +9,14 @@ directly, never polled.
 
 from __future__ import annotations
 
+import sys
+import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["POLL_S", "WAIT_S", "holds_within", "wait_until"]
+__all__ = ["POLL_S", "WAIT_S", "holds_within", "thread_stacks", "wait_until"]
 
 #: Default bound (s): far beyond what a passing test needs on a loaded
 #: 2-core CI machine; it only decides how long a failing one takes.
@@ -55,3 +58,12 @@ def holds_within(
     needs what only the test has (a process's logs, say).
     """
     return bool(_first_truthy(predicate, timeout, poll_s))
+
+
+def thread_stacks() -> str:
+    """What each thread of this process is doing, for a failure message (a stuck loop shows)."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    return "".join(
+        f"--- thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)[-8:])
+        for ident, frame in sys._current_frames().items()
+    )

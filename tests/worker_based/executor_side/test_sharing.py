@@ -11,6 +11,7 @@ for it and is not kept.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import types
@@ -138,10 +139,18 @@ def test_an_engine_that_stops_fails_only_its_own_unfinished_requests():
 def test_an_unused_shared_executor_closes_after_its_idle_time():
     exchange, topic = unique(), unique("t")
     pool = sharing.ExecutorPool(idle_close_s=0.2)
-    with running_worker(exchange, topic, [et.Echo]):
+    # pool.close() whatever happens: an executor left running would be
+    # counted by the next test of this process.
+    with running_worker(exchange, topic, [et.Echo]), contextlib.closing(pool):
         (session,), made = _sessions(pool, exchange, topic, 1)
         session.start()
-        assert session.execute_task(et.Echo(), "u-1", {"value": 1}).result(WAIT_S)[1] == 1
+        result = session.execute_task(et.Echo(), "u-1", {"value": 1})
+        done, _ = futures.wait([result], WAIT_S)
+        assert done, (
+            f"no outcome in {WAIT_S} s (workers the executor still missed:"
+            f" {made[0].wait_for_workers(1, 0)})\n" + waiting.thread_stacks()
+        )
+        assert result.result()[1] == 1
         session.stop()
         uuid = made[0].uuid
         # Then its threads end once it was idle that long, and the pool forgets it
@@ -157,7 +166,6 @@ def test_an_unused_shared_executor_closes_after_its_idle_time():
             assert len(made) == 2
         finally:
             session.stop()
-            pool.close()
 
 
 class _Unreachable(wex.WorkerTaskExecutor):

@@ -55,7 +55,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 import types
 import zlib
 from collections.abc import Iterator
@@ -1242,15 +1241,6 @@ EXPLICIT = (
 ENGINE_PLACEHOLDER = "engine-uuid-placeholder"
 
 
-def _thread_stacks() -> str:
-    """What each thread of this process is doing (a stuck consume loop shows here)."""
-    names_ = {t.ident: t.name for t in threading.enumerate()}
-    return "".join(
-        f"--- thread {names_.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame)[-8:])
-        for ident, frame in sys._current_frames().items()
-    )
-
-
 class Batch:
     """A flood of PER_BATCH messages while an engine runs a flow, then the checks."""
 
@@ -1342,7 +1332,7 @@ class Batch:
                 + f"\nsentinels: {[s in rig.dead.by_id for s in sentinels]}\n"
                 + f"reply consumer consuming {flow.reply_consumer_is_consuming()},"
                 f" reconnections {flow.reply_consumer_reconnections()}\n"
-                + _thread_stacks()
+                + waiting.thread_stacks()
                 + rig.diagnostics()[-5000:]
             )
         lost_with_the_reply_queue: set[str] = set()
